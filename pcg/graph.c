@@ -1,0 +1,360 @@
+/*
+ * graph.c — the PCG container: nodes with typed attributes, edges by input
+ * slot, multi-output nodes, topological order (Kahn's algorithm with ties
+ * broken by node id, so the order is deterministic), whole-graph inference,
+ * validation and the totals that `pcgc check` prints.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <uthash.h>
+
+#include "internal.h"
+
+typedef struct pcgc__name_entry {
+  const char *name; /* points into the node */
+  int id;
+  UT_hash_handle hh;
+} pcgc__name_entry;
+
+pcgc_graph *pcgc_graph_new(void) { return calloc(1, sizeof(pcgc_graph)); }
+
+static void node_destroy(pcgc_node *n) {
+  if (n->out_names)
+    for (int i = 0; i < n->n_out; i++) free(n->out_names[i]);
+  free(n->out_names);
+  free(n->name);
+  free(n->in);
+  free(n->out);
+}
+
+static void index_clear(pcgc_graph *g) {
+  pcgc__name_entry *e, *tmp;
+  HASH_ITER(hh, g->index, e, tmp) {
+    HASH_DEL(g->index, e);
+    free(e);
+  }
+}
+
+void pcgc_graph_free(pcgc_graph *g) {
+  if (!g) return;
+  for (int i = 0; i < g->n_nodes; i++) node_destroy(&g->nodes[i]);
+  index_clear(g);
+  free(g->nodes);
+  free(g->name);
+  free(g);
+}
+
+static char *dupstr(const char *s) {
+  size_t n = strlen(s) + 1;
+  char *d = malloc(n);
+  if (d) memcpy(d, s, n);
+  return d;
+}
+
+int pcgc_graph_find(const pcgc_graph *g, const char *name) {
+  pcgc__name_entry *e = NULL;
+  HASH_FIND_STR(g->index, name, e);
+  return e ? e->id : -1;
+}
+
+static pcgc_status index_add(pcgc_graph *g, int id) {
+  pcgc__name_entry *e = malloc(sizeof *e);
+  if (!e) return PCGC_ERR_NOMEM;
+  e->name = g->nodes[id].name;
+  e->id = id;
+  HASH_ADD_KEYPTR(hh, g->index, e->name, strlen(e->name), e);
+  return PCGC_OK;
+}
+
+int pcgc_graph_add_node(pcgc_graph *g, pcgc_op_kind kind, const char *name, const pcgc_attrs *attrs,
+                        int n_in, const pcgc_ref *in) {
+  if ((unsigned)kind >= PCGC_OP_COUNT || n_in < 0 || n_in > PCGC_VARIADIC || (n_in && !in))
+    return PCGC_ERR_INVALID;
+  if (attrs && attrs->kind != kind) return PCGC_ERR_INVALID;
+  if (g->n_nodes == g->cap) {
+    int cap = g->cap ? g->cap * 2 : 16;
+    pcgc_node *nodes = realloc(g->nodes, (size_t)cap * sizeof *nodes);
+    if (!nodes) return PCGC_ERR_NOMEM;
+    g->nodes = nodes;
+    g->cap = cap;
+  }
+  int id = g->n_nodes;
+  pcgc_node *n = &g->nodes[id];
+  memset(n, 0, sizeof *n);
+  n->id = id;
+  n->kind = kind;
+  if (attrs) n->attrs = *attrs;
+  else pcgc_attrs_init(&n->attrs, kind);
+  char auto_name[64];
+  if (!name) {
+    snprintf(auto_name, sizeof auto_name, "%s_%d", pcgc_op_name(kind), id);
+    name = auto_name;
+  }
+  if (pcgc_graph_find(g, name) >= 0) return PCGC_ERR_INVALID; /* names are unique */
+  n->n_out = pcgc_op_num_outputs(kind, &n->attrs);
+  n->name = dupstr(name);
+  n->in = n_in ? malloc((size_t)n_in * sizeof *n->in) : NULL;
+  n->out = calloc((size_t)n->n_out, sizeof *n->out);
+  n->out_names = calloc((size_t)n->n_out, sizeof *n->out_names);
+  bool ok = n->name && (!n_in || n->in) && n->out && n->out_names;
+  for (int i = 0; ok && i < n->n_out; i++) {
+    char buf[600];
+    if (i == 0) snprintf(buf, sizeof buf, "%s", name);
+    else snprintf(buf, sizeof buf, "%.500s.%d", name, i);
+    ok = (n->out_names[i] = dupstr(buf)) != NULL;
+  }
+  if (!ok || index_add(g, id) != PCGC_OK) {
+    node_destroy(n);
+    return PCGC_ERR_NOMEM;
+  }
+  n->n_in = n_in;
+  if (n_in) memcpy(n->in, in, (size_t)n_in * sizeof *in);
+  g->n_nodes++;
+  return id;
+}
+
+pcgc_status pcgc_graph_set_output_name(pcgc_graph *g, int node, int slot, const char *name) {
+  if (node < 0 || node >= g->n_nodes) return PCGC_ERR_INVALID;
+  pcgc_node *n = &g->nodes[node];
+  if (slot < 0 || slot >= n->n_out) return PCGC_ERR_INVALID;
+  char *d = dupstr(name);
+  if (!d) return PCGC_ERR_NOMEM;
+  free(n->out_names[slot]);
+  n->out_names[slot] = d;
+  return PCGC_OK;
+}
+
+pcgc_graph *pcgc_graph_clone(const pcgc_graph *g) {
+  pcgc_graph *c = pcgc_graph_new();
+  if (!c) return NULL;
+  if (g->name && !(c->name = dupstr(g->name))) goto fail;
+  for (int i = 0; i < g->n_nodes; i++) {
+    const pcgc_node *n = &g->nodes[i];
+    int id = pcgc_graph_add_node(c, n->kind, n->name, &n->attrs, n->n_in, n->in);
+    if (id < 0) goto fail;
+    pcgc_node *m = &c->nodes[id];
+    for (int k = 0; k < n->n_out && k < m->n_out; k++)
+      if (pcgc_graph_set_output_name(c, id, k, n->out_names[k]) != PCGC_OK) goto fail;
+    if (m->n_out == n->n_out) memcpy(m->out, n->out, (size_t)n->n_out * sizeof *n->out);
+    m->typed = n->typed;
+    m->loc = n->loc;
+  }
+  return c;
+fail:
+  pcgc_graph_free(c);
+  return NULL;
+}
+
+const pcgc_ptensor *pcgc_graph_ref_type(const pcgc_graph *g, pcgc_ref r) {
+  if (r.node < 0 || r.node >= g->n_nodes) return NULL;
+  const pcgc_node *n = &g->nodes[r.node];
+  if (r.slot < 0 || r.slot >= n->n_out || !n->typed) return NULL;
+  return &n->out[r.slot];
+}
+
+/* Points an error at the node's definition in its model file, if known. */
+static void at_node(pcgc_error *err, const pcgc_node *n) {
+  if (err && n->loc.file) {
+    pcgc_srcloc loc = n->loc;
+    char msg[sizeof err->message], hint[sizeof err->hint];
+    memcpy(msg, err->message, sizeof msg);
+    memcpy(hint, err->hint, sizeof hint);
+    pcgc_error_at(err, loc, 0, NULL, 0);
+    memcpy(err->message, msg, sizeof msg);
+    memcpy(err->hint, hint, sizeof hint);
+  }
+}
+
+/* Structural checks of node i's inputs: arity, existing nodes and slots. */
+static pcgc_status check_edges(const pcgc_graph *g, int i, pcgc_error *err) {
+  const pcgc_node *n = &g->nodes[i];
+  int lo = pcgc_op_min_inputs(n->kind), hi = pcgc_op_max_inputs(n->kind);
+  if (n->n_in < lo || n->n_in > hi) {
+    pcgc_error_set(err, PCGC_ERR_GRAPH, "%s '%s' has %d inputs but takes %d to %d",
+                   pcgc_op_name(n->kind), n->name, n->n_in, lo, hi);
+    at_node(err, n);
+    return PCGC_ERR_GRAPH;
+  }
+  for (int k = 0; k < n->n_in; k++) {
+    pcgc_ref r = n->in[k];
+    if (r.node < 0 || r.node >= g->n_nodes) {
+      pcgc_error_set(err, PCGC_ERR_GRAPH, "%s '%s': input %d refers to node %d, which does not exist "
+                     "(dangling input)", pcgc_op_name(n->kind), n->name, k, r.node);
+      at_node(err, n);
+      return PCGC_ERR_GRAPH;
+    }
+    const pcgc_node *p = &g->nodes[r.node];
+    if (r.slot < 0 || r.slot >= p->n_out) {
+      pcgc_error_set(err, PCGC_ERR_GRAPH, "%s '%s': input %d reads output %d of '%s', which has %d output%s",
+                     pcgc_op_name(n->kind), n->name, k, r.slot, p->name, p->n_out, p->n_out == 1 ? "" : "s");
+      at_node(err, n);
+      return PCGC_ERR_GRAPH;
+    }
+  }
+  return PCGC_OK;
+}
+
+pcgc_status pcgc_graph_topo_order(const pcgc_graph *g, int *order, pcgc_error *err) {
+  int n = g->n_nodes;
+  if (n <= 0) return PCGC_OK;
+  for (int i = 0; i < n; i++) {
+    pcgc_status s = check_edges(g, i, err);
+    if (s != PCGC_OK) return s;
+  }
+  /* consumers in CSR form, and in-degrees */
+  int *indeg = calloc((size_t)n, sizeof *indeg), *start = calloc((size_t)n + 1, sizeof *start);
+  int total = 0;
+  for (int i = 0; i < n; i++) total += g->nodes[i].n_in;
+  int *users = malloc((size_t)(total ? total : 1) * sizeof *users);
+  int *heap = malloc((size_t)n * sizeof *heap);
+  if (!indeg || !start || !users || !heap) {
+    free(indeg); free(start); free(users); free(heap);
+    return pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory ordering %d nodes", n);
+  }
+  for (int i = 0; i < n; i++)
+    for (int k = 0; k < g->nodes[i].n_in; k++) start[g->nodes[i].in[k].node + 1]++;
+  for (int i = 0; i < n; i++) start[i + 1] += start[i];
+  int *fill = calloc((size_t)n, sizeof *fill);
+  if (!fill) {
+    free(indeg); free(start); free(users); free(heap);
+    return pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory ordering %d nodes", n);
+  }
+  for (int i = 0; i < n; i++) {
+    indeg[i] = g->nodes[i].n_in;
+    for (int k = 0; k < g->nodes[i].n_in; k++) {
+      int p = g->nodes[i].in[k].node;
+      users[start[p] + fill[p]++] = i;
+    }
+  }
+  free(fill);
+  /* Kahn's algorithm with a min-heap on node id */
+  int hn = 0, done = 0;
+#define HEAP_PUSH(x) do { int j_ = hn++; heap[j_] = (x); \
+    while (j_ > 0 && heap[(j_ - 1) / 2] > heap[j_]) { int t_ = heap[j_]; heap[j_] = heap[(j_ - 1) / 2]; \
+      heap[(j_ - 1) / 2] = t_; j_ = (j_ - 1) / 2; } } while (0)
+  for (int i = 0; i < n; i++)
+    if (indeg[i] == 0) HEAP_PUSH(i);
+  while (hn > 0) {
+    int v = heap[0];
+    heap[0] = heap[--hn];
+    for (int j = 0;;) {
+      int l = 2 * j + 1, r = l + 1, m = j;
+      if (l < hn && heap[l] < heap[m]) m = l;
+      if (r < hn && heap[r] < heap[m]) m = r;
+      if (m == j) break;
+      int t = heap[j]; heap[j] = heap[m]; heap[m] = t;
+      j = m;
+    }
+    order[done++] = v;
+    for (int u = start[v]; u < start[v + 1]; u++)
+      if (--indeg[users[u]] == 0) HEAP_PUSH(users[u]);
+  }
+#undef HEAP_PUSH
+  pcgc_status s = PCGC_OK;
+  if (done < n) {
+    int bad = 0;
+    while (bad < n && indeg[bad] == 0) bad++;
+    const pcgc_node *b = &g->nodes[bad < n ? bad : 0];
+    pcgc_error_set(err, PCGC_ERR_GRAPH, "the graph has a cycle through %s '%s' (%d nodes are on or "
+                   "after cycles)", pcgc_op_name(b->kind), b->name, n - done);
+    at_node(err, b);
+    s = PCGC_ERR_GRAPH;
+  }
+  free(indeg); free(start); free(users); free(heap);
+  return s;
+}
+
+pcgc_status pcgc_graph_infer_node(pcgc_graph *g, int id, pcgc_error *err) {
+  if (id < 0 || id >= g->n_nodes)
+    return pcgc_error_set(err, PCGC_ERR_INVALID, "no node %d", id);
+  pcgc_status s = check_edges(g, id, err);
+  if (s != PCGC_OK) return s;
+  pcgc_node *n = &g->nodes[id];
+  pcgc_ptensor in[PCGC_VARIADIC];
+  for (int k = 0; k < n->n_in; k++) {
+    const pcgc_ptensor *t = pcgc_graph_ref_type(g, n->in[k]);
+    if (!t) {
+      pcgc_error_set(err, PCGC_ERR_GRAPH, "%s '%s': input %d ('%s') has no type yet",
+                     pcgc_op_name(n->kind), n->name, k, g->nodes[n->in[k].node].name);
+      at_node(err, n);
+      return PCGC_ERR_GRAPH;
+    }
+    in[k] = *t;
+  }
+  if (pcgc_op_num_outputs(n->kind, &n->attrs) != n->n_out) {
+    pcgc_error_set(err, PCGC_ERR_GRAPH, "%s '%s' has %d outputs but its attributes give %d",
+                   pcgc_op_name(n->kind), n->name, n->n_out, pcgc_op_num_outputs(n->kind, &n->attrs));
+    at_node(err, n);
+    return PCGC_ERR_GRAPH;
+  }
+  s = pcgc__op_infer_named(n->kind, n->name, &n->attrs, n->n_in, in, n->out, err);
+  n->typed = s == PCGC_OK;
+  if (s != PCGC_OK) at_node(err, n);
+  return s;
+}
+
+pcgc_status pcgc_graph_infer(pcgc_graph *g, pcgc_error *err) {
+  int *order = malloc((size_t)(g->n_nodes ? g->n_nodes : 1) * sizeof *order);
+  if (!order) return pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
+  pcgc_status s = pcgc_graph_topo_order(g, order, err);
+  for (int i = 0; i < g->n_nodes; i++) g->nodes[i].typed = false;
+  for (int i = 0; s == PCGC_OK && i < g->n_nodes; i++) s = pcgc_graph_infer_node(g, order[i], err);
+  free(order);
+  return s;
+}
+
+pcgc_status pcgc_graph_validate(const pcgc_graph *g, pcgc_error *err) {
+  pcgc_graph *c = pcgc_graph_clone(g);
+  if (!c) return pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
+  /* names must be unique: the index holds the first node of each name */
+  for (int i = 0; i < g->n_nodes; i++)
+    if (pcgc_graph_find(g, g->nodes[i].name) != i) {
+      pcgc_graph_free(c);
+      return pcgc_error_set(err, PCGC_ERR_GRAPH, "two nodes are named '%s'", g->nodes[i].name);
+    }
+  pcgc_status s = pcgc_graph_infer(c, err);
+  for (int i = 0; s == PCGC_OK && i < g->n_nodes; i++) {
+    const pcgc_node *n = &g->nodes[i];
+    if (!n->typed) {
+      s = pcgc_error_set(err, PCGC_ERR_TYPE, "%s '%s' has no inferred type", pcgc_op_name(n->kind), n->name);
+      break;
+    }
+    for (int k = 0; k < n->n_out; k++)
+      if (!pcgc_ptensor_equal(&n->out[k], &c->nodes[i].out[k])) {
+        char t1[160], t2[160];
+        pcgc_ptensor_format(t1, sizeof t1, &n->out[k]);
+        pcgc_ptensor_format(t2, sizeof t2, &c->nodes[i].out[k]);
+        s = pcgc_error_set(err, PCGC_ERR_TYPE, "%s '%s': output %d is recorded as %s but its inputs give %s "
+                           "(type mismatch)", pcgc_op_name(n->kind), n->name, k, t1, t2);
+        at_node(err, n);
+        break;
+      }
+  }
+  pcgc_graph_free(c);
+  return s;
+}
+
+pcgc_status pcgc_graph_stats_compute(const pcgc_graph *g, pcgc_graph_stats *st, pcgc_error *err) {
+  memset(st, 0, sizeof *st);
+  st->n_nodes = g->n_nodes;
+  for (int i = 0; i < g->n_nodes; i++) {
+    const pcgc_node *n = &g->nodes[i];
+    if (!n->typed)
+      return pcgc_error_set(err, PCGC_ERR_TYPE, "%s '%s' has no type: infer the graph first",
+                            pcgc_op_name(n->kind), n->name);
+    st->count_by_kind[n->kind]++;
+    pcgc_ptensor in[PCGC_VARIADIC];
+    for (int k = 0; k < n->n_in; k++) in[k] = *pcgc_graph_ref_type(g, n->in[k]);
+    pcgc_op_cost cost;
+    pcgc_op_cost_of(n->kind, &n->attrs, n->n_in, in, n->n_out, n->out, &cost);
+    st->params += cost.params;
+    if (n->kind == PCGC_OP_WEIGHT) st->param_bytes += (double)pcgc_ptensor_bytes(&n->out[0]);
+    if (n->kind == PCGC_OP_INPUT) st->input_bytes += (double)pcgc_ptensor_bytes(&n->out[0]);
+    st->fwd_flops += cost.fwd_flops;
+    st->bwd_flops += cost.bwd_flops;
+    pcgc_op_class cls = pcgc_op_class_of(n->kind);
+    if (cls == PCGC_CLASS_COMPUTE || cls == PCGC_CLASS_LOSS)
+      for (int k = 0; k < n->n_out; k++) st->activation_bytes += (double)pcgc_ptensor_bytes(&n->out[k]);
+  }
+  return PCGC_OK;
+}

@@ -1,0 +1,217 @@
+/*
+ * model_internal.h — private interface of the model-file reader, shared by
+ * its three stages (not public API):
+ *
+ *   model_lex.c    text -> tokens; also the arena, error reporting at a
+ *                  source span and "did you mean" suggestions
+ *   model_parse.c  tokens -> syntax tree (recursive descent, one function
+ *                  per grammar rule of docs/model-format.md)
+ *   model.c        syntax tree -> typed pcgc_graph (evaluates expressions,
+ *                  instantiates blocks, creates weights, infers shapes), and
+ *                  the public pcgc_model_parse / pcgc_model_load / pcgc_read_file
+ *
+ * The whole file is parsed before anything is built, so syntax errors anywhere
+ * (unused blocks included) are found first; blocks are then instantiated from
+ * their syntax tree at each call.
+ */
+#ifndef PCGC_MODEL_INTERNAL_H
+#define PCGC_MODEL_INTERNAL_H
+
+#include "pcg.h"
+
+/* Limits: every one is an error with a clear message, never a crash. */
+#define PCGC__MODEL_MAX_TEXT (64 << 20)   /* bytes of model text */
+#define PCGC__MODEL_MAX_IDENT 256         /* characters of one written name */
+#define PCGC__MODEL_MAX_NAME 1024         /* characters of a full (prefixed) name */
+#define PCGC__MODEL_MAX_DEPTH 64          /* nested ( ) and unary minus in one expression */
+#define PCGC__MODEL_MAX_EXPR 256          /* height of one expression tree */
+#define PCGC__MODEL_MAX_LIST 64           /* entries of one [ ] list */
+#define PCGC__MODEL_MAX_ARGS 64           /* tensors in one call, tensor params of a block */
+#define PCGC__MODEL_MAX_PARAMS 64         /* parameters of one block */
+#define PCGC__MODEL_MAX_REPEAT 10000      /* n of repeat(n) */
+#define PCGC__MODEL_MAX_NODES 1000000     /* nodes of one graph */
+#define PCGC__MODEL_MAX_WORK 2000000      /* statements run, over all block instances */
+#define PCGC__MODEL_MAX_NESTING 64        /* block instances inside block instances */
+
+/* ------------------------------------------------------------ utilities */
+
+/* A piece of the source: byte offset and length, and the 1-based line and
+ * column of its first byte. */
+typedef struct pcgc__span {
+  int off, len, line, col;
+} pcgc__span;
+
+/* The text being read and where its errors go (never NULL). */
+typedef struct pcgc__src {
+  const char *text;
+  size_t len;
+  const char *file; /* name for messages */
+  pcgc_error *err;
+} pcgc__src;
+
+/* Records an error at `sp`: message, file:line:col, the length to underline
+ * (cut at the end of the line) and the source line. Returns `st`. */
+pcgc_status pcgc__model_fail(const pcgc__src *src, pcgc__span sp, pcgc_status st, const char *fmt,
+                             ...) __attribute__((format(printf, 4, 5)));
+
+/* Phase-scoped memory: everything of one parse is freed at once. Allocations
+ * are zeroed; NULL on out of memory. */
+typedef struct pcgc__arena {
+  struct pcgc__chunk *head;
+} pcgc__arena;
+
+void *pcgc__arena_alloc(pcgc__arena *a, size_t n);
+char *pcgc__arena_strndup(pcgc__arena *a, const char *s, size_t n);
+void pcgc__arena_free(pcgc__arena *a);
+
+/* "Did you mean": keeps the candidate closest to `target` by edit distance
+ * (insertions, deletions, substitutions and swaps of neighbours), if it is
+ * close enough to be a plausible typo. */
+typedef struct pcgc__suggest {
+  const char *target;
+  const char *best;
+  int best_dist;
+} pcgc__suggest;
+
+void pcgc__suggest_init(pcgc__suggest *s, const char *target);
+void pcgc__suggest_add(pcgc__suggest *s, const char *candidate);
+/* The best candidate so far, or NULL when none is close enough. */
+const char *pcgc__suggest_best(const pcgc__suggest *s);
+
+/* -------------------------------------------------------------- tokens */
+
+typedef enum pcgc__tok_kind {
+  PCGC__TK_NAME,  /* identifier or keyword, dotted paths included */
+  PCGC__TK_INT,   /* integer literal (value in .i) */
+  PCGC__TK_FLOAT, /* float literal (value in .f) */
+  PCGC__TK_PUNCT, /* one of ( ) [ ] { } , = : ; + - * / % */
+  PCGC__TK_EOL,   /* end of statement: a newline, or ';' outside brackets */
+  PCGC__TK_EOF,
+} pcgc__tok_kind;
+
+typedef struct pcgc__tok {
+  pcgc__tok_kind kind;
+  pcgc__span sp;
+  int64_t i;
+  double f;
+} pcgc__tok;
+
+typedef struct pcgc__toks {
+  pcgc__tok *v;
+  int n, cap;
+} pcgc__toks;
+
+/* Splits the text into tokens, ending with one PCGC__TK_EOF. The caller frees
+ * toks->v (also on error). */
+pcgc_status pcgc__model_lex(const pcgc__src *src, pcgc__toks *toks);
+
+/* ---------------------------------------------------------- syntax tree */
+
+typedef enum pcgc__expr_kind {
+  PCGC__EX_INT,
+  PCGC__EX_FLOAT,
+  PCGC__EX_BOOL, /* true / false (value in .i) */
+  PCGC__EX_NAME,
+  PCGC__EX_NEG,  /* -l */
+  PCGC__EX_BIN,  /* l op r */
+} pcgc__expr_kind;
+
+typedef struct pcgc__expr {
+  pcgc__expr_kind kind;
+  pcgc__span sp; /* the whole expression */
+  char op;       /* + - * / % for PCGC__EX_BIN */
+  int height;    /* of the tree below, for the depth limit */
+  int64_t i;
+  double f;
+  const char *name;
+  struct pcgc__expr *l, *r;
+} pcgc__expr;
+
+/* A name as written, and where. */
+typedef struct pcgc__ident {
+  const char *s;
+  pcgc__span sp;
+} pcgc__ident;
+
+/* An attribute value: a scalar expression (e) or a [ ] list (items). */
+typedef struct pcgc__value {
+  pcgc__expr *e;
+  int n;
+  pcgc__expr **items;
+  pcgc__span sp;
+} pcgc__value;
+
+typedef struct pcgc__kv {
+  pcgc__ident key;
+  pcgc__value val;
+} pcgc__kv;
+
+/* A tensor type "f32[B, 784]". */
+typedef struct pcgc__type {
+  pcgc_dtype dtype;
+  int rank;
+  pcgc__expr **dims;
+  pcgc__span sp; /* from the dtype to the ']' */
+} pcgc__type;
+
+typedef enum pcgc__param_kind { PCGC__P_TENSOR, PCGC__P_INT, PCGC__P_FLOAT } pcgc__param_kind;
+
+typedef struct pcgc__param {
+  pcgc__param_kind kind;
+  pcgc__ident name;
+  pcgc__expr *def; /* default, or NULL */
+} pcgc__param;
+
+typedef enum pcgc__stmt_kind {
+  PCGC__ST_MODEL,
+  PCGC__ST_CONST,
+  PCGC__ST_INPUT,
+  PCGC__ST_WEIGHT,
+  PCGC__ST_LAYER,
+  PCGC__ST_BLOCK,
+  PCGC__ST_RETURN,
+} pcgc__stmt_kind;
+
+typedef struct pcgc__stmt {
+  pcgc__stmt_kind kind;
+  pcgc__span sp;     /* the statement's first token */
+  pcgc__ident name;  /* model, const, input, weight, block */
+  pcgc__expr *expr;  /* const value */
+  pcgc__type type;   /* input, weight */
+  int init;          /* weight: a pcgc_init, or -1 for the default */
+  pcgc__expr *init_arg;
+  pcgc__span init_sp;
+  /* layer: lhs... = [repeat(n)] callee(pos..., kv...) */
+  int n_lhs;
+  pcgc__ident *lhs;
+  pcgc__expr *repeat;
+  pcgc__ident callee;
+  int n_pos;
+  pcgc__ident *pos;
+  int n_kv;
+  pcgc__kv *kv;
+  /* block: params and body; the body's last statement is its return */
+  int n_params;
+  pcgc__param *params;
+  int n_body;
+  struct pcgc__stmt **body;
+  /* return */
+  int n_ret;
+  pcgc__ident *ret;
+} pcgc__stmt;
+
+typedef struct pcgc__ast {
+  int n;
+  pcgc__stmt **stmts;
+} pcgc__ast;
+
+/* Parses the tokens into a syntax tree allocated in `arena`. Reports syntax
+ * errors and misplaced statements (return outside a block, a second model
+ * line, ...); names and shapes are checked later. */
+pcgc_status pcgc__model_parse_ast(const pcgc__src *src, const pcgc__toks *toks, pcgc__arena *arena,
+                                  pcgc__ast *ast);
+
+/* True if `s` (NUL-terminated) is a keyword of the format. */
+bool pcgc__model_is_keyword(const char *s, size_t len);
+
+#endif /* PCGC_MODEL_INTERNAL_H */

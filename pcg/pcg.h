@@ -1,0 +1,390 @@
+/*
+ * pcg.h — the parallel computation graph (PCG) core of pcgc.
+ *
+ * A PCG is a DAG of operator nodes. Every node has typed attributes (from
+ * the op table in ops.def) and produces one or more tensors, each with a
+ * *parallel tensor type*: a dtype, a logical shape, and the degrees that say
+ * how the tensor is spread over devices:
+ *
+ *   degree[d]  shard degree of dim d (the dim is cut into degree[d] pieces)
+ *   sum        sum degree: the tensor is the sum of `sum` partial tensors
+ *   replica    replica degree: `replica` identical copies exist
+ *   micro      micro-batch degree: dim `micro_dim` is processed in `micro`
+ *              slices one after another in time (pipelining)
+ *
+ * The logical shape never changes under parallelisation, only degrees do.
+ * A tensor occupies prod(degree) * sum * replica pieces, one per device of the
+ * operator that consumes it. Weights are explicit nodes (op `weight`), so the
+ * parallel operators (partition, combine, replicate, reduce, pipeline,
+ * unpipeline) apply to them like to any tensor.
+ *
+ * Worked example (data-parallel linear layer over 4 devices):
+ *
+ *     pcgc_error err = {0};
+ *     pcgc_graph *g = pcgc_graph_new();
+ *     pcgc_attrs a;
+ *     pcgc_attrs_init(&a, PCGC_OP_INPUT);
+ *     pcgc_attrs_set_ints(&a, "shape", 2, (int64_t[]){64, 784});
+ *     int x = pcgc_graph_add_node(g, PCGC_OP_INPUT, "x", &a, 0, NULL);
+ *     ... weight w [784, 256] likewise ...
+ *     pcgc_attrs_init(&a, PCGC_OP_PARTITION);
+ *     pcgc_attrs_set_int(&a, "dim", 0);
+ *     pcgc_attrs_set_int(&a, "degree", 4);
+ *     int xp = pcgc_graph_add_node(g, PCGC_OP_PARTITION, "xp", &a, 1,
+ *                                  (pcgc_ref[]){{x, 0}});
+ *     ... wr = replicate(w, degree=4); y = linear(xp, wr) ...
+ *     if (pcgc_graph_infer(g, &err) != PCGC_OK) pcgc_error_print(stderr, &err);
+ *     // y's type: f32[64, 256] with degree[0] = 4: 4 pieces, one per device.
+ *
+ * Errors: functions that can fail return a pcgc_status (0 or negative) and,
+ * given a non-NULL pcgc_error, leave a message there with a source position
+ * when one is known. Nothing here calls exit().
+ */
+#ifndef PCGC_PCG_H
+#define PCGC_PCG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define PCGC_VERSION_STRING "0.1.0"
+
+/* ------------------------------------------------------------------ status */
+
+typedef enum pcgc_status {
+  PCGC_OK = 0,
+  PCGC_ERR_NOMEM = -1,       /* allocation failed */
+  PCGC_ERR_IO = -2,          /* a file could not be read or written */
+  PCGC_ERR_PARSE = -3,       /* syntax error in a text file */
+  PCGC_ERR_TYPE = -4,        /* shape or parallel-type inference failed */
+  PCGC_ERR_INVALID = -5,     /* bad argument or attribute value */
+  PCGC_ERR_GRAPH = -6,       /* malformed graph: cycle, dangling input */
+  PCGC_ERR_UNSUPPORTED = -7, /* valid request this build cannot do */
+} pcgc_status;
+
+/* A source position: file name (not owned), 1-based line and column. */
+typedef struct pcgc_srcloc {
+  const char *file;
+  int line, col;
+} pcgc_srcloc;
+
+/* An error report. Fixed-size so it can live on the stack and survive the
+ * objects it talks about. `line`/`col` are 0 when there is no position. */
+typedef struct pcgc_error {
+  pcgc_status status;
+  char file[256];
+  int line, col, len;     /* len: characters to underline (0 = 1) */
+  char message[1024];
+  char source_line[512];  /* the offending source line, if known */
+  char hint[512];         /* what to do about it, if known */
+} pcgc_error;
+
+const char *pcgc_status_str(pcgc_status s);
+/* Records an error (if err != NULL) and returns `s`. printf-style message. */
+pcgc_status pcgc_error_set(pcgc_error *err, pcgc_status s, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Adds a source position (and the source line, when `source` is given: the
+ * whole text of the file, of length `source_len`). */
+void pcgc_error_at(pcgc_error *err, pcgc_srcloc loc, int len, const char *source,
+                   size_t source_len);
+void pcgc_error_hint(pcgc_error *err, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Prints "file:line:col: error: message", the source line with a caret under
+ * the fault, and "hint: ..." */
+void pcgc_error_print(FILE *f, const pcgc_error *err);
+void pcgc_error_clear(pcgc_error *err);
+
+/* ------------------------------------------------------------ tensor types */
+
+#define PCGC_MAX_RANK 6
+
+typedef enum pcgc_dtype {
+  PCGC_F32 = 0, PCGC_F16, PCGC_BF16, PCGC_F64, PCGC_I32, PCGC_I64,
+  PCGC_DTYPE_COUNT
+} pcgc_dtype;
+
+const char *pcgc_dtype_name(pcgc_dtype t);          /* "f32" */
+int pcgc_dtype_from_name(const char *name);         /* -1 if unknown */
+size_t pcgc_dtype_size(pcgc_dtype t);               /* bytes per element */
+bool pcgc_dtype_is_float(pcgc_dtype t);
+
+/* A parallel tensor type. A sequential tensor has every degree 1. */
+typedef struct pcgc_ptensor {
+  pcgc_dtype dtype;
+  int rank;                       /* 0..PCGC_MAX_RANK; 0 is a scalar */
+  int64_t dims[PCGC_MAX_RANK];    /* logical sizes */
+  int32_t degree[PCGC_MAX_RANK];  /* shard degree per dim */
+  int32_t sum;                    /* number of partial sums */
+  int32_t replica;                /* number of identical copies */
+  int32_t micro;                  /* micro-batch degree (1 = not pipelined) */
+  int32_t micro_dim;              /* pipelined dim, or -1 (also for micro=1 and
+                                     for losses accumulated over micro-batches) */
+} pcgc_ptensor;
+
+/* Sets a sequential type: all degrees 1. */
+void pcgc_ptensor_init(pcgc_ptensor *t, pcgc_dtype dtype, int rank, const int64_t *dims);
+int64_t pcgc_ptensor_numel(const pcgc_ptensor *t);     /* logical elements */
+size_t pcgc_ptensor_bytes(const pcgc_ptensor *t);      /* logical bytes */
+int64_t pcgc_ptensor_pieces(const pcgc_ptensor *t);    /* prod(degree)*sum*replica */
+bool pcgc_ptensor_is_sequential(const pcgc_ptensor *t);
+bool pcgc_ptensor_equal(const pcgc_ptensor *a, const pcgc_ptensor *b);
+/* "f32[64, 256]" or, when parallel, "f32[64/4, 256]{sum=2, rep=2, micro=4@0}".
+ * Returns the number of characters it wanted to write (like snprintf). */
+int pcgc_ptensor_format(char *buf, size_t n, const pcgc_ptensor *t);
+
+/* -------------------------------------------------------------- operators */
+
+typedef enum pcgc_op_kind {
+#define PCGC_OP(id, name, fn, min_in, max_in, n_out, schema) PCGC_OP_##id,
+#include "ops.def"
+#undef PCGC_OP
+  PCGC_OP_COUNT
+} pcgc_op_kind;
+
+/* What kind of thing an op is, for the CLI, DOT drawing and the search. */
+typedef enum pcgc_op_class {
+  PCGC_CLASS_SOURCE,    /* input, weight */
+  PCGC_CLASS_COMPUTE,   /* ordinary operators */
+  PCGC_CLASS_LOSS,      /* losses */
+  PCGC_CLASS_PARALLEL,  /* partition, combine, replicate, reduce, (un)pipeline */
+} pcgc_op_class;
+
+const char *pcgc_op_name(pcgc_op_kind k);       /* "linear" */
+int pcgc_op_from_name(const char *name);        /* -1 if unknown */
+pcgc_op_class pcgc_op_class_of(pcgc_op_kind k);
+int pcgc_op_min_inputs(pcgc_op_kind k);
+int pcgc_op_max_inputs(pcgc_op_kind k);         /* PCGC_VARIADIC for concat */
+#define PCGC_VARIADIC 64
+/* The op whose forward is this op's backward, for parallel operators:
+ * partition <-> combine, replicate <-> reduce, pipeline <-> unpipeline.
+ * Attributes carry over unchanged (dim, degree). Returns -1 for other ops. */
+int pcgc_op_backward_pair(pcgc_op_kind k);
+
+/* ------------------------------------------------------------- attributes */
+
+#define PCGC_MAX_ATTRS 8
+#define PCGC_MAX_INTS 16
+
+typedef enum pcgc_attr_type {
+  PCGC_ATTR_INT,     /* int64 */
+  PCGC_ATTR_FLOAT,   /* double */
+  PCGC_ATTR_BOOL,    /* stored in .i as 0/1 */
+  PCGC_ATTR_INTS,    /* list of up to PCGC_MAX_INTS int64 */
+  PCGC_ATTR_INTS2,   /* exactly two ints; a scalar given for it is repeated */
+  PCGC_ATTR_ENUM,    /* stored in .i; names from one of the enums below */
+} pcgc_attr_type;
+
+typedef enum pcgc_enum_type {
+  PCGC_ENUM_NONE = 0,
+  PCGC_ENUM_ACT,        /* none relu gelu sigmoid tanh */
+  PCGC_ENUM_POOL,       /* max avg */
+  PCGC_ENUM_BAG,        /* none sum mean */
+  PCGC_ENUM_DTYPE,      /* the dtype names, order of pcgc_dtype */
+  PCGC_ENUM_INIT,       /* zeros ones uniform normal */
+  PCGC_ENUM_REDUCTION,  /* mean sum */
+  PCGC_ENUM_COUNT
+} pcgc_enum_type;
+
+typedef enum { PCGC_ACT_NONE, PCGC_ACT_RELU, PCGC_ACT_GELU, PCGC_ACT_SIGMOID, PCGC_ACT_TANH } pcgc_act;
+typedef enum { PCGC_POOL_MAX, PCGC_POOL_AVG } pcgc_pool_kind;
+typedef enum { PCGC_BAG_NONE, PCGC_BAG_SUM, PCGC_BAG_MEAN } pcgc_bag;
+typedef enum { PCGC_INIT_ZEROS, PCGC_INIT_ONES, PCGC_INIT_UNIFORM, PCGC_INIT_NORMAL } pcgc_init;
+typedef enum { PCGC_REDUCTION_MEAN, PCGC_REDUCTION_SUM } pcgc_reduction;
+
+/* Names of an enum's values; NULL past the end. */
+const char *pcgc_enum_value_name(pcgc_enum_type e, int64_t v);
+int pcgc_enum_value_from_name(pcgc_enum_type e, const char *name); /* -1 if unknown */
+const char *pcgc_enum_type_name(pcgc_enum_type e);                 /* "act" */
+
+/* One attribute of an op's schema. */
+typedef struct pcgc_attr_desc {
+  const char *name;
+  pcgc_attr_type type;
+  pcgc_enum_type enum_type;  /* for PCGC_ATTR_ENUM */
+  bool required;             /* no default: must be given */
+  int64_t def_i;             /* default for INT/BOOL/ENUM/INTS2 (each entry) */
+  double def_f;              /* default for FLOAT */
+} pcgc_attr_desc;
+
+/* Number of attributes of op k, and the i-th one (schema order). */
+int pcgc_op_num_attrs(pcgc_op_kind k);
+const pcgc_attr_desc *pcgc_op_attr(pcgc_op_kind k, int i);
+int pcgc_op_attr_index(pcgc_op_kind k, const char *name);  /* -1 if none */
+
+typedef struct pcgc_attr_value {
+  int64_t i;
+  double f;
+  int n;                        /* INTS/INTS2: number of entries */
+  int64_t v[PCGC_MAX_INTS];
+} pcgc_attr_value;
+
+/* The attribute values of one node, in its op's schema order. `set` marks
+ * values given explicitly (the rest hold defaults). */
+typedef struct pcgc_attrs {
+  pcgc_op_kind kind;
+  pcgc_attr_value v[PCGC_MAX_ATTRS];
+  bool set[PCGC_MAX_ATTRS];
+} pcgc_attrs;
+
+/* Fills every attribute with its default (required ones with 0/empty). */
+void pcgc_attrs_init(pcgc_attrs *a, pcgc_op_kind kind);
+/* Setters by name; return PCGC_ERR_INVALID (with a message) if the op has no
+ * such attribute or the type is wrong. */
+pcgc_status pcgc_attrs_set_int(pcgc_attrs *a, const char *name, int64_t v);
+pcgc_status pcgc_attrs_set_float(pcgc_attrs *a, const char *name, double v);
+pcgc_status pcgc_attrs_set_ints(pcgc_attrs *a, const char *name, int n, const int64_t *v);
+/* Getters by name; the name must exist in the schema (asserted). */
+int64_t pcgc_attrs_int(const pcgc_attrs *a, const char *name);
+double pcgc_attrs_float(const pcgc_attrs *a, const char *name);
+const pcgc_attr_value *pcgc_attrs_get(const pcgc_attrs *a, const char *name);
+/* Checks required attributes are set and values are in range. */
+pcgc_status pcgc_attrs_check(const pcgc_attrs *a, pcgc_error *err);
+bool pcgc_attrs_equal(const pcgc_attrs *x, const pcgc_attrs *y);
+/* Writes "key=value" for attribute i (its canonical text form). */
+int pcgc_attr_format(char *buf, size_t n, const pcgc_attrs *a, int i);
+
+/* ------------------------------------------------------ inference & costs */
+
+/* Number of outputs for these attributes (split: one per size). */
+int pcgc_op_num_outputs(pcgc_op_kind k, const pcgc_attrs *a);
+
+/* Infers output types from input types for op `kind` with attributes `a`.
+ * Handles both sequential shapes (all degrees 1) and parallel types: which
+ * dims may be sharded, which sharding yields partial sums, what is illegal.
+ * `out` has room for pcgc_op_num_outputs() entries. On failure returns
+ * PCGC_ERR_TYPE with a message naming the problem and what to do. */
+pcgc_status pcgc_op_infer(pcgc_op_kind kind, const pcgc_attrs *a, int n_in,
+                          const pcgc_ptensor *in, pcgc_ptensor *out, pcgc_error *err);
+
+/* Work and size of one op over its logical (whole) tensors. */
+typedef struct pcgc_op_cost {
+  double fwd_flops, bwd_flops;   /* floating-point operations */
+  double fwd_bytes, bwd_bytes;   /* bytes read + written by the kernels */
+  int64_t params;                /* trainable parameters (weight nodes) */
+} pcgc_op_cost;
+
+void pcgc_op_cost_of(pcgc_op_kind kind, const pcgc_attrs *a, int n_in,
+                     const pcgc_ptensor *in, int n_out, const pcgc_ptensor *out,
+                     pcgc_op_cost *cost);
+
+/* ------------------------------------------------------------------ graph */
+
+/* A reference to output `slot` of node `node`. */
+typedef struct pcgc_ref {
+  int node;
+  int slot;
+} pcgc_ref;
+
+typedef struct pcgc_node {
+  int id;                 /* index in graph->nodes */
+  pcgc_op_kind kind;
+  char *name;             /* unique within the graph */
+  pcgc_attrs attrs;
+  int n_in;
+  pcgc_ref *in;           /* input slot i reads `in[i]` */
+  int n_out;
+  pcgc_ptensor *out;      /* inferred output types */
+  char **out_names;       /* name of each output (out_names[0] == name) */
+  bool typed;             /* out[] holds inferred types */
+  pcgc_srcloc loc;        /* where the model file defined it (file may be NULL) */
+} pcgc_node;
+
+typedef struct pcgc_graph {
+  int n_nodes, cap;
+  pcgc_node *nodes;
+  char *name;             /* model name, may be NULL */
+  struct pcgc__name_entry *index;  /* private: node names -> ids (uthash) */
+} pcgc_graph;
+
+pcgc_graph *pcgc_graph_new(void);
+void pcgc_graph_free(pcgc_graph *g);
+/* Deep copy; NULL on out of memory. */
+pcgc_graph *pcgc_graph_clone(const pcgc_graph *g);
+
+/* Adds a node and returns its id (>= 0), or a negative pcgc_status. Inputs
+ * are recorded as given (they may refer to nodes added later); nothing is
+ * inferred until pcgc_graph_infer / pcgc_graph_infer_node. The node is named
+ * `name` (copied) or, if NULL, "<op>_<id>". Multi-output nodes name their
+ * outputs "<name>", "<name>.1", ... unless pcgc_graph_set_output_name is used. */
+int pcgc_graph_add_node(pcgc_graph *g, pcgc_op_kind kind, const char *name,
+                        const pcgc_attrs *attrs, int n_in, const pcgc_ref *in);
+pcgc_status pcgc_graph_set_output_name(pcgc_graph *g, int node, int slot, const char *name);
+/* Finds a node by name; -1 if none. */
+int pcgc_graph_find(const pcgc_graph *g, const char *name);
+
+/* Infers the types of one node whose inputs are already typed. */
+pcgc_status pcgc_graph_infer_node(pcgc_graph *g, int node, pcgc_error *err);
+/* Infers every node in topological order; fails on cycles, dangling inputs
+ * and type errors (naming the node). */
+pcgc_status pcgc_graph_infer(pcgc_graph *g, pcgc_error *err);
+/* Checks structure (dangling inputs, bad slots, cycles, arity) and that the
+ * stored types equal what inference gives now (type mismatch). */
+pcgc_status pcgc_graph_validate(const pcgc_graph *g, pcgc_error *err);
+
+/* Topological order: writes n_nodes node ids to `order` (inputs before
+ * users, ties broken by node id). Returns PCGC_ERR_GRAPH on a cycle. */
+pcgc_status pcgc_graph_topo_order(const pcgc_graph *g, int *order, pcgc_error *err);
+/* The type of the tensor a ref points at (NULL if the ref is bad). */
+const pcgc_ptensor *pcgc_graph_ref_type(const pcgc_graph *g, pcgc_ref r);
+
+/* Canonical 64-bit hash (xxHash): independent of node creation order and of
+ * names; changes with any change of operators, attributes, edges (including
+ * which input slot) or types. Requires an acyclic graph. */
+uint64_t pcgc_graph_hash(const pcgc_graph *g);
+/* Exact structural equality up to node order and names (an isomorphism that
+ * preserves ops, attributes, types and input slots). */
+bool pcgc_graph_equal(const pcgc_graph *a, const pcgc_graph *b);
+
+/* Totals over a graph, for `pcgc check`. */
+typedef struct pcgc_graph_stats {
+  int n_nodes;
+  int count_by_kind[PCGC_OP_COUNT];
+  int64_t params;            /* trainable parameters */
+  double param_bytes;
+  double fwd_flops, bwd_flops;
+  double activation_bytes;   /* outputs of compute ops kept for backward */
+  double input_bytes;        /* data inputs */
+} pcgc_graph_stats;
+
+pcgc_status pcgc_graph_stats_compute(const pcgc_graph *g, pcgc_graph_stats *s, pcgc_error *err);
+
+/* ------------------------------------------------------- text and drawing */
+
+/* Writes the canonical text form of the graph in the model-file format
+ * (docs/model-format.md): every node explicit, weights declared, every
+ * attribute written, topological order. Parsing it gives a graph with the
+ * same hash. */
+pcgc_status pcgc_graph_write_text(FILE *f, const pcgc_graph *g, pcgc_error *err);
+/* Graphviz DOT; parallel operators drawn as distinct shapes and colours. */
+pcgc_status pcgc_graph_write_dot(FILE *f, const pcgc_graph *g, pcgc_error *err);
+
+/* ------------------------------------------------------------ model files */
+
+/* Overrides of top-level constants, as from `--set NAME=VALUE`. */
+typedef struct pcgc_model_options {
+  int n_set;
+  const char *const *set_names;
+  const char *const *set_values;   /* integer or float text */
+} pcgc_model_options;
+
+/* Parses model text (docs/model-format.md) into a typed graph. `filename`
+ * is used in messages. NULL on error, with `err` filled (file:line:col,
+ * source line, hint). `opts` may be NULL. */
+pcgc_graph *pcgc_model_parse(const char *text, size_t len, const char *filename,
+                             const pcgc_model_options *opts, pcgc_error *err);
+/* Reads and parses a model file. */
+pcgc_graph *pcgc_model_load(const char *path, const pcgc_model_options *opts,
+                            pcgc_error *err);
+
+/* Reads a whole file into a NUL-terminated buffer (caller frees). */
+char *pcgc_read_file(const char *path, size_t *len, pcgc_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* PCGC_PCG_H */

@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# test_cli.sh — the `pcgc` command line contract (docs/cli.md): help on every
+# command, exit codes, error messages with positions, --set, atomic -o, and
+# the numbers `check` prints for the shipped models.
+# ctest runs: bash test_cli.sh PCGC SOURCE_DIR. Exit 0 = pass.
+set -uo pipefail
+pcgc=${1:?usage: test_cli.sh PCGC SOURCE_DIR}
+src=${2:?usage: test_cli.sh PCGC SOURCE_DIR}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fails=0 passes=0
+
+ok() { passes=$((passes + 1)); }
+bad() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
+
+# expect CODE CMD...: runs CMD, stdout to $tmp/out, stderr to $tmp/err
+expect() {
+  local want=$1; shift
+  "$@" >"$tmp/out" 2>"$tmp/err"
+  local got=$?
+  if [ "$got" -eq "$want" ]; then ok; else
+    bad "'$*' exited $got, expected $want"; sed 's/^/  | /' "$tmp/err" >&2; fi
+}
+has() { # has FILE TEXT
+  if grep -qF -- "$2" "$1"; then ok; else bad "$(basename "$1") lacks '$2'"; sed 's/^/  | /' "$1" | head -20 >&2; fi
+}
+
+# --- help and usage
+expect 0 "$pcgc" --help;            has "$tmp/out" "usage: pcgc COMMAND"
+expect 0 "$pcgc" --version;         has "$tmp/out" "pcgc 0."
+expect 0 "$pcgc" help check;        has "$tmp/out" "usage: pcgc check MODEL"
+for c in check show dot; do
+  expect 0 "$pcgc" "$c" --help;     has "$tmp/out" "usage: pcgc $c"
+  expect 0 "$pcgc" "$c" -h;         has "$tmp/out" "usage: pcgc $c"
+done
+expect 2 "$pcgc";                   has "$tmp/err" "usage: pcgc COMMAND"
+expect 2 "$pcgc" frobnicate;        has "$tmp/err" "unknown command 'frobnicate'"
+expect 2 "$pcgc" check;             has "$tmp/err" "missing MODEL"
+expect 2 "$pcgc" check --bogus "$src/models/mlp.pcg"; has "$tmp/err" "unknown option '--bogus'"
+expect 2 "$pcgc" check a.pcg b.pcg; has "$tmp/err" "unexpected argument 'b.pcg'"
+expect 2 "$pcgc" show "$src/models/mlp.pcg" -o; has "$tmp/err" "-o needs a file name"
+expect 2 "$pcgc" check "$src/models/mlp.pcg" --set B; has "$tmp/err" "--set expects NAME=VALUE"
+
+# --- I/O errors
+expect 3 "$pcgc" check "$tmp/does-not-exist.pcg"; has "$tmp/err" "does-not-exist.pcg"
+
+# --- invalid model: position, caret and hint, exit 1
+printf 'const B = 4\ninput x: f32[B, 8]\nh = lineer(x, out=10)\n' >"$tmp/bad.pcg"
+expect 1 "$pcgc" check "$tmp/bad.pcg"
+has "$tmp/err" "bad.pcg:3:5: error:"
+has "$tmp/err" "lineer"
+has "$tmp/err" "^"
+has "$tmp/err" "hint:"
+printf 'input x: f32[4, 8]\nh = linear(x, out=10)\ny = linear(x, out=3)\nz = add(h, y)\n' >"$tmp/shape.pcg"
+expect 1 "$pcgc" check "$tmp/shape.pcg"
+has "$tmp/err" "shape.pcg:4:"
+has "$tmp/err" "do not broadcast"
+
+# --- check on every shipped model
+for m in "$src"/models/*.pcg; do
+  expect 0 "$pcgc" check "$m"; has "$tmp/out" "is valid"
+done
+expect 0 "$pcgc" check "$src/models/bert-large.pcg"
+has "$tmp/out" "parameters"
+params=$(sed -n 's/^  parameters *\([0-9,]*\).*/\1/p' "$tmp/out" | tr -d ,)
+if [ -n "$params" ] && [ "$params" -gt 331650000 ] && [ "$params" -lt 338350000 ]; then ok
+else bad "BERT-Large parameters '$params' not within 1% of 335M"; fi
+has "$tmp/out" "attention"
+has "$tmp/out" "FLOPs/iter"
+
+# --- --set overrides a constant and changes the numbers, unknown name is an error
+expect 0 "$pcgc" check "$src/models/mlp.pcg"; cp "$tmp/out" "$tmp/mlp-default"
+grep -q '^const B' "$src/models/mlp.pcg" || bad "models/mlp.pcg has no 'const B'"
+expect 0 "$pcgc" check "$src/models/mlp.pcg" --set B=7
+if cmp -s "$tmp/out" "$tmp/mlp-default"; then bad "--set B=7 changed nothing"; else ok; fi
+expect 1 "$pcgc" check "$src/models/mlp.pcg" --set NOPE=3; has "$tmp/err" "NOPE"
+
+# --- show: canonical form re-parses; -o writes atomically and keeps the old file on error
+expect 0 "$pcgc" show "$src/models/transformer-block.pcg" -o "$tmp/tb.pcg"
+expect 0 "$pcgc" check "$tmp/tb.pcg"
+expect 0 "$pcgc" show "$tmp/tb.pcg"
+if cmp -s "$tmp/out" "$tmp/tb.pcg"; then ok; else bad "show is not idempotent on transformer-block"; fi
+cp "$tmp/tb.pcg" "$tmp/keep.pcg"
+expect 1 "$pcgc" show "$tmp/bad.pcg" -o "$tmp/keep.pcg"
+if cmp -s "$tmp/keep.pcg" "$tmp/tb.pcg"; then ok; else bad "a failed show -o damaged the existing file"; fi
+if ls "$tmp"/keep.pcg.tmp.* >/dev/null 2>&1; then bad "temporary file left behind"; else ok; fi
+expect 3 "$pcgc" show "$src/models/mlp.pcg" -o "$tmp/no-such-dir/x.pcg"
+
+# --- dot
+expect 0 "$pcgc" dot "$src/models/cnn.pcg"; has "$tmp/out" "digraph"
+if command -v dot >/dev/null; then
+  if dot -Tsvg "$tmp/out" >"$tmp/g.svg" 2>"$tmp/err"; then ok; else bad "dot rejected pcgc dot output"; fi
+fi
+
+echo "test_cli: $passes passed, $fails failed"
+[ "$fails" -eq 0 ]
