@@ -21,7 +21,7 @@
 #include <string.h>
 #include <xxhash.h>
 
-#include "pcg.h"
+#include "internal.h"
 
 /* Incremental hashing of small values. */
 typedef struct hbuf {
@@ -50,6 +50,7 @@ static void put_attrs(hbuf *h, const pcgc_attrs *a) {
     const pcgc_attr_desc *d = pcgc_op_attr(a->kind, i);
     const pcgc_attr_value *v = &a->v[i];
     put64(h, (uint64_t)d->type);
+    if (!pcgc__attr_matters(a, i)) continue;
     switch (d->type) {
     case PCGC_ATTR_FLOAT: {
       double f = v->f == 0 ? 0.0 : v->f; /* -0.0 and 0.0 hash alike, as they compare equal */

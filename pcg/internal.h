@@ -10,4 +10,9 @@
 pcgc_status pcgc__op_infer_named(pcgc_op_kind kind, const char *node, const pcgc_attrs *a, int n_in,
                                  const pcgc_ptensor *in, pcgc_ptensor *out, pcgc_error *err);
 
+/* Whether attribute i of `a` affects what the node computes (the scale of a
+ * weight initialised to zeros or ones does not). Hashing, equality and the
+ * text writer skip attributes that do not matter. */
+bool pcgc__attr_matters(const pcgc_attrs *a, int i);
+
 #endif

@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "pcg.h"
+#include "internal.h"
 
 typedef struct op_info {
   const char *name;
@@ -350,14 +350,26 @@ pcgc_status pcgc_attrs_check(const pcgc_attrs *a, pcgc_error *err) {
   return PCGC_OK;
 }
 
+bool pcgc__attr_matters(const pcgc_attrs *a, int i) {
+  /* a weight initialised to zeros or ones has no scale */
+  if (a->kind == PCGC_OP_WEIGHT && strcmp(schemas[a->kind][i].name, "scale") == 0) {
+    int64_t init = pcgc_attrs_int(a, "init");
+    return init == PCGC_INIT_UNIFORM || init == PCGC_INIT_NORMAL;
+  }
+  return true;
+}
+
 bool pcgc_attrs_equal(const pcgc_attrs *x, const pcgc_attrs *y) {
   if (x->kind != y->kind) return false;
   int n = pcgc_op_num_attrs(x->kind);
   for (int i = 0; i < n; i++) {
     const pcgc_attr_value *a = &x->v[i], *b = &y->v[i];
+    bool ma = pcgc__attr_matters(x, i), mb = pcgc__attr_matters(y, i);
+    if (ma != mb) return false;
+    if (!ma) continue;
     switch (schemas[x->kind][i].type) {
     case PCGC_ATTR_FLOAT:
-      if (memcmp(&a->f, &b->f, sizeof a->f) != 0) return false;
+      if (a->f != b->f) return false; /* values are finite; -0.0 equals 0.0 */
       break;
     case PCGC_ATTR_INTS:
     case PCGC_ATTR_INTS2:

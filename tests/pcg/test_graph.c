@@ -271,6 +271,34 @@ START_TEST(test_hash_sensitive_to_every_attribute) {
 }
 END_TEST
 
+/* The scale of a zeros/ones weight is not part of what it computes: it is
+ * ignored by hash and equality (the text form cannot even write it). */
+START_TEST(test_scale_ignored_for_constant_init) {
+  pcgc_graph *g[2];
+  for (int v = 0; v < 2; v++) {
+    g[v] = pcgc_graph_new();
+    pcgc_attrs a;
+    pcgc_attrs_init(&a, PCGC_OP_WEIGHT);
+    pcgc_attrs_set_ints(&a, "shape", 1, (int64_t[]){4});
+    pcgc_attrs_set_int(&a, "init", PCGC_INIT_ONES);
+    pcgc_attrs_set_float(&a, "scale", v ? 0.5 : 0.02);
+    pcgc_graph_add_node(g[v], PCGC_OP_WEIGHT, "w", &a, 0, NULL);
+    infer_ok(g[v]);
+  }
+  ck_assert_uint_eq(pcgc_graph_hash(g[0]), pcgc_graph_hash(g[1]));
+  ck_assert(pcgc_graph_equal(g[0], g[1]));
+  /* for a random init the scale matters */
+  for (int v = 0; v < 2; v++) {
+    pcgc_attrs_set_int(&g[v]->nodes[0].attrs, "init", PCGC_INIT_UNIFORM);
+    infer_ok(g[v]);
+  }
+  ck_assert_uint_ne(pcgc_graph_hash(g[0]), pcgc_graph_hash(g[1]));
+  ck_assert(!pcgc_graph_equal(g[0], g[1]));
+  pcgc_graph_free(g[0]);
+  pcgc_graph_free(g[1]);
+}
+END_TEST
+
 START_TEST(test_hash_sensitive_to_op_kind) {
   uint64_t seen[PCGC_OP_COUNT];
   int n = 0;
@@ -587,6 +615,7 @@ int main(void) {
   tcase_add_test(tc, test_clone_is_deep_and_equal);
   tcase_add_test(tc, test_hash_sensitive_to_every_attribute);
   tcase_add_test(tc, test_hash_sensitive_to_op_kind);
+  tcase_add_test(tc, test_scale_ignored_for_constant_init);
   tcase_add_test(tc, test_hash_sensitive_to_input_slot);
   tcase_add_test(tc, test_hash_sensitive_to_output_slot);
   tcase_add_test(tc, test_hash_sensitive_to_sharing);
