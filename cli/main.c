@@ -12,16 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "pcg.h"
-
-/* Exit codes (docs/cli.md). */
-enum {
-  EXIT_OK = 0,
-  EXIT_INVALID = 1,  /* the model (or other input) is invalid */
-  EXIT_USAGE = 2,    /* bad command line */
-  EXIT_IO = 3,       /* a file could not be read or written */
-  EXIT_INTERNAL = 4, /* out of memory or an internal error */
-};
+#include "cli.h"
 
 #define MAX_SETS 64
 
@@ -36,14 +27,14 @@ typedef struct cli_opts {
 
 static const char *prog = "pcgc";
 
-static int usage_error(const char *cmd, const char *fmt, const char *arg) {
+int pcgc_cli_usage_error(const char *cmd, const char *fmt, const char *arg) {
   fprintf(stderr, "%s%s%s: error: ", prog, cmd ? " " : "", cmd ? cmd : "");
   fprintf(stderr, fmt, arg);
   fprintf(stderr, "\nhint: run '%s %s%s--help' for usage\n", prog, cmd ? cmd : "", cmd ? " " : "");
   return EXIT_USAGE;
 }
 
-static int exit_code_for(pcgc_status s) {
+int pcgc_cli_exit_code(pcgc_status s) {
   switch (s) {
   case PCGC_OK: return EXIT_OK;
   case PCGC_ERR_IO: return EXIT_IO;
@@ -63,6 +54,8 @@ static void print_main_help(FILE *f) {
           "                forward+backward FLOPs per iteration, activation memory\n"
           "  show MODEL    print the model in canonical text form (parses back identically)\n"
           "  dot MODEL     print the graph in Graphviz DOT (parallel operators drawn distinctly)\n"
+          "  train MODEL   train on one CPU device with the reference interpreter, printing\n"
+          "                the loss per step\n"
           "  help [CMD]    show help for a command\n"
           "\n"
           "Every command takes --help. MODEL is a model file (docs/model-format.md).\n"
@@ -109,6 +102,8 @@ static void print_cmd_help(FILE *f, const char *cmd) {
             "  -o, --output FILE  write to FILE (atomically) instead of standard output\n"
             "  --set NAME=VALUE   override a `const` of the model; repeatable\n"
             "  -h, --help         show this help\n");
+  } else if (strcmp(cmd, "train") == 0) {
+    pcgc_cli_train_help(f);
   } else {
     print_main_help(f);
   }
@@ -128,46 +123,47 @@ static int parse_opts(const char *cmd, int argc, char **argv, cli_opts *o, bool 
         print_cmd_help(stdout, cmd);
         return EXIT_OK;
       } else if (allow_output && (strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0)) {
-        if (i + 1 >= argc) return usage_error(cmd, "%s needs a file name", a);
+        if (i + 1 >= argc) return pcgc_cli_usage_error(cmd, "%s needs a file name", a);
         o->output = argv[++i];
       } else if (strcmp(a, "--set") == 0 || strncmp(a, "--set=", 6) == 0) {
         const char *kv = a[5] == '=' ? a + 6 : NULL;
         if (!kv) {
-          if (i + 1 >= argc) return usage_error(cmd, "%s needs NAME=VALUE", a);
+          if (i + 1 >= argc) return pcgc_cli_usage_error(cmd, "%s needs NAME=VALUE", a);
           kv = argv[++i];
         }
         const char *eq = strchr(kv, '=');
         if (!eq || eq == kv || !eq[1])
-          return usage_error(cmd, "--set expects NAME=VALUE, got '%s'", kv);
-        if (o->n_set >= MAX_SETS) return usage_error(cmd, "too many --set options (at most 64)%s", "");
+          return pcgc_cli_usage_error(cmd, "--set expects NAME=VALUE, got '%s'", kv);
+        if (o->n_set >= MAX_SETS) return pcgc_cli_usage_error(cmd, "too many --set options (at most 64)%s", "");
         size_t nl = (size_t)(eq - kv);
-        if (nl >= sizeof o->set_buf[0]) return usage_error(cmd, "--set name too long: '%s'", kv);
+        if (nl >= sizeof o->set_buf[0]) return pcgc_cli_usage_error(cmd, "--set name too long: '%s'", kv);
         memcpy(o->set_buf[o->n_set], kv, nl);
         o->set_buf[o->n_set][nl] = '\0';
         o->set_names[o->n_set] = o->set_buf[o->n_set];
         o->set_values[o->n_set] = eq + 1;
         o->n_set++;
       } else {
-        return usage_error(cmd, "unknown option '%s'", a);
+        return pcgc_cli_usage_error(cmd, "unknown option '%s'", a);
       }
     } else if (!o->model) {
       o->model = a;
     } else {
-      return usage_error(cmd, "unexpected argument '%s' (one MODEL only)", a);
+      return pcgc_cli_usage_error(cmd, "unexpected argument '%s' (one MODEL only)", a);
     }
   }
-  if (!o->model) return usage_error(cmd, "missing MODEL%s", "");
+  if (!o->model) return pcgc_cli_usage_error(cmd, "missing MODEL%s", "");
   return -1;
 }
 
-static pcgc_graph *load(const cli_opts *o, int *code) {
+pcgc_graph *pcgc_cli_load(const char *path, int n_set, const char *const *names, const char *const *values,
+                          int *code) {
   pcgc_error err;
   pcgc_error_clear(&err);
-  pcgc_model_options mo = {o->n_set, o->set_names, o->set_values};
-  pcgc_graph *g = pcgc_model_load(o->model, &mo, &err);
+  pcgc_model_options mo = {n_set, names, values};
+  pcgc_graph *g = pcgc_model_load(path, &mo, &err);
   if (!g) {
     pcgc_error_print(stderr, &err);
-    *code = exit_code_for(err.status ? err.status : PCGC_ERR_INVALID);
+    *code = pcgc_cli_exit_code(err.status ? err.status : PCGC_ERR_INVALID);
     return NULL;
   }
   if (pcgc_graph_validate(g, &err) != PCGC_OK) {
@@ -177,6 +173,10 @@ static pcgc_graph *load(const cli_opts *o, int *code) {
     return NULL;
   }
   return g;
+}
+
+static pcgc_graph *load(const cli_opts *o, int *code) {
+  return pcgc_cli_load(o->model, o->n_set, o->set_names, o->set_values, code);
 }
 
 /* ----------------------------------------------------------- output */
@@ -190,7 +190,7 @@ static int write_output(const char *cmd, const char *path, writer_fn fn, const p
     pcgc_status s = fn(stdout, g, &err);
     if (s == PCGC_OK && fflush(stdout) != 0) s = pcgc_error_set(&err, PCGC_ERR_IO, "writing to standard output failed");
     if (s != PCGC_OK) pcgc_error_print(stderr, &err);
-    return exit_code_for(s);
+    return pcgc_cli_exit_code(s);
   }
   size_t n = strlen(path);
   char *tmp = malloc(n + 16);
@@ -217,7 +217,7 @@ static int write_output(const char *cmd, const char *path, writer_fn fn, const p
     pcgc_error_print(stderr, &err);
   }
   free(tmp);
-  return exit_code_for(s);
+  return pcgc_cli_exit_code(s);
 }
 
 /* ------------------------------------------------------------ check */
@@ -322,5 +322,6 @@ int main(int argc, char **argv) {
   if (strcmp(cmd, "check") == 0) return cmd_check(argc - 2, argv + 2);
   if (strcmp(cmd, "show") == 0) return cmd_write("show", pcgc_graph_write_text, argc - 2, argv + 2);
   if (strcmp(cmd, "dot") == 0) return cmd_write("dot", pcgc_graph_write_dot, argc - 2, argv + 2);
-  return usage_error(NULL, "unknown command '%s' (commands: check, show, dot, help)", cmd);
+  if (strcmp(cmd, "train") == 0) return pcgc_cli_train(argc - 2, argv + 2);
+  return pcgc_cli_usage_error(NULL, "unknown command '%s' (commands: check, show, dot, train, help)", cmd);
 }

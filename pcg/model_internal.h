@@ -19,7 +19,10 @@
 
 #include "pcg.h"
 
-/* Limits: every one is an error with a clear message, never a crash. */
+/* Limits: every one is an error with a clear message, never a crash. They
+ * keep any input to about a second and a few hundred MB: a 100,000-node graph
+ * takes ~0.7 s to build (~1.3 s under ASan), while real models are far
+ * smaller (BERT-Large: 625 nodes; a 1000-layer ResNet: ~10,000). */
 #define PCGC__MODEL_MAX_TEXT (64 << 20)   /* bytes of model text */
 #define PCGC__MODEL_MAX_IDENT 256         /* characters of one written name */
 #define PCGC__MODEL_MAX_NAME 1024         /* characters of a full (prefixed) name */
@@ -29,8 +32,8 @@
 #define PCGC__MODEL_MAX_ARGS 64           /* tensors in one call, tensor params of a block */
 #define PCGC__MODEL_MAX_PARAMS 64         /* parameters of one block */
 #define PCGC__MODEL_MAX_REPEAT 10000      /* n of repeat(n) */
-#define PCGC__MODEL_MAX_NODES 1000000     /* nodes of one graph */
-#define PCGC__MODEL_MAX_WORK 2000000      /* statements run, over all block instances */
+#define PCGC__MODEL_MAX_NODES 100000      /* nodes of one graph */
+#define PCGC__MODEL_MAX_WORK 1000000      /* statements run, over all block instances */
 #define PCGC__MODEL_MAX_NESTING 64        /* block instances inside block instances */
 
 /* ------------------------------------------------------------ utilities */

@@ -596,8 +596,17 @@ START_TEST(limits) {
                "block b(tensor x) { y = repeat(10000) a(x); return y }\n"
                "z = repeat(10000) b(x)\n",
                4, 12, "would run about", NULL);
-  /* block instances nest at most 64 deep; the chain below is 70 */
+  /* blocks that each call the one before twice double the graph per level */
   char text[16384];
+  k = (size_t)snprintf(text, sizeof text, "input x: f32[2]\nblock b0(tensor x) { y = relu(x); return y }\n");
+  for (int i = 1; i <= 17; i++)
+    k += (size_t)snprintf(text + k, sizeof text - k,
+                          "block b%d(tensor x) {\n  y = b%d(x)\n  z = b%d(y)\n  return z\n}\n", i, i - 1, i - 1);
+  snprintf(text + k, sizeof text - k, "out = b17(x)\n");
+  ck_assert_ptr_null(parse(text, &err));
+  ck_assert_ptr_nonnull(strstr(err.message, "the model has more than 100000 nodes"));
+  ck_assert_ptr_nonnull(strstr(err.message, "an instance of block"));
+  /* block instances nest at most 64 deep; the chain below is 70 */
   k = (size_t)snprintf(text, sizeof text, "input x: f32[2]\nblock b0(tensor x) { return x }\n");
   for (int i = 1; i < 70; i++)
     k += (size_t)snprintf(text + k, sizeof text - k, "block b%d(tensor x) { y = b%d(x); return y }\n", i, i - 1);

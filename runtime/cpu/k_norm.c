@@ -1,0 +1,378 @@
+/*
+ * k_norm.c — CPU kernels of softmax, reductions (reduce_sum, reduce_mean)
+ * and normalisation (batchnorm, layernorm), plus the batch-norm entry points
+ * for a batch sharded over pieces.
+ *
+ * Every statistic and sum is accumulated in double. Softmax subtracts the
+ * maximum before exponentiating. A reduction visits its input with the
+ * reduced dims innermost, so each output element is one contiguous run.
+ * Batch norm works channel by channel (training-mode statistics over every
+ * dim but 1, biased variance from the sums of x and x^2): the whole-tensor
+ * kernels call the same per-channel functions as the split entry points, so
+ * the two agree bit for bit. Layer norm normalises each row of the last
+ * `axes` dims with two passes (mean, then squared deviations).
+ */
+#include <assert.h>
+#include <math.h>
+
+#include "k_common_impl.h"
+
+/* ---------------------------------------------------------------- softmax */
+
+/* x viewed as [outer, n, inner] around the softmax axis. */
+typedef struct axis_view {
+  int64_t outer, n, inner;
+} axis_view;
+
+static axis_view view_axis(const pcgc_buf *x, int64_t axis) {
+  int a = (int)(axis < 0 ? axis + x->rank : axis);
+  return (axis_view){kx_prod(x->dims, 0, a), x->dims[a], kx_prod(x->dims, a + 1, x->rank)};
+}
+
+pcgc_status pcgc__cpu_fwd_softmax(const pcgc__kargs *k) {
+  KX_TRY(kx_check(k, false, 0));
+  const pcgc_buf *x = &k->in[0];
+  pcgc_buf *y = &k->out[0];
+  axis_view v = view_axis(x, pcgc_attrs_int(k->a, "axis"));
+  for (int64_t o = 0; o < v.outer; o++)
+    for (int64_t t = 0; t < v.inner; t++) {
+      int64_t base = o * v.n * v.inner + t;
+      double mx = -INFINITY, sum = 0;
+      for (int64_t j = 0; j < v.n; j++) mx = fmax(mx, kx_get(x, base + j * v.inner));
+      for (int64_t j = 0; j < v.n; j++) sum += exp(kx_get(x, base + j * v.inner) - mx);
+      for (int64_t j = 0; j < v.n; j++)
+        kx_set(y, base + j * v.inner, exp(kx_get(x, base + j * v.inner) - mx) / sum);
+    }
+  return PCGC_OK;
+}
+
+/* dx = y * (dy - sum(y * dy)) along the axis, from the forward output y. */
+pcgc_status pcgc__cpu_bwd_softmax(const pcgc__kargs *k) {
+  KX_TRY(kx_check(k, true, KX_READS_OUT));
+  const pcgc_buf *y = &k->out[0], *dy = &k->dout[0];
+  pcgc_buf *dx = &k->din[0];
+  if (!kx_want(dx)) return PCGC_OK;
+  axis_view v = view_axis(y, pcgc_attrs_int(k->a, "axis"));
+  for (int64_t o = 0; o < v.outer; o++)
+    for (int64_t t = 0; t < v.inner; t++) {
+      int64_t base = o * v.n * v.inner + t;
+      double dot = 0;
+      for (int64_t j = 0; j < v.n; j++) dot += kx_get(y, base + j * v.inner) * kx_get(dy, base + j * v.inner);
+      for (int64_t j = 0; j < v.n; j++) {
+        int64_t i = base + j * v.inner;
+        kx_add(dx, i, kx_get(y, i) * (kx_get(dy, i) - dot));
+      }
+    }
+  return PCGC_OK;
+}
+
+/* ------------------------------------------------------------- reductions */
+
+/* A loop over the input x with offsets (input, output) and the reduced dims
+ * innermost; *inner is the number of elements each output sums and *scale
+ * 1 for a sum, 1/(logical count of the reduced dims) for a mean. */
+static kx_iter reduce_iter(const pcgc__kargs *k, const pcgc_buf *x, int64_t *inner, double *scale) {
+  const pcgc_attr_value *dl = pcgc_attrs_get(k->a, "dims");
+  bool red[PCGC_MAX_RANK] = {false};
+  for (int i = 0; i < dl->n; i++) red[dl->v[i] < 0 ? dl->v[i] + x->rank : dl->v[i]] = true;
+  pcgc_piece p = pcgc__in_piece(k, 0);
+  int64_t xs[PCGC_MAX_RANK], ys[PCGC_MAX_RANK], s = 1;
+  kx_strides(x->rank, x->dims, xs);
+  for (int d = x->rank - 1; d >= 0; d--) {
+    ys[d] = red[d] ? 0 : s;
+    if (!red[d]) s *= x->dims[d];
+  }
+  kx_iter it;
+  memset(&it, 0, sizeof it);
+  *inner = 1;
+  double count = 1;
+  for (int pass = 0; pass < 2; pass++)
+    for (int d = 0; d < x->rank; d++) {
+      if (red[d] != (pass == 1)) continue;
+      it.dims[it.rank] = x->dims[d];
+      it.st[0][it.rank] = xs[d];
+      it.st[1][it.rank++] = ys[d];
+      if (red[d]) {
+        *inner *= x->dims[d];
+        count *= (double)p.global[d];
+      }
+    }
+  *scale = k->kind == PCGC_OP_REDUCE_MEAN ? 1 / count : 1;
+  return it;
+}
+
+pcgc_status pcgc__cpu_fwd_reduce(const pcgc__kargs *k) {
+  KX_TRY(kx_check(k, false, 0));
+  const pcgc_buf *x = &k->in[0];
+  pcgc_buf *y = &k->out[0];
+  int64_t inner;
+  double scale;
+  kx_iter it = reduce_iter(k, x, &inner, &scale);
+  int64_t blocks = pcgc_buf_numel(x) / inner;
+  for (int64_t b = 0; b < blocks; b++) {
+    int64_t dst = it.off[1];
+    double acc = 0;
+    for (int64_t e = 0; e < inner; e++, kx_iter_next(&it)) acc += kx_get(x, it.off[0]);
+    kx_set(y, dst, acc * scale);
+  }
+  return PCGC_OK;
+}
+
+pcgc_status pcgc__cpu_bwd_reduce(const pcgc__kargs *k) {
+  KX_TRY(kx_check(k, true, 0));
+  pcgc_buf *dx = &k->din[0];
+  if (!kx_want(dx)) return PCGC_OK;
+  const pcgc_buf *dy = &k->dout[0];
+  int64_t inner;
+  double scale;
+  kx_iter it = reduce_iter(k, &k->in[0], &inner, &scale);
+  int64_t n = pcgc_buf_numel(&k->in[0]);
+  for (int64_t i = 0; i < n; i++, kx_iter_next(&it)) kx_add(dx, it.off[0], kx_get(dy, it.off[1]) * scale);
+  return PCGC_OK;
+}
+
+/* ------------------------------------------------------------- batch norm
+ * x is [N, C, S...]; element (n, c, s) of the flattened [N, C, S] sits at
+ * (n * C + c) * S + s. The per-channel functions below are the only place
+ * the arithmetic happens. */
+
+typedef struct bn_shape {
+  int64_t N, C, S;
+} bn_shape;
+
+static bn_shape bn_shape_of(const pcgc_buf *x) {
+  return (bn_shape){x->dims[0], x->dims[1], kx_prod(x->dims, 2, x->rank)};
+}
+
+/* mean and 1/sqrt(var + eps) of a channel from its sums */
+static void bn_moments(double sum, double sumsq, double count, double eps, double *mean, double *invstd) {
+  *mean = sum / count;
+  double var = fmax(sumsq / count - *mean * *mean, 0);
+  *invstd = 1 / sqrt(var + eps);
+}
+
+static double opt_get(const pcgc_buf *b, int64_t c, double dflt) {
+  return b && b->data ? kx_get(b, c) : dflt;
+}
+
+static void bn_chan_stats(const pcgc_buf *x, int64_t c, double *sum, double *sumsq) {
+  bn_shape sh = bn_shape_of(x);
+  double s1 = 0, s2 = 0;
+  for (int64_t n = 0; n < sh.N; n++)
+    for (int64_t i = (n * sh.C + c) * sh.S, e = i + sh.S; i < e; i++) {
+      double v = kx_get(x, i);
+      s1 += v;
+      s2 += v * v;
+    }
+  *sum = s1;
+  *sumsq = s2;
+}
+
+static void bn_chan_apply(double eps, const pcgc_buf *x, const pcgc_buf *scale, const pcgc_buf *bias,
+                          int64_t c, double sum, double sumsq, double count, pcgc_buf *y) {
+  bn_shape sh = bn_shape_of(x);
+  double mean, invstd;
+  bn_moments(sum, sumsq, count, eps, &mean, &invstd);
+  double g = opt_get(scale, c, 1) * invstd, b = opt_get(bias, c, 0);
+  for (int64_t n = 0; n < sh.N; n++)
+    for (int64_t i = (n * sh.C + c) * sh.S, e = i + sh.S; i < e; i++) kx_set(y, i, (kx_get(x, i) - mean) * g + b);
+}
+
+/* sum(dy) and sum(dy * xhat) of a channel over x's elements */
+static void bn_chan_bwd_stats(double eps, const pcgc_buf *x, const pcgc_buf *dy, int64_t c, double sum,
+                              double sumsq, double count, double *dsum, double *dxsum) {
+  bn_shape sh = bn_shape_of(x);
+  double mean, invstd;
+  bn_moments(sum, sumsq, count, eps, &mean, &invstd);
+  double s1 = 0, s2 = 0;
+  for (int64_t n = 0; n < sh.N; n++)
+    for (int64_t i = (n * sh.C + c) * sh.S, e = i + sh.S; i < e; i++) {
+      double g = kx_get(dy, i);
+      s1 += g;
+      s2 += g * (kx_get(x, i) - mean) * invstd;
+    }
+  *dsum = s1;
+  *dxsum = s2;
+}
+
+/* dx = scale * invstd * (dy - dsum/count - xhat * dxsum/count) */
+static void bn_chan_bwd_apply(double eps, const pcgc_buf *x, const pcgc_buf *scale, const pcgc_buf *dy,
+                              int64_t c, double sum, double sumsq, double count, double dsum, double dxsum,
+                              pcgc_buf *dx, pcgc_buf *dscale, pcgc_buf *dbias) {
+  bn_shape sh = bn_shape_of(x);
+  double mean, invstd;
+  bn_moments(sum, sumsq, count, eps, &mean, &invstd);
+  double g = opt_get(scale, c, 1) * invstd, mdy = dsum / count, mdx = dxsum / count;
+  double ls1 = 0, ls2 = 0; /* this piece's share of dbias and dscale */
+  bool want_dx = kx_want(dx);
+  for (int64_t n = 0; n < sh.N; n++)
+    for (int64_t i = (n * sh.C + c) * sh.S, e = i + sh.S; i < e; i++) {
+      double d = kx_get(dy, i), xhat = (kx_get(x, i) - mean) * invstd;
+      if (want_dx) kx_add(dx, i, g * (d - mdy - xhat * mdx));
+      ls1 += d;
+      ls2 += d * xhat;
+    }
+  if (kx_want(dscale)) kx_add(dscale, c, ls2);
+  if (kx_want(dbias)) kx_add(dbias, c, ls1);
+}
+
+/* The split entry points return nothing: the interpreter checked the call
+ * through the whole-tensor types, so a bad one is a programming error. */
+static void bn_assert(const pcgc_buf *x, const pcgc_buf *other) {
+  assert(x && x->data && x->rank >= 2 && kx_is_f(x->dtype));
+  assert(!other || (other->data && other->dtype == x->dtype && pcgc_buf_numel(other) == pcgc_buf_numel(x)));
+  (void)x;
+  (void)other;
+}
+
+void pcgc_cpu_batchnorm_stats(const pcgc_buf *x, double *sum, double *sumsq) {
+  bn_assert(x, NULL);
+  for (int64_t c = 0; c < x->dims[1]; c++) bn_chan_stats(x, c, &sum[c], &sumsq[c]);
+}
+
+void pcgc_cpu_batchnorm_apply(const pcgc_attrs *a, const pcgc_buf *x, const pcgc_buf *scale,
+                              const pcgc_buf *bias, const double *sum, const double *sumsq,
+                              double count, pcgc_buf *y) {
+  bn_assert(x, y);
+  double eps = pcgc_attrs_float(a, "eps");
+  for (int64_t c = 0; c < x->dims[1]; c++) bn_chan_apply(eps, x, scale, bias, c, sum[c], sumsq[c], count, y);
+}
+
+void pcgc_cpu_batchnorm_bwd_stats(const pcgc_attrs *a, const pcgc_buf *x, const pcgc_buf *dy,
+                                  const double *sum, const double *sumsq, double count,
+                                  double *dsum, double *dxsum) {
+  bn_assert(x, dy);
+  double eps = pcgc_attrs_float(a, "eps");
+  for (int64_t c = 0; c < x->dims[1]; c++)
+    bn_chan_bwd_stats(eps, x, dy, c, sum[c], sumsq[c], count, &dsum[c], &dxsum[c]);
+}
+
+void pcgc_cpu_batchnorm_bwd_apply(const pcgc_attrs *a, const pcgc_buf *x, const pcgc_buf *scale,
+                                  const pcgc_buf *dy, const double *sum, const double *sumsq,
+                                  double count, const double *dsum, const double *dxsum,
+                                  pcgc_buf *dx, pcgc_buf *dscale, pcgc_buf *dbias) {
+  bn_assert(x, dy);
+  double eps = pcgc_attrs_float(a, "eps");
+  for (int64_t c = 0; c < x->dims[1]; c++)
+    bn_chan_bwd_apply(eps, x, scale, dy, c, sum[c], sumsq[c], count, dsum[c], dxsum[c], dx, dscale, dbias);
+}
+
+/* The whole tensor is one piece holding every element of its channels. */
+pcgc_status pcgc__cpu_fwd_batchnorm(const pcgc__kargs *k) {
+  KX_TRY(kx_check(k, false, 0));
+  const pcgc_buf *x = &k->in[0];
+  const pcgc_buf *scale = k->n_in == 3 ? &k->in[1] : NULL, *bias = k->n_in == 3 ? &k->in[2] : NULL;
+  double eps = pcgc_attrs_float(k->a, "eps"), count = (double)(pcgc_buf_numel(x) / x->dims[1]);
+  for (int64_t c = 0; c < x->dims[1]; c++) {
+    double sum, sumsq;
+    bn_chan_stats(x, c, &sum, &sumsq);
+    bn_chan_apply(eps, x, scale, bias, c, sum, sumsq, count, &k->out[0]);
+  }
+  return PCGC_OK;
+}
+
+pcgc_status pcgc__cpu_bwd_batchnorm(const pcgc__kargs *k) {
+  KX_TRY(kx_check(k, true, 0));
+  const pcgc_buf *x = &k->in[0], *dy = &k->dout[0];
+  const pcgc_buf *scale = k->n_in == 3 ? &k->in[1] : NULL;
+  pcgc_buf *dscale = k->n_in == 3 ? &k->din[1] : NULL, *dbias = k->n_in == 3 ? &k->din[2] : NULL;
+  double eps = pcgc_attrs_float(k->a, "eps"), count = (double)(pcgc_buf_numel(x) / x->dims[1]);
+  for (int64_t c = 0; c < x->dims[1]; c++) {
+    double sum, sumsq, dsum, dxsum;
+    bn_chan_stats(x, c, &sum, &sumsq);
+    bn_chan_bwd_stats(eps, x, dy, c, sum, sumsq, count, &dsum, &dxsum);
+    bn_chan_bwd_apply(eps, x, scale, dy, c, sum, sumsq, count, dsum, dxsum, &k->din[0], dscale, dbias);
+  }
+  return PCGC_OK;
+}
+
+/* ------------------------------------------------------------- layer norm */
+
+/* Columns of dscale/dbias summed over rows at a time, in double. */
+#define LN_CHUNK 256
+
+typedef struct ln_view {
+  int64_t rows, n;
+  double eps;
+  const pcgc_buf *scale, *bias;
+} ln_view;
+
+static ln_view ln_view_of(const pcgc__kargs *k) {
+  const pcgc_buf *x = &k->in[0];
+  int first = x->rank - (int)pcgc_attrs_int(k->a, "axes");
+  return (ln_view){kx_prod(x->dims, 0, first), kx_prod(x->dims, first, x->rank), pcgc_attrs_float(k->a, "eps"),
+                   k->n_in == 3 ? &k->in[1] : NULL, k->n_in == 3 ? &k->in[2] : NULL};
+}
+
+static void ln_row_stats(const pcgc_buf *x, int64_t base, int64_t n, double eps, double *mean, double *invstd) {
+  double s = 0, q = 0;
+  for (int64_t j = 0; j < n; j++) s += kx_get(x, base + j);
+  *mean = s / (double)n;
+  for (int64_t j = 0; j < n; j++) {
+    double d = kx_get(x, base + j) - *mean;
+    q += d * d;
+  }
+  *invstd = 1 / sqrt(q / (double)n + eps);
+}
+
+pcgc_status pcgc__cpu_fwd_layernorm(const pcgc__kargs *k) {
+  KX_TRY(kx_check(k, false, 0));
+  const pcgc_buf *x = &k->in[0];
+  pcgc_buf *y = &k->out[0];
+  ln_view v = ln_view_of(k);
+  for (int64_t r = 0; r < v.rows; r++) {
+    int64_t base = r * v.n;
+    double mean, invstd;
+    ln_row_stats(x, base, v.n, v.eps, &mean, &invstd);
+    for (int64_t j = 0; j < v.n; j++)
+      kx_set(y, base + j, (kx_get(x, base + j) - mean) * invstd * opt_get(v.scale, j, 1) + opt_get(v.bias, j, 0));
+  }
+  return PCGC_OK;
+}
+
+pcgc_status pcgc__cpu_bwd_layernorm(const pcgc__kargs *k) {
+  KX_TRY(kx_check(k, true, 0));
+  const pcgc_buf *x = &k->in[0], *dy = &k->dout[0];
+  pcgc_buf *dx = &k->din[0];
+  pcgc_buf *dscale = k->n_in == 3 ? &k->din[1] : NULL, *dbias = k->n_in == 3 ? &k->din[2] : NULL;
+  ln_view v = ln_view_of(k);
+  /* dx = invstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * scale */
+  if (kx_want(dx))
+    for (int64_t r = 0; r < v.rows; r++) {
+      int64_t base = r * v.n;
+      double mean, invstd, m1 = 0, m2 = 0;
+      ln_row_stats(x, base, v.n, v.eps, &mean, &invstd);
+      for (int64_t j = 0; j < v.n; j++) {
+        double g = kx_get(dy, base + j) * opt_get(v.scale, j, 1);
+        m1 += g;
+        m2 += g * (kx_get(x, base + j) - mean) * invstd;
+      }
+      m1 /= (double)v.n;
+      m2 /= (double)v.n;
+      for (int64_t j = 0; j < v.n; j++) {
+        double g = kx_get(dy, base + j) * opt_get(v.scale, j, 1);
+        double xhat = (kx_get(x, base + j) - mean) * invstd;
+        kx_add(dx, base + j, invstd * (g - m1 - xhat * m2));
+      }
+    }
+  if (!kx_want(dscale) && !kx_want(dbias)) return PCGC_OK;
+  for (int64_t j0 = 0; j0 < v.n; j0 += LN_CHUNK) {
+    int64_t w = v.n - j0 < LN_CHUNK ? v.n - j0 : LN_CHUNK;
+    double as[LN_CHUNK] = {0}, ab[LN_CHUNK] = {0};
+    for (int64_t r = 0; r < v.rows; r++) {
+      int64_t base = r * v.n;
+      double mean, invstd;
+      ln_row_stats(x, base, v.n, v.eps, &mean, &invstd);
+      for (int64_t j = 0; j < w; j++) {
+        double d = kx_get(dy, base + j0 + j);
+        as[j] += d * (kx_get(x, base + j0 + j) - mean) * invstd;
+        ab[j] += d;
+      }
+    }
+    for (int64_t j = 0; j < w; j++) {
+      if (kx_want(dscale)) kx_add(dscale, j0 + j, as[j]);
+      if (kx_want(dbias)) kx_add(dbias, j0 + j, ab[j]);
+    }
+  }
+  return PCGC_OK;
+}

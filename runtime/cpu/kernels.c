@@ -1,0 +1,80 @@
+/*
+ * kernels.c — dispatch of pcgc_cpu_forward/backward to the per-family
+ * kernels (named after ops.def's `fn` column), and the non-kernels: sources
+ * and parallel operators are executed by the interpreter, not here.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "kernels_internal.h"
+
+pcgc_status pcgc__kfail(const pcgc__kargs *k, const char *fmt, ...) {
+  if (!k->err) return PCGC_ERR_INVALID;
+  char msg[900];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  return pcgc_error_set(k->err, PCGC_ERR_INVALID, "%s: %s", pcgc_op_name(k->kind), msg);
+}
+
+static pcgc_piece whole(const pcgc_buf *b) {
+  pcgc_piece p;
+  memset(&p, 0, sizeof p);
+  for (int d = 0; d < b->rank; d++) p.global[d] = b->dims[d];
+  return p;
+}
+
+pcgc_piece pcgc__in_piece(const pcgc__kargs *k, int i) {
+  return k->ctx->in ? k->ctx->in[i] : whole(&k->in[i]);
+}
+
+pcgc_piece pcgc__out_piece(const pcgc__kargs *k, int i) {
+  return k->ctx->out ? k->ctx->out[i] : whole(&k->out[i]);
+}
+
+/* Sources and parallel operators are not kernels. */
+#define NOT_A_KERNEL(fn)                                                                       \
+  pcgc_status pcgc__cpu_fwd_##fn(const pcgc__kargs *k) {                                       \
+    return pcgc__kfail(k, "not a kernel: the interpreter executes this operator itself");      \
+  }                                                                                            \
+  pcgc_status pcgc__cpu_bwd_##fn(const pcgc__kargs *k) { return pcgc__cpu_fwd_##fn(k); }
+NOT_A_KERNEL(source)
+NOT_A_KERNEL(partition)
+NOT_A_KERNEL(combine)
+NOT_A_KERNEL(replicate)
+NOT_A_KERNEL(reduce_p)
+NOT_A_KERNEL(pipeline)
+NOT_A_KERNEL(unpipeline)
+
+typedef pcgc_status (*kfn)(const pcgc__kargs *);
+static const kfn fwd_table[PCGC_OP_COUNT] = {
+#define PCGC_OP(id, name, fn, min_in, max_in, n_out, schema) [PCGC_OP_##id] = pcgc__cpu_fwd_##fn,
+#include "ops.def"
+#undef PCGC_OP
+};
+static const kfn bwd_table[PCGC_OP_COUNT] = {
+#define PCGC_OP(id, name, fn, min_in, max_in, n_out, schema) [PCGC_OP_##id] = pcgc__cpu_bwd_##fn,
+#include "ops.def"
+#undef PCGC_OP
+};
+
+static const pcgc_kernel_ctx default_ctx = {NULL, NULL, 0, 0, false};
+
+pcgc_status pcgc_cpu_forward(pcgc_op_kind kind, const pcgc_attrs *a, int n_in, const pcgc_buf *in,
+                             int n_out, pcgc_buf *out, const pcgc_kernel_ctx *ctx, pcgc_error *err) {
+  if ((unsigned)kind >= PCGC_OP_COUNT)
+    return pcgc_error_set(err, PCGC_ERR_INVALID, "unknown operator kind %d", (int)kind);
+  pcgc__kargs k = {kind, a, n_in, in, n_out, out, NULL, NULL, ctx ? ctx : &default_ctx, err};
+  return fwd_table[kind](&k);
+}
+
+pcgc_status pcgc_cpu_backward(pcgc_op_kind kind, const pcgc_attrs *a, int n_in, const pcgc_buf *in,
+                              int n_out, const pcgc_buf *out, const pcgc_buf *dout, pcgc_buf *din,
+                              const pcgc_kernel_ctx *ctx, pcgc_error *err) {
+  if ((unsigned)kind >= PCGC_OP_COUNT)
+    return pcgc_error_set(err, PCGC_ERR_INVALID, "unknown operator kind %d", (int)kind);
+  pcgc__kargs k = {kind, a, n_in, in, n_out, (pcgc_buf *)out, dout, din, ctx ? ctx : &default_ctx, err};
+  return bwd_table[kind](&k);
+}
