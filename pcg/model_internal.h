@@ -6,9 +6,10 @@
  *                  source span and "did you mean" suggestions
  *   model_parse.c  tokens -> syntax tree (recursive descent, one function
  *                  per grammar rule of docs/model-format.md)
- *   model.c        syntax tree -> typed pcgc_graph (evaluates expressions,
- *                  instantiates blocks, creates weights, infers shapes), and
- *                  the public pcgc_model_parse / pcgc_model_load / pcgc_read_file
+ *   model_build.c  syntax tree -> typed pcgc_graph (evaluates expressions,
+ *                  instantiates blocks, creates weights, infers shapes)
+ *   model.c        the public pcgc_model_parse / pcgc_model_load /
+ *                  pcgc_read_file, and the --set overrides
  *
  * The whole file is parsed before anything is built, so syntax errors anywhere
  * (unused blocks included) are found first; blocks are then instantiated from
@@ -214,7 +215,22 @@ typedef struct pcgc__ast {
 pcgc_status pcgc__model_parse_ast(const pcgc__src *src, const pcgc__toks *toks, pcgc__arena *arena,
                                   pcgc__ast *ast);
 
-/* True if `s` (NUL-terminated) is a keyword of the format. */
+/* True if s[0..len) is a keyword of the format. */
 bool pcgc__model_is_keyword(const char *s, size_t len);
+
+/* ------------------------------------------------------------- building */
+
+/* A number of the model: exact integer or float. */
+typedef struct pcgc__num {
+  bool is_float;
+  int64_t i;
+  double f;
+} pcgc__num;
+
+/* Builds the graph of a parsed file. `set_vals[i]` is the value of the
+ * override opts->set_names[i] (each names a constant of the file). On
+ * error, *out is NULL and src->err says why. */
+pcgc_status pcgc__model_build(const pcgc__src *src, const pcgc__ast *ast, const pcgc_model_options *opts,
+                              const pcgc__num *set_vals, pcgc_graph **out);
 
 #endif /* PCGC_MODEL_INTERNAL_H */

@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
-# main.sh — install dependencies, build pcgc into build/ and check a model.
+# main.sh — install dependencies, build pcgc into build/, check BERT-Large,
+# and train the shipped CNN for a few steps on one CPU device.
 #
-#   scripts/main.sh [MODEL]     (default: models/bert-large.pcg)
+#   scripts/main.sh
 #
 # Works from any directory. Builds without the CUDA backend to stay fast; for
 # it, configure a separate tree: cmake -S . -B build-cuda -DWITH_CUDA=ON
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-model=${1:-models/bert-large.pcg}
-
 bash scripts/install-deps.sh
 cmake -S . -B build -DWITH_CUDA=OFF
 cmake --build build -j"$(nproc)"
-build/pcgc check "$model"
+build/pcgc check models/bert-large.pcg
+build/pcgc train models/cnn.pcg --steps 8 --optimizer adam

@@ -394,9 +394,13 @@ static pcgc_status pool_check(const pcgc__kargs *k, pool_geo *g) {
   g->is_max = kind == PCGC_POOL_MAX;
   g->NC = x->dims[0] * x->dims[1];
   g->H = x->dims[2], g->W = x->dims[3];
+  if (g->NC > 0 && (g->H < 1 || g->W < 1)) return pcgc__kfail(k, "input %s has an empty plane", shp(x).s);
   if (pcgc_attrs_int(k->a, "global")) {
     pcgc_piece p = pcgc__in_piece(k, 0);
     g->KH = g->H, g->KW = g->W, g->sh = g->sw = 1, g->ph = g->pw = 0, g->OH = g->OW = 1;
+    if (p.global[2] < g->H || p.global[3] < g->W)
+      return pcgc__kfail(k, "input piece %s is larger than its logical plane %lldx%lld", shp(x).s,
+                         (long long)p.global[2], (long long)p.global[3]);
     g->div = (double)p.global[2] * (double)p.global[3]; /* logical area: pieces add up */
   } else {
     const pcgc_attr_value *kk = pcgc_attrs_get(k->a, "kernel"), *st = pcgc_attrs_get(k->a, "stride"),
@@ -515,6 +519,7 @@ static pcgc_status attn_check(const pcgc__kargs *k, attn_geo *g) {
   g->B = in[0].dims[0], g->Sq = in[0].dims[1], g->Sk = in[1].dims[1];
   g->Eq = in[0].dims[2], g->Ek = in[1].dims[2], g->Ev = in[2].dims[2];
   g->E = in[3].dims[1], g->Eo = in[6].dims[1];
+  if (g->Sk < 1) return pcgc__kfail(k, "k %s has no positions to attend to", shp(&in[1]).s);
   g->heads = pcgc_attrs_int(k->a, "heads");
   g->causal = pcgc_attrs_int(k->a, "causal") != 0;
   g->p = pcgc_attrs_float(k->a, "dropout");

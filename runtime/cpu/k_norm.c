@@ -257,9 +257,25 @@ void pcgc_cpu_batchnorm_bwd_apply(const pcgc_attrs *a, const pcgc_buf *x, const 
     bn_chan_bwd_apply(eps, x, scale, dy, c, sum[c], sumsq[c], count, dsum[c], dxsum[c], dx, dscale, dbias);
 }
 
-/* The whole tensor is one piece holding every element of its channels. */
+/* The whole-tensor kernels see every element of their channels: a piece
+ * may split the channels, but a piece of the batch (or of any other dim)
+ * needs the statistics of the other pieces, which only the split entry
+ * points can combine. */
+static pcgc_status bn_whole_batch(const pcgc__kargs *k) {
+  if (!k->ctx->in) return PCGC_OK;
+  const pcgc_buf *x = &k->in[0];
+  const pcgc_piece *p = &k->ctx->in[0];
+  for (int d = 0; d < x->rank; d++)
+    if (d != 1 && x->dims[d] != p->global[d])
+      return pcgc__kfail(k, "dim %d of the input is split (this piece holds %lld of %lld), so the batch "
+                         "statistics span several pieces: use pcgc_cpu_batchnorm_stats/apply", d,
+                         (long long)x->dims[d], (long long)p->global[d]);
+  return PCGC_OK;
+}
+
 pcgc_status pcgc__cpu_fwd_batchnorm(const pcgc__kargs *k) {
   KX_TRY(kx_check(k, false, 0));
+  KX_TRY(bn_whole_batch(k));
   const pcgc_buf *x = &k->in[0];
   const pcgc_buf *scale = k->n_in == 3 ? &k->in[1] : NULL, *bias = k->n_in == 3 ? &k->in[2] : NULL;
   double eps = pcgc_attrs_float(k->a, "eps"), count = (double)(pcgc_buf_numel(x) / x->dims[1]);
@@ -273,6 +289,7 @@ pcgc_status pcgc__cpu_fwd_batchnorm(const pcgc__kargs *k) {
 
 pcgc_status pcgc__cpu_bwd_batchnorm(const pcgc__kargs *k) {
   KX_TRY(kx_check(k, true, 0));
+  KX_TRY(bn_whole_batch(k));
   const pcgc_buf *x = &k->in[0], *dy = &k->dout[0];
   const pcgc_buf *scale = k->n_in == 3 ? &k->in[1] : NULL;
   pcgc_buf *dscale = k->n_in == 3 ? &k->din[1] : NULL, *dbias = k->n_in == 3 ? &k->din[2] : NULL;

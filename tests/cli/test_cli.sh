@@ -29,7 +29,7 @@ has() { # has FILE TEXT
 expect 0 "$pcgc" --help;            has "$tmp/out" "usage: pcgc COMMAND"
 expect 0 "$pcgc" --version;         has "$tmp/out" "pcgc 0."
 expect 0 "$pcgc" help check;        has "$tmp/out" "usage: pcgc check MODEL"
-for c in check show dot; do
+for c in check show dot train; do
   expect 0 "$pcgc" "$c" --help;     has "$tmp/out" "usage: pcgc $c"
   expect 0 "$pcgc" "$c" -h;         has "$tmp/out" "usage: pcgc $c"
 done
@@ -91,6 +91,21 @@ expect 0 "$pcgc" dot "$src/models/cnn.pcg"; has "$tmp/out" "digraph"
 if command -v dot >/dev/null; then
   if dot -Tsvg "$tmp/out" >"$tmp/g.svg" 2>"$tmp/err"; then ok; else bad "dot rejected pcgc dot output"; fi
 fi
+
+# --- train: loss per step, falling; bad options; a model without a loss
+expect 0 "$pcgc" train "$src/models/mlp.pcg" --steps 4 --optimizer adam --seed 3
+has "$tmp/out" "step    4  loss"
+l1=$(sed -n 's/^step    1  loss //p' "$tmp/out"); l4=$(sed -n 's/^step    4  loss //p' "$tmp/out")
+if awk -v a="$l1" -v b="$l4" 'BEGIN { exit !(b < a) }'; then ok; else bad "mlp loss did not fall: $l1 -> $l4"; fi
+expect 0 "$pcgc" train "$src/models/mlp.pcg" --steps 2 --seed 3 --optimizer adam
+cp "$tmp/out" "$tmp/run1"
+expect 0 "$pcgc" train "$src/models/mlp.pcg" --steps 2 --seed 3 --optimizer adam
+if cmp -s <(grep '^step' "$tmp/out") <(grep '^step' "$tmp/run1"); then ok; else bad "train is not deterministic for a seed"; fi
+expect 0 "$pcgc" train "$src/models/mlp.pcg" --steps 1 --batch 5; has "$tmp/out" "step    1"
+expect 2 "$pcgc" train "$src/models/mlp.pcg" --optimizer rmsprop; has "$tmp/err" "sgd or adam"
+expect 2 "$pcgc" train "$src/models/mlp.pcg" --steps -1
+printf 'input x: f32[4, 8]\nh = linear(x, out=3)\n' >"$tmp/noloss.pcg"
+expect 1 "$pcgc" train "$tmp/noloss.pcg"; has "$tmp/err" "no loss"
 
 echo "test_cli: $passes passed, $fails failed"
 [ "$fails" -eq 0 ]

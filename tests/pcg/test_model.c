@@ -270,6 +270,15 @@ START_TEST(blocks_and_repeat) {
   ck_assert_int_eq(node(g, "y")->in[0].node, pcgc_graph_find(g, "r.2"));
   pcgc_graph_free(g);
 
+  /* a weight declared in a block belongs to each instance */
+  g = parse_ok("input x: f32[2, 4]\n"
+               "block proj(tensor x, int n)\n{\n  weight w: f32[4, n] = uniform(0.1)\n  y = matmul(x, w)\n  return y\n}\n"
+               "a = proj(x, n=3)\nb = proj(x, n=5)\n");
+  SHAPE(g, "a.w", 4, 3);
+  SHAPE(g, "b.w", 4, 5);
+  SHAPE(g, "b.y", 2, 5);
+  pcgc_graph_free(g);
+
   /* blocks calling blocks nest their prefixes */
   g = parse_ok("input x: f32[2, 4]\n"
                "block inner(tensor x) { a = linear(x, out=4); return a }\n"
