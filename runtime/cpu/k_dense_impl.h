@@ -25,7 +25,7 @@ static void SFX(gemm)(bool ta, bool tb, int64_t m, int64_t n, int64_t kk, REAL a
 
 static inline REAL SFX(act)(int act, REAL z) {
   switch (act) {
-  case PCGC_ACT_RELU: return z > 0 ? z : 0;
+  case PCGC_ACT_RELU: return z < 0 ? 0 : z; /* NaN propagates, as in PyTorch */
   case PCGC_ACT_GELU: return (REAL)0.5 * z * (1 + RX(erf)(z * (REAL)0.70710678118654752440));
   case PCGC_ACT_SIGMOID: return 1 / (1 + RX(exp)(-z));
   case PCGC_ACT_TANH: return RX(tanh)(z);

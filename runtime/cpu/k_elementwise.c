@@ -39,7 +39,7 @@ static double sigmoid(double x) {
 
 static double unary_fwd(pcgc_op_kind kind, double x, double s) {
   switch (kind) {
-  case PCGC_OP_RELU: return x > 0 ? x : 0;
+  case PCGC_OP_RELU: return x < 0 ? 0 : x; /* NaN propagates, as in PyTorch */
   case PCGC_OP_GELU: return gelu(x);
   case PCGC_OP_SIGMOID: return sigmoid(x);
   case PCGC_OP_TANH: return tanh(x);

@@ -377,7 +377,7 @@ START_TEST(f32_agrees_case) {
     in32[i] = like(&in64[i], PCGC_F32);
     double *v = in64[i].data;
     for (int64_t e = 0; e < pcgc_buf_numel(&in64[i]); e++) {
-      v[e] = (double)(float)(v[e] * (g->scale ? g->scale : 1) + g->shift);
+      v[e] = (double)(float)(v[e] * (g->scale != 0 ? g->scale : 1) + g->shift);
       ((float *)in32[i].data)[e] = (float)v[e];
     }
     din64[i] = like(&in64[i], -1);
@@ -606,12 +606,12 @@ END_TEST
 
 START_TEST(dropout_piece_matches_whole) {
   pcgc_attrs a = unary_attrs(PCGC_OP_DROPOUT);
-  pcgc_buf x = F64(NULL, 4, 6), y = like(&x, -1), dy = like(&x, -1), dx = like(&x, -1);
+  pcgc_buf x = F64(NULL, 8, 10), y = like(&x, -1), dy = like(&x, -1), dx = like(&x, -1);
   fill(&x, 1);
   fill(&dy, 2);
   forward_ok(PCGC_OP_DROPOUT, &a, 1, &x, 1, &y, &train_ctx);
   backward_ok(PCGC_OP_DROPOUT, &a, 1, &x, 1, &y, &dy, &dx, &train_ctx);
-  int64_t off[2] = {2, 3}, dims[2] = {2, 3};
+  int64_t off[2] = {3, 4}, dims[2] = {4, 5};
   pcgc_piece pin = piece_(x.dims, off, 2), pout = pin;
   pcgc_kernel_ctx ctx = {&pin, &pout, 42, 7, true};
   pcgc_buf xp = slice(&x, off, dims), yp = like(&xp, -1), dyp = slice(&dy, off, dims), dxp = like(&xp, -1);
@@ -619,12 +619,13 @@ START_TEST(dropout_piece_matches_whole) {
   backward_ok(PCGC_OP_DROPOUT, &a, 1, &xp, 1, &yp, &dyp, &dxp, &ctx);
   pcgc_buf ys = slice(&y, off, dims), dxs = slice(&dx, off, dims);
   int zeros = 0;
-  for (int64_t i = 0; i < 6; i++) {
+  for (int64_t i = 0; i < 20; i++) {
     ck_assert_msg(at(&yp, i) == at(&ys, i), "element %lld: piece %.17g vs whole %.17g", (long long)i, at(&yp, i),
                   at(&ys, i));
     ck_assert(at(&dxp, i) == at(&dxs, i));
     zeros += at(&yp, i) == 0;
   }
+  ck_assert_msg(zeros > 0 && zeros < 20, "the piece should hold kept and dropped elements (%d dropped)", zeros);
   /* the whole mask: kept elements scaled by 1/(1-rate), about 30% dropped */
   pcgc_buf big = F64(NULL, 100, 100), yb = like(&big, -1);
   for (int64_t i = 0; i < 10000; i++) ((double *)big.data)[i] = 1 + (double)(i % 7);
