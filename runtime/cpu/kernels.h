@@ -14,7 +14,12 @@
  *     reduction=mean) divide by the *logical* count, so pieces add up;
  *   - dropout draws its mask from the logical element index, so every piece
  *     reproduces its part of the sequential mask;
- *   - attention with causal=true masks by logical query/key positions.
+ *   - attention with causal=true masks by logical query/key positions; a
+ *     piece of a head-split attention takes the head size from the logical
+ *     projection width (ctx->in[3].global[1] / heads) and its first head
+ *     from its column offset; attention dropout keeps probability (b, h, i, j)
+ *     iff pcgc_rng_uniform(seed, node, ((b*heads + h)*Sq + i)*Sk + j) >= p,
+ *     all indices logical (every backend must draw the same mask).
  * Batch normalisation over a sharded batch needs statistics of the whole
  * batch: the interpreter uses the split entry points below for that case.
  *

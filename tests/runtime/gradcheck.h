@@ -96,7 +96,7 @@ static gc_result gradcheck(pcgc_op_kind k, const pcgc_attrs *a, int n_in, const 
   }
   int n_out = pcgc_op_num_outputs(k, a);
   if (pcgc_op_infer(k, a, n_in, tin, tout, &err) != PCGC_OK) {
-    snprintf(r.message, sizeof r.message, "infer: %s", err.message);
+    snprintf(r.message, sizeof r.message, "infer: %.480s", err.message);
     r.max_err = INFINITY;
     goto done;
   }
@@ -113,7 +113,7 @@ static gc_result gradcheck(pcgc_op_kind k, const pcgc_attrs *a, int n_in, const 
   }
   if (pcgc_cpu_forward(k, a, n_in, in, n_out, out, ctx, &err) != PCGC_OK ||
       pcgc_cpu_backward(k, a, n_in, in, n_out, out, dout, din, ctx, &err) != PCGC_OK) {
-    snprintf(r.message, sizeof r.message, "kernel: %s", err.message);
+    snprintf(r.message, sizeof r.message, "kernel: %.480s", err.message);
     r.max_err = INFINITY;
     goto done;
   }
