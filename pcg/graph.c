@@ -19,6 +19,7 @@ typedef struct pcgc__name_entry {
 pcgc_graph *pcgc_graph_new(void) { return calloc(1, sizeof(pcgc_graph)); }
 
 static void node_destroy(pcgc_node *n) {
+  free(n->value);
   if (n->out_names)
     for (int i = 0; i < n->n_out; i++) free(n->out_names[i]);
   free(n->out_names);
@@ -124,6 +125,22 @@ pcgc_status pcgc_graph_set_output_name(pcgc_graph *g, int node, int slot, const 
   return PCGC_OK;
 }
 
+pcgc_status pcgc_graph_set_value(pcgc_graph *g, int node, const float *data, int64_t n) {
+  if (node < 0 || node >= g->n_nodes || g->nodes[node].kind != PCGC_OP_WEIGHT || n < 0 || (n && !data))
+    return PCGC_ERR_INVALID;
+  pcgc_node *w = &g->nodes[node];
+  const pcgc_attr_value *shape = pcgc_attrs_get(&w->attrs, "shape");
+  int64_t numel = 1;
+  for (int i = 0; i < shape->n; i++) numel *= shape->v[i];
+  if (n != numel) return PCGC_ERR_INVALID;
+  float *copy = malloc((size_t)(n ? n : 1) * sizeof *copy);
+  if (!copy) return PCGC_ERR_NOMEM;
+  if (n) memcpy(copy, data, (size_t)n * sizeof *copy);
+  free(w->value);
+  w->value = copy;
+  return PCGC_OK;
+}
+
 pcgc_graph *pcgc_graph_clone(const pcgc_graph *g) {
   pcgc_graph *c = pcgc_graph_new();
   if (!c) return NULL;
@@ -138,6 +155,12 @@ pcgc_graph *pcgc_graph_clone(const pcgc_graph *g) {
     if (m->n_out == n->n_out) memcpy(m->out, n->out, (size_t)n->n_out * sizeof *n->out);
     m->typed = n->typed;
     m->loc = n->loc;
+    if (n->value) {
+      const pcgc_attr_value *shape = pcgc_attrs_get(&n->attrs, "shape");
+      int64_t numel = 1;
+      for (int k = 0; k < shape->n; k++) numel *= shape->v[k];
+      if (pcgc_graph_set_value(c, id, n->value, numel) != PCGC_OK) goto fail;
+    }
   }
   return c;
 fail:

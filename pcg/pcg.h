@@ -292,6 +292,9 @@ typedef struct pcgc_node {
   char **out_names;       /* name of each output (out_names[0] == name) */
   bool typed;             /* out[] holds inferred types */
   pcgc_srcloc loc;        /* where the model file defined it (file may be NULL) */
+  float *value;           /* weights imported with values (ONNX): numel floats in
+                             row-major order, used instead of the init attribute;
+                             NULL otherwise. Not part of the hash or equality. */
 } pcgc_node;
 
 typedef struct pcgc_graph {
@@ -314,6 +317,9 @@ pcgc_graph *pcgc_graph_clone(const pcgc_graph *g);
 int pcgc_graph_add_node(pcgc_graph *g, pcgc_op_kind kind, const char *name,
                         const pcgc_attrs *attrs, int n_in, const pcgc_ref *in);
 pcgc_status pcgc_graph_set_output_name(pcgc_graph *g, int node, int slot, const char *name);
+/* Gives weight `node` its initial value (n floats, copied; n must equal the
+ * weight's element count once typed). */
+pcgc_status pcgc_graph_set_value(pcgc_graph *g, int node, const float *data, int64_t n);
 /* Finds a node by name; -1 if none. */
 int pcgc_graph_find(const pcgc_graph *g, const char *name);
 

@@ -557,8 +557,13 @@ pcgc_reference *pcgc_ref_new(const pcgc_graph *g, const pcgc_ref_options *o, pcg
     value *v = &r->val[i][0];
     uint64_t stream = pcgc_rng_stream(n->name);
     if (n->kind == PCGC_OP_WEIGHT) {
-      pcgc_cpu_init_weight(&v->b[0], (pcgc_init)pcgc_attrs_int(&n->attrs, "init"),
-                           pcgc_attrs_float(&n->attrs, "scale"), r->o.seed, stream, NULL);
+      if (n->value) { /* imported with values */
+        pcgc_buf src = {PCGC_F32, 0, {0}, n->value};
+        for (int64_t e = 0; e < pcgc_buf_numel(&v->b[0]); e++) set_elem(&v->b[0], e, get_elem(&src, e));
+      } else {
+        pcgc_cpu_init_weight(&v->b[0], (pcgc_init)pcgc_attrs_int(&n->attrs, "init"),
+                             pcgc_attrs_float(&n->attrs, "scale"), r->o.seed, stream, NULL);
+      }
       for (int b = 0; b < 2; b++) {
         pcgc_buf *s = b ? &r->opt_v[i] : &r->opt_m[i];
         *s = v->b[0];
