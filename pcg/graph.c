@@ -4,8 +4,14 @@
  * broken by node id, so the order is deterministic), whole-graph inference,
  * validation and the totals that `pcgc check` prints.
  */
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* Out of memory in the name index must be an error, not uthash's exit(). */
+static _Thread_local bool index_oom;
+#define HASH_NONFATAL_OOM 1
+#define uthash_nonfatal_oom(obj) (index_oom = true)
 #include <uthash.h>
 
 #include "internal.h"
@@ -42,6 +48,7 @@ void pcgc_graph_free(pcgc_graph *g) {
   index_clear(g);
   free(g->nodes);
   free(g->name);
+  free(g->file);
   free(g);
 }
 
@@ -63,7 +70,12 @@ static pcgc_status index_add(pcgc_graph *g, int id) {
   if (!e) return PCGC_ERR_NOMEM;
   e->name = g->nodes[id].name;
   e->id = id;
+  index_oom = false;
   HASH_ADD_KEYPTR(hh, g->index, e->name, strlen(e->name), e);
+  if (index_oom) {
+    free(e);
+    return PCGC_ERR_NOMEM;
+  }
   return PCGC_OK;
 }
 
@@ -145,6 +157,7 @@ pcgc_graph *pcgc_graph_clone(const pcgc_graph *g) {
   pcgc_graph *c = pcgc_graph_new();
   if (!c) return NULL;
   if (g->name && !(c->name = dupstr(g->name))) goto fail;
+  if (g->file && !(c->file = dupstr(g->file))) goto fail;
   for (int i = 0; i < g->n_nodes; i++) {
     const pcgc_node *n = &g->nodes[i];
     int id = pcgc_graph_add_node(c, n->kind, n->name, &n->attrs, n->n_in, n->in);
@@ -155,6 +168,7 @@ pcgc_graph *pcgc_graph_clone(const pcgc_graph *g) {
     if (m->n_out == n->n_out) memcpy(m->out, n->out, (size_t)n->n_out * sizeof *n->out);
     m->typed = n->typed;
     m->loc = n->loc;
+    if (g->file && n->loc.file == g->file) m->loc.file = c->file;
     if (n->value) {
       const pcgc_attr_value *shape = pcgc_attrs_get(&n->attrs, "shape");
       int64_t numel = 1;

@@ -1,11 +1,14 @@
 /*
  * hash.c — the canonical hash of a graph and exact structural equality.
  *
- * Hash: every node gets a label (op, attributes, output types). Colours are
- * then refined Weisfeiler-Lehman style: a node's colour combines its label,
- * its inputs' colours in slot order (with the output slot read), and the
- * sorted multiset of its consumers' colours (with the slot they read into).
- * Refinement runs until the number of distinct colours stops growing. The
+ * Hash: every node gets a label (op, attributes, output types). Colours
+ * start from two linear-time passes — the hash of everything a node depends
+ * on (inputs in slot order), then of everything that depends on it (sorted
+ * consumers) — and are refined Weisfeiler-Lehman style: a node's colour
+ * combines its colour, its inputs' colours in slot order (with the output
+ * slot read), and the sorted multiset of its consumers' colours (with the
+ * slot they read into), for up to 8 rounds, until the number of distinct
+ * colours stops growing. The
  * graph hash is XXH3 over the sorted colours: it ignores node ids and
  * names, so creation order does not matter, and it changes with any change
  * of op, attribute, type, edge or input slot (up to hash collisions and the
@@ -150,13 +153,48 @@ static bool colours(const pcgc_graph *g, uint64_t *col) {
       if (u.start[i + 1] - u.start[i] > max_deg) max_deg = u.start[i + 1] - u.start[i];
     ok = (tmp = malloc((size_t)(max_deg + 1) * sizeof *tmp)) != NULL;
   }
+  int *order = ok ? malloc((size_t)(n + 1) * sizeof *order) : NULL;
+  uint64_t *up = ok ? malloc((size_t)(n + 1) * sizeof *up) : NULL;
+  ok = ok && order && up;
   if (ok) {
     for (int i = 0; i < n; i++) col[i] = node_label(&h, g, i);
+    /* Seed with two linear-time passes, so that colours see the whole graph
+     * without one refinement round per hop: up[i] hashes i's label with its
+     * inputs' up in slot order (everything i depends on), then the colour
+     * adds the sorted consumers' colours in reverse topological order
+     * (everything that depends on i). */
+    if (pcgc_graph_topo_order(g, order, NULL) == PCGC_OK) {
+      for (int k = 0; k < n; k++) {
+        int i = order[k];
+        const pcgc_node *nd = &g->nodes[i];
+        XXH3_64bits_reset(h.st);
+        put64(&h, col[i]);
+        for (int s = 0; s < nd->n_in; s++) {
+          put64(&h, up[nd->in[s].node]);
+          put64(&h, (uint64_t)nd->in[s].slot);
+        }
+        up[i] = XXH3_64bits_digest(h.st);
+      }
+      for (int k = n - 1; k >= 0; k--) {
+        int i = order[k], m = 0;
+        for (int e = u.start[i]; e < u.start[i + 1]; e++) {
+          XXH64_hash_t parts[3] = {next[u.who[e]], (uint64_t)u.k[e], (uint64_t)u.slot[e]};
+          tmp[m++] = XXH3_64bits(parts, sizeof parts);
+        }
+        qsort(tmp, (size_t)m, sizeof *tmp, cmp_u64);
+        XXH3_64bits_reset(h.st);
+        put64(&h, up[i]);
+        put(&h, tmp, (size_t)m * sizeof *tmp);
+        next[i] = XXH3_64bits_digest(h.st);
+      }
+      memcpy(col, next, (size_t)n * sizeof *col);
+    }
     memcpy(sorted, col, (size_t)n * sizeof *col);
     qsort(sorted, (size_t)n, sizeof *sorted, cmp_u64);
     int distinct = count_distinct(sorted, n);
-    /* at most n rounds are ever useful; stop as soon as nothing splits */
-    for (int round = 0; round < n + 1; round++) {
+    /* then Weisfeiler-Lehman rounds, which tell apart nodes the passes
+     * cannot (symmetric wiring); stop as soon as nothing splits */
+    for (int round = 0; round < 8; round++) {
       for (int i = 0; i < n; i++) {
         const pcgc_node *nd = &g->nodes[i];
         XXH3_64bits_reset(h.st);
@@ -183,6 +221,8 @@ static bool colours(const pcgc_graph *g, uint64_t *col) {
       distinct = d;
     }
   }
+  free(order);
+  free(up);
   users_free(&u);
   XXH3_freeState(h.st);
   free(next);

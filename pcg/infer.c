@@ -351,6 +351,10 @@ static pcgc_status infer_bmm(ictx *c) {
 
 /* ----------------------------------------------------------- convolution */
 
+/* Window attributes above this are refused, so that window arithmetic on
+ * dims below 2^62 cannot overflow. */
+#define ATTR_MAX ((int64_t)1 << 31)
+
 static int64_t conv_out(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d) {
   return (in + 2 * p - d * (k - 1) - 1) / s + 1;
 }
@@ -383,6 +387,8 @@ static pcgc_status infer_conv2d(ictx *c) {
   int64_t g = pcgc_attrs_int(c->a, "groups");
   int act = (int)pcgc_attrs_int(c->a, "act");
   for (int i = 0; i < 2; i++) {
+    if (st->v[i] > ATTR_MAX || pad->v[i] > ATTR_MAX || dil->v[i] > ATTR_MAX || w->dims[2 + i] > ATTR_MAX)
+      return fail(c, "stride, padding, dilation and kernel size must be at most %lld", (long long)ATTR_MAX);
     if (st->v[i] < 1) return fail(c, "stride must be at least 1, got %lld", (long long)st->v[i]);
     if (dil->v[i] < 1) return fail(c, "dilation must be at least 1, got %lld", (long long)dil->v[i]);
     if (pad->v[i] < 0) return fail(c, "padding must not be negative, got %lld", (long long)pad->v[i]);
@@ -485,6 +491,8 @@ static pcgc_status infer_pool2d(ictx *c) {
   int64_t dims[4] = {x->dims[0], x->dims[1], 1, 1};
   if (!global) {
     for (int i = 0; i < 2; i++) {
+      if (k->v[i] > ATTR_MAX || st->v[i] > ATTR_MAX || pad->v[i] > ATTR_MAX)
+        return fail(c, "kernel, stride and padding must be at most %lld", (long long)ATTR_MAX);
       if (k->v[i] < 1 || st->v[i] < 1 || pad->v[i] < 0)
         return fail(c, "kernel and stride must be at least 1 and padding not negative");
       if (pad->v[i] * 2 > k->v[i])
@@ -1316,6 +1324,13 @@ static pcgc_status infer_unnamed(pcgc_op_kind kind, const pcgc_attrs *a, int n_i
   if (s != PCGC_OK) return s;
   for (int j = 0; j < c.n_out; j++) {
     pcgc_ptensor *o = &out[j];
+    int64_t numel = 1;
+    for (int d = 0; d < o->rank; d++) {
+      if (o->dims[d] < 1 || numel > ((int64_t)1 << 62) / o->dims[d])
+        return fail(&c, "output %d would have %s elements", j,
+                    o->dims[d] < 1 ? "a dim without" : "more than 2^62");
+      numel *= o->dims[d];
+    }
     for (int d = 0; d < o->rank; d++)
       if (o->dims[d] % o->degree[d] != 0)
         return fail(&c, "output dim %d (size %lld) cannot be split %d ways", d, (long long)o->dims[d],

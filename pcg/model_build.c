@@ -677,7 +677,7 @@ static pcgc_status create_weights(builder *b, const pcgc__stmt *st, pcgc_op_kind
   do { if ((rc = make_weight(b, base, suffix, dt, rank, dims, init, scale, at, &args[n]))) return rc; n++; } while (0)
   switch (op) {
   case PCGC_OP_LINEAR: {
-    int64_t k;
+    int64_t k = 0;
     if ((rc = last_dim(b, st, x, "the input", &k))) return rc;
     double bound = 1.0 / sqrt((double)k);
     W("weight", 2, ((int64_t[]){k, ca->out}), PCGC_INIT_UNIFORM, bound);
@@ -734,7 +734,7 @@ static pcgc_status create_weights(builder *b, const pcgc__stmt *st, pcgc_op_kind
     W("weight", 2, ((int64_t[]){ca->num, ca->dim}), PCGC_INIT_NORMAL, 1.0);
     break;
   case PCGC_OP_ATTENTION: {
-    int64_t eq, ek, ev;
+    int64_t eq = 0, ek = 0, ev = 0;
     const pcgc_ptensor *k = pcgc_graph_ref_type(b->g, args[1]), *v = pcgc_graph_ref_type(b->g, args[2]);
     if (!k || !v) return FAIL(b, at, PCGC_ERR_GRAPH, "internal error: input of '%s' has no type", base);
     if ((rc = last_dim(b, st, x, "q", &eq)) || (rc = last_dim(b, st, k, "k", &ek)) ||
@@ -798,7 +798,7 @@ static pcgc_status set_attr(builder *b, scope *s, pcgc_attrs *a, int idx, const 
     break;
   }
   case PCGC_ATTR_BOOL: {
-    bool v;
+    bool v = false;
     if ((rc = value_bool(b, kv, what, &v))) return rc;
     rc = pcgc_attrs_set_int(a, d->name, v);
     break;
@@ -1327,6 +1327,16 @@ pcgc_status pcgc__model_build(const pcgc__src *src, const pcgc__ast *ast, const 
   pcgc_graph *g = pcgc_graph_new();
   if (!g) return pcgc_error_set(src->err, PCGC_ERR_NOMEM, "out of memory");
   builder b = {*src, ast, g, NULL, opts, set_vals, 0, 0, false};
+  /* node locations point at the graph's own copy of the file name */
+  if (src->file) {
+    size_t n = strlen(src->file) + 1;
+    if (!(g->file = malloc(n))) {
+      pcgc_graph_free(g);
+      return pcgc_error_set(src->err, PCGC_ERR_NOMEM, "out of memory");
+    }
+    memcpy(g->file, src->file, n);
+    b.src.file = g->file;
+  }
   scope top = {NULL, "", NULL, NULL};
   pcgc_status rc = PCGC_OK;
   for (int i = 0; rc == PCGC_OK && i < ast->n; i++) rc = exec_stmt(&b, &top, ast->stmts[i]);

@@ -301,6 +301,8 @@ typedef struct pcgc_graph {
   int n_nodes, cap;
   pcgc_node *nodes;
   char *name;             /* model name, may be NULL */
+  char *file;             /* file the graph was read from (owned), may be NULL;
+                             node locations point into it */
   struct pcgc__name_entry *index;  /* private: node names -> ids (uthash) */
 } pcgc_graph;
 
