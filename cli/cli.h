@@ -19,9 +19,11 @@ enum {
 /* Prints "pcgc CMD: error: <fmt with arg>" and a hint to --help; returns EXIT_USAGE. */
 int pcgc_cli_usage_error(const char *cmd, const char *fmt, const char *arg);
 int pcgc_cli_exit_code(pcgc_status s);
-/* Loads and validates a model; prints the error and sets *code on failure. */
+/* Loads and validates a model (a .pcg model file or an .onnx file); prints
+ * the error and sets *code on failure. batch > 0 sets the batch size: the
+ * model file's `const B`, or an ONNX model's symbolic batch dim. */
 pcgc_graph *pcgc_cli_load(const char *path, int n_set, const char *const *names, const char *const *values,
-                          int *code);
+                          int64_t batch, int *code);
 
 int pcgc_cli_train(int argc, char **argv);
 void pcgc_cli_train_help(FILE *f);

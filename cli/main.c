@@ -13,12 +13,14 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "onnx_import.h"
 
 #define MAX_SETS 64
 
 typedef struct cli_opts {
   const char *model;
   const char *output; /* -o FILE, or NULL for stdout */
+  int64_t batch;      /* --batch B, or 0 */
   int n_set;
   const char *set_names[MAX_SETS];
   const char *set_values[MAX_SETS];
@@ -58,7 +60,8 @@ static void print_main_help(FILE *f) {
           "                the loss per step\n"
           "  help [CMD]    show help for a command\n"
           "\n"
-          "Every command takes --help. MODEL is a model file (docs/model-format.md).\n"
+          "Every command takes --help. MODEL is a model file (docs/model-format.md) or an\n"
+          "ONNX file (docs/onnx.md).\n"
           "Exit codes: 0 ok, 1 invalid input, 2 bad command line, 3 I/O error, 4 internal\n"
           "error (docs/cli.md).\n",
           PCGC_VERSION_STRING);
@@ -67,7 +70,7 @@ static void print_main_help(FILE *f) {
 static void print_cmd_help(FILE *f, const char *cmd) {
   if (strcmp(cmd, "check") == 0) {
     fprintf(f,
-            "usage: pcgc check MODEL [--set NAME=VALUE]...\n"
+            "usage: pcgc check MODEL [--batch B] [--set NAME=VALUE]...\n"
             "\n"
             "Parses MODEL, infers every tensor's shape and parallel type, validates the graph\n"
             "and prints: operators by kind, trainable parameters, forward and backward FLOPs\n"
@@ -75,24 +78,27 @@ static void print_cmd_help(FILE *f, const char *cmd) {
             "backward pass).\n"
             "\n"
             "options:\n"
+            "  --batch B         batch size: the model's `const B`, or an ONNX model's symbolic\n"
+            "                    batch dim\n"
             "  --set NAME=VALUE  override a `const` of the model (e.g. --set B=32); repeatable\n"
             "  -h, --help        show this help\n"
             "\n"
             "exit codes: 0 valid, 1 invalid model (the error names file:line:col), 2 usage, 3 I/O\n");
   } else if (strcmp(cmd, "show") == 0) {
     fprintf(f,
-            "usage: pcgc show MODEL [-o FILE] [--set NAME=VALUE]...\n"
+            "usage: pcgc show MODEL [-o FILE] [--batch B] [--set NAME=VALUE]...\n"
             "\n"
             "Prints the model's canonical text form: every weight explicit, every attribute\n"
             "written, nodes in topological order. It parses back to a graph with the same hash.\n"
             "\n"
             "options:\n"
             "  -o, --output FILE  write to FILE (atomically) instead of standard output\n"
+            "  --batch B          batch size (`const B`, or an ONNX model's symbolic batch dim)\n"
             "  --set NAME=VALUE   override a `const` of the model; repeatable\n"
             "  -h, --help         show this help\n");
   } else if (strcmp(cmd, "dot") == 0) {
     fprintf(f,
-            "usage: pcgc dot MODEL [-o FILE] [--set NAME=VALUE]...\n"
+            "usage: pcgc dot MODEL [-o FILE] [--batch B] [--set NAME=VALUE]...\n"
             "\n"
             "Prints the graph in Graphviz DOT. Render with: pcgc dot MODEL | dot -Tsvg > g.svg\n"
             "Parallel operators (partition, combine, replicate, reduce, pipeline) are drawn as\n"
@@ -100,6 +106,7 @@ static void print_cmd_help(FILE *f, const char *cmd) {
             "\n"
             "options:\n"
             "  -o, --output FILE  write to FILE (atomically) instead of standard output\n"
+            "  --batch B          batch size (`const B`, or an ONNX model's symbolic batch dim)\n"
             "  --set NAME=VALUE   override a `const` of the model; repeatable\n"
             "  -h, --help         show this help\n");
   } else if (strcmp(cmd, "train") == 0) {
@@ -125,6 +132,13 @@ static int parse_opts(const char *cmd, int argc, char **argv, cli_opts *o, bool 
       } else if (allow_output && (strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0)) {
         if (i + 1 >= argc) return pcgc_cli_usage_error(cmd, "%s needs a file name", a);
         o->output = argv[++i];
+      } else if (strcmp(a, "--batch") == 0) {
+        if (i + 1 >= argc) return pcgc_cli_usage_error(cmd, "%s needs a value", a);
+        char *end = NULL;
+        long long b = strtoll(argv[++i], &end, 10);
+        if (!*argv[i] || *end || b < 1 || b > 1000000000LL)
+          return pcgc_cli_usage_error(cmd, "--batch must be a positive integer, not '%s'", argv[i]);
+        o->batch = b;
       } else if (strcmp(a, "--set") == 0 || strncmp(a, "--set=", 6) == 0) {
         const char *kv = a[5] == '=' ? a + 6 : NULL;
         if (!kv) {
@@ -156,11 +170,34 @@ static int parse_opts(const char *cmd, int argc, char **argv, cli_opts *o, bool 
 }
 
 pcgc_graph *pcgc_cli_load(const char *path, int n_set, const char *const *names, const char *const *values,
-                          int *code) {
+                          int64_t batch, int *code) {
   pcgc_error err;
   pcgc_error_clear(&err);
-  pcgc_model_options mo = {n_set, names, values};
-  pcgc_graph *g = pcgc_model_load(path, &mo, &err);
+  pcgc_graph *g;
+  if (pcgc_onnx_is_onnx_path(path)) {
+    if (n_set > 0) {
+      fprintf(stderr, "pcgc: error: --set applies to model files; an ONNX model takes only --batch\n");
+      *code = EXIT_USAGE;
+      return NULL;
+    }
+    pcgc_onnx_options oo = {batch};
+    g = pcgc_onnx_load(path, &oo, &err);
+  } else {
+    const char *nm[66], *vl[66];
+    char bbuf[32];
+    int n = 0;
+    for (; n < n_set && n < 64; n++) {
+      nm[n] = names[n];
+      vl[n] = values[n];
+    }
+    if (batch > 0) {
+      snprintf(bbuf, sizeof bbuf, "%lld", (long long)batch);
+      nm[n] = "B";
+      vl[n++] = bbuf;
+    }
+    pcgc_model_options mo = {n, nm, vl};
+    g = pcgc_model_load(path, &mo, &err);
+  }
   if (!g) {
     pcgc_error_print(stderr, &err);
     *code = pcgc_cli_exit_code(err.status ? err.status : PCGC_ERR_INVALID);
@@ -176,7 +213,7 @@ pcgc_graph *pcgc_cli_load(const char *path, int n_set, const char *const *names,
 }
 
 static pcgc_graph *load(const cli_opts *o, int *code) {
-  return pcgc_cli_load(o->model, o->n_set, o->set_names, o->set_values, code);
+  return pcgc_cli_load(o->model, o->n_set, o->set_names, o->set_values, o->batch, code);
 }
 
 /* ----------------------------------------------------------- output */

@@ -30,7 +30,8 @@ void pcgc_cli_train_help(FILE *f) {
           "\n"
           "options:\n"
           "  --steps N          training steps (default 10)\n"
-          "  --batch B          batch size: sets the model's `const B` (it must define one)\n"
+          "  --batch B          batch size: the model's `const B` (it must define one), or an\n"
+          "                     ONNX model's symbolic batch dim\n"
           "  --seed S           seed of weights, data and dropout (default 1)\n"
           "  --optimizer NAME   sgd (default) or adam\n"
           "  --lr X             learning rate (default 0.01 for sgd, 0.001 for adam)\n"
@@ -55,9 +56,9 @@ static int parse_num(const char *flag, const char *s, double *out) {
 
 int pcgc_cli_train(int argc, char **argv) {
   const char *model = NULL, *set_names[MAX_SETS + 1], *set_values[MAX_SETS + 1];
-  char name_buf[MAX_SETS][128], batch_buf[32];
+  char name_buf[MAX_SETS][128];
   int n_set = 0;
-  double steps = 10, seed = 1, lr = -1, momentum = 0, wd = 0;
+  double steps = 10, seed = 1, lr = -1, momentum = 0, wd = 0, batch = 0;
   bool adam = false, f64 = false, dropout = true;
   for (int i = 0; i < argc; i++) {
     const char *a = argv[i];
@@ -83,13 +84,9 @@ int pcgc_cli_train(int argc, char **argv) {
         else if (strcmp(val, "sgd") != 0)
           return pcgc_cli_usage_error("train", "--optimizer must be sgd or adam, not '%s'", val);
       } else if (strcmp(a, "--batch") == 0) {
-        double b;
-        if ((r = parse_num(a, val, &b)) >= 0) return r;
-        if (b < 1 || b != floor(b) || b > 1e9) return pcgc_cli_usage_error("train", "--batch must be a positive integer, not '%s'", val);
-        if (n_set >= MAX_SETS) return pcgc_cli_usage_error("train", "too many --set options%s", "");
-        snprintf(batch_buf, sizeof batch_buf, "%.0f", b);
-        set_names[n_set] = "B";
-        set_values[n_set++] = batch_buf;
+        if ((r = parse_num(a, val, &batch)) >= 0) return r;
+        if (batch < 1 || batch != floor(batch) || batch > 1e9)
+          return pcgc_cli_usage_error("train", "--batch must be a positive integer, not '%s'", val);
       } else if (strcmp(a, "--set") == 0) {
         const char *eq = strchr(val, '=');
         if (!eq || eq == val || !eq[1] || (size_t)(eq - val) >= sizeof name_buf[0])
@@ -116,7 +113,7 @@ int pcgc_cli_train(int argc, char **argv) {
     return pcgc_cli_usage_error("train", "--lr must be positive and --momentum/--weight-decay not negative%s", "");
 
   int code = EXIT_OK;
-  pcgc_graph *g = pcgc_cli_load(model, n_set, set_names, set_values, &code);
+  pcgc_graph *g = pcgc_cli_load(model, n_set, set_names, set_values, (int64_t)batch, &code);
   if (!g) return code;
   pcgc_ref_options o;
   pcgc_ref_options_default(&o);

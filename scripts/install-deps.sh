@@ -14,6 +14,7 @@ PACKAGES=(
   build-essential cmake pkg-config
   check uthash-dev libxxhash-dev libcjson-dev libopenblas-dev
   graphviz
+  protobuf-c-compiler libprotobuf-c-dev libonnx-dev   # ONNX import (onnx/)
   clang-14 libclang-rt-14-dev   # libFuzzer builds (PCGC_FUZZ=ON)
   python3
 )

@@ -1,0 +1,292 @@
+#!/usr/bin/python3
+"""export_models.py -- real PyTorch models exported to ONNX, with PyTorch's own counts.
+
+    /usr/bin/python3 tests/onnx/export_models.py OUTDIR [MODEL...]
+
+MODEL is any of: mlp cnn transformer transformer_gelu resnet18
+resnext50_32x4d inception_v3
+(default: all). For each model it writes
+
+    OUTDIR/MODEL.onnx          torch.onnx.export with a dynamic batch axis
+                               (dim 0 of the input and the output is named
+                               "batch"; everything else is fixed)
+    OUTDIR/MODEL.json          the sidecar below
+    OUTDIR/MODEL.input.f32     (the small models: mlp, cnn, transformer,
+                               transformer_gelu) an input batch
+    OUTDIR/MODEL.output.f32    (small models) PyTorch's eval-mode output
+                               for that input
+    OUTDIR/MODEL.init.f32      (small models) every float
+                               initializer of the ONNX file, in file order,
+                               concatenated (sidecar "initializers" says
+                               where each starts)
+    OUTDIR/mlp_external.onnx   (with mlp) the same model with every
+    OUTDIR/mlp_external.data   initializer stored as external data in one
+                               file beside it (onnx.save_model,
+                               save_as_external_data=True, size_threshold=0)
+
+The .f32 files are raw little-endian IEEE-754 float32 values in row-major
+(C) order, nothing else: no header, no padding. Their shapes are in the
+sidecar ("io"). The output is computed in float64 (the float32 weights and
+input widened to double) and rounded to float32 once at the end, so it is
+PyTorch's exact result to float32 rounding (~6e-8 relative); an importer
+that runs the same graph in f64 agrees to ~1e-7.
+
+Sidecar (JSON):
+
+    {
+      "model": "resnet18", "file": "resnet18.onnx", "opset": 14,
+      "torch": "1.13.0", "onnx": "1.12.0",
+      "parameters": 11689512,          # sum of p.numel() over named_parameters()
+      "parameter_tensors": 62,         # len(named_parameters())
+      "buffers": 9600,                 # float buffers (BatchNorm running stats)
+      "batchnorm_layers": 20,          # nn.BatchNorm* modules
+      "layernorm_layers": 0,           # nn.LayerNorm modules
+      "onnx_nodes": {"Conv": 20, ...}, # node count per op_type, from onnx.load
+      "onnx_node_total": 69,
+      "onnx_initializers": 102,
+      "onnx_initializer_elements": 11699112,
+      "input": {"name": "x", "shape": ["batch", 3, 224, 224]},
+      "output": {"name": "y", "shape": ["batch", 1000]},
+      "io": {"batch": 3, "input_shape": [3, 16], "output_shape": [3, 10],
+             "input_file": "mlp.input.f32", "output_file": "mlp.output.f32",
+             "init_file": "mlp.init.f32"},
+      "initializers": [{"name": "fc1.weight", "dims": [32, 16], "offset": 0,
+                        "transposed": true}, ...]
+    }
+
+"io" and "initializers" (offsets in elements of MODEL.init.f32) are present
+only for the small models. "transposed" marks the B input of a Gemm with
+transB=1 (nn.Linear's weight [out, in]): pcgc's linear takes [in, out], so
+the importer holds that weight transposed. Its batch (3) differs from the
+batch the export traced (2), so matching PyTorch's output also checks that
+the importer resized the symbolic batch.
+
+Choices that keep PyTorch's counts and the ONNX file comparable:
+
+- Every floating-point parameter and buffer is nudged by seeded noise
+  before export. torch.onnx.export (1.13) deduplicates initializers with
+  equal values into one initializer plus Identity nodes; with fresh
+  weights every LayerNorm/BatchNorm scale is all ones and every bias all
+  zeros, so the file would hold one shared tensor where PyTorch has many.
+- The CNN-family models are exported with training=TrainingMode.PRESERVE
+  from eval mode. The default (EVAL) folds every BatchNormalization into
+  the preceding Conv (weights rescaled, a bias added), which changes the
+  parameter count; PRESERVE keeps BatchNormalization nodes with their
+  scale, bias, running mean and running variance.
+- The transformer is exported at opset 17 so LayerNorm is one
+  LayerNormalization node. transformer_gelu is the same encoder with GELU
+  activations at torch's default opset 14, where LayerNorm is decomposed
+  into ReduceMean, Sub, Pow, ReduceMean, Add, Sqrt, Div, Mul, Add and GELU
+  into Div, Erf, Add, Mul, Mul: the importer has to recognise both. Other
+  models use opset 14.
+
+Models: mlp (Linear 16-32-32-10, ReLU, Tanh), cnn (two 3x3 convolutions
+without batch norm, max pool, global average pool, flatten, linear),
+transformer (torch.nn.TransformerEncoder, batch_first, 2 layers, d_model 32,
+4 heads, feed-forward 64, dropout 0, sequence length 5), transformer_gelu
+(the same with activation="gelu", opset 14), and torchvision's
+resnet18, resnext50_32x4d and inception_v3 (aux_logits=False,
+init_weights=False), all with weights=None.
+"""
+
+import argparse
+import collections
+import json
+import os
+import sys
+import warnings
+
+import numpy as np
+import onnx
+import onnx.numpy_helper
+import torch
+import torchvision
+
+EXPORT_BATCH = 2   # the batch torch.onnx.export traces with
+IO_BATCH = 3       # the batch of the saved input/output pair
+SEED = 20240611
+
+
+class MLP(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(16, 32)
+        self.fc2 = torch.nn.Linear(32, 32)
+        self.fc3 = torch.nn.Linear(32, 10)
+
+    def forward(self, x):                       # x (B, 16)
+        h = torch.relu(self.fc1(x))             # (B, 32)
+        h = torch.tanh(self.fc2(h))             # (B, 32)
+        return self.fc3(h)                      # (B, 10)
+
+
+class SmallCNN(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.conv2 = torch.nn.Conv2d(8, 16, 3, stride=2, padding=1)
+        self.fc = torch.nn.Linear(16, 10)
+
+    def forward(self, x):                                   # x (B, 3, 16, 16)
+        h = torch.relu(self.conv1(x))                       # (B, 8, 16, 16)
+        h = torch.nn.functional.max_pool2d(h, 2)            # (B, 8, 8, 8)
+        h = torch.relu(self.conv2(h))                       # (B, 16, 4, 4)
+        h = torch.nn.functional.adaptive_avg_pool2d(h, 1)   # (B, 16, 1, 1)
+        return self.fc(torch.flatten(h, 1))                 # (B, 10)
+
+
+def transformer(activation="relu"):
+    layer = torch.nn.TransformerEncoderLayer(
+        d_model=32, nhead=4, dim_feedforward=64, dropout=0.0, batch_first=True,
+        activation=activation)
+    return torch.nn.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=False)
+
+
+# name -> (constructor, input shape without batch, opset, export mode, has io)
+PRESERVE = torch.onnx.TrainingMode.PRESERVE
+EVAL = torch.onnx.TrainingMode.EVAL
+MODELS = collections.OrderedDict([
+    ("mlp", (MLP, (16,), 14, EVAL, True)),
+    ("cnn", (SmallCNN, (3, 16, 16), 14, EVAL, True)),
+    ("transformer", (transformer, (5, 32), 17, EVAL, True)),
+    ("transformer_gelu", (lambda: transformer("gelu"), (5, 32), 14, EVAL, True)),
+    ("resnet18", (lambda: torchvision.models.resnet18(weights=None),
+                  (3, 224, 224), 14, PRESERVE, False)),
+    ("resnext50_32x4d", (lambda: torchvision.models.resnext50_32x4d(weights=None),
+                         (3, 224, 224), 14, PRESERVE, False)),
+    ("inception_v3", (lambda: torchvision.models.inception_v3(
+        weights=None, aux_logits=False, init_weights=False), (3, 299, 299), 14, PRESERVE, False)),
+])
+
+
+def nudge(model, gen):
+    """Adds U(0, 0.01) noise to every float parameter and buffer (see above).
+    Positive noise keeps BatchNorm's running variance positive."""
+    with torch.no_grad():
+        for t in list(model.parameters()) + list(model.buffers()):
+            if t.is_floating_point():
+                t.add_(torch.rand(t.shape, generator=gen) * 0.01)
+
+
+def dims_of(value_info):
+    out = []
+    for d in value_info.type.tensor_type.shape.dim:
+        out.append(d.dim_param if d.HasField("dim_param") else d.dim_value)
+    return out
+
+
+def write_f32(path, array):
+    np.ascontiguousarray(array, dtype="<f4").tofile(path)
+
+
+def export(name, outdir):
+    ctor, in_shape, opset, mode, has_io = MODELS[name]
+    torch.manual_seed(SEED)
+    gen = torch.Generator().manual_seed(SEED)
+    model = ctor()
+    nudge(model, gen)
+    model.eval()
+
+    path = os.path.join(outdir, name + ".onnx")
+    x = torch.randn((EXPORT_BATCH,) + in_shape, generator=gen)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")   # PRESERVE warns about constant folding
+        torch.onnx.export(model, (x,), path, input_names=["x"], output_names=["y"],
+                          dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}},
+                          opset_version=opset, training=mode)
+
+    m = onnx.load(path)
+    onnx.checker.check_model(m)
+    init_names = {t.name for t in m.graph.initializer}
+    inputs = [i for i in m.graph.input if i.name not in init_names]
+    assert len(inputs) == 1 and len(m.graph.output) == 1, name
+    counts = collections.Counter(n.op_type for n in m.graph.node)
+    params = list(model.named_parameters())
+    n_params = sum(p.numel() for _, p in params)
+    n_buffers = sum(b.numel() for b in model.buffers() if b.is_floating_point())
+    init_elems = sum(int(np.prod(t.dims)) for t in m.graph.initializer)
+    side = collections.OrderedDict([
+        ("model", name),
+        ("file", name + ".onnx"),
+        ("opset", max(o.version for o in m.opset_import if o.domain in ("", "ai.onnx"))),
+        ("torch", torch.__version__),
+        ("onnx", onnx.__version__),
+        ("parameters", n_params),
+        ("parameter_tensors", len(params)),
+        ("buffers", n_buffers),
+        ("batchnorm_layers", sum(isinstance(mod, torch.nn.modules.batchnorm._BatchNorm)
+                                 for mod in model.modules())),
+        ("layernorm_layers", sum(isinstance(mod, torch.nn.LayerNorm) for mod in model.modules())),
+        ("onnx_nodes", collections.OrderedDict(sorted(counts.items()))),
+        ("onnx_node_total", len(m.graph.node)),
+        ("onnx_initializers", len(m.graph.initializer)),
+        ("onnx_initializer_elements", init_elems),
+        ("input", {"name": inputs[0].name, "shape": dims_of(inputs[0])}),
+        ("output", {"name": m.graph.output[0].name, "shape": dims_of(m.graph.output[0])}),
+    ])
+    # The file must hold every parameter exactly once (no deduplication, no
+    # folding): parameters plus running statistics.
+    if init_elems != n_params + n_buffers:
+        sys.exit(f"{name}: initializers were deduplicated ({init_elems} elements, "
+                 f"{n_params} parameters + {n_buffers} buffers)")
+
+    if has_io:
+        xin = torch.randn((IO_BATCH,) + in_shape, generator=gen)
+        with torch.no_grad():
+            y = model.double()(xin.double()).float()
+        write_f32(os.path.join(outdir, name + ".input.f32"), xin.numpy())
+        write_f32(os.path.join(outdir, name + ".output.f32"), y.numpy())
+        side["io"] = collections.OrderedDict([
+            ("batch", IO_BATCH),
+            ("input_shape", list(xin.shape)),
+            ("output_shape", list(y.shape)),
+            ("input_file", name + ".input.f32"),
+            ("output_file", name + ".output.f32"),
+            ("init_file", name + ".init.f32"),
+        ])
+        # pcgc's linear takes its weight as [K, N]: the B of a Gemm with
+        # transB=1 ([N, K], nn.Linear's layout) is held transposed
+        trans_b = {n.input[1] for n in m.graph.node if n.op_type == "Gemm" and any(
+            a.name == "transB" and a.i == 1 for a in n.attribute)}
+        inits, values, offset = [], [], 0
+        for t in m.graph.initializer:
+            if t.data_type != onnx.TensorProto.FLOAT:
+                continue
+            a = onnx.numpy_helper.to_array(t)
+            inits.append(collections.OrderedDict(
+                [("name", t.name), ("dims", list(t.dims)), ("offset", offset),
+                 ("transposed", t.name in trans_b)]))
+            values.append(a.reshape(-1))
+            offset += a.size
+        write_f32(os.path.join(outdir, name + ".init.f32"), np.concatenate(values))
+        side["initializers"] = inits
+    with open(os.path.join(outdir, name + ".json"), "w") as f:
+        json.dump(side, f, indent=2)
+        f.write("\n")
+    if name == "mlp":
+        data = os.path.join(outdir, "mlp_external.data")
+        if os.path.exists(data):
+            os.remove(data)   # onnx.save_model appends to it
+        onnx.save_model(m, os.path.join(outdir, "mlp_external.onnx"), save_as_external_data=True,
+                        all_tensors_to_one_file=True, location="mlp_external.data",
+                        size_threshold=0)
+    print(f"{name}: {n_params} parameters, {len(m.graph.node)} ONNX nodes, "
+          f"{os.path.getsize(path)} bytes -> {path}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("outdir")
+    ap.add_argument("models", nargs="*", metavar="MODEL", help=" ".join(MODELS))
+    args = ap.parse_args()
+    for name in args.models:
+        if name not in MODELS:
+            ap.error(f"unknown model '{name}' (known: {' '.join(MODELS)})")
+    os.makedirs(args.outdir, exist_ok=True)
+    torch.set_num_threads(min(4, os.cpu_count() or 1))
+    for name in args.models or list(MODELS):
+        export(name, args.outdir)
+
+
+if __name__ == "__main__":
+    main()
