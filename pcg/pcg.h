@@ -272,6 +272,43 @@ void pcgc_op_cost_of(pcgc_op_kind kind, const pcgc_attrs *a, int n_in,
                      const pcgc_ptensor *in, int n_out, const pcgc_ptensor *out,
                      pcgc_op_cost *cost);
 
+/* --------------------------------------------------------------- axis maps */
+
+/* How an ordinary op's pieces meet (the piece-level form of the parallel
+ * type rules, used by the reference interpreter and the simulator): each
+ * input dim follows output dim j (PCGC_AX_OUT(j)), is contracted along a
+ * contraction axis c whose pieces become partial sums (PCGC_AX_CON(c)), or is
+ * never split (PCGC_AX_NONE); an input's partial sums pass to the output
+ * along a sum axis (PCGC_AX_SUM(a); add/sub pair theirs on one axis). The
+ * output's sum index decomposes over the contraction and sum axes (in
+ * increasing axis order, over the axes of degree > 1); every axis an input
+ * piece does not depend on, then the output's replica, form its replica
+ * index. pcgc_op_piece_inputs applies this. */
+#define PCGC_AX_NONE (-1)
+#define PCGC_AX_OUT(j) (j)
+#define PCGC_AX_CON(c) (8 + (c))
+#define PCGC_AX_SUM(a) (16 + (a))
+#define PCGC_AX_COUNT 20
+
+typedef struct pcgc_axmap {
+  int dim[PCGC_VARIADIC][PCGC_MAX_RANK];
+  int sum[PCGC_VARIADIC];
+} pcgc_axmap;
+
+/* The axis map of op k for these input types and output 0's type. */
+pcgc_status pcgc_op_axes(pcgc_op_kind k, const pcgc_attrs *a, int n_in, const pcgc_ptensor *in,
+                         const pcgc_ptensor *out, pcgc_axmap *m, pcgc_error *err);
+
+/* Coordinates of piece p of a tensor: shard coordinate per dim, sum index,
+ * replica index (p = mixed radix over degree[0..r-1], sum, replica). */
+void pcgc_piece_coords(const pcgc_ptensor *t, int64_t p, int64_t *c, int64_t *s, int64_t *r);
+int64_t pcgc_piece_index(const pcgc_ptensor *t, const int64_t *c, int64_t s, int64_t r);
+
+/* For output piece p of an ordinary op: the piece index of every input.
+ * Fails (internal error) if the axis map disagrees with inference. */
+pcgc_status pcgc_op_piece_inputs(pcgc_op_kind k, const pcgc_attrs *a, int n_in, const pcgc_ptensor *in,
+                                 const pcgc_ptensor *out, int64_t p, int64_t *in_piece, pcgc_error *err);
+
 /* ------------------------------------------------------------------ graph */
 
 /* A reference to output `slot` of node `node`. */

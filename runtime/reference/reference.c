@@ -12,9 +12,8 @@
  * copies, reduce adds groups of partial sums. Their backward is the same
  * movement in reverse, adding into the gradient.
  *
- * Ordinary operators run once per output piece (and micro-batch): the axis
- * map (axes.c) gives the grid coordinates, from which each input piece is
- * found; the kernel gets the pieces' logical positions (pcgc_kernel_ctx).
+ * Ordinary operators run once per output piece (and micro-batch): the op's
+ * axis map (pcgc_op_piece_inputs, pcg/axes.c) finds each input piece; the kernel gets the pieces' logical positions (pcgc_kernel_ctx).
  * Batch norm over a sharded batch adds its per-channel statistics across the
  * pieces of one channel group before normalising (synchronised batch norm).
  */
@@ -54,23 +53,6 @@ void pcgc_ref_options_default(pcgc_ref_options *o) {
 
 /* ------------------------------------------------------------- layout */
 
-static void coords(const pcgc_ptensor *t, int64_t p, int64_t *c, int64_t *s, int64_t *r) {
-  *r = p % t->replica;
-  p /= t->replica;
-  *s = p % t->sum;
-  p /= t->sum;
-  for (int d = t->rank - 1; d >= 0; d--) {
-    c[d] = p % t->degree[d];
-    p /= t->degree[d];
-  }
-}
-
-static int64_t index_of(const pcgc_ptensor *t, const int64_t *c, int64_t s, int64_t r) {
-  int64_t p = 0;
-  for (int d = 0; d < t->rank; d++) p = p * t->degree[d] + c[d];
-  return (p * t->sum + s) * t->replica + r;
-}
-
 static int64_t local_dim(const value *v, int d) {
   int64_t n = v->t.dims[d] / v->t.degree[d];
   if (v->m > 1 && d == v->t.micro_dim) n /= v->m;
@@ -81,7 +63,7 @@ static pcgc_piece piece_of(const value *v, int64_t p, int mu) {
   pcgc_piece q;
   memset(&q, 0, sizeof q);
   int64_t c[PCGC_MAX_RANK], s, r;
-  coords(&v->t, p, c, &s, &r);
+  pcgc_piece_coords(&v->t, p, c, &s, &r);
   for (int d = 0; d < v->t.rank; d++) {
     q.global[d] = v->t.dims[d];
     q.offset[d] = c[d] * (v->t.dims[d] / v->t.degree[d]);
@@ -190,12 +172,12 @@ static void relayout(value *from, value *to, bool backward) {
   for (int64_t i = 0; i < to->m * to->P; i++) {
     int mu_t = (int)(i / to->P);
     int64_t pt = i % to->P, ct[PCGC_MAX_RANK], st, rt;
-    coords(&to->t, pt, ct, &st, &rt);
+    pcgc_piece_coords(&to->t, pt, ct, &st, &rt);
     pcgc_piece qt = piece_of(to, pt, mu_t);
     for (int64_t j = 0; j < from->m * from->P; j++) {
       int mu_f = (int)(j / from->P);
       int64_t pf = j % from->P, cf[PCGC_MAX_RANK], sf, rf;
-      coords(&from->t, pf, cf, &sf, &rf);
+      pcgc_piece_coords(&from->t, pf, cf, &sf, &rf);
       if (sf != st || rf != rt) continue;
       pcgc_piece qf = piece_of(from, pf, mu_f);
       if (backward) transfer(&from->g[j], &qf, &to->g[i], &qt, true);
@@ -221,12 +203,12 @@ static pcgc_status run_parallel(const pcgc_node *n, value *x, value *y, bool bac
     for (int mu = 0; mu < y->m; mu++)
       for (int64_t p = 0; p < y->P; p++) {
         int64_t c[PCGC_MAX_RANK], s, r;
-        coords(&y->t, p, c, &s, &r);
+        pcgc_piece_coords(&y->t, p, c, &s, &r);
         pcgc_piece q = piece_of(y, p, mu);
         pcgc_buf *yb = &y->b[mu * y->P + p], *yg = y->g ? &y->g[mu * y->P + p] : NULL;
         if (!backward && !rep) zero(yb);
         for (int64_t j = 0; j < (rep ? 1 : d); j++) {
-          int64_t src = rep ? index_of(&x->t, c, s, r / d) : index_of(&x->t, c, s * d + j, r);
+          int64_t src = rep ? pcgc_piece_index(&x->t, c, s, r / d) : pcgc_piece_index(&x->t, c, s * d + j, r);
           pcgc_buf *xb = &x->b[mu * x->P + src], *xg = x->g ? &x->g[mu * x->P + src] : NULL;
           if (!backward) transfer(yb, &q, xb, &q, !rep);
           else if (xg && yg) transfer(xg, &q, yg, &q, true);
@@ -240,86 +222,6 @@ static pcgc_status run_parallel(const pcgc_node *n, value *x, value *y, bool bac
 }
 
 /* ------------------------------------------------- ordinary operators */
-
-typedef struct grid {
-  pcgc__axmap map;
-  int64_t deg[AX_COUNT];
-  int sum_axes[AX_COUNT], n_sum_axes;
-} grid;
-
-static pcgc_status grid_build(const pcgc_node *n, const pcgc_ptensor *in, grid *gr, pcgc_error *err) {
-  pcgc_status s = pcgc__axes(n->kind, &n->attrs, n->n_in, in, &n->out[0], &gr->map, err);
-  if (s != PCGC_OK) return s;
-  for (int a = 0; a < AX_COUNT; a++) gr->deg[a] = 1;
-  for (int j = 0; j < n->out[0].rank; j++) gr->deg[AX_OUT(j)] = n->out[0].degree[j];
-  for (int i = 0; i < n->n_in; i++) {
-    for (int d = 0; d < in[i].rank; d++) {
-      int ax = gr->map.dim[i][d];
-      if (ax >= AX_CON(0) && in[i].degree[d] > gr->deg[ax]) gr->deg[ax] = in[i].degree[d];
-    }
-    int ax = gr->map.sum[i];
-    if (ax != AX_NONE && in[i].sum > gr->deg[ax]) gr->deg[ax] = in[i].sum;
-  }
-  gr->n_sum_axes = 0;
-  int64_t prod = 1;
-  for (int a = AX_CON(0); a < AX_COUNT; a++)
-    if (gr->deg[a] > 1) {
-      gr->sum_axes[gr->n_sum_axes++] = a;
-      prod *= gr->deg[a];
-    }
-  if (prod != n->out[0].sum)
-    return pcgc_error_set(err, PCGC_ERR_UNSUPPORTED,
-                          "%s '%s': the interpreter's axis map gives %lld partial sums but inference "
-                          "gives %d (internal error)", pcgc_op_name(n->kind), n->name, (long long)prod,
-                          n->out[0].sum);
-  return PCGC_OK;
-}
-
-/* For output piece p: the piece index of every input. */
-static pcgc_status grid_inputs(const pcgc_node *n, const pcgc_ptensor *in, const grid *gr, int64_t p,
-                               int64_t *in_piece, pcgc_error *err) {
-  const pcgc_ptensor *o = &n->out[0];
-  int64_t oc[PCGC_MAX_RANK], os, orr, val[AX_COUNT] = {0};
-  coords(o, p, oc, &os, &orr);
-  for (int j = 0; j < o->rank; j++) val[AX_OUT(j)] = oc[j];
-  for (int k = gr->n_sum_axes - 1; k >= 0; k--) {
-    int a = gr->sum_axes[k];
-    val[a] = os % gr->deg[a];
-    os /= gr->deg[a];
-  }
-  for (int i = 0; i < n->n_in; i++) {
-    const pcgc_ptensor *t = &in[i];
-    bool used[AX_COUNT] = {false};
-    int64_t c[PCGC_MAX_RANK], s = 0;
-    for (int d = 0; d < t->rank; d++) {
-      int ax = gr->map.dim[i][d];
-      c[d] = 0;
-      if (ax != AX_NONE && t->degree[d] > 1) {
-        c[d] = val[ax];
-        used[ax] = true;
-      }
-    }
-    if (gr->map.sum[i] != AX_NONE && t->sum > 1) {
-      s = val[gr->map.sum[i]];
-      used[gr->map.sum[i]] = true;
-    }
-    int64_t r = 0, span = 1;
-    for (int a = 0; a < AX_COUNT; a++)
-      if (!used[a] && gr->deg[a] > 1) {
-        r = r * gr->deg[a] + val[a];
-        span *= gr->deg[a];
-      }
-    r = r * o->replica + orr;
-    span *= o->replica;
-    if (span != t->replica)
-      return pcgc_error_set(err, PCGC_ERR_UNSUPPORTED,
-                            "%s '%s': input %d has replica degree %d but the interpreter's axis map "
-                            "expects %lld (internal error)", pcgc_op_name(n->kind), n->name, i, t->replica,
-                            (long long)span);
-    in_piece[i] = index_of(t, c, s, r);
-  }
-  return PCGC_OK;
-}
 
 static const value *input_value(const pcgc_reference *R, const pcgc_node *n, int i) {
   return &R->val[n->in[i].node][n->in[i].slot];
@@ -370,7 +272,7 @@ static int op_micro(const pcgc_reference *R, const pcgc_node *n) {
  * (and are the same replica) normalise with shared statistics. */
 static int64_t bn_group(const pcgc_ptensor *o, int64_t p) {
   int64_t c[PCGC_MAX_RANK], s, r;
-  coords(o, p, c, &s, &r);
+  pcgc_piece_coords(o, p, c, &s, &r);
   return c[1] * o->replica + r;
 }
 
@@ -381,8 +283,8 @@ static bool bn_sharded(const pcgc_node *n) {
   return false;
 }
 
-static pcgc_status run_batchnorm(pcgc_reference *R, const pcgc_node *n, const pcgc_ptensor *tin, const grid *gr,
-                                 bool backward, pcgc_error *err) {
+static pcgc_status run_batchnorm(pcgc_reference *R, const pcgc_node *n, const pcgc_ptensor *tin, bool backward,
+                                 pcgc_error *err) {
   const pcgc_ptensor *o = &n->out[0];
   int64_t P = pcgc_ptensor_pieces(o), groups = (int64_t)o->degree[1] * o->replica;
   int64_t C = o->dims[1] / o->degree[1];
@@ -401,7 +303,7 @@ static pcgc_status run_batchnorm(pcgc_reference *R, const pcgc_node *n, const pc
   if (C > 4096) st = pcgc_error_set(err, PCGC_ERR_UNSUPPORTED, "batchnorm '%s': more than 4096 channels per piece", n->name);
   for (int pass = 0; st == PCGC_OK && pass < (backward ? 3 : 2); pass++)
     for (int64_t p = 0; st == PCGC_OK && p < P; p++) {
-      st = grid_inputs(n, tin, gr, p, in_piece, err);
+      st = pcgc_op_piece_inputs(n->kind, &n->attrs, n->n_in, tin, &n->out[0], p, in_piece, err);
       if (st != PCGC_OK) break;
       call_setup(R, n, tin, in_piece, p, 0, c);
       int64_t g = bn_group(o, p);
@@ -435,17 +337,15 @@ static pcgc_status run_batchnorm(pcgc_reference *R, const pcgc_node *n, const pc
 static pcgc_status run_ordinary(pcgc_reference *R, const pcgc_node *n, bool backward, pcgc_error *err) {
   pcgc_ptensor tin[PCGC_VARIADIC];
   for (int i = 0; i < n->n_in; i++) tin[i] = input_value(R, n, i)->t;
-  grid gr;
-  pcgc_status st = grid_build(n, tin, &gr, err);
-  if (st != PCGC_OK) return st;
-  if (n->kind == PCGC_OP_BATCHNORM && bn_sharded(n)) return run_batchnorm(R, n, tin, &gr, backward, err);
+  pcgc_status st = PCGC_OK;
+  if (n->kind == PCGC_OP_BATCHNORM && bn_sharded(n)) return run_batchnorm(R, n, tin, backward, err);
   int64_t P = pcgc_ptensor_pieces(&n->out[0]), in_piece[PCGC_VARIADIC];
   int m = op_micro(R, n);
   call *c = malloc(sizeof *c);
   if (!c) return pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
   for (int mu = 0; st == PCGC_OK && mu < m; mu++)
     for (int64_t p = 0; st == PCGC_OK && p < P; p++) {
-      st = grid_inputs(n, tin, &gr, p, in_piece, err);
+      st = pcgc_op_piece_inputs(n->kind, &n->attrs, n->n_in, tin, &n->out[0], p, in_piece, err);
       if (st != PCGC_OK) break;
       call_setup(R, n, tin, in_piece, p, mu, c);
       if (!backward)
@@ -628,7 +528,7 @@ pcgc_status pcgc_ref_forward(pcgc_reference *r, double *loss, pcgc_error *err) {
   double total = 0;
   for (int64_t i = 0; i < lv->m * lv->P; i++) {
     int64_t c[PCGC_MAX_RANK], s, rr;
-    coords(&lv->t, i % lv->P, c, &s, &rr);
+    pcgc_piece_coords(&lv->t, i % lv->P, c, &s, &rr);
     if (rr == 0) total += get_elem(&lv->b[i], 0);
   }
   if (loss) *loss = total;
@@ -648,7 +548,7 @@ pcgc_status pcgc_ref_backward(pcgc_reference *r, pcgc_error *err) {
   value *lv = &r->val[r->loss][0];
   for (int64_t i = 0; i < lv->m * lv->P; i++) {
     int64_t c[PCGC_MAX_RANK], s, rr;
-    coords(&lv->t, i % lv->P, c, &s, &rr);
+    pcgc_piece_coords(&lv->t, i % lv->P, c, &s, &rr);
     set_elem(&lv->g[i], 0, rr == 0 ? 1.0 : 0.0); /* d loss / d (partial sum) = 1, once */
   }
   for (int k = g->n_nodes - 1; k >= 0; k--) {
@@ -714,7 +614,7 @@ static pcgc_status gather(value *v, bool grad, pcgc_dtype dtype, void *data, int
   for (int d = 0; d < v->t.rank; d++) whole.dims[d] = wp.global[d] = v->t.dims[d];
   for (int64_t i = 0; i < v->m * v->P; i++) {
     int64_t p = i % v->P, c[PCGC_MAX_RANK], s, rr;
-    coords(&v->t, p, c, &s, &rr);
+    pcgc_piece_coords(&v->t, p, c, &s, &rr);
     if (rr != 0) continue;
     pcgc_piece q = piece_of(v, p, (int)(i / v->P));
     transfer(&whole, &wp, grad ? &v->g[i] : &v->b[i], &q, true);
