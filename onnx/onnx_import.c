@@ -211,6 +211,7 @@ static bool is_word(int ch) { return isalnum(ch) || ch == '_'; }
 #define NAME_IN 500
 #define NAME_MAX_LEN 256
 #define NAME_CUT 240
+#define NAME_BUF (2 * NAME_IN + 16) /* a sanitized name and a "_N" suffix */
 static void sanitize(const char *s, char *buf) {
   char *o = buf;
   bool part_start = true, first_part = true;
@@ -304,7 +305,7 @@ static pcgc_status add_node(onnx_ctx *c, pcgc_op_kind k, const char *name, const
 
 pcgc_status pcgc__onnx_emit(onnx_ctx *c, pcgc_op_kind k, const char *suffix, const pcgc_attrs *a, int n_in,
                             const pcgc_ref *in, int *node) {
-  char name[700];
+  char name[NAME_BUF];
   const char *base = c->name_base ? c->name_base : pcgc__onnx_node_name(c->cur);
   pcgc_status s = unique_name(c, base, suffix, name, sizeof name);
   if (s != PCGC_OK) return s;
@@ -316,7 +317,7 @@ pcgc_status pcgc__onnx_emit(onnx_ctx *c, pcgc_op_kind k, const char *suffix, con
     for (int i = 1; i < nd->n_out; i++) {
       const char *o = c->cur->output[i];
       if (!o || !o[0]) continue;
-      char oname[700];
+      char oname[NAME_BUF];
       if ((s = unique_name(c, o, NULL, oname, sizeof oname)) != PCGC_OK) return s;
       if (pcgc_graph_set_output_name(c->g, *node, i, oname) != PCGC_OK) return pcgc__onnx_nomem(c);
     }
@@ -472,7 +473,7 @@ pcgc_status pcgc__onnx_weight(onnx_ctx *c, const onnx_tensor *t, const char *nam
   pcgc_attrs_init(&a, PCGC_OP_WEIGHT);
   pcgc_attrs_set_ints(&a, "shape", rank, shape);
   pcgc_attrs_set_int(&a, "dtype", PCGC_F32);
-  char wname[700];
+  char wname[NAME_BUF];
   pcgc_status s = unique_name(c, name, NULL, wname, sizeof wname);
   if (s == PCGC_OK) s = add_node(c, PCGC_OP_WEIGHT, wname, &a, 0, NULL, node);
   if (s != PCGC_OK) return s;
@@ -627,7 +628,7 @@ static pcgc_status add_inputs(onnx_ctx *c) {
     pcgc_attrs_init(&a, PCGC_OP_INPUT);
     pcgc_attrs_set_ints(&a, "shape", rank, dims);
     pcgc_attrs_set_int(&a, "dtype", dt);
-    char pname[700];
+    char pname[NAME_BUF];
     int node = -1;
     pcgc_status s = unique_name(c, name, NULL, pname, sizeof pname);
     if (s == PCGC_OK) s = add_node(c, PCGC_OP_INPUT, pname, &a, 0, NULL, &node);

@@ -241,7 +241,8 @@ static pcgc_status find_bias(onnx_ctx *c, const char *out, int64_t n, pcgc_ref *
   if (c->fused[u].kind != OF_NONE || strcmp(pcgc__onnx_str(an->op_type), "Add") != 0 ||
       (an->domain && an->domain[0]) || an->n_input != 2)
     return PCGC_OK;
-  const char *other = strcmp(an->input[0], out) == 0 ? an->input[1] : an->input[0];
+  const char *i0 = pcgc__onnx_str(an->input[0]), *i1 = pcgc__onnx_str(an->input[1]);
+  const char *other = strcmp(i0, out) == 0 ? i1 : i0;
   onnx_value *b = pcgc__onnx_value(c, other);
   if (!b || b->kind != OV_CONST || strcmp(other, out) == 0) return PCGC_OK;
   onnx_tensor *t;

@@ -17,6 +17,7 @@ PACKAGES=(
   protobuf-c-compiler libprotobuf-c-dev libonnx-dev   # ONNX import (onnx/)
   clang-14 libclang-rt-14-dev   # libFuzzer builds (PCGC_FUZZ=ON)
   python3
+  python3-torch python3-torchvision python3-onnx python3-numpy   # tests exporting PyTorch models
 )
 
 check_only=0

@@ -313,6 +313,189 @@ typedef struct pcgc_memory {
 pcgc_memory pcgc_cost_memory(pcgc_optimizer opt, double weight_bytes, double activation_bytes,
                              double comm_bytes);
 
+/* ==================================================================
+ * Simulator (search/sim.c, search/sim_report.c) and baseline strategies
+ * (search/strategy.c). search/README.md has every rule with its reasons.
+ *
+ * The simulator builds the task graph of one training iteration of a
+ * parallel graph whose nodes have machine views, and runs it event by event:
+ * every device has a compute stream and link ports, each running one task
+ * at a time in the order tasks become ready; communication overlaps compute
+ * whenever the dependencies allow.
+ *
+ *     pcgc_graph *pg; pcgc_mapping mp;
+ *     pcgc_strategy_build(PCGC_STRATEGY_DATA_PARALLEL, seq, &m, 0, &pg, &mp, &err);
+ *     pcgc_sim_options o;
+ *     pcgc_sim_options_default(&o);
+ *     pcgc_sim_result r;
+ *     if (pcgc_simulate(pg, &mp, &m, &o, &r, &err) == PCGC_OK)
+ *       pcgc_sim_report(stdout, &r, &m, "bert_large, data-parallel");
+ *     pcgc_sim_result_destroy(&r);
+ *     pcgc_mapping_destroy(&mp);
+ *     pcgc_graph_free(pg);
+ * ================================================================== */
+
+/* Where a node runs: piece p of its outputs (numbered as pcgc_piece_coords
+ * says: shards outermost, then partial sums, then replicas) lives on device
+ *     (start + p * stride) mod n_devices.
+ * stride 0 puts every piece on `start`, stride 1 on consecutive devices.
+ * Ignored for sources, which live wherever they are read (a device loads its
+ * data shard and keeps its weight pieces; nothing moves), and for parallel
+ * operators that only distribute a source (partition/replicate of an input
+ * or a weight): they cost nothing in forward, and their backward is the
+ * gradient synchronisation of the weight (see pcgc_simulate). */
+typedef struct pcgc_view {
+  int start;
+  int stride;
+} pcgc_view;
+
+/* One view per node: view[node id]. */
+typedef struct pcgc_mapping {
+  int n_nodes;
+  pcgc_view *view;
+} pcgc_mapping;
+
+/* Allocates n_nodes views, each set to `all`. */
+pcgc_status pcgc_mapping_init(pcgc_mapping *mp, int n_nodes, pcgc_view all, pcgc_error *err);
+void pcgc_mapping_destroy(pcgc_mapping *mp);
+
+/* Order of micro-batches where the loss is pipelined. GPIPE: every forward
+ * micro-batch, then every backward one. 1F1B: a device of pipeline stage k
+ * (of s; stages are told apart by the first pipelined operator each device
+ * runs) starts micro-batch i's forward only after micro-batch i-(s-k)'s
+ * backward, so at most s-k micro-batches are in flight on it. */
+typedef enum pcgc_schedule { PCGC_SCHEDULE_GPIPE, PCGC_SCHEDULE_1F1B, PCGC_SCHEDULE_COUNT } pcgc_schedule;
+
+const char *pcgc_schedule_name(pcgc_schedule s);            /* "gpipe", "1f1b" */
+int pcgc_schedule_from_name(const char *name);             /* -1 if unknown */
+const char *pcgc_optimizer_name(pcgc_optimizer o);          /* "sgd", "momentum", "adam" */
+int pcgc_optimizer_from_name(const char *name);            /* -1 if unknown */
+
+typedef struct pcgc_sim_options {
+  pcgc_optimizer optimizer;  /* state kept per weight, update cost (default Adam) */
+  pcgc_schedule schedule;    /* default GPipe */
+  pcgc_comm_algo algo;       /* collectives (default AUTO) */
+  bool overlap;              /* default true; false: a transfer or collective also
+                                holds the compute stream of every device it
+                                involves (no communication/compute overlap) */
+  const char *trace_path;    /* Chrome trace JSON of every task (NULL: none),
+                                written atomically (temporary file, rename) */
+} pcgc_sim_options;
+
+void pcgc_sim_options_default(pcgc_sim_options *o);
+
+typedef enum pcgc_task_kind {
+  PCGC_TASK_FORWARD,     /* one piece of one micro-batch of an ordinary op */
+  PCGC_TASK_BACKWARD,    /* its backward */
+  PCGC_TASK_ADD,         /* a reduce adding partial sums that arrived point to point */
+  PCGC_TASK_OPTIMIZER,   /* update of one weight piece on one device */
+  PCGC_TASK_TRANSFER,    /* point to point, one link */
+  PCGC_TASK_COLLECTIVE,  /* all-reduce, broadcast or reduce over a device group */
+  PCGC_TASK_JOIN,        /* bookkeeping: no duration, no resource */
+  PCGC_TASK_KIND_COUNT
+} pcgc_task_kind;
+
+const char *pcgc_task_kind_name(pcgc_task_kind k);         /* "forward", ... */
+
+typedef struct pcgc_sim_device {
+  double compute;       /* s its compute stream is busy */
+  double idle;          /* iteration_time - compute */
+  pcgc_memory memory;   /* at the forward/backward boundary, the peak (see pcgc_simulate) */
+  bool oom;             /* memory.total > pcgc_machine_usable_memory */
+} pcgc_sim_device;
+
+typedef struct pcgc_sim_result {
+  double iteration_time;  /* s: when the last task ends */
+  double forward_time;    /* s: when the last forward task (compute or transfer) ends */
+  double critical_path;   /* s: the longest chain of dependent tasks, ignoring contention:
+                             a lower bound of iteration_time */
+  double task_time;       /* s: the sum of every task's duration: an upper bound */
+  double compute_min, compute_mean, compute_max;  /* over devices, s */
+  double bytes_intra, bytes_inter;  /* bytes moved over each link class (collectives:
+                                       their ring algorithm's traffic) */
+  double capacity;        /* usable memory per device, bytes */
+  int n_devices;
+  int oom_devices;        /* devices whose memory exceeds capacity */
+  int stages, micro_batches;  /* pipeline stages and micro-batches (1, 1 if none) */
+  pcgc_optimizer optimizer;
+  pcgc_schedule schedule;
+  pcgc_sim_device *device;    /* [n_devices], owned */
+  int64_t n_tasks, n_edges;
+  int64_t tasks_by_kind[PCGC_TASK_KIND_COUNT];
+  double build_seconds, run_seconds;  /* wall time: task graph, event loop */
+} pcgc_sim_result;
+
+/* Simulates one training iteration (forward, backward, gradient
+ * synchronisation, optimizer step) of the typed parallel graph g with views
+ * mp on machine m. The task graph:
+ *   - ordinary op: a forward task per output piece and micro-batch on the
+ *     piece's device, timed by pcgc_cost_node_time, and its backward task
+ *     (for ops with a gradient path to the loss and an input that needs a
+ *     gradient); the loss's backward starts the backward pass;
+ *   - an input piece on another device: a transfer of the piece (one per
+ *     piece and destination), and in backward its gradient sent back;
+ *   - partition, combine, pipeline, unpipeline: a transfer of every
+ *     overlapping part between pieces on different devices (with the same
+ *     sum and replica index), reversed in backward;
+ *   - replicate: the piece sent to each other device holding a copy, point
+ *     to point to one device, a broadcast collective to two or more;
+ *     backward adds the copies' gradients like a reduce;
+ *   - reduce: partial sums from one other device come point to point and an
+ *     add task sums them; from two or more, one reduce collective over the
+ *     group, timed as an all-reduce (a ring reduce is a reduce-scatter and a
+ *     gather, the all-reduce's two phases); backward sends the gradient back
+ *     like a replicate;
+ *   - weights: the devices that read a weight element each keep a copy;
+ *     after the last backward task that reads it, the copies' gradients are
+ *     all-reduced over those devices (data parallelism's gradient
+ *     synchronisation, overlapping the rest of backward), then each device
+ *     runs an optimizer task on its piece;
+ *   - pipelined loss: micro-batches in o->schedule's order.
+ * Memory per device (pcgc_cost_memory): the weight pieces it keeps (with
+ * gradients and optimizer state), activations (every output of a kernel but
+ * the loss, every piece received in forward, data pieces read) of every
+ * micro-batch under GPipe or of at most s-k under 1F1B, and the largest
+ * gradient transfer it receives; collectives work in place.
+ * Errors: bad views, a graph that is not typed, out of memory. r is zeroed
+ * first and owns memory after PCGC_OK (pcgc_sim_result_destroy). */
+pcgc_status pcgc_simulate(const pcgc_graph *g, const pcgc_mapping *mp, const pcgc_machine *m,
+                          const pcgc_sim_options *o, pcgc_sim_result *r, pcgc_error *err);
+void pcgc_sim_result_destroy(pcgc_sim_result *r);
+
+/* Prints the result: iteration time, compute and idle per device (min,
+ * mean, max), bytes per link class, memory per device against capacity and
+ * the devices out of memory, tasks by kind, simulation wall time. `title`
+ * (may be NULL) heads it. */
+void pcgc_sim_report(FILE *f, const pcgc_sim_result *r, const pcgc_machine *m, const char *title);
+
+/* ------------------------------------------------- baseline strategies */
+
+typedef enum pcgc_strategy {
+  PCGC_STRATEGY_SEQUENTIAL,     /* every operator on device 0 */
+  PCGC_STRATEGY_DATA_PARALLEL,  /* every data input partitioned on dim 0 (the batch)
+                                   by N, every weight replicated N ways, every
+                                   operator's piece p on device p */
+  PCGC_STRATEGY_COUNT
+} pcgc_strategy;
+
+const char *pcgc_strategy_name(pcgc_strategy s);           /* "sequential", "data-parallel" */
+int pcgc_strategy_from_name(const char *name);             /* -1 if unknown */
+
+/* From a typed sequential graph (no parallel operators), the parallel graph
+ * (*out, typed; caller frees) and its mapping (caller destroys) of baseline
+ * s on n_devices devices of m (0: all of them; sequential uses one). Data
+ * parallelism inserts partition/replicate after every source and re-infers,
+ * so the sequential operators take the sharded types; a batch that N does
+ * not divide is an error naming the input. */
+pcgc_status pcgc_strategy_build(pcgc_strategy s, const pcgc_graph *seq, const pcgc_machine *m, int n_devices,
+                                pcgc_graph **out, pcgc_mapping *mp, pcgc_error *err);
+
+/* What `pcgc simulate` does: builds baseline `strategy` (a name) of the
+ * sequential graph `seq` on m, simulates it with options o (NULL: defaults)
+ * and prints the report, titled with the model, strategy and machine, to f. */
+pcgc_status pcgc_simulate_strategy(const pcgc_graph *seq, const char *strategy, const pcgc_machine *m, int n_devices,
+                                   const pcgc_sim_options *o, FILE *f, pcgc_error *err);
+
 #ifdef __cplusplus
 }
 #endif

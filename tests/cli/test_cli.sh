@@ -74,6 +74,11 @@ grep -q '^const B' "$src/models/mlp.pcg" || bad "models/mlp.pcg has no 'const B'
 expect 0 "$pcgc" check "$src/models/mlp.pcg" --set B=7
 if cmp -s "$tmp/out" "$tmp/mlp-default"; then bad "--set B=7 changed nothing"; else ok; fi
 expect 1 "$pcgc" check "$src/models/mlp.pcg" --set NOPE=3; has "$tmp/err" "NOPE"
+# --batch sets const B: same numbers as --set B=...
+expect 0 "$pcgc" check "$src/models/mlp.pcg" --batch 7; cp "$tmp/out" "$tmp/mlp-b7"
+expect 0 "$pcgc" check "$src/models/mlp.pcg" --set B=7
+if cmp -s "$tmp/out" "$tmp/mlp-b7"; then ok; else bad "--batch 7 differs from --set B=7"; fi
+expect 2 "$pcgc" check "$src/models/mlp.pcg" --batch zero; has "$tmp/err" "positive integer"
 
 # --- show: canonical form re-parses; -o writes atomically and keeps the old file on error
 expect 0 "$pcgc" show "$src/models/transformer-block.pcg" -o "$tmp/tb.pcg"

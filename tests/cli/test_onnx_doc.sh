@@ -6,15 +6,17 @@
 # shows for those commands must appear in the real output (lines holding
 # "…" are elisions and are skipped), plus a few exact facts (15,770
 # parameters, the batch of 32 in the input type).
-# Needs torch: exits 77 (skipped) when /usr/bin/python3 cannot import it.
+# Needs torch: exits 77 (skipped) when /usr/bin/python3 (or $PCGC_PYTHON)
+# cannot import it.
 # ctest runs: bash test_onnx_doc.sh PCGC SOURCE_DIR. Exit 0 = pass.
 set -uo pipefail
 pcgc=${1:?usage: test_onnx_doc.sh PCGC SOURCE_DIR}
 src=${2:?usage: test_onnx_doc.sh PCGC SOURCE_DIR}
 doc="$src/docs/onnx.md"
 
-if ! /usr/bin/python3 -c "import torch, torchvision, onnx" 2>/dev/null; then
-  echo "skipped: /usr/bin/python3 cannot import torch, torchvision and onnx"
+python=${PCGC_PYTHON:-/usr/bin/python3}   # Debian's, where python3-torch installs torch
+if ! "$python" -c "import torch, torchvision, onnx" 2>/dev/null; then
+  echo "skipped: $python cannot import torch, torchvision and onnx"
   exit 77
 fi
 
@@ -56,7 +58,7 @@ documented() {
 }
 
 # --- the user's export script (the python block of docs/onnx.md)
-if (cd "$tmp" && /usr/bin/python3 "$src/tests/onnx/docs_example.py") >"$tmp/py" 2>"$tmp/pyerr"; then ok; else
+if (cd "$tmp" && "$python" "$src/tests/onnx/docs_example.py") >"$tmp/py" 2>"$tmp/pyerr"; then ok; else
   bad "docs_example.py failed"; sed 's/^/  | /' "$tmp/pyerr" >&2; exit 1; fi
 has "$tmp/py" "15770 parameters"
 [ -s "$tmp/model.onnx" ] && ok || bad "docs_example.py wrote no model.onnx"

@@ -3,7 +3,7 @@
 
     /usr/bin/python3 tests/onnx/export_models.py OUTDIR [MODEL...]
 
-MODEL is any of: mlp cnn transformer transformer_gelu resnet18
+MODEL is any of: mlp cnn transformer transformer_gelu ops resnet18
 resnext50_32x4d inception_v3
 (default: all). For each model it writes
 
@@ -12,7 +12,7 @@ resnext50_32x4d inception_v3
                                "batch"; everything else is fixed)
     OUTDIR/MODEL.json          the sidecar below
     OUTDIR/MODEL.input.f32     (the small models: mlp, cnn, transformer,
-                               transformer_gelu) an input batch
+                               transformer_gelu, ops) an input batch
     OUTDIR/MODEL.output.f32    (small models) PyTorch's eval-mode output
                                for that input
     OUTDIR/MODEL.init.f32      (small models) every float
@@ -51,15 +51,27 @@ Sidecar (JSON):
              "input_file": "mlp.input.f32", "output_file": "mlp.output.f32",
              "init_file": "mlp.init.f32"},
       "initializers": [{"name": "fc1.weight", "dims": [32, 16], "offset": 0,
-                        "transposed": true}, ...]
+                        "transposed": true, "parameter": true,
+                        "sum": 0.123, "sum_abs": 4.56}, ...]
     }
 
-"io" and "initializers" (offsets in elements of MODEL.init.f32) are present
-only for the small models. "transposed" marks the B input of a Gemm with
-transB=1 (nn.Linear's weight [out, in]): pcgc's linear takes [in, out], so
-the importer holds that weight transposed. Its batch (3) differs from the
-batch the export traced (2), so matching PyTorch's output also checks that
-the importer resized the symbolic batch.
+"io" and the initializers' "offset" (in elements of MODEL.init.f32) are
+present only for the small models. The io batch (3) differs from the batch
+the export traced (2), so matching PyTorch's output also checks that the
+importer resized the symbolic batch. "initializers" lists every float
+initializer: "transposed" marks the B input of a Gemm with transB=1
+(nn.Linear's weight [out, in]; pcgc's linear takes [in, out], so the
+importer holds that weight transposed), "parameter" that the name is one of
+named_parameters() (not a BatchNorm running statistic, not a tensor the
+exporter folded), "sum" and "sum_abs" the float64 sums of its values.
+
+tests/onnx/models/ holds the outputs for mlp, cnn, transformer and ops,
+committed so that tests/onnx/test_onnx.c runs without torch; the export is
+deterministic, so regenerating them changes nothing unless torch does:
+
+    /usr/bin/python3 tests/onnx/export_models.py tests/onnx/models mlp cnn transformer ops
+
+tests/onnx/test_onnx_torch.c exports every model into a temporary folder.
 
 Choices that keep PyTorch's counts and the ONNX file comparable:
 
@@ -77,14 +89,16 @@ Choices that keep PyTorch's counts and the ONNX file comparable:
   LayerNormalization node. transformer_gelu is the same encoder with GELU
   activations at torch's default opset 14, where LayerNorm is decomposed
   into ReduceMean, Sub, Pow, ReduceMean, Add, Sqrt, Div, Mul, Add and GELU
-  into Div, Erf, Add, Mul, Mul: the importer has to recognise both. Other
-  models use opset 14.
+  into Div, Erf, Add, Mul, Mul: the importer has to recognise both. ops
+  uses opset 11 (Softmax, Split, Squeeze and Unsqueeze in their old forms).
+  Other models use opset 14.
 
 Models: mlp (Linear 16-32-32-10, ReLU, Tanh), cnn (two 3x3 convolutions
 without batch norm, max pool, global average pool, flatten, linear),
 transformer (torch.nn.TransformerEncoder, batch_first, 2 layers, d_model 32,
 4 heads, feed-forward 64, dropout 0, sequence length 5), transformer_gelu
-(the same with activation="gelu", opset 14), and torchvision's
+(the same with activation="gelu", opset 14), ops (see Ops below), and
+torchvision's
 resnet18, resnext50_32x4d and inception_v3 (aux_logits=False,
 init_weights=False), all with weights=None.
 """
@@ -135,6 +149,35 @@ class SmallCNN(torch.nn.Module):
         return self.fc(torch.flatten(h, 1))                 # (B, 10)
 
 
+class Ops(torch.nn.Module):
+    """A little of everything the importer maps, at opset 11: padded average
+    pooling (Pad + AveragePool), a grouped convolution without bias, softmax
+    over a middle dim, mean, concat, slices, scalar arithmetic on both
+    sides, Neg, Exp, Pow, a LayerNorm over two dims (decomposed below opset
+    17), GELU (decomposed), chunk (Split), transpose, a reshape computed from
+    the batch size, MatMul + Add (a linear), ReduceSum."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(4, 4, 3, padding=1, groups=2, bias=False)
+        self.ln = torch.nn.LayerNorm((3, 8))
+        self.fc = torch.nn.Linear(8, 5)
+
+    def forward(self, x):                                          # x (B, 4, 6, 6)
+        a = torch.nn.functional.avg_pool2d(x, 3, stride=1, padding=1)
+        b = torch.nn.functional.max_pool2d(self.conv(a), 2)        # (B, 4, 3, 3)
+        c = torch.softmax(torch.flatten(b, 2), dim=1)              # (B, 4, 9)
+        e = torch.cat([c, c.mean(dim=-1, keepdim=True)], dim=-1)   # (B, 4, 10)
+        f = e[:, 1:4, 2:10]                                        # (B, 3, 8)
+        g = torch.sigmoid(f) * 2 - 1
+        g = (1 - g) / 3 + torch.exp(-g) + g.pow(2)
+        g = torch.nn.functional.gelu(self.ln(g))                   # (B, 3, 8)
+        h1, h2 = g.chunk(2, dim=-1)                                # (B, 3, 4) x 2
+        h = torch.cat([h2, h1], dim=-1).transpose(1, 2)            # (B, 8, 3)
+        h = h.reshape(h.shape[0], 3, 8)
+        return self.fc(h).sum(dim=1)                               # (B, 5)
+
+
 def transformer(activation="relu"):
     layer = torch.nn.TransformerEncoderLayer(
         d_model=32, nhead=4, dim_feedforward=64, dropout=0.0, batch_first=True,
@@ -150,6 +193,7 @@ MODELS = collections.OrderedDict([
     ("cnn", (SmallCNN, (3, 16, 16), 14, EVAL, True)),
     ("transformer", (transformer, (5, 32), 17, EVAL, True)),
     ("transformer_gelu", (lambda: transformer("gelu"), (5, 32), 14, EVAL, True)),
+    ("ops", (Ops, (4, 6, 6), 11, EVAL, True)),
     ("resnet18", (lambda: torchvision.models.resnet18(weights=None),
                   (3, 224, 224), 14, PRESERVE, False)),
     ("resnext50_32x4d", (lambda: torchvision.models.resnext50_32x4d(weights=None),
@@ -242,24 +286,37 @@ def export(name, outdir):
             ("output_shape", list(y.shape)),
             ("input_file", name + ".input.f32"),
             ("output_file", name + ".output.f32"),
-            ("init_file", name + ".init.f32"),
         ])
-        # pcgc's linear takes its weight as [K, N]: the B of a Gemm with
-        # transB=1 ([N, K], nn.Linear's layout) is held transposed
-        trans_b = {n.input[1] for n in m.graph.node if n.op_type == "Gemm" and any(
-            a.name == "transB" and a.i == 1 for a in n.attribute)}
-        inits, values, offset = [], [], 0
-        for t in m.graph.initializer:
-            if t.data_type != onnx.TensorProto.FLOAT:
-                continue
-            a = onnx.numpy_helper.to_array(t)
-            inits.append(collections.OrderedDict(
-                [("name", t.name), ("dims", list(t.dims)), ("offset", offset),
-                 ("transposed", t.name in trans_b)]))
+    # Every float initializer: where its values are (small models), whether
+    # pcgc holds it transposed, whether it is a PyTorch parameter, and the
+    # sum of its values (checks the weights of the big models cheaply: a sum
+    # does not depend on the layout).
+    # pcgc's linear takes its weight as [K, N]: the B of a Gemm with transB=1
+    # ([N, K], nn.Linear's layout) is held transposed.
+    trans_b = {n.input[1] for n in m.graph.node if n.op_type == "Gemm" and any(
+        a.name == "transB" and a.i == 1 for a in n.attribute)}
+    param_names = {n for n, _ in params}
+    inits, values, offset = [], [], 0
+    for t in m.graph.initializer:
+        if t.data_type != onnx.TensorProto.FLOAT:
+            continue
+        a = onnx.numpy_helper.to_array(t).astype(np.float64)
+        e = collections.OrderedDict([("name", t.name), ("dims", list(t.dims))])
+        if has_io:
+            e["offset"] = offset
             values.append(a.reshape(-1))
             offset += a.size
+        e["transposed"] = t.name in trans_b
+        e["parameter"] = t.name in param_names
+        e["sum"] = float(a.sum())
+        e["sum_abs"] = float(np.abs(a).sum())
+        inits.append(e)
+    if mode == PRESERVE and sum(e["parameter"] for e in inits) != len(params):
+        sys.exit(f"{name}: not every parameter is an initializer of its own name")
+    if has_io:
+        side["io"]["init_file"] = name + ".init.f32"
         write_f32(os.path.join(outdir, name + ".init.f32"), np.concatenate(values))
-        side["initializers"] = inits
+    side["initializers"] = inits
     with open(os.path.join(outdir, name + ".json"), "w") as f:
         json.dump(side, f, indent=2)
         f.write("\n")

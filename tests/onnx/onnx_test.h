@@ -14,7 +14,10 @@
  *                  1e-4 relative to the output's largest magnitude;
  *   check_values   (models with MODEL.init.f32) every initializer is a
  *                  weight of the same name holding its floats, or their
- *                  transpose where pcgc's layout is ONNX's transposed.
+ *                  transpose where pcgc's layout is ONNX's transposed;
+ *   check_value_sums  (any model) every initializer that is a PyTorch
+ *                  parameter is a weight of its name whose values have the
+ *                  initializer's sum.
  *
  * Static functions only: each test program includes it once.
  */
@@ -44,14 +47,15 @@
 /* ---------------------------------------------------------------- sidecar */
 
 #define SIDE_MAX_OPS 64
-#define SIDE_MAX_INITS 64
 
 typedef struct side_init {
   char name[128];
   int rank;
   int64_t dims[PCGC_MAX_RANK];
-  int64_t offset, numel;   /* in elements of MODEL.init.f32 */
+  int64_t offset, numel;   /* in elements of MODEL.init.f32 (offset -1: not there) */
   bool transposed;         /* B of a Gemm transB=1: pcgc holds it transposed */
+  bool parameter;          /* one of PyTorch's named_parameters() */
+  double sum, sum_abs;     /* of its values, in float64 */
 } side_init;
 
 typedef struct model_side {
@@ -68,8 +72,14 @@ typedef struct model_side {
   int64_t in_dims[PCGC_MAX_RANK], out_dims[PCGC_MAX_RANK];
   char input_file[128], output_file[128], init_file[128];
   int n_inits;
-  side_init inits[SIDE_MAX_INITS];
+  side_init *inits;        /* every float initializer (malloc'd: side_free) */
+  int64_t parameter_tensors;
 } model_side;
+
+static void side_free(model_side *s) {
+  free(s->inits);
+  s->inits = NULL;
+}
 
 static int64_t json_int(const cJSON *o, const char *key) {
   const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
@@ -131,17 +141,23 @@ static void side_load(const char *dir, const char *model, model_side *s) {
     json_str(io, "input_file", s->input_file, sizeof s->input_file);
     json_str(io, "output_file", s->output_file, sizeof s->output_file);
     json_str(io, "init_file", s->init_file, sizeof s->init_file);
-    const cJSON *inits = cJSON_GetObjectItemCaseSensitive(j, "initializers"), *it;
-    cJSON_ArrayForEach(it, inits) {
-      ck_assert_int_lt(s->n_inits, SIDE_MAX_INITS);
-      side_init *si = &s->inits[s->n_inits++];
-      json_str(it, "name", si->name, sizeof si->name);
-      si->rank = json_dims(cJSON_GetObjectItemCaseSensitive(it, "dims"), si->dims);
-      si->offset = json_int(it, "offset");
-      si->transposed = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(it, "transposed"));
-      si->numel = 1;
-      for (int d = 0; d < si->rank; d++) si->numel *= si->dims[d];
-    }
+  }
+  s->parameter_tensors = json_int(j, "parameter_tensors");
+  const cJSON *inits = cJSON_GetObjectItemCaseSensitive(j, "initializers"), *it;
+  ck_assert_msg(cJSON_IsArray(inits), "sidecar: no initializers");
+  s->inits = calloc((size_t)cJSON_GetArraySize(inits) + 1, sizeof *s->inits);
+  ck_assert_ptr_nonnull(s->inits);
+  cJSON_ArrayForEach(it, inits) {
+    side_init *si = &s->inits[s->n_inits++];
+    json_str(it, "name", si->name, sizeof si->name);
+    si->rank = json_dims(cJSON_GetObjectItemCaseSensitive(it, "dims"), si->dims);
+    si->offset = cJSON_GetObjectItemCaseSensitive(it, "offset") ? json_int(it, "offset") : -1;
+    si->transposed = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(it, "transposed"));
+    si->parameter = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(it, "parameter"));
+    si->sum = cJSON_GetObjectItemCaseSensitive(it, "sum")->valuedouble;
+    si->sum_abs = cJSON_GetObjectItemCaseSensitive(it, "sum_abs")->valuedouble;
+    si->numel = 1;
+    for (int d = 0; d < si->rank; d++) si->numel *= si->dims[d];
   }
   cJSON_Delete(j);
 }
@@ -392,37 +408,65 @@ static void pcgc_name_of(const char *onnx_name, char *out, size_t n) {
   out[k] = '\0';
 }
 
-/* Every float initializer of the model is a weight of the same name
- * holding its floats exactly: in the same shape, or, for the B of a Gemm
- * with transB=1 ("transposed" in the sidecar), as the transposed matrix. */
+/* The weight node the importer made from initializer `si`. */
+static const pcgc_node *init_weight(const model_side *s, const pcgc_graph *g, const side_init *si) {
+  char name[256];
+  pcgc_name_of(si->name, name, sizeof name);
+  int id = pcgc_graph_find(g, name);
+  ck_assert_msg(id >= 0, "%s: no weight '%s' for initializer '%s'", s->model, name, si->name);
+  const pcgc_node *n = &g->nodes[id];
+  ck_assert_msg(n->kind == PCGC_OP_WEIGHT, "%s: '%s' is a %s, not a weight", s->model, name, pcgc_op_name(n->kind));
+  ck_assert_msg(n->value != NULL, "%s: weight '%s' has no value", s->model, name);
+  ck_assert_int_eq(pcgc_ptensor_numel(&n->out[0]), si->numel);
+  return n;
+}
+
+/* Every float initializer of a small model (values in MODEL.init.f32) is a
+ * weight of the same name holding its floats exactly: in the same shape,
+ * or, for the B of a Gemm with transB=1 ("transposed" in the sidecar), as
+ * the transposed matrix. */
 static void check_values(const model_side *s, const pcgc_graph *g) {
   ck_assert_int_gt(s->n_inits, 0);
+  ck_assert_msg(s->init_file[0], "%s has no init file", s->model);
   int64_t total = s->inits[s->n_inits - 1].offset + s->inits[s->n_inits - 1].numel;
   float *all = read_f32(s->dir, s->init_file, total);
   for (int k = 0; k < s->n_inits; k++) {
     const side_init *si = &s->inits[k];
     const float *want = all + si->offset;
-    char name[256];
-    pcgc_name_of(si->name, name, sizeof name);
-    int id = pcgc_graph_find(g, name);
-    ck_assert_msg(id >= 0, "%s: no weight '%s' for initializer '%s'", s->model, name, si->name);
-    const pcgc_node *n = &g->nodes[id];
-    ck_assert_int_eq(n->kind, PCGC_OP_WEIGHT);
-    ck_assert_msg(n->value != NULL, "%s: weight '%s' has no value", s->model, name);
+    const pcgc_node *n = init_weight(s, g, si);
     int64_t want_dims[PCGC_MAX_RANK];
     for (int d = 0; d < si->rank; d++) want_dims[d] = si->dims[si->transposed ? si->rank - 1 - d : d];
-    ck_assert_msg(!si->transposed || si->rank == 2, "%s: transposed '%s' is not 2-D", s->model, name);
-    assert_dims(&n->out[0], si->rank, want_dims, name);
+    ck_assert_msg(!si->transposed || si->rank == 2, "%s: transposed '%s' is not 2-D", s->model, n->name);
+    assert_dims(&n->out[0], si->rank, want_dims, n->name);
     int64_t rows = si->transposed ? si->dims[0] : 1, cols = si->transposed ? si->dims[1] : si->numel;
     for (int64_t i = 0; i < rows; i++)
       for (int64_t j = 0; j < cols; j++) {
         float got = si->transposed ? n->value[j * rows + i] : n->value[j];
         ck_assert_msg(got == want[i * cols + j], "%s: weight '%s' holds %.9g where the initializer%s has %.9g "
-                      "(element %lld, %lld)", s->model, name, got, si->transposed ? " (transposed)" : "",
+                      "(element %lld, %lld)", s->model, n->name, got, si->transposed ? " (transposed)" : "",
                       want[i * cols + j], (long long)i, (long long)j);
       }
   }
   free(all);
+}
+
+/* Every initializer that is a PyTorch parameter is a weight of its name
+ * with its element count and the same sum of values (any model: a sum
+ * does not depend on the layout, and needs no copy of the values).
+ * Returns how many were checked. */
+static int check_value_sums(const model_side *s, const pcgc_graph *g) {
+  int checked = 0;
+  for (int k = 0; k < s->n_inits; k++) {
+    const side_init *si = &s->inits[k];
+    if (!si->parameter) continue;
+    const pcgc_node *n = init_weight(s, g, si);
+    double sum = 0;
+    for (int64_t e = 0; e < si->numel; e++) sum += n->value[e];
+    ck_assert_msg(fabs(sum - si->sum) <= 1e-9 * si->sum_abs + 1e-300, "%s: weight '%s' sums to %.17g, the "
+                  "initializer to %.17g", s->model, n->name, sum, si->sum);
+    checked++;
+  }
+  return checked;
 }
 
 #endif

@@ -1,7 +1,7 @@
 /*
  * test_onnx.c — the ONNX importer (onnx/) on committed files; needs no torch.
  *
- *   - tests/onnx/models/{mlp,cnn,transformer}.onnx, exported from PyTorch
+ *   - tests/onnx/models/{mlp,cnn,transformer,ops}.onnx, exported from PyTorch
  *     by export_models.py: the parameter count equals PyTorch's exactly,
  *     the operator counts match the ONNX node counts (onnx_test.h), and
  *     the reference interpreter's f64 forward pass from the imported
@@ -17,9 +17,9 @@
  *     the format) and names the file; an unsupported operator's
  *     error names the node, the op type and the opset, and its hint lists
  *     the supported operators;
- *   - every truncation and every single-byte change of mlp.onnx either
- *     imports to a valid graph or fails with a message (no crash; CI runs
- *     this under ASan).
+ *   - every truncation and every single-byte change of mlp.onnx and
+ *     cnn.onnx either imports to a valid graph or fails with a message (no
+ *     crash; CI runs this under ASan).
  */
 #include "onnx_test.h"
 
@@ -28,7 +28,7 @@
 #define MODELS_DIR PCGC_SOURCE_DIR "/tests/onnx/models"
 #define BAD_DIR PCGC_SOURCE_DIR "/tests/data/bad-onnx"
 
-static const char *const MODELS[] = {"mlp", "cnn", "transformer"};
+static const char *const MODELS[] = {"mlp", "cnn", "transformer", "ops"};
 #define N_MODELS ((int)(sizeof MODELS / sizeof MODELS[0]))
 
 static bool has_suffix(const char *s, const char *suffix) {
@@ -51,9 +51,11 @@ START_TEST(test_model_counts) {
   pcgc_graph *g = load_model(&s, 2);
   check_params(g, &s);
   check_ops(g, &s);
+  ck_assert_int_gt(check_value_sums(&s, g), 0);
   pcgc_error err = {0};
   ck_assert_msg(pcgc_graph_validate(g, &err) == PCGC_OK, "%s: %s", s.model, err.message);
   pcgc_graph_free(g);
+  side_free(&s);
 }
 END_TEST
 
@@ -61,6 +63,7 @@ START_TEST(test_model_forward) {
   model_side s;
   side_load(MODELS_DIR, MODELS[_i], &s);
   check_forward(&s);
+  side_free(&s);
 }
 END_TEST
 
@@ -80,6 +83,7 @@ START_TEST(test_mlp_structure) {
   assert_dims(&g->nodes[w].out[0], 2, (int64_t[]){16, 32}, "fc1.weight");
   assert_dims(&g->nodes[sink_node(g)].out[0], 2, (int64_t[]){4, 10}, "output");
   pcgc_graph_free(g);
+  side_free(&s);
 }
 END_TEST
 
@@ -127,6 +131,7 @@ START_TEST(test_batch) {
     ck_assert_msg(fabs(st.input_bytes - (double)batches[k] * st1.input_bytes) < 0.5, "input bytes");
     pcgc_graph_free(g);
   }
+  side_free(&s);
 }
 END_TEST
 
@@ -138,6 +143,7 @@ START_TEST(test_values) {
   pcgc_graph *g = load_model(&s, 2);
   check_values(&s, g);
   pcgc_graph_free(g);
+  side_free(&s);
 }
 END_TEST
 

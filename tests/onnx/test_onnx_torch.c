@@ -1,16 +1,19 @@
 /*
  * test_onnx_torch.c — the ONNX importer on models exported from PyTorch at
- * test time: tests/onnx/export_models.py writes an MLP, a small CNN, a
- * TransformerEncoder (opset 17), the same with GELU at opset 14 (LayerNorm
- * and GELU decomposed into elementwise chains the importer must
- * recognise) and torchvision's resnet18, resnext50_32x4d and
- * inception_v3 (weights=None) into a temporary folder with their
- * sidecars, and each is imported and checked as in onnx_test.h: the
- * parameter count equals PyTorch's exactly, the operator counts match the
- * ONNX node counts, the four small models reproduce PyTorch's output
- * through the reference interpreter (f64, 1e-4 relative), every weight
- * holds its initializer's values, and the dynamic batch sizes inputs and
- * outputs.
+ * test time. tests/onnx/export_models.py writes into a temporary folder,
+ * with their sidecars: an MLP, a small CNN, a TransformerEncoder (opset
+ * 17), the same with GELU at opset 14 (LayerNorm and GELU decomposed into
+ * elementwise chains the importer must recognise), a model of many small
+ * operators at opset 11, and torchvision's resnet18, resnext50_32x4d and
+ * inception_v3 (weights=None). Each is imported and checked as in
+ * onnx_test.h: the parameter count equals PyTorch's exactly, the operator
+ * counts match the ONNX node counts, every weight holds its initializer's
+ * values (exactly for the small models, by the sum of its values for
+ * every parameter of the big ones), the five small models reproduce
+ * PyTorch's output through the reference interpreter (f64, 1e-4
+ * relative), and the dynamic batch sizes inputs and outputs. The
+ * torchvision models' forward FLOPs per image agree with torchvision's
+ * published costs.
  *
  * Needs /usr/bin/python3 with torch, torchvision and onnx; exits 77
  * (skipped) without them. The exports take ~20 s and ~250 MB of disk.
@@ -21,14 +24,16 @@
 #include <ftw.h>
 #include <unistd.h>
 
-#define PYTHON "/usr/bin/python3"
+#ifndef PYTHON
+#define PYTHON "/usr/bin/python3" /* Debian's, where python3-torch installs torch */
+#endif
 
 static char g_dir[512];   /* the export folder, made by main() */
 
-static const char *const MODELS[] = {"mlp",      "cnn",             "transformer", "transformer_gelu",
-                                     "resnet18", "resnext50_32x4d", "inception_v3"};
+static const char *const MODELS[] = {"mlp",          "cnn",      "transformer",     "transformer_gelu",
+                                     "ops",          "resnet18", "resnext50_32x4d", "inception_v3"};
 #define N_MODELS ((int)(sizeof MODELS / sizeof MODELS[0]))
-#define N_SMALL 4   /* the first four have an input/output pair */
+#define N_SMALL 5   /* the first five have an input/output pair */
 
 START_TEST(test_counts) {
   model_side s;
@@ -36,9 +41,14 @@ START_TEST(test_counts) {
   pcgc_graph *g = load_model(&s, 2);
   check_params(g, &s);
   check_ops(g, &s);
+  /* the torchvision models keep every parameter under its own name (the
+   * transformers' projection weights are folded into onnx::MatMul_N) */
+  int checked = check_value_sums(&s, g);
+  if (_i >= N_SMALL) ck_assert_int_eq(checked, (int)s.parameter_tensors);
   pcgc_error err = {0};
   ck_assert_msg(pcgc_graph_validate(g, &err) == PCGC_OK, "%s: %s", s.model, err.message);
   pcgc_graph_free(g);
+  side_free(&s);
 }
 END_TEST
 
@@ -46,6 +56,7 @@ START_TEST(test_forward) {
   model_side s;
   side_load(g_dir, MODELS[_i], &s);
   check_forward(&s);
+  side_free(&s);
 }
 END_TEST
 
@@ -55,6 +66,7 @@ START_TEST(test_values) {
   pcgc_graph *g = load_model(&s, 1);
   check_values(&s, g);
   pcgc_graph_free(g);
+  side_free(&s);
 }
 END_TEST
 
@@ -73,6 +85,32 @@ START_TEST(test_batch) {
     ck_assert_int_eq(out->dims[1], 1000);
   }
   pcgc_graph_free(g);
+  side_free(&s);
+}
+END_TEST
+
+/* Forward FLOPs per image against torchvision's published cost (the
+ * weights' documentation from torchvision 0.15 lists "GFLOPS", counting
+ * multiply-adds: 1.81 for resnet18, 4.23 for resnext50_32x4d, 5.71 for
+ * inception_v3 at 299x299). pcgc counts a
+ * multiply-add as 2 FLOPs and adds the elementwise work of batch norms,
+ * ReLUs, additions and pooling, which is under 2%: a wrong stride,
+ * padding or group count would be far outside the 3% allowed. */
+START_TEST(test_flops) {
+  static const double gmacs[] = {1.81, 4.23, 5.71};
+  model_side s;
+  side_load(g_dir, MODELS[N_SMALL + _i], &s);
+  pcgc_graph *g = load_model(&s, 1);
+  pcgc_graph_stats st;
+  pcgc_error err = {0};
+  ck_assert_int_eq(pcgc_graph_stats_compute(g, &st, &err), PCGC_OK);
+  double want = 2e9 * gmacs[_i];
+  fprintf(stderr, "%-16s forward %.3f GFLOP per image, torchvision %.2f GMAC x 2 = %.2f\n", s.model,
+          st.fwd_flops / 1e9, gmacs[_i], want / 1e9);
+  ck_assert_msg(fabs(st.fwd_flops / want - 1) < 0.03, "%s: %.4g forward FLOPs, expected about %.4g", s.model,
+                st.fwd_flops, want);
+  pcgc_graph_free(g);
+  side_free(&s);
 }
 END_TEST
 
@@ -84,6 +122,7 @@ static Suite *torch_suite(void) {
   tcase_add_loop_test(tc, test_forward, 0, N_SMALL);
   tcase_add_loop_test(tc, test_values, 0, N_SMALL);
   tcase_add_loop_test(tc, test_batch, 0, N_MODELS);
+  tcase_add_loop_test(tc, test_flops, 0, N_MODELS - N_SMALL);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -1,0 +1,1237 @@
+/*
+ * sim.c — the execution simulator (search.h, "Simulator"): the task graph of
+ * one training iteration of a mapped parallel graph, run event by event.
+ *
+ * Building. One pass over the graph in topological order. Each ordinary op
+ * gets a block of forward task ids (one per output piece and micro-batch)
+ * and a block of backward ids; each parallel op that moves real data gets
+ * two blocks of joins (zero-time bookkeeping tasks: "this piece is
+ * assembled", "its gradient is complete"). Since a node only refers to its
+ * producers, which come earlier, every id it needs exists; dependencies are
+ * appended to one edge list and become successor lists (counting sort) at
+ * the end. Transfers and collectives are appended as they are found, each
+ * with the link ports it holds. Weights are handled last: the reads of each
+ * weight element are grouped (counting sort on the piece) into the devices
+ * that keep a copy, which then all-reduce the gradient and update.
+ *
+ * Running. Resources are each device's compute stream and, per link class,
+ * an out port and an in port per device, or per node where the machine
+ * says the link is shared. A task is ready when its last predecessor ends;
+ * ready tasks leave a min-heap in order of ready time (ties by id, which is
+ * topological order), and each starts at the later of its ready time and
+ * the moment every resource it holds is free. Ready times never fall below
+ * the time being processed, so this is first-come-first-served on every
+ * resource, the behaviour of CUDA streams and NCCL channels, in
+ * O((tasks + edges) log tasks). The critical path (no contention) is
+ * carried along the same pass.
+ *
+ * Errors inside the builder are sticky (sim.st): helpers become no-ops
+ * returning task 0, and the build checks once at the end.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "sim_internal.h"
+
+/* ------------------------------------------------------------- names */
+
+const char *pcgc_schedule_name(pcgc_schedule s) {
+  switch (s) {
+  case PCGC_SCHEDULE_GPIPE: return "gpipe";
+  case PCGC_SCHEDULE_1F1B: return "1f1b";
+  case PCGC_SCHEDULE_COUNT: break;
+  }
+  return "?";
+}
+
+int pcgc_schedule_from_name(const char *name) {
+  for (int s = 0; name && s < PCGC_SCHEDULE_COUNT; s++)
+    if (strcmp(name, pcgc_schedule_name((pcgc_schedule)s)) == 0) return s;
+  return -1;
+}
+
+const char *pcgc_optimizer_name(pcgc_optimizer o) {
+  switch (o) {
+  case PCGC_OPTIM_SGD: return "sgd";
+  case PCGC_OPTIM_MOMENTUM: return "momentum";
+  case PCGC_OPTIM_ADAM: return "adam";
+  }
+  return "?";
+}
+
+int pcgc_optimizer_from_name(const char *name) {
+  for (int o = PCGC_OPTIM_SGD; name && o <= PCGC_OPTIM_ADAM; o++)
+    if (strcmp(name, pcgc_optimizer_name((pcgc_optimizer)o)) == 0) return o;
+  return -1;
+}
+
+const char *pcgc_task_kind_name(pcgc_task_kind k) {
+  switch (k) {
+  case PCGC_TASK_FORWARD: return "forward";
+  case PCGC_TASK_BACKWARD: return "backward";
+  case PCGC_TASK_ADD: return "add";
+  case PCGC_TASK_OPTIMIZER: return "optimizer";
+  case PCGC_TASK_TRANSFER: return "transfer";
+  case PCGC_TASK_COLLECTIVE: return "collective";
+  case PCGC_TASK_JOIN: return "join";
+  case PCGC_TASK_KIND_COUNT: break;
+  }
+  return "?";
+}
+
+void pcgc_sim_options_default(pcgc_sim_options *o) {
+  memset(o, 0, sizeof *o);
+  o->optimizer = PCGC_OPTIM_ADAM;
+  o->schedule = PCGC_SCHEDULE_GPIPE;
+  o->algo = PCGC_ALGO_AUTO;
+  o->overlap = true;
+}
+
+pcgc_status pcgc_mapping_init(pcgc_mapping *mp, int n_nodes, pcgc_view all, pcgc_error *err) {
+  mp->n_nodes = 0;
+  mp->view = NULL;
+  if (n_nodes < 0) return pcgc_error_set(err, PCGC_ERR_INVALID, "a mapping needs n_nodes >= 0, got %d", n_nodes);
+  mp->view = malloc((size_t)(n_nodes ? n_nodes : 1) * sizeof *mp->view);
+  if (!mp->view) return pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
+  mp->n_nodes = n_nodes;
+  for (int i = 0; i < n_nodes; i++) mp->view[i] = all;
+  return PCGC_OK;
+}
+
+void pcgc_mapping_destroy(pcgc_mapping *mp) {
+  if (!mp) return;
+  free(mp->view);
+  mp->view = NULL;
+  mp->n_nodes = 0;
+}
+
+void pcgc_sim_result_destroy(pcgc_sim_result *r) {
+  if (!r) return;
+  free(r->device);
+  r->device = NULL;
+}
+
+/* ------------------------------------------------------------ the state */
+
+/* What the builder knows about one node. */
+typedef struct snode {
+  int64_t P;         /* pieces of each output */
+  int m;             /* micro-batch slices of each output (1 unless pipelined) */
+  bool resident;     /* a source, or a parallel op whose input is resident */
+  bool weight;       /* resident and from a float weight: gradients and an update */
+  bool grad;         /* its outputs carry a gradient */
+  bool reach;        /* a path to the loss */
+  bool has_bwd;      /* ordinary op with backward tasks */
+  int32_t fwd, bwd;  /* ordinary: first forward/backward task; parallel: first forward/gradient
+                        join; -1: none */
+  int64_t ts;        /* first tensor-slice id of its outputs */
+  int topo;          /* position in topological order */
+  pcgc_op_time t;    /* ordinary: one task's times */
+} snode;
+
+/* A forward transfer of a tensor slice to a device, and its gradient's way back. */
+typedef struct hent {
+  uint64_t key;      /* tensor slice * devices + device + 1; 0: empty */
+  int32_t fwd, bwd;
+} hent;
+
+/* One read of a weight piece: the element group `key`, the reading device and its backward task. */
+typedef struct wrec {
+  int64_t key;
+  int32_t dev, bwd, node;
+} wrec;
+
+typedef struct sim {
+  const pcgc_graph *g;
+  const pcgc_machine *m;
+  const pcgc_mapping *mp;
+  pcgc_sim_options o;
+  pcgc_error *err;
+  pcgc_status st;
+  int D, dpn, n_nodes_m;  /* devices, devices per node, machine nodes */
+  int n_res, r_io, r_ii, r_eo, r_ei;
+  snode *nd;
+  int *order;
+  int loss;
+  int mb_max;              /* largest micro-batch count of any op */
+  pcgc__sim_tasks T;
+  int32_t *ef, *et;        /* edges */
+  int64_t ne, cape;
+  hent *h;
+  int64_t hcap, hn;
+  wrec *w;
+  int64_t nw, capw;
+  int64_t n_ts;            /* tensor slices */
+  double *act, *act_mb, *wbytes, *comm; /* [D] memory */
+  double bytes_intra, bytes_inter;
+  int32_t *stamp;          /* [max(n_res, D, machine nodes)] */
+  int32_t stamp_gen;
+  int32_t *ncount;         /* [machine nodes] */
+  int32_t *grp;            /* [D + 1] scratch device list */
+  int32_t *first_fwd;      /* [D * mb_max]: 1F1B, a device's first forward task of each micro-batch */
+  int *first_topo;         /* [D]: topological position of the first pipelined op a device runs */
+} sim;
+
+static pcgc_status fail_nomem(sim *S) {
+  if (S->st == PCGC_OK) S->st = pcgc_error_set(S->err, PCGC_ERR_NOMEM, "out of memory building the task graph");
+  return S->st;
+}
+
+static double now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int32_t next_stamp(sim *S) {
+  if (++S->stamp_gen == INT32_MAX) {
+    int n = S->n_res > S->D ? S->n_res : S->D;
+    if (S->n_nodes_m > n) n = S->n_nodes_m;
+    memset(S->stamp, 0, (size_t)n * sizeof *S->stamp);
+    S->stamp_gen = 1;
+  }
+  return S->stamp_gen;
+}
+
+/* ------------------------------------------------------------- tasks */
+
+static bool tasks_grow(sim *S, int64_t need) {
+  pcgc__sim_tasks *T = &S->T;
+  if (need <= T->cap) return true;
+  if (need >= INT32_MAX) {
+    if (S->st == PCGC_OK)
+      S->st = pcgc_error_set(S->err, PCGC_ERR_UNSUPPORTED, "the task graph would have more than 2^31 tasks");
+    return false;
+  }
+  int64_t cap = T->cap ? T->cap : 4096;
+  while (cap < need) cap *= 2;
+  if (cap >= INT32_MAX) cap = INT32_MAX - 1;
+#define GROW(p)                                                  \
+  do {                                                           \
+    void *q_ = realloc(T->p, (size_t)cap * sizeof *T->p);        \
+    if (!q_) return fail_nomem(S), false;                        \
+    T->p = q_;                                                   \
+  } while (0)
+  GROW(dur);
+  GROW(kind);
+  GROW(phase);
+  GROW(coll);
+  GROW(dev);
+  GROW(peer);
+  GROW(node);
+  GROW(piece);
+  GROW(micro);
+  GROW(res_off);
+  GROW(res_n);
+  GROW(bytes);
+#undef GROW
+  T->cap = (int32_t)cap;
+  return true;
+}
+
+/* Appends `count` tasks of one kind; returns the first id (0 after an error). */
+static int32_t task_add(sim *S, int64_t count, pcgc_task_kind kind, int phase, int node) {
+  pcgc__sim_tasks *T = &S->T;
+  if (S->st || !tasks_grow(S, (int64_t)T->n + count)) return 0;
+  int32_t base = T->n;
+  for (int32_t t = base; t < base + count; t++) {
+    T->dur[t] = 0;
+    T->kind[t] = (uint8_t)kind;
+    T->phase[t] = (uint8_t)phase;
+    T->coll[t] = 0;
+    T->dev[t] = 0;
+    T->peer[t] = -1;
+    T->node[t] = node;
+    T->piece[t] = -1;
+    T->micro[t] = 0;
+    T->res_off[t] = 0;
+    T->res_n[t] = 0;
+    T->bytes[t] = 0;
+  }
+  T->n = (int32_t)(base + count);
+  return base;
+}
+
+static void edge(sim *S, int32_t a, int32_t b) {
+  if (S->st) return;
+  if (S->ne == S->cape) {
+    int64_t cap = S->cape ? 2 * S->cape : 8192;
+    int32_t *f = realloc(S->ef, (size_t)cap * sizeof *f);
+    if (f) S->ef = f;
+    int32_t *t = f ? realloc(S->et, (size_t)cap * sizeof *t) : NULL;
+    if (!t) {
+      fail_nomem(S);
+      return;
+    }
+    S->et = t;
+    S->cape = cap;
+  }
+  S->ef[S->ne] = a;
+  S->et[S->ne++] = b;
+}
+
+static void res_push(sim *S, int32_t r) {
+  pcgc__sim_tasks *T = &S->T;
+  if (S->st) return;
+  if (S->stamp[r] == S->stamp_gen) return; /* already held by this task */
+  S->stamp[r] = S->stamp_gen;
+  if (T->n_res == T->cap_res) {
+    int64_t cap = T->cap_res ? 2 * T->cap_res : 8192;
+    int32_t *p = realloc(T->res, (size_t)cap * sizeof *p);
+    if (!p) {
+      fail_nomem(S);
+      return;
+    }
+    T->res = p;
+    T->cap_res = cap;
+  }
+  T->res[T->n_res++] = r;
+}
+
+enum { PORT_INTRA_OUT, PORT_INTRA_IN, PORT_INTER_OUT, PORT_INTER_IN };
+
+/* The resource id of a link port of device d: one per device, or one per
+ * node when the machine says that link class is shared. */
+static int32_t port(const sim *S, int which, int d) {
+  bool intra = which == PORT_INTRA_OUT || which == PORT_INTRA_IN;
+  int x = (intra ? S->m->intra.shared : S->m->inter.shared) ? d / S->dpn : d;
+  switch (which) {
+  case PORT_INTRA_OUT: return S->r_io + x;
+  case PORT_INTRA_IN: return S->r_ii + x;
+  case PORT_INTER_OUT: return S->r_eo + x;
+  default: return S->r_ei + x;
+  }
+}
+
+static void set_piece(sim *S, int32_t t, int dev, int64_t piece, int micro) {
+  if (S->st) return;
+  S->T.dev[t] = dev;
+  S->T.piece[t] = piece > INT32_MAX ? INT32_MAX : (int32_t)piece;
+  S->T.micro[t] = micro;
+}
+
+static void comm_infinite(sim *S, int32_t t, const char *what) {
+  if (S->st || isfinite(S->T.dur[t])) return;
+  S->st = pcgc_error_set(S->err, PCGC_ERR_INVALID, "machine '%s' cannot carry a %s between devices %d and %d",
+                         S->m->name, what, S->T.dev[t], S->T.peer[t]);
+  pcgc_error_hint(S->err, "give the machine file the intra.bandwidth / inter.bandwidth it needs");
+}
+
+/* A point-to-point transfer of `bytes` from device a to device b. */
+static int32_t transfer(sim *S, int phase, int node, int64_t piece, int micro, int a, int b, double bytes) {
+  int32_t t = task_add(S, 1, PCGC_TASK_TRANSFER, phase, node);
+  if (S->st) return 0;
+  pcgc__sim_tasks *T = &S->T;
+  bool same = a / S->dpn == b / S->dpn;
+  set_piece(S, t, a, piece, micro);
+  T->peer[t] = b;
+  T->bytes[t] = bytes;
+  T->dur[t] = pcgc_comm_p2p_time(S->m, same, 1, bytes);
+  T->res_off[t] = (int32_t)T->n_res;
+  next_stamp(S);
+  res_push(S, port(S, same ? PORT_INTRA_OUT : PORT_INTER_OUT, a));
+  res_push(S, port(S, same ? PORT_INTRA_IN : PORT_INTER_IN, b));
+  if (!S->o.overlap) {
+    res_push(S, a);
+    res_push(S, b);
+  }
+  T->res_n[t] = (int32_t)(T->n_res - T->res_off[t]);
+  if (same) S->bytes_intra += bytes;
+  else S->bytes_inter += bytes;
+  comm_infinite(S, t, "transfer");
+  return t;
+}
+
+/* A collective over devices devs[0..n) (distinct). PCGC__COLL_REDUCE is
+ * timed as an all-reduce; bytes moved are the ring algorithm's: an
+ * all-reduce over p devices on G nodes sends 2(p-G)·n within nodes and
+ * 2(G-1)·n between them, a broadcast half of that. */
+static int32_t collective(sim *S, int phase, int node, int64_t piece, int micro, int coll, int n,
+                          const int32_t *devs, double bytes) {
+  int32_t t = task_add(S, 1, PCGC_TASK_COLLECTIVE, phase, node);
+  if (S->st) return 0;
+  pcgc__sim_tasks *T = &S->T;
+  int32_t gen = next_stamp(S);
+  pcgc_comm_group grp = {0, 0, 1};
+  for (int i = 0; i < n; i++) {
+    int nd = devs[i] / S->dpn;
+    if (S->stamp[nd] != gen) {
+      S->stamp[nd] = gen;
+      S->ncount[nd] = 0;
+      grp.nodes++;
+    }
+    if (++S->ncount[nd] > grp.per_node) grp.per_node = S->ncount[nd];
+  }
+  pcgc_collective c = coll == PCGC__COLL_REDUCE ? PCGC_COLL_ALL_REDUCE : (pcgc_collective)coll;
+  set_piece(S, t, devs[0], piece, micro);
+  T->coll[t] = (uint8_t)coll;
+  T->peer[t] = n;
+  T->bytes[t] = bytes;
+  T->dur[t] = pcgc_comm_time(S->m, c, S->o.algo, grp, bytes);
+  T->res_off[t] = (int32_t)T->n_res;
+  next_stamp(S);
+  for (int i = 0; i < n; i++) {
+    if (grp.per_node > 1) {
+      res_push(S, port(S, PORT_INTRA_OUT, devs[i]));
+      res_push(S, port(S, PORT_INTRA_IN, devs[i]));
+    }
+    if (grp.nodes > 1) {
+      res_push(S, port(S, PORT_INTER_OUT, devs[i]));
+      res_push(S, port(S, PORT_INTER_IN, devs[i]));
+    }
+    if (!S->o.overlap) res_push(S, devs[i]);
+  }
+  T->res_n[t] = (int32_t)(T->n_res - T->res_off[t]);
+  double k = c == PCGC_COLL_BROADCAST ? 1 : 2;
+  S->bytes_intra += k * (n - grp.nodes) * bytes;
+  S->bytes_inter += k * (grp.nodes - 1) * bytes;
+  comm_infinite(S, t, pcgc_collective_name(c));
+  return t;
+}
+
+/* ------------------------------------------------------ transfers table */
+
+static hent *hash_get(sim *S, int64_t ts, int dev, bool *fresh) {
+  *fresh = false;
+  if (S->st) return NULL;
+  if (2 * (S->hn + 1) > S->hcap) {
+    int64_t cap = S->hcap ? 2 * S->hcap : 1024;
+    hent *h = calloc((size_t)cap, sizeof *h);
+    if (!h) return fail_nomem(S), NULL;
+    for (int64_t i = 0; i < S->hcap; i++) {
+      if (!S->h[i].key) continue;
+      uint64_t j = (S->h[i].key * 0x9E3779B97F4A7C15ull) & (uint64_t)(cap - 1);
+      while (h[j].key) j = (j + 1) & (uint64_t)(cap - 1);
+      h[j] = S->h[i];
+    }
+    free(S->h);
+    S->h = h;
+    S->hcap = cap;
+  }
+  uint64_t key = (uint64_t)ts * (uint64_t)S->D + (uint64_t)dev + 1;
+  uint64_t j = (key * 0x9E3779B97F4A7C15ull) & (uint64_t)(S->hcap - 1);
+  while (S->h[j].key && S->h[j].key != key) j = (j + 1) & (uint64_t)(S->hcap - 1);
+  if (!S->h[j].key) {
+    S->h[j].key = key;
+    S->h[j].fwd = S->h[j].bwd = -1;
+    S->hn++;
+    *fresh = true;
+  }
+  return &S->h[j];
+}
+
+/* ------------------------------------------------------------- helpers */
+
+static int home(const sim *S, int node, int64_t p) {
+  const pcgc_view *v = &S->mp->view[node];
+  int64_t D = S->D;
+  return (int)(((p % D) * (v->stride % D) + v->start) % D);
+}
+
+static void keep(sim *S, int dev, bool micro, double bytes) {
+  if (micro) S->act_mb[dev] += bytes;
+  else S->act[dev] += bytes;
+}
+
+static void staged(sim *S, int dev, double bytes) {
+  if (bytes > S->comm[dev]) S->comm[dev] = bytes;
+}
+
+/* The forward-ready task and the gradient sink of slice (q, mu) of a
+ * non-resident node's outputs. */
+static int32_t fready(const sim *S, int node, int64_t q, int mu) {
+  const snode *N = &S->nd[node];
+  return (int32_t)(N->fwd + (int64_t)mu * N->P + q);
+}
+static int32_t gsink(const sim *S, int node, int64_t q, int mu) {
+  const snode *N = &S->nd[node];
+  return N->bwd < 0 ? -1 : (int32_t)(N->bwd + (int64_t)mu * N->P + q);
+}
+
+/* Slice mu of an input with `m` slices, read by micro-batch mu of its consumer. */
+static int in_mu(int m, int mu) { return m > 1 ? mu : 0; }
+
+/* ----------------------------------------------------- ordinary ops */
+
+static void weight_read(sim *S, int node, int64_t box, int dev, int32_t bwd) {
+  if (S->st) return;
+  if (S->nw == S->capw) {
+    int64_t cap = S->capw ? 2 * S->capw : 1024;
+    wrec *w = realloc(S->w, (size_t)cap * sizeof *w);
+    if (!w) {
+      fail_nomem(S);
+      return;
+    }
+    S->w = w;
+    S->capw = cap;
+  }
+  S->w[S->nw++] = (wrec){S->nd[node].ts + box, dev, bwd, node};
+}
+
+/* Task f (backward b, or -1) of micro-batch mu on device X reads piece q of input i. */
+static void read_input(sim *S, const pcgc_node *n, int i, int64_t q, int mu, int X, int32_t f, int32_t b) {
+  pcgc_ref r = n->in[i];
+  const snode *I = &S->nd[r.node];
+  const pcgc_ptensor *t = &S->g->nodes[r.node].out[r.slot];
+  int mi = in_mu(I->m, mu);
+  int64_t ts = I->ts + ((int64_t)r.slot * I->m + mi) * I->P + q;
+  double bytes = pcgc_cost_piece_bytes(t);
+  bool fresh;
+  if (I->resident) {
+    if (I->weight) {
+      weight_read(S, r.node, q / t->replica, X, b);
+    } else {
+      hash_get(S, ts, X, &fresh); /* data: loaded where it is read, kept for backward */
+      if (fresh) keep(S, X, I->m > 1, bytes);
+    }
+    return;
+  }
+  int Y = home(S, r.node, q);
+  int32_t fr = fready(S, r.node, q, mi), gs = b >= 0 && I->grad ? gsink(S, r.node, q, mi) : -1;
+  if (Y == X) {
+    edge(S, fr, f);
+    if (gs >= 0) edge(S, b, gs);
+    return;
+  }
+  hent *e = hash_get(S, ts, X, &fresh);
+  if (!e) return;
+  if (fresh) {
+    e->fwd = transfer(S, PCGC__SIM_FWD, r.node, q, mi, Y, X, bytes);
+    edge(S, fr, e->fwd);
+    keep(S, X, I->m > 1, bytes);
+  }
+  edge(S, e->fwd, f);
+  if (gs >= 0) {
+    if (e->bwd < 0) {
+      int32_t gt = transfer(S, PCGC__SIM_BWD, r.node, q, mi, X, Y, bytes);
+      e = hash_get(S, ts, X, &fresh); /* still there: transfer() does not touch the table */
+      if (!e) return;
+      e->bwd = gt;
+      edge(S, gt, gs);
+      staged(S, Y, bytes);
+    }
+    edge(S, b, e->bwd);
+  }
+}
+
+static void gen_ordinary(sim *S, const pcgc_node *n) {
+  snode *N = &S->nd[n->id];
+  pcgc_ptensor tin[PCGC_VARIADIC];
+  for (int i = 0; i < n->n_in; i++) tin[i] = *pcgc_graph_ref_type(S->g, n->in[i]);
+  int64_t P = N->P;
+  int mb = N->m;
+  N->fwd = task_add(S, P * mb, PCGC_TASK_FORWARD, PCGC__SIM_FWD, n->id);
+  N->bwd = N->has_bwd ? task_add(S, P * mb, PCGC_TASK_BACKWARD, PCGC__SIM_BWD, n->id) : -1;
+  if (S->st) return;
+  bool kept = pcgc_cost_efficiency(n->kind)->kernel && pcgc_op_class_of(n->kind) != PCGC_CLASS_LOSS;
+  double out_bytes = 0;
+  for (int k = 0; k < n->n_out; k++) out_bytes += pcgc_cost_piece_bytes(&n->out[k]);
+  int64_t inp[PCGC_VARIADIC];
+  for (int64_t p = 0; p < P && !S->st; p++) {
+    pcgc_status st = pcgc_op_piece_inputs(n->kind, &n->attrs, n->n_in, tin, &n->out[0], p, inp, S->err);
+    if (st != PCGC_OK) {
+      S->st = st;
+      return;
+    }
+    int X = home(S, n->id, p);
+    for (int mu = 0; mu < mb; mu++) {
+      int32_t f = (int32_t)(N->fwd + (int64_t)mu * P + p), b = -1;
+      set_piece(S, f, X, p, mu);
+      S->T.dur[f] = N->t.fwd;
+      if (N->has_bwd) {
+        b = (int32_t)(N->bwd + (int64_t)mu * P + p);
+        set_piece(S, b, X, p, mu);
+        S->T.dur[b] = N->t.bwd;
+        edge(S, f, b);
+      }
+      if (kept) keep(S, X, mb > 1, out_bytes);
+      if (mb > 1) {
+        int32_t *ff = &S->first_fwd[(int64_t)X * S->mb_max + mu];
+        if (*ff < 0) *ff = f;
+        if (S->first_topo[X] < 0) S->first_topo[X] = N->topo;
+      }
+      for (int i = 0; i < n->n_in; i++) read_input(S, n, i, inp[i], mu, X, f, b);
+    }
+  }
+}
+
+/* ----------------------------------------------------- parallel ops */
+
+/* Output slice (fj forward join, gj gradient join or -1) on device X
+ * receives `bytes` of input slice (q, mi) of node `src`. */
+static void move(sim *S, int node, int64_t p, int mu, int X, int32_t fj, int32_t gj, int src, int64_t q, int mi,
+                 double bytes) {
+  int Y = home(S, src, q);
+  int32_t fr = fready(S, src, q, mi), gs = gj >= 0 ? gsink(S, src, q, mi) : -1;
+  if (Y == X) {
+    edge(S, fr, fj);
+    if (gs >= 0) edge(S, gj, gs);
+    return;
+  }
+  int32_t tr = transfer(S, PCGC__SIM_FWD, node, p, mu, Y, X, bytes);
+  edge(S, fr, tr);
+  edge(S, tr, fj);
+  keep(S, X, S->nd[node].m > 1, bytes);
+  if (gs >= 0) {
+    int32_t gt = transfer(S, PCGC__SIM_BWD, node, p, mu, X, Y, bytes);
+    edge(S, gj, gt);
+    edge(S, gt, gs);
+    staged(S, Y, bytes);
+  }
+}
+
+/* Cells of tensor t along dim d: its shards, each cut into m micro-batch
+ * slices on the pipelined dim. Cell index c*m + mu is monotone in offset. */
+static int64_t cells(const pcgc_ptensor *t, int m, int d) {
+  return (int64_t)t->degree[d] * (m > 1 && d == t->micro_dim ? m : 1);
+}
+
+/* partition, combine, pipeline, unpipeline: every output slice receives the
+ * overlapping parts of the input slices with the same sum and replica index
+ * (the reference interpreter's relayout). */
+static void gen_relayout(sim *S, const pcgc_node *n) {
+  const snode *N = &S->nd[n->id], *I = &S->nd[n->in[0].node];
+  const pcgc_ptensor *to = &n->out[0], *ti = pcgc_graph_ref_type(S->g, n->in[0]);
+  int mo = N->m, mi = I->m, r = to->rank;
+  double es = (double)pcgc_dtype_size(to->dtype);
+  for (int mu = 0; mu < mo && !S->st; mu++)
+    for (int64_t p = 0; p < N->P; p++) {
+      int X = home(S, n->id, p);
+      int32_t fj = fready(S, n->id, p, mu), gj = gsink(S, n->id, p, mu);
+      int64_t c[PCGC_MAX_RANK], s, rr, lo[PCGC_MAX_RANK], hi[PCGC_MAX_RANK], a[PCGC_MAX_RANK],
+          e[PCGC_MAX_RANK], size_i[PCGC_MAX_RANK], cur[PCGC_MAX_RANK];
+      pcgc_piece_coords(to, p, c, &s, &rr);
+      for (int d = 0; d < r; d++) {
+        bool md = mo > 1 && d == to->micro_dim;
+        int64_t size_o = to->dims[d] / cells(to, mo, d);
+        lo[d] = (c[d] * (md ? mo : 1) + (md ? mu : 0)) * size_o;
+        hi[d] = lo[d] + size_o;
+        size_i[d] = ti->dims[d] / cells(ti, mi, d);
+        a[d] = cur[d] = lo[d] / size_i[d];
+        e[d] = (hi[d] - 1) / size_i[d];
+      }
+      for (;;) { /* every input cell overlapping the output slice's box */
+        int64_t ci[PCGC_MAX_RANK];
+        int mui = mi > 1 && mo > 1 ? mu : 0;
+        double bytes = es;
+        for (int d = 0; d < r; d++) {
+          int64_t l = cur[d] * size_i[d], h = l + size_i[d];
+          bytes *= (double)((h < hi[d] ? h : hi[d]) - (l > lo[d] ? l : lo[d]));
+          bool md = mi > 1 && d == ti->micro_dim;
+          ci[d] = md ? cur[d] / mi : cur[d];
+          if (md) mui = (int)(cur[d] % mi);
+        }
+        move(S, n->id, p, mu, X, fj, gj, n->in[0].node, pcgc_piece_index(ti, ci, s, rr), mui, bytes);
+        int d = r - 1;
+        while (d >= 0 && cur[d] == e[d]) {
+          cur[d] = a[d];
+          d--;
+        }
+        if (d < 0) break;
+        cur[d]++;
+      }
+    }
+}
+
+/* Distinct devices of list[0..n) other than `except`, into S->grp[1..]; returns how many. */
+static int others(sim *S, const int32_t *list, int n, int except) {
+  int32_t gen = next_stamp(S);
+  int k = 0;
+  S->stamp[except] = gen;
+  for (int i = 0; i < n; i++)
+    if (S->stamp[list[i]] != gen) {
+      S->stamp[list[i]] = gen;
+      S->grp[1 + k++] = list[i];
+    }
+  S->grp[0] = except;
+  return k;
+}
+
+/* replicate: each input piece goes to the devices of its d copies. */
+static void gen_replicate(sim *S, const pcgc_node *n, int32_t *dev) {
+  const snode *N = &S->nd[n->id], *I = &S->nd[n->in[0].node];
+  const pcgc_ptensor *to = &n->out[0], *ti = pcgc_graph_ref_type(S->g, n->in[0]);
+  int src = n->in[0].node;
+  int64_t d = pcgc_attrs_int(&n->attrs, "degree");
+  double bytes = pcgc_cost_piece_bytes(ti);
+  for (int mu = 0; mu < N->m && !S->st; mu++)
+    for (int64_t q = 0; q < I->P; q++) {
+      int64_t c[PCGC_MAX_RANK], s, rr;
+      pcgc_piece_coords(ti, q, c, &s, &rr);
+      int Y = home(S, src, q), mi = in_mu(I->m, mu);
+      int32_t fr = fready(S, src, q, mi), gs = gsink(S, src, q, mi);
+      for (int64_t j = 0; j < d; j++) dev[j] = home(S, n->id, pcgc_piece_index(to, c, s, rr * d + j));
+      int k = others(S, dev, (int)d, Y);
+      int32_t fwd = fr, bwd = -1;
+      if (k == 1) {
+        fwd = transfer(S, PCGC__SIM_FWD, n->id, q, mu, Y, S->grp[1], bytes);
+        if (N->bwd >= 0) {
+          bwd = transfer(S, PCGC__SIM_BWD, n->id, q, mu, S->grp[1], Y, bytes);
+          staged(S, Y, bytes);
+        }
+      } else if (k > 1) {
+        fwd = collective(S, PCGC__SIM_FWD, n->id, q, mu, PCGC_COLL_BROADCAST, k + 1, S->grp, bytes);
+        if (N->bwd >= 0) bwd = collective(S, PCGC__SIM_BWD, n->id, q, mu, PCGC__COLL_REDUCE, k + 1, S->grp, bytes);
+      }
+      if (fwd != fr) edge(S, fr, fwd);
+      if (bwd >= 0) edge(S, bwd, gs);
+      for (int i = 1; i <= k; i++) keep(S, S->grp[i], N->m > 1, bytes);
+      for (int64_t j = 0; j < d; j++) {
+        int64_t p = pcgc_piece_index(to, c, s, rr * d + j);
+        bool local = dev[j] == Y;
+        edge(S, local ? fr : fwd, fready(S, n->id, p, mu));
+        if (N->bwd >= 0) edge(S, gsink(S, n->id, p, mu), local ? gs : bwd);
+      }
+    }
+}
+
+/* reduce: each output piece adds the d partial sums that map onto it. */
+static void gen_reduce(sim *S, const pcgc_node *n, int32_t *dev) {
+  const snode *N = &S->nd[n->id], *I = &S->nd[n->in[0].node];
+  const pcgc_ptensor *to = &n->out[0], *ti = pcgc_graph_ref_type(S->g, n->in[0]);
+  int src = n->in[0].node;
+  int64_t d = pcgc_attrs_int(&n->attrs, "degree");
+  double bytes = pcgc_cost_piece_bytes(to), es = (double)pcgc_dtype_size(to->dtype);
+  double add_time = pcgc_cost_roofline(S->m, PCGC_OP_ADD, to->dtype, (double)(d - 1) * bytes / es,
+                                       (double)(d + 1) * bytes);
+  for (int mu = 0; mu < N->m && !S->st; mu++)
+    for (int64_t p = 0; p < N->P; p++) {
+      int64_t c[PCGC_MAX_RANK], s, rr;
+      pcgc_piece_coords(to, p, c, &s, &rr);
+      int X = home(S, n->id, p), mi = in_mu(I->m, mu);
+      int32_t fj = fready(S, n->id, p, mu), gj = gsink(S, n->id, p, mu);
+      for (int64_t j = 0; j < d; j++) dev[j] = home(S, src, pcgc_piece_index(ti, c, s * d + j, rr));
+      int k = others(S, dev, (int)d, X);
+      keep(S, X, N->m > 1, bytes);
+      if (k > 1) { /* one reduce collective; the gradient goes back by broadcast */
+        int32_t co = collective(S, PCGC__SIM_FWD, n->id, p, mu, PCGC__COLL_REDUCE, k + 1, S->grp, bytes);
+        int32_t bc = gj >= 0 ? collective(S, PCGC__SIM_BWD, n->id, p, mu, PCGC_COLL_BROADCAST, k + 1, S->grp, bytes)
+                             : -1;
+        edge(S, co, fj);
+        if (bc >= 0) edge(S, gj, bc);
+        for (int64_t j = 0; j < d; j++) {
+          int64_t q = pcgc_piece_index(ti, c, s * d + j, rr);
+          edge(S, fready(S, src, q, mi), co);
+          if (bc >= 0) edge(S, dev[j] == X ? gj : bc, gsink(S, src, q, mi));
+        }
+        continue;
+      }
+      /* at most one other device: its partial sums come point to point, an add task sums */
+      int32_t sink = fj;
+      if (d > 1) {
+        sink = task_add(S, 1, PCGC_TASK_ADD, PCGC__SIM_FWD, n->id);
+        set_piece(S, sink, X, p, mu);
+        if (!S->st) S->T.dur[sink] = add_time;
+        edge(S, sink, fj);
+      }
+      int32_t gt = -1;
+      if (k == 1 && gj >= 0) {
+        gt = transfer(S, PCGC__SIM_BWD, n->id, p, mu, X, S->grp[1], bytes);
+        edge(S, gj, gt);
+        staged(S, S->grp[1], bytes);
+      }
+      for (int64_t j = 0; j < d; j++) {
+        int64_t q = pcgc_piece_index(ti, c, s * d + j, rr);
+        int32_t fr = fready(S, src, q, mi);
+        if (dev[j] == X) {
+          edge(S, fr, sink);
+        } else {
+          int32_t tr = transfer(S, PCGC__SIM_FWD, n->id, p, mu, dev[j], X, bytes);
+          edge(S, fr, tr);
+          edge(S, tr, sink);
+        }
+        if (gj >= 0) edge(S, dev[j] == X ? gj : gt, gsink(S, src, q, mi));
+      }
+    }
+}
+
+static void gen_parallel(sim *S, const pcgc_node *n, int32_t *scratch) {
+  snode *N = &S->nd[n->id];
+  int64_t cnt = N->P * N->m;
+  N->fwd = task_add(S, cnt, PCGC_TASK_JOIN, PCGC__SIM_FWD, n->id);
+  N->bwd = N->grad && N->reach ? task_add(S, cnt, PCGC_TASK_JOIN, PCGC__SIM_BWD, n->id) : -1;
+  for (int mu = 0; mu < N->m && !S->st; mu++)
+    for (int64_t p = 0; p < N->P; p++) {
+      int X = home(S, n->id, p);
+      set_piece(S, fready(S, n->id, p, mu), X, p, mu);
+      if (N->bwd >= 0) set_piece(S, gsink(S, n->id, p, mu), X, p, mu);
+    }
+  if (S->st) return;
+  switch (n->kind) {
+  case PCGC_OP_REPLICATE: gen_replicate(S, n, scratch); break;
+  case PCGC_OP_REDUCE: gen_reduce(S, n, scratch); break;
+  default: gen_relayout(S, n); break;
+  }
+}
+
+/* ---------------------------------------------------------- weights */
+
+/* Per weight element group: the devices that read it keep a copy; their
+ * gradients are all-reduced after the last backward task that reads it,
+ * then every copy is updated. */
+static void gen_weights(sim *S) {
+  if (S->st || !S->nw) return;
+  int64_t K = S->n_ts;
+  int64_t *cnt = calloc((size_t)K + 1, sizeof *cnt);
+  wrec *sorted = malloc((size_t)S->nw * sizeof *sorted);
+  int32_t *deps = malloc((size_t)S->nw * sizeof *deps);
+  if (!cnt || !sorted || !deps) {
+    free(cnt);
+    free(sorted);
+    free(deps);
+    fail_nomem(S);
+    return;
+  }
+  for (int64_t i = 0; i < S->nw; i++) cnt[S->w[i].key + 1]++;
+  for (int64_t k = 0; k < K; k++) cnt[k + 1] += cnt[k];
+  for (int64_t i = 0; i < S->nw; i++) sorted[cnt[S->w[i].key]++] = S->w[i];
+  const pcgc_optimizer opt = S->o.optimizer;
+  /* per element: flops, and bytes in element sizes (read w, g, state; write w, state) */
+  double flops = opt == PCGC_OPTIM_ADAM ? 12 : opt == PCGC_OPTIM_MOMENTUM ? 4 : 2;
+  double elems = opt == PCGC_OPTIM_ADAM ? 7 : opt == PCGC_OPTIM_MOMENTUM ? 5 : 3;
+  for (int64_t i = 0; i < S->nw && !S->st;) {
+    int64_t j = i;
+    int32_t gen = next_stamp(S);
+    int ng = 0, nd = 0;
+    while (j < S->nw && sorted[j].key == sorted[i].key) {
+      if (S->stamp[sorted[j].dev] != gen) {
+        S->stamp[sorted[j].dev] = gen;
+        S->grp[ng++] = sorted[j].dev;
+      }
+      if (sorted[j].bwd >= 0) deps[nd++] = sorted[j].bwd;
+      j++;
+    }
+    int node = sorted[i].node;
+    const pcgc_ptensor *t = &S->g->nodes[node].out[0];
+    double bytes = pcgc_cost_piece_bytes(t), es = (double)pcgc_dtype_size(t->dtype);
+    int64_t box = sorted[i].key - S->nd[node].ts;
+    for (int k = 0; k < ng; k++) S->wbytes[S->grp[k]] += bytes;
+    if (nd) {
+      double tu = pcgc_cost_roofline(S->m, PCGC_OP_MUL, t->dtype, flops * bytes / es, elems * bytes);
+      int32_t ar = -1;
+      if (ng > 1) {
+        ar = collective(S, PCGC__SIM_BWD, node, box, 0, PCGC_COLL_ALL_REDUCE, ng, S->grp, bytes);
+        for (int k = 0; k < nd; k++) edge(S, deps[k], ar);
+      }
+      int32_t u = task_add(S, ng, PCGC_TASK_OPTIMIZER, PCGC__SIM_UPDATE, node);
+      for (int k = 0; k < ng && !S->st; k++) {
+        set_piece(S, u + k, S->grp[k], box, 0);
+        S->T.dur[u + k] = tu;
+        if (ar >= 0) edge(S, ar, u + k);
+        else
+          for (int e = 0; e < nd; e++) edge(S, deps[e], u + k);
+      }
+    }
+    i = j;
+  }
+  free(cnt);
+  free(sorted);
+  free(deps);
+}
+
+/* ---------------------------------------------------------- schedules */
+
+static int cmp_int(const void *a, const void *b) {
+  int x = *(const int *)a, y = *(const int *)b;
+  return (x > y) - (x < y);
+}
+
+/* Devices' pipeline stages: ranked by the topological position of the
+ * first pipelined op each runs (devices of one data-parallel pipeline
+ * replica share a rank). Returns the number of stages; stage[d] = -1 for
+ * devices that run no pipelined op. `tmp` has room for D ints. */
+static int pipeline_stages(const sim *S, int *stage, int *tmp) {
+  int n = 0, s = 0;
+  for (int d = 0; d < S->D; d++)
+    if (S->first_topo[d] >= 0) tmp[n++] = S->first_topo[d];
+  qsort(tmp, (size_t)n, sizeof *tmp, cmp_int);
+  for (int i = 0; i < n; i++)
+    if (i == 0 || tmp[i] != tmp[i - 1]) tmp[s++] = tmp[i];
+  for (int d = 0; d < S->D; d++) {
+    stage[d] = -1;
+    if (S->first_topo[d] < 0) continue;
+    const int *at = bsearch(&S->first_topo[d], tmp, (size_t)s, sizeof *tmp, cmp_int);
+    stage[d] = (int)(at - tmp);
+  }
+  return s > 0 ? s : 1;
+}
+
+/* Where the loss is pipelined: GPipe puts every forward micro-batch before
+ * any backward one (a join between the loss's forward and backward tasks);
+ * 1F1B lets a device of stage k (of s) start micro-batch i's forward only
+ * after micro-batch i-(s-k)'s backward has left it. */
+static void gen_schedule(sim *S, const int *stage, int stages) {
+  const snode *L = &S->nd[S->loss];
+  if (S->st || L->m <= 1 || L->bwd < 0) return;
+  int64_t n = L->P * L->m;
+  if (S->o.schedule == PCGC_SCHEDULE_GPIPE) {
+    int32_t j = task_add(S, 1, PCGC_TASK_JOIN, PCGC__SIM_FWD, S->loss);
+    for (int64_t i = 0; i < n; i++) {
+      edge(S, L->fwd + (int32_t)i, j);
+      edge(S, j, L->bwd + (int32_t)i);
+    }
+    return;
+  }
+  for (int d = 0; d < S->D && !S->st; d++) {
+    if (stage[d] < 0) continue;
+    int w = stages - stage[d];
+    for (int mu = w; mu < S->mb_max; mu++) {
+      int32_t f = S->first_fwd[(int64_t)d * S->mb_max + mu], f0 = S->first_fwd[(int64_t)d * S->mb_max + mu - w];
+      if (f < 0 || f0 < 0) continue;
+      const snode *N = &S->nd[S->T.node[f0]];
+      if (N->bwd >= 0) edge(S, N->bwd + (f0 - N->fwd), f);
+    }
+  }
+}
+
+/* ------------------------------------------------------------ analysis */
+
+static pcgc_status analyse(sim *S) {
+  const pcgc_graph *g = S->g;
+  int n = g->n_nodes;
+  pcgc_status st = pcgc_graph_topo_order(g, S->order, S->err);
+  if (st != PCGC_OK) return st;
+  S->loss = -1;
+  S->mb_max = 1;
+  for (int k = 0; k < n; k++) {
+    const pcgc_node *x = &g->nodes[S->order[k]];
+    snode *N = &S->nd[x->id];
+    N->topo = k;
+    N->fwd = N->bwd = -1;
+    if (!x->typed) {
+      pcgc_error_set(S->err, PCGC_ERR_TYPE, "%s '%s' has no type", pcgc_op_name(x->kind), x->name);
+      pcgc_error_hint(S->err, "infer the graph (pcgc_graph_infer) before simulating it");
+      return PCGC_ERR_TYPE;
+    }
+    N->P = pcgc_ptensor_pieces(&x->out[0]);
+    N->m = x->out[0].micro > 1 ? x->out[0].micro : 1;
+    for (int j = 1; j < x->n_out; j++)
+      if (pcgc_ptensor_pieces(&x->out[j]) != N->P || (x->out[j].micro > 1 ? x->out[j].micro : 1) != N->m)
+        return pcgc_error_set(S->err, PCGC_ERR_UNSUPPORTED,
+                              "%s '%s': its outputs are split into different numbers of pieces",
+                              pcgc_op_name(x->kind), x->name);
+    if (N->m > S->mb_max) S->mb_max = N->m;
+    N->ts = S->n_ts;
+    S->n_ts += (int64_t)x->n_out * N->P * N->m;
+    pcgc_op_class cls = pcgc_op_class_of(x->kind);
+    const pcgc_view *v = &S->mp->view[x->id];
+    if (cls != PCGC_CLASS_SOURCE && (v->start < 0 || v->start >= S->D || v->stride < 0)) {
+      pcgc_error_set(S->err, PCGC_ERR_INVALID, "%s '%s' has view {start %d, stride %d}, outside the %d devices of '%s'",
+                     pcgc_op_name(x->kind), x->name, v->start, v->stride, S->D, S->m->name);
+      pcgc_error_hint(S->err, "a view needs 0 <= start < %d and stride >= 0", S->D);
+      return PCGC_ERR_INVALID;
+    }
+    if (cls == PCGC_CLASS_SOURCE) {
+      N->resident = true;
+      N->weight = N->grad = x->kind == PCGC_OP_WEIGHT && pcgc_dtype_is_float(x->out[0].dtype);
+    } else if (cls == PCGC_CLASS_PARALLEL) {
+      const snode *I = &S->nd[x->in[0].node];
+      N->resident = I->resident;
+      N->weight = I->weight;
+      N->grad = I->grad;
+    } else {
+      bool any = false, flt = false;
+      for (int i = 0; i < x->n_in; i++) any |= S->nd[x->in[i].node].grad;
+      for (int j = 0; j < x->n_out; j++) flt |= pcgc_dtype_is_float(x->out[j].dtype);
+      N->grad = any && flt;
+      N->has_bwd = any; /* and reach, below */
+      if ((st = pcgc_cost_node_time(S->m, g, x->id, &N->t, S->err)) != PCGC_OK) return st;
+      if (cls == PCGC_CLASS_LOSS) {
+        if (S->loss >= 0) {
+          pcgc_error_set(S->err, PCGC_ERR_INVALID, "the graph has two losses, '%s' and '%s'; training needs exactly one",
+                         g->nodes[S->loss].name, x->name);
+          pcgc_error_hint(S->err, "add them into one scalar, or remove one");
+          return PCGC_ERR_INVALID;
+        }
+        S->loss = x->id;
+      }
+    }
+  }
+  if (S->loss < 0) {
+    pcgc_error_set(S->err, PCGC_ERR_INVALID, "the graph has no loss; a training iteration needs one");
+    pcgc_error_hint(S->err, "end the model with softmax_cross_entropy(...) or mse(...)");
+    return PCGC_ERR_INVALID;
+  }
+  /* reach: a path to the loss (reverse topological order) */
+  S->nd[S->loss].reach = true;
+  for (int k = n - 1; k >= 0; k--) {
+    const pcgc_node *x = &g->nodes[S->order[k]];
+    if (!S->nd[x->id].reach) continue;
+    for (int i = 0; i < x->n_in; i++) S->nd[x->in[i].node].reach = true;
+  }
+  for (int i = 0; i < n; i++) S->nd[i].has_bwd = S->nd[i].has_bwd && S->nd[i].reach;
+  return PCGC_OK;
+}
+
+/* ----------------------------------------------------------- event loop */
+
+static void heap_push(int32_t *h, int64_t *n, const double *key, int32_t t) {
+  int64_t i = (*n)++;
+  while (i > 0) {
+    int64_t p = (i - 1) / 2;
+    int32_t u = h[p];
+    if (key[u] < key[t] || (key[u] == key[t] && u < t)) break;
+    h[i] = u;
+    i = p;
+  }
+  h[i] = t;
+}
+
+static int32_t heap_pop(int32_t *h, int64_t *n, const double *key) {
+  int32_t top = h[0], t = h[--*n];
+  int64_t i = 0;
+  for (;;) {
+    int64_t c = 2 * i + 1;
+    if (c >= *n) break;
+    if (c + 1 < *n && (key[h[c + 1]] < key[h[c]] || (key[h[c + 1]] == key[h[c]] && h[c + 1] < h[c]))) c++;
+    if (key[t] < key[h[c]] || (key[t] == key[h[c]] && t < h[c])) break;
+    h[i] = h[c];
+    i = c;
+  }
+  h[i] = t;
+  return top;
+}
+
+static pcgc_status run(sim *S, pcgc_sim_result *r) {
+  pcgc__sim_tasks *T = &S->T;
+  int32_t n = T->n;
+  int64_t ne = S->ne;
+  int64_t *off = calloc((size_t)n + 1, sizeof *off);
+  int32_t *succ = malloc((size_t)(ne ? ne : 1) * sizeof *succ), *indeg = calloc((size_t)n, sizeof *indeg);
+  int32_t *heap = malloc((size_t)(n ? n : 1) * sizeof *heap);
+  double *ready = calloc((size_t)n, sizeof *ready), *cp = calloc((size_t)n, sizeof *cp);
+  double *free_at = calloc((size_t)S->n_res, sizeof *free_at);
+  T->start = malloc((size_t)(n ? n : 1) * sizeof *T->start);
+  pcgc_status st = PCGC_OK;
+  if (!off || !succ || !indeg || !heap || !ready || !cp || !free_at || !T->start) {
+    st = pcgc_error_set(S->err, PCGC_ERR_NOMEM, "out of memory running the simulation");
+    goto done;
+  }
+  for (int64_t e = 0; e < ne; e++) {
+    off[S->ef[e] + 1]++;
+    indeg[S->et[e]]++;
+  }
+  for (int32_t t = 0; t < n; t++) off[t + 1] += off[t];
+  for (int64_t e = 0; e < ne; e++) succ[off[S->ef[e]]++] = S->et[e];
+  for (int32_t t = n; t > 0; t--) off[t] = off[t - 1];
+  off[0] = 0;
+  int64_t hn = 0, done = 0;
+  for (int32_t t = 0; t < n; t++)
+    if (!indeg[t]) heap_push(heap, &hn, ready, t);
+  double end_all = 0, fwd_end = 0, crit = 0, total = 0;
+  while (hn) {
+    int32_t t = heap_pop(heap, &hn, ready);
+    double s = ready[t], d = T->dur[t];
+    int k = T->kind[t];
+    if (pcgc__task_is_compute(k)) {
+      int dev = T->dev[t];
+      if (free_at[dev] > s) s = free_at[dev];
+      free_at[dev] = s + d;
+      r->device[dev].compute += d;
+    } else if (k != PCGC_TASK_JOIN) {
+      const int32_t *rs = T->res + T->res_off[t];
+      for (int i = 0; i < T->res_n[t]; i++)
+        if (free_at[rs[i]] > s) s = free_at[rs[i]];
+      for (int i = 0; i < T->res_n[t]; i++) free_at[rs[i]] = s + d;
+    }
+    double e = s + d, ce = cp[t] + d;
+    T->start[t] = s;
+    total += d;
+    if (e > end_all) end_all = e;
+    if (T->phase[t] == PCGC__SIM_FWD && e > fwd_end) fwd_end = e;
+    if (ce > crit) crit = ce;
+    for (int64_t i = off[t]; i < off[t + 1]; i++) {
+      int32_t u = succ[i];
+      if (ready[u] < e) ready[u] = e;
+      if (cp[u] < ce) cp[u] = ce;
+      if (--indeg[u] == 0) heap_push(heap, &hn, ready, u);
+    }
+    done++;
+  }
+  if (done != n) {
+    st = pcgc_error_set(S->err, PCGC_ERR_GRAPH, "the task graph has a cycle: %lld of %d tasks never became ready "
+                        "(internal error)", (long long)(n - done), n);
+    goto done;
+  }
+  r->iteration_time = end_all;
+  r->forward_time = fwd_end;
+  r->critical_path = crit;
+  r->task_time = total;
+done:
+  free(off);
+  free(succ);
+  free(indeg);
+  free(heap);
+  free(ready);
+  free(cp);
+  free(free_at);
+  return st;
+}
+
+/* ------------------------------------------------------------- driver */
+
+static void sim_free(sim *S) {
+  pcgc__sim_tasks *T = &S->T;
+  free(T->dur);
+  free(T->kind);
+  free(T->phase);
+  free(T->coll);
+  free(T->dev);
+  free(T->peer);
+  free(T->node);
+  free(T->piece);
+  free(T->micro);
+  free(T->res_off);
+  free(T->res_n);
+  free(T->bytes);
+  free(T->start);
+  free(T->res);
+  free(S->nd);
+  free(S->order);
+  free(S->ef);
+  free(S->et);
+  free(S->h);
+  free(S->w);
+  free(S->act);
+  free(S->act_mb);
+  free(S->wbytes);
+  free(S->comm);
+  free(S->stamp);
+  free(S->ncount);
+  free(S->grp);
+  free(S->first_fwd);
+  free(S->first_topo);
+}
+
+pcgc_status pcgc_simulate(const pcgc_graph *g, const pcgc_mapping *mp, const pcgc_machine *m,
+                          const pcgc_sim_options *o, pcgc_sim_result *r, pcgc_error *err) {
+  if (r) memset(r, 0, sizeof *r);
+  if (!g || !mp || !m || !r)
+    return pcgc_error_set(err, PCGC_ERR_INVALID, "pcgc_simulate: graph, mapping, machine and result are required");
+  if (mp->n_nodes != g->n_nodes) {
+    pcgc_error_set(err, PCGC_ERR_INVALID, "the mapping has %d views for a graph of %d nodes", mp->n_nodes, g->n_nodes);
+    pcgc_error_hint(err, "map the graph it was made for, one view per node");
+    return PCGC_ERR_INVALID;
+  }
+  double t0 = now();
+  sim S_, *S = &S_;
+  memset(S, 0, sizeof *S);
+  S->g = g;
+  S->m = m;
+  S->mp = mp;
+  if (o) S->o = *o;
+  else pcgc_sim_options_default(&S->o);
+  S->err = err;
+  S->D = pcgc_machine_num_devices(m);
+  S->dpn = m->devices_per_node > 0 ? m->devices_per_node : 1;
+  S->n_nodes_m = m->nodes > 0 ? m->nodes : 1;
+  if (S->D < 1) return pcgc_error_set(err, PCGC_ERR_INVALID, "machine '%s' has no devices", m->name);
+  int D = S->D, ni = m->intra.shared ? S->n_nodes_m : D, ne = m->inter.shared ? S->n_nodes_m : D;
+  S->r_io = D;
+  S->r_ii = D + ni;
+  S->r_eo = D + 2 * ni;
+  S->r_ei = D + 2 * ni + ne;
+  S->n_res = D + 2 * ni + 2 * ne;
+  int nstamp = S->n_res > S->n_nodes_m ? S->n_res : S->n_nodes_m;
+  int n = g->n_nodes;
+  S->nd = calloc((size_t)(n ? n : 1), sizeof *S->nd);
+  S->order = malloc((size_t)(n ? n : 1) * sizeof *S->order);
+  S->act = calloc((size_t)D, sizeof *S->act);
+  S->act_mb = calloc((size_t)D, sizeof *S->act_mb);
+  S->wbytes = calloc((size_t)D, sizeof *S->wbytes);
+  S->comm = calloc((size_t)D, sizeof *S->comm);
+  S->stamp = calloc((size_t)nstamp, sizeof *S->stamp);
+  S->ncount = calloc((size_t)S->n_nodes_m, sizeof *S->ncount);
+  S->grp = malloc(((size_t)D + 1) * sizeof *S->grp);
+  S->first_topo = malloc((size_t)D * sizeof *S->first_topo);
+  r->device = calloc((size_t)D, sizeof *r->device);
+  pcgc_status st = PCGC_OK;
+  int *stage = NULL;
+  int32_t *scratch = NULL;
+  if (!S->nd || !S->order || !S->act || !S->act_mb || !S->wbytes || !S->comm || !S->stamp || !S->ncount ||
+      !S->grp || !S->first_topo || !r->device || !tasks_grow(S, 4096)) {
+    st = pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
+    goto out;
+  }
+  for (int d = 0; d < D; d++) S->first_topo[d] = -1;
+  if ((st = analyse(S)) != PCGC_OK) goto out;
+  S->first_fwd = malloc((size_t)D * (size_t)S->mb_max * sizeof *S->first_fwd);
+  stage = malloc(2 * (size_t)D * sizeof *stage); /* stages, then scratch */
+  /* the largest degree of a replicate or reduce bounds the scratch list */
+  int64_t maxdeg = 1;
+  for (int i = 0; i < n; i++)
+    if (g->nodes[i].kind == PCGC_OP_REPLICATE || g->nodes[i].kind == PCGC_OP_REDUCE) {
+      int64_t dg = pcgc_attrs_int(&g->nodes[i].attrs, "degree");
+      if (dg > maxdeg) maxdeg = dg;
+    }
+  scratch = malloc((size_t)maxdeg * sizeof *scratch);
+  if (!S->first_fwd || !stage || !scratch) {
+    st = pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
+    goto out;
+  }
+  for (int64_t i = 0; i < (int64_t)D * S->mb_max; i++) S->first_fwd[i] = -1;
+  for (int k = 0; k < n && !S->st; k++) {
+    const pcgc_node *x = &g->nodes[S->order[k]];
+    pcgc_op_class cls = pcgc_op_class_of(x->kind);
+    if (S->nd[x->id].resident) continue;
+    if (cls == PCGC_CLASS_PARALLEL) gen_parallel(S, x, scratch);
+    else gen_ordinary(S, x);
+  }
+  gen_weights(S);
+  int stages = 1;
+  for (int d = 0; d < D; d++) stage[d] = -1;
+  if (S->mb_max > 1) stages = pipeline_stages(S, stage, stage + D);
+  gen_schedule(S, stage, stages);
+  if ((st = S->st) != PCGC_OK) goto out;
+  double t1 = now();
+  if ((st = run(S, r)) != PCGC_OK) goto out;
+  double t2 = now();
+
+  /* results */
+  pcgc__sim_tasks *T = &S->T;
+  r->n_devices = D;
+  r->n_tasks = T->n;
+  r->n_edges = S->ne;
+  for (int32_t t = 0; t < T->n; t++) r->tasks_by_kind[T->kind[t]]++;
+  r->bytes_intra = S->bytes_intra;
+  r->bytes_inter = S->bytes_inter;
+  r->capacity = pcgc_machine_usable_memory(m);
+  r->stages = stages;
+  r->micro_batches = S->mb_max;
+  bool f1b = S->o.schedule == PCGC_SCHEDULE_1F1B && S->nd[S->loss].m > 1;
+  r->optimizer = S->o.optimizer;
+  r->schedule = S->o.schedule;
+  r->compute_min = INFINITY;
+  for (int d = 0; d < D; d++) {
+    pcgc_sim_device *dv = &r->device[d];
+    dv->idle = r->iteration_time - dv->compute;
+    double act = S->act[d], mb = r->micro_batches;
+    if (S->act_mb[d] > 0) {
+      double inflight = mb;
+      if (f1b && stage[d] >= 0 && stages - stage[d] < mb) inflight = stages - stage[d];
+      act += S->act_mb[d] * inflight / mb;
+    }
+    dv->memory = pcgc_cost_memory(S->o.optimizer, S->wbytes[d], act, S->comm[d]);
+    dv->oom = dv->memory.total > r->capacity;
+    r->oom_devices += dv->oom;
+    if (dv->compute < r->compute_min) r->compute_min = dv->compute;
+    if (dv->compute > r->compute_max) r->compute_max = dv->compute;
+    r->compute_mean += dv->compute / D;
+  }
+  if (S->o.trace_path && (st = pcgc__sim_write_trace(S->o.trace_path, g, m, T, err)) != PCGC_OK) goto out;
+  r->build_seconds = t1 - t0;
+  r->run_seconds = t2 - t1;
+out:
+  free(stage);
+  free(scratch);
+  sim_free(S);
+  if (st != PCGC_OK) {
+    free(r->device);
+    memset(r, 0, sizeof *r);
+  }
+  return st;
+}

@@ -1,0 +1,51 @@
+/*
+ * sim_internal.h — private to the simulator (sim.c builds and runs the task
+ * graph, sim_report.c prints results and writes Chrome traces): the task
+ * arrays, one entry per task, structure-of-arrays so the event loop touches
+ * only what it needs.
+ */
+#ifndef PCGC_SEARCH_SIM_INTERNAL_H
+#define PCGC_SEARCH_SIM_INTERNAL_H
+
+#include <stdint.h>
+
+#include "search.h"
+
+/* Phase of the iteration a task belongs to. */
+enum { PCGC__SIM_FWD, PCGC__SIM_BWD, PCGC__SIM_UPDATE };
+
+/* The reduce collective (timed as an all-reduce), beside pcgc_collective. */
+#define PCGC__COLL_REDUCE PCGC_COLL_COUNT
+
+typedef struct pcgc__sim_tasks {
+  int32_t n, cap;
+  double *dur;       /* s */
+  uint8_t *kind;     /* pcgc_task_kind */
+  uint8_t *phase;    /* PCGC__SIM_* */
+  uint8_t *coll;     /* collectives: pcgc_collective or PCGC__COLL_REDUCE */
+  int32_t *dev;      /* compute: its device; transfer: the sender; collective: its first device */
+  int32_t *peer;     /* transfer: the receiver; collective: the number of devices */
+  int32_t *node;     /* the graph node it belongs to (-1: none) */
+  int32_t *piece;    /* output piece (-1: none) */
+  int32_t *micro;    /* micro-batch */
+  int32_t *res_off;  /* communication: resources res[res_off .. res_off + res_n) */
+  int32_t *res_n;
+  double *bytes;     /* communication: bytes of the piece moved */
+  double *start;     /* filled by the event loop */
+  int32_t *res;
+  int64_t n_res, cap_res;
+} pcgc__sim_tasks;
+
+static inline bool pcgc__task_is_compute(int kind) {
+  return kind == PCGC_TASK_FORWARD || kind == PCGC_TASK_BACKWARD || kind == PCGC_TASK_ADD ||
+         kind == PCGC_TASK_OPTIMIZER;
+}
+
+/* Writes every task but the joins as a Chrome trace (JSON object format):
+ * one process per device, compute on thread 0, communication on thread 1
+ * (transfers on the sender, collectives on their first device). Atomic:
+ * written to PATH.tmp, flushed, fsync'ed, renamed over PATH. */
+pcgc_status pcgc__sim_write_trace(const char *path, const pcgc_graph *g, const pcgc_machine *m,
+                                  const pcgc__sim_tasks *t, pcgc_error *err);
+
+#endif
