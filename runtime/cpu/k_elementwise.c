@@ -22,6 +22,7 @@ static double scalar_attr(const pcgc__kargs *k) {
   case PCGC_OP_SCALAR_SUB:
   case PCGC_OP_SCALAR_MUL:
   case PCGC_OP_SCALAR_DIV: return pcgc_attrs_float(k->a, "scalar");
+  case PCGC_OP_GELU: return pcgc_attrs_int(k->a, "approximate") ? 1 : 0; /* 1: the tanh form */
   default: return 0;
   }
 }
@@ -30,6 +31,15 @@ static double scalar_attr(const pcgc__kargs *k) {
 #define INV_SQRT_2PI 0.39894228040143267794 /* 1/sqrt(2 pi) */
 
 static double gelu(double x) { return 0.5 * x * (1 + erf(x * SQRT1_2)); }
+
+/* PyTorch's gelu(approximate='tanh'): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
+#define SQRT_2_PI 0.79788456080286535588 /* sqrt(2/pi) */
+static double gelu_tanh(double x) { return 0.5 * x * (1 + tanh(SQRT_2_PI * (x + 0.044715 * x * x * x))); }
+
+static double gelu_tanh_grad(double x) {
+  double t = tanh(SQRT_2_PI * (x + 0.044715 * x * x * x));
+  return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * SQRT_2_PI * (1 + 3 * 0.044715 * x * x);
+}
 
 static double sigmoid(double x) {
   if (x >= 0) return 1 / (1 + exp(-x));
@@ -40,7 +50,7 @@ static double sigmoid(double x) {
 static double unary_fwd(pcgc_op_kind kind, double x, double s) {
   switch (kind) {
   case PCGC_OP_RELU: return x < 0 ? 0 : x; /* NaN propagates, as in PyTorch */
-  case PCGC_OP_GELU: return gelu(x);
+  case PCGC_OP_GELU: return s != 0 ? gelu_tanh(x) : gelu(x);
   case PCGC_OP_SIGMOID: return sigmoid(x);
   case PCGC_OP_TANH: return tanh(x);
   case PCGC_OP_EXP: return exp(x);
@@ -56,7 +66,8 @@ static double unary_fwd(pcgc_op_kind kind, double x, double s) {
 static double unary_grad(pcgc_op_kind kind, double x, double s) {
   switch (kind) {
   case PCGC_OP_RELU: return x > 0 ? 1 : 0;
-  case PCGC_OP_GELU: /* Phi(x) + x phi(x) */
+  case PCGC_OP_GELU: /* exact: Phi(x) + x phi(x) */
+    if (s != 0) return gelu_tanh_grad(x);
     return 0.5 * (1 + erf(x * SQRT1_2)) + x * exp(-0.5 * x * x) * INV_SQRT_2PI;
   case PCGC_OP_SIGMOID: {
     double y = sigmoid(x);

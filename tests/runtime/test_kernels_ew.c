@@ -256,6 +256,8 @@ static void build_cases(void) {
     add_case((pcgc_op_kind)k, a, ctx, 1, (gc_input[]){gshift(GF(2, 1, 3), 0.2, 0.5)}, "[2, 1, 3] positive");
     add_case((pcgc_op_kind)k, a, ctx, 1, (gc_input[]){gshift(GF(2, 1, 3), 0.2, -0.5)}, "[2, 1, 3] negative");
   }
+  add_case(PCGC_OP_GELU, with_int(attrs(PCGC_OP_GELU), "approximate", 1), NULL, 1, (gc_input[]){GF(3, 4)},
+           "approximate=true (tanh form)");
   add_case(PCGC_OP_DROPOUT, unary_attrs(PCGC_OP_DROPOUT), &eval_ctx, 1, (gc_input[]){GF(4, 5)}, "not training");
   add_case(PCGC_OP_DROPOUT, with_float(attrs(PCGC_OP_DROPOUT), "rate", 0), &train_ctx, 1, (gc_input[]){GF(4, 5)}, "rate 0");
   add_case(PCGC_OP_DROPOUT, with_float(attrs(PCGC_OP_DROPOUT), "rate", 0.8), &train_ctx, 1, (gc_input[]){GF(6, 5)},
@@ -423,6 +425,9 @@ START_TEST(values_unary) {
   expect_fwd(PCGC_OP_RELU, AP(PCGC_OP_RELU), 1, &x, VALS(0, 0, 2), 0);
   expect_fwd(PCGC_OP_GELU, AP(PCGC_OP_GELU), 1, &x,
              VALS(-0.15865525393145707, 0, 1.9544997361036416), 1e-15);
+  /* torch.nn.functional.gelu(x, approximate='tanh') */
+  pcgc_attrs tanh_gelu = with_int(attrs(PCGC_OP_GELU), "approximate", 1);
+  expect_fwd(PCGC_OP_GELU, &tanh_gelu, 1, &x, VALS(-0.15880800939172324, 0, 1.954597694087775), 1e-15);
   expect_fwd(PCGC_OP_SIGMOID, AP(PCGC_OP_SIGMOID), 1, &x,
              VALS(0.2689414213699951, 0.5, 0.8807970779778823), 1e-15);
   expect_fwd(PCGC_OP_TANH, AP(PCGC_OP_TANH), 1, &x,
