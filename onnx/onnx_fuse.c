@@ -299,6 +299,7 @@ pcgc_status pcgc__onnx_find_fusions(onnx_ctx *c) {
     } else if (is_op(c, n, "Tanh", 1)) {
       root = match_gelu_tanh(c, n, &x, &ch, &st);
       f.kind = OF_GELU;
+      f.gelu_tanh = true;
     } else if (is_op(c, n, "ReduceMean", gp->node[i]->n_input)) {
       root = match_layernorm(c, n, &f, &ch, &st);
       f.kind = OF_LAYERNORM;

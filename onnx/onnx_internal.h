@@ -113,6 +113,7 @@ typedef struct onnx_fused {
   int n_axes;
   int64_t axes[ONNX_MAX_RANK];   /* layernorm: the reduced axes as written */
   const char *first;             /* name of the pattern's first node, for messages */
+  bool gelu_tanh;                /* gelu: the tanh approximation */
 } onnx_fused;
 
 typedef struct onnx_ctx {

@@ -81,14 +81,17 @@ static pcgc_status conv_unary(onnx_ctx *c) {
   pcgc_op_kind k = PCGC_OP_IDENTITY;
   for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
     if (strcmp(op(c), map[i].name) == 0) k = map[i].k;
+  pcgc_attrs a;
+  pcgc_attrs_init(&a, k);
   if (k == PCGC_OP_GELU) {
     const char *approx;
     TRY(pcgc__onnx_attr_string(c, "approximate", "none", &approx));
     if (strcmp(approx, "none") != 0 && strcmp(approx, "tanh") != 0) return bad_attr(c, "approximate", approx, NULL);
+    pcgc_attrs_set_int(&a, "approximate", strcmp(approx, "tanh") == 0);
   }
   pcgc_ref x;
   TRY(in_ref(c, 0, &x));
-  return emit_out(c, k, NULL, 1, &x);
+  return emit_out(c, k, &a, 1, &x);
 }
 
 static pcgc_status emit_scalar(onnx_ctx *c, pcgc_op_kind k, const char *suffix, pcgc_ref x, double s,
@@ -921,7 +924,10 @@ pcgc_status pcgc__onnx_emit_fused(onnx_ctx *c, const onnx_fused *f) {
   pcgc_ref x;
   pcgc_status s = pcgc__onnx_tensor_ref(c, xv, 0, NULL, &x);
   if (s == PCGC_OK && f->kind == OF_GELU) {
-    s = emit_out(c, PCGC_OP_GELU, NULL, 1, &x);
+    pcgc_attrs a;
+    pcgc_attrs_init(&a, PCGC_OP_GELU);
+    pcgc_attrs_set_int(&a, "approximate", f->gelu_tanh);
+    s = emit_out(c, PCGC_OP_GELU, &a, 1, &x);
   } else if (s == PCGC_OK) {
     /* the reduced axes must be the last ones */
     int r = type_of(c, x)->rank;
