@@ -58,6 +58,9 @@ static void print_main_help(FILE *f) {
           "  dot MODEL     print the graph in Graphviz DOT (parallel operators drawn distinctly)\n"
           "  train MODEL   train on one CPU device with the reference interpreter, printing\n"
           "                the loss per step\n"
+          "  simulate MODEL --machine M\n"
+          "                simulate one training iteration of a baseline strategy (sequential,\n"
+          "                data-parallel) on a machine: time, idle, bytes moved, memory\n"
           "  help [CMD]    show help for a command\n"
           "\n"
           "Every command takes --help. MODEL is a model file (docs/model-format.md) or an\n"
@@ -111,6 +114,8 @@ static void print_cmd_help(FILE *f, const char *cmd) {
             "  -h, --help         show this help\n");
   } else if (strcmp(cmd, "train") == 0) {
     pcgc_cli_train_help(f);
+  } else if (strcmp(cmd, "simulate") == 0) {
+    pcgc_cli_simulate_help(f);
   } else {
     print_main_help(f);
   }
@@ -360,5 +365,7 @@ int main(int argc, char **argv) {
   if (strcmp(cmd, "show") == 0) return cmd_write("show", pcgc_graph_write_text, argc - 2, argv + 2);
   if (strcmp(cmd, "dot") == 0) return cmd_write("dot", pcgc_graph_write_dot, argc - 2, argv + 2);
   if (strcmp(cmd, "train") == 0) return pcgc_cli_train(argc - 2, argv + 2);
-  return pcgc_cli_usage_error(NULL, "unknown command '%s' (commands: check, show, dot, train, help)", cmd);
+  if (strcmp(cmd, "simulate") == 0) return pcgc_cli_simulate(argc - 2, argv + 2);
+  return pcgc_cli_usage_error(NULL, "unknown command '%s' (commands: check, show, dot, train, simulate, help)",
+                              cmd);
 }

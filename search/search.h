@@ -315,7 +315,8 @@ pcgc_memory pcgc_cost_memory(pcgc_optimizer opt, double weight_bytes, double act
 
 /* ==================================================================
  * Simulator (search/sim.c, search/sim_report.c) and baseline strategies
- * (search/strategy.c). search/README.md has every rule with its reasons.
+ * (search/strategy.c). pcgc_simulate states every modelling rule; sim.c
+ * explains the algorithm.
  *
  * The simulator builds the task graph of one training iteration of a
  * parallel graph whose nodes have machine views, and runs it event by event:
@@ -410,11 +411,12 @@ typedef struct pcgc_sim_result {
   double critical_path;   /* s: the longest chain of dependent tasks, ignoring contention:
                              a lower bound of iteration_time */
   double task_time;       /* s: the sum of every task's duration: an upper bound */
-  double compute_min, compute_mean, compute_max;  /* over devices, s */
+  double compute_min, compute_mean, compute_max;  /* over the devices used, s */
   double bytes_intra, bytes_inter;  /* bytes moved over each link class (collectives:
                                        their ring algorithm's traffic) */
   double capacity;        /* usable memory per device, bytes */
-  int n_devices;
+  int n_devices;          /* of the machine: device[] has them all */
+  int used_devices;       /* that run a task or hold memory */
   int oom_devices;        /* devices whose memory exceeds capacity */
   int stages, micro_batches;  /* pipeline stages and micro-batches (1, 1 if none) */
   pcgc_optimizer optimizer;

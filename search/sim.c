@@ -173,6 +173,8 @@ typedef struct sim {
   int32_t *ncount;         /* [machine nodes] */
   int32_t *grp;            /* [D + 1] scratch device list */
   int32_t *first_fwd;      /* [D * mb_max]: 1F1B, a device's first forward task of each micro-batch */
+  int32_t *first_bwd;      /* [D * mb_max]: the backward of its first op with one (the last to run) */
+  pcgc__piece_map pm;      /* of the op being built */
   int *first_topo;         /* [D]: topological position of the first pipelined op a device runs */
 } sim;
 
@@ -199,21 +201,18 @@ static int32_t next_stamp(sim *S) {
 
 /* ------------------------------------------------------------- tasks */
 
-static bool tasks_grow(sim *S, int64_t need) {
-  pcgc__sim_tasks *T = &S->T;
-  if (need <= T->cap) return true;
-  if (need >= INT32_MAX) {
-    if (S->st == PCGC_OK)
-      S->st = pcgc_error_set(S->err, PCGC_ERR_UNSUPPORTED, "the task graph would have more than 2^31 tasks");
-    return false;
-  }
+/* Room for `need` tasks: PCGC_OK, PCGC_ERR_NOMEM, or PCGC_ERR_UNSUPPORTED
+ * past 2^31 tasks (ids are int32). Sets no error text. */
+static pcgc_status tasks_reserve(pcgc__sim_tasks *T, int64_t need) {
+  if (need <= T->cap) return PCGC_OK;
+  if (need >= INT32_MAX) return PCGC_ERR_UNSUPPORTED;
   int64_t cap = T->cap ? T->cap : 4096;
   while (cap < need) cap *= 2;
   if (cap >= INT32_MAX) cap = INT32_MAX - 1;
 #define GROW(p)                                                  \
   do {                                                           \
     void *q_ = realloc(T->p, (size_t)cap * sizeof *T->p);        \
-    if (!q_) return fail_nomem(S), false;                        \
+    if (!q_) return PCGC_ERR_NOMEM;                              \
     T->p = q_;                                                   \
   } while (0)
   GROW(dur);
@@ -230,7 +229,15 @@ static bool tasks_grow(sim *S, int64_t need) {
   GROW(bytes);
 #undef GROW
   T->cap = (int32_t)cap;
-  return true;
+  return PCGC_OK;
+}
+
+static bool tasks_grow(sim *S, int64_t need) {
+  pcgc_status st = tasks_reserve(&S->T, need);
+  if (st == PCGC_ERR_NOMEM) fail_nomem(S);
+  else if (st != PCGC_OK && S->st == PCGC_OK)
+    S->st = pcgc_error_set(S->err, st, "the task graph would have more than 2^31 tasks");
+  return st == PCGC_OK;
 }
 
 /* Appends `count` tasks of one kind; returns the first id (0 after an error). */
@@ -473,16 +480,16 @@ static void weight_read(sim *S, int node, int64_t box, int dev, int32_t bwd) {
 }
 
 /* Task f (backward b, or -1) of micro-batch mu on device X reads piece q of input i. */
-static void read_input(sim *S, const pcgc_node *n, int i, int64_t q, int mu, int X, int32_t f, int32_t b) {
+static void read_input(sim *S, const pcgc_node *n, int i, int64_t q, int mu, int X, int32_t f, int32_t b,
+                       double bytes) {
   pcgc_ref r = n->in[i];
   const snode *I = &S->nd[r.node];
   const pcgc_ptensor *t = &S->g->nodes[r.node].out[r.slot];
   int mi = in_mu(I->m, mu);
   int64_t ts = I->ts + ((int64_t)r.slot * I->m + mi) * I->P + q;
-  double bytes = pcgc_cost_piece_bytes(t);
   bool fresh;
   if (I->resident) {
-    if (I->weight) {
+    if (I->weight) { /* sum degree 1: the replicas of one shard are pieces q / replica */
       weight_read(S, r.node, q / t->replica, X, b);
     } else {
       hash_get(S, ts, X, &fresh); /* data: loaded where it is read, kept for backward */
@@ -505,23 +512,78 @@ static void read_input(sim *S, const pcgc_node *n, int i, int64_t q, int mu, int
     keep(S, X, I->m > 1, bytes);
   }
   edge(S, e->fwd, f);
-  if (gs >= 0) {
+  if (gs >= 0) { /* the gradients of X's readers, summed on X, go back once */
     if (e->bwd < 0) {
-      int32_t gt = transfer(S, PCGC__SIM_BWD, r.node, q, mi, X, Y, bytes);
-      e = hash_get(S, ts, X, &fresh); /* still there: transfer() does not touch the table */
-      if (!e) return;
-      e->bwd = gt;
-      edge(S, gt, gs);
+      e->bwd = transfer(S, PCGC__SIM_BWD, r.node, q, mi, X, Y, bytes); /* (transfer() leaves the table alone) */
+      edge(S, e->bwd, gs);
       staged(S, Y, bytes);
     }
     edge(S, b, e->bwd);
   }
 }
 
+/* The piece-to-piece map of an ordinary op in closed form. By pcg.h's axis
+ * maps, the input piece that output piece p = (c, s, r) reads is linear in
+ * the shard coordinates c and the replica index r, plus a term of the sum
+ * index s alone (the sum index splits over contraction and sum axes):
+ *     in_piece(p) = sum_j c_j W[j] + G[s] + r
+ * so rank + sum calls of pcgc_op_piece_inputs give every piece. The form is
+ * checked against the direct call on the corner pieces (tests compare every
+ * piece); small ops, and any disagreement, use one call per piece. */
+bool pcgc__piece_map_build(pcgc__piece_map *pm, const pcgc_node *n, const pcgc_ptensor *tin, bool always) {
+  const pcgc_ptensor *o = &n->out[0];
+  int ni = n->n_in, rank = o->rank;
+  int64_t P = pcgc_ptensor_pieces(o), calls = rank + o->sum + 2, c[PCGC_MAX_RANK] = {0};
+  if (!always && P <= 4 * calls) return false;
+  if (pm->gcap < (int64_t)o->sum * ni) {
+    int64_t *g = realloc(pm->g, (size_t)o->sum * (size_t)ni * sizeof *g);
+    if (!g) return false;
+    pm->g = g;
+    pm->gcap = (int64_t)o->sum * ni;
+  }
+  int64_t got[PCGC_VARIADIC];
+  pcgc_error e;
+  for (int64_t s = 0; s < o->sum; s++)
+    if (pcgc_op_piece_inputs(n->kind, &n->attrs, ni, tin, o, pcgc_piece_index(o, c, s, 0), pm->g + s * ni, &e))
+      return false;
+  for (int j = 0; j < rank; j++) {
+    c[j] = 1;
+    if (o->degree[j] > 1 &&
+        pcgc_op_piece_inputs(n->kind, &n->attrs, ni, tin, o, pcgc_piece_index(o, c, 0, 0), pm->w[j], &e))
+      return false;
+    for (int i = 0; i < ni; i++) pm->w[j][i] = o->degree[j] > 1 ? pm->w[j][i] - pm->g[i] : 0;
+    c[j] = 0;
+  }
+  for (int k = 0; k <= rank; k++) { /* corners: each coordinate at its largest, then all of them */
+    for (int j = 0; j < rank; j++) c[j] = k == rank || j == k ? o->degree[j] - 1 : 0;
+    int64_t p = pcgc_piece_index(o, c, o->sum - 1, o->replica - 1), want[PCGC_VARIADIC];
+    if (pcgc_op_piece_inputs(n->kind, &n->attrs, ni, tin, o, p, got, &e)) return false;
+    pcgc__piece_map_apply(pm, n, p, want);
+    for (int i = 0; i < ni; i++)
+      if (want[i] != got[i]) return false;
+  }
+  return true;
+}
+
+void pcgc__piece_map_apply(const pcgc__piece_map *pm, const pcgc_node *n, int64_t p, int64_t *in_piece) {
+  const pcgc_ptensor *o = &n->out[0];
+  int64_t c[PCGC_MAX_RANK], s, r;
+  pcgc_piece_coords(o, p, c, &s, &r);
+  for (int i = 0; i < n->n_in; i++) {
+    int64_t q = pm->g[s * n->n_in + i] + r;
+    for (int j = 0; j < o->rank; j++) q += c[j] * pm->w[j][i];
+    in_piece[i] = q;
+  }
+}
+
 static void gen_ordinary(sim *S, const pcgc_node *n) {
   snode *N = &S->nd[n->id];
   pcgc_ptensor tin[PCGC_VARIADIC];
-  for (int i = 0; i < n->n_in; i++) tin[i] = *pcgc_graph_ref_type(S->g, n->in[i]);
+  double in_bytes[PCGC_VARIADIC];
+  for (int i = 0; i < n->n_in; i++) {
+    tin[i] = *pcgc_graph_ref_type(S->g, n->in[i]);
+    in_bytes[i] = pcgc_cost_piece_bytes(&tin[i]);
+  }
   int64_t P = N->P;
   int mb = N->m;
   N->fwd = task_add(S, P * mb, PCGC_TASK_FORWARD, PCGC__SIM_FWD, n->id);
@@ -530,12 +592,18 @@ static void gen_ordinary(sim *S, const pcgc_node *n) {
   bool kept = pcgc_cost_efficiency(n->kind)->kernel && pcgc_op_class_of(n->kind) != PCGC_CLASS_LOSS;
   double out_bytes = 0;
   for (int k = 0; k < n->n_out; k++) out_bytes += pcgc_cost_piece_bytes(&n->out[k]);
+  const pcgc_ptensor *o = &n->out[0];
+  bool closed = pcgc__piece_map_build(&S->pm, n, tin, false);
   int64_t inp[PCGC_VARIADIC];
   for (int64_t p = 0; p < P && !S->st; p++) {
-    pcgc_status st = pcgc_op_piece_inputs(n->kind, &n->attrs, n->n_in, tin, &n->out[0], p, inp, S->err);
-    if (st != PCGC_OK) {
-      S->st = st;
-      return;
+    if (closed) {
+      pcgc__piece_map_apply(&S->pm, n, p, inp);
+    } else {
+      pcgc_status st = pcgc_op_piece_inputs(n->kind, &n->attrs, n->n_in, tin, o, p, inp, S->err);
+      if (st != PCGC_OK) {
+        S->st = st;
+        return;
+      }
     }
     int X = home(S, n->id, p);
     for (int mu = 0; mu < mb; mu++) {
@@ -550,11 +618,12 @@ static void gen_ordinary(sim *S, const pcgc_node *n) {
       }
       if (kept) keep(S, X, mb > 1, out_bytes);
       if (mb > 1) {
-        int32_t *ff = &S->first_fwd[(int64_t)X * S->mb_max + mu];
-        if (*ff < 0) *ff = f;
+        int64_t k = (int64_t)X * S->mb_max + mu;
+        if (S->first_fwd[k] < 0) S->first_fwd[k] = f;
+        if (S->first_bwd[k] < 0) S->first_bwd[k] = b;
         if (S->first_topo[X] < 0) S->first_topo[X] = N->topo;
       }
-      for (int i = 0; i < n->n_in; i++) read_input(S, n, i, inp[i], mu, X, f, b);
+      for (int i = 0; i < n->n_in; i++) read_input(S, n, i, inp[i], mu, X, f, b, in_bytes[i]);
     }
   }
 }
@@ -805,7 +874,8 @@ static void gen_weights(sim *S) {
       if (sorted[j].bwd >= 0) deps[nd++] = sorted[j].bwd;
       j++;
     }
-    int node = sorted[i].node;
+    int node = sorted[i].node, src = node; /* the tensor read; the weight it comes from */
+    while (pcgc_op_class_of(S->g->nodes[src].kind) == PCGC_CLASS_PARALLEL) src = S->g->nodes[src].in[0].node;
     const pcgc_ptensor *t = &S->g->nodes[node].out[0];
     double bytes = pcgc_cost_piece_bytes(t), es = (double)pcgc_dtype_size(t->dtype);
     int64_t box = sorted[i].key - S->nd[node].ts;
@@ -814,10 +884,10 @@ static void gen_weights(sim *S) {
       double tu = pcgc_cost_roofline(S->m, PCGC_OP_MUL, t->dtype, flops * bytes / es, elems * bytes);
       int32_t ar = -1;
       if (ng > 1) {
-        ar = collective(S, PCGC__SIM_BWD, node, box, 0, PCGC_COLL_ALL_REDUCE, ng, S->grp, bytes);
+        ar = collective(S, PCGC__SIM_BWD, src, box, 0, PCGC_COLL_ALL_REDUCE, ng, S->grp, bytes);
         for (int k = 0; k < nd; k++) edge(S, deps[k], ar);
       }
-      int32_t u = task_add(S, ng, PCGC_TASK_OPTIMIZER, PCGC__SIM_UPDATE, node);
+      int32_t u = task_add(S, ng, PCGC_TASK_OPTIMIZER, PCGC__SIM_UPDATE, src);
       for (int k = 0; k < ng && !S->st; k++) {
         set_piece(S, u + k, S->grp[k], box, 0);
         S->T.dur[u + k] = tu;
@@ -880,10 +950,8 @@ static void gen_schedule(sim *S, const int *stage, int stages) {
     if (stage[d] < 0) continue;
     int w = stages - stage[d];
     for (int mu = w; mu < S->mb_max; mu++) {
-      int32_t f = S->first_fwd[(int64_t)d * S->mb_max + mu], f0 = S->first_fwd[(int64_t)d * S->mb_max + mu - w];
-      if (f < 0 || f0 < 0) continue;
-      const snode *N = &S->nd[S->T.node[f0]];
-      if (N->bwd >= 0) edge(S, N->bwd + (f0 - N->fwd), f);
+      int32_t f = S->first_fwd[(int64_t)d * S->mb_max + mu], b = S->first_bwd[(int64_t)d * S->mb_max + mu - w];
+      if (f >= 0 && b >= 0) edge(S, b, f);
     }
   }
 }
@@ -969,30 +1037,38 @@ static pcgc_status analyse(sim *S) {
 
 /* ----------------------------------------------------------- event loop */
 
-static void heap_push(int32_t *h, int64_t *n, const double *key, int32_t t) {
+/* Min-heap of ready tasks, keyed by (ready time, id); keys sit in the heap
+ * entries so sifting touches no other array. */
+typedef struct hitem {
+  double key;
+  int32_t id;
+} hitem;
+
+static inline bool hless(hitem a, hitem b) { return a.key < b.key || (a.key == b.key && a.id < b.id); }
+
+static void heap_push(hitem *h, int64_t *n, hitem x) {
   int64_t i = (*n)++;
   while (i > 0) {
     int64_t p = (i - 1) / 2;
-    int32_t u = h[p];
-    if (key[u] < key[t] || (key[u] == key[t] && u < t)) break;
-    h[i] = u;
+    if (!hless(x, h[p])) break;
+    h[i] = h[p];
     i = p;
   }
-  h[i] = t;
+  h[i] = x;
 }
 
-static int32_t heap_pop(int32_t *h, int64_t *n, const double *key) {
-  int32_t top = h[0], t = h[--*n];
+static hitem heap_pop(hitem *h, int64_t *n) {
+  hitem top = h[0], x = h[--*n];
   int64_t i = 0;
   for (;;) {
     int64_t c = 2 * i + 1;
     if (c >= *n) break;
-    if (c + 1 < *n && (key[h[c + 1]] < key[h[c]] || (key[h[c + 1]] == key[h[c]] && h[c + 1] < h[c]))) c++;
-    if (key[t] < key[h[c]] || (key[t] == key[h[c]] && t < h[c])) break;
+    if (c + 1 < *n && hless(h[c + 1], h[c])) c++;
+    if (!hless(h[c], x)) break;
     h[i] = h[c];
     i = c;
   }
-  h[i] = t;
+  h[i] = x;
   return top;
 }
 
@@ -1002,7 +1078,7 @@ static pcgc_status run(sim *S, pcgc_sim_result *r) {
   int64_t ne = S->ne;
   int64_t *off = calloc((size_t)n + 1, sizeof *off);
   int32_t *succ = malloc((size_t)(ne ? ne : 1) * sizeof *succ), *indeg = calloc((size_t)n, sizeof *indeg);
-  int32_t *heap = malloc((size_t)(n ? n : 1) * sizeof *heap);
+  hitem *heap = malloc((size_t)(n ? n : 1) * sizeof *heap);
   double *ready = calloc((size_t)n, sizeof *ready), *cp = calloc((size_t)n, sizeof *cp);
   double *free_at = calloc((size_t)S->n_res, sizeof *free_at);
   T->start = malloc((size_t)(n ? n : 1) * sizeof *T->start);
@@ -1021,10 +1097,10 @@ static pcgc_status run(sim *S, pcgc_sim_result *r) {
   off[0] = 0;
   int64_t hn = 0, done = 0;
   for (int32_t t = 0; t < n; t++)
-    if (!indeg[t]) heap_push(heap, &hn, ready, t);
+    if (!indeg[t]) heap_push(heap, &hn, (hitem){0, t});
   double end_all = 0, fwd_end = 0, crit = 0, total = 0;
   while (hn) {
-    int32_t t = heap_pop(heap, &hn, ready);
+    int32_t t = heap_pop(heap, &hn).id;
     double s = ready[t], d = T->dur[t];
     int k = T->kind[t];
     if (pcgc__task_is_compute(k)) {
@@ -1048,7 +1124,7 @@ static pcgc_status run(sim *S, pcgc_sim_result *r) {
       int32_t u = succ[i];
       if (ready[u] < e) ready[u] = e;
       if (cp[u] < ce) cp[u] = ce;
-      if (--indeg[u] == 0) heap_push(heap, &hn, ready, u);
+      if (--indeg[u] == 0) heap_push(heap, &hn, (hitem){ready[u], u});
     }
     done++;
   }
@@ -1104,7 +1180,9 @@ static void sim_free(sim *S) {
   free(S->ncount);
   free(S->grp);
   free(S->first_fwd);
+  free(S->first_bwd);
   free(S->first_topo);
+  free(S->pm.g);
 }
 
 pcgc_status pcgc_simulate(const pcgc_graph *g, const pcgc_mapping *mp, const pcgc_machine *m,
@@ -1117,6 +1195,10 @@ pcgc_status pcgc_simulate(const pcgc_graph *g, const pcgc_mapping *mp, const pcg
     pcgc_error_hint(err, "map the graph it was made for, one view per node");
     return PCGC_ERR_INVALID;
   }
+  if (o && ((unsigned)o->optimizer > PCGC_OPTIM_ADAM || (unsigned)o->schedule >= PCGC_SCHEDULE_COUNT ||
+            (unsigned)o->algo >= PCGC_ALGO_COUNT))
+    return pcgc_error_set(err, PCGC_ERR_INVALID, "pcgc_simulate: bad options (optimizer %d, schedule %d, algorithm %d)",
+                          (int)o->optimizer, (int)o->schedule, (int)o->algo);
   double t0 = now();
   sim S_, *S = &S_;
   memset(S, 0, sizeof *S);
@@ -1160,6 +1242,7 @@ pcgc_status pcgc_simulate(const pcgc_graph *g, const pcgc_mapping *mp, const pcg
   for (int d = 0; d < D; d++) S->first_topo[d] = -1;
   if ((st = analyse(S)) != PCGC_OK) goto out;
   S->first_fwd = malloc((size_t)D * (size_t)S->mb_max * sizeof *S->first_fwd);
+  S->first_bwd = malloc((size_t)D * (size_t)S->mb_max * sizeof *S->first_bwd);
   stage = malloc(2 * (size_t)D * sizeof *stage); /* stages, then scratch */
   /* the largest degree of a replicate or reduce bounds the scratch list */
   int64_t maxdeg = 1;
@@ -1169,11 +1252,27 @@ pcgc_status pcgc_simulate(const pcgc_graph *g, const pcgc_mapping *mp, const pcg
       if (dg > maxdeg) maxdeg = dg;
     }
   scratch = malloc((size_t)maxdeg * sizeof *scratch);
-  if (!S->first_fwd || !stage || !scratch) {
+  if (!S->first_fwd || !S->first_bwd || !stage || !scratch) {
     st = pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
     goto out;
   }
-  for (int64_t i = 0; i < (int64_t)D * S->mb_max; i++) S->first_fwd[i] = -1;
+  for (int64_t i = 0; i < (int64_t)D * S->mb_max; i++) S->first_fwd[i] = S->first_bwd[i] = -1;
+  { /* room for the usual graph up front: two tasks per piece and micro-batch, plus updates */
+    int64_t est = 1024;
+    for (int i = 0; i < n; i++)
+      est += S->nd[i].resident ? (S->nd[i].weight ? S->nd[i].P : 0) : 2 * S->nd[i].P * S->nd[i].m;
+    if (est < INT32_MAX / 2 && tasks_reserve(&S->T, est) == PCGC_OK) {
+      int32_t *f = malloc((size_t)(2 * est) * sizeof *f), *t = malloc((size_t)(2 * est) * sizeof *t);
+      if (f && t) {
+        S->ef = f;
+        S->et = t;
+        S->cape = 2 * est;
+      } else {
+        free(f);
+        free(t);
+      }
+    }
+  } /* a failed reservation only means growing later */
   for (int k = 0; k < n && !S->st; k++) {
     const pcgc_node *x = &g->nodes[S->order[k]];
     pcgc_op_class cls = pcgc_op_class_of(x->kind);
@@ -1205,7 +1304,6 @@ pcgc_status pcgc_simulate(const pcgc_graph *g, const pcgc_mapping *mp, const pcg
   bool f1b = S->o.schedule == PCGC_SCHEDULE_1F1B && S->nd[S->loss].m > 1;
   r->optimizer = S->o.optimizer;
   r->schedule = S->o.schedule;
-  r->compute_min = INFINITY;
   for (int d = 0; d < D; d++) {
     pcgc_sim_device *dv = &r->device[d];
     dv->idle = r->iteration_time - dv->compute;
@@ -1218,9 +1316,15 @@ pcgc_status pcgc_simulate(const pcgc_graph *g, const pcgc_mapping *mp, const pcg
     dv->memory = pcgc_cost_memory(S->o.optimizer, S->wbytes[d], act, S->comm[d]);
     dv->oom = dv->memory.total > r->capacity;
     r->oom_devices += dv->oom;
+    r->used_devices += dv->compute > 0 || dv->memory.total > 0;
+  }
+  r->compute_min = INFINITY;
+  for (int d = 0; d < D; d++) { /* over the devices used; all of them if none is */
+    const pcgc_sim_device *dv = &r->device[d];
+    if (r->used_devices && !(dv->compute > 0 || dv->memory.total > 0)) continue;
     if (dv->compute < r->compute_min) r->compute_min = dv->compute;
     if (dv->compute > r->compute_max) r->compute_max = dv->compute;
-    r->compute_mean += dv->compute / D;
+    r->compute_mean += dv->compute / (r->used_devices ? r->used_devices : D);
   }
   if (S->o.trace_path && (st = pcgc__sim_write_trace(S->o.trace_path, g, m, T, err)) != PCGC_OK) goto out;
   r->build_seconds = t1 - t0;

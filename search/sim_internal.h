@@ -41,6 +41,21 @@ static inline bool pcgc__task_is_compute(int kind) {
          kind == PCGC_TASK_OPTIMIZER;
 }
 
+/* An ordinary op's piece-to-piece map in closed form (sim.c explains why it
+ * exists): in_piece(p) = sum_j c_j w[j][i] + g[s * n_in + i] + r for output
+ * piece p = (c, s, r). */
+typedef struct pcgc__piece_map {
+  int64_t w[PCGC_MAX_RANK][PCGC_VARIADIC];
+  int64_t *g;       /* [sum][n_in], owned; free(g) when done */
+  int64_t gcap;
+} pcgc__piece_map;
+
+/* Fills pm for node n (input types tin); false when the closed form does
+ * not reproduce pcgc_op_piece_inputs on the corner pieces, or (unless
+ * `always`) when the op has too few pieces for it to pay. */
+bool pcgc__piece_map_build(pcgc__piece_map *pm, const pcgc_node *n, const pcgc_ptensor *tin, bool always);
+void pcgc__piece_map_apply(const pcgc__piece_map *pm, const pcgc_node *n, int64_t p, int64_t *in_piece);
+
 /* Writes every task but the joins as a Chrome trace (JSON object format):
  * one process per device, compute on thread 0, communication on thread 1
  * (transfers on the sender, collectives on their first device). Atomic:

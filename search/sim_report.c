@@ -70,17 +70,21 @@ void pcgc_sim_report(FILE *f, const pcgc_sim_result *r, const pcgc_machine *m, c
           fmt_time(b, sizeof b, r->forward_time), fmt_time(c, sizeof c, r->critical_path));
   if (D < 1 || !r->device) return;
   double imin = INFINITY, imax = 0, imean = 0;
-  int busiest = 0;
+  int busiest = 0, used = r->used_devices > 0 ? r->used_devices : D;
   for (int i = 0; i < D; i++) {
-    double x = r->device[i].idle;
+    const pcgc_sim_device *dv = &r->device[i];
+    if (r->used_devices && !(dv->compute > 0 || dv->memory.total > 0)) continue;
+    double x = dv->idle;
     if (x < imin) imin = x;
     if (x > imax) imax = x;
-    imean += x / D;
+    imean += x / used;
     if (r->device[i].compute > r->device[busiest].compute) busiest = i;
   }
-  fprintf(f, "  compute        min %s, mean %s, max %s (device %d) over %d device%s\n",
-          fmt_time(a, sizeof a, r->compute_min), fmt_time(b, sizeof b, r->compute_mean),
-          fmt_time(c, sizeof c, r->compute_max), busiest, D, D == 1 ? "" : "s");
+  fprintf(f, "  compute        min %s, mean %s, max %s (device %d) over the %d device%s used", fmt_time(a, sizeof a, r->compute_min),
+          fmt_time(b, sizeof b, r->compute_mean), fmt_time(c, sizeof c, r->compute_max), busiest, used,
+          used == 1 ? "" : "s");
+  if (used < D) fprintf(f, " (of %d)", D);
+  fprintf(f, "\n");
   fprintf(f, "  idle           min %s, mean %s, max %s (%.1f%% of device time)\n", fmt_time(a, sizeof a, imin),
           fmt_time(b, sizeof b, imean), fmt_time(c, sizeof c, imax),
           r->iteration_time > 0 ? 100 * imean / r->iteration_time : 0.0);
@@ -89,8 +93,9 @@ void pcgc_sim_report(FILE *f, const pcgc_sim_result *r, const pcgc_machine *m, c
   int top = 0;
   double mmin = INFINITY;
   for (int i = 0; i < D; i++) {
-    if (r->device[i].memory.total > r->device[top].memory.total) top = i;
-    if (r->device[i].memory.total < mmin) mmin = r->device[i].memory.total;
+    const pcgc_sim_device *dv = &r->device[i];
+    if (dv->memory.total > r->device[top].memory.total) top = i;
+    if ((!r->used_devices || dv->compute > 0 || dv->memory.total > 0) && dv->memory.total < mmin) mmin = dv->memory.total;
   }
   const pcgc_memory *mm = &r->device[top].memory;
   fprintf(f, "  memory         max %s on device %d of %s usable (%.0f%%), min %s\n", fmt_bytes(a, sizeof a, mm->total),

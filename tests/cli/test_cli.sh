@@ -112,5 +112,17 @@ expect 2 "$pcgc" train "$src/models/mlp.pcg" --steps -1
 printf 'input x: f32[4, 8]\nh = linear(x, out=3)\n' >"$tmp/noloss.pcg"
 expect 1 "$pcgc" train "$tmp/noloss.pcg"; has "$tmp/err" "no loss"
 
+# --- simulate: baselines on machine presets; errors
+expect 0 "$pcgc" simulate --help; has "$tmp/out" "usage: pcgc simulate"
+expect 0 "$pcgc" simulate "$src/models/mlp.pcg" --machine dgx-h100
+has "$tmp/out" "data-parallel on 8 devices"; has "$tmp/out" "iteration"
+expect 0 "$pcgc" simulate "$src/models/mlp.pcg" --machine dgx-h100 --strategy sequential
+has "$tmp/out" "sequential on 1 device"
+expect 0 "$pcgc" simulate "$src/models/cnn.pcg" --machine cpu-local --trace "$tmp/trace.json"
+has "$tmp/trace.json" "traceEvents"
+expect 1 "$pcgc" simulate "$src/models/mlp.pcg" --machine dgx-h100 --batch 12; has "$tmp/err" "12"
+expect 3 "$pcgc" simulate "$src/models/mlp.pcg" --machine dgx-h101; has "$tmp/err" "dgx-h100"
+expect 2 "$pcgc" simulate "$src/models/mlp.pcg"; has "$tmp/err" "--machine"
+
 echo "test_cli: $passes passed, $fails failed"
 [ "$fails" -eq 0 ]

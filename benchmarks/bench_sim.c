@@ -1,0 +1,120 @@
+/*
+ * bench_sim.c — how fast the simulator is (issue 5: "it should be well under
+ * 100 ms, since the search will call it or its cheaper relatives many
+ * times").
+ *
+ *   bench_sim [SOURCE_DIR] [--repeat N] [--only TEXT]
+ *
+ * For each case it builds the baseline strategy once, then simulates it N
+ * times (default 10) and prints the task count, the best and median wall
+ * time of one simulation (task graph + event loop) and the throughput in
+ * tasks per second. --only runs the cases whose machine or strategy
+ * contains TEXT. The headline case is BERT-Large (models/bert-large.pcg,
+ * batch 192: one sequence per GPU) data parallel on summit-v100's 192 V100s.
+ * Models are read from SOURCE_DIR (default: $PCGC_SOURCE_DIR, else the
+ * source tree this was built from, else "."); machines are presets.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "search.h"
+
+#ifndef PCGC_SOURCE_DIR
+#define PCGC_SOURCE_DIR "."
+#endif
+
+typedef struct bench_case {
+  const char *model, *batch, *machine, *strategy;
+} bench_case;
+
+static const bench_case cases[] = {
+    {"mlp.pcg", "64", "dgx-h100", "sequential"},
+    {"mlp.pcg", "64", "dgx-h100", "data-parallel"},
+    {"transformer-block.pcg", "64", "h100-4x8", "data-parallel"},
+    {"bert-large.pcg", "8", "dgx-h100", "sequential"},
+    {"bert-large.pcg", "64", "dgx-h100", "data-parallel"},
+    {"bert-large.pcg", "192", "summit-v100", "data-parallel"},
+};
+
+static double now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+int main(int argc, char **argv) {
+  const char *dir = getenv("PCGC_SOURCE_DIR");
+  if (!dir || !*dir) dir = PCGC_SOURCE_DIR;
+  int repeat = 10;
+  const char *only = NULL;
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--repeat") == 0 && i + 1 < argc) repeat = atoi(argv[++i]);
+    else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc) only = argv[++i];
+    else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
+      printf("usage: bench_sim [SOURCE_DIR] [--repeat N] [--only TEXT]\n");
+      return 0;
+    } else dir = argv[i];
+  }
+  if (repeat < 1) repeat = 1;
+  double *wall = malloc((size_t)repeat * sizeof *wall);
+  if (!wall) return 4;
+  printf("%-22s %5s %-12s %-14s %9s %10s %10s %12s %12s\n", "model", "batch", "machine", "strategy", "tasks",
+         "best", "median", "tasks/s", "iteration");
+  int rc = 0;
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    const bench_case *k = &cases[c];
+    if (only && !strstr(k->machine, only) && !strstr(k->strategy, only)) continue;
+    pcgc_error err = {0};
+    char path[4096];
+    snprintf(path, sizeof path, "%s/models/%s", dir, k->model);
+    const char *names[] = {"B"}, *values[] = {k->batch};
+    pcgc_model_options mo = {1, names, values};
+    pcgc_graph *g = pcgc_model_load(path, &mo, &err);
+    pcgc_machine m;
+    pcgc_graph *pg = NULL;
+    pcgc_mapping mp = {0, NULL};
+    if (!g || pcgc_machine_load(k->machine, &m, &err) != PCGC_OK ||
+        pcgc_strategy_build((pcgc_strategy)pcgc_strategy_from_name(k->strategy), g, &m, 0, &pg, &mp, &err) !=
+            PCGC_OK) {
+      pcgc_error_print(stderr, &err);
+      pcgc_graph_free(g);
+      rc = 1;
+      continue;
+    }
+    pcgc_sim_options o;
+    pcgc_sim_options_default(&o);
+    pcgc_sim_result r;
+    int64_t tasks = 0;
+    double iter = 0;
+    for (int i = 0; i < repeat; i++) {
+      double t0 = now();
+      pcgc_status st = pcgc_simulate(pg, &mp, &m, &o, &r, &err);
+      wall[i] = now() - t0;
+      if (st != PCGC_OK) {
+        pcgc_error_print(stderr, &err);
+        rc = 1;
+        break;
+      }
+      tasks = r.n_tasks;
+      iter = r.iteration_time;
+      pcgc_sim_result_destroy(&r);
+    }
+    qsort(wall, (size_t)repeat, sizeof *wall, cmp_double);
+    printf("%-22s %5s %-12s %-14s %9lld %8.2f ms %8.2f ms %12.3g %9.2f ms\n", k->model, k->batch, k->machine,
+           k->strategy, (long long)tasks, 1e3 * wall[0], 1e3 * wall[repeat / 2], (double)tasks / wall[repeat / 2],
+           1e3 * iter);
+    pcgc_mapping_destroy(&mp);
+    pcgc_graph_free(pg);
+    pcgc_graph_free(g);
+  }
+  free(wall);
+  return rc;
+}

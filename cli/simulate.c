@@ -1,0 +1,102 @@
+/*
+ * simulate.c — `pcgc simulate MODEL --machine M [--strategy S] ...`: one
+ * training iteration of a baseline strategy, simulated (search/search.h,
+ * pcgc_simulate_strategy does the work and prints the report).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "search.h"
+
+void pcgc_cli_simulate_help(FILE *f) {
+  fprintf(f,
+          "usage: pcgc simulate MODEL --machine M [--strategy S] [--devices N] [--optimizer O]\n"
+          "                     [--schedule gpipe|1f1b] [--no-overlap] [--trace FILE] [--batch B] [--set NAME=VALUE]...\n"
+          "\n"
+          "Simulates one training iteration of MODEL parallelised by a baseline strategy on machine M\n"
+          "(a preset name or a .machine file) and prints the iteration time, compute and idle time per\n"
+          "device, bytes moved within and between nodes, memory per device against capacity, the\n"
+          "number of tasks and how long the simulation took.\n"
+          "\n"
+          "options:\n"
+          "  --machine M        machine preset (machines/) or file; required\n"
+          "  --strategy S       sequential | data-parallel (default data-parallel)\n"
+          "  --devices N        devices to use (default: all of the machine's)\n"
+          "  --optimizer O      sgd | momentum | adam (default adam): optimizer state and update cost\n"
+          "  --schedule S       gpipe | 1f1b: micro-batch order of a pipelined model (default gpipe)\n"
+          "  --no-overlap       communication does not overlap computation\n"
+          "  --trace FILE       write a Chrome trace of every task (chrome://tracing, ui.perfetto.dev)\n"
+          "  --batch B          batch size (`const B`, or an ONNX model's symbolic batch dim)\n"
+          "  --set NAME=VALUE   override a `const` of the model; repeatable\n"
+          "  -h, --help         show this help\n");
+}
+
+int pcgc_cli_simulate(int argc, char **argv) {
+  const char *model = NULL, *machine = NULL, *strategy = "data-parallel", *names[64], *values[64];
+  char set_buf[64][128];
+  int n_set = 0, devices = 0;
+  long long batch = 0;
+  pcgc_sim_options o;
+  pcgc_sim_options_default(&o);
+  for (int i = 0; i < argc; i++) {
+    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    int k;
+    if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+      pcgc_cli_simulate_help(stdout);
+      return EXIT_OK;
+    } else if (strcmp(a, "--no-overlap") == 0) {
+      o.overlap = false;
+    } else if (a[0] == '-' && a[1] && !v) {
+      return pcgc_cli_usage_error("simulate", "%s needs a value", a);
+    } else if (strcmp(a, "--machine") == 0) {
+      machine = argv[++i];
+    } else if (strcmp(a, "--strategy") == 0) {
+      strategy = argv[++i];
+    } else if (strcmp(a, "--trace") == 0) {
+      o.trace_path = argv[++i];
+    } else if (strcmp(a, "--devices") == 0 || strcmp(a, "--batch") == 0) {
+      char *end;
+      long long x = strtoll(argv[++i], &end, 10);
+      if (!*argv[i] || *end || x < 1 || x > 1000000000LL)
+        return pcgc_cli_usage_error("simulate", "expected a positive integer, not '%s'", argv[i]);
+      if (a[2] == 'd') devices = (int)x;
+      else batch = x;
+    } else if (strcmp(a, "--optimizer") == 0) {
+      if ((k = pcgc_optimizer_from_name(argv[++i])) < 0)
+        return pcgc_cli_usage_error("simulate", "unknown optimizer '%s' (sgd, momentum, adam)", argv[i]);
+      o.optimizer = (pcgc_optimizer)k;
+    } else if (strcmp(a, "--schedule") == 0) {
+      if ((k = pcgc_schedule_from_name(argv[++i])) < 0)
+        return pcgc_cli_usage_error("simulate", "unknown schedule '%s' (gpipe, 1f1b)", argv[i]);
+      o.schedule = (pcgc_schedule)k;
+    } else if (strcmp(a, "--set") == 0) {
+      const char *kv = argv[++i], *eq = strchr(kv, '=');
+      if (!eq || eq == kv || !eq[1] || (size_t)(eq - kv) >= sizeof set_buf[0] || n_set >= 64)
+        return pcgc_cli_usage_error("simulate", "--set expects NAME=VALUE, got '%s'", kv);
+      memcpy(set_buf[n_set], kv, (size_t)(eq - kv));
+      set_buf[n_set][eq - kv] = '\0';
+      names[n_set] = set_buf[n_set];
+      values[n_set++] = eq + 1;
+    } else if (a[0] == '-' && a[1]) {
+      return pcgc_cli_usage_error("simulate", "unknown option '%s'", a);
+    } else if (!model) {
+      model = a;
+    } else {
+      return pcgc_cli_usage_error("simulate", "unexpected argument '%s' (one MODEL only)", a);
+    }
+  }
+  if (!model) return pcgc_cli_usage_error("simulate", "missing MODEL%s", "");
+  if (!machine) return pcgc_cli_usage_error("simulate", "missing --machine M (a preset such as dgx-h100, or a file)%s", "");
+  int code = EXIT_OK;
+  pcgc_graph *g = pcgc_cli_load(model, n_set, names, values, batch, &code);
+  if (!g) return code;
+  pcgc_error err;
+  pcgc_error_clear(&err);
+  pcgc_machine m;
+  pcgc_status st = pcgc_machine_load(machine, &m, &err);
+  if (st == PCGC_OK) st = pcgc_simulate_strategy(g, strategy, &m, devices, &o, stdout, &err);
+  if (st != PCGC_OK) pcgc_error_print(stderr, &err);
+  pcgc_graph_free(g);
+  return pcgc_cli_exit_code(st);
+}

@@ -1,0 +1,934 @@
+/*
+ * test_sim.c — the execution simulator (search/sim.c) and the baseline
+ * strategies (search/strategy.c), against numbers computed by hand:
+ *   - data parallel, one linear layer, one node: the iteration is the
+ *     device's compute plus the ring all-reduce of the weight gradient, to
+ *     1e-9; with two layers the first all-reduce hides behind the last
+ *     backward, and without overlap nothing hides;
+ *   - pipelines of s stages x m micro-batches: forward (s-1)t + m(t+l), the
+ *     textbook (m+s-1)/m of the ideal, the whole GPipe iteration by hand;
+ *     1F1B keeps s-k micro-batches of activations on stage k;
+ *   - sequential on one device: the iteration is the sum of every task;
+ *   - bounds on every hand-built parallel graph and baseline: the critical
+ *     path and the busiest device below the iteration, the sum of all task
+ *     times above it;
+ *   - data movement of the parallel operators: relayouts, broadcast and
+ *     reduce collectives, point-to-point reduce with its add;
+ *   - memory: data parallel keeps weights, gradients and state whole and
+ *     1/N of the activations; out of memory is flagged;
+ *   - the closed-form piece map agrees with pcgc_op_piece_inputs on every
+ *     piece; the trace is valid JSON; errors name what is wrong.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <cJSON.h>
+#include <check.h>
+#include <dirent.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "search.h"
+#include "sim_internal.h"
+
+#ifndef PCGC_SOURCE_DIR
+#error "PCGC_SOURCE_DIR must be defined to the source tree"
+#endif
+
+/* ------------------------------------------------------------- helpers */
+
+#define close_to(got, want, rel) close_to_at(got, want, rel, __FILE__, __LINE__)
+static void close_to_at(double got, double want, double rel, const char *file, int line) {
+  ck_assert_msg(fabs(got - want) <= rel * fabs(want) + 1e-18, "%s:%d: got %.17g, want %.17g (rel %.3g)", file, line,
+                got, want, want != 0 ? fabs(got - want) / fabs(want) : fabs(got));
+}
+
+static pcgc_machine preset(const char *name) {
+  pcgc_machine m;
+  pcgc_error err = {0};
+  ck_assert_msg(pcgc_machine_load(name, &m, &err) == PCGC_OK, "%s: %s", name, err.message);
+  return m;
+}
+
+static pcgc_machine machine_text(const char *text) {
+  pcgc_machine m;
+  pcgc_error err = {0};
+  ck_assert_msg(pcgc_machine_parse(text, strlen(text), "inline.machine", &m, &err) == PCGC_OK, "%s", err.message);
+  return m;
+}
+
+/* 1 node x n devices: 10 TFLOP/s, 1 TB/s memory, 100 GB/s links with 1 us latency, 5 us launches */
+static pcgc_machine toy_machine(int n, const char *memory) {
+  char text[1024];
+  snprintf(text, sizeof text,
+           "name toy\nnodes 1\ndevices_per_node %d\ndevice.flops.f32 10 TFLOP/s\ndevice.memory %s\n"
+           "device.memory_bandwidth 1 TB/s\ndevice.launch_overhead 5 us\nintra.bandwidth 100 GB/s\n"
+           "intra.latency 1 us\n",
+           n, memory);
+  return machine_text(text);
+}
+
+static pcgc_graph *model_text(const char *text) {
+  pcgc_error err = {0};
+  pcgc_graph *g = pcgc_model_parse(text, strlen(text), "inline.pcg", NULL, &err);
+  ck_assert_msg(g != NULL, "%s:%d:%d: %s", err.file, err.line, err.col, err.message);
+  return g;
+}
+
+static pcgc_graph *model_file(const char *rel, const char *batch) {
+  pcgc_error err = {0};
+  char path[4096];
+  snprintf(path, sizeof path, "%s/%s", PCGC_SOURCE_DIR, rel);
+  const char *names[] = {"B"}, *values[] = {batch};
+  pcgc_model_options o = {batch ? 1 : 0, names, values};
+  pcgc_graph *g = pcgc_model_load(path, &o, &err);
+  ck_assert_msg(g != NULL, "%s: %s", path, err.message);
+  return g;
+}
+
+static int node(const pcgc_graph *g, const char *name) {
+  int id = pcgc_graph_find(g, name);
+  ck_assert_msg(id >= 0, "no node '%s'", name);
+  return id;
+}
+
+static pcgc_op_time node_time(const pcgc_machine *m, const pcgc_graph *g, const char *name) {
+  pcgc_op_time t;
+  pcgc_error err = {0};
+  ck_assert_msg(pcgc_cost_node_time(m, g, node(g, name), &t, &err) == PCGC_OK, "%s", err.message);
+  return t;
+}
+
+static pcgc_sim_result simulate(const pcgc_graph *g, const pcgc_mapping *mp, const pcgc_machine *m,
+                                const pcgc_sim_options *o) {
+  pcgc_sim_result r;
+  pcgc_error err = {0};
+  pcgc_status st = pcgc_simulate(g, mp, m, o, &r, &err);
+  ck_assert_msg(st == PCGC_OK, "simulate: %s (%s)", err.message, err.hint);
+  return r;
+}
+
+/* Baseline s of g on n devices of m (0: all), simulated with o (NULL: defaults). */
+static pcgc_sim_result baseline(const pcgc_graph *g, pcgc_strategy s, const pcgc_machine *m, int n,
+                                const pcgc_sim_options *o) {
+  pcgc_graph *pg;
+  pcgc_mapping mp;
+  pcgc_error err = {0};
+  ck_assert_msg(pcgc_strategy_build(s, g, m, n, &pg, &mp, &err) == PCGC_OK, "%s", err.message);
+  pcgc_sim_result r = simulate(pg, &mp, m, o);
+  pcgc_mapping_destroy(&mp);
+  pcgc_graph_free(pg);
+  return r;
+}
+
+static pcgc_sim_options opts(void) {
+  pcgc_sim_options o;
+  pcgc_sim_options_default(&o);
+  return o;
+}
+
+/* Adam on n f32 elements: 12 FLOPs, 7 element reads and writes each, on the vector units. */
+static double adam_time(const pcgc_machine *m, double n) {
+  double peak = m->device.flops[PCGC_F32] * (m->device.kind == PCGC_DEVICE_CPU ? 0.1 : 0.5);
+  double tc = 12 * n / peak, tm = 7 * 4 * n / m->device.memory_bandwidth;
+  return (tc > tm ? tc : tm) + m->device.launch_overhead;
+}
+
+/* ----------------------------------------------------- data parallel */
+
+static const char *one_linear =
+    "model one_linear\n"
+    "const B = 64\n"
+    "input x: f32[B, 1024]\n"
+    "input t: f32[B, 1024]\n"
+    "weight w: f32[1024, 1024] = uniform(0.03)\n"
+    "y = linear(x, w)\n"
+    "loss = mse(y, t)\n";
+
+START_TEST(dp_one_linear_by_hand) {
+  pcgc_machine m = toy_machine(4, "16 GiB");
+  pcgc_graph *g = model_text(one_linear);
+  pcgc_graph *pg;
+  pcgc_mapping mp;
+  pcgc_error err = {0};
+  ck_assert_int_eq(pcgc_strategy_build(PCGC_STRATEGY_DATA_PARALLEL, g, &m, 0, &pg, &mp, &err), PCGC_OK);
+  /* the linear on one device: 16 rows of the batch */
+  double F = 2.0 * 16 * 1024 * 1024, bytes = 4.0 * (16 * 1024 + 1024 * 1024 + 16 * 1024);
+  double fwd = fmax(F / (10e12 * 0.7), bytes / 1e12) + 5e-6, bwd = fmax(2 * F / (10e12 * 0.7), 2 * bytes / 1e12) + 5e-6;
+  pcgc_op_time lin = node_time(&m, pg, "y"), loss = node_time(&m, pg, "loss");
+  close_to(lin.fwd, fwd, 1e-12);
+  close_to(lin.bwd, bwd, 1e-12);
+  /* ring all-reduce of the 4 MiB gradient over 4 devices (the ring beats the tree above 4αβ = 400 kB) */
+  double n = 4.0 * 1024 * 1024, ar = 2 * 3 * 1e-6 + 2.0 * 3 / 4 * n / 100e9;
+  close_to(pcgc_comm_time(&m, PCGC_COLL_ALL_REDUCE, PCGC_ALGO_AUTO, (pcgc_comm_group){1, 4, 1}, n), ar, 1e-12);
+  double opt = adam_time(&m, 1024.0 * 1024);
+  double compute = fwd + loss.fwd + loss.bwd + bwd + opt;
+
+  pcgc_sim_options o = opts();
+  pcgc_sim_result r = simulate(pg, &mp, &m, &o);
+  /* nothing overlaps: forward, backward, all-reduce, update, one after another */
+  close_to(r.iteration_time, compute + ar, 1e-9);
+  close_to(r.forward_time, fwd + loss.fwd, 1e-9);
+  close_to(r.critical_path, r.iteration_time, 1e-9);
+  for (int d = 0; d < 4; d++) {
+    close_to(r.device[d].compute, compute, 1e-9);
+    close_to(r.device[d].idle, ar, 1e-9);
+  }
+  ck_assert_int_eq(r.n_devices, 4);
+  ck_assert_int_eq(r.tasks_by_kind[PCGC_TASK_FORWARD], 8);
+  ck_assert_int_eq(r.tasks_by_kind[PCGC_TASK_BACKWARD], 8);
+  ck_assert_int_eq(r.tasks_by_kind[PCGC_TASK_COLLECTIVE], 1);
+  ck_assert_int_eq(r.tasks_by_kind[PCGC_TASK_OPTIMIZER], 4);
+  ck_assert_int_eq(r.tasks_by_kind[PCGC_TASK_TRANSFER], 0);
+  close_to(r.bytes_intra, 2.0 * 3 * n, 1e-12); /* ring: 2(p-1) n over the node */
+  ck_assert(r.bytes_inter == 0);
+  /* SGD: the same with a cheaper update */
+  o.optimizer = PCGC_OPTIM_SGD;
+  pcgc_sim_result s = simulate(pg, &mp, &m, &o);
+  double sgd = fmax(2 * n / 4 / (10e12 * 0.5), 3 * n / 1e12) + 5e-6;
+  close_to(s.iteration_time, compute - opt + sgd + ar, 1e-9);
+  close_to(s.device[0].memory.optimizer, 0, 0);
+  pcgc_sim_result_destroy(&s);
+  pcgc_sim_result_destroy(&r);
+  pcgc_mapping_destroy(&mp);
+  pcgc_graph_free(pg);
+  pcgc_graph_free(g);
+}
+END_TEST
+
+static const char *two_linear =
+    "model two_linear\n"
+    "const B = 64\n"
+    "input x: f32[B, 1024]\n"
+    "input t: f32[B, 1024]\n"
+    "weight w1: f32[1024, 1024] = uniform(0.03)\n"
+    "weight w2: f32[1024, 1024] = uniform(0.03)\n"
+    "h = linear(x, w1)\n"
+    "y = linear(h, w2)\n"
+    "loss = mse(y, t)\n";
+
+START_TEST(dp_overlap_by_hand) {
+  pcgc_machine m = toy_machine(4, "16 GiB");
+  pcgc_graph *g = model_text(two_linear);
+  pcgc_graph *pg;
+  pcgc_mapping mp;
+  pcgc_error err = {0};
+  ck_assert_int_eq(pcgc_strategy_build(PCGC_STRATEGY_DATA_PARALLEL, g, &m, 0, &pg, &mp, &err), PCGC_OK);
+  pcgc_op_time h = node_time(&m, pg, "h"), y = node_time(&m, pg, "y"), loss = node_time(&m, pg, "loss");
+  double n = 4.0 * 1024 * 1024, ar = pcgc_comm_time(&m, PCGC_COLL_ALL_REDUCE, PCGC_ALGO_AUTO, (pcgc_comm_group){1, 4, 1}, n);
+  double u = adam_time(&m, 1024.0 * 1024);
+  double t1 = h.fwd + y.fwd + loss.fwd + loss.bwd + y.bwd; /* w2's gradient is ready */
+  double compute = t1 + h.bwd + 2 * u;
+  ck_assert(ar > h.bwd); /* so the second all-reduce waits for the link, not for h's backward */
+
+  pcgc_sim_options o = opts();
+  pcgc_sim_result r = simulate(pg, &mp, &m, &o);
+  /* w2's all-reduce runs beside h's backward; w1's follows it on the link */
+  close_to(r.iteration_time, t1 + 2 * ar + u, 1e-9);
+  close_to(r.device[0].compute, compute, 1e-9);
+  ck_assert(r.iteration_time < compute + 2 * ar);
+  ck_assert(r.iteration_time >= r.critical_path);
+  ck_assert(r.iteration_time >= r.compute_max);
+
+  o.overlap = false; /* communication holds the compute streams: nothing hides */
+  pcgc_sim_result s = simulate(pg, &mp, &m, &o);
+  close_to(s.iteration_time, compute + 2 * ar, 1e-9);
+  ck_assert(r.iteration_time < s.iteration_time);
+  close_to(s.critical_path, r.critical_path, 1e-12); /* contention does not change the chains */
+  pcgc_sim_result_destroy(&s);
+  pcgc_sim_result_destroy(&r);
+  pcgc_mapping_destroy(&mp);
+  pcgc_graph_free(pg);
+  pcgc_graph_free(g);
+}
+END_TEST
+
+/* --------------------------------------------------------- pipelines */
+
+/* 4 linear stages on devices 0..3, the loss with the last; links so fast
+ * that transfers take ~1e-13 s, no launch overhead. */
+static pcgc_graph *pipeline_model(int m) {
+  char text[2048];
+  snprintf(text, sizeof text,
+           "model pipe\nconst B = 512\nconst H = 2048\n"
+           "input x: f32[B, H]\ninput t: f32[B, H]\n"
+           "weight w0: f32[H, H] = uniform(0.02)\nweight w1: f32[H, H] = uniform(0.02)\n"
+           "weight w2: f32[H, H] = uniform(0.02)\nweight w3: f32[H, H] = uniform(0.02)\n"
+           "xm = pipeline(x, dim=0, degree=%d)\ntm = pipeline(t, dim=0, degree=%d)\n"
+           "h0 = linear(xm, w0)\nh1 = linear(h0, w1)\nh2 = linear(h1, w2)\nh3 = linear(h2, w3)\n"
+           "loss = mse(h3, tm)\n",
+           m, m);
+  return model_text(text);
+}
+
+static pcgc_mapping pipeline_mapping(const pcgc_graph *g) {
+  pcgc_mapping mp;
+  pcgc_error err = {0};
+  ck_assert_int_eq(pcgc_mapping_init(&mp, g->n_nodes, (pcgc_view){0, 0}, &err), PCGC_OK);
+  const char *stage[] = {"h0", "h1", "h2", "h3"};
+  for (int k = 0; k < 4; k++) mp.view[node(g, stage[k])] = (pcgc_view){k, 0};
+  mp.view[node(g, "loss")] = (pcgc_view){3, 0};
+  return mp;
+}
+
+static const char *fast_links =
+    "name fast4\nnodes 1\ndevices_per_node 4\ndevice.flops.f32 10 TFLOP/s\ndevice.memory 64 GiB\n"
+    "device.memory_bandwidth 1 TB/s\nintra.bandwidth 1000000 TB/s\nintra.latency 0 us\n";
+
+START_TEST(pipeline_gpipe_by_hand) {
+  pcgc_machine mach = machine_text(fast_links);
+  const int s = 4;
+  int ms[] = {4, 8, 16};
+  double prev_bubble = 1;
+  for (int k = 0; k < 3; k++) {
+    int m = ms[k];
+    pcgc_graph *g = pipeline_model(m);
+    pcgc_mapping mp = pipeline_mapping(g);
+    pcgc_op_time st = node_time(&mach, g, "h1"), l = node_time(&mach, g, "loss");
+    double u = adam_time(&mach, 2048.0 * 2048);
+    for (int i = 0; i < 4; i++) { /* equal stages */
+      char name[8];
+      snprintf(name, sizeof name, "h%d", i);
+      close_to(node_time(&mach, g, name).fwd, st.fwd, 0);
+    }
+    ck_assert(l.fwd < 0.03 * st.fwd);
+    pcgc_sim_options o = opts();
+    pcgc_sim_result r = simulate(g, &mp, &mach, &o);
+    ck_assert_int_eq(r.stages, s);
+    ck_assert_int_eq(r.micro_batches, m);
+    ck_assert_int_eq(r.tasks_by_kind[PCGC_TASK_FORWARD], 5 * m);
+    ck_assert_int_eq(r.tasks_by_kind[PCGC_TASK_TRANSFER], 2 * 3 * m); /* activations forward, gradients back */
+    /* the last stage (linear + loss) is the bottleneck: busy from (s-1)t on */
+    double F = (s - 1) * st.fwd + m * (st.fwd + l.fwd);
+    close_to(r.forward_time, F, 1e-6);
+    /* textbook: (m+s-1)/m of the ideal m·t, bubble fraction (s-1)/(m+s-1), with the
+     * bottleneck stage's time t+l for t (the loss adds its 2%) */
+    close_to(r.forward_time / (m * (st.fwd + l.fwd)), (double)(m + s - 1) / m, 0.03);
+    double bubble = 1 - m * (st.fwd + l.fwd) / r.forward_time;
+    close_to(bubble, (double)(s - 1) / (m + s - 1), 0.03);
+    ck_assert(bubble < prev_bubble);
+    prev_bubble = bubble;
+    /* GPipe backward: the loss's backward for every micro-batch, then the stages' backward pipeline */
+    double B = m * (l.bwd + st.bwd) + (s - 1) * st.bwd;
+    close_to(r.iteration_time, F + B + u, 1e-6);
+    ck_assert(r.critical_path <= r.iteration_time);
+    pcgc_sim_result_destroy(&r);
+    pcgc_mapping_destroy(&mp);
+    pcgc_graph_free(g);
+  }
+}
+END_TEST
+
+START_TEST(pipeline_1f1b) {
+  pcgc_machine mach = machine_text(fast_links);
+  const int s = 4, m = 8;
+  pcgc_graph *g = pipeline_model(m);
+  pcgc_mapping mp = pipeline_mapping(g);
+  pcgc_sim_options o = opts();
+  pcgc_sim_result gp = simulate(g, &mp, &mach, &o);
+  o.schedule = PCGC_SCHEDULE_1F1B;
+  pcgc_sim_result fb = simulate(g, &mp, &mach, &o);
+  ck_assert_int_eq(fb.schedule, PCGC_SCHEDULE_1F1B);
+  ck_assert_int_eq(fb.stages, s);
+  /* the same work, no GPipe join; stage k holds s-k micro-batches of activations, not m */
+  ck_assert_int_eq(fb.n_tasks, gp.n_tasks - 1);
+  close_to(fb.task_time, gp.task_time, 1e-12);
+  for (int d = 0; d < s; d++) {
+    close_to(fb.device[d].memory.activations, gp.device[d].memory.activations * (s - d) / m, 1e-12);
+    close_to(fb.device[d].memory.weights, gp.device[d].memory.weights, 0);
+  }
+  /* the bubble is the same (m+s-1 slots); the interleaving costs at most a little */
+  close_to(fb.iteration_time, gp.iteration_time, 0.05);
+  ck_assert(fb.iteration_time >= fb.critical_path);
+  ck_assert(fb.iteration_time >= fb.compute_max);
+  pcgc_sim_result_destroy(&fb);
+  pcgc_sim_result_destroy(&gp);
+  pcgc_mapping_destroy(&mp);
+  pcgc_graph_free(g);
+}
+END_TEST
+
+/* -------------------------------------------------------- sequential */
+
+START_TEST(sequential_is_the_sum_of_its_tasks) {
+  const char *models[] = {"models/mlp.pcg", "models/cnn.pcg", "models/transformer-block.pcg"};
+  pcgc_machine m = preset("dgx-h100");
+  for (int k = 0; k < 3; k++) {
+    pcgc_graph *g = model_file(models[k], NULL);
+    double want = 0;
+    for (int i = 0; i < g->n_nodes; i++) {
+      const pcgc_node *x = &g->nodes[i];
+      pcgc_op_class c = pcgc_op_class_of(x->kind);
+      if (c == PCGC_CLASS_COMPUTE || c == PCGC_CLASS_LOSS) {
+        pcgc_op_time t = node_time(&m, g, x->name);
+        bool grad = false; /* backward where a weight's gradient flows through */
+        for (int j = 0; j < x->n_in; j++) {
+          const pcgc_node *in = &g->nodes[x->in[j].node];
+          grad |= in->kind == PCGC_OP_WEIGHT || pcgc_op_class_of(in->kind) == PCGC_CLASS_COMPUTE;
+        }
+        want += t.fwd + (grad ? t.bwd : 0);
+      } else if (x->kind == PCGC_OP_WEIGHT) {
+        want += adam_time(&m, (double)pcgc_ptensor_numel(&x->out[0]));
+      }
+    }
+    pcgc_sim_result r = baseline(g, PCGC_STRATEGY_SEQUENTIAL, &m, 0, NULL);
+    close_to(r.iteration_time, want, 1e-9);
+    close_to(r.task_time, want, 1e-9);
+    close_to(r.device[0].compute, want, 1e-9);
+    close_to(r.device[0].idle, 0, 0);
+    ck_assert_int_eq(r.n_devices, 8);
+    ck_assert_int_eq(r.used_devices, 1); /* the summaries are over device 0 alone */
+    close_to(r.compute_min, want, 1e-9);
+    for (int d = 1; d < r.n_devices; d++) ck_assert(r.device[d].compute == 0 && r.device[d].memory.total == 0);
+    ck_assert_int_eq(r.tasks_by_kind[PCGC_TASK_TRANSFER] + r.tasks_by_kind[PCGC_TASK_COLLECTIVE], 0);
+    ck_assert(r.bytes_intra == 0 && r.bytes_inter == 0);
+    pcgc_sim_result_destroy(&r);
+    pcgc_graph_free(g);
+  }
+}
+END_TEST
+
+/* ------------------------------------------------------------ bounds */
+
+static void check_bounds(const char *what, const pcgc_sim_result *r) {
+  ck_assert_msg(r->critical_path <= r->iteration_time * (1 + 1e-12), "%s: critical path %g > iteration %g", what,
+                r->critical_path, r->iteration_time);
+  ck_assert_msg(r->compute_max <= r->iteration_time * (1 + 1e-12), "%s: busiest device %g > iteration %g", what,
+                r->compute_max, r->iteration_time);
+  ck_assert_msg(r->iteration_time <= r->task_time * (1 + 1e-12), "%s: iteration %g > sum of tasks %g", what,
+                r->iteration_time, r->task_time);
+  ck_assert_msg(r->forward_time <= r->iteration_time, "%s: forward after the end", what);
+  ck_assert_msg(r->iteration_time > 0 && isfinite(r->iteration_time), "%s: iteration %g", what, r->iteration_time);
+  for (int d = 0; d < r->n_devices; d++)
+    ck_assert_msg(r->device[d].idle >= -1e-15 && isfinite(r->device[d].memory.total), "%s: device %d", what, d);
+}
+
+START_TEST(bounds_on_parallel_graphs) {
+  char dir[4096];
+  snprintf(dir, sizeof dir, "%s/tests/data/parallel", PCGC_SOURCE_DIR);
+  DIR *dp = opendir(dir);
+  ck_assert(dp != NULL);
+  pcgc_machine m = preset("dgx-h100");
+  int count = 0;
+  struct dirent *e;
+  while ((e = readdir(dp)) != NULL) {
+    size_t len = strlen(e->d_name);
+    if (len < 5 || strcmp(e->d_name + len - 4, ".pcg") != 0) continue;
+    char rel[512];
+    snprintf(rel, sizeof rel, "tests/data/parallel/%s", e->d_name);
+    pcgc_graph *g = model_file(rel, NULL);
+    pcgc_mapping mp;
+    pcgc_error err = {0};
+    ck_assert_int_eq(pcgc_mapping_init(&mp, g->n_nodes, (pcgc_view){0, 1}, &err), PCGC_OK);
+    for (int v = 0; v < 4; v++) {
+      pcgc_sim_options o = opts();
+      o.overlap = v & 1;
+      o.schedule = v & 2 ? PCGC_SCHEDULE_1F1B : PCGC_SCHEDULE_GPIPE;
+      pcgc_sim_result r = simulate(g, &mp, &m, &o);
+      check_bounds(e->d_name, &r);
+      pcgc_sim_result_destroy(&r);
+    }
+    pcgc_mapping_destroy(&mp);
+    pcgc_graph_free(g);
+    count++;
+  }
+  closedir(dp);
+  ck_assert_int_ge(count, 15);
+}
+END_TEST
+
+START_TEST(bounds_on_baselines) {
+  struct {
+    const char *model, *batch, *machine;
+  } cases[] = {
+      {"models/mlp.pcg", "64", "dgx-h100"},          {"models/cnn.pcg", "32", "dgx-h100"},
+      {"models/transformer-block.pcg", "64", "h100-4x8"}, {"models/mlp.pcg", "192", "summit-v100"},
+      {"models/bert-large.pcg", "16", "dgx-h100"},   {"models/cnn.pcg", "64", "k80-16x4"},
+  };
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    pcgc_graph *g = model_file(cases[k].model, cases[k].batch);
+    pcgc_machine m = preset(cases[k].machine);
+    pcgc_sim_options o = opts();
+    pcgc_sim_result seq = baseline(g, PCGC_STRATEGY_SEQUENTIAL, &m, 0, &o);
+    pcgc_sim_result dp = baseline(g, PCGC_STRATEGY_DATA_PARALLEL, &m, 0, &o);
+    o.overlap = false;
+    pcgc_sim_result dp_serial = baseline(g, PCGC_STRATEGY_DATA_PARALLEL, &m, 0, &o);
+    check_bounds(cases[k].model, &seq);
+    check_bounds(cases[k].model, &dp);
+    check_bounds(cases[k].model, &dp_serial);
+    ck_assert_msg(dp.iteration_time <= dp_serial.iteration_time, "%s on %s: overlap made it slower", cases[k].model,
+                  cases[k].machine);
+    /* every device does 1/N of the forward and backward work, plus a whole update */
+    ck_assert(dp.compute_max < seq.compute_max);
+    close_to(dp.compute_min, dp.compute_max, 1e-9);
+    ck_assert_int_eq(dp.used_devices, pcgc_machine_num_devices(&m));
+    ck_assert_int_eq(dp.tasks_by_kind[PCGC_TASK_TRANSFER], 0);
+    ck_assert(m.nodes == 1 ? dp.bytes_inter == 0 : dp.bytes_inter > 0);
+    pcgc_sim_result_destroy(&seq);
+    pcgc_sim_result_destroy(&dp);
+    pcgc_sim_result_destroy(&dp_serial);
+    pcgc_graph_free(g);
+  }
+}
+END_TEST
+
+/* ------------------------------------------------- parallel operators */
+
+START_TEST(relayout_transfers) {
+  /* a data-parallel linear on devices 0-1, combined on device 2, split by
+   * columns over 0-3, combined again on device 0 */
+  pcgc_graph *g = model_text("model relayout\n"
+                             "input x: f32[8, 16]\ninput t: f32[8, 32]\n"
+                             "weight w: f32[16, 32] = uniform(0.2)\n"
+                             "xp = partition(x, dim=0, degree=2)\nwr = replicate(w, degree=2)\n"
+                             "h = linear(xp, wr)\n"
+                             "r = combine(h, dim=0, degree=2)\n"
+                             "p = partition(r, dim=1, degree=4)\n"
+                             "a = relu(p)\n"
+                             "c = combine(a, dim=1, degree=4)\n"
+                             "loss = mse(c, t)\n");
+  pcgc_machine m = toy_machine(4, "16 GiB");
+  pcgc_mapping mp;
+  pcgc_error err = {0};
+  ck_assert_int_eq(pcgc_mapping_init(&mp, g->n_nodes, (pcgc_view){0, 1}, &err), PCGC_OK);
+  mp.view[node(g, "r")] = (pcgc_view){2, 0};
+  mp.view[node(g, "c")] = (pcgc_view){0, 0};
+  mp.view[node(g, "loss")] = (pcgc_view){0, 0};
+  pcgc_sim_result r = simulate(g, &mp, &m, NULL);
+  /* forward: 2 halves of h (512 B) to device 2; 3 column quarters of r (256 B) to 0, 1, 3; 3 of a back to 0.
+   * backward: the same in reverse. w is all-reduced between devices 0 and 1. */
+  ck_assert_int_eq(r.tasks_by_kind[PCGC_TASK_TRANSFER], 16);
+  ck_assert_int_eq(r.tasks_by_kind[PCGC_TASK_COLLECTIVE], 1);
+  close_to(r.bytes_intra, 2 * (2 * 512.0 + 6 * 256.0) + 2 * 1 * 16 * 32 * 4.0, 1e-12);
+  /* device 2 receives both halves of h and computes a's third quarter (its quarter of r is a view) */
+  close_to(r.device[2].memory.activations, 2 * 512.0 + 256.0, 1e-12);
+  /* device 1 keeps its half of x and of h, a received quarter of r, its quarter of a */
+  close_to(r.device[1].memory.activations, 4 * 16 * 4.0 + 512.0 + 256.0 + 256.0, 1e-12);
+  check_bounds("relayout", &r);
+  pcgc_sim_result_destroy(&r);
+  pcgc_mapping_destroy(&mp);
+  pcgc_graph_free(g);
+}
+END_TEST
+
+START_TEST(replicate_and_reduce_collectives) {
+  pcgc_machine m = toy_machine(4, "16 GiB");
+  pcgc_error err = {0};
+  /* an activation on device 0 copied to 4 devices: a broadcast; its gradient comes back by a reduce */
+  pcgc_graph *g = model_text("model bcast\n"
+                             "input x: f32[64, 256]\ninput t: f32[64, 256]\n"
+                             "weight w: f32[256, 256] = uniform(0.1)\n"
+                             "h = linear(x, w)\n"
+                             "hr = replicate(h, degree=4)\ntr = replicate(t, degree=4)\n"
+                             "a = relu(hr)\n"
+                             "loss = mse(a, tr)\n");
+  pcgc_mapping mp;
+  ck_assert_int_eq(pcgc_mapping_init(&mp, g->n_nodes, (pcgc_view){0, 1}, &err), PCGC_OK);
+  pcgc_sim_result r = simulate(g, &mp, &m, NULL);
+  double n = 64 * 256 * 4.0;
+  pcgc_comm_group all = {1, 4, 1};
+  ck_assert_int_eq(r.tasks_by_kind[PCGC_TASK_COLLECTIVE], 2);
+  ck_assert_int_eq(r.tasks_by_kind[PCGC_TASK_TRANSFER], 0);
+  double bc = pcgc_comm_time(&m, PCGC_COLL_BROADCAST, PCGC_ALGO_AUTO, all, n);
+  double red = pcgc_comm_time(&m, PCGC_COLL_ALL_REDUCE, PCGC_ALGO_AUTO, all, n);
+  pcgc_op_time h = node_time(&m, g, "h"), a = node_time(&m, g, "a"), l = node_time(&m, g, "loss");
+  close_to(r.forward_time, h.fwd + bc + a.fwd + l.fwd, 1e-9);
+  close_to(r.iteration_time, h.fwd + bc + a.fwd + l.fwd + l.bwd + a.bwd + red + h.bwd + adam_time(&m, 256 * 256), 1e-9);
+  close_to(r.bytes_intra, 3 * n + 2 * 3 * n, 1e-12); /* broadcast (p-1)n, reduce as all-reduce 2(p-1)n */
+  pcgc_sim_result_destroy(&r);
+  pcgc_mapping_destroy(&mp);
+  pcgc_graph_free(g);
+
+  /* partial sums on 4 devices reduced onto device 0: one reduce collective, the gradient back by broadcast */
+  g = model_text("model red4\n"
+                 "input x: f32[64, 256]\ninput t: f32[64, 128]\n"
+                 "weight w: f32[256, 128] = uniform(0.1)\n"
+                 "xk = partition(x, dim=1, degree=4)\nwk = partition(w, dim=0, degree=4)\n"
+                 "p = linear(xk, wk)\n"
+                 "s = reduce(p, degree=4)\n"
+                 "loss = mse(s, t)\n");
+  ck_assert_int_eq(pcgc_mapping_init(&mp, g->n_nodes, (pcgc_view){0, 1}, &err), PCGC_OK);
+  r = simulate(g, &mp, &m, NULL);
+  n = 64 * 128 * 4.0;
+  ck_assert_int_eq(r.tasks_by_kind[PCGC_TASK_COLLECTIVE], 2);
+  ck_assert_int_eq(r.tasks_by_kind[PCGC_TASK_ADD], 0);
+  pcgc_op_time p = node_time(&m, g, "p");
+  l = node_time(&m, g, "loss");
+  red = pcgc_comm_time(&m, PCGC_COLL_ALL_REDUCE, PCGC_ALGO_AUTO, all, n);
+  bc = pcgc_comm_time(&m, PCGC_COLL_BROADCAST, PCGC_ALGO_AUTO, all, n);
+  close_to(r.forward_time, p.fwd + red + l.fwd, 1e-9);
+  /* each device updates its quarter of w: no all-reduce */
+  close_to(r.iteration_time, p.fwd + red + l.fwd + l.bwd + bc + p.bwd + adam_time(&m, 64 * 128), 1e-9);
+  for (int d = 0; d < 4; d++) close_to(r.device[d].memory.weights, 64 * 128 * 4.0, 0);
+  pcgc_sim_result_destroy(&r);
+  pcgc_mapping_destroy(&mp);
+  pcgc_graph_free(g);
+}
+END_TEST
+
+START_TEST(reduce_point_to_point) {
+  /* Megatron's MLP (mlp-tp2): two partial sums on devices 0 and 1, reduced on device 0 */
+  pcgc_graph *g = model_file("tests/data/parallel/mlp-tp2.pcg", NULL);
+  pcgc_machine m = toy_machine(2, "16 GiB");
+  pcgc_mapping mp;
+  pcgc_error err = {0};
+  ck_assert_int_eq(pcgc_mapping_init(&mp, g->n_nodes, (pcgc_view){0, 1}, &err), PCGC_OK);
+  pcgc_sim_result r = simulate(g, &mp, &m, NULL);
+  double n = 8 * 32 * 4.0;
+  /* device 1's partial sum comes over (1 transfer), an add sums the two; the gradient goes back (1 transfer) */
+  ck_assert_int_eq(r.tasks_by_kind[PCGC_TASK_TRANSFER], 2);
+  ck_assert_int_eq(r.tasks_by_kind[PCGC_TASK_ADD], 1);
+  ck_assert_int_eq(r.tasks_by_kind[PCGC_TASK_COLLECTIVE], 0); /* every weight piece lives on one device */
+  close_to(r.bytes_intra, 2 * n, 1e-12);
+  ck_assert(r.device[1].memory.comm == n); /* the gradient of its partial sum, staged on device 1 */
+  ck_assert(r.device[0].memory.comm == 0);
+  pcgc_sim_result_destroy(&r);
+  pcgc_mapping_destroy(&mp);
+  pcgc_graph_free(g);
+}
+END_TEST
+
+/* ------------------------------------------------------------ memory */
+
+START_TEST(dp_memory) {
+  pcgc_graph *g = model_file("models/mlp.pcg", "64");
+  pcgc_machine m = preset("dgx-h100");
+  pcgc_sim_result seq = baseline(g, PCGC_STRATEGY_SEQUENTIAL, &m, 0, NULL);
+  pcgc_sim_result dp = baseline(g, PCGC_STRATEGY_DATA_PARALLEL, &m, 0, NULL);
+  pcgc_graph_stats st;
+  pcgc_error err = {0};
+  ck_assert_int_eq(pcgc_graph_stats_compute(g, &st, &err), PCGC_OK);
+  const pcgc_memory *s = &seq.device[0].memory;
+  close_to(s->weights, st.param_bytes, 0);
+  close_to(s->gradients, st.param_bytes, 0);
+  close_to(s->optimizer, 2 * st.param_bytes, 0); /* Adam */
+  for (int d = 0; d < 8; d++) {
+    const pcgc_memory *x = &dp.device[d].memory;
+    close_to(x->weights, s->weights, 0);
+    close_to(x->gradients, s->gradients, 0);
+    close_to(x->optimizer, s->optimizer, 0);
+    close_to(x->activations, s->activations / 8, 1e-12);
+    close_to(x->comm, 0, 0); /* all-reduces work in place */
+    close_to(x->total, x->weights + x->gradients + x->optimizer + s->activations / 8, 1e-12);
+    ck_assert(!dp.device[d].oom);
+  }
+  close_to(dp.capacity, 79.0 * 1024 * 1024 * 1024, 0);
+  ck_assert_int_eq(dp.oom_devices, 0);
+  pcgc_sim_result_destroy(&seq);
+  pcgc_sim_result_destroy(&dp);
+  pcgc_graph_free(g);
+}
+END_TEST
+
+START_TEST(out_of_memory) {
+  pcgc_graph *g = model_file("models/bert-large.pcg", "8");
+  /* 335 M parameters with Adam need 5 GiB before any activation: not on a 4 GiB device */
+  pcgc_machine small = toy_machine(1, "4 GiB");
+  pcgc_sim_result r = baseline(g, PCGC_STRATEGY_SEQUENTIAL, &small, 0, NULL);
+  ck_assert_int_eq(r.oom_devices, 1);
+  ck_assert(r.device[0].oom);
+  ck_assert(r.device[0].memory.total > 4.0 * 1024 * 1024 * 1024);
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  pcgc_sim_report(f, &r, &small, "bert_large: sequential");
+  fclose(f);
+  ck_assert_msg(strstr(text, "OUT OF MEMORY  1 of 1 device need more than 4 GiB"), "%s", text);
+  free(text);
+  pcgc_sim_result_destroy(&r);
+  /* with SGD and a 16 GiB device it fits */
+  pcgc_machine big = toy_machine(1, "16 GiB");
+  pcgc_sim_options o = opts();
+  o.optimizer = PCGC_OPTIM_SGD;
+  r = baseline(g, PCGC_STRATEGY_SEQUENTIAL, &big, 0, &o);
+  ck_assert_int_eq(r.oom_devices, 0);
+  pcgc_sim_result_destroy(&r);
+  pcgc_graph_free(g);
+}
+END_TEST
+
+/* -------------------------------------------------------- piece maps */
+
+static void check_piece_maps(const char *what, const pcgc_graph *g) {
+  pcgc__piece_map pm = {0};
+  for (int i = 0; i < g->n_nodes; i++) {
+    const pcgc_node *x = &g->nodes[i];
+    pcgc_op_class c = pcgc_op_class_of(x->kind);
+    if (c != PCGC_CLASS_COMPUTE && c != PCGC_CLASS_LOSS) continue;
+    pcgc_ptensor tin[PCGC_VARIADIC];
+    for (int k = 0; k < x->n_in; k++) tin[k] = *pcgc_graph_ref_type(g, x->in[k]);
+    ck_assert_msg(pcgc__piece_map_build(&pm, x, tin, true), "%s: %s: no closed form", what, x->name);
+    int64_t P = pcgc_ptensor_pieces(&x->out[0]), want[PCGC_VARIADIC], got[PCGC_VARIADIC];
+    for (int64_t p = 0; p < P; p++) {
+      pcgc_error err = {0};
+      ck_assert_int_eq(pcgc_op_piece_inputs(x->kind, &x->attrs, x->n_in, tin, &x->out[0], p, want, &err), PCGC_OK);
+      pcgc__piece_map_apply(&pm, x, p, got);
+      for (int k = 0; k < x->n_in; k++)
+        ck_assert_msg(got[k] == want[k], "%s: %s piece %lld input %d: %lld, want %lld", what, x->name, (long long)p,
+                      k, (long long)got[k], (long long)want[k]);
+    }
+  }
+  free(pm.g);
+}
+
+START_TEST(piece_map_closed_form) {
+  char dir[4096];
+  snprintf(dir, sizeof dir, "%s/tests/data/parallel", PCGC_SOURCE_DIR);
+  DIR *dp = opendir(dir);
+  ck_assert(dp != NULL);
+  struct dirent *e;
+  while ((e = readdir(dp)) != NULL) {
+    size_t len = strlen(e->d_name);
+    if (len < 5 || strcmp(e->d_name + len - 4, ".pcg") != 0) continue;
+    char rel[512];
+    snprintf(rel, sizeof rel, "tests/data/parallel/%s", e->d_name);
+    pcgc_graph *g = model_file(rel, NULL);
+    check_piece_maps(e->d_name, g);
+    pcgc_graph_free(g);
+  }
+  closedir(dp);
+  const char *models[] = {"models/mlp.pcg", "models/cnn.pcg", "models/transformer-block.pcg", "models/bert-large.pcg"};
+  pcgc_machine m = preset("dgx-h100");
+  for (int k = 0; k < 4; k++) {
+    pcgc_graph *g = model_file(models[k], "16"), *pg;
+    pcgc_mapping mp;
+    pcgc_error err = {0};
+    ck_assert_int_eq(pcgc_strategy_build(PCGC_STRATEGY_DATA_PARALLEL, g, &m, 0, &pg, &mp, &err), PCGC_OK);
+    check_piece_maps(models[k], pg);
+    pcgc_mapping_destroy(&mp);
+    pcgc_graph_free(pg);
+    pcgc_graph_free(g);
+  }
+}
+END_TEST
+
+/* ---------------------------------------------------- strategies, errors */
+
+START_TEST(data_parallel_graph) {
+  pcgc_graph *g = model_file("models/mlp.pcg", "64"), *pg;
+  pcgc_machine m = preset("dgx-h100");
+  pcgc_mapping mp;
+  pcgc_error err = {0};
+  ck_assert_int_eq(pcgc_strategy_build(PCGC_STRATEGY_DATA_PARALLEL, g, &m, 4, &pg, &mp, &err), PCGC_OK);
+  ck_assert_int_eq(mp.n_nodes, pg->n_nodes);
+  int parts = 0, reps = 0;
+  for (int i = 0; i < pg->n_nodes; i++) {
+    const pcgc_node *x = &pg->nodes[i];
+    ck_assert(mp.view[i].start == 0 && mp.view[i].stride == 1);
+    parts += x->kind == PCGC_OP_PARTITION;
+    reps += x->kind == PCGC_OP_REPLICATE;
+    if (pcgc_op_class_of(x->kind) == PCGC_CLASS_COMPUTE) ck_assert_int_eq(x->out[0].degree[0], 4);
+    if (pcgc_op_class_of(x->kind) == PCGC_CLASS_LOSS) ck_assert_int_eq(x->out[0].sum, 4);
+  }
+  ck_assert_int_eq(parts, 2);  /* x, labels */
+  ck_assert_int_eq(reps, 6);   /* 3 weights, 3 biases */
+  ck_assert_int_eq(pcgc_graph_validate(pg, &err), PCGC_OK);
+  ck_assert_str_eq(pcgc_strategy_name(PCGC_STRATEGY_DATA_PARALLEL), "data-parallel");
+  ck_assert_int_eq(pcgc_strategy_from_name("sequential"), PCGC_STRATEGY_SEQUENTIAL);
+  ck_assert_int_eq(pcgc_strategy_from_name("pipeline"), -1);
+  ck_assert_int_eq(pcgc_schedule_from_name("1f1b"), PCGC_SCHEDULE_1F1B);
+  ck_assert_int_eq(pcgc_optimizer_from_name("momentum"), PCGC_OPTIM_MOMENTUM);
+  pcgc_mapping_destroy(&mp);
+  pcgc_graph_free(pg);
+  pcgc_graph_free(g);
+}
+END_TEST
+
+START_TEST(errors) {
+  pcgc_machine m = preset("dgx-h100");
+  pcgc_graph *g = model_file("models/mlp.pcg", "12"), *pg;
+  pcgc_mapping mp;
+  pcgc_error err = {0};
+  /* a batch the devices do not divide */
+  ck_assert_int_eq(pcgc_strategy_build(PCGC_STRATEGY_DATA_PARALLEL, g, &m, 0, &pg, &mp, &err), PCGC_ERR_INVALID);
+  ck_assert_msg(strstr(err.message, "data parallelism over 8 devices needs the batch (dim 0 of input 'x', size 12)"),
+                "%s", err.message);
+  ck_assert_msg(strstr(err.hint, "multiple of 8"), "%s", err.hint);
+  ck_assert(pg == NULL);
+  /* more devices than the machine has */
+  ck_assert_int_eq(pcgc_strategy_build(PCGC_STRATEGY_DATA_PARALLEL, g, &m, 16, &pg, &mp, &err), PCGC_ERR_INVALID);
+  ck_assert_msg(strstr(err.message, "16 devices asked for, but machine 'dgx-h100' has 8"), "%s", err.message);
+  /* an unknown strategy */
+  FILE *devnull = fopen("/dev/null", "w");
+  ck_assert_int_eq(pcgc_simulate_strategy(g, "tensor-parallel", &m, 0, NULL, devnull, &err), PCGC_ERR_INVALID);
+  ck_assert_msg(strstr(err.message, "unknown strategy 'tensor-parallel'"), "%s", err.message);
+  ck_assert_int_eq(pcgc_simulate_strategy(g, "data-parallel", &m, 4, NULL, devnull, &err), PCGC_OK);
+  fclose(devnull);
+  pcgc_graph_free(g);
+  /* a graph that is already parallel */
+  g = model_file("tests/data/parallel/mlp-dp4.pcg", NULL);
+  ck_assert_int_eq(pcgc_strategy_build(PCGC_STRATEGY_SEQUENTIAL, g, &m, 0, &pg, &mp, &err), PCGC_ERR_INVALID);
+  ck_assert_msg(strstr(err.message, "needs a sequential model, but it has partition 'xp'"), "%s", err.message);
+  /* views off the machine, a mapping of the wrong size */
+  ck_assert_int_eq(pcgc_mapping_init(&mp, g->n_nodes, (pcgc_view){0, 1}, &err), PCGC_OK);
+  mp.view[node(g, "h1")] = (pcgc_view){8, 1};
+  pcgc_sim_result r;
+  ck_assert_int_eq(pcgc_simulate(g, &mp, &m, NULL, &r, &err), PCGC_ERR_INVALID);
+  ck_assert_msg(strstr(err.message, "linear 'h1' has view {start 8, stride 1}, outside the 8 devices of 'dgx-h100'"),
+                "%s", err.message);
+  ck_assert(r.device == NULL);
+  pcgc_sim_options bad = opts();
+  bad.schedule = PCGC_SCHEDULE_COUNT;
+  ck_assert_int_eq(pcgc_simulate(g, &mp, &m, &bad, &r, &err), PCGC_ERR_INVALID);
+  ck_assert_msg(strstr(err.message, "bad options"), "%s", err.message);
+  mp.n_nodes--;
+  ck_assert_int_eq(pcgc_simulate(g, &mp, &m, NULL, &r, &err), PCGC_ERR_INVALID);
+  ck_assert_msg(strstr(err.message, "the mapping has"), "%s", err.message);
+  mp.n_nodes++;
+  pcgc_mapping_destroy(&mp);
+  pcgc_graph_free(g);
+  /* no loss */
+  g = model_text("model noloss\ninput x: f32[4, 4]\nweight w: f32[4, 4] = ones\ny = linear(x, w)\n");
+  ck_assert_int_eq(pcgc_mapping_init(&mp, g->n_nodes, (pcgc_view){0, 0}, &err), PCGC_OK);
+  ck_assert_int_eq(pcgc_simulate(g, &mp, &m, NULL, &r, &err), PCGC_ERR_INVALID);
+  ck_assert_msg(strstr(err.message, "no loss"), "%s", err.message);
+  pcgc_mapping_destroy(&mp);
+  pcgc_graph_free(g);
+  /* a machine without the link a transfer needs */
+  pcgc_machine two = machine_text("nodes 2\ndevices_per_node 1\ndevice.flops.f32 1 TFLOP/s\ndevice.memory 1 GiB\n"
+                                  "device.memory_bandwidth 100 GB/s\ninter.bandwidth 1 GB/s\ninter.latency 5 us\n");
+  two.inter.bandwidth = 0;
+  g = model_file("tests/data/parallel/mlp-tp2.pcg", NULL);
+  ck_assert_int_eq(pcgc_mapping_init(&mp, g->n_nodes, (pcgc_view){0, 1}, &err), PCGC_OK);
+  ck_assert_int_eq(pcgc_simulate(g, &mp, &two, NULL, &r, &err), PCGC_ERR_INVALID);
+  ck_assert_msg(strstr(err.message, "cannot carry a transfer between devices"), "%s", err.message);
+  pcgc_mapping_destroy(&mp);
+  pcgc_graph_free(g);
+}
+END_TEST
+
+/* ------------------------------------------------------ report, trace */
+
+START_TEST(report_and_trace) {
+  pcgc_graph *g = model_file("models/mlp.pcg", "64"), *pg;
+  pcgc_machine m = preset("h100-4x8");
+  pcgc_mapping mp;
+  pcgc_error err = {0};
+  ck_assert_int_eq(pcgc_strategy_build(PCGC_STRATEGY_DATA_PARALLEL, g, &m, 0, &pg, &mp, &err), PCGC_OK);
+  char path[] = "/tmp/pcgc-trace-XXXXXX";
+  int fd = mkstemp(path);
+  ck_assert(fd >= 0);
+  close(fd);
+  pcgc_sim_options o = opts();
+  o.trace_path = path;
+  pcgc_sim_result r = simulate(pg, &mp, &m, &o);
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  pcgc_sim_report(f, &r, &m, "mlp: data-parallel on 32 devices");
+  fclose(f);
+  const char *want[] = {"mlp: data-parallel on 32 devices\n", "  machine        h100-4x8: 4 nodes x 8 devices; optimizer adam\n",
+                        "  iteration      ", "  compute        min ", "  idle           min ",
+                        " between nodes\n", "  memory         max ", "  tasks          ", " collective; ",
+                        "  simulated in   "};
+  for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) ck_assert_msg(strstr(text, want[i]), "no '%s' in\n%s", want[i], text);
+  ck_assert(!strstr(text, "OUT OF MEMORY"));
+  free(text);
+
+  char *json = pcgc_read_file(path, &len, &err);
+  ck_assert_msg(json != NULL, "%s", err.message);
+  cJSON *root = cJSON_Parse(json);
+  ck_assert(root != NULL);
+  cJSON *ev = cJSON_GetObjectItem(root, "traceEvents");
+  ck_assert(cJSON_IsArray(ev));
+  int64_t x = 0, meta = 0, coll = 0;
+  cJSON *e;
+  cJSON_ArrayForEach(e, ev) {
+    const char *ph = cJSON_GetStringValue(cJSON_GetObjectItem(e, "ph"));
+    ck_assert(ph != NULL);
+    if (strcmp(ph, "M") == 0) meta++;
+    if (strcmp(ph, "X") != 0) continue;
+    x++;
+    double ts = cJSON_GetNumberValue(cJSON_GetObjectItem(e, "ts")), dur = cJSON_GetNumberValue(cJSON_GetObjectItem(e, "dur"));
+    ck_assert(ts >= 0 && dur >= 0 && ts + dur <= r.iteration_time * 1e6 * (1 + 1e-9));
+    const char *cat = cJSON_GetStringValue(cJSON_GetObjectItem(e, "cat"));
+    if (strcmp(cat, "collective") == 0) {
+      coll++;
+      ck_assert(cJSON_GetNumberValue(cJSON_GetObjectItem(cJSON_GetObjectItem(e, "args"), "devices")) == 32);
+    }
+  }
+  ck_assert_int_eq(x, r.n_tasks - r.tasks_by_kind[PCGC_TASK_JOIN]);
+  ck_assert_int_eq(meta, 3 * 32);
+  ck_assert_int_eq(coll, 6);
+  cJSON_Delete(root);
+  free(json);
+  char tmp[sizeof path + 8];
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  ck_assert(access(tmp, F_OK) != 0); /* renamed away */
+  remove(path);
+  /* an unwritable path: an I/O error, no result */
+  o.trace_path = "/nonexistent-dir/trace.json";
+  pcgc_sim_result bad;
+  ck_assert_int_eq(pcgc_simulate(pg, &mp, &m, &o, &bad, &err), PCGC_ERR_IO);
+  ck_assert_msg(strstr(err.message, "cannot write the trace '/nonexistent-dir/trace.json.tmp'"), "%s", err.message);
+  pcgc_sim_result_destroy(&r);
+  pcgc_mapping_destroy(&mp);
+  pcgc_graph_free(pg);
+  pcgc_graph_free(g);
+}
+END_TEST
+
+/* ---------------------------------------------------------------- speed */
+
+START_TEST(speed_bert_large_summit) {
+  pcgc_graph *g = model_file("models/bert-large.pcg", "192"), *pg;
+  pcgc_machine m = preset("summit-v100");
+  pcgc_mapping mp;
+  pcgc_error err = {0};
+  ck_assert_int_eq(pcgc_strategy_build(PCGC_STRATEGY_DATA_PARALLEL, g, &m, 0, &pg, &mp, &err), PCGC_OK);
+  pcgc_sim_result r = simulate(pg, &mp, &m, NULL);
+  ck_assert_int_eq(r.n_devices, 192);
+  ck_assert_int_eq(r.tasks_by_kind[PCGC_TASK_COLLECTIVE], 393); /* one all-reduce per weight */
+  ck_assert_int_eq(r.oom_devices, 0);
+  check_bounds("bert-large", &r);
+  double wall = r.build_seconds + r.run_seconds;
+  fprintf(stderr, "bert-large data-parallel on summit-v100: %lld tasks simulated in %.1f ms (%.3g tasks/s)\n",
+          (long long)r.n_tasks, 1e3 * wall, (double)r.n_tasks / wall);
+  ck_assert_msg(wall < 5.0, "%.3f s", wall); /* a sanity bound, also under ASan: bench_sim measures */
+  pcgc_sim_result_destroy(&r);
+  pcgc_mapping_destroy(&mp);
+  pcgc_graph_free(pg);
+  pcgc_graph_free(g);
+}
+END_TEST
+
+/* ---------------------------------------------------------------- suite */
+
+static Suite *suite(void) {
+  Suite *s = suite_create("sim");
+  TCase *tc = tcase_create("by hand");
+  tcase_add_test(tc, dp_one_linear_by_hand);
+  tcase_add_test(tc, dp_overlap_by_hand);
+  tcase_add_test(tc, pipeline_gpipe_by_hand);
+  tcase_add_test(tc, pipeline_1f1b);
+  tcase_add_test(tc, sequential_is_the_sum_of_its_tasks);
+  tcase_add_test(tc, relayout_transfers);
+  tcase_add_test(tc, replicate_and_reduce_collectives);
+  tcase_add_test(tc, reduce_point_to_point);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("properties");
+  tcase_set_timeout(tc, 120);
+  tcase_add_test(tc, bounds_on_parallel_graphs);
+  tcase_add_test(tc, bounds_on_baselines);
+  tcase_add_test(tc, dp_memory);
+  tcase_add_test(tc, out_of_memory);
+  tcase_add_test(tc, piece_map_closed_form);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("interface");
+  tcase_set_timeout(tc, 120);
+  tcase_add_test(tc, data_parallel_graph);
+  tcase_add_test(tc, errors);
+  tcase_add_test(tc, report_and_trace);
+  tcase_add_test(tc, speed_bert_large_summit);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+int main(void) {
+  SRunner *sr = srunner_create(suite());
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? 1 : 0;
+}
