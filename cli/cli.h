@@ -29,5 +29,14 @@ int pcgc_cli_train(int argc, char **argv);
 void pcgc_cli_train_help(FILE *f);
 int pcgc_cli_simulate(int argc, char **argv);
 void pcgc_cli_simulate_help(FILE *f);
+int pcgc_cli_profile(int argc, char **argv);
+void pcgc_cli_profile_help(FILE *f);
+/* cli/profile_kernels.c: times the CPU kernels of node `id` of the typed
+ * sequential graph g, forward and backward (backward with its gradient
+ * zeroing; only inputs whose producer has grad[producer] get a gradient;
+ * bwd = 0 when none does): a warm-up call, then the median of `repeat`. */
+#define PCGC_CLI_PROFILE_MAX_INPUTS 16
+pcgc_status pcgc__cli_profile_measure(const pcgc_graph *g, int id, const bool *grad, bool training, int repeat,
+                                      double *fwd, double *bwd, pcgc_error *err);
 
 #endif

@@ -61,6 +61,9 @@ static void print_main_help(FILE *f) {
           "  simulate MODEL --machine M\n"
           "                simulate one training iteration of a baseline strategy (sequential,\n"
           "                data-parallel) on a machine: time, idle, bytes moved, memory\n"
+          "  profile MODEL --machine M -o DB\n"
+          "                measure the CPU kernels MODEL needs into a profile database for\n"
+          "                `simulate --profile DB`\n"
           "  help [CMD]    show help for a command\n"
           "\n"
           "Every command takes --help. MODEL is a model file (docs/model-format.md) or an\n"
@@ -116,6 +119,8 @@ static void print_cmd_help(FILE *f, const char *cmd) {
     pcgc_cli_train_help(f);
   } else if (strcmp(cmd, "simulate") == 0) {
     pcgc_cli_simulate_help(f);
+  } else if (strcmp(cmd, "profile") == 0) {
+    pcgc_cli_profile_help(f);
   } else {
     print_main_help(f);
   }
@@ -366,6 +371,7 @@ int main(int argc, char **argv) {
   if (strcmp(cmd, "dot") == 0) return cmd_write("dot", pcgc_graph_write_dot, argc - 2, argv + 2);
   if (strcmp(cmd, "train") == 0) return pcgc_cli_train(argc - 2, argv + 2);
   if (strcmp(cmd, "simulate") == 0) return pcgc_cli_simulate(argc - 2, argv + 2);
-  return pcgc_cli_usage_error(NULL, "unknown command '%s' (commands: check, show, dot, train, simulate, help)",
+  if (strcmp(cmd, "profile") == 0) return pcgc_cli_profile(argc - 2, argv + 2);
+  return pcgc_cli_usage_error(NULL, "unknown command '%s' (commands: check, show, dot, train, simulate, profile, help)",
                               cmd);
 }

@@ -12,7 +12,7 @@
 void pcgc_cli_simulate_help(FILE *f) {
   fprintf(f,
           "usage: pcgc simulate MODEL --machine M [--strategy S] [--devices N] [--optimizer O]\n"
-          "                     [--schedule gpipe|1f1b] [--no-overlap] [--trace FILE] [--batch B] [--set NAME=VALUE]...\n"
+          "                     [--schedule gpipe|1f1b] [--no-overlap] [--trace FILE] [--profile DB] [--batch B] [--set NAME=VALUE]...\n"
           "\n"
           "Simulates one training iteration of MODEL parallelised by a baseline strategy on machine M\n"
           "(a preset name or a .machine file) and prints the iteration time, compute and idle time per\n"
@@ -33,7 +33,7 @@ void pcgc_cli_simulate_help(FILE *f) {
 }
 
 int pcgc_cli_simulate(int argc, char **argv) {
-  const char *model = NULL, *machine = NULL, *strategy = "data-parallel", *names[64], *values[64];
+  const char *model = NULL, *machine = NULL, *profile = NULL, *strategy = "data-parallel", *names[64], *values[64];
   char set_buf[64][128];
   int n_set = 0, devices = 0;
   long long batch = 0;
@@ -55,6 +55,8 @@ int pcgc_cli_simulate(int argc, char **argv) {
       strategy = argv[++i];
     } else if (strcmp(a, "--trace") == 0) {
       o.trace_path = argv[++i];
+    } else if (strcmp(a, "--profile") == 0) {
+      profile = argv[++i];
     } else if (strcmp(a, "--devices") == 0 || strcmp(a, "--batch") == 0) {
       char *end;
       long long x = strtoll(argv[++i], &end, 10);
@@ -94,9 +96,17 @@ int pcgc_cli_simulate(int argc, char **argv) {
   pcgc_error err;
   pcgc_error_clear(&err);
   pcgc_machine m;
+  pcgc_profile *p = NULL;
   pcgc_status st = pcgc_machine_load(machine, &m, &err);
+  if (st == PCGC_OK && profile && (st = pcgc_profile_load(profile, &p, &err)) == PCGC_OK) {
+    if (strcmp(pcgc_profile_machine(p), m.name) != 0)
+      fprintf(stderr, "pcgc simulate: warning: %s was measured on '%s', not '%s'\n", profile, pcgc_profile_machine(p),
+              m.name);
+    o.profile = p;
+  }
   if (st == PCGC_OK) st = pcgc_simulate_strategy(g, strategy, &m, devices, &o, stdout, &err);
   if (st != PCGC_OK) pcgc_error_print(stderr, &err);
+  pcgc_profile_free(p);
   pcgc_graph_free(g);
   return pcgc_cli_exit_code(st);
 }

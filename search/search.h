@@ -313,6 +313,66 @@ typedef struct pcgc_memory {
 pcgc_memory pcgc_cost_memory(pcgc_optimizer opt, double weight_bytes, double activation_bytes,
                              double comm_bytes);
 
+/* ------------------------------------------------------ profile database
+ * Measured kernel times (search/profile.c), written by `pcgc profile` and
+ * read by `pcgc simulate --profile DB`. An entry is keyed by op kind, the
+ * text of every attribute (pcgc_profile_attrs_text: the pcgc_attr_format
+ * strings joined by spaces), the op's dtype (pcgc_cost_op_dtype) and the
+ * shape of every input *piece* (pcgc_profile_piece_dims), and holds forward
+ * and backward seconds of one call on one device. JSON, version 1:
+ *
+ *   {"format": "pcgc-profile", "version": 1, "machine": "cpu-local",
+ *    "entries": [{"op": "linear", "attrs": "out=512 act=relu bias=true",
+ *                 "inputs": [[64, 784], [784, 512], [512]], "dtype": "f32",
+ *                 "forward": 1.2e-4, "backward": 2.5e-4}]}
+ *
+ * The database records the machine it was measured on; using it with
+ * another machine is allowed (the caller may warn). */
+
+#define PCGC_PROFILE_MAX_INPUTS 16
+#define PCGC_PROFILE_ATTRS_MAX 512
+
+typedef struct pcgc_profile pcgc_profile;
+
+typedef struct pcgc_profile_entry {
+  pcgc_op_kind kind;
+  char attrs[PCGC_PROFILE_ATTRS_MAX];
+  pcgc_dtype dtype;
+  int n_in;
+  int rank[PCGC_PROFILE_MAX_INPUTS];
+  int64_t dims[PCGC_PROFILE_MAX_INPUTS][PCGC_MAX_RANK];
+  double fwd, bwd;   /* s */
+} pcgc_profile_entry;
+
+pcgc_profile *pcgc_profile_new(const char *machine);   /* NULL on out of memory */
+void pcgc_profile_free(pcgc_profile *p);               /* accepts NULL */
+const char *pcgc_profile_machine(const pcgc_profile *p);
+int pcgc_profile_size(const pcgc_profile *p);
+const pcgc_profile_entry *pcgc_profile_entry_at(const pcgc_profile *p, int i);
+
+/* Key parts: attribute text of a node, piece dims of a tensor type (logical
+ * dims divided by shard degree and, on the pipelined dim, by micro, rounded
+ * up), and the whole key of node `node` of a typed graph (fwd = bwd = 0). */
+void pcgc_profile_attrs_text(char *buf, size_t n, const pcgc_attrs *a);
+void pcgc_profile_piece_dims(const pcgc_ptensor *t, int64_t *dims);
+pcgc_status pcgc_profile_key(const pcgc_graph *g, int node, pcgc_profile_entry *key, pcgc_error *err);
+
+/* Adds an entry (replacing one with the same key); the entry with `key`'s
+ * key, or NULL; for node `node` of g, sets *t and returns true when the
+ * profile has its entry. */
+pcgc_status pcgc_profile_add(pcgc_profile *p, const pcgc_profile_entry *e, pcgc_error *err);
+const pcgc_profile_entry *pcgc_profile_find(const pcgc_profile *p, const pcgc_profile_entry *key);
+bool pcgc_profile_node_time(const pcgc_profile *p, const pcgc_graph *g, int node, pcgc_op_time *t);
+
+/* Reads a database (text of length len; `path` names it in messages).
+ * Malformed JSON or a bad entry is PCGC_ERR_PARSE with a message that starts
+ * with the file name; a missing file PCGC_ERR_IO. *out owned by the caller. */
+pcgc_status pcgc_profile_parse(const char *text, size_t len, const char *path, pcgc_profile **out,
+                               pcgc_error *err);
+pcgc_status pcgc_profile_load(const char *path, pcgc_profile **out, pcgc_error *err);
+/* Writes atomically: a temporary file beside `path`, fsync, rename. */
+pcgc_status pcgc_profile_write(const pcgc_profile *p, const char *path, pcgc_error *err);
+
 /* ==================================================================
  * Simulator (search/sim.c, search/sim_report.c) and baseline strategies
  * (search/strategy.c). pcgc_simulate states every modelling rule; sim.c
@@ -381,6 +441,12 @@ typedef struct pcgc_sim_options {
                                 involves (no communication/compute overlap) */
   const char *trace_path;    /* Chrome trace JSON of every task (NULL: none),
                                 written atomically (temporary file, rename) */
+  const pcgc_profile *profile; /* measured kernel times (NULL, the default: none).
+                                When a node's op, attribute text, dtype and input
+                                piece shapes match an entry, its forward and
+                                backward tasks take the entry's times in place of
+                                the roofline (launch overhead included); other
+                                tasks keep the roofline. Not owned. */
 } pcgc_sim_options;
 
 void pcgc_sim_options_default(pcgc_sim_options *o);

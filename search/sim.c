@@ -1008,6 +1008,7 @@ static pcgc_status analyse(sim *S) {
       N->grad = any && flt;
       N->has_bwd = any; /* and reach, below */
       if ((st = pcgc_cost_node_time(S->m, g, x->id, &N->t, S->err)) != PCGC_OK) return st;
+      pcgc_profile_node_time(S->o.profile, g, x->id, &N->t); /* measured, if profiled */
       if (cls == PCGC_CLASS_LOSS) {
         if (S->loss >= 0) {
           pcgc_error_set(S->err, PCGC_ERR_INVALID, "the graph has two losses, '%s' and '%s'; training needs exactly one",

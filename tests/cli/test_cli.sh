@@ -29,7 +29,7 @@ has() { # has FILE TEXT
 expect 0 "$pcgc" --help;            has "$tmp/out" "usage: pcgc COMMAND"
 expect 0 "$pcgc" --version;         has "$tmp/out" "pcgc 0."
 expect 0 "$pcgc" help check;        has "$tmp/out" "usage: pcgc check MODEL"
-for c in check show dot train; do
+for c in check show dot train simulate profile; do
   expect 0 "$pcgc" "$c" --help;     has "$tmp/out" "usage: pcgc $c"
   expect 0 "$pcgc" "$c" -h;         has "$tmp/out" "usage: pcgc $c"
 done
@@ -123,6 +123,23 @@ has "$tmp/trace.json" "traceEvents"
 expect 1 "$pcgc" simulate "$src/models/mlp.pcg" --machine dgx-h100 --batch 12; has "$tmp/err" "12"
 expect 3 "$pcgc" simulate "$src/models/mlp.pcg" --machine dgx-h101; has "$tmp/err" "dgx-h100"
 expect 2 "$pcgc" simulate "$src/models/mlp.pcg"; has "$tmp/err" "--machine"
+
+# --- profile: measure a tiny model's kernels, then simulate with the database
+printf 'model tiny\ninput x: f32[4, 8]\ninput t: f32[4, 3]\ny = linear(x, out=3)\nloss = mse(y, t)\n' >"$tmp/tiny.pcg"
+expect 0 "$pcgc" profile --help; has "$tmp/out" "usage: pcgc profile"
+expect 0 "$pcgc" profile "$tmp/tiny.pcg" --machine cpu-local -o "$tmp/tiny.json" --repeat 3
+has "$tmp/out" "2 kernels measured"; has "$tmp/tiny.json" '"format":'; has "$tmp/tiny.json" '"op":	"linear"'
+expect 0 "$pcgc" simulate "$tmp/tiny.pcg" --machine cpu-local --strategy sequential --profile "$tmp/tiny.json"
+has "$tmp/out" "iteration"
+# every kernel 0.5 s forward and 0.25 s backward: the iteration is their sum
+sed -E 's/"forward":[^,]*/"forward": 0.5/; s/"backward":[^,}]*/"backward": 0.25/' "$tmp/tiny.json" >"$tmp/slow.json"
+expect 0 "$pcgc" simulate "$tmp/tiny.pcg" --machine cpu-local --strategy sequential --optimizer sgd --profile "$tmp/slow.json"
+has "$tmp/out" "iteration      1.5 s"
+printf '{"format": "pcgc-profile",' >"$tmp/bad.json"
+expect 1 "$pcgc" simulate "$tmp/tiny.pcg" --machine cpu-local --profile "$tmp/bad.json"; has "$tmp/err" "bad.json:1:"
+expect 3 "$pcgc" simulate "$tmp/tiny.pcg" --machine cpu-local --profile "$tmp/none.json"; has "$tmp/err" "none.json"
+expect 2 "$pcgc" profile "$tmp/tiny.pcg" --machine cpu-local; has "$tmp/err" "missing -o"
+expect 2 "$pcgc" profile "$tmp/tiny.pcg" --machine cpu-local -o "$tmp/x.json" --repeat 0
 
 echo "test_cli: $passes passed, $fails failed"
 [ "$fails" -eq 0 ]
