@@ -16,6 +16,19 @@ enum {
   EXIT_INTERNAL = 4, /* out of memory or an internal error */
 };
 
+/* The --set NAME=VALUE options of a command. */
+#define PCGC_CLI_MAX_SETS 64
+typedef struct pcgc_cli_sets {
+  int n;
+  const char *names[PCGC_CLI_MAX_SETS];
+  const char *values[PCGC_CLI_MAX_SETS];
+  char buf[PCGC_CLI_MAX_SETS][128];
+} pcgc_cli_sets;
+
+/* Adds one --set argument ("NAME=VALUE"); returns -1, or EXIT_USAGE after
+ * printing what is wrong. */
+int pcgc_cli_add_set(const char *cmd, const char *kv, pcgc_cli_sets *s);
+
 /* Prints "pcgc CMD: error: <fmt with arg>" and a hint to --help; returns EXIT_USAGE. */
 int pcgc_cli_usage_error(const char *cmd, const char *fmt, const char *arg);
 int pcgc_cli_exit_code(pcgc_status s);

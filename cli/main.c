@@ -15,16 +15,12 @@
 #include "cli.h"
 #include "onnx_import.h"
 
-#define MAX_SETS 64
 
 typedef struct cli_opts {
   const char *model;
   const char *output; /* -o FILE, or NULL for stdout */
   int64_t batch;      /* --batch B, or 0 */
-  int n_set;
-  const char *set_names[MAX_SETS];
-  const char *set_values[MAX_SETS];
-  char set_buf[MAX_SETS][128];
+  pcgc_cli_sets sets;
 } cli_opts;
 
 static const char *prog = "pcgc";
@@ -34,6 +30,20 @@ int pcgc_cli_usage_error(const char *cmd, const char *fmt, const char *arg) {
   fprintf(stderr, fmt, arg);
   fprintf(stderr, "\nhint: run '%s %s%s--help' for usage\n", prog, cmd ? cmd : "", cmd ? " " : "");
   return EXIT_USAGE;
+}
+
+int pcgc_cli_add_set(const char *cmd, const char *kv, pcgc_cli_sets *s) {
+  const char *eq = strchr(kv, '=');
+  if (!eq || eq == kv || !eq[1]) return pcgc_cli_usage_error(cmd, "--set expects NAME=VALUE, got '%s'", kv);
+  if (s->n >= PCGC_CLI_MAX_SETS) return pcgc_cli_usage_error(cmd, "too many --set options (at most 64)%s", "");
+  size_t nl = (size_t)(eq - kv);
+  if (nl >= sizeof s->buf[0]) return pcgc_cli_usage_error(cmd, "--set name too long: '%s'", kv);
+  memcpy(s->buf[s->n], kv, nl);
+  s->buf[s->n][nl] = '\0';
+  s->names[s->n] = s->buf[s->n];
+  s->values[s->n] = eq + 1;
+  s->n++;
+  return -1;
 }
 
 int pcgc_cli_exit_code(pcgc_status s) {
@@ -155,17 +165,8 @@ static int parse_opts(const char *cmd, int argc, char **argv, cli_opts *o, bool 
           if (i + 1 >= argc) return pcgc_cli_usage_error(cmd, "%s needs NAME=VALUE", a);
           kv = argv[++i];
         }
-        const char *eq = strchr(kv, '=');
-        if (!eq || eq == kv || !eq[1])
-          return pcgc_cli_usage_error(cmd, "--set expects NAME=VALUE, got '%s'", kv);
-        if (o->n_set >= MAX_SETS) return pcgc_cli_usage_error(cmd, "too many --set options (at most 64)%s", "");
-        size_t nl = (size_t)(eq - kv);
-        if (nl >= sizeof o->set_buf[0]) return pcgc_cli_usage_error(cmd, "--set name too long: '%s'", kv);
-        memcpy(o->set_buf[o->n_set], kv, nl);
-        o->set_buf[o->n_set][nl] = '\0';
-        o->set_names[o->n_set] = o->set_buf[o->n_set];
-        o->set_values[o->n_set] = eq + 1;
-        o->n_set++;
+        int r = pcgc_cli_add_set(cmd, kv, &o->sets);
+        if (r >= 0) return r;
       } else {
         return pcgc_cli_usage_error(cmd, "unknown option '%s'", a);
       }
@@ -223,7 +224,7 @@ pcgc_graph *pcgc_cli_load(const char *path, int n_set, const char *const *names,
 }
 
 static pcgc_graph *load(const cli_opts *o, int *code) {
-  return pcgc_cli_load(o->model, o->n_set, o->set_names, o->set_values, o->batch, code);
+  return pcgc_cli_load(o->model, o->sets.n, o->sets.names, o->sets.values, o->batch, code);
 }
 
 /* ----------------------------------------------------------- output */

@@ -81,9 +81,9 @@ static pcgc_status profile_graph(const pcgc_graph *g, pcgc_profile *p, bool trai
 }
 
 int pcgc_cli_profile(int argc, char **argv) {
-  const char *model = NULL, *machine = NULL, *output = NULL, *names[64], *values[64];
-  char set_buf[64][128];
-  int n_set = 0, repeat = 10;
+  const char *model = NULL, *machine = NULL, *output = NULL;
+  pcgc_cli_sets sets = {0};
+  int repeat = 10;
   bool training = true, all_grads = false;
   long long batch = 0;
   for (int i = 0; i < argc; i++) {
@@ -113,13 +113,8 @@ int pcgc_cli_profile(int argc, char **argv) {
         batch = x;
       }
     } else if (strcmp(a, "--set") == 0) {
-      const char *kv = argv[++i], *eq = strchr(kv, '=');
-      if (!eq || eq == kv || !eq[1] || (size_t)(eq - kv) >= sizeof set_buf[0] || n_set >= 64)
-        return pcgc_cli_usage_error("profile", "--set expects NAME=VALUE, got '%s'", kv);
-      memcpy(set_buf[n_set], kv, (size_t)(eq - kv));
-      set_buf[n_set][eq - kv] = '\0';
-      names[n_set] = set_buf[n_set];
-      values[n_set++] = eq + 1;
+      int r = pcgc_cli_add_set("profile", argv[++i], &sets);
+      if (r >= 0) return r;
     } else if (a[0] == '-' && a[1]) {
       return pcgc_cli_usage_error("profile", "unknown option '%s'", a);
     } else if (!model) {
@@ -132,7 +127,7 @@ int pcgc_cli_profile(int argc, char **argv) {
   if (!machine) return pcgc_cli_usage_error("profile", "missing --machine M (cpu-local, or a file)%s", "");
   if (!output) return pcgc_cli_usage_error("profile", "missing -o DB (the database file to write)%s", "");
   int code = EXIT_OK;
-  pcgc_graph *g = pcgc_cli_load(model, n_set, names, values, batch, &code);
+  pcgc_graph *g = pcgc_cli_load(model, sets.n, sets.names, sets.values, batch, &code);
   if (!g) return code;
   pcgc_error err;
   pcgc_error_clear(&err);

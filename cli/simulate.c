@@ -33,9 +33,9 @@ void pcgc_cli_simulate_help(FILE *f) {
 }
 
 int pcgc_cli_simulate(int argc, char **argv) {
-  const char *model = NULL, *machine = NULL, *profile = NULL, *strategy = "data-parallel", *names[64], *values[64];
-  char set_buf[64][128];
-  int n_set = 0, devices = 0;
+  const char *model = NULL, *machine = NULL, *profile = NULL, *strategy = "data-parallel";
+  pcgc_cli_sets sets = {0};
+  int devices = 0;
   long long batch = 0;
   pcgc_sim_options o;
   pcgc_sim_options_default(&o);
@@ -73,13 +73,8 @@ int pcgc_cli_simulate(int argc, char **argv) {
         return pcgc_cli_usage_error("simulate", "unknown schedule '%s' (gpipe, 1f1b)", argv[i]);
       o.schedule = (pcgc_schedule)k;
     } else if (strcmp(a, "--set") == 0) {
-      const char *kv = argv[++i], *eq = strchr(kv, '=');
-      if (!eq || eq == kv || !eq[1] || (size_t)(eq - kv) >= sizeof set_buf[0] || n_set >= 64)
-        return pcgc_cli_usage_error("simulate", "--set expects NAME=VALUE, got '%s'", kv);
-      memcpy(set_buf[n_set], kv, (size_t)(eq - kv));
-      set_buf[n_set][eq - kv] = '\0';
-      names[n_set] = set_buf[n_set];
-      values[n_set++] = eq + 1;
+      int r = pcgc_cli_add_set("simulate", argv[++i], &sets);
+      if (r >= 0) return r;
     } else if (a[0] == '-' && a[1]) {
       return pcgc_cli_usage_error("simulate", "unknown option '%s'", a);
     } else if (!model) {
@@ -91,7 +86,7 @@ int pcgc_cli_simulate(int argc, char **argv) {
   if (!model) return pcgc_cli_usage_error("simulate", "missing MODEL%s", "");
   if (!machine) return pcgc_cli_usage_error("simulate", "missing --machine M (a preset such as dgx-h100, or a file)%s", "");
   int code = EXIT_OK;
-  pcgc_graph *g = pcgc_cli_load(model, n_set, names, values, batch, &code);
+  pcgc_graph *g = pcgc_cli_load(model, sets.n, sets.names, sets.values, batch, &code);
   if (!g) return code;
   pcgc_error err;
   pcgc_error_clear(&err);

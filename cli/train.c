@@ -15,7 +15,6 @@
 #include "cli.h"
 #include "reference.h"
 
-#define MAX_SETS 64
 
 void pcgc_cli_train_help(FILE *f) {
   fprintf(f,
@@ -55,9 +54,8 @@ static int parse_num(const char *flag, const char *s, double *out) {
 }
 
 int pcgc_cli_train(int argc, char **argv) {
-  const char *model = NULL, *set_names[MAX_SETS + 1], *set_values[MAX_SETS + 1];
-  char name_buf[MAX_SETS][128];
-  int n_set = 0;
+  const char *model = NULL;
+  pcgc_cli_sets sets = {0};
   double steps = 10, seed = 1, lr = -1, momentum = 0, wd = 0, batch = 0;
   bool adam = false, f64 = false, dropout = true;
   for (int i = 0; i < argc; i++) {
@@ -88,14 +86,7 @@ int pcgc_cli_train(int argc, char **argv) {
         if (batch < 1 || batch != floor(batch) || batch > 1e9)
           return pcgc_cli_usage_error("train", "--batch must be a positive integer, not '%s'", val);
       } else if (strcmp(a, "--set") == 0) {
-        const char *eq = strchr(val, '=');
-        if (!eq || eq == val || !eq[1] || (size_t)(eq - val) >= sizeof name_buf[0])
-          return pcgc_cli_usage_error("train", "--set expects NAME=VALUE, got '%s'", val);
-        if (n_set >= MAX_SETS) return pcgc_cli_usage_error("train", "too many --set options%s", "");
-        memcpy(name_buf[n_set], val, (size_t)(eq - val));
-        name_buf[n_set][eq - val] = '\0';
-        set_names[n_set] = name_buf[n_set];
-        set_values[n_set++] = eq + 1;
+        r = pcgc_cli_add_set("train", val, &sets);
       } else {
         return pcgc_cli_usage_error("train", "unknown option '%s'", a);
       }
@@ -113,7 +104,7 @@ int pcgc_cli_train(int argc, char **argv) {
     return pcgc_cli_usage_error("train", "--lr must be positive and --momentum/--weight-decay not negative%s", "");
 
   int code = EXIT_OK;
-  pcgc_graph *g = pcgc_cli_load(model, n_set, set_names, set_values, (int64_t)batch, &code);
+  pcgc_graph *g = pcgc_cli_load(model, sets.n, sets.names, sets.values, (int64_t)batch, &code);
   if (!g) return code;
   pcgc_ref_options o;
   pcgc_ref_options_default(&o);
