@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # main.sh — install dependencies, build pcgc into build/, check BERT-Large,
-# and train the shipped CNN for a few steps on one CPU device.
+# simulate it data-parallel on a DGX H100, and train the shipped CNN for a few
+# steps on one CPU device.
 #
 #   scripts/main.sh
 #
@@ -13,4 +14,5 @@ bash scripts/install-deps.sh
 cmake -S . -B build -DWITH_CUDA=OFF
 cmake --build build -j"$(nproc)"
 build/pcgc check models/bert-large.pcg
+build/pcgc simulate models/bert-large.pcg --machine dgx-h100 --batch 64
 build/pcgc train models/cnn.pcg --steps 8 --optimizer adam
