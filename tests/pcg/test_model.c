@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/expect_header.h"
 #include "pcg.h"
 
 #ifndef PCGC_SOURCE_DIR
@@ -100,17 +101,9 @@ START_TEST(bad_models) {
     if (!has_suffix(e->d_name, ".pcg")) continue;
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-    FILE *f = fopen(path, "rb");
-    ck_assert_msg(f != NULL, "cannot open %s", path);
-    char first[512] = "";
-    ck_assert_msg(fgets(first, sizeof first, f) != NULL, "%s is empty", e->d_name);
-    fclose(f);
-    first[strcspn(first, "\r\n")] = '\0';
-    int line = 0, col = 0, used = 0;
-    ck_assert_msg(sscanf(first, "# expect: %d:%d: %n", &line, &col, &used) == 2 && used > 0,
-                  "%s: first line must be '# expect: LINE:COL: MESSAGE'", e->d_name);
-    const char *want = first + used;
-    ck_assert_msg(want[0] != '\0', "%s: no expected message", e->d_name);
+    int line, col;
+    char want[512];
+    expect_header(path, e->d_name, &line, &col, want, sizeof want);
     pcgc_error err = {0};
     pcgc_graph *g = pcgc_model_load(path, NULL, &err);
     ck_assert_msg(g == NULL, "%s parsed without error", e->d_name);
