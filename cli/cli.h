@@ -51,5 +51,10 @@ void pcgc_cli_profile_help(FILE *f);
 #define PCGC_CLI_PROFILE_MAX_INPUTS 16
 pcgc_status pcgc__cli_profile_measure(const pcgc_graph *g, int id, const bool *grad, bool training, int repeat,
                                       double *fwd, double *bwd, pcgc_error *err);
+/* Times one optimizer update of a weight of type t (f32): `optimizer` is 0
+ * plain SGD, 1 SGD with momentum 0.9, 2 Adam (the order of search.h's
+ * pcgc_optim_kind); a warm-up call, then the median of `repeat`. */
+pcgc_status pcgc__cli_profile_update(const pcgc_ptensor *t, int optimizer, int repeat, double *seconds,
+                                     pcgc_error *err);
 
 #endif

@@ -12,7 +12,9 @@
  * accumulates into (the kernels add into din, so every caller zeroes them
  * first; the reference trainer does it per step) and computes only the input
  * gradients the model needs (data inputs get none), or with --all-gradients
- * every float input's, as the reference interpreter does. The
+ * every float input's, as the reference interpreter does. Every weight shape
+ * also gets the time of one optimizer update, for each of sgd, momentum and
+ * adam (op "weight", attrs "optimizer=NAME"). The
  * measuring lives here, not in search/, so that the search library stays
  * free of runtime dependencies.
  */
@@ -53,7 +55,7 @@ static pcgc_status profile_graph(const pcgc_graph *g, pcgc_profile *p, bool trai
   bool *grad = calloc((size_t)g->n_nodes, sizeof *grad);
   pcgc_status st = order && grad ? pcgc_graph_topo_order(g, order, err)
                                  : pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
-  int measured = 0, reused = 0;
+  int measured = 0, reused = 0, updates = 0;
   for (int k = 0; k < g->n_nodes && st == PCGC_OK; k++) {
     const pcgc_node *n = &g->nodes[order[k]];
     pcgc_op_class cls = pcgc_op_class_of(n->kind);
@@ -62,8 +64,18 @@ static pcgc_status profile_graph(const pcgc_graph *g, pcgc_profile *p, bool trai
     for (int i = 0; i < n->n_in; i++) any |= grad[n->in[i].node];
     if (cls == PCGC_CLASS_SOURCE) grad[n->id] = (all_grads || n->kind == PCGC_OP_WEIGHT) && flt;
     else grad[n->id] = any && flt;
-    if (cls != PCGC_CLASS_COMPUTE && cls != PCGC_CLASS_LOSS) continue;
     pcgc_profile_entry e;
+    if (n->kind == PCGC_OP_WEIGHT && flt) {
+      for (int o = PCGC_OPTIM_SGD; o <= PCGC_OPTIM_ADAM && st == PCGC_OK; o++) {
+        pcgc_profile_update_key((pcgc_optim_kind)o, &n->out[0], &e);
+        if (pcgc_profile_find(p, &e)) continue;
+        if ((st = pcgc__cli_profile_update(&n->out[0], o, repeat, &e.fwd, err)) != PCGC_OK) break;
+        if ((st = pcgc_profile_add(p, &e, err)) != PCGC_OK) break;
+        updates++;
+      }
+      continue;
+    }
+    if (cls != PCGC_CLASS_COMPUTE && cls != PCGC_CLASS_LOSS) continue;
     if ((st = pcgc_profile_key(g, n->id, &e, err)) != PCGC_OK) break;
     if (pcgc_profile_find(p, &e)) {
       reused++;
@@ -74,7 +86,9 @@ static pcgc_status profile_graph(const pcgc_graph *g, pcgc_profile *p, bool trai
     measured++;
     printf("%-22s %-24s fwd %10.3f us  bwd %10.3f us\n", pcgc_op_name(n->kind), n->name, e.fwd * 1e6, e.bwd * 1e6);
   }
-  if (st == PCGC_OK) printf("%d kernels measured (%d nodes share a measured kernel), median of %d calls\n", measured, reused, repeat);
+  if (st == PCGC_OK)
+    printf("%d kernels and %d optimizer updates measured (sgd, momentum, adam per weight shape; %d nodes share a measured kernel), median of %d calls\n",
+           measured, updates, reused, repeat);
   free(order);
   free(grad);
   return st;

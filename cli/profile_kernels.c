@@ -1,8 +1,7 @@
 /*
  * profile_kernels.c — the measuring half of `pcgc profile` (cli/profile.c):
- * times one node's CPU kernels. Separate because runtime/cpu/kernels.h and
- * search/search.h both name a type pcgc_optimizer (the kernels' optimizer
- * settings, the cost model's optimizer kind) and cannot meet in one file.
+ * times one node's CPU kernels, and the optimizer update of one weight. It
+ * speaks runtime/cpu/kernels.h; cli/profile.c speaks search/search.h.
  *
  * Buffers of the input and output shapes are filled with seeded synthetic
  * data (as the reference trainer draws it); one warm-up call, then `repeat`
@@ -123,3 +122,30 @@ pcgc_status pcgc__cli_profile_measure(const pcgc_graph *g, int id, const bool *g
   return st;
 }
 
+
+pcgc_status pcgc__cli_profile_update(const pcgc_ptensor *t, int optimizer, int repeat, double *seconds,
+                                     pcgc_error *err) {
+  pcgc_buf b[4];
+  bool ok = true;
+  for (int k = 0; k < 4; k++) {
+    b[k] = make_buf(t);
+    b[k].dtype = PCGC_F32;
+    ok &= b[k].data != NULL;
+  }
+  double *ts = calloc((size_t)repeat, sizeof *ts);
+  pcgc_status st = ok && ts ? PCGC_OK : pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory profiling an update");
+  for (int k = 0; k < 2 && st == PCGC_OK; k++) pcgc_cpu_fill_random(&b[k], 0, 1, (uint64_t)(1000 + k), NULL);
+  pcgc_optimizer o;
+  pcgc_optimizer_default(&o, optimizer == 2 ? PCGC_ADAM : PCGC_SGD);
+  if (optimizer == 1) o.momentum = 0.9;
+  for (int r = -1; r < repeat && st == PCGC_OK; r++) {
+    double t0 = now();
+    st = pcgc_cpu_optimizer_step(&o, &b[0], &b[1], &b[2], &b[3], r + 2, err);
+    double t1 = now();
+    if (r >= 0) ts[r] = t1 - t0;
+  }
+  if (st == PCGC_OK) *seconds = median(ts, repeat);
+  free(ts);
+  for (int k = 0; k < 4; k++) free(b[k].data);
+  return st;
+}

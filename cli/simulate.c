@@ -67,7 +67,7 @@ int pcgc_cli_simulate(int argc, char **argv) {
     } else if (strcmp(a, "--optimizer") == 0) {
       if ((k = pcgc_optimizer_from_name(argv[++i])) < 0)
         return pcgc_cli_usage_error("simulate", "unknown optimizer '%s' (sgd, momentum, adam)", argv[i]);
-      o.optimizer = (pcgc_optimizer)k;
+      o.optimizer = (pcgc_optim_kind)k;
     } else if (strcmp(a, "--schedule") == 0) {
       if ((k = pcgc_schedule_from_name(argv[++i])) < 0)
         return pcgc_cli_usage_error("simulate", "unknown schedule '%s' (gpipe, 1f1b)", argv[i]);

@@ -336,7 +336,7 @@ double pcgc_comm_p2p_time(const pcgc_machine *m, bool same_node, int concurrent,
 
 /* ---------------------------------------------------------------- memory */
 
-pcgc_memory pcgc_cost_memory(pcgc_optimizer opt, double weight_bytes, double activation_bytes,
+pcgc_memory pcgc_cost_memory(pcgc_optim_kind opt, double weight_bytes, double activation_bytes,
                              double comm_bytes) {
   pcgc_memory r;
   r.weights = weight_bytes;

@@ -149,6 +149,25 @@ bool pcgc_profile_node_time(const pcgc_profile *p, const pcgc_graph *g, int node
   return true;
 }
 
+void pcgc_profile_update_key(pcgc_optim_kind o, const pcgc_ptensor *t, pcgc_profile_entry *key) {
+  memset(key, 0, sizeof *key);
+  key->kind = PCGC_OP_WEIGHT;
+  snprintf(key->attrs, sizeof key->attrs, "optimizer=%s", pcgc_optimizer_name(o));
+  key->dtype = t->dtype;
+  key->n_in = 1;
+  key->rank[0] = t->rank;
+  pcgc_profile_piece_dims(t, key->dims[0]);
+}
+
+bool pcgc_profile_update_time(const pcgc_profile *p, pcgc_optim_kind o, const pcgc_ptensor *t, double *seconds) {
+  if (!p || !p->n || !t) return false;
+  pcgc_profile_entry key;
+  pcgc_profile_update_key(o, t, &key);
+  const pcgc_profile_entry *e = pcgc_profile_find(p, &key);
+  if (e) *seconds = e->fwd;
+  return e != NULL;
+}
+
 /* ------------------------------------------------------------- loading */
 
 /* A parse error in `path`: the message names the entry (index from 0) when

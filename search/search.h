@@ -290,11 +290,11 @@ double pcgc_comm_p2p_time(const pcgc_machine *m, bool same_node, int concurrent,
 
 /* ---------------------------------------------------------------- memory */
 
-typedef enum pcgc_optimizer {
+typedef enum pcgc_optim_kind {
   PCGC_OPTIM_SGD,       /* no state */
   PCGC_OPTIM_MOMENTUM,  /* one buffer per weight */
   PCGC_OPTIM_ADAM,      /* two: first and second moments */
-} pcgc_optimizer;
+} pcgc_optim_kind;
 
 /* Bytes on one device, by what they hold. */
 typedef struct pcgc_memory {
@@ -310,7 +310,7 @@ typedef struct pcgc_memory {
  * device; activation_bytes: of the activations it keeps for backward (all
  * micro-batches in flight); comm_bytes: the largest transfer or collective
  * buffer it stages at once. Compare total with pcgc_machine_usable_memory. */
-pcgc_memory pcgc_cost_memory(pcgc_optimizer opt, double weight_bytes, double activation_bytes,
+pcgc_memory pcgc_cost_memory(pcgc_optim_kind opt, double weight_bytes, double activation_bytes,
                              double comm_bytes);
 
 /* ------------------------------------------------------ profile database
@@ -363,6 +363,13 @@ pcgc_status pcgc_profile_key(const pcgc_graph *g, int node, pcgc_profile_entry *
 pcgc_status pcgc_profile_add(pcgc_profile *p, const pcgc_profile_entry *e, pcgc_error *err);
 const pcgc_profile_entry *pcgc_profile_find(const pcgc_profile *p, const pcgc_profile_entry *key);
 bool pcgc_profile_node_time(const pcgc_profile *p, const pcgc_graph *g, int node, pcgc_op_time *t);
+/* Optimizer updates are entries too: op "weight", attrs "optimizer=NAME"
+ * (pcgc_optimizer_name), the weight's dtype and piece dims as its one input;
+ * `fwd` holds the seconds of one update of that piece (bwd is 0). The key of
+ * the update of a piece of weight type t; and the measured time of it, true
+ * when the profile has it. */
+void pcgc_profile_update_key(pcgc_optim_kind o, const pcgc_ptensor *t, pcgc_profile_entry *key);
+bool pcgc_profile_update_time(const pcgc_profile *p, pcgc_optim_kind o, const pcgc_ptensor *t, double *seconds);
 
 /* Reads a database (text of length len; `path` names it in messages).
  * Malformed JSON or a bad entry is PCGC_ERR_PARSE with a message that starts
@@ -429,11 +436,11 @@ typedef enum pcgc_schedule { PCGC_SCHEDULE_GPIPE, PCGC_SCHEDULE_1F1B, PCGC_SCHED
 
 const char *pcgc_schedule_name(pcgc_schedule s);            /* "gpipe", "1f1b" */
 int pcgc_schedule_from_name(const char *name);             /* -1 if unknown */
-const char *pcgc_optimizer_name(pcgc_optimizer o);          /* "sgd", "momentum", "adam" */
+const char *pcgc_optimizer_name(pcgc_optim_kind o);          /* "sgd", "momentum", "adam" */
 int pcgc_optimizer_from_name(const char *name);            /* -1 if unknown */
 
 typedef struct pcgc_sim_options {
-  pcgc_optimizer optimizer;  /* state kept per weight, update cost (default Adam) */
+  pcgc_optim_kind optimizer;  /* state kept per weight, update cost (default Adam) */
   pcgc_schedule schedule;    /* default GPipe */
   pcgc_comm_algo algo;       /* collectives (default AUTO) */
   bool overlap;              /* default true; false: a transfer or collective also
@@ -485,7 +492,7 @@ typedef struct pcgc_sim_result {
   int used_devices;       /* that run a task or hold memory */
   int oom_devices;        /* devices whose memory exceeds capacity */
   int stages, micro_batches;  /* pipeline stages and micro-batches (1, 1 if none) */
-  pcgc_optimizer optimizer;
+  pcgc_optim_kind optimizer;
   pcgc_schedule schedule;
   pcgc_sim_device *device;    /* [n_devices], owned */
   int64_t n_tasks, n_edges;

@@ -54,7 +54,7 @@ int pcgc_schedule_from_name(const char *name) {
   return -1;
 }
 
-const char *pcgc_optimizer_name(pcgc_optimizer o) {
+const char *pcgc_optimizer_name(pcgc_optim_kind o) {
   switch (o) {
   case PCGC_OPTIM_SGD: return "sgd";
   case PCGC_OPTIM_MOMENTUM: return "momentum";
@@ -65,7 +65,7 @@ const char *pcgc_optimizer_name(pcgc_optimizer o) {
 
 int pcgc_optimizer_from_name(const char *name) {
   for (int o = PCGC_OPTIM_SGD; name && o <= PCGC_OPTIM_ADAM; o++)
-    if (strcmp(name, pcgc_optimizer_name((pcgc_optimizer)o)) == 0) return o;
+    if (strcmp(name, pcgc_optimizer_name((pcgc_optim_kind)o)) == 0) return o;
   return -1;
 }
 
@@ -858,7 +858,7 @@ static void gen_weights(sim *S) {
   for (int64_t i = 0; i < S->nw; i++) cnt[S->w[i].key + 1]++;
   for (int64_t k = 0; k < K; k++) cnt[k + 1] += cnt[k];
   for (int64_t i = 0; i < S->nw; i++) sorted[cnt[S->w[i].key]++] = S->w[i];
-  const pcgc_optimizer opt = S->o.optimizer;
+  const pcgc_optim_kind opt = S->o.optimizer;
   /* per element: flops, and bytes in element sizes (read w, g, state; write w, state) */
   double flops = opt == PCGC_OPTIM_ADAM ? 12 : opt == PCGC_OPTIM_MOMENTUM ? 4 : 2;
   double elems = opt == PCGC_OPTIM_ADAM ? 7 : opt == PCGC_OPTIM_MOMENTUM ? 5 : 3;
@@ -881,7 +881,9 @@ static void gen_weights(sim *S) {
     int64_t box = sorted[i].key - S->nd[node].ts;
     for (int k = 0; k < ng; k++) S->wbytes[S->grp[k]] += bytes;
     if (nd) {
-      double tu = pcgc_cost_roofline(S->m, PCGC_OP_MUL, t->dtype, flops * bytes / es, elems * bytes);
+      double tu;
+      if (!pcgc_profile_update_time(S->o.profile, opt, t, &tu))
+        tu = pcgc_cost_roofline(S->m, PCGC_OP_MUL, t->dtype, flops * bytes / es, elems * bytes);
       int32_t ar = -1;
       if (ng > 1) {
         ar = collective(S, PCGC__SIM_BWD, src, box, 0, PCGC_COLL_ALL_REDUCE, ng, S->grp, bytes);

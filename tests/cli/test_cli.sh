@@ -128,13 +128,14 @@ expect 2 "$pcgc" simulate "$src/models/mlp.pcg"; has "$tmp/err" "--machine"
 printf 'model tiny\ninput x: f32[4, 8]\ninput t: f32[4, 3]\ny = linear(x, out=3)\nloss = mse(y, t)\n' >"$tmp/tiny.pcg"
 expect 0 "$pcgc" profile --help; has "$tmp/out" "usage: pcgc profile"
 expect 0 "$pcgc" profile "$tmp/tiny.pcg" --machine cpu-local -o "$tmp/tiny.json" --repeat 3
-has "$tmp/out" "2 kernels measured"; has "$tmp/tiny.json" '"format":'; has "$tmp/tiny.json" '"op":	"linear"'
+has "$tmp/out" "2 kernels and 6 optimizer updates measured"; has "$tmp/tiny.json" '"format":'; has "$tmp/tiny.json" '"op":	"linear"'
 expect 0 "$pcgc" simulate "$tmp/tiny.pcg" --machine cpu-local --strategy sequential --profile "$tmp/tiny.json"
 has "$tmp/out" "iteration"
-# every kernel 0.5 s forward and 0.25 s backward: the iteration is their sum
+# every kernel 0.5 s forward and 0.25 s backward, every update 0.5 s (its
+# "forward"): the iteration is their sum, 1.5 s of kernels + 2 updates
 sed -E 's/"forward":[^,]*/"forward": 0.5/; s/"backward":[^,}]*/"backward": 0.25/' "$tmp/tiny.json" >"$tmp/slow.json"
 expect 0 "$pcgc" simulate "$tmp/tiny.pcg" --machine cpu-local --strategy sequential --optimizer sgd --profile "$tmp/slow.json"
-has "$tmp/out" "iteration      1.5 s"
+has "$tmp/out" "iteration      2.5 s"
 printf '{"format": "pcgc-profile",' >"$tmp/bad.json"
 expect 1 "$pcgc" simulate "$tmp/tiny.pcg" --machine cpu-local --profile "$tmp/bad.json"; has "$tmp/err" "bad.json:1:"
 expect 3 "$pcgc" simulate "$tmp/tiny.pcg" --machine cpu-local --profile "$tmp/none.json"; has "$tmp/err" "none.json"

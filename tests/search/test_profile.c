@@ -8,7 +8,8 @@
  *   - malformed JSON, a wrong format tag and a bad entry are PCGC_ERR_PARSE
  *     with a message naming the file; a missing file is PCGC_ERR_IO;
  *   - with --profile (pcgc_sim_options.profile) a one-op model's simulated
- *     time moves from the roofline to the profiled value, exactly.
+ *     time moves from the roofline to the profiled value, exactly; so does
+ *     a weight's optimizer update, and only for its own optimizer.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <check.h>
@@ -220,6 +221,51 @@ START_TEST(simulate_uses_profile) {
 }
 END_TEST
 
+START_TEST(simulate_uses_update_profile) {
+  pcgc_graph *g = model_text(ONE_OP);
+  pcgc_error err = {0};
+  pcgc_machine m;
+  ck_assert_int_eq(pcgc_machine_load("cpu-local", &m, &err), PCGC_OK);
+  int w = pcgc_graph_find(g, "y.weight");
+  ck_assert_int_ge(w, 0);
+  pcgc_profile *p = pcgc_profile_new("cpu-local");
+  pcgc_profile_entry e;
+  pcgc_profile_update_key(PCGC_OPTIM_SGD, &g->nodes[w].out[0], &e);
+  ck_assert_str_eq(e.attrs, "optimizer=sgd");
+  ck_assert_int_eq(e.dims[0][0], 16);
+  ck_assert_int_eq(e.dims[0][1], 4);
+  e.fwd = 5e-3;
+  ck_assert_int_eq(pcgc_profile_add(p, &e, &err), PCGC_OK);
+  double t5 = iteration(g, &m, p);
+  e.fwd = 6e-3;
+  ck_assert_int_eq(pcgc_profile_add(p, &e, &err), PCGC_OK); /* replaces */
+  double t6 = iteration(g, &m, p);
+  ck_assert_msg(fabs(t6 - t5 - 1e-3) <= 1e-12, "update 5 ms -> 6 ms moved the iteration by %.17g", t6 - t5);
+  ck_assert(t5 > 5e-3);
+  double sec = 0;
+  ck_assert(pcgc_profile_update_time(p, PCGC_OPTIM_SGD, &g->nodes[w].out[0], &sec) && sec == 6e-3);
+  ck_assert(!pcgc_profile_update_time(p, PCGC_OPTIM_ADAM, &g->nodes[w].out[0], &sec));
+
+  /* an Adam entry does not apply to an SGD simulation; it round-trips */
+  pcgc_profile *q = pcgc_profile_new("cpu-local");
+  pcgc_profile_update_key(PCGC_OPTIM_ADAM, &g->nodes[w].out[0], &e);
+  e.fwd = 5e-3;
+  ck_assert_int_eq(pcgc_profile_add(q, &e, &err), PCGC_OK);
+  ck_assert(iteration(g, &m, q) == iteration(g, &m, NULL));
+  char path[256];
+  temp_path(path, sizeof path);
+  ck_assert_int_eq(pcgc_profile_write(q, path, &err), PCGC_OK);
+  pcgc_profile *r = NULL;
+  ck_assert_int_eq(pcgc_profile_load(path, &r, &err), PCGC_OK);
+  ck_assert(pcgc_profile_update_time(r, PCGC_OPTIM_ADAM, &g->nodes[w].out[0], &sec) && sec == 5e-3);
+  unlink(path);
+  pcgc_profile_free(r);
+  pcgc_profile_free(q);
+  pcgc_profile_free(p);
+  pcgc_graph_free(g);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("profile");
   TCase *tc = tcase_create("database");
@@ -227,6 +273,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, piece_dims);
   tcase_add_test(tc, malformed);
   tcase_add_test(tc, simulate_uses_profile);
+  tcase_add_test(tc, simulate_uses_update_profile);
   suite_add_tcase(s, tc);
   return s;
 }
