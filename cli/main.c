@@ -74,6 +74,9 @@ static void print_main_help(FILE *f) {
           "  profile MODEL --machine M -o DB\n"
           "                measure the CPU kernels MODEL needs into a profile database for\n"
           "                `simulate --profile DB`\n"
+          "  rules check|list [PATH...]\n"
+          "                check substitution rules by execution, or list them with their\n"
+          "                instance counts for a machine (docs/rules.md)\n"
           "  help [CMD]    show help for a command\n"
           "\n"
           "Every command takes --help. MODEL is a model file (docs/model-format.md) or an\n"
@@ -131,6 +134,8 @@ static void print_cmd_help(FILE *f, const char *cmd) {
     pcgc_cli_simulate_help(f);
   } else if (strcmp(cmd, "profile") == 0) {
     pcgc_cli_profile_help(f);
+  } else if (strcmp(cmd, "rules") == 0) {
+    pcgc_cli_rules_help(f);
   } else {
     print_main_help(f);
   }
@@ -373,6 +378,7 @@ int main(int argc, char **argv) {
   if (strcmp(cmd, "train") == 0) return pcgc_cli_train(argc - 2, argv + 2);
   if (strcmp(cmd, "simulate") == 0) return pcgc_cli_simulate(argc - 2, argv + 2);
   if (strcmp(cmd, "profile") == 0) return pcgc_cli_profile(argc - 2, argv + 2);
-  return pcgc_cli_usage_error(NULL, "unknown command '%s' (commands: check, show, dot, train, simulate, profile, help)",
+  if (strcmp(cmd, "rules") == 0) return pcgc_cli_rules(argc - 2, argv + 2);
+  return pcgc_cli_usage_error(NULL, "unknown command '%s' (commands: check, show, dot, train, simulate, profile, rules, help)",
                               cmd);
 }

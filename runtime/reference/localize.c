@@ -1,7 +1,8 @@
 /*
- * localize.c — attributes as one piece's kernel must see them: reshape's
- * target shape and conv2d's groups follow the piece's local sizes
- * (attention reads its piece's heads from the kernel context itself).
+ * localize.c — attributes as one piece's kernel must see them: conv2d's
+ * groups follow the piece's local sizes (attention reads its piece's heads
+ * from the kernel context itself; reshape checks its logical `shape`
+ * against the piece's global dims, so it keeps the logical attribute).
  */
 #include "pieces.h"
 
@@ -9,10 +10,8 @@ void pcgc__localize(pcgc_op_kind k, pcgc_attrs *a, const pcgc_ptensor *in_t, int
                     int n_out, const pcgc_buf *out) {
   (void)n_in;
   (void)n_out;
+  (void)out;
   switch (k) {
-  case PCGC_OP_RESHAPE:
-    pcgc_attrs_set_ints(a, "shape", out[0].rank, out[0].dims);
-    break;
   case PCGC_OP_CONV2D: {
     /* a piece holding C/k input channels of a grouped convolution holds
      * groups/k of its groups */

@@ -477,7 +477,7 @@ pcgc_reference *pcgc_ref_new(const pcgc_graph *g, const pcgc_ref_options *o, pcg
       pcgc_cpu_fill_random(&v->b[0], is_float(n->out[0].dtype) ? 0 : int_bound(g, i), r->o.seed, stream, NULL);
     }
   }
-  if (r->loss < 0) {
+  if (r->loss < 0 && !r->o.allow_no_loss) {
     pcgc_error_set(err, PCGC_ERR_INVALID, "the graph has no loss; training needs one");
     pcgc_error_hint(err, "end the model with softmax_cross_entropy(...) or mse(...)");
     goto fail;
@@ -524,9 +524,9 @@ pcgc_status pcgc_ref_forward(pcgc_reference *r, double *loss, pcgc_error *err) {
         return PCGC_ERR_INVALID;
       }
   }
-  const value *lv = &r->val[r->loss][0];
   double total = 0;
-  for (int64_t i = 0; i < lv->m * lv->P; i++) {
+  const value *lv = r->loss >= 0 ? &r->val[r->loss][0] : NULL;
+  for (int64_t i = 0; lv && i < lv->m * lv->P; i++) {
     int64_t c[PCGC_MAX_RANK], s, rr;
     pcgc_piece_coords(&lv->t, i % lv->P, c, &s, &rr);
     if (rr == 0) total += get_elem(&lv->b[i], 0);
@@ -537,20 +537,18 @@ pcgc_status pcgc_ref_forward(pcgc_reference *r, double *loss, pcgc_error *err) {
   return PCGC_OK;
 }
 
-pcgc_status pcgc_ref_backward(pcgc_reference *r, pcgc_error *err) {
+static void zero_grads(pcgc_reference *r) {
   const pcgc_graph *g = r->g;
-  if (!r->have_forward) return pcgc_error_set(err, PCGC_ERR_INVALID, "backward needs a forward pass first");
   for (int i = 0; i < g->n_nodes; i++)
     for (int k = 0; k < g->nodes[i].n_out; k++) {
       value *v = &r->val[i][k];
       for (int64_t j = 0; v->g && j < v->m * v->P; j++) zero(&v->g[j]);
     }
-  value *lv = &r->val[r->loss][0];
-  for (int64_t i = 0; i < lv->m * lv->P; i++) {
-    int64_t c[PCGC_MAX_RANK], s, rr;
-    pcgc_piece_coords(&lv->t, i % lv->P, c, &s, &rr);
-    set_elem(&lv->g[i], 0, rr == 0 ? 1.0 : 0.0); /* d loss / d (partial sum) = 1, once */
-  }
+}
+
+/* Every node's backward, in reverse topological order, from the seeded gradients. */
+static pcgc_status run_backward(pcgc_reference *r, pcgc_error *err) {
+  const pcgc_graph *g = r->g;
   for (int k = g->n_nodes - 1; k >= 0; k--) {
     const pcgc_node *n = &g->nodes[r->order[k]];
     pcgc_op_class cls = pcgc_op_class_of(n->kind);
@@ -566,6 +564,49 @@ pcgc_status pcgc_ref_backward(pcgc_reference *r, pcgc_error *err) {
   }
   r->have_backward = true;
   return PCGC_OK;
+}
+
+pcgc_status pcgc_ref_backward(pcgc_reference *r, pcgc_error *err) {
+  if (!r->have_forward) return pcgc_error_set(err, PCGC_ERR_INVALID, "backward needs a forward pass first");
+  if (r->loss < 0)
+    return pcgc_error_set(err, PCGC_ERR_INVALID, "the graph has no loss: use pcgc_ref_backward_from");
+  zero_grads(r);
+  value *lv = &r->val[r->loss][0];
+  for (int64_t i = 0; i < lv->m * lv->P; i++) {
+    int64_t c[PCGC_MAX_RANK], s, rr;
+    pcgc_piece_coords(&lv->t, i % lv->P, c, &s, &rr);
+    set_elem(&lv->g[i], 0, rr == 0 ? 1.0 : 0.0); /* d loss / d (partial sum) = 1, once */
+  }
+  return run_backward(r, err);
+}
+
+static value *find_value(pcgc_reference *r, const char *name, pcgc_error *err);
+
+pcgc_status pcgc_ref_backward_from(pcgc_reference *r, int n, const char *const *names, pcgc_dtype dtype,
+                                   const void *const *grads, pcgc_error *err) {
+  if (!r->have_forward) return pcgc_error_set(err, PCGC_ERR_INVALID, "backward needs a forward pass first");
+  zero_grads(r);
+  for (int k = 0; k < n; k++) {
+    value *v = find_value(r, names[k], err);
+    if (!v) return err ? err->status : PCGC_ERR_INVALID;
+    if (!v->g) return pcgc_error_set(err, PCGC_ERR_INVALID, "'%s' is an integer tensor: it has no gradient", names[k]);
+    /* the whole logical gradient, placed as the pieces hold it: every
+     * partial sum gets all of its region (the loss depends on their sum),
+     * replica 0 gets it and the other copies nothing (their gradients add up
+     * in replicate's backward), micro-batches their slices */
+    pcgc_buf whole = {dtype, v->t.rank, {0}, (void *)grads[k]};
+    pcgc_piece wp;
+    memset(&wp, 0, sizeof wp);
+    for (int d = 0; d < v->t.rank; d++) whole.dims[d] = wp.global[d] = v->t.dims[d];
+    for (int64_t i = 0; i < v->m * v->P; i++) {
+      int64_t p = i % v->P, c[PCGC_MAX_RANK], s, rr;
+      pcgc_piece_coords(&v->t, p, c, &s, &rr);
+      if (rr != 0) continue;
+      pcgc_piece q = piece_of(v, p, (int)(i / v->P));
+      transfer(&v->g[i], &q, &whole, &wp, false);
+    }
+  }
+  return run_backward(r, err);
 }
 
 pcgc_status pcgc_ref_update(pcgc_reference *r, pcgc_error *err) {

@@ -45,6 +45,9 @@ typedef struct pcgc_ref_options {
   uint64_t seed;           /* weights, synthetic data and dropout derive from it */
   bool training;           /* dropout active (default true) */
   pcgc_optimizer opt;      /* default SGD lr 0.01 */
+  bool allow_no_loss;      /* accept a graph without a loss: forward computes every
+                              tensor (the loss reads 0), backward only through
+                              pcgc_ref_backward_from (default false) */
 } pcgc_ref_options;
 
 void pcgc_ref_options_default(pcgc_ref_options *o);
@@ -75,6 +78,12 @@ pcgc_status pcgc_ref_get_grad(pcgc_reference *r, const char *name, pcgc_dtype dt
 pcgc_status pcgc_ref_forward(pcgc_reference *r, double *loss, pcgc_error *err);
 /* Backward from d loss = 1: gradients of every tensor (after forward). */
 pcgc_status pcgc_ref_backward(pcgc_reference *r, pcgc_error *err);
+/* Backward from chosen tensors instead of the loss (after forward): grads[k]
+ * is the whole logical gradient of tensor names[k] (its numel elements, in
+ * `dtype`); every other gradient starts at zero. Used to check rules, whose
+ * graphs end in several tensors rather than a loss. */
+pcgc_status pcgc_ref_backward_from(pcgc_reference *r, int n, const char *const *names, pcgc_dtype dtype,
+                                   const void *const *grads, pcgc_error *err);
 /* One optimizer step on every weight (after backward). */
 pcgc_status pcgc_ref_update(pcgc_reference *r, pcgc_error *err);
 /* forward + backward + update. */

@@ -1,0 +1,255 @@
+/*
+ * ruleset.c — a set of parsed rules (the first section of substitutions.h):
+ * loading text, files and directories, lookup, removal, and the accessors of
+ * one rule; plus the AST helpers the parser uses (pcgc__rx_new,
+ * pcgc__rule_free).
+ *
+ * The set owns a copy of every file's name and text: rule, symbol and
+ * expression locations point at the name, and later messages (the matcher,
+ * the checker) can show source lines from the text (pcgc__ruleset_source).
+ * Loading is all-or-nothing per call: a text, file or directory with an
+ * error adds nothing.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <dirent.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "rules_parse.h"
+
+typedef struct rs_file {
+  char *path;
+  char *text;
+  size_t len;
+} rs_file;
+
+struct pcgc_ruleset {
+  pcgc_rule **rules;
+  int n, cap;
+  rs_file *files;
+  int n_files, cap_files;
+};
+
+/* ----------------------------------------------------------- AST helpers */
+
+int32_t pcgc__rx_new(pcgc_rule *r, rx_kind kind, pcgc_srcloc loc) {
+  if (r->n_ex == r->cap_ex) {
+    if (r->cap_ex > INT32_MAX / 2) return -1;
+    int cap = r->cap_ex ? r->cap_ex * 2 : 32;
+    rx *v = realloc(r->ex, (size_t)cap * sizeof *v);
+    if (!v) return -1;
+    r->ex = v;
+    r->cap_ex = cap;
+  }
+  rx *x = &r->ex[r->n_ex];
+  memset(x, 0, sizeof *x);
+  x->kind = kind;
+  x->sym = x->tensor = x->attr = -1;
+  x->a = x->b = -1;
+  x->loc = loc;
+  return r->n_ex++;
+}
+
+void pcgc__rule_free(pcgc_rule *r) {
+  if (!r) return;
+  free(r->name);
+  for (int i = 0; i < r->n_syms; i++) free(r->syms[i].name);
+  for (int i = 0; i < r->n_tensors; i++) free(r->tensors[i].name);
+  free(r->ex);
+  free(r);
+}
+
+/* --------------------------------------------------------------- the set */
+
+pcgc_ruleset *pcgc_ruleset_new(void) { return calloc(1, sizeof(pcgc_ruleset)); }
+
+/* Drops rules and files past the first n and n_files. */
+static void truncate_set(pcgc_ruleset *rs, int n, int n_files) {
+  while (rs->n > n) pcgc__rule_free(rs->rules[--rs->n]);
+  while (rs->n_files > n_files) {
+    rs_file *f = &rs->files[--rs->n_files];
+    free(f->path);
+    free(f->text);
+  }
+}
+
+void pcgc_ruleset_free(pcgc_ruleset *rs) {
+  if (!rs) return;
+  truncate_set(rs, 0, 0);
+  free(rs->rules);
+  free(rs->files);
+  free(rs);
+}
+
+pcgc_status pcgc_ruleset_parse(pcgc_ruleset *rs, const char *text, size_t len, const char *path,
+                               pcgc_error *err) {
+  pcgc_error local;
+  if (!err) err = &local;
+  if (!rs || (!text && len > 0)) return pcgc_error_set(err, PCGC_ERR_INVALID, "pcgc_ruleset_parse: no rule set or text");
+  if (!path) path = "<rules>";
+  if (len > PCGC__RULES_MAX_TEXT) {
+    pcgc_error_set(err, PCGC_ERR_PARSE, "rules text is too large (%zu bytes; at most %d)", len, PCGC__RULES_MAX_TEXT);
+    pcgc_error_at(err, (pcgc_srcloc){path, 0, 0}, 0, NULL, 0);
+    return PCGC_ERR_PARSE;
+  }
+  /* room for the file and its rules first, so that success cannot fail half-way */
+  if (rs->n_files == rs->cap_files) {
+    int cap = rs->cap_files ? rs->cap_files * 2 : 8;
+    rs_file *v = realloc(rs->files, (size_t)cap * sizeof *v);
+    if (!v) return pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory reading rules");
+    rs->files = v;
+    rs->cap_files = cap;
+  }
+  rs_file f = {strdup(path), malloc(len + 1), len};
+  if (!f.path || !f.text) {
+    free(f.path);
+    free(f.text);
+    return pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory reading rules");
+  }
+  if (len) memcpy(f.text, text, len);
+  f.text[len] = '\0';
+
+  pcgc__src src = {f.text, len, f.path, err};
+  pcgc__rtoks toks = {0};
+  pcgc_rule **rules = NULL;
+  int n = 0;
+  pcgc_status s = pcgc__rules_lex(&src, &toks);
+  if (s == PCGC_OK) s = pcgc__rules_parse(&src, &toks, rs, &rules, &n);
+  free(toks.v);
+  if (s == PCGC_OK && rs->n + n > rs->cap) {
+    int cap = rs->cap ? rs->cap : 16;
+    while (cap < rs->n + n) cap *= 2;
+    pcgc_rule **v = realloc(rs->rules, (size_t)cap * sizeof *v);
+    if (!v) s = pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory reading rules");
+    else rs->rules = v, rs->cap = cap;
+  }
+  if (s != PCGC_OK) {
+    for (int i = 0; i < n; i++) pcgc__rule_free(rules[i]);
+    free(rules);
+    free(f.path);
+    free(f.text);
+    return s;
+  }
+  rs->files[rs->n_files++] = f;
+  for (int i = 0; i < n; i++) rs->rules[rs->n++] = rules[i];
+  free(rules);
+  return PCGC_OK;
+}
+
+pcgc_status pcgc_ruleset_load_file(pcgc_ruleset *rs, const char *path, pcgc_error *err) {
+  size_t len;
+  char *text = pcgc_read_file(path, &len, err);
+  if (!text) return err ? err->status : PCGC_ERR_IO;
+  pcgc_status s = pcgc_ruleset_parse(rs, text, len, path, err);
+  free(text);
+  return s;
+}
+
+static int cmp_names(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+static bool has_suffix(const char *s, const char *suffix) {
+  size_t n = strlen(s), k = strlen(suffix);
+  return n > k && strcmp(s + n - k, suffix) == 0;
+}
+
+pcgc_status pcgc_ruleset_load_dir(pcgc_ruleset *rs, const char *dir, pcgc_error *err) {
+  pcgc_error local;
+  if (!err) err = &local;
+  if (!rs || !dir) return pcgc_error_set(err, PCGC_ERR_INVALID, "pcgc_ruleset_load_dir: no rule set or directory");
+  DIR *d = opendir(dir);
+  if (!d) {
+    int e = errno;
+    pcgc_error_set(err, PCGC_ERR_IO, "cannot open rules directory '%s': %s", dir, strerror(e));
+    pcgc_error_at(err, (pcgc_srcloc){dir, 0, 0}, 0, NULL, 0);
+    pcgc_error_hint(err, e == ENOENT ? "check the path given with --rules" : "check the directory's permissions");
+    return PCGC_ERR_IO;
+  }
+  char **names = NULL;
+  int n = 0, cap = 0;
+  pcgc_status s = PCGC_OK;
+  struct dirent *e;
+  while (s == PCGC_OK && (e = readdir(d)) != NULL) {
+    if (e->d_name[0] == '.' || !has_suffix(e->d_name, ".rules")) continue;
+    size_t plen = strlen(dir) + strlen(e->d_name) + 2;
+    char *p = malloc(plen);
+    if (!p) {
+      s = pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory listing '%s'", dir);
+      break;
+    }
+    snprintf(p, plen, "%s/%s", dir, e->d_name);
+    struct stat st;
+    if (stat(p, &st) != 0 || S_ISDIR(st.st_mode)) {
+      free(p);
+      continue;
+    }
+    if (n == cap) {
+      int nc = cap ? cap * 2 : 16;
+      char **v = realloc(names, (size_t)nc * sizeof *v);
+      if (!v) {
+        free(p);
+        s = pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory listing '%s'", dir);
+        break;
+      }
+      names = v;
+      cap = nc;
+    }
+    names[n++] = p;
+  }
+  closedir(d);
+  if (n > 1) qsort(names, (size_t)n, sizeof *names, cmp_names);
+  int n0 = rs->n, f0 = rs->n_files;
+  for (int i = 0; s == PCGC_OK && i < n; i++) s = pcgc_ruleset_load_file(rs, names[i], err);
+  if (s != PCGC_OK) truncate_set(rs, n0, f0);
+  for (int i = 0; i < n; i++) free(names[i]);
+  free(names);
+  return s;
+}
+
+int pcgc_ruleset_size(const pcgc_ruleset *rs) { return rs ? rs->n : 0; }
+
+const pcgc_rule *pcgc_ruleset_rule(const pcgc_ruleset *rs, int i) {
+  return rs && i >= 0 && i < rs->n ? rs->rules[i] : NULL;
+}
+
+const pcgc_rule *pcgc_ruleset_find(const pcgc_ruleset *rs, const char *name) {
+  if (!rs || !name) return NULL;
+  for (int i = 0; i < rs->n; i++)
+    if (strcmp(rs->rules[i]->name, name) == 0) return rs->rules[i];
+  return NULL;
+}
+
+void pcgc_ruleset_remove(pcgc_ruleset *rs, int i) {
+  if (!rs || i < 0 || i >= rs->n) return;
+  pcgc__rule_free(rs->rules[i]);
+  memmove(&rs->rules[i], &rs->rules[i + 1], (size_t)(rs->n - i - 1) * sizeof *rs->rules);
+  rs->n--;
+}
+
+const char *pcgc__ruleset_source(const pcgc_ruleset *rs, const char *file, size_t *len) {
+  for (int pass = 0; pass < 2; pass++)
+    for (int i = 0; rs && file && i < rs->n_files; i++)
+      if (pass == 0 ? rs->files[i].path == file : strcmp(rs->files[i].path, file) == 0) {
+        if (len) *len = rs->files[i].len;
+        return rs->files[i].text;
+      }
+  if (len) *len = 0;
+  return NULL;
+}
+
+/* ------------------------------------------------------------ one rule */
+
+const char *pcgc_rule_name(const pcgc_rule *r) { return r ? r->name : NULL; }
+
+pcgc_srcloc pcgc_rule_loc(const pcgc_rule *r) { return r ? r->loc : (pcgc_srcloc){NULL, 0, 0}; }
+
+int pcgc_rule_num_params(const pcgc_rule *r) { return r ? r->n_params : 0; }
+
+const char *pcgc_rule_param_name(const pcgc_rule *r, int i) {
+  return r && i >= 0 && i < r->n_params ? r->syms[i].name : NULL;
+}
+
+bool pcgc_rule_param_is_degree(const pcgc_rule *r, int i) {
+  return r && i >= 0 && i < r->n_params && r->syms[i].kind == RS_DEGREE;
+}
