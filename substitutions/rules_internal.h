@@ -90,8 +90,10 @@ typedef struct rtype {
 /* ---------------------------------------------------------------- nodes */
 
 typedef enum rv_kind {
-  RV_EXPR,    /* int attribute, or an ints2 attribute given one value for both;
-                 for enum/bool/float attributes only a bare RX_ATTR (a copy) */
+  RV_EXPR,    /* int attribute; an ints/ints2 attribute given one value for every
+                 entry, or a bare RX_ATTR copying a whole list; a bool given a
+                 bare variable (bound 0/1 in a match) or a copy; for enum and
+                 float attributes only a bare RX_ATTR (a copy) */
   RV_LIST,    /* [e, e, ...] for ints/ints2 */
   RV_ENUM,    /* an enum value name: ival */
   RV_BOOL,    /* true/false: ival */

@@ -52,9 +52,8 @@ pcgc_status pcgc__rules_fail(const pcgc__src *src, pcgc_srcloc loc, int len, con
 
 /* ------------------------------------------------------------- keywords */
 
-static const char *const keywords[] = {"rule", "match",  "rewrite", "where", "input", "yield",
-                                       "degree", "dim", "rank", "size", "deg", "sum",
-                                       "rep", "micro", "true", "false"};
+static const char *const keywords[] = {"rule", "match", "rewrite", "where", "input", "yield", "degree", "dim",
+                                       "rank", "size",  "deg",     "sum",   "rep",   "micro", "true",   "false"};
 
 bool pcgc__rules_is_keyword(const char *s, size_t n) {
   for (size_t i = 0; i < sizeof keywords / sizeof *keywords; i++)
@@ -114,8 +113,7 @@ static pcgc_status lex_name(lexer *L) {
   size_t start = L->i, i = L->i;
   while (i < L->src->len && is_alnum(t[i])) i++;
   if (i - start > PCGC__RULES_MAX_NAME) {
-    fail_at(L, start, i - start, "name is too long (%zu characters; at most %d)", i - start,
-            PCGC__RULES_MAX_NAME);
+    fail_at(L, start, i - start, "name is too long (%zu characters; at most %d)", i - start, PCGC__RULES_MAX_NAME);
     pcgc_error_hint(L->src->err, "use a shorter name");
     return PCGC_ERR_PARSE;
   }
@@ -148,8 +146,7 @@ static pcgc_status lex_number(lexer *L) {
   if (i < n && is_alnum(t[i])) {
     size_t e = i;
     while (e < n && is_alnum(t[e])) e++;
-    fail_at(L, start, e - start, "malformed number '%.*s'", (int)(e - start > 60 ? 60 : e - start),
-            src->text + start);
+    fail_at(L, start, e - start, "malformed number '%.*s'", (int)(e - start > 60 ? 60 : e - start), src->text + start);
     pcgc_error_hint(src->err, "numbers are written 4, 0.5, 1e-5; names start with a letter or _");
     return PCGC_ERR_PARSE;
   }
@@ -201,7 +198,7 @@ static pcgc_status stray(lexer *L, unsigned char c) {
     pcgc_error_hint(src->err, "a rules file is text; remove the binary data");
     return PCGC_ERR_PARSE;
   }
-  fail_at(L, L->i, 1, "unexpected character '%c'", c);
+  fail_at(L, L->i, 1, c == '\'' ? "unexpected character \"%c\"" : "unexpected character '%c'", c);
   switch (c) {
   case '"':
   case '\'':
@@ -283,8 +280,6 @@ const char *pcgc__rp_describe(const parser *P, const pcgc__rtok *t, char *buf, s
   return buf;
 }
 
-pcgc_status pcgc__rp_fail(parser *P, pcgc_srcloc loc, int len, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
 pcgc_status pcgc__rp_fail(parser *P, pcgc_srcloc loc, int len, const char *fmt, ...) {
   char msg[sizeof P->src->err->message];
   va_list ap;
@@ -294,7 +289,6 @@ pcgc_status pcgc__rp_fail(parser *P, pcgc_srcloc loc, int len, const char *fmt, 
   return pcgc__rules_fail(P->src, loc, len, "%s", msg);
 }
 
-pcgc_status pcgc__rp_hint(const parser *P, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 pcgc_status pcgc__rp_hint(const parser *P, const char *fmt, ...) {
   char buf[sizeof P->src->err->hint];
   va_list ap;
@@ -328,8 +322,10 @@ pcgc_status pcgc__rp_expected(parser *P, const char *what, const char *hint_text
   if (t->kind == PCGC__RT_EOF && P->n_open > 0) {
     const pcgc__rtok *o = &P->tk[P->open[P->n_open - 1]];
     const char *w = P->open_what[P->n_open - 1];
-    if (w) FAIL(P, o, "'%c' of %s is never closed", o->p, w);
-    else FAIL(P, o, "'%c' is never closed", o->p);
+    if (w)
+      FAIL(P, o, "'%c' of %s is never closed", o->p, w);
+    else
+      FAIL(P, o, "'%c' is never closed", o->p);
     return pcgc__rp_hint(P, "the file ends before its '%c'", o->p == '(' ? ')' : o->p == '[' ? ']' : '}');
   }
   FAIL(P, t, "expected %s, found %s", what, DESC(t));

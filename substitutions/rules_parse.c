@@ -59,6 +59,14 @@ static pcgc_status new_rx(parser *P, rx_kind kind, const pcgc__rtok *t, int32_t 
   return PCGC_OK;
 }
 
+/* Sets the tree height of e (t: where to report a tree too high). */
+static pcgc_status set_height(parser *P, int32_t e, int h, const pcgc__rtok *t) {
+  P->height[e] = h;
+  if (h <= PCGC__RULES_MAX_DEPTH) return PCGC_OK;
+  FAIL(P, t, "expression is too long (more than %d operators deep)", PCGC__RULES_MAX_DEPTH);
+  return pcgc__rp_hint(P, "simplify the expression");
+}
+
 /* Ends expression e at the last token read. */
 static void end_rx(parser *P, int32_t e) { P->r->ex[e].len = prev_end(P) - P->start[e]; }
 
@@ -73,13 +81,14 @@ static pcgc_status parse_attr_ref(parser *P, int32_t *out) {
   advance(P);
   advance(P); /* '.' */
   const pcgc__rtok *k = peek(P);
-  if (k->kind != PCGC__RT_NAME) return pcgc__rp_expected(P, "an attribute name after '.'", "write NAME.KEY, e.g. y.axis");
+  if (k->kind != PCGC__RT_NAME)
+    return pcgc__rp_expected(P, "an attribute name after '.'", "write NAME.KEY, e.g. y.axis");
   const rnode *nd = &P->r->match.nodes[P->r->tensors[tensor].node];
   const char *key = TOKSTR(P, k);
   int a = pcgc_op_attr_index(nd->op, key);
   if (a < 0) {
-    FAIL(P, k, "'%s' is computed by %s, which has no attribute '%s'", P->r->tensors[tensor].name,
-         pcgc_op_name(nd->op), key);
+    FAIL(P, k, "'%s' is computed by %s, which has no attribute '%s'", P->r->tensors[tensor].name, pcgc_op_name(nd->op),
+         key);
     return pcgc__rp_attr_key_hint(P, nd->op, key);
   }
   advance(P);
@@ -103,7 +112,7 @@ static pcgc_status parse_attr_ref(parser *P, int32_t *out) {
     if (!is_p(peek(P), ']')) return pcgc__rp_expected(P, "']'", "an index is written y.KEY[i]");
     pcgc__rp_close(P);
     P->r->ex[e].a = idx;
-    P->height[e] = P->height[idx] + 1;
+    if ((s = set_height(P, e, P->height[idx] + 1, t))) return s;
   } else if (!list && is_p(peek(P), '[')) {
     FAIL(P, peek(P), "attribute '%s' of %s is not a list", key, pcgc_op_name(nd->op));
     return pcgc__rp_hint(P, "only ints attributes (stride, sizes, perm, ...) take an index");
@@ -118,8 +127,8 @@ static pcgc_status parse_rank_size(parser *P, int32_t *out) {
   const pcgc__rtok *t = advance(P);
   bool size = is_kw(P, t, "size");
   if (!is_p(peek(P), '('))
-    return pcgc__rp_expected(P, size ? "'(' after 'size'" : "'(' after 'rank'", size ? "size(x, k) is dim k of tensor x"
-                                                                            : "rank(x) is the rank of tensor x");
+    return pcgc__rp_expected(P, size ? "'(' after 'size'" : "'(' after 'rank'",
+                             size ? "size(x, k) is dim k of tensor x" : "rank(x) is the rank of tensor x");
   pcgc_status s = pcgc__rp_open(P, NULL);
   int32_t e, tensor;
   if (s || (s = pcgc__rp_ref_tensor(P, peek(P), 's', &tensor))) return s;
@@ -131,9 +140,10 @@ static pcgc_status parse_rank_size(parser *P, int32_t *out) {
     int32_t k;
     if ((s = parse_expr(P, &k))) return s;
     P->r->ex[e].a = k;
-    P->height[e] = P->height[k] + 1;
+    if ((s = set_height(P, e, P->height[k] + 1, t))) return s;
   }
-  if (!is_p(peek(P), ')')) return pcgc__rp_expected(P, "')'", size ? "size(x, k) is dim k of tensor x" : "rank(x) is the rank of tensor x");
+  if (!is_p(peek(P), ')'))
+    return pcgc__rp_expected(P, "')'", size ? "size(x, k) is dim k of tensor x" : "rank(x) is the rank of tensor x");
   pcgc__rp_close(P);
   end_rx(P, e);
   *out = e;
@@ -165,7 +175,7 @@ static pcgc_status parse_name(parser *P, int32_t *out) {
       const char *best = pcgc__rp_suggest_name(P, s, false, true);
       if (best) return pcgc__rp_hint(P, "did you mean '%s'?", best);
       return pcgc__rp_hint(P, "a name in %s must be a parameter or a variable bound by the match",
-                  P->side == SIDE_WHERE ? "'where'" : "the rewrite");
+                           P->side == SIDE_WHERE ? "'where'" : "the rewrite");
     }
     if ((st = pcgc__rp_add_sym(P, t, RS_VAR, &y))) return st;
   }
@@ -219,8 +229,9 @@ static pcgc_status parse_atom(parser *P, int32_t *out) {
     return pcgc__rp_hint(P, "the functions are rank(x) and size(x, k)");
   }
   if (t->kind == PCGC__RT_NAME) return parse_name(P, out);
-  return pcgc__rp_expected(P, "an expression", "an expression is built from integers, names, y.KEY, rank(x), size(x, k), "
-                                      "+ - * / %% and parentheses");
+  return pcgc__rp_expected(P, "an expression",
+                           "an expression is built from integers, names, y.KEY, rank(x), size(x, k), "
+                           "+ - * / %% and parentheses");
 }
 
 /* unary = "-" unary | atom */
@@ -237,7 +248,7 @@ static pcgc_status parse_unary(parser *P, int32_t *out) {
   if (s || (s = new_rx(P, RX_NEG, t, &e))) return s;
   P->depth--;
   P->r->ex[e].a = a;
-  P->height[e] = P->height[a] + 1;
+  if ((s = set_height(P, e, P->height[a] + 1, t))) return s;
   end_rx(P, e);
   *out = e;
   return PCGC_OK;
@@ -253,11 +264,7 @@ static pcgc_status make_bin(parser *P, const pcgc__rtok *op, int32_t l, int32_t 
   x->b = r;
   x->loc = P->r->ex[l].loc;
   P->start[e] = P->start[l];
-  P->height[e] = (P->height[l] > P->height[r] ? P->height[l] : P->height[r]) + 1;
-  if (P->height[e] > PCGC__RULES_MAX_DEPTH) {
-    FAIL(P, op, "expression is too long (more than %d operators deep)", PCGC__RULES_MAX_DEPTH);
-    return pcgc__rp_hint(P, "simplify the expression");
-  }
+  if ((s = set_height(P, e, (P->height[l] > P->height[r] ? P->height[l] : P->height[r]) + 1, op))) return s;
   end_rx(P, e);
   *out = e;
   return PCGC_OK;
@@ -315,12 +322,13 @@ static pcgc_status parse_copy_value(parser *P, const char *op, const pcgc_attr_d
   advance(P);
   advance(P); /* '.' */
   const pcgc__rtok *k = peek(P);
-  if (k->kind != PCGC__RT_NAME) return pcgc__rp_expected(P, "an attribute name after '.'", "write NAME.KEY, e.g. y.act");
+  if (k->kind != PCGC__RT_NAME)
+    return pcgc__rp_expected(P, "an attribute name after '.'", "write NAME.KEY, e.g. y.act");
   pcgc_op_kind src_op = P->r->match.nodes[P->r->tensors[tensor].node].op;
   int a = pcgc_op_attr_index(src_op, TOKSTR(P, k));
   if (a < 0) {
-    FAIL(P, k, "'%s' is computed by %s, which has no attribute '%s'", P->r->tensors[tensor].name,
-         pcgc_op_name(src_op), TOKSTR(P, k));
+    FAIL(P, k, "'%s' is computed by %s, which has no attribute '%s'", P->r->tensors[tensor].name, pcgc_op_name(src_op),
+         TOKSTR(P, k));
     return pcgc__rp_attr_key_hint(P, src_op, TOKSTR(P, k));
   }
   const pcgc_attr_desc *sd = pcgc_op_attr(src_op, a);
@@ -336,7 +344,10 @@ static pcgc_status parse_copy_value(parser *P, const char *op, const pcgc_attr_d
   end_rx(P, *out);
   if (!is_p(peek(P), ',') && !is_p(peek(P), ')')) {
     FAIL(P, peek(P), "a copied %s attribute stands alone; found %s after it",
-         d->type == PCGC_ATTR_FLOAT ? "float" : d->type == PCGC_ATTR_BOOL ? "bool" : "enum", DESC(peek(P)));
+         d->type == PCGC_ATTR_FLOAT  ? "float"
+         : d->type == PCGC_ATTR_BOOL ? "bool"
+                                     : "enum",
+         DESC(peek(P)));
     return pcgc__rp_hint(P, "write %s=%s.%s, or a literal value", d->name, P->r->tensors[tensor].name, sd->name);
   }
   return PCGC_OK;
@@ -368,8 +379,10 @@ static pcgc_status parse_attr_value(parser *P, pcgc_op_kind opk, const pcgc_attr
         return pcgc__rp_hint(P, "tensors have at most %d dims", PCGC_MAX_RANK);
       }
       if ((s = parse_int_value(P, op, d, &ra->list[ra->n++]))) return s;
-      if (is_p(peek(P), ',')) advance(P);
-      else if (!is_p(peek(P), ']')) return pcgc__rp_expected(P, "',' or ']'", "separate the entries with ','");
+      if (is_p(peek(P), ','))
+        advance(P);
+      else if (!is_p(peek(P), ']'))
+        return pcgc__rp_expected(P, "',' or ']'", "separate the entries with ','");
     }
     if (d->type == PCGC_ATTR_INTS2 && ra->n != 2) {
       FAIL(P, peek(P), "attribute '%s' of %s takes 2 values, not %d", d->name, op, ra->n);
@@ -393,7 +406,7 @@ static pcgc_status parse_attr_value(parser *P, pcgc_op_kind opk, const pcgc_attr
         return pcgc__rp_hint(P, "did you mean '%s'?", pcgc__suggest_best(&sg));
       }
       ra->kind = RV_EXPR;
-      pcgc_status s = parse_name(P, &ra->expr);
+      s = parse_name(P, &ra->expr);
       if (s == PCGC_OK && !is_p(peek(P), ',') && !is_p(peek(P), ')')) {
         FAIL(P, peek(P), "a bool attribute takes true, false, a variable or a copy; found %s", DESC(peek(P)));
         return pcgc__rp_hint(P, "bool values are not computed: write %s=%s on its own", d->name, TOKSTR(P, t));
@@ -434,21 +447,22 @@ static pcgc_status parse_attr_value(parser *P, pcgc_op_kind opk, const pcgc_attr
     char values[256] = "";
     size_t k = 0;
     for (int i = 0; pcgc_enum_value_name(d->enum_type, i) && k < sizeof values - 32; i++)
-      k += (size_t)snprintf(values + k, sizeof values - k, "%s%s", i ? ", " : "",
-                            pcgc_enum_value_name(d->enum_type, i));
+      k +=
+          (size_t)snprintf(values + k, sizeof values - k, "%s%s", i ? ", " : "", pcgc_enum_value_name(d->enum_type, i));
     if (t->kind != PCGC__RT_NAME) {
       FAIL(P, t, "attribute '%s' of %s takes an enum value (%s), not %s", d->name, op, values, DESC(t));
       return pcgc__rp_hint(P, "write %s=%s", d->name, pcgc_enum_value_name(d->enum_type, 0));
     }
     int v = pcgc_enum_value_from_name(d->enum_type, TOKSTR(P, t));
     if (v < 0) {
-      FAIL(P, t, "unknown %s value '%s' for attribute '%s' of %s", pcgc_enum_type_name(d->enum_type),
-           TOKSTR(P, t), d->name, op);
+      FAIL(P, t, "unknown %s value '%s' for attribute '%s' of %s", pcgc_enum_type_name(d->enum_type), TOKSTR(P, t),
+           d->name, op);
       pcgc__suggest sg;
       pcgc__suggest_init(&sg, TOKSTR(P, t));
       for (int i = 0; pcgc_enum_value_name(d->enum_type, i); i++)
         pcgc__suggest_add(&sg, pcgc_enum_value_name(d->enum_type, i));
-      if (pcgc__suggest_best(&sg)) return pcgc__rp_hint(P, "did you mean '%s'? values: %s", pcgc__suggest_best(&sg), values);
+      if (pcgc__suggest_best(&sg))
+        return pcgc__rp_hint(P, "did you mean '%s'? values: %s", pcgc__suggest_best(&sg), values);
       return pcgc__rp_hint(P, "values: %s", values);
     }
     ra->kind = RV_ENUM;
@@ -499,7 +513,8 @@ static pcgc_status parse_copy(parser *P, rnode *nd) {
   const char *s = TOKSTR(P, t);
   if (!is_p(&P->tk[P->pos + 2], '*')) {
     advance(P), advance(P);
-    return pcgc__rp_expected(P, "'*' after '.'", "NAME.* copies every attribute of a match node; attributes are KEY=value");
+    return pcgc__rp_expected(P, "'*' after '.'",
+                             "NAME.* copies every attribute of a match node; attributes are KEY=value");
   }
   if (P->side == SIDE_MATCH) {
     FAIL(P, t, "'%s.*' is only allowed in the rewrite", s);
@@ -528,9 +543,12 @@ static pcgc_status parse_copy(parser *P, rnode *nd) {
 
 static void arity_text(pcgc_op_kind op, char *buf, size_t n) {
   int lo = pcgc_op_min_inputs(op), hi = pcgc_op_max_inputs(op);
-  if (hi == PCGC_VARIADIC) snprintf(buf, n, "at least %d", lo);
-  else if (lo == hi) snprintf(buf, n, "%d", lo);
-  else snprintf(buf, n, "%d to %d", lo, hi);
+  if (hi == PCGC_VARIADIC)
+    snprintf(buf, n, "at least %d", lo);
+  else if (lo == hi)
+    snprintf(buf, n, "%d", lo);
+  else
+    snprintf(buf, n, "%d to %d", lo, hi);
 }
 
 /* "(" [ arg { "," arg } ] ")" */
@@ -564,10 +582,13 @@ static pcgc_status parse_args(parser *P, rnode *nd) {
       nd->n_args++;
       advance(P);
     } else {
-      return pcgc__rp_expected(P, "a tensor name, NAME.* or KEY=value", "arguments are tensors, then NAME.*, then KEY=value");
+      return pcgc__rp_expected(P, "a tensor name, NAME.* or KEY=value",
+                               "arguments are tensors, then NAME.*, then KEY=value");
     }
-    if (is_p(peek(P), ',')) advance(P);
-    else if (!is_p(peek(P), ')')) return pcgc__rp_expected(P, "',' or ')'", "separate the arguments with ','");
+    if (is_p(peek(P), ','))
+      advance(P);
+    else if (!is_p(peek(P), ')'))
+      return pcgc__rp_expected(P, "',' or ')'", "separate the arguments with ','");
   }
   const pcgc__rtok *close = peek(P);
   pcgc__rp_close(P);
@@ -588,7 +609,8 @@ static pcgc_status parse_node(parser *P, rside *side) {
     const pcgc__rtok *t = peek(P);
     if (!is_under(P, t) && (s = pcgc__rp_check_new_name(P, t, "an output name"))) return s;
     for (int i = 0; i < n_outs && !is_under(P, t); i++)
-      if (P->tk[out_tok[i]].sp.len == t->sp.len && memcmp(text(P, &P->tk[out_tok[i]]), text(P, t), (size_t)t->sp.len) == 0) {
+      if (P->tk[out_tok[i]].sp.len == t->sp.len &&
+          memcmp(text(P, &P->tk[out_tok[i]]), text(P, t), (size_t)t->sp.len) == 0) {
         FAIL(P, t, "'%s' appears twice on the left of '='", TOKSTR(P, t));
         return pcgc__rp_hint(P, "give each output its own name");
       }
@@ -685,7 +707,9 @@ static pcgc_status parse_shape(parser *P, rtype *ty) {
              pcgc__rp_sym_kind_name(P->r->syms[y].kind), TOKSTR(P, n));
         return pcgc__rp_hint(P, "a second '...R' in another shape means the same dims");
       }
-      if (y < 0 && ((s = pcgc__rp_check_new_name(P, n, "a '...' name")) || (s = pcgc__rp_add_sym(P, n, RS_ELLIPSIS, &y)))) return s;
+      if (y < 0 &&
+          ((s = pcgc__rp_check_new_name(P, n, "a '...' name")) || (s = pcgc__rp_add_sym(P, n, RS_ELLIPSIS, &y))))
+        return s;
       ty->ellipsis_at = ty->n_dims;
       ty->ellipsis_sym = y;
       advance(P);
@@ -697,8 +721,10 @@ static pcgc_status parse_shape(parser *P, rtype *ty) {
       if ((s = parse_expr(P, &ty->dims[ty->n_dims]))) return s;
       ty->n_dims++;
     }
-    if (is_p(peek(P), ',')) advance(P);
-    else if (!is_p(peek(P), ']')) return pcgc__rp_expected(P, "',' or ']' in the shape", "a shape is written [B, N] or [B, ...R]");
+    if (is_p(peek(P), ','))
+      advance(P);
+    else if (!is_p(peek(P), ']'))
+      return pcgc__rp_expected(P, "',' or ']' in the shape", "a shape is written [B, N] or [B, ...R]");
   }
   if (s == PCGC_OK) pcgc__rp_close(P);
   return s;
@@ -714,7 +740,8 @@ static pcgc_status parse_pitems(parser *P, rtype *ty) {
     for (int i = 0; i < 4; i++)
       if (is_kw(P, t, items[i])) kind = i;
     if (kind < 0) {
-      if (t->kind != PCGC__RT_NAME) return pcgc__rp_expected(P, "a parallel-type item", "items: deg[k]=..., sum=..., rep=..., micro=...");
+      if (t->kind != PCGC__RT_NAME)
+        return pcgc__rp_expected(P, "a parallel-type item", "items: deg[k]=..., sum=..., rep=..., micro=...");
       FAIL(P, t, "unknown parallel-type item '%s'", TOKSTR(P, t));
       pcgc__suggest sg;
       pcgc__suggest_init(&sg, TOKSTR(P, t));
@@ -742,11 +769,14 @@ static pcgc_status parse_pitems(parser *P, rtype *ty) {
       if (!is_p(peek(P), ']')) return pcgc__rp_expected(P, "']'", "deg[k]=d is the shard degree of dim k");
       pcgc__rp_close(P);
     }
-    if ((s = pcgc__rp_expect_p(P, '=', "'=' after the item", "items are written deg[0]=d, sum=1, rep=r, micro=m"))) return s;
+    if ((s = pcgc__rp_expect_p(P, '=', "'=' after the item", "items are written deg[0]=d, sum=1, rep=r, micro=m")))
+      return s;
     if ((s = parse_expr(P, &it->value))) return s;
     ty->n_pitems++;
-    if (is_p(peek(P), ',')) advance(P);
-    else if (!is_p(peek(P), '}')) return pcgc__rp_expected(P, "',' or '}' after the item", "separate the items with ','");
+    if (is_p(peek(P), ','))
+      advance(P);
+    else if (!is_p(peek(P), '}'))
+      return pcgc__rp_expected(P, "',' or '}' after the item", "separate the items with ','");
   }
   if (s == PCGC_OK) pcgc__rp_close(P);
   return s;
@@ -759,8 +789,10 @@ static pcgc_status parse_type(parser *P, rtype *ty) {
   if (t->kind == PCGC__RT_NAME) {
     const char *name = TOKSTR(P, t);
     int dt = pcgc_dtype_from_name(name);
-    if (strcmp(name, "float") == 0) dt = RT_DTYPE_FLOAT;
-    else if (strcmp(name, "int") == 0) dt = RT_DTYPE_INT;
+    if (strcmp(name, "float") == 0)
+      dt = RT_DTYPE_FLOAT;
+    else if (strcmp(name, "int") == 0)
+      dt = RT_DTYPE_INT;
     else if (dt < 0) {
       FAIL(P, t, "unknown dtype '%s'", name);
       pcgc__suggest sg;
@@ -774,7 +806,8 @@ static pcgc_status parse_type(parser *P, rtype *ty) {
     ty->dtype = dt;
     advance(P);
   } else if (!is_p(t, '[') && !is_p(t, '{')) {
-    return pcgc__rp_expected(P, "a type after ':'", "a type is a dtype, a shape and parallel items, each optional: f32[B, ...R]{sum=1}");
+    return pcgc__rp_expected(P, "a type after ':'",
+                             "a type is a dtype, a shape and parallel items, each optional: f32[B, ...R]{sum=1}");
   }
   if (is_p(peek(P), '[') && (s = parse_shape(P, ty))) return s;
   if (is_p(peek(P), '{') && (s = parse_pitems(P, ty))) return s;
@@ -853,7 +886,8 @@ static pcgc_status parse_side(parser *P, int which) {
   P->side = which;
   pcgc_status s = PCGC_OK;
   if (!is_p(peek(P), '{'))
-    return pcgc__rp_expected(P, match ? "'{' after 'match'" : "'{' after 'rewrite'", "write match { ... } and rewrite { ... }");
+    return pcgc__rp_expected(P, match ? "'{' after 'match'" : "'{' after 'rewrite'",
+                             "write match { ... } and rewrite { ... }");
   if ((s = pcgc__rp_open(P, match ? "the match" : "the rewrite"))) return s;
   for (;;) {
     const pcgc__rtok *t = peek(P);
@@ -870,7 +904,7 @@ static pcgc_status parse_side(parser *P, int which) {
       if ((s = parse_yield(P, side))) return s;
       if (!is_p(peek(P), '}'))
         return pcgc__rp_expected(P, match ? "'}' after the match's yield" : "'}' after the rewrite's yield",
-                        "'yield' is the last statement of its block");
+                                 "'yield' is the last statement of its block");
       pcgc__rp_close(P);
       return match ? pcgc__rules_validate_match(P->src, P->r) : PCGC_OK;
     } else if (t->kind == PCGC__RT_NAME && !is_keyword(P, t)) {
@@ -879,7 +913,7 @@ static pcgc_status parse_side(parser *P, int which) {
       return pcgc__rp_check_new_name(P, t, "a tensor name");
     } else {
       return pcgc__rp_expected(P, match ? "'input', a node or 'yield'" : "a node or 'yield'",
-                      "a node is written NAME = op(tensors..., KEY=value);");
+                               "a node is written NAME = op(tensors..., KEY=value);");
     }
   }
 }
@@ -889,7 +923,8 @@ static pcgc_status parse_where(parser *P) {
   pcgc_rule *r = P->r;
   P->side = SIDE_WHERE;
   advance(P);
-  if (!is_p(peek(P), '{')) return pcgc__rp_expected(P, "'{' after 'where'", "conditions are written where { B %% d == 0; }");
+  if (!is_p(peek(P), '{'))
+    return pcgc__rp_expected(P, "'{' after 'where'", "conditions are written where { B %% d == 0; }");
   pcgc_status s = pcgc__rp_open(P, "the where block");
   while (s == PCGC_OK && !is_p(peek(P), '}')) {
     const pcgc__rtok *t = peek(P);
@@ -953,19 +988,24 @@ static pcgc_status parse_params(parser *P) {
       return pcgc__rp_hint(P, "split the rule");
     }
     advance(P);
-    if ((s = pcgc__rp_expect_p(P, ':', "':' after the parameter name", "parameters are written (d: degree, k: dim)"))) return s;
+    if ((s = pcgc__rp_expect_p(P, ':', "':' after the parameter name", "parameters are written (d: degree, k: dim)")))
+      return s;
     const pcgc__rtok *k = peek(P);
     rsym_kind kind;
-    if (is_kw(P, k, "degree")) kind = RS_DEGREE;
-    else if (is_kw(P, k, "dim")) kind = RS_DIM;
-    else if (k->kind != PCGC__RT_NAME) return pcgc__rp_expected(P, "'degree' or 'dim'", "parameters are written (d: degree, k: dim)");
+    if (is_kw(P, k, "degree"))
+      kind = RS_DEGREE;
+    else if (is_kw(P, k, "dim"))
+      kind = RS_DIM;
+    else if (k->kind != PCGC__RT_NAME)
+      return pcgc__rp_expected(P, "'degree' or 'dim'", "parameters are written (d: degree, k: dim)");
     else {
       FAIL(P, k, "unknown parameter sort '%s'", TOKSTR(P, k));
       pcgc__suggest sg;
       pcgc__suggest_init(&sg, TOKSTR(P, k));
       pcgc__suggest_add(&sg, "degree");
       pcgc__suggest_add(&sg, "dim");
-      if (pcgc__suggest_best(&sg)) return pcgc__rp_hint(P, "did you mean '%s'? a parameter is a degree or a dim", pcgc__suggest_best(&sg));
+      if (pcgc__suggest_best(&sg))
+        return pcgc__rp_hint(P, "did you mean '%s'? a parameter is a degree or a dim", pcgc__suggest_best(&sg));
       return pcgc__rp_hint(P, "a parameter is a degree (d: degree) or a dim (k: dim)");
     }
     int32_t y;
@@ -973,7 +1013,8 @@ static pcgc_status parse_params(parser *P) {
     r->n_params++;
     advance(P);
     if (is_p(peek(P), ')')) break;
-    if ((s = pcgc__rp_expect_p(P, ',', "',' or ')' after the parameter", "parameters are written (d: degree, k: dim)"))) return s;
+    if ((s = pcgc__rp_expect_p(P, ',', "',' or ')' after the parameter", "parameters are written (d: degree, k: dim)")))
+      return s;
   }
   pcgc__rp_close(P);
   return PCGC_OK;
@@ -981,16 +1022,15 @@ static pcgc_status parse_params(parser *P) {
 
 static const pcgc_rule *find_rule(const parser *P, const char *name) {
   const pcgc_rule *r = P->rs ? pcgc_ruleset_find(P->rs, name) : NULL;
-  for (int i = 0; !r && i < P->n_rules; i++)
-    if (strcmp(P->rules[i]->name, name) == 0) r = P->rules[i];
-  return r;
+  return r ? r : pcgc__rule_index_find(P->names, name);
 }
 
 /* rule = "rule" NAME [ params ] "{" match [ where ] rewrite "}" */
 static pcgc_status parse_rule(parser *P) {
   advance(P);
   const pcgc__rtok *t = peek(P);
-  if (t->kind != PCGC__RT_NAME) return pcgc__rp_expected(P, "a rule name after 'rule'", "a rule is written rule NAME { ... }");
+  if (t->kind != PCGC__RT_NAME)
+    return pcgc__rp_expected(P, "a rule name after 'rule'", "a rule is written rule NAME { ... }");
   if (is_keyword(P, t)) {
     FAIL(P, t, "'%s' is a keyword and cannot be used as a rule name", TOKSTR(P, t));
     return pcgc__rp_hint(P, "choose another name, e.g. '%s_'", TOKSTR(P, t));
@@ -1000,6 +1040,10 @@ static pcgc_status parse_rule(parser *P) {
     FAIL(P, t, "rule '%s' is already defined at %s:%d:%d", prev->name, prev->loc.file ? prev->loc.file : "?",
          prev->loc.line, prev->loc.col);
     return pcgc__rp_hint(P, "rule names are unique across every rules file; rename one");
+  }
+  if (pcgc_ruleset_size(P->rs) + P->n_rules >= PCGC__RULES_MAX_RULES) {
+    FAIL(P, t, "too many rules (at most %d in a rule set)", PCGC__RULES_MAX_RULES);
+    return pcgc__rp_hint(P, "load fewer rules files");
   }
   pcgc_rule *r = calloc(1, sizeof *r);
   if (!r || !(r->name = strndup(text(P, t), (size_t)t->sp.len))) {
@@ -1015,7 +1059,7 @@ static pcgc_status parse_rule(parser *P) {
   if (is_p(peek(P), '(')) s = parse_params(P);
   if (s == PCGC_OK && !is_p(peek(P), '{'))
     s = pcgc__rp_expected(P, r->n_params ? "'{' after the parameters" : "'(' or '{' after the rule name",
-                 "a rule is written rule NAME(d: degree) { match { ... } rewrite { ... } }");
+                          "a rule is written rule NAME(d: degree) { match { ... } rewrite { ... } }");
   if (s == PCGC_OK) s = pcgc__rp_open(P, "the rule");
   if (s == PCGC_OK && !is_kw(P, peek(P), "match"))
     s = pcgc__rp_expected(P, "'match'", "a rule starts with its pattern: match { input x; y = relu(x); yield y; }");
@@ -1027,7 +1071,7 @@ static pcgc_status parse_rule(parser *P) {
       s = pcgc__rp_hint(P, "after the match (and where), write rewrite { ...; yield ...; }");
     } else {
       s = pcgc__rp_expected(P, r->n_conds || P->side == SIDE_WHERE ? "'rewrite'" : "'where' or 'rewrite'",
-                   "a rule is match { ... } [where { ... }] rewrite { ... }");
+                            "a rule is match { ... } [where { ... }] rewrite { ... }");
     }
   }
   if (s == PCGC_OK) advance(P), s = parse_side(P, SIDE_REWRITE);
@@ -1037,9 +1081,12 @@ static pcgc_status parse_rule(parser *P) {
   if (s == PCGC_OK && P->n_rules == P->cap_rules) {
     int cap = P->cap_rules ? P->cap_rules * 2 : 8;
     pcgc_rule **v = realloc(P->rules, (size_t)cap * sizeof *v);
-    if (!v) s = pcgc__rp_oom(P);
-    else P->rules = v, P->cap_rules = cap;
+    if (!v)
+      s = pcgc__rp_oom(P);
+    else
+      P->rules = v, P->cap_rules = cap;
   }
+  if (s == PCGC_OK && pcgc__rule_index_add(&P->names, r) != PCGC_OK) s = pcgc__rp_oom(P);
   if (s != PCGC_OK) {
     pcgc__rule_free(r);
     P->r = NULL;
@@ -1050,19 +1097,22 @@ static pcgc_status parse_rule(parser *P) {
   return PCGC_OK;
 }
 
-pcgc_status pcgc__rules_parse(const pcgc__src *src, const pcgc__rtoks *toks, const pcgc_ruleset *rs,
-                              pcgc_rule ***out, int *n_out) {
+pcgc_status pcgc__rules_parse(const pcgc__src *src, const pcgc__rtoks *toks, const pcgc_ruleset *rs, pcgc_rule ***out,
+                              int *n_out) {
   parser state = {.src = src, .tk = toks->v, .n = toks->n, .rs = rs};
   parser *P = &state;
   pcgc_status s = PCGC_OK;
   *out = NULL;
   *n_out = 0;
   while (s == PCGC_OK && peek(P)->kind != PCGC__RT_EOF) {
-    if (is_kw(P, peek(P), "rule")) s = parse_rule(P);
-    else s = pcgc__rp_expected(P, "'rule'", "a rules file holds rules: rule NAME { match { ... } rewrite { ... } }");
+    if (is_kw(P, peek(P), "rule"))
+      s = parse_rule(P);
+    else
+      s = pcgc__rp_expected(P, "'rule'", "a rules file holds rules: rule NAME { match { ... } rewrite { ... } }");
   }
   free(P->height);
   free(P->start);
+  pcgc__rule_index_clear(&P->names);
   if (s != PCGC_OK) {
     for (int i = 0; i < P->n_rules; i++) pcgc__rule_free(P->rules[i]);
     free(P->rules);

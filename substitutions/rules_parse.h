@@ -2,13 +2,16 @@
  * rules_parse.h — private interface of the rule-file reader (not public API),
  * shared by its stages:
  *
- *   rules_lex.c       text -> tokens; errors at a source position
+ *   rules_lex.c       text -> tokens; errors at a source position; the
+ *                     parser's token stream (peek, expect, unclosed brackets)
  *   rules_parse.c     tokens -> struct pcgc_rule (recursive descent, names
  *                     resolved as they are read: a bare unknown name in the
  *                     match creates a variable, elsewhere it is an error)
- *   rules_validate.c  checks that need a whole match or a whole rule
- *                     (bindable variables, unused definitions)
- *   ruleset.c         the public pcgc_ruleset_* API; owns file names and texts
+ *   rules_validate.c  the static checks: names (defined, not taken, readable
+ *                     where they are read), node outputs and required
+ *                     attributes, bindable variables, unused definitions
+ *   ruleset.c         the public pcgc_ruleset_* API; owns file names and
+ *                     texts; the index of rules by name
  *
  * Language: docs/rules.md. Every limit below is an error with a message.
  */
@@ -22,12 +25,13 @@
 #define PCGC__RULES_MAX_NAME 64         /* characters of one name */
 #define PCGC__RULES_MAX_DEPTH 64        /* nesting of ( and unary minus; expression tree height */
 #define PCGC__RULES_MAX_EXPRS 4096      /* expressions of one rule */
+#define PCGC__RULES_MAX_RULES 10000     /* rules of one set (each takes ~54 KB) */
 
 typedef enum pcgc__rtok_kind {
-  PCGC__RT_NAME,   /* identifier or keyword */
-  PCGC__RT_INT,    /* .i */
-  PCGC__RT_FLOAT,  /* .f */
-  PCGC__RT_PUNCT,  /* .p: the character, or one of PCGC__RP_* */
+  PCGC__RT_NAME,  /* identifier or keyword */
+  PCGC__RT_INT,   /* .i */
+  PCGC__RT_FLOAT, /* .f */
+  PCGC__RT_PUNCT, /* .p: the character, or one of PCGC__RP_* */
   PCGC__RT_EOF,
 } pcgc__rtok_kind;
 
@@ -62,8 +66,8 @@ pcgc_status pcgc__rules_fail(const pcgc__src *src, pcgc_srcloc loc, int len, con
  * other). On success *out is a malloc'd array of *n_out rules the caller
  * owns; on error nothing is returned. Rule and symbol locations point at
  * src->file, which must outlive the rules. */
-pcgc_status pcgc__rules_parse(const pcgc__src *src, const pcgc__rtoks *toks, const pcgc_ruleset *rs,
-                              pcgc_rule ***out, int *n_out);
+pcgc_status pcgc__rules_parse(const pcgc__src *src, const pcgc__rtoks *toks, const pcgc_ruleset *rs, pcgc_rule ***out,
+                              int *n_out);
 
 /* ------------------------------------------------------------- parser
  * State shared by the parser's files: rules_parse.c (the grammar),
@@ -73,6 +77,8 @@ pcgc_status pcgc__rules_parse(const pcgc__src *src, const pcgc__rtoks *toks, con
 enum { SIDE_MATCH, SIDE_WHERE, SIDE_REWRITE };
 #define PCGC__RULES_MAX_OPEN (PCGC__RULES_MAX_DEPTH + 16)
 
+typedef struct pcgc__rule_name pcgc__rule_name; /* an index of rules by name */
+
 typedef struct pcgc__rparser {
   const pcgc__src *src;
   const pcgc__rtok *tk;
@@ -80,10 +86,11 @@ typedef struct pcgc__rparser {
   const pcgc_ruleset *rs;
   pcgc_rule **rules; /* finished rules of this file */
   int n_rules, cap_rules;
-  pcgc_rule *r;      /* the rule being read */
-  int side;          /* SIDE_*: what a name may mean */
-  int depth;         /* open ( and unary minus in the current expression */
-  int *height;       /* per expression of r: tree height, start offset */
+  pcgc__rule_name *names; /* the same by name */
+  pcgc_rule *r; /* the rule being read */
+  int side;     /* SIDE_*: what a name may mean */
+  int depth;    /* open ( and unary minus in the current expression */
+  int *height;  /* per expression of r: tree height, start offset */
   int *start;
   int cap_ex;
   int open[PCGC__RULES_MAX_OPEN]; /* token indices of unclosed brackets */
@@ -92,7 +99,9 @@ typedef struct pcgc__rparser {
 } pcgc__rparser;
 
 static inline const pcgc__rtok *peek(const pcgc__rparser *P) { return &P->tk[P->pos]; }
-static inline const pcgc__rtok *peek2(const pcgc__rparser *P) { return &P->tk[P->pos + 1 < P->n ? P->pos + 1 : P->n - 1]; }
+static inline const pcgc__rtok *peek2(const pcgc__rparser *P) {
+  return &P->tk[P->pos + 1 < P->n ? P->pos + 1 : P->n - 1];
+}
 static inline const pcgc__rtok *advance(pcgc__rparser *P) {
   const pcgc__rtok *t = &P->tk[P->pos];
   if (t->kind != PCGC__RT_EOF) P->pos++;
@@ -107,8 +116,12 @@ static inline bool is_kw(const pcgc__rparser *P, const pcgc__rtok *t, const char
 static inline bool is_keyword(const pcgc__rparser *P, const pcgc__rtok *t) {
   return t->kind == PCGC__RT_NAME && pcgc__rules_is_keyword(text(P, t), (size_t)t->sp.len);
 }
-static inline bool is_name(const pcgc__rparser *P, const pcgc__rtok *t) { return t->kind == PCGC__RT_NAME && !is_keyword(P, t); }
-static inline bool is_under(const pcgc__rparser *P, const pcgc__rtok *t) { return t->kind == PCGC__RT_NAME && t->sp.len == 1 && text(P, t)[0] == '_'; }
+static inline bool is_name(const pcgc__rparser *P, const pcgc__rtok *t) {
+  return t->kind == PCGC__RT_NAME && !is_keyword(P, t);
+}
+static inline bool is_under(const pcgc__rparser *P, const pcgc__rtok *t) {
+  return t->kind == PCGC__RT_NAME && t->sp.len == 1 && text(P, t)[0] == '_';
+}
 static inline pcgc_srcloc loc_of(const pcgc__rparser *P, const pcgc__rtok *t) {
   return (pcgc_srcloc){P->src->file, t->sp.line, t->sp.col};
 }
@@ -153,6 +166,12 @@ pcgc_status pcgc__rp_attr_key_hint(const pcgc__rparser *P, pcgc_op_kind op, cons
 /* After a node's arguments: its outputs fit the op, not all are `_`, and a
  * rewrite node has its required attributes. out_tok: the output names' tokens. */
 pcgc_status pcgc__rp_check_node(pcgc__rparser *P, rnode *nd, const pcgc__rtok *op_tok, const int *out_tok);
+
+/* Rules by name (a uthash table, ruleset.c). add: PCGC_ERR_NOMEM or OK. */
+pcgc_status pcgc__rule_index_add(pcgc__rule_name **index, pcgc_rule *r);
+pcgc_rule *pcgc__rule_index_find(pcgc__rule_name *index, const char *name);
+void pcgc__rule_index_del(pcgc__rule_name **index, const char *name);
+void pcgc__rule_index_clear(pcgc__rule_name **index);
 
 /* After the match block: every variable has a bare occurrence that binds it. */
 pcgc_status pcgc__rules_validate_match(const pcgc__src *src, const pcgc_rule *r);

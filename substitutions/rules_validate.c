@@ -57,7 +57,8 @@ static const char *tensor_kind_name(const rtensor *t) {
 
 /* A new name for a tensor or symbol: not a keyword, not `_`, not taken. */
 pcgc_status pcgc__rp_check_new_name(parser *P, const pcgc__rtok *t, const char *what) {
-  if (t->kind != PCGC__RT_NAME) return pcgc__rp_expected(P, what, "names start with a letter or _, then letters, digits and _");
+  if (t->kind != PCGC__RT_NAME)
+    return pcgc__rp_expected(P, what, "names start with a letter or _, then letters, digits and _");
   if (is_keyword(P, t)) {
     FAIL(P, t, "'%.*s' is a keyword and cannot be used as %s", t->sp.len, text(P, t), what);
     return pcgc__rp_hint(P, "choose another name, e.g. '%.*s_'", t->sp.len, text(P, t));
@@ -71,12 +72,12 @@ pcgc_status pcgc__rp_check_new_name(parser *P, const pcgc__rtok *t, const char *
   if (k >= 0) {
     FAIL(P, t, "name '%s' is already defined", s);
     return pcgc__rp_hint(P, "it was defined at %d:%d as %s; names are single-assignment", P->r->tensors[k].loc.line,
-                P->r->tensors[k].loc.col, tensor_kind_name(&P->r->tensors[k]));
+                         P->r->tensors[k].loc.col, tensor_kind_name(&P->r->tensors[k]));
   }
   if ((k = pcgc__rp_find_sym(P->r, s)) >= 0) {
     FAIL(P, t, "name '%s' is already defined", s);
     return pcgc__rp_hint(P, "it was defined at %d:%d as %s; names are single-assignment", P->r->syms[k].loc.line,
-                P->r->syms[k].loc.col, pcgc__rp_sym_kind_name(P->r->syms[k].kind));
+                         P->r->syms[k].loc.col, pcgc__rp_sym_kind_name(P->r->syms[k].kind));
   }
   return PCGC_OK;
 }
@@ -131,7 +132,8 @@ const char *pcgc__rp_suggest_name(const parser *P, const char *s, bool tensors, 
  * argument of rank() and size(). `use` says which: 'a' argument, 'y' yield,
  * 'c' attribute copy or NAME.KEY, 's' rank/size. */
 pcgc_status pcgc__rp_ref_tensor(parser *P, const pcgc__rtok *t, int use, int32_t *out) {
-  if (t->kind != PCGC__RT_NAME) return pcgc__rp_expected(P, "a tensor name", "tensors are named by the inputs and nodes");
+  if (t->kind != PCGC__RT_NAME)
+    return pcgc__rp_expected(P, "a tensor name", "tensors are named by the inputs and nodes");
   const char *s = TOKSTR(P, t);
   if (is_keyword(P, t)) {
     FAIL(P, t, "'%s' is a keyword, not a tensor", s);
@@ -165,7 +167,7 @@ pcgc_status pcgc__rp_ref_tensor(parser *P, const pcgc__rtok *t, int use, int32_t
   if ((use == 'a' || use == 'y') && P->side == SIDE_REWRITE && x->side == 0 && x->input < 0) {
     FAIL(P, t, "the rewrite cannot read '%s', an intermediate of the match", s);
     return pcgc__rp_hint(P, "rewrite nodes read match inputs and tensors the rewrite computed before; the match's "
-                   "tensors are removed");
+                            "tensors are removed");
   }
   if (use == 'y' && P->side == SIDE_MATCH && x->input >= 0) {
     FAIL(P, t, "a match must yield outputs of its operators; '%s' is an input", s);
@@ -189,7 +191,6 @@ pcgc_status pcgc__rp_attr_key_hint(const parser *P, pcgc_op_kind op, const char 
   if (!names[0]) return pcgc__rp_hint(P, "%s has no attributes", pcgc_op_name(op));
   return pcgc__rp_hint(P, "the attributes of %s: %s", pcgc_op_name(op), names);
 }
-
 
 /* ---------------------------------------------------------------- nodes */
 
@@ -232,14 +233,14 @@ pcgc_status pcgc__rp_check_node(parser *P, rnode *nd, const pcgc__rtok *op_tok, 
     for (int i = 0; i < nd->n_attrs; i++) given |= nd->attrs[i].attr == a;
     if (!given) {
       FAIL(P, op_tok, "%s needs attribute '%s'", op, pcgc_op_attr(nd->op, a)->name);
-      return pcgc__rp_hint(P, "give it as %s=..., or copy a match node's attributes with NAME.*", pcgc_op_attr(nd->op, a)->name);
+      return pcgc__rp_hint(P, "give it as %s=..., or copy a match node's attributes with NAME.*",
+                           pcgc_op_attr(nd->op, a)->name);
     }
   }
   return PCGC_OK;
 }
 
 /* ------------------------------------------------------- match and rule */
-
 
 static bool is_bare_sym(const pcgc_rule *r, int32_t e, int32_t *sym) {
   if (e < 0 || e >= r->n_ex || r->ex[e].kind != RX_SYM) return false;

@@ -12,10 +12,17 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include <dirent.h>
+#include <stdbool.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+
+/* Out of memory in the name index must be an error, not uthash's exit(). */
+static _Thread_local bool index_oom;
+#define HASH_NONFATAL_OOM 1
+#define uthash_nonfatal_oom(obj) (index_oom = true)
+#include <uthash.h>
 
 #include "rules_parse.h"
 
@@ -25,9 +32,16 @@ typedef struct rs_file {
   size_t len;
 } rs_file;
 
+struct pcgc__rule_name {
+  const char *name; /* the rule's */
+  pcgc_rule *rule;
+  UT_hash_handle hh;
+};
+
 struct pcgc_ruleset {
   pcgc_rule **rules;
   int n, cap;
+  pcgc__rule_name *index; /* rules by name */
   rs_file *files;
   int n_files, cap_files;
 };
@@ -61,13 +75,55 @@ void pcgc__rule_free(pcgc_rule *r) {
   free(r);
 }
 
+/* ------------------------------------------------------------ name index */
+
+pcgc_status pcgc__rule_index_add(pcgc__rule_name **index, pcgc_rule *r) {
+  pcgc__rule_name *e = malloc(sizeof *e);
+  if (!e) return PCGC_ERR_NOMEM;
+  e->name = r->name;
+  e->rule = r;
+  index_oom = false;
+  HASH_ADD_KEYPTR(hh, *index, e->name, strlen(e->name), e);
+  if (index_oom) {
+    free(e);
+    return PCGC_ERR_NOMEM;
+  }
+  return PCGC_OK;
+}
+
+pcgc_rule *pcgc__rule_index_find(pcgc__rule_name *index, const char *name) {
+  pcgc__rule_name *e = NULL;
+  HASH_FIND_STR(index, name, e);
+  return e ? e->rule : NULL;
+}
+
+void pcgc__rule_index_del(pcgc__rule_name **index, const char *name) {
+  pcgc__rule_name *e = NULL;
+  HASH_FIND_STR(*index, name, e);
+  if (!e) return;
+  HASH_DEL(*index, e);
+  free(e);
+}
+
+void pcgc__rule_index_clear(pcgc__rule_name **index) {
+  pcgc__rule_name *e, *tmp;
+  HASH_ITER(hh, *index, e, tmp) {
+    HASH_DEL(*index, e);
+    free(e);
+  }
+}
+
 /* --------------------------------------------------------------- the set */
 
 pcgc_ruleset *pcgc_ruleset_new(void) { return calloc(1, sizeof(pcgc_ruleset)); }
 
 /* Drops rules and files past the first n and n_files. */
 static void truncate_set(pcgc_ruleset *rs, int n, int n_files) {
-  while (rs->n > n) pcgc__rule_free(rs->rules[--rs->n]);
+  while (rs->n > n) {
+    pcgc_rule *r = rs->rules[--rs->n];
+    pcgc__rule_index_del(&rs->index, r->name);
+    pcgc__rule_free(r);
+  }
   while (rs->n_files > n_files) {
     rs_file *f = &rs->files[--rs->n_files];
     free(f->path);
@@ -78,16 +134,17 @@ static void truncate_set(pcgc_ruleset *rs, int n, int n_files) {
 void pcgc_ruleset_free(pcgc_ruleset *rs) {
   if (!rs) return;
   truncate_set(rs, 0, 0);
+  pcgc__rule_index_clear(&rs->index);
   free(rs->rules);
   free(rs->files);
   free(rs);
 }
 
-pcgc_status pcgc_ruleset_parse(pcgc_ruleset *rs, const char *text, size_t len, const char *path,
-                               pcgc_error *err) {
+pcgc_status pcgc_ruleset_parse(pcgc_ruleset *rs, const char *text, size_t len, const char *path, pcgc_error *err) {
   pcgc_error local;
   if (!err) err = &local;
-  if (!rs || (!text && len > 0)) return pcgc_error_set(err, PCGC_ERR_INVALID, "pcgc_ruleset_parse: no rule set or text");
+  if (!rs || (!text && len > 0))
+    return pcgc_error_set(err, PCGC_ERR_INVALID, "pcgc_ruleset_parse: no rule set or text");
   if (!path) path = "<rules>";
   if (len > PCGC__RULES_MAX_TEXT) {
     pcgc_error_set(err, PCGC_ERR_PARSE, "rules text is too large (%zu bytes; at most %d)", len, PCGC__RULES_MAX_TEXT);
@@ -122,8 +179,10 @@ pcgc_status pcgc_ruleset_parse(pcgc_ruleset *rs, const char *text, size_t len, c
     int cap = rs->cap ? rs->cap : 16;
     while (cap < rs->n + n) cap *= 2;
     pcgc_rule **v = realloc(rs->rules, (size_t)cap * sizeof *v);
-    if (!v) s = pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory reading rules");
-    else rs->rules = v, rs->cap = cap;
+    if (!v)
+      s = pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory reading rules");
+    else
+      rs->rules = v, rs->cap = cap;
   }
   if (s != PCGC_OK) {
     for (int i = 0; i < n; i++) pcgc__rule_free(rules[i]);
@@ -132,9 +191,15 @@ pcgc_status pcgc_ruleset_parse(pcgc_ruleset *rs, const char *text, size_t len, c
     free(f.text);
     return s;
   }
+  int n0 = rs->n;
   rs->files[rs->n_files++] = f;
   for (int i = 0; i < n; i++) rs->rules[rs->n++] = rules[i];
   free(rules);
+  for (int i = n0; i < rs->n; i++)
+    if (pcgc__rule_index_add(&rs->index, rs->rules[i]) != PCGC_OK) {
+      truncate_set(rs, n0, rs->n_files - 1);
+      return pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory reading rules");
+    }
   return PCGC_OK;
 }
 
@@ -214,14 +279,12 @@ const pcgc_rule *pcgc_ruleset_rule(const pcgc_ruleset *rs, int i) {
 }
 
 const pcgc_rule *pcgc_ruleset_find(const pcgc_ruleset *rs, const char *name) {
-  if (!rs || !name) return NULL;
-  for (int i = 0; i < rs->n; i++)
-    if (strcmp(rs->rules[i]->name, name) == 0) return rs->rules[i];
-  return NULL;
+  return rs && name ? pcgc__rule_index_find(rs->index, name) : NULL;
 }
 
 void pcgc_ruleset_remove(pcgc_ruleset *rs, int i) {
   if (!rs || i < 0 || i >= rs->n) return;
+  pcgc__rule_index_del(&rs->index, rs->rules[i]->name);
   pcgc__rule_free(rs->rules[i]);
   memmove(&rs->rules[i], &rs->rules[i + 1], (size_t)(rs->n - i - 1) * sizeof *rs->rules);
   rs->n--;

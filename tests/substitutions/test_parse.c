@@ -380,51 +380,55 @@ START_TEST(types_and_items) {
 END_TEST
 
 START_TEST(attribute_values) {
-  pcgc_ruleset *rs = parse_ok(
-      "rule conv {\n"
-      "  match {\n"
-      "    input x, w;\n"
-      "    y = conv2d(x, w, stride=2, padding=[p, q], act=relu, groups=G);\n"
-      "    z = conv2d(y, w, stride=y.stride, dilation=y.stride[1], act=y.act);\n"
-      "    yield z;\n"
-      "  }\n"
-      "  rewrite {\n"
-      "    t = conv2d(x, w, z.*, padding=[p + 1, q * G - 1], stride=y.stride);\n"
-      "    yield t;\n"
-      "  }\n"
-      "}\n"
-      "rule scalars {\n"
-      "  match {\n"
-      "    input x, a, b;\n"
-      "    s = scalar_mul(x, scalar=-1.5);\n"
-      "    u = dropout(s, rate=0);\n"
-      "    m = batch_matmul(a, b, transpose_b=true);\n"
-      "    g = gelu(u, approximate=false);\n"
-      "    yield g, m;\n"
-      "  }\n"
-      "  rewrite {\n"
-      "    s2 = scalar_mul(x, scalar=s.scalar);\n"
-      "    g2 = gelu(s2, approximate=g.approximate);\n"
-      "    m2 = batch_matmul(a, b, transpose_b=m.transpose_b);\n"
-      "    yield g2, m2;\n"
-      "  }\n"
-      "}\n"
-      "rule splits {\n"
-      "  match {\n"
-      "    input x;\n"
-      "    a, _, c = split(x, axis=0, sizes=[H, H, H]);\n"
-      "    s = add(a, c);\n"
-      "    yield s;\n"
-      "  }\n"
-      "  rewrite {\n"
-      "    t1, _ = split(x, axis=0, sizes=[H, 2 * H]);\n"
-      "    u1, u2 = split(t1, a.*, sizes=[H, H]);\n"
-      "    v = mul(u1, u2);\n"
-      "    yield v;\n"
-      "  }\n"
-      "}\n");
-  ck_assert_int_eq(pcgc_ruleset_size(rs), 3);
-  ck_assert_str_eq(pcgc_rule_name(pcgc_ruleset_rule(rs, 2)), "splits");
+  pcgc_ruleset *rs = parse_ok("rule conv {\n"
+                              "  match {\n"
+                              "    input x, w;\n"
+                              "    y = conv2d(x, w, stride=2, padding=[p, q], act=relu, groups=G);\n"
+                              "    z = conv2d(y, w, stride=y.stride, dilation=y.stride[1], act=y.act);\n"
+                              "    yield z;\n"
+                              "  }\n"
+                              "  rewrite {\n"
+                              "    t = conv2d(x, w, z.*, padding=[p + 1, q * G - 1], stride=y.stride);\n"
+                              "    yield t;\n"
+                              "  }\n"
+                              "}\n"
+                              "rule scalars {\n"
+                              "  match {\n"
+                              "    input x, a, b;\n"
+                              "    s = scalar_mul(x, scalar=-1.5);\n"
+                              "    u = dropout(s, rate=0);\n"
+                              "    m = batch_matmul(a, b, transpose_b=true);\n"
+                              "    g = gelu(u, approximate=false);\n"
+                              "    yield g, m;\n"
+                              "  }\n"
+                              "  rewrite {\n"
+                              "    s2 = scalar_mul(x, scalar=s.scalar);\n"
+                              "    g2 = gelu(s2, approximate=g.approximate);\n"
+                              "    m2 = batch_matmul(a, b, transpose_b=m.transpose_b);\n"
+                              "    yield g2, m2;\n"
+                              "  }\n"
+                              "}\n"
+                              "rule boolvar {\n"
+                              "  match { input x; g = gelu(x, approximate=c); yield g; }\n"
+                              "  where { c == 0; }\n"
+                              "  rewrite { g2 = gelu(x, approximate=c); yield g2; }\n"
+                              "}\n"
+                              "rule splits {\n"
+                              "  match {\n"
+                              "    input x;\n"
+                              "    a, _, c = split(x, axis=0, sizes=[H, H, H]);\n"
+                              "    s = add(a, c);\n"
+                              "    yield s;\n"
+                              "  }\n"
+                              "  rewrite {\n"
+                              "    t1, _ = split(x, axis=0, sizes=[H, 2 * H]);\n"
+                              "    u1, u2 = split(t1, a.*, sizes=[H, H]);\n"
+                              "    v = mul(u1, u2);\n"
+                              "    yield v;\n"
+                              "  }\n"
+                              "}\n");
+  ck_assert_int_eq(pcgc_ruleset_size(rs), 4);
+  ck_assert_str_eq(pcgc_rule_name(pcgc_ruleset_rule(rs, 3)), "splits");
 
   const pcgc_rule *r = rule(rs, "conv");
   const rnode *y = &r->match.nodes[0], *z = &r->match.nodes[1];
@@ -476,6 +480,14 @@ START_TEST(attribute_values) {
   ck_assert_int_eq(r->ex[r->rewrite.nodes[0].attrs[0].expr].tensor, tensor(r, "s"));
   ck_assert_int_eq(r->match.n_yields, 2);
   ck_assert_int_eq(r->rewrite.n_yields, 2);
+
+  /* a bool attribute bound to a variable (0 or 1) in the match, read in the rewrite */
+  r = rule(rs, "boolvar");
+  ck_assert_int_eq(r->syms[sym(r, "c")].kind, RS_VAR);
+  ck_assert_int_eq(attr(&r->match.nodes[0], "approximate")->kind, RV_EXPR);
+  assert_expr(r, attr(&r->match.nodes[0], "approximate")->expr, "c");
+  ck_assert_int_eq(attr(&r->rewrite.nodes[0], "approximate")->kind, RV_EXPR);
+  assert_expr(r, attr(&r->rewrite.nodes[0], "approximate")->expr, "c");
 
   r = rule(rs, "splits");
   const rnode *sp = &r->match.nodes[0];
@@ -590,13 +602,14 @@ END_TEST
 
 /* ------------------------------------------------------------ the set */
 
-static const char *three_rules = "rule one { match { input x; y = relu(x); yield y; } rewrite { t = relu(x); yield t; } }\n"
-                                 "rule two(k: dim, d: degree) {\n"
-                                 "  match { input x: [...R]; y = tanh(x); yield y; }\n"
-                                 "  where { k < rank(x); d > 1; }\n"
-                                 "  rewrite { t = tanh(x); yield t; }\n"
-                                 "}\n"
-                                 "rule three { match { input x; y = exp(x); yield y; } rewrite { t = exp(x); yield t; } }\n";
+static const char *three_rules =
+    "rule one { match { input x; y = relu(x); yield y; } rewrite { t = relu(x); yield t; } }\n"
+    "rule two(k: dim, d: degree) {\n"
+    "  match { input x: [...R]; y = tanh(x); yield y; }\n"
+    "  where { k < rank(x); d > 1; }\n"
+    "  rewrite { t = tanh(x); yield t; }\n"
+    "}\n"
+    "rule three { match { input x; y = exp(x); yield y; } rewrite { t = exp(x); yield t; } }\n";
 
 START_TEST(set_api) {
   pcgc_ruleset *rs = parse_ok(three_rules);
@@ -688,8 +701,10 @@ static void remove_tree(const char *dir) {
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
     struct stat st;
-    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) remove_tree(path);
-    else remove(path);
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+      remove_tree(path);
+    else
+      remove(path);
   }
   closedir(d);
   rmdir(dir);
@@ -768,8 +783,8 @@ START_TEST(bad_rules) {
     pcgc_ruleset *rs = pcgc_ruleset_new();
     pcgc_status s = pcgc_ruleset_load_file(rs, path, &err);
     ck_assert_msg(s != PCGC_OK, "%s parsed without error", e->d_name);
-    ck_assert_msg(err.line == line && err.col == col, "%s: expected the error at %d:%d, got %d:%d: %s", e->d_name,
-                  line, col, err.line, err.col, err.message);
+    ck_assert_msg(err.line == line && err.col == col, "%s: expected the error at %d:%d, got %d:%d: %s", e->d_name, line,
+                  col, err.line, err.col, err.message);
     ck_assert_msg(strstr(err.message, want) != NULL, "%s: message '%s' lacks '%s'", e->d_name, err.message, want);
     ck_assert_msg(err.hint[0] != '\0', "%s: no hint for '%s'", e->d_name, err.message);
     ck_assert_msg(err.source_line[0] != '\0', "%s: no source line", e->d_name);
@@ -799,16 +814,18 @@ START_TEST(error_messages) {
                "relu has no attribute 'act'", "relu has no attributes");
   expect_error(WITH("    y = linear(x, w, act=rleu);\n    yield y;\n  }\n  rewrite { yield x; }\n}\n"), 4, 26,
                "unknown act value 'rleu'", "did you mean 'relu'?");
-  expect_error(WITH("    y = linear(x, w);\n    z = relu(yy);\n    yield z;\n  }\n  rewrite { yield x; }\n}\n"), 5,
-               14, "unknown tensor 'yy'", "did you mean 'y'?");
+  expect_error(WITH("    y = linear(x, w);\n    z = relu(yy);\n    yield z;\n  }\n  rewrite { yield x; }\n}\n"), 5, 14,
+               "unknown tensor 'yy'", "did you mean 'y'?");
   expect_error(WITH("    y = linear(x, w, act=y.act);\n    yield y;\n  }\n  rewrite { yield x; }\n}\n"), 4, 26,
                "unknown tensor 'y'", NULL);
   expect_error(WITH("    y = linear(act=none, x, w);\n    yield y;\n  }\n  rewrite { yield x; }\n}\n"), 4, 26,
                "tensor argument 'x' after attributes", NULL);
-  expect_error(WITH("    y = linear(x, w);\n    yield y;\n  }\n  rewrite { t = linear(x, w, act=y.actt); yield t; }\n}\n"),
-               7, 36, "which has no attribute 'actt'", "did you mean 'act'?");
-  expect_error(WITH("    y = linear(x, w);\n    yield y;\n  }\n  rewrite { t = linear(x, w, act=y.act + 1); yield t; }\n}\n"),
-               7, 40, "a copied enum attribute stands alone", NULL);
+  expect_error(
+      WITH("    y = linear(x, w);\n    yield y;\n  }\n  rewrite { t = linear(x, w, act=y.actt); yield t; }\n}\n"), 7,
+      36, "which has no attribute 'actt'", "did you mean 'act'?");
+  expect_error(
+      WITH("    y = linear(x, w);\n    yield y;\n  }\n  rewrite { t = linear(x, w, act=y.act + 1); yield t; }\n}\n"), 7,
+      40, "a copied enum attribute stands alone", NULL);
   expect_error(WITH("    y = concat(x, w, axis=[1, 2]);\n    yield y;\n  }\n  rewrite { yield x; }\n}\n"), 4, 27,
                "takes one integer, not a list", NULL);
   expect_error(WITH("    y = concat(x, w, axis=true);\n    yield y;\n  }\n  rewrite { yield x; }\n}\n"), 4, 27,
@@ -818,12 +835,20 @@ START_TEST(error_messages) {
   expect_error(WITH("    y = scalar_mul(x, scalar=1.5);\n    yield y;\n  }\n"
                     "  rewrite { t = gelu(x, approximate=y.scalar); yield t; }\n}\n"),
                7, 39, "their types differ", NULL);
-  expect_error(WITH("    y = linear(x, w);\n    yield y;\n  }\n  rewrite { t = linear(x, w, act=relu, y.*); yield t; }\n}\n"),
-               7, 40, "'y.*' after attributes", NULL);
+  expect_error(
+      WITH("    y = linear(x, w);\n    yield y;\n  }\n  rewrite { t = linear(x, w, act=relu, y.*); yield t; }\n}\n"), 7,
+      40, "'y.*' after attributes", NULL);
   expect_error(WITH("    y = linear(x, w);\n    yield y;\n  }\n  rewrite { t = relu(x, x.); yield t; }\n}\n"), 7, 27,
                "expected '*' after '.', found ')'", NULL);
-  expect_error(WITH("    y = linear(x, w);\n    yield y;\n  }\n  rewrite { t = linear(x, w, y.*, y.*); yield t; }\n}\n"), 7,
-               35, "at most once", NULL);
+  expect_error(WITH("    y = gelu(x, approximate=ture);\n    yield y;\n  }\n  rewrite { yield x; }\n}\n"), 4, 29,
+               "attribute 'approximate' of gelu takes true or false, not 'ture'", "did you mean 'true'?");
+  expect_error(WITH("    y = gelu(x, approximate=c + 1);\n    yield y;\n  }\n  rewrite { yield x; }\n}\n"), 4, 31,
+               "a bool attribute takes true, false, a variable or a copy; found '+'", NULL);
+  expect_error(WITH("    y = gelu(x);\n    yield y;\n  }\n  rewrite { t = gelu(x, approximate=c); yield t; }\n}\n"), 7,
+               37, "'c' is not bound", NULL);
+  expect_error(
+      WITH("    y = linear(x, w);\n    yield y;\n  }\n  rewrite { t = linear(x, w, y.*, y.*); yield t; }\n}\n"), 7, 35,
+      "at most once", NULL);
   expect_error(WITH("    y = linear(x, w);\n    yield y, y;\n  }\n  rewrite { yield x, x; }\n}\n"), 5, 14,
                "'y' is yielded twice", NULL);
   expect_error(WITH("    y = linear(x, w);\n    yield y;\n    z = relu(y);\n  }\n  rewrite { yield x; }\n}\n"), 6, 5,
@@ -832,8 +857,8 @@ START_TEST(error_messages) {
                "'input' in the rewrite", NULL);
   expect_error(WITH("    y = linear(x, w);\n    yield y;\n  }\n  rewrite { t = relu(x); yield t; }\n  extra\n}\n"), 8,
                3, "expected '}' to close the rule, found 'extra'", NULL);
-  expect_error(WITH("    y = linear(x, w);\n    yield y;\n  }\n  rewrite { t = split(x, axis=0); yield t; }\n}\n"), 7, 17,
-               "split needs attribute 'sizes'", NULL);
+  expect_error(WITH("    y = linear(x, w);\n    yield y;\n  }\n  rewrite { t = split(x, axis=0); yield t; }\n}\n"), 7,
+               17, "split needs attribute 'sizes'", NULL);
   expect_error(WITH("    y = linear(x, w);\n    _ = relu(y);\n    yield y;\n  }\n  rewrite { yield x; }\n}\n"), 5, 9,
                "every output of this relu node is '_'", NULL);
   expect_error(WITH("    y = linear(x, w);\n    yield y;\n  }\n  rewrite { t = relu(x); yield _; }\n}\n"), 7, 32,
@@ -841,32 +866,35 @@ START_TEST(error_messages) {
   expect_error(WITH("    y = linear(x, w);\n    yield y;\n  }\n  where { size(t, 0) > 1; }\n"
                     "  rewrite { t = relu(x); yield t; }\n}\n"),
                7, 16, "unknown tensor 't'", NULL);
-  expect_error(WITH("    y = linear(x, w);\n    yield y;\n  }\n  rewrite { t = relu(x); u = relu(t, t.*); yield u; }\n}\n"),
-               7, 38, "'t' is a tensor of the rewrite, not the output of a match node", NULL);
-  expect_error(WITH("    y = linear(x, w);\n    yield y;\n  }\n  rewrite { t = relu(x); u = reshape(t, shape=[size(t, 0)]); yield u; }\n}\n"),
+  expect_error(
+      WITH("    y = linear(x, w);\n    yield y;\n  }\n  rewrite { t = relu(x); u = relu(t, t.*); yield u; }\n}\n"), 7,
+      38, "'t' is a tensor of the rewrite, not the output of a match node", NULL);
+  expect_error(WITH("    y = linear(x, w);\n    yield y;\n  }\n  rewrite { t = relu(x); u = reshape(t, shape=[size(t, "
+                    "0)]); yield u; }\n}\n"),
                7, 53, "computed by the rewrite; rank() and size() apply to tensors of the match", NULL);
   expect_error(WITH("    y = linear(x, w);\n    yield y;\n  }\n  where { x > 1; }\n  rewrite { yield x; }\n}\n"), 7, 11,
                "'x' is a tensor, not a number", NULL);
-  expect_error(WITH("    y = linear(x, w);\n    yield y;\n  }\n  where { foo(x) > 1; }\n  rewrite { yield x; }\n}\n"), 7,
-               11, "'foo' is not a function", NULL);
-  expect_error(WITH("    y = linear(x, w);\n    yield y;\n  }\n  where { rank(x) > 1.5; }\n  rewrite { yield x; }\n}\n"), 7,
-               21, "a float cannot appear in an expression", NULL);
-  expect_error(WITH("    y = linear(x, w);\n    yield y;\n  }\n  where { y.act.x > 1; }\n  rewrite { yield x; }\n}\n"), 7,
-               16, "expected a comparison", NULL);
-  expect_error(WITH("    y = linear(x, w);\n    yield y;\n  }\n  where { y.act[0] > 1; }\n  rewrite { yield x; }\n}\n"), 7,
-               16, "attribute 'act' of linear is not a list", NULL);
+  expect_error(WITH("    y = linear(x, w);\n    yield y;\n  }\n  where { foo(x) > 1; }\n  rewrite { yield x; }\n}\n"),
+               7, 11, "'foo' is not a function", NULL);
+  expect_error(
+      WITH("    y = linear(x, w);\n    yield y;\n  }\n  where { rank(x) > 1.5; }\n  rewrite { yield x; }\n}\n"), 7, 21,
+      "a float cannot appear in an expression", NULL);
+  expect_error(WITH("    y = linear(x, w);\n    yield y;\n  }\n  where { y.act.x > 1; }\n  rewrite { yield x; }\n}\n"),
+               7, 16, "expected a comparison", NULL);
+  expect_error(WITH("    y = linear(x, w);\n    yield y;\n  }\n  where { y.act[0] > 1; }\n  rewrite { yield x; }\n}\n"),
+               7, 16, "attribute 'act' of linear is not a list", NULL);
   expect_error(WITH("    y = batchnorm(x);\n    yield y;\n  }\n  where { y.eps > 1; }\n  rewrite { yield x; }\n}\n"), 7,
                13, "'eps' is a float attribute", NULL);
-  expect_error("rule r(d: degree) {\n  match { input x: [...d]; y = relu(x); yield y; }\n  rewrite { yield x; }\n}\n", 2,
-               24, "'d' is already a degree parameter", NULL);
+  expect_error("rule r(d: degree) {\n  match { input x: [...d]; y = relu(x); yield y; }\n  rewrite { yield x; }\n}\n",
+               2, 24, "'d' is already a degree parameter", NULL);
   expect_error("rule r {\n  match { input x: [...R], w: [R]; y = add(x, w); yield y; }\n  rewrite { yield x; }\n}\n", 2,
                32, "'R' stands for a list of dims", NULL);
   expect_error("rule r {\n  match { input x: [B], B; y = add(x, B); yield y; }\n  rewrite { yield x; }\n}\n", 2, 25,
                "name 'B' is already defined", "as a variable");
-  expect_error("rule r {\n  match { input x: [B]; y = relu(x); yield y; }\n  rewrite { B = relu(x); yield B; }\n}\n", 3, 13,
-               "name 'B' is already defined", NULL);
-  expect_error("rule r {\n  match { input x: [B]{sum=1, sum=2}; y = relu(x); yield y; }\n  rewrite { yield x; }\n}\n", 2,
-               31, "parallel item 'sum' is given twice", NULL);
+  expect_error("rule r {\n  match { input x: [B]; y = relu(x); yield y; }\n  rewrite { B = relu(x); yield B; }\n}\n", 3,
+               13, "name 'B' is already defined", NULL);
+  expect_error("rule r {\n  match { input x: [B]{sum=1, sum=2}; y = relu(x); yield y; }\n  rewrite { yield x; }\n}\n",
+               2, 31, "parallel item 'sum' is given twice", NULL);
   expect_error("rule r {\n  match { input x: {summ=1}; y = relu(x); yield y; }\n  rewrite { yield x; }\n}\n", 2, 21,
                "unknown parallel-type item 'summ'", "did you mean 'sum'?");
   expect_error("rule r {\n  match { input x: ; y = relu(x); yield y; }\n  rewrite { yield x; }\n}\n", 2, 20,
@@ -880,24 +908,28 @@ START_TEST(error_messages) {
   expect_error("rule match { }\n", 1, 6, "'match' is a keyword and cannot be used as a rule name", NULL);
   expect_error("rule r() { }\n", 1, 8, "expected a parameter name, found ')'", NULL);
   expect_error("rule r(d degree) { }\n", 1, 10, "expected ':' after the parameter name", NULL);
-  expect_error("rule r {\n  match { input x; y = relu(x); yield y; }\n  where { 1 < 2 }\n  rewrite { yield x; }\n}\n", 3,
-               16, "expected ';' after the condition, found '}'", NULL);
+  expect_error("rule r {\n  match { input x; y = relu(x); yield y; }\n  where { 1 < 2 }\n  rewrite { yield x; }\n}\n",
+               3, 16, "expected ';' after the condition, found '}'", NULL);
   expect_error("rule r {\n  match { input x; y = relu(x); yield y; }\n  rewrite { y2 = relu(x);\n", 3, 11,
                "'{' of the rewrite is never closed", NULL);
   expect_error("rule r {\n  match { input x: [(B; y = relu(x); yield y; }\n  rewrite { yield x; }\n}\n", 2, 23,
                "expected ')', found ';'", NULL);
   expect_error("rule r {\n  match { input x: [2x]; y = relu(x); yield y; }\n  rewrite { yield x; }\n}\n", 2, 21,
                "malformed number '2x'", NULL);
-  expect_error("rule r {\n  match { input x: [99999999999999999999]; y = relu(x); yield y; }\n  rewrite { yield x; }\n}\n",
-               2, 21, "integer '99999999999999999999' is too large", NULL);
+  expect_error(
+      "rule r {\n  match { input x: [99999999999999999999]; y = relu(x); yield y; }\n  rewrite { yield x; }\n}\n", 2,
+      21, "integer '99999999999999999999' is too large", NULL);
   expect_error("rule r {\n  match { input x: [B] ; y = relu(x); yield y; }\n  rewrite { yield x; }\n}\n\x01", 5, 1,
                "control character 0x01", NULL);
-  expect_error("rule r {\n  match { input x; y = relu(x); yield y; } # caf\xc3\xa9\n  rewrite { yield x; } \xc3\xa9\n}\n",
-               3, 24, "unexpected byte 0xC3", NULL);
-  expect_error("rule r {\n  match { input x; y = relu(x); yield y; }\n  where { rank(x) => 1; }\n  rewrite { yield x; }\n}\n",
-               3, 19, "expected a comparison, found '='", "compare with '=='");
-  expect_error("rule r {\n  match { input x; y = relu(x); yield y; }\n  where { rank(x) & 1; }\n  rewrite { yield x; }\n}\n",
-               3, 19, "unexpected character '&'", NULL);
+  expect_error(
+      "rule r {\n  match { input x; y = relu(x); yield y; } # caf\xc3\xa9\n  rewrite { yield x; } \xc3\xa9\n}\n", 3, 24,
+      "unexpected byte 0xC3", NULL);
+  expect_error(
+      "rule r {\n  match { input x; y = relu(x); yield y; }\n  where { rank(x) => 1; }\n  rewrite { yield x; }\n}\n", 3,
+      19, "expected a comparison, found '='", "compare with '=='");
+  expect_error(
+      "rule r {\n  match { input x; y = relu(x); yield y; }\n  where { rank(x) & 1; }\n  rewrite { yield x; }\n}\n", 3,
+      19, "unexpected character '&'", NULL);
 #undef WITH
   ck_assert_msg(mismatches == 0, "%d errors differ from what is expected (listed on stderr)", mismatches);
 }
@@ -973,8 +1005,9 @@ START_TEST(limits) {
   expect_refused("rule r { match { input a: {deg[0]=1, deg[1]=1, deg[2]=1, deg[3]=1, deg[4]=1, deg[5]=1, sum=1, rep=1, "
                  "micro=1}; y = relu(a); yield y; } rewrite { yield a; } }",
                  "too many parallel-type items (at most 8)");
-  expect_refused("rule r { match { input a; y = transpose(a, perm=[0, 1, 2, 3, 4, 5, 6]); yield y; } rewrite { yield a; } }",
-                 "too many entries in 'perm' (at most 6 in a rule)");
+  expect_refused(
+      "rule r { match { input a; y = transpose(a, perm=[0, 1, 2, 3, 4, 5, 6]); yield y; } rewrite { yield a; } }",
+      "too many entries in 'perm' (at most 6 in a rule)");
   /* nesting, expression height, long names */
   n = 0;
   PUT("rule r { match { input a: [");
