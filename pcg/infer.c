@@ -355,8 +355,12 @@ static pcgc_status infer_bmm(ictx *c) {
  * dims below 2^62 cannot overflow. */
 #define ATTR_MAX ((int64_t)1 << 31)
 
+/* Output size of a window; 0 (refused by the callers) when the window is
+ * larger than the padded input, whatever the stride: C's division would
+ * round that negative numerator toward zero and give 1. */
 static int64_t conv_out(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d) {
-  return (in + 2 * p - d * (k - 1) - 1) / s + 1;
+  int64_t num = in + 2 * p - d * (k - 1) - 1;
+  return num < 0 ? 0 : num / s + 1;
 }
 
 /* Spatial dim `d` (2 or 3) of x sharded `deg` ways is exact only when

@@ -651,6 +651,10 @@ pcgc_status pcgc_rule_check(const pcgc_rule *r, const pcgc_check_options *opt, p
         }
         if (o.log) fprintf(o.log, "  %s: instance %s: %d seeds %s\n", r->name, inst_text, ran, res->ok ? "agree" : "DIFFER");
         if (st != PCGC_OK) break;
+        if (ran == 0 && res->ok) { /* the match side never ran (it overflows): not an instance after all */
+          found--;
+          res->instances--;
+        }
       }
       found_any += found;
     }
