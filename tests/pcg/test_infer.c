@@ -383,6 +383,11 @@ START_TEST(test_conv2d_shape_errors)
   FAILS(r, PCGC_ERR_TYPE, "groups=4 must divide the input channels (6)", NULL);
   r = INFER(PCGC_OP_CONV2D, NULL, F32(1, 3, 2, 2), F32(8, 3, 3, 3));
   FAILS(r, PCGC_ERR_TYPE, "does not fit", NULL);
+  /* a window larger than the padded input does not fit whatever the stride
+   * (C division would round the negative size up to one output) */
+  a = set_int(attrs(PCGC_OP_CONV2D), "stride", 2);
+  r = INFER(PCGC_OP_CONV2D, &a, F32(1, 3, 2, 2), F32(8, 3, 3, 3));
+  FAILS(r, PCGC_ERR_TYPE, "does not fit", NULL);
   r = INFER(PCGC_OP_CONV2D, NULL, F32(1, 3, 8, 8), F32(8, 3, 3, 3), F32(4));
   FAILS(r, PCGC_ERR_TYPE, "bias size is 4 but must be 8", NULL);
   r = INFER(PCGC_OP_CONV2D, NULL, F32(3, 8, 8), F32(8, 3, 3, 3));
@@ -425,6 +430,9 @@ START_TEST(test_pool2d_errors)
   a = pool(PCGC_POOL_MAX, 9, 1);
   r = INFER(PCGC_OP_POOL2D, &a, F32(1, 3, 8, 8));
   FAILS(r, PCGC_ERR_TYPE, "the 9x9 window does not fit the 8x8 input", NULL);
+  a = pool(PCGC_POOL_MAX, 3, 2);
+  r = INFER(PCGC_OP_POOL2D, &a, F32(1, 3, 2, 2));
+  FAILS(r, PCGC_ERR_TYPE, "the 3x3 window does not fit the 2x2 input", NULL);
   a = set_int(attrs(PCGC_OP_POOL2D), "kind", PCGC_POOL_MAX);
   r = INFER(PCGC_OP_POOL2D, &a, F32(3, 8, 8));
   FAILS(r, PCGC_ERR_TYPE, "rank 4", NULL);
