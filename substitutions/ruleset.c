@@ -243,7 +243,8 @@ pcgc_status pcgc_ruleset_load_dir(pcgc_ruleset *rs, const char *dir, pcgc_error 
       s = pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory listing '%s'", dir);
       break;
     }
-    snprintf(p, plen, "%s/%s", dir, e->d_name);
+    size_t dl = strlen(dir);
+    snprintf(p, plen, "%s%s%s", dir, dl && dir[dl - 1] == '/' ? "" : "/", e->d_name); /* no "rules//x" */
     struct stat st;
     if (stat(p, &st) != 0 || S_ISDIR(st.st_mode)) {
       free(p);
