@@ -40,6 +40,8 @@ pcgc_graph *pcgc_cli_load(const char *path, int n_set, const char *const *names,
 
 int pcgc_cli_train(int argc, char **argv);
 void pcgc_cli_train_help(FILE *f);
+int pcgc_cli_compile(int argc, char **argv);
+void pcgc_cli_compile_help(FILE *f);
 int pcgc_cli_simulate(int argc, char **argv);
 void pcgc_cli_simulate_help(FILE *f);
 int pcgc_cli_rules(int argc, char **argv);

@@ -68,9 +68,13 @@ static void print_main_help(FILE *f) {
           "  dot MODEL     print the graph in Graphviz DOT (parallel operators drawn distinctly)\n"
           "  train MODEL   train on one CPU device with the reference interpreter, printing\n"
           "                the loss per step\n"
-          "  simulate MODEL --machine M\n"
+          "  compile MODEL --machine M [-o STRATEGY]\n"
+          "                search data x tensor x pipeline parallel strategies by simulation,\n"
+          "                print the fastest that fits per operator, write it as a strategy file\n"
+          "  simulate MODEL|STRATEGY --machine M\n"
           "                simulate one training iteration of a baseline strategy (sequential,\n"
-          "                data-parallel) on a machine: time, idle, bytes moved, memory\n"
+          "                data-parallel) or of a strategy file on a machine: time, idle, bytes\n"
+          "                moved, memory\n"
           "  profile MODEL --machine M -o DB\n"
           "                measure the CPU kernels MODEL needs into a profile database for\n"
           "                `simulate --profile DB`\n"
@@ -130,6 +134,8 @@ static void print_cmd_help(FILE *f, const char *cmd) {
             "  -h, --help         show this help\n");
   } else if (strcmp(cmd, "train") == 0) {
     pcgc_cli_train_help(f);
+  } else if (strcmp(cmd, "compile") == 0) {
+    pcgc_cli_compile_help(f);
   } else if (strcmp(cmd, "simulate") == 0) {
     pcgc_cli_simulate_help(f);
   } else if (strcmp(cmd, "profile") == 0) {
@@ -376,9 +382,10 @@ int main(int argc, char **argv) {
   if (strcmp(cmd, "show") == 0) return cmd_write("show", pcgc_graph_write_text, argc - 2, argv + 2);
   if (strcmp(cmd, "dot") == 0) return cmd_write("dot", pcgc_graph_write_dot, argc - 2, argv + 2);
   if (strcmp(cmd, "train") == 0) return pcgc_cli_train(argc - 2, argv + 2);
+  if (strcmp(cmd, "compile") == 0) return pcgc_cli_compile(argc - 2, argv + 2);
   if (strcmp(cmd, "simulate") == 0) return pcgc_cli_simulate(argc - 2, argv + 2);
   if (strcmp(cmd, "profile") == 0) return pcgc_cli_profile(argc - 2, argv + 2);
   if (strcmp(cmd, "rules") == 0) return pcgc_cli_rules(argc - 2, argv + 2);
-  return pcgc_cli_usage_error(NULL, "unknown command '%s' (commands: check, show, dot, train, simulate, profile, rules, help)",
+  return pcgc_cli_usage_error(NULL, "unknown command '%s' (commands: check, show, dot, train, compile, simulate, profile, rules, help)",
                               cmd);
 }

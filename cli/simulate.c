@@ -1,8 +1,12 @@
 /*
  * simulate.c — `pcgc simulate MODEL --machine M [--strategy S] ...`: one
  * training iteration of a baseline strategy, simulated (search/search.h,
- * pcgc_simulate_strategy does the work and prints the report).
+ * pcgc_simulate_strategy does the work and prints the report); or, when
+ * MODEL is a strategy file written by `pcgc compile -o` (a .json file, or
+ * one starting with '{' that says "pcgc-strategy"), its parallel graph with
+ * its own views.
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,11 +17,14 @@ void pcgc_cli_simulate_help(FILE *f) {
   fprintf(f,
           "usage: pcgc simulate MODEL --machine M [--strategy S] [--devices N] [--optimizer O]\n"
           "                     [--schedule gpipe|1f1b] [--no-overlap] [--trace FILE] [--profile DB] [--batch B] [--set NAME=VALUE]...\n"
+          "       pcgc simulate STRATEGY.json --machine M [--optimizer O] [--schedule S] [--no-overlap]\n"
+          "                     [--trace FILE] [--profile DB]\n"
           "\n"
           "Simulates one training iteration of MODEL parallelised by a baseline strategy on machine M\n"
           "(a preset name or a .machine file) and prints the iteration time, compute and idle time per\n"
           "device, bytes moved within and between nodes, memory per device against capacity, the\n"
-          "number of tasks and how long the simulation took.\n"
+          "number of tasks and how long the simulation took. Given a strategy file written by\n"
+          "`pcgc compile -o` (docs/strategy-format.md), simulates its parallel graph with its views.\n"
           "\n"
           "options:\n"
           "  --machine M        machine preset (machines/) or file; required\n"
@@ -30,6 +37,52 @@ void pcgc_cli_simulate_help(FILE *f) {
           "  --batch B          batch size (`const B`, or an ONNX model's symbolic batch dim)\n"
           "  --set NAME=VALUE   override a `const` of the model; repeatable\n"
           "  -h, --help         show this help\n");
+}
+
+static pcgc_status load_profile(const char *profile, const pcgc_machine *m, pcgc_profile **p, pcgc_error *err) {
+  pcgc_status st = pcgc_profile_load(profile, p, err);
+  if (st == PCGC_OK && strcmp(pcgc_profile_machine(*p), m->name) != 0)
+    fprintf(stderr, "pcgc simulate: warning: %s was measured on '%s', not '%s'\n", profile, pcgc_profile_machine(*p),
+            m->name);
+  return st;
+}
+
+/* A strategy file: its graph with its views. */
+static int simulate_file(const char *path, const char *machine, const char *profile, pcgc_sim_options *o) {
+  pcgc_error err;
+  pcgc_error_clear(&err);
+  pcgc_machine m;
+  pcgc_profile *p = NULL;
+  pcgc_graph *g = NULL;
+  pcgc_mapping mp = {0};
+  pcgc_strategy_info info;
+  pcgc_status st = pcgc_machine_load(machine, &m, &err);
+  if (st == PCGC_OK && profile && (st = load_profile(profile, &m, &p, &err)) == PCGC_OK) o->profile = p;
+  if (st == PCGC_OK) st = pcgc_strategy_file_load(path, pcgc_machine_num_devices(&m), &g, &mp, &info, &err);
+  if (st == PCGC_OK) {
+    if (strcmp(info.machine, m.name) != 0)
+      fprintf(stderr, "pcgc simulate: warning: %s was compiled for '%s', not '%s'\n", path, info.machine, m.name);
+    pcgc_sim_result r;
+    st = pcgc_simulate(g, &mp, &m, o, &r, &err);
+    if (st == PCGC_OK) {
+      char title[512], ch[128] = "";
+      if (info.has_choice)
+        snprintf(ch, sizeof ch, " (dp %d x tp %d x pp %d, %d micro-batches)", info.choice.dp, info.choice.tp,
+                 info.choice.pp, info.choice.micro);
+      snprintf(title, sizeof title, "%s: strategy %s%s", g->name ? g->name : "model", path, ch);
+      pcgc_sim_report(stdout, &r, &m, title);
+      if (info.has_predicted)
+        printf("  predicted      %.6g s by pcgc compile, %.6g s now%s\n", info.iteration_s, r.iteration_time,
+               fabs(r.iteration_time - info.iteration_s) <= 1e-9 * info.iteration_s ? "" : " (they differ: another "
+               "machine, options or pcgc version?)");
+    }
+    pcgc_sim_result_destroy(&r);
+  }
+  if (st != PCGC_OK) pcgc_error_print(stderr, &err);
+  pcgc_mapping_destroy(&mp);
+  pcgc_graph_free(g);
+  pcgc_profile_free(p);
+  return pcgc_cli_exit_code(st);
 }
 
 int pcgc_cli_simulate(int argc, char **argv) {
@@ -85,6 +138,12 @@ int pcgc_cli_simulate(int argc, char **argv) {
   }
   if (!model) return pcgc_cli_usage_error("simulate", "missing MODEL%s", "");
   if (!machine) return pcgc_cli_usage_error("simulate", "missing --machine M (a preset such as dgx-h100, or a file)%s", "");
+  if (pcgc_strategy_file_detect(model)) {
+    if (sets.n || batch || devices || strcmp(strategy, "data-parallel") != 0)
+      return pcgc_cli_usage_error("simulate", "--strategy, --devices, --batch and --set apply to models, not to "
+                                              "strategy files like '%s'", model);
+    return simulate_file(model, machine, profile, &o);
+  }
   int code = EXIT_OK;
   pcgc_graph *g = pcgc_cli_load(model, sets.n, sets.names, sets.values, batch, &code);
   if (!g) return code;
@@ -93,12 +152,7 @@ int pcgc_cli_simulate(int argc, char **argv) {
   pcgc_machine m;
   pcgc_profile *p = NULL;
   pcgc_status st = pcgc_machine_load(machine, &m, &err);
-  if (st == PCGC_OK && profile && (st = pcgc_profile_load(profile, &p, &err)) == PCGC_OK) {
-    if (strcmp(pcgc_profile_machine(p), m.name) != 0)
-      fprintf(stderr, "pcgc simulate: warning: %s was measured on '%s', not '%s'\n", profile, pcgc_profile_machine(p),
-              m.name);
-    o.profile = p;
-  }
+  if (st == PCGC_OK && profile && (st = load_profile(profile, &m, &p, &err)) == PCGC_OK) o.profile = p;
   if (st == PCGC_OK) st = pcgc_simulate_strategy(g, strategy, &m, devices, &o, stdout, &err);
   if (st != PCGC_OK) pcgc_error_print(stderr, &err);
   pcgc_profile_free(p);

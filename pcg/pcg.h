@@ -428,6 +428,9 @@ pcgc_graph *pcgc_model_load(const char *path, const pcgc_model_options *opts,
 
 /* Reads a whole file into a NUL-terminated buffer (caller frees). */
 char *pcgc_read_file(const char *path, size_t *len, pcgc_error *err);
+/* Writes len bytes as the whole of `path`, atomically (pcg/fileio.c): a
+ * temporary file beside it, fsync, rename. PCGC_ERR_IO naming the file. */
+pcgc_status pcgc_write_file_atomic(const char *path, const char *data, size_t len, pcgc_error *err);
 
 #ifdef __cplusplus
 }

@@ -28,6 +28,7 @@
 #include <cJSON.h>
 
 #include "search.h"
+#include "sim_internal.h"
 
 struct pcgc_profile {
   char machine[PCGC_MACHINE_NAME_MAX];
@@ -345,41 +346,23 @@ fail:
 pcgc_status pcgc_profile_write(const pcgc_profile *p, const char *path, pcgc_error *err) {
   if (!p || !path) return pcgc_error_set(err, PCGC_ERR_INVALID, "pcgc_profile_write: bad argument");
   cJSON *root = to_json(p);
-  char *text = root ? cJSON_Print(root) : NULL;
+  if (!root) return pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory writing %s", path);
+  pcgc_status st = pcgc__write_json(root, path, err);
   cJSON_Delete(root);
-  if (!text) return pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory writing %s", path);
-  char tmp[4096];
-  if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= sizeof tmp) {
+  return st;
+}
+
+pcgc_status pcgc__write_json(const cJSON *root, const char *path, pcgc_error *err) {
+  char *text = cJSON_Print(root);
+  size_t len = text ? strlen(text) : 0;
+  char *withnl = text ? realloc(text, len + 2) : NULL;
+  if (!withnl) {
     free(text);
-    return pcgc_error_set(err, PCGC_ERR_IO, "path too long: %s", path);
+    return pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory writing %s", path);
   }
-  /* Temporary file, fsync, rename: a reader sees the old database or the
-   * whole new one, never a torn write. */
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) {
-    free(text);
-    return pcgc_error_set(err, PCGC_ERR_IO, "cannot write '%s': %s", tmp, strerror(errno));
-  }
-  size_t len = strlen(text), done = 0;
-  bool ok = true;
-  while (ok && done < len) {
-    ssize_t w = write(fd, text + done, len - done);
-    if (w < 0 && errno == EINTR) continue;
-    ok = w > 0;
-    if (ok) done += (size_t)w;
-  }
-  ok = ok && write(fd, "\n", 1) == 1;
-  ok = ok && fsync(fd) == 0;
-  int saved = errno;
-  ok = close(fd) == 0 && ok;
-  free(text);
-  if (ok && rename(tmp, path) != 0) {
-    saved = errno;
-    ok = false;
-  }
-  if (!ok) {
-    unlink(tmp);
-    return pcgc_error_set(err, PCGC_ERR_IO, "cannot write '%s': %s", path, strerror(saved ? saved : EIO));
-  }
-  return PCGC_OK;
+  withnl[len] = '\n'; /* the JSON and a final newline, written atomically */
+  withnl[len + 1] = '\0';
+  pcgc_status st = pcgc_write_file_atomic(path, withnl, len + 1, err);
+  free(withnl);
+  return st;
 }

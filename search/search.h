@@ -571,6 +571,157 @@ pcgc_status pcgc_strategy_build(pcgc_strategy s, const pcgc_graph *seq, const pc
 pcgc_status pcgc_simulate_strategy(const pcgc_graph *seq, const char *strategy, const pcgc_machine *m, int n_devices,
                                    const pcgc_sim_options *o, FILE *f, pcgc_error *err);
 
+/* ==================================================================
+ * Expert strategies and compile (search/expert.c, search/strategy_file.c)
+ *
+ * The strategies an expert would try by hand, built from a sequential
+ * graph, costed by the simulator, the fastest that fits in memory kept:
+ *
+ *   dp  data parallel degree b: data inputs partitioned on dim 0 (the
+ *       batch), weights replicated b ways (as the data-parallel baseline);
+ *   tp  tensor (Megatron) parallel degree t: the Megatron rules of the rule
+ *       library (megatron_*, *_heads; then the column split of embeddings
+ *       and of single linears whose weight outweighs the activations they
+ *       touch) applied with degree t to every match, greedily, before dp;
+ *   pp  pipeline stages s: contiguous ranges of the sequential graph's
+ *       order with balanced forward FLOPs, stage k on devices
+ *       [k·b·t, (k+1)·b·t); micro: micro-batches m, a pipeline(dim=0,
+ *       degree=m) after every data input's partition.
+ *
+ * Views come from a greedy pass in topological order: each node takes,
+ * among a few candidate views inside its stage's device block (its pieces
+ * spread evenly over the block, its main producer's view, consecutive
+ * devices), the one that moves the fewest bytes from its producers' pieces.
+ *
+ *     pcgc_compile_options o;
+ *     pcgc_compile_options_default(&o);
+ *     pcgc_compile_result r;
+ *     if (pcgc_compile(seq, &m, &o, &r, &err) == PCGC_OK)
+ *       printf("dp %d tp %d pp %d: %g s\n", r.choice.dp, r.choice.tp, r.choice.pp, r.sim.iteration_time);
+ *     pcgc_compile_result_destroy(&r);
+ * ================================================================== */
+
+/* Degrees of an expert strategy; devices used = dp × tp × pp. */
+typedef struct pcgc_expert_choice {
+  int dp, tp, pp, micro;
+} pcgc_expert_choice;
+
+/* A sequential graph prepared for expert strategies: the rule library
+ * loaded once, the Megatron rewrite cached per degree. */
+typedef struct pcgc_expert pcgc_expert;
+
+/* seq must stay alive and unchanged while x is used; rules_dir NULL means
+ * pcgc_rules_default_dir(). Errors: a graph that is not typed or already
+ * parallel, rules that do not load. */
+pcgc_status pcgc_expert_new(const pcgc_graph *seq, const pcgc_machine *m, const char *rules_dir, pcgc_expert **out,
+                            pcgc_error *err);
+void pcgc_expert_free(pcgc_expert *x);   /* accepts NULL */
+
+/* How many rule applications tensor parallelism of degree t makes (0: no
+ * Megatron rule matches, so tp = t is not a strategy of this model). */
+int pcgc_expert_tp_matches(pcgc_expert *x, int t, pcgc_error *err);
+/* The batch (dim 0 of the data inputs; the smallest when they differ, 0
+ * when there is none) and the number of matrix operators (linear, matmul,
+ * conv2d, attention...), which bounds pp. */
+int64_t pcgc_expert_batch(const pcgc_expert *x);
+int pcgc_expert_layers(const pcgc_expert *x);
+
+/* Builds strategy c: the typed parallel graph (*out, caller frees) and its
+ * mapping (caller destroys). dp × tp × pp must not exceed the machine; the
+ * batch must be divisible by dp × micro. tp = pp = micro = 1 gives exactly
+ * the data-parallel baseline on dp devices (sequential when dp = 1). */
+pcgc_status pcgc_expert_build(pcgc_expert *x, pcgc_expert_choice c, pcgc_graph **out, pcgc_mapping *mp,
+                              pcgc_error *err);
+
+typedef struct pcgc_compile_options {
+  pcgc_sim_options sim;   /* how candidates are simulated (default: pcgc_sim_options_default) */
+  const char *rules_dir;  /* NULL: pcgc_rules_default_dir() */
+  double time_limit;      /* s; stop trying candidates once this much wall time has passed
+                             (the data-parallel one is always tried); <= 0: no limit */
+  FILE *log;              /* one line per candidate when not NULL */
+  /* called before each candidate is built (NULL: not called): its index
+   * from 0, how many there are, its degrees; for progress displays */
+  void (*progress)(void *ctx, int index, int total, pcgc_expert_choice c);
+  void *progress_ctx;
+} pcgc_compile_options;
+
+void pcgc_compile_options_default(pcgc_compile_options *o);
+
+/* A reference point of the search: the best candidate of one family. */
+typedef struct pcgc_compile_ref {
+  bool tried;               /* some candidate of the family was built */
+  bool feasible;            /* one was simulated and fits in memory */
+  pcgc_expert_choice choice;
+  double time;              /* s, its iteration time (feasible only) */
+  char note[512];           /* why there is none, or why it is infeasible */
+} pcgc_compile_ref;
+
+typedef struct pcgc_compile_result {
+  pcgc_expert_choice choice;  /* the fastest candidate that fits in memory */
+  pcgc_graph *graph;          /* its parallel graph, in canonical form (nodes in the
+                                 order and with the names of pcgc_graph_write_text) */
+  pcgc_mapping mapping;       /* views of graph's nodes */
+  pcgc_sim_result sim;        /* graph simulated with mapping */
+  pcgc_compile_ref data_parallel;  /* dp = all devices */
+  pcgc_compile_ref megatron;       /* best with tp > 1 and dp = pp = 1 */
+  pcgc_compile_ref pipeline;       /* best with pp > 1 and dp = tp = 1 */
+  int tried, feasible;        /* candidates simulated; of them, fitting in memory */
+  int skipped;                /* left untried by the time limit */
+  double seconds;             /* wall time of the search */
+} pcgc_compile_result;
+
+/* Searches the expert strategies of the sequential graph seq on m:
+ * (dp, tp, pp) over the divisors of the device count, either using every
+ * device or only one kind of parallelism (fewer devices allowed), tp only
+ * where Megatron rules match, pp at most the number of matrix operators,
+ * micro in {pp, 2pp, 4pp} dividing the batch per replica. Candidates are
+ * tried in a fixed order, data parallel on all devices first; the fastest
+ * whose simulation has no device out of memory wins (ties: the earlier).
+ * Deterministic unless the time limit cuts the search short. r is zeroed
+ * first; after PCGC_OK it owns memory (pcgc_compile_result_destroy). No
+ * feasible candidate is PCGC_ERR_INVALID with the reasons. */
+pcgc_status pcgc_compile(const pcgc_graph *seq, const pcgc_machine *m, const pcgc_compile_options *o,
+                         pcgc_compile_result *r, pcgc_error *err);
+void pcgc_compile_result_destroy(pcgc_compile_result *r);
+
+/* ------------------------------------------------------ strategy files
+ * A mapped parallel graph as JSON (docs/strategy-format.md):
+ *
+ *   {"format": "pcgc-strategy", "version": 1, "machine": "dgx-h100",
+ *    "model": "<pcgc_graph_write_text of the parallel graph>",
+ *    "views": {"h1": [0, 1], ...},
+ *    "predicted": {"iteration_s": 0.0123, "data_parallel_s": 0.0150},
+ *    "choice": {"dp": 2, "tp": 4, "pp": 1, "micro": 1}}
+ */
+
+typedef struct pcgc_strategy_info {
+  char machine[PCGC_MACHINE_NAME_MAX];
+  bool has_predicted;
+  double iteration_s, data_parallel_s;   /* data_parallel_s < 0: DP infeasible */
+  bool has_choice;
+  pcgc_expert_choice choice;
+} pcgc_strategy_info;
+
+/* g with its nodes renumbered and renamed as pcgc_graph_write_text writes
+ * them (so the file's names are the graph's), and mp carried along. */
+pcgc_status pcgc_strategy_canonical(const pcgc_graph *g, const pcgc_mapping *mp, pcgc_graph **out,
+                                    pcgc_mapping *out_mp, pcgc_error *err);
+/* Writes a canonical graph (pcgc_strategy_canonical) and its views
+ * atomically: a temporary file beside path, fsync, rename. */
+pcgc_status pcgc_strategy_file_write(const char *path, const pcgc_graph *g, const pcgc_mapping *mp,
+                                     const pcgc_strategy_info *info, pcgc_error *err);
+/* Reads a strategy (text of length len; path names it in messages). Every
+ * error is PCGC_ERR_PARSE with path:line:col of the offending JSON value
+ * (for the model, of the character in the "model" string). n_devices > 0
+ * checks every view against it. */
+pcgc_status pcgc_strategy_file_parse(const char *text, size_t len, const char *path, int n_devices,
+                                     pcgc_graph **out, pcgc_mapping *mp, pcgc_strategy_info *info, pcgc_error *err);
+pcgc_status pcgc_strategy_file_load(const char *path, int n_devices, pcgc_graph **out, pcgc_mapping *mp,
+                                    pcgc_strategy_info *info, pcgc_error *err);
+/* True for a path ending in ".json", or a readable file whose first
+ * non-blank character is '{' and which mentions "pcgc-strategy". */
+bool pcgc_strategy_file_detect(const char *path);
+
 #ifdef __cplusplus
 }
 #endif

@@ -63,4 +63,9 @@ void pcgc__piece_map_apply(const pcgc__piece_map *pm, const pcgc_node *n, int64_
 pcgc_status pcgc__sim_write_trace(const char *path, const pcgc_graph *g, const pcgc_machine *m,
                                   const pcgc__sim_tasks *t, pcgc_error *err);
 
+/* Writes a JSON document (and a final newline) to `path` atomically
+ * (search/profile.c; profile databases and strategy files). */
+struct cJSON;
+pcgc_status pcgc__write_json(const struct cJSON *root, const char *path, pcgc_error *err);
+
 #endif

@@ -6,24 +6,7 @@
 set -uo pipefail
 pcgc=${1:?usage: test_cli.sh PCGC SOURCE_DIR}
 src=${2:?usage: test_cli.sh PCGC SOURCE_DIR}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fails=0 passes=0
-
-ok() { passes=$((passes + 1)); }
-bad() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
-
-# expect CODE CMD...: runs CMD, stdout to $tmp/out, stderr to $tmp/err
-expect() {
-  local want=$1; shift
-  "$@" >"$tmp/out" 2>"$tmp/err"
-  local got=$?
-  if [ "$got" -eq "$want" ]; then ok; else
-    bad "'$*' exited $got, expected $want"; sed 's/^/  | /' "$tmp/err" >&2; fi
-}
-has() { # has FILE TEXT
-  if grep -qF -- "$2" "$1"; then ok; else bad "$(basename "$1") lacks '$2'"; sed 's/^/  | /' "$1" | head -20 >&2; fi
-}
+source "$src/tests/common/cli.sh"
 
 # --- help and usage
 expect 0 "$pcgc" --help;            has "$tmp/out" "usage: pcgc COMMAND"
@@ -142,5 +125,4 @@ expect 3 "$pcgc" simulate "$tmp/tiny.pcg" --machine cpu-local --profile "$tmp/no
 expect 2 "$pcgc" profile "$tmp/tiny.pcg" --machine cpu-local; has "$tmp/err" "missing -o"
 expect 2 "$pcgc" profile "$tmp/tiny.pcg" --machine cpu-local -o "$tmp/x.json" --repeat 0
 
-echo "test_cli: $passes passed, $fails failed"
-[ "$fails" -eq 0 ]
+finish test_cli

@@ -8,24 +8,7 @@
 set -uo pipefail
 pcgc=${1:?usage: test_models.sh PCGC SOURCE_DIR}
 src=${2:?usage: test_models.sh PCGC SOURCE_DIR}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fails=0 passes=0
-
-ok() { passes=$((passes + 1)); }
-bad() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
-
-# expect CODE CMD...: runs CMD, stdout to $tmp/out, stderr to $tmp/err
-expect() {
-  local want=$1; shift
-  "$@" >"$tmp/out" 2>"$tmp/err"
-  local got=$?
-  if [ "$got" -eq "$want" ]; then ok; else
-    bad "'$*' exited $got, expected $want"; sed 's/^/  | /' "$tmp/err" >&2; fi
-}
-has() { # has FILE TEXT
-  if grep -qF -- "$2" "$1"; then ok; else bad "$(basename "$1") lacks '$2'"; sed 's/^/  | /' "$1" | head -20 >&2; fi
-}
+source "$src/tests/common/cli.sh"
 # params: the parameter count of the last `check` output, digits only
 params() { sed -n 's/^  parameters *\([0-9,]*\).*/\1/p' "$tmp/out" | tr -d ,; }
 # params_are NAME WANT: the last check printed exactly WANT parameters
@@ -116,5 +99,4 @@ trains "$src/models/unity-mlp.pcg" --set W=64 --set IN=32 --set B=4 --steps 2
 trains "$src/models/gpt-3b.pcg" --set B=2 --set S=8 --set CTX=8 --set D=32 --set HEADS=4 \
   --set LAYERS=2 --set VOCAB=50 --steps 2 --optimizer adam
 
-echo "test_models: $passes passed, $fails failed"
-[ "$fails" -eq 0 ]
+finish test_models

@@ -20,23 +20,8 @@ if ! "$python" -c "import torch, torchvision, onnx" 2>/dev/null; then
   exit 77
 fi
 
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fails=0 passes=0
-ok() { passes=$((passes + 1)); }
-bad() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
+source "$src/tests/common/cli.sh"
 
-# expect CODE CMD...: runs CMD, stdout to $tmp/out, stderr to $tmp/err
-expect() {
-  local want=$1; shift
-  "$@" >"$tmp/out" 2>"$tmp/err"
-  local got=$?
-  if [ "$got" -eq "$want" ]; then ok; else
-    bad "'$*' exited $got, expected $want"; sed 's/^/  | /' "$tmp/err" >&2; fi
-}
-has() { # has FILE TEXT
-  if grep -qF -- "$2" "$1"; then ok; else bad "$(basename "$1") lacks '$2'"; sed 's/^/  | /' "$1" | head -30 >&2; fi
-}
 # documented OUTFILE COMMAND: the output lines docs/onnx.md shows after
 # "$ COMMAND" in a code block, each of which must be a line of OUTFILE.
 documented() {
@@ -98,5 +83,4 @@ has "$tmp/out" "digraph"
 expect 1 "$pcgc" train model.onnx --steps 1
 has "$tmp/err" "loss"
 
-echo "test_onnx_doc: $passes checks passed, $fails failed"
-[ "$fails" -eq 0 ]
+finish test_onnx_doc

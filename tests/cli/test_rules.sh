@@ -7,22 +7,7 @@
 set -uo pipefail
 pcgc=${1:?usage: test_rules.sh PCGC SOURCE_DIR}
 src=${2:?usage: test_rules.sh PCGC SOURCE_DIR}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fails=0 passes=0
-
-ok() { passes=$((passes + 1)); }
-bad() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
-expect() {
-  local want=$1; shift
-  "$@" >"$tmp/out" 2>"$tmp/err"
-  local got=$?
-  if [ "$got" -eq "$want" ]; then ok; else
-    bad "'$*' exited $got, expected $want"; sed 's/^/  | /' "$tmp/err" "$tmp/out" | head -30 >&2; fi
-}
-has() { # has FILE TEXT
-  if grep -qF -- "$2" "$1"; then ok; else bad "$(basename "$1") lacks '$2'"; sed 's/^/  | /' "$1" | head -20 >&2; fi
-}
+source "$src/tests/common/cli.sh"
 
 expect 0 "$pcgc" rules --help;        has "$tmp/out" "usage: pcgc rules check"
 expect 0 "$pcgc" help rules;          has "$tmp/out" "usage: pcgc rules check"
@@ -72,5 +57,4 @@ expect 3 "$pcgc" rules list --machine dgx-h101
 
 # (the shipped library's soundness is its own ctest: rules_check_library)
 
-echo "test_rules: $passes passed, $fails failed"
-[ "$fails" -eq 0 ]
+finish test_rules

@@ -1,0 +1,280 @@
+/*
+ * compile.c — `pcgc compile MODEL --machine M [-o STRATEGY]`: searches the
+ * expert strategy space (data × tensor × pipeline parallelism, search.h's
+ * pcgc_compile), prints the chosen strategy operator by operator and its
+ * predicted iteration time against the baselines, and writes the strategy
+ * file (docs/strategy-format.md) that `pcgc simulate STRATEGY.json` reads.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "search.h"
+
+void pcgc_cli_compile_help(FILE *f) {
+  fprintf(f,
+          "usage: pcgc compile MODEL --machine M [-o STRATEGY] [--batch B] [--set NAME=VALUE]...\n"
+          "                    [--time-limit S] [--optimizer O] [--verbose]\n"
+          "\n"
+          "Searches parallel strategies for training MODEL on machine M (a preset name or a .machine\n"
+          "file): data parallelism b x tensor (Megatron) parallelism t x pipeline parallelism s with\n"
+          "m micro-batches, over the divisors of the device count. Every candidate is simulated\n"
+          "(as `pcgc simulate` does) and the fastest whose memory fits every device is chosen; data\n"
+          "parallelism on all devices is always a candidate, so the result is never slower.\n"
+          "Prints the strategy per operator (output type with its shard degrees, partial sums,\n"
+          "replicas and micro-batches; the devices it runs on), the predicted iteration time against\n"
+          "data parallel and the best pure tensor-parallel and pure pipeline candidates, the largest\n"
+          "memory of a device, and how many candidates were tried in how long.\n"
+          "\n"
+          "options:\n"
+          "  --machine M        machine preset (machines/) or file; required\n"
+          "  -o, --output FILE  write the strategy (JSON, docs/strategy-format.md) atomically;\n"
+          "                     `pcgc simulate FILE --machine M` replays it\n"
+          "  --batch B          batch size (`const B`, or an ONNX model's symbolic batch dim)\n"
+          "  --set NAME=VALUE   override a `const` of the model; repeatable\n"
+          "  --time-limit S     stop trying candidates after S seconds (default 60; 0: no limit);\n"
+          "                     the search is deterministic unless the limit cuts it short\n"
+          "  --optimizer O      sgd | momentum | adam (default adam): memory and update cost\n"
+          "  --verbose          one line per candidate (on standard error)\n"
+          "  --rules DIR        reserved for the rule-driven joint search (accepted, ignored)\n"
+          "  --budget N         reserved for the rule-driven joint search (accepted, ignored)\n"
+          "  --alpha A          reserved for the rule-driven joint search (accepted, ignored)\n"
+          "  -h, --help         show this help\n"
+          "\n"
+          "exit codes: 0 ok, 1 invalid model or no strategy fits, 2 usage, 3 I/O\n");
+}
+
+/* "12.3 ms" with four significant digits. */
+static const char *fmt_time(char *b, size_t n, double s) {
+  const char *u[] = {"s", "ms", "us", "ns"};
+  int i = 0;
+  while (i < 3 && s != 0 && s < 1) {
+    s *= 1000;
+    i++;
+  }
+  snprintf(b, n, "%.4g %s", s, u[i]);
+  return b;
+}
+
+static const char *fmt_bytes(char *b, size_t n, double x) {
+  const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int i = 0;
+  while (i < 4 && x >= 1024) {
+    x /= 1024;
+    i++;
+  }
+  snprintf(b, n, "%.3g %s", x, u[i]);
+  return b;
+}
+
+static void fmt_choice(char *b, size_t n, pcgc_expert_choice c) {
+  snprintf(b, n, "dp %d x tp %d x pp %d, %d micro-batch%s", c.dp, c.tp, c.pp, c.micro, c.micro == 1 ? "" : "es");
+}
+
+/* The devices of a node's pieces: "3", "0..7", "0..6 step 2". */
+static void fmt_devices(char *b, size_t n, pcgc_view v, int64_t pieces, int D) {
+  if (pieces <= 1 || v.stride == 0) {
+    snprintf(b, n, "%d", v.start);
+    return;
+  }
+  int64_t last = (v.start + (pieces - 1) * (int64_t)v.stride) % D;
+  if (v.start + (pieces - 1) * (int64_t)v.stride >= D) snprintf(b, n, "%d+%d*p mod %d", v.start, v.stride, D);
+  else if (v.stride == 1) snprintf(b, n, "%d..%lld", v.start, (long long)last);
+  else snprintf(b, n, "%d..%lld step %d", v.start, (long long)last, v.stride);
+}
+
+/* On a terminal: "candidate 12/33: dp 4 x tp 2 x pp 1 ..." rewritten in place. */
+static void progress(void *ctx, int index, int total, pcgc_expert_choice c) {
+  FILE *f = ctx;
+  fprintf(f, "\r\033[Kcandidate %d/%d: dp %d x tp %d x pp %d, %d micro-batches", index + 1, total, c.dp, c.tp, c.pp,
+          c.micro);
+  fflush(f);
+}
+
+static void print_table(const pcgc_compile_result *r, const pcgc_machine *m) {
+  const pcgc_graph *g = r->graph;
+  int D = pcgc_machine_num_devices(m), hidden = 0;
+  bool *res = calloc((size_t)(g->n_nodes ? g->n_nodes : 1), sizeof *res);
+  if (!res) return;
+  size_t w = 8, wk = 4, wt = 6;
+  for (int i = 0; i < g->n_nodes; i++) { /* node ids are topological in a canonical graph */
+    const pcgc_node *n = &g->nodes[i];
+    pcgc_op_class c = pcgc_op_class_of(n->kind);
+    res[i] = c == PCGC_CLASS_SOURCE || (c == PCGC_CLASS_PARALLEL && res[n->in[0].node]);
+    if (res[i]) continue;
+    char ty[160];
+    size_t lt = (size_t)pcgc_ptensor_format(ty, sizeof ty, &n->out[0]);
+    if (strlen(n->name) > w) w = strlen(n->name);
+    if (strlen(pcgc_op_name(n->kind)) > wk) wk = strlen(pcgc_op_name(n->kind));
+    if (lt > wt) wt = lt;
+  }
+  if (w > 40) w = 40;
+  if (wt > 60) wt = 60;
+  printf("\n  %-*s  %-*s  %-*s  %s\n", (int)w, "operator", (int)wk, "kind", (int)wt, "output", "devices");
+  for (int i = 0; i < g->n_nodes; i++) {
+    const pcgc_node *n = &g->nodes[i];
+    if (res[i]) {
+      hidden += pcgc_op_class_of(n->kind) == PCGC_CLASS_PARALLEL;
+      continue;
+    }
+    char ty[160], dv[64];
+    pcgc_ptensor_format(ty, sizeof ty, &n->out[0]);
+    fmt_devices(dv, sizeof dv, r->mapping.view[i], pcgc_ptensor_pieces(&n->out[0]), D);
+    printf("  %-*s  %-*s  %-*s  %s\n", (int)w, n->name, (int)wk, pcgc_op_name(n->kind), (int)wt, ty, dv);
+  }
+  printf("  (output: dtype[dim/shards, ...]{sum=partial sums, rep=replicas, micro=micro-batches@dim};\n"
+         "   devices: of piece 0..last, from the node's view {start, stride}");
+  if (hidden)
+    printf(";\n   %d partition/replicate/pipeline nodes that distribute inputs and weights are not shown:\n"
+           "   their pieces live on the devices that read them",
+           hidden);
+  printf(")\n");
+  free(res);
+}
+
+static void print_ref(const char *label, const pcgc_compile_ref *f, double best) {
+  char a[32], c[96];
+  if (!f->tried) {
+    printf("  %-26s %s\n", label, f->note[0] ? f->note : "no candidate (no Megatron rule matches, or too few layers)");
+    return;
+  }
+  if (!f->feasible) {
+    printf("  %-26s infeasible: %s\n", label, f->note);
+    return;
+  }
+  fmt_choice(c, sizeof c, f->choice);
+  printf("  %-26s %-10s %6.2fx the chosen time  (%s)\n", label, fmt_time(a, sizeof a, f->time),
+         best > 0 ? f->time / best : 0, c);
+}
+
+int pcgc_cli_compile(int argc, char **argv) {
+  const char *model = NULL, *machine = NULL, *output = NULL;
+  pcgc_cli_sets sets = {0};
+  long long batch = 0;
+  pcgc_compile_options o;
+  pcgc_compile_options_default(&o);
+  o.time_limit = 60;
+  bool notes[3] = {false, false, false};
+  for (int i = 0; i < argc; i++) {
+    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    int k;
+    if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+      pcgc_cli_compile_help(stdout);
+      return EXIT_OK;
+    } else if (strcmp(a, "--verbose") == 0) {
+      o.log = stderr;
+    } else if (a[0] == '-' && a[1] && !v) {
+      return pcgc_cli_usage_error("compile", "%s needs a value", a);
+    } else if (strcmp(a, "--machine") == 0) {
+      machine = argv[++i];
+    } else if (strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0) {
+      output = argv[++i];
+    } else if (strcmp(a, "--batch") == 0) {
+      char *end;
+      long long x = strtoll(argv[++i], &end, 10);
+      if (!*argv[i] || *end || x < 1 || x > 1000000000LL)
+        return pcgc_cli_usage_error("compile", "--batch must be a positive integer, not '%s'", argv[i]);
+      batch = x;
+    } else if (strcmp(a, "--time-limit") == 0) {
+      char *end;
+      double x = strtod(argv[++i], &end);
+      if (!*argv[i] || *end || !(x >= 0) || x > 1e7)
+        return pcgc_cli_usage_error("compile", "--time-limit must be seconds >= 0, not '%s'", argv[i]);
+      o.time_limit = x;
+    } else if (strcmp(a, "--optimizer") == 0) {
+      if ((k = pcgc_optimizer_from_name(argv[++i])) < 0)
+        return pcgc_cli_usage_error("compile", "unknown optimizer '%s' (sgd, momentum, adam)", argv[i]);
+      o.sim.optimizer = (pcgc_optim_kind)k;
+    } else if (strcmp(a, "--set") == 0) {
+      int r = pcgc_cli_add_set("compile", argv[++i], &sets);
+      if (r >= 0) return r;
+    } else if (strcmp(a, "--rules") == 0 || strcmp(a, "--budget") == 0 || strcmp(a, "--alpha") == 0) {
+      notes[a[2] == 'r' ? 0 : a[2] == 'b' ? 1 : 2] = true;
+      i++;
+    } else if (a[0] == '-' && a[1]) {
+      return pcgc_cli_usage_error("compile", "unknown option '%s'", a);
+    } else if (!model) {
+      model = a;
+    } else {
+      return pcgc_cli_usage_error("compile", "unexpected argument '%s' (one MODEL only)", a);
+    }
+  }
+  if (!model) return pcgc_cli_usage_error("compile", "missing MODEL%s", "");
+  if (!machine)
+    return pcgc_cli_usage_error("compile", "missing --machine M (a preset such as dgx-h100, or a file)%s", "");
+  static const char *const reserved[] = {"--rules", "--budget", "--alpha"};
+  for (int k = 0; k < 3; k++)
+    if (notes[k])
+      fprintf(stderr, "pcgc compile: note: %s is reserved for the rule-driven joint search; this version "
+                      "searches expert strategies and ignores it\n", reserved[k]);
+  int code = EXIT_OK;
+  pcgc_graph *g = pcgc_cli_load(model, sets.n, sets.names, sets.values, batch, &code);
+  if (!g) return code;
+  pcgc_error err;
+  pcgc_error_clear(&err);
+  pcgc_machine m;
+  pcgc_compile_result r;
+  memset(&r, 0, sizeof r);
+  pcgc_status st = pcgc_machine_load(machine, &m, &err);
+  if (st != PCGC_OK) {
+    pcgc_error_print(stderr, &err);
+    pcgc_graph_free(g);
+    return pcgc_cli_exit_code(st);
+  }
+  int D = pcgc_machine_num_devices(&m);
+  bool tty = !o.log && isatty(fileno(stderr));
+  if (tty) {
+    o.progress = progress;
+    o.progress_ctx = stderr;
+  }
+  st = pcgc_compile(g, &m, &o, &r, &err);
+  if (tty) fprintf(stderr, "\r\033[K");
+  if (st != PCGC_OK) {
+    fprintf(stderr, "pcgc compile: ");
+    pcgc_error_print(stderr, &err);
+    pcgc_compile_result_destroy(&r);
+    pcgc_graph_free(g);
+    return pcgc_cli_exit_code(st);
+  }
+  char a[64], b[64], c[128];
+  const char *name = g->name ? g->name : model;
+  fmt_choice(c, sizeof c, r.choice);
+  printf("pcgc compile: %s on %s (%d device%s)\n", name, m.name, D, D == 1 ? "" : "s");
+  printf("strategy: %s on %d of %d devices\n", c, r.choice.dp * r.choice.tp * r.choice.pp, D);
+  print_table(&r, &m);
+  double best = r.sim.iteration_time, mem = 0;
+  for (int d = 0; d < r.sim.n_devices; d++)
+    if (r.sim.device[d].memory.total > mem) mem = r.sim.device[d].memory.total;
+  printf("\n%-28s %s\n", "predicted iteration time", fmt_time(a, sizeof a, best));
+  print_ref("data parallel", &r.data_parallel, best);
+  print_ref("best pure Megatron", &r.megatron, best);
+  print_ref("best pure pipeline", &r.pipeline, best);
+  printf("%-28s %s of %s usable\n", "memory per device (max)", fmt_bytes(a, sizeof a, mem),
+         fmt_bytes(b, sizeof b, r.sim.capacity));
+  printf("%-28s %d simulated, %d fit in memory, %.2f s", "candidates", r.tried, r.feasible, r.seconds);
+  if (r.skipped) printf(" (time limit: %d not tried)", r.skipped);
+  printf("\n");
+  if (output) {
+    pcgc_strategy_info info;
+    memset(&info, 0, sizeof info);
+    snprintf(info.machine, sizeof info.machine, "%s", m.name);
+    info.has_predicted = true;
+    info.iteration_s = best;
+    info.data_parallel_s = r.data_parallel.feasible ? r.data_parallel.time : -1;
+    info.has_choice = true;
+    info.choice = r.choice;
+    st = pcgc_strategy_file_write(output, r.graph, &r.mapping, &info, &err);
+    if (st != PCGC_OK) {
+      fprintf(stderr, "pcgc compile: ");
+      pcgc_error_print(stderr, &err);
+    } else {
+      printf("wrote %s\n", output);
+    }
+  }
+  pcgc_compile_result_destroy(&r);
+  pcgc_graph_free(g);
+  return pcgc_cli_exit_code(st);
+}

@@ -1,0 +1,907 @@
+/*
+ * expert.c — expert strategies and `pcgc compile` v1 (search.h, "Expert
+ * strategies and compile"): data × tensor (Megatron) × pipeline parallelism
+ * built from a sequential graph by fixed recipes, each costed by the
+ * simulator, the fastest that fits in memory kept.
+ *
+ * Building strategy (dp b, tp t, pp s, micro m):
+ *  1. Tensor parallelism, on the sequential graph: the Megatron rules of the
+ *     library (block_rules below) with degree t, applied greedily, each time
+ *     to the match of any of them whose anchor (first pattern node) comes
+ *     first in topological order and is still sequential, until none is
+ *     left (a match that fails to apply is skipped); then the single-
+ *     operator splits (single_rules) likewise. Sequential anchors keep a rule
+ *     from matching its own rewrite again (megatron_mlp's two linears match
+ *     megatron_mlp). Both orders type-check (rules on the data-parallel
+ *     graph too: infer.c lines weight replicas up with batch shards, and
+ *     either way partition(w) stacks on replicate(w) and replicate(x) on
+ *     partition(x), the same graph); rules first is the order used, since
+ *     the rewrite is then computed once per degree and reused for every dp
+ *     and pp, and the sequential-anchor test stays simple.
+ *  2. Distribution: after every data input a partition(dim=0, degree=b) and a
+ *     pipeline(dim=0, degree=m), after every weight a replicate(degree=b);
+ *     the graph is re-inferred.
+ *  3. Stages: the sequential graph's nodes, in order, are cut into s ranges
+ *     of equal forward FLOPs (a node goes where its FLOP midpoint falls); a
+ *     node of the parallel graph takes the stage of the sequential node of
+ *     its name, or of its name's first '/'-part (rewrite nodes are named
+ *     "<anchor>/<tensor>"), and never less than its producers'. Stage k runs
+ *     on the device block [k·b·t, (k+1)·b·t).
+ *  4. Views, greedily in topological order (the rule): a node whose pieces
+ *     are computed (sources and the parallel operators that only distribute
+ *     them are placed by their readers) takes, among
+ *        its pieces spread evenly over the block {base, B/P} (or {base, 1}),
+ *        its main producer's view (the producer it reads most bytes from),
+ *        consecutive devices {base, 1}, every t-th device {base, t},
+ *     restricted to views that keep its pieces on distinct devices of its
+ *     block, the one under which the fewest bytes of its producers' pieces
+ *     sit on other devices than the pieces that read them (ties: the first).
+ *     B/P puts the b batch shards after a reduce on the first device of
+ *     each tensor-parallel group, where one of their partial sums already is.
+ *
+ * The search (pcgc_compile) enumerates the combinations, builds and
+ * simulates each, and keeps the fastest feasible one; data parallel on
+ * every device is tried first, so nothing slower is ever chosen.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "search.h"
+#include "sim_internal.h"
+#include "substitutions.h"
+
+/* ------------------------------------------------------------- rules */
+
+/* Megatron blocks, in the order they are tried: self-attention before the
+ * general attention (one replicate of x, not three), MLPs by pattern. Any
+ * other library rule named megatron_* or *_heads follows, in library order. */
+static const char *const block_rules[] = {
+    "megatron_self_attention_bias", "partition_self_attention_heads", "partition_attention_heads",
+    "megatron_mlp_bias_relu",       "megatron_mlp_bias",              "megatron_mlp_relu_op",
+    "megatron_mlp",
+};
+/* One operator split alone: applied only where the weight outweighs the
+ * activations the split moves (input and output), since otherwise the
+ * activations' all-gather costs more than the weight's all-reduce saves. */
+static const char *const single_rules[] = {
+    "partition_embedding_columns", "partition_embedding_rows", "partition_linear_bias_column",
+    "partition_linear_column",
+};
+
+#define MAX_TP_RULES 64
+#define MAX_TP_CACHE 32
+
+typedef struct tp_rule {
+  const pcgc_rule *rule;
+  bool single;
+} tp_rule;
+
+typedef struct tp_entry {
+  int t, applied;
+  pcgc_graph *g;   /* NULL when applied == 0 */
+} tp_entry;
+
+struct pcgc_expert {
+  const pcgc_graph *seq;
+  pcgc_machine m;
+  pcgc_ruleset *rs;
+  tp_rule rules[MAX_TP_RULES];
+  int n_rules;
+  tp_entry tp[MAX_TP_CACHE];
+  int n_tp;
+  double *flops;   /* [seq nodes] forward FLOPs */
+  int *seq_order;  /* [seq nodes] topological order */
+  size_t n_seq;    /* seq nodes, at least 1 (array sizes) */
+  int64_t batch;
+  int layers;
+};
+
+static bool has_suffix(const char *s, const char *suf) {
+  size_t a = strlen(s), b = strlen(suf);
+  return a >= b && strcmp(s + a - b, suf) == 0;
+}
+
+static bool one_degree_param(const pcgc_rule *r) {
+  return pcgc_rule_num_params(r) == 1 && pcgc_rule_param_is_degree(r, 0);
+}
+
+static void add_rule(pcgc_expert *x, const pcgc_rule *r, bool single) {
+  if (!r || !one_degree_param(r) || x->n_rules >= MAX_TP_RULES) return;
+  for (int i = 0; i < x->n_rules; i++)
+    if (x->rules[i].rule == r) return;
+  x->rules[x->n_rules++] = (tp_rule){r, single};
+}
+
+static void pick_rules(pcgc_expert *x) {
+  for (size_t i = 0; i < sizeof block_rules / sizeof *block_rules; i++)
+    add_rule(x, pcgc_ruleset_find(x->rs, block_rules[i]), false);
+  for (int i = 0; i < pcgc_ruleset_size(x->rs); i++) {
+    const pcgc_rule *r = pcgc_ruleset_rule(x->rs, i);
+    const char *nm = pcgc_rule_name(r);
+    if (strncmp(nm, "megatron_", 9) == 0 || has_suffix(nm, "_heads")) add_rule(x, r, false);
+  }
+  for (size_t i = 0; i < sizeof single_rules / sizeof *single_rules; i++)
+    add_rule(x, pcgc_ruleset_find(x->rs, single_rules[i]), true);
+}
+
+/* ----------------------------------------------------------- the model */
+
+static bool is_data(const pcgc_node *n) { return n->kind == PCGC_OP_INPUT && n->out[0].rank > 0; }
+
+pcgc_status pcgc_expert_new(const pcgc_graph *seq, const pcgc_machine *m, const char *rules_dir, pcgc_expert **out,
+                            pcgc_error *err) {
+  if (out) *out = NULL;
+  if (!seq || !m || !out) return pcgc_error_set(err, PCGC_ERR_INVALID, "pcgc_expert_new: bad argument");
+  for (int i = 0; i < seq->n_nodes; i++) {
+    const pcgc_node *n = &seq->nodes[i];
+    if (!n->typed) {
+      pcgc_error_set(err, PCGC_ERR_TYPE, "%s '%s' has no type", pcgc_op_name(n->kind), n->name);
+      pcgc_error_hint(err, "infer the graph (pcgc_graph_infer) first");
+      return PCGC_ERR_TYPE;
+    }
+    if (pcgc_op_class_of(n->kind) == PCGC_CLASS_PARALLEL) {
+      pcgc_error_set(err, PCGC_ERR_INVALID, "expert strategies need a sequential model, but it has %s '%s'",
+                     pcgc_op_name(n->kind), n->name);
+      pcgc_error_hint(err, "compile the sequential model; simulate a parallel graph with its own views");
+      return PCGC_ERR_INVALID;
+    }
+  }
+  pcgc_expert *x = calloc(1, sizeof *x);
+  if (!x) return pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
+  x->seq = seq;
+  x->m = *m;
+  x->n_seq = seq->n_nodes > 0 ? (size_t)seq->n_nodes : 1;
+  x->flops = calloc(x->n_seq, sizeof *x->flops);
+  x->seq_order = calloc(x->n_seq, sizeof *x->seq_order);
+  x->rs = pcgc_ruleset_new();
+  if (!x->flops || !x->seq_order || !x->rs) {
+    pcgc_expert_free(x);
+    return pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
+  }
+  pcgc_status st = pcgc_graph_topo_order(seq, x->seq_order, err);
+  if (st == PCGC_OK) st = pcgc_ruleset_load_dir(x->rs, rules_dir ? rules_dir : pcgc_rules_default_dir(), err);
+  if (st != PCGC_OK) {
+    pcgc_expert_free(x);
+    return st;
+  }
+  pick_rules(x);
+  for (int i = 0; i < seq->n_nodes; i++) {
+    const pcgc_node *n = &seq->nodes[i];
+    if (is_data(n) && (x->batch == 0 || n->out[0].dims[0] < x->batch)) x->batch = n->out[0].dims[0];
+    if (pcgc_op_class_of(n->kind) == PCGC_CLASS_SOURCE || pcgc_op_class_of(n->kind) == PCGC_CLASS_PARALLEL) continue;
+    if (pcgc_cost_efficiency(n->kind)->matrix) x->layers++;
+    pcgc_ptensor in[PCGC_VARIADIC];
+    for (int k = 0; k < n->n_in; k++) in[k] = *pcgc_graph_ref_type(seq, n->in[k]);
+    pcgc_op_cost c;
+    pcgc_op_cost_of(n->kind, &n->attrs, n->n_in, in, n->n_out, n->out, &c);
+    x->flops[i] = c.fwd_flops > 0 ? c.fwd_flops : 0;
+  }
+  *out = x;
+  return PCGC_OK;
+}
+
+void pcgc_expert_free(pcgc_expert *x) {
+  if (!x) return;
+  for (int i = 0; i < x->n_tp; i++) pcgc_graph_free(x->tp[i].g);
+  pcgc_ruleset_free(x->rs);
+  free(x->flops);
+  free(x->seq_order);
+  free(x);
+}
+
+int64_t pcgc_expert_batch(const pcgc_expert *x) { return x ? x->batch : 0; }
+int pcgc_expert_layers(const pcgc_expert *x) { return x ? x->layers : 0; }
+
+/* ------------------------------------------------- tensor parallelism */
+
+static bool all_sequential(const pcgc_graph *g, const pcgc_node *n) {
+  for (int k = 0; k < n->n_out; k++)
+    if (!pcgc_ptensor_is_sequential(&n->out[k])) return false;
+  for (int k = 0; k < n->n_in; k++)
+    if (!pcgc_ptensor_is_sequential(pcgc_graph_ref_type(g, n->in[k]))) return false;
+  return true;
+}
+
+/* For single-operator rules: the weight (input 1) has more elements than
+ * the activations (input 0 and the output). */
+static bool weight_heavy(const pcgc_graph *g, const pcgc_node *n) {
+  if (n->n_in < 2) return false;
+  double w = (double)pcgc_ptensor_numel(pcgc_graph_ref_type(g, n->in[1]));
+  double a = (double)pcgc_ptensor_numel(pcgc_graph_ref_type(g, n->in[0])) + (double)pcgc_ptensor_numel(&n->out[0]);
+  return w > a;
+}
+
+/* A match already found not to apply: its rule and anchor node's name. */
+typedef struct tp_skip {
+  const pcgc_rule *rule;
+  char *anchor;
+} tp_skip;
+
+/* Looking for the match, over the rules of one phase, whose anchor comes
+ * first in topological order (pos[]), so that Megatron pairs form from the
+ * input side: linears 1-2 and 3-4 of a chain of four, not 2-3. */
+typedef struct tp_find {
+  const pcgc_graph *g;
+  const int *pos;
+  const pcgc_rule *rule;
+  bool single;
+  const tp_skip *skip;
+  int n_skip;
+  pcgc_match m;     /* the best so far; m.inst points at `inst` */
+  pcgc_rule_inst inst;
+  int best;         /* its anchor's position, -1: none */
+} tp_find;
+
+static bool tp_on_match(const pcgc_match *m, void *ctx) {
+  tp_find *f = ctx;
+  const pcgc_node *n = &f->g->nodes[m->nodes[0]];
+  if (f->best >= 0 && f->pos[n->id] >= f->best) return false;
+  if (!all_sequential(f->g, n) || (f->single && !weight_heavy(f->g, n))) return false;
+  for (int i = 0; i < f->n_skip; i++)
+    if (f->skip[i].rule == f->rule && strcmp(f->skip[i].anchor, n->name) == 0) return false;
+  f->m = *m;
+  f->inst = *m->inst;
+  f->m.inst = &f->inst;
+  f->best = f->pos[n->id];
+  return false;
+}
+
+/* The rules of one phase (block or single-operator rules), applied with
+ * degree t to the earliest match until none is left. */
+static pcgc_status tp_phase(const pcgc_expert *x, int t, bool single, pcgc_graph **gp, int *applied, tp_skip **skip,
+                            int *n_skip, pcgc_error *err) {
+  pcgc_status st = PCGC_OK;
+  int *order = NULL, *pos = NULL;
+  for (;;) {
+    pcgc_graph *g = *gp;
+    free(order);
+    free(pos);
+    order = malloc((size_t)g->n_nodes * sizeof *order);
+    pos = malloc((size_t)g->n_nodes * sizeof *pos);
+    if (!order || !pos) {
+      st = pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
+      break;
+    }
+    if ((st = pcgc_graph_topo_order(g, order, err)) != PCGC_OK) break;
+    for (int k = 0; k < g->n_nodes; k++) pos[order[k]] = k;
+    pcgc_graph_index *ix = pcgc_graph_index_new(g, err);
+    if (!ix) {
+      st = err ? err->status : PCGC_ERR_NOMEM;
+      break;
+    }
+    tp_find f = {.g = g, .pos = pos, .skip = *skip, .n_skip = *n_skip, .best = -1};
+    for (int r = 0; r < x->n_rules && st == PCGC_OK; r++) {
+      if (x->rules[r].single != single) continue;
+      pcgc_rule_inst ri = {x->rules[r].rule, {t}};
+      f.rule = ri.rule;
+      f.single = single;
+      st = pcgc_rule_find_matches(&ri, g, ix, tp_on_match, &f, err);
+    }
+    pcgc_graph_index_free(ix);
+    if (st != PCGC_OK || f.best < 0) break;
+    pcgc_graph *g2 = NULL;
+    pcgc_error e2;
+    pcgc_status s2 = pcgc_rule_apply(g, &f.m, &g2, &e2);
+    if (s2 == PCGC_ERR_NOMEM) {
+      st = pcgc_error_set(err, s2, "out of memory applying rule '%s'", pcgc_rule_name(f.inst.rule));
+      break;
+    }
+    if (s2 == PCGC_OK) {
+      pcgc_graph_free(g);
+      *gp = g2;
+      (*applied)++;
+      continue;
+    }
+    /* does not type-check here: leave this occurrence alone */
+    const char *nm = g->nodes[f.m.nodes[0]].name;
+    tp_skip *sk = realloc(*skip, (size_t)(*n_skip + 1) * sizeof *sk);
+    char *cp = sk ? malloc(strlen(nm) + 1) : NULL;
+    if (sk) *skip = sk;
+    if (!cp) {
+      st = pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
+      break;
+    }
+    strcpy(cp, nm);
+    (*skip)[(*n_skip)++] = (tp_skip){f.inst.rule, cp};
+  }
+  free(order);
+  free(pos);
+  return st;
+}
+
+static pcgc_status apply_tp(const pcgc_expert *x, int t, pcgc_graph **out, int *applied, pcgc_error *err) {
+  *out = NULL;
+  *applied = 0;
+  pcgc_graph *g = pcgc_graph_clone(x->seq);
+  if (!g) return pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
+  tp_skip *skip = NULL;
+  int n_skip = 0;
+  pcgc_status st = tp_phase(x, t, false, &g, applied, &skip, &n_skip, err);
+  if (st == PCGC_OK) st = tp_phase(x, t, true, &g, applied, &skip, &n_skip, err);
+  for (int i = 0; i < n_skip; i++) free(skip[i].anchor);
+  free(skip);
+  if (st != PCGC_OK || *applied == 0) {
+    pcgc_graph_free(g);
+    return st;
+  }
+  *out = g;
+  return PCGC_OK;
+}
+
+static tp_entry *tp_get(pcgc_expert *x, int t, pcgc_error *err) {
+  for (int i = 0; i < x->n_tp; i++)
+    if (x->tp[i].t == t) return &x->tp[i];
+  if (x->n_tp >= MAX_TP_CACHE) { /* evict the oldest */
+    pcgc_graph_free(x->tp[0].g);
+    memmove(x->tp, x->tp + 1, (size_t)(MAX_TP_CACHE - 1) * sizeof *x->tp);
+    x->n_tp--;
+  }
+  tp_entry e = {t, 0, NULL};
+  if (apply_tp(x, t, &e.g, &e.applied, err) != PCGC_OK) return NULL;
+  x->tp[x->n_tp] = e;
+  return &x->tp[x->n_tp++];
+}
+
+int pcgc_expert_tp_matches(pcgc_expert *x, int t, pcgc_error *err) {
+  if (!x || t < 2) return 0;
+  tp_entry *e = tp_get(x, t, err);
+  return e ? e->applied : 0;
+}
+
+/* -------------------------------------------------------- distribution */
+
+static int fresh_node(pcgc_graph *g, pcgc_op_kind k, const char *base, const char *suffix, const pcgc_attrs *a,
+                      int src) {
+  char name[320];
+  snprintf(name, sizeof name, "%.250s.%s", base, suffix);
+  for (int i = 2; pcgc_graph_find(g, name) >= 0; i++) snprintf(name, sizeof name, "%.250s.%s%d", base, suffix, i);
+  return pcgc_graph_add_node(g, k, name, a, 1, (pcgc_ref[]){{src, 0}});
+}
+
+/* partition(dim 0, b) and pipeline(dim 0, m) after data inputs, replicate(b)
+ * after weights and scalar inputs; consumers read the last one added. */
+static pcgc_status distribute(pcgc_graph *pg, int b, int m, pcgc_error *err) {
+  int n0 = pg->n_nodes;
+  int *last = malloc((size_t)(n0 ? n0 : 1) * sizeof *last);
+  if (!last) return pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
+  pcgc_status st = PCGC_OK;
+  for (int i = 0; i < n0 && st == PCGC_OK; i++) {
+    last[i] = -1;
+    if (pcgc_op_class_of(pg->nodes[i].kind) != PCGC_CLASS_SOURCE) continue;
+    bool data = is_data(&pg->nodes[i]);
+    int64_t n = data ? pg->nodes[i].out[0].dims[0] : 0;
+    char base[256];
+    snprintf(base, sizeof base, "%s", pg->nodes[i].name); /* nodes[] may move as nodes are added */
+    int cur = i;
+    pcgc_attrs a;
+    if (data && (n % b || (n / b) % m)) {
+      st = pcgc_error_set(err, PCGC_ERR_INVALID,
+                          "%d-way data parallelism with %d micro-batches needs dim 0 of input '%s' (%lld) to be "
+                          "divisible by %d",
+                          b, m, base, (long long)n, b * m);
+      pcgc_error_hint(err, "use a batch that is a multiple of %d (--batch or --set B=...)", b * m);
+      break;
+    }
+    if (b > 1) {
+      pcgc_attrs_init(&a, data ? PCGC_OP_PARTITION : PCGC_OP_REPLICATE);
+      if (data) pcgc_attrs_set_int(&a, "dim", 0);
+      pcgc_attrs_set_int(&a, "degree", b);
+      cur = fresh_node(pg, a.kind, base, "dp", &a, cur);
+    }
+    if (cur >= 0 && data && m > 1) {
+      pcgc_attrs_init(&a, PCGC_OP_PIPELINE);
+      pcgc_attrs_set_int(&a, "dim", 0);
+      pcgc_attrs_set_int(&a, "degree", m);
+      cur = fresh_node(pg, a.kind, base, "mb", &a, cur);
+    }
+    if (cur < 0) st = pcgc_error_set(err, (pcgc_status)cur, "cannot distribute '%s'", base);
+    else if (cur != i) last[i] = cur;
+  }
+  for (int j = 0; j < n0 && st == PCGC_OK; j++) {
+    pcgc_node *x = &pg->nodes[j];
+    for (int k = 0; k < x->n_in; k++)
+      if (x->in[k].node < n0 && last[x->in[k].node] >= 0) x->in[k].node = last[x->in[k].node];
+  }
+  free(last);
+  if (st == PCGC_OK && (st = pcgc_graph_infer(pg, err)) != PCGC_OK && err) {
+    char tmp[sizeof err->message];
+    snprintf(tmp, sizeof tmp, "dp %d, micro %d: %.900s", b, m, err->message);
+    memcpy(err->message, tmp, sizeof tmp);
+  }
+  return st;
+}
+
+/* -------------------------------------------------------------- stages */
+
+/* A source, or a parallel operator that only distributes one: placed by
+ * its readers (the simulator's "resident"). */
+static void find_resident(const pcgc_graph *g, const int *order, bool *res) {
+  for (int k = 0; k < g->n_nodes; k++) {
+    const pcgc_node *n = &g->nodes[order[k]];
+    pcgc_op_class c = pcgc_op_class_of(n->kind);
+    res[n->id] = c == PCGC_CLASS_SOURCE || (c == PCGC_CLASS_PARALLEL && res[n->in[0].node]);
+  }
+}
+
+static void assign_stages(const pcgc_expert *x, const pcgc_graph *pg, const int *order, const bool *res, int s,
+                          int *stage) {
+  const pcgc_graph *seq = x->seq;
+  double total = 0, cum = 0;
+  for (int i = 0; i < seq->n_nodes; i++) total += x->flops[i];
+  int *sst = malloc(x->n_seq * sizeof *sst);
+  for (size_t k = 0; sst && k < x->n_seq; k++) {
+    int i = x->seq_order[k];
+    double mid = cum + x->flops[i] / 2;
+    int st = total > 0 ? (int)(mid * s / total) : 0;
+    sst[i] = st < s ? st : s - 1;
+    cum += x->flops[i];
+  }
+  for (int k = 0; k < pg->n_nodes; k++) {
+    const pcgc_node *n = &pg->nodes[order[k]];
+    int st = 0;
+    if (sst) {
+      int id = pcgc_graph_find(seq, n->name);
+      const char *slash = strchr(n->name, '/');
+      if (id < 0 && slash && slash - n->name < 256) {
+        char base[256];
+        memcpy(base, n->name, (size_t)(slash - n->name));
+        base[slash - n->name] = '\0';
+        id = pcgc_graph_find(seq, base);
+      }
+      if (id >= 0) st = sst[id];
+    }
+    for (int i = 0; i < n->n_in; i++)
+      if (!res[n->in[i].node] && stage[n->in[i].node] > st) st = stage[n->in[i].node];
+    stage[n->id] = res[n->id] ? 0 : st;
+  }
+  free(sst);
+}
+
+/* --------------------------------------------------------------- views */
+
+/* One piece of a producer read by piece p of the node being placed. */
+typedef struct vread {
+  int64_t p;
+  int src;
+  int64_t q;
+  double bytes;
+} vread;
+
+typedef struct vctx {
+  const pcgc_graph *g;
+  const bool *res;
+  pcgc_view *view;
+  int D;
+  vread *r;
+  int64_t n, cap;
+  pcgc__piece_map pm;
+} vctx;
+
+static int home(const pcgc_view *v, int64_t p, int D) {
+  return (int)(((p % D) * (v->stride % D) + v->start) % D);
+}
+
+static bool vpush(vctx *V, int64_t p, int src, int64_t q, double bytes) {
+  if (V->res[src]) return true;
+  if (V->n == V->cap) {
+    int64_t cap = V->cap ? 2 * V->cap : 256;
+    vread *r = realloc(V->r, (size_t)cap * sizeof *r);
+    if (!r) return false;
+    V->r = r;
+    V->cap = cap;
+  }
+  V->r[V->n++] = (vread){p, src, q, bytes};
+  return true;
+}
+
+/* Every (piece, producer piece) pair node n reads, into V->r. */
+static pcgc_status collect_reads(vctx *V, const pcgc_node *n, pcgc_error *err) {
+  const pcgc_graph *g = V->g;
+  const pcgc_ptensor *to = &n->out[0];
+  int64_t P = pcgc_ptensor_pieces(to);
+  V->n = 0;
+  if (pcgc_op_class_of(n->kind) != PCGC_CLASS_PARALLEL) {
+    pcgc_ptensor tin[PCGC_VARIADIC];
+    double bytes[PCGC_VARIADIC];
+    for (int i = 0; i < n->n_in; i++) {
+      tin[i] = *pcgc_graph_ref_type(g, n->in[i]);
+      bytes[i] = pcgc_cost_piece_bytes(&tin[i]);
+    }
+    bool closed = pcgc__piece_map_build(&V->pm, n, tin, true);
+    int64_t q[PCGC_VARIADIC];
+    for (int64_t p = 0; p < P; p++) {
+      if (closed) {
+        pcgc__piece_map_apply(&V->pm, n, p, q);
+      } else {
+        pcgc_status st = pcgc_op_piece_inputs(n->kind, &n->attrs, n->n_in, tin, to, p, q, err);
+        if (st != PCGC_OK) return st;
+      }
+      for (int i = 0; i < n->n_in; i++)
+        if (!vpush(V, p, n->in[i].node, q[i], bytes[i])) return pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
+    }
+    return PCGC_OK;
+  }
+  const pcgc_ptensor *ti = pcgc_graph_ref_type(g, n->in[0]);
+  int src = n->in[0].node;
+  int64_t d = n->kind == PCGC_OP_PIPELINE || n->kind == PCGC_OP_UNPIPELINE ? 1 : pcgc_attrs_int(&n->attrs, "degree");
+  int dim = n->kind == PCGC_OP_REPLICATE || n->kind == PCGC_OP_REDUCE ? -1 : (int)pcgc_attrs_int(&n->attrs, "dim");
+  double ob = pcgc_cost_piece_bytes(to), ib = pcgc_cost_piece_bytes(ti);
+  for (int64_t p = 0; p < P; p++) {
+    int64_t c[PCGC_MAX_RANK], s, r;
+    pcgc_piece_coords(to, p, c, &s, &r);
+    bool ok = true;
+    switch (n->kind) {
+    case PCGC_OP_PARTITION:
+      c[dim] /= d;
+      ok = vpush(V, p, src, pcgc_piece_index(ti, c, s, r), ob);
+      break;
+    case PCGC_OP_COMBINE: {
+      int64_t c0 = c[dim];
+      for (int64_t j = 0; j < d && ok; j++) {
+        c[dim] = c0 * d + j;
+        ok = vpush(V, p, src, pcgc_piece_index(ti, c, s, r), ib);
+      }
+      break;
+    }
+    case PCGC_OP_REPLICATE: ok = vpush(V, p, src, pcgc_piece_index(ti, c, s, r / d), ib); break;
+    case PCGC_OP_REDUCE:
+      for (int64_t j = 0; j < d && ok; j++) ok = vpush(V, p, src, pcgc_piece_index(ti, c, s * d + j, r), ob);
+      break;
+    default: ok = vpush(V, p, src, pcgc_piece_index(ti, c, s, r), ob); break;
+    }
+    if (!ok) return pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
+  }
+  return PCGC_OK;
+}
+
+static double view_cost(const vctx *V, pcgc_view v) {
+  double moved = 0;
+  for (int64_t i = 0; i < V->n; i++) {
+    const vread *r = &V->r[i];
+    if (home(&v, r->p, V->D) != home(&V->view[r->src], r->q, V->D)) moved += r->bytes;
+  }
+  return moved;
+}
+
+/* Does v keep P pieces on distinct devices of [base, base + B)? */
+static bool view_fits(pcgc_view v, int64_t P, int base, int B) {
+  if (v.start < base || v.start >= base + B) return false;
+  if (P <= 1) return true;
+  return v.stride >= 1 && v.start + (P - 1) * (int64_t)v.stride < base + B;
+}
+
+static pcgc_status place_views(const pcgc_graph *pg, const int *order, const bool *res, const int *stage, int B,
+                               int t, int D, pcgc_view *view, pcgc_error *err) {
+  vctx V = {.g = pg, .res = res, .view = view, .D = D};
+  pcgc_status st = PCGC_OK;
+  for (int k = 0; k < pg->n_nodes && st == PCGC_OK; k++) {
+    const pcgc_node *n = &pg->nodes[order[k]];
+    int base = stage[n->id] * B;
+    view[n->id] = (pcgc_view){base, 1};
+    if (res[n->id]) continue;
+    int64_t P = pcgc_ptensor_pieces(&n->out[0]);
+    pcgc_view cand[4];
+    int nc = 0;
+    cand[nc++] = P <= B && B % P == 0 ? (pcgc_view){base, (int)(B / P)} : (pcgc_view){base, 1};
+    if ((st = collect_reads(&V, n, err)) != PCGC_OK) break;
+    double best_b = -1;
+    int main_src = -1;
+    for (int i = 0; i < n->n_in; i++) { /* the producer read most */
+      int src = n->in[i].node;
+      if (res[src]) continue;
+      double b = 0;
+      for (int64_t j = 0; j < V.n; j++)
+        if (V.r[j].src == src) b += V.r[j].bytes;
+      if (b > best_b) {
+        best_b = b;
+        main_src = src;
+      }
+    }
+    if (main_src >= 0) cand[nc++] = view[main_src];
+    cand[nc++] = (pcgc_view){base, 1};
+    if (t > 1) cand[nc++] = (pcgc_view){base, t};
+    int best = 0;
+    double best_cost = INFINITY;
+    for (int c = 0; c < nc; c++) {
+      if (c > 0 && !view_fits(cand[c], P, base, B)) continue;
+      bool dup = false;
+      for (int e = 0; e < c; e++) dup |= cand[e].start == cand[c].start && cand[e].stride == cand[c].stride;
+      if (dup) continue;
+      double cost = view_cost(&V, cand[c]);
+      if (cost < best_cost) {
+        best_cost = cost;
+        best = c;
+      }
+    }
+    view[n->id] = cand[best];
+  }
+  free(V.r);
+  free(V.pm.g);
+  return st;
+}
+
+/* -------------------------------------------------------------- build */
+
+static pcgc_status check_choice(const pcgc_expert *x, pcgc_expert_choice c, pcgc_error *err) {
+  int D = pcgc_machine_num_devices(&x->m);
+  if (c.dp < 1 || c.tp < 1 || c.pp < 1 || c.micro < 1)
+    return pcgc_error_set(err, PCGC_ERR_INVALID, "dp %d, tp %d, pp %d, micro %d: every degree must be at least 1",
+                          c.dp, c.tp, c.pp, c.micro);
+  if ((int64_t)c.dp * c.tp * c.pp > D) {
+    pcgc_error_set(err, PCGC_ERR_INVALID, "dp %d x tp %d x pp %d needs %lld devices, but machine '%s' has %d", c.dp,
+                   c.tp, c.pp, (long long)c.dp * c.tp * c.pp, x->m.name, D);
+    pcgc_error_hint(err, "choose degrees whose product is at most %d", D);
+    return PCGC_ERR_INVALID;
+  }
+  return PCGC_OK;
+}
+
+pcgc_status pcgc_expert_build(pcgc_expert *x, pcgc_expert_choice c, pcgc_graph **out, pcgc_mapping *mp,
+                              pcgc_error *err) {
+  if (out) *out = NULL;
+  if (mp) memset(mp, 0, sizeof *mp);
+  if (!x || !out || !mp) return pcgc_error_set(err, PCGC_ERR_INVALID, "pcgc_expert_build: bad argument");
+  pcgc_status st = check_choice(x, c, err);
+  if (st != PCGC_OK) return st;
+  if (c.tp == 1 && c.pp == 1 && c.micro == 1)
+    return pcgc_strategy_build(PCGC_STRATEGY_DATA_PARALLEL, x->seq, &x->m, c.dp, out, mp, err);
+  const pcgc_graph *base = x->seq;
+  if (c.tp > 1) {
+    tp_entry *e = tp_get(x, c.tp, err);
+    if (!e) return err ? err->status : PCGC_ERR_NOMEM;
+    if (!e->applied) {
+      pcgc_error_set(err, PCGC_ERR_INVALID, "no Megatron rule matches model '%s' with degree %d",
+                     x->seq->name ? x->seq->name : "model", c.tp);
+      pcgc_error_hint(err, "tensor parallelism needs attention heads, MLP widths or weight dims divisible by %d",
+                      c.tp);
+      return PCGC_ERR_INVALID;
+    }
+    base = e->g;
+  }
+  pcgc_graph *pg = pcgc_graph_clone(base);
+  if (!pg) return pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
+  int n = 0, *order = NULL, *stage = NULL;
+  bool *res = NULL;
+  if ((st = distribute(pg, c.dp, c.micro, err)) != PCGC_OK) goto fail;
+  n = pg->n_nodes;
+  order = malloc((size_t)n * sizeof *order);
+  stage = calloc((size_t)n, sizeof *stage);
+  res = calloc((size_t)n, sizeof *res);
+  if (!order || !stage || !res) {
+    st = pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
+    goto fail;
+  }
+  if ((st = pcgc_graph_topo_order(pg, order, err)) != PCGC_OK) goto fail;
+  find_resident(pg, order, res);
+  assign_stages(x, pg, order, res, c.pp, stage);
+  if ((st = pcgc_mapping_init(mp, n, (pcgc_view){0, 1}, err)) != PCGC_OK) goto fail;
+  st = place_views(pg, order, res, stage, c.dp * c.tp, c.tp, pcgc_machine_num_devices(&x->m), mp->view, err);
+  if (st != PCGC_OK) goto fail;
+  free(order);
+  free(stage);
+  free(res);
+  *out = pg;
+  return PCGC_OK;
+fail:
+  free(order);
+  free(stage);
+  free(res);
+  pcgc_mapping_destroy(mp);
+  pcgc_graph_free(pg);
+  return st;
+}
+
+/* -------------------------------------------------------------- search */
+
+void pcgc_compile_options_default(pcgc_compile_options *o) {
+  memset(o, 0, sizeof *o);
+  pcgc_sim_options_default(&o->sim);
+}
+
+void pcgc_compile_result_destroy(pcgc_compile_result *r) {
+  if (!r) return;
+  pcgc_graph_free(r->graph);
+  r->graph = NULL;
+  pcgc_mapping_destroy(&r->mapping);
+  pcgc_sim_result_destroy(&r->sim);
+}
+
+static double wall(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+typedef struct cand_list {
+  pcgc_expert_choice *c;
+  int n, cap;
+} cand_list;
+
+static bool cand_add(cand_list *L, pcgc_expert_choice c) {
+  for (int i = 0; i < L->n; i++)
+    if (!memcmp(&L->c[i], &c, sizeof c)) return true;
+  if (L->n == L->cap) {
+    int cap = L->cap ? 2 * L->cap : 64;
+    pcgc_expert_choice *p = realloc(L->c, (size_t)cap * sizeof *p);
+    if (!p) return false;
+    L->c = p;
+    L->cap = cap;
+  }
+  L->c[L->n++] = c;
+  return true;
+}
+
+/* The candidates, in the order they are tried: data parallel on every
+ * device, then by dp descending, tp and pp ascending, micro ascending. */
+/* One (b, t, s) and its micro-batch counts, if the model allows them. */
+static pcgc_status cand_triple(pcgc_expert *x, cand_list *L, int b, int t, int s, pcgc_error *err) {
+  int64_t batch = x->batch;
+  if (batch ? batch % b != 0 : b > 1) return PCGC_OK;
+  if (s > 1 && s > x->layers) return PCGC_OK;
+  if (t > 1) {
+    pcgc_error e;
+    pcgc_error_clear(&e);
+    int a = pcgc_expert_tp_matches(x, t, &e);
+    if (e.status == PCGC_ERR_NOMEM) return pcgc_error_set(err, PCGC_ERR_NOMEM, "%s", e.message);
+    if (a == 0) return PCGC_OK;
+  }
+  for (int f = 1; f <= 4; f *= 2) {
+    int64_t mm = s == 1 ? 1 : (int64_t)s * f;
+    if (s > 1 && (batch == 0 || (batch / b) % mm)) continue;
+    if (!cand_add(L, (pcgc_expert_choice){b, t, s, (int)mm}))
+      return pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
+    if (s == 1) break;
+  }
+  return PCGC_OK;
+}
+
+static pcgc_status enumerate(pcgc_expert *x, cand_list *L, pcgc_error *err) {
+  int D = pcgc_machine_num_devices(&x->m), nd = 0, nsmall = 0;
+  for (int64_t d = 1; d * d <= D; d++) /* divisor pairs (d, D/d) */
+    if (D % d == 0) nd += d * d == D ? 1 : 2;
+  int *div = malloc((size_t)(nd ? nd : 1) * sizeof *div);
+  if (!div) return pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
+  for (int64_t d = 1; d * d <= D; d++)
+    if (D % d == 0) {
+      div[nsmall] = (int)d;
+      div[nd - 1 - nsmall++] = (int)(D / d);
+    }
+  pcgc_status st = PCGC_OK;
+  if (!cand_add(L, (pcgc_expert_choice){D, 1, 1, 1})) st = pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
+  /* every device used (b t s = D), or one kind of parallelism alone on fewer */
+  for (int i = nd - 1; i >= 0 && st == PCGC_OK; i--)
+    for (int j = 0; j < nd && st == PCGC_OK; j++) {
+      int b = div[i], t = div[j];
+      if ((int64_t)b * t > D || D % (b * t)) continue;
+      for (int k = 0; k < nd && st == PCGC_OK; k++) {
+        int s = div[k];
+        bool pure = (t == 1 && s == 1) || (b == 1 && s == 1) || (b == 1 && t == 1);
+        if ((int64_t)b * t * s == D || (pure && D % (b * t * s) == 0)) st = cand_triple(x, L, b, t, s, err);
+        if ((int64_t)b * t * s >= D && !(b == 1 && t == 1)) break; /* s ascending: nothing more fits */
+      }
+    }
+  free(div);
+  return st;
+}
+
+static void ref_update(pcgc_compile_ref *f, pcgc_expert_choice c, bool feasible, double time, const char *why) {
+  if (feasible && (!f->feasible || time < f->time)) {
+    f->feasible = true;
+    f->choice = c;
+    f->time = time;
+    f->note[0] = '\0';
+  } else if (!f->feasible && why) { /* the last reason: the largest degree tried */
+    f->choice = c;
+    snprintf(f->note, sizeof f->note, "%.500s", why);
+  }
+  f->tried = true;
+}
+
+static void fmt_choice(char *buf, size_t n, pcgc_expert_choice c) {
+  snprintf(buf, n, "dp %d tp %d pp %d micro %d", c.dp, c.tp, c.pp, c.micro);
+}
+
+pcgc_status pcgc_compile(const pcgc_graph *seq, const pcgc_machine *m, const pcgc_compile_options *o,
+                         pcgc_compile_result *r, pcgc_error *err) {
+  if (r) memset(r, 0, sizeof *r);
+  if (!seq || !m || !r) return pcgc_error_set(err, PCGC_ERR_INVALID, "pcgc_compile: bad argument");
+  pcgc_compile_options def;
+  if (!o) {
+    pcgc_compile_options_default(&def);
+    o = &def;
+  }
+  double t0 = wall();
+  pcgc_expert *x = NULL;
+  cand_list L = {0};
+  pcgc_graph *best = NULL;
+  pcgc_mapping best_mp = {0};
+  pcgc_status st = pcgc_expert_new(seq, m, o->rules_dir, &x, err);
+  if (st == PCGC_OK) st = enumerate(x, &L, err);
+  int D = pcgc_machine_num_devices(m);
+  double best_time = INFINITY;
+  for (int i = 0; i < L.n && st == PCGC_OK; i++) {
+    pcgc_expert_choice c = L.c[i];
+    if (i > 0 && o->time_limit > 0 && wall() - t0 > o->time_limit) {
+      r->skipped = L.n - i;
+      break;
+    }
+    pcgc_compile_ref *fam = i == 0                              ? &r->data_parallel
+                            : c.dp == 1 && c.pp == 1 && c.tp > 1 ? &r->megatron
+                            : c.dp == 1 && c.tp == 1 && c.pp > 1 ? &r->pipeline
+                                                                 : NULL;
+    if (o->progress) o->progress(o->progress_ctx, i, L.n, c);
+    char cs[96], why[640];
+    fmt_choice(cs, sizeof cs, c);
+    pcgc_graph *pg = NULL;
+    pcgc_mapping mp;
+    pcgc_error e;
+    pcgc_error_clear(&e);
+    pcgc_status s = pcgc_expert_build(x, c, &pg, &mp, &e);
+    pcgc_sim_result sr;
+    memset(&sr, 0, sizeof sr);
+    if (s == PCGC_OK) s = pcgc_simulate(pg, &mp, m, &o->sim, &sr, &e);
+    if (s == PCGC_ERR_NOMEM) {
+      st = pcgc_error_set(err, s, "%s: %s", cs, e.message);
+    } else if (s != PCGC_OK) {
+      snprintf(why, sizeof why, "%.600s", e.message);
+      if (fam) ref_update(fam, c, false, 0, why);
+      if (o->log) fprintf(o->log, "  %-30s not built: %s\n", cs, e.message);
+    } else {
+      bool ok = sr.oom_devices == 0;
+      r->tried++;
+      r->feasible += ok;
+      if (!ok) {
+        double mx = 0;
+        for (int d = 0; d < sr.n_devices; d++)
+          if (sr.device[d].memory.total > mx) mx = sr.device[d].memory.total;
+        snprintf(why, sizeof why, "%s is out of memory on %d of its %d devices (%.3g GiB needed, %.3g GiB usable)",
+                 cs, sr.oom_devices, sr.used_devices, mx / 1073741824.0, sr.capacity / 1073741824.0);
+      }
+      if (fam) ref_update(fam, c, ok, sr.iteration_time, ok ? NULL : why);
+      if (o->log)
+        fprintf(o->log, "  %-30s %12.6f ms%s\n", cs, sr.iteration_time * 1e3, ok ? "" : "  (out of memory)");
+      if (ok && sr.iteration_time < best_time) {
+        best_time = sr.iteration_time;
+        r->choice = c;
+        pcgc_graph_free(best);
+        pcgc_mapping_destroy(&best_mp);
+        best = pg;
+        best_mp = mp;
+        pg = NULL;
+        memset(&mp, 0, sizeof mp);
+      }
+    }
+    pcgc_sim_result_destroy(&sr);
+    pcgc_graph_free(pg);
+    pcgc_mapping_destroy(&mp);
+  }
+  if (st == PCGC_OK && !r->data_parallel.tried)
+    snprintf(r->data_parallel.note, sizeof r->data_parallel.note, "not tried");
+  if (st == PCGC_OK && !best) {
+    pcgc_error_set(err, PCGC_ERR_INVALID, "no strategy of model '%s' fits on '%s' (%d devices, %.3g GiB usable each)",
+                   seq->name ? seq->name : "model", m->name, D, pcgc_machine_usable_memory(m) / 1073741824.0);
+    pcgc_error_hint(err, "data parallel: %.300s; try a smaller batch or a machine with more memory",
+                    r->data_parallel.note[0] ? r->data_parallel.note : "out of memory");
+    st = PCGC_ERR_INVALID;
+  }
+  if (st == PCGC_OK) st = pcgc_strategy_canonical(best, &best_mp, &r->graph, &r->mapping, err);
+  if (st == PCGC_OK) st = pcgc_simulate(r->graph, &r->mapping, m, &o->sim, &r->sim, err);
+  pcgc_graph_free(best);
+  pcgc_mapping_destroy(&best_mp);
+  free(L.c);
+  pcgc_expert_free(x);
+  r->seconds = wall() - t0;
+  if (st != PCGC_OK) {
+    pcgc_compile_result_destroy(r);
+    pcgc_compile_ref keep[3] = {r->data_parallel, r->megatron, r->pipeline};
+    memset(r, 0, sizeof *r);
+    r->data_parallel = keep[0];
+    r->megatron = keep[1];
+    r->pipeline = keep[2];
+  }
+  return st;
+}

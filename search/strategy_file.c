@@ -1,0 +1,444 @@
+/*
+ * strategy_file.c — strategy files (search.h, "strategy files";
+ * docs/strategy-format.md): a mapped parallel graph as JSON, written by
+ * `pcgc compile -o` and read by `pcgc simulate STRATEGY.json`.
+ *
+ * The graph travels as its canonical text (pcgc_graph_write_text) and the
+ * views by node name. Names in that text are sanitized and nodes reordered
+ * (data inputs first, then topological order), so a graph is first made
+ * canonical (pcgc_strategy_canonical): written, parsed back, and its views
+ * carried over by position, since the parser numbers nodes in text order.
+ * A canonical graph writes back identically, so its names are the file's.
+ *
+ * Errors point into the file: cJSON reports where malformed JSON stops; for
+ * well-formed JSON with a bad value, a small scanner (member_at) finds the
+ * offset of the member in the text, since cJSON keeps no positions; an error
+ * in the embedded model is mapped from (line, col) of the model text to the
+ * character of the JSON string that holds it.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cJSON.h>
+
+#include "search.h"
+#include "sim_internal.h"
+
+/* ------------------------------------------------------- canonical form */
+
+static pcgc_status graph_text(const pcgc_graph *g, char **text, size_t *len, pcgc_error *err) {
+  *text = NULL;
+  *len = 0;
+  FILE *f = open_memstream(text, len);
+  if (!f) return pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory writing the model text");
+  pcgc_status st = pcgc_graph_write_text(f, g, err);
+  if (fclose(f) != 0 && st == PCGC_OK) st = pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory writing the model text");
+  if (st != PCGC_OK) {
+    free(*text);
+    *text = NULL;
+  }
+  return st;
+}
+
+pcgc_status pcgc_strategy_canonical(const pcgc_graph *g, const pcgc_mapping *mp, pcgc_graph **out,
+                                    pcgc_mapping *out_mp, pcgc_error *err) {
+  if (out) *out = NULL;
+  if (out_mp) memset(out_mp, 0, sizeof *out_mp);
+  if (!g || !mp || !out || !out_mp || mp->n_nodes != g->n_nodes)
+    return pcgc_error_set(err, PCGC_ERR_INVALID, "pcgc_strategy_canonical: bad argument");
+  char *text;
+  size_t len;
+  pcgc_status st = graph_text(g, &text, &len, err);
+  if (st != PCGC_OK) return st;
+  pcgc_graph *g2 = pcgc_model_parse(text, len, "<strategy model>", NULL, err);
+  free(text);
+  if (!g2) return err && err->status ? err->status : PCGC_ERR_PARSE;
+  int n = g->n_nodes, *order = malloc((size_t)(n ? n : 1) * sizeof *order),
+      *seq = malloc((size_t)(n ? n : 1) * sizeof *seq);
+  if (!order || !seq) {
+    st = pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
+    goto done;
+  }
+  if ((st = pcgc_graph_topo_order(g, order, err)) != PCGC_OK) goto done;
+  int k = 0; /* text.c's order: the data inputs, then every other node */
+  for (int i = 0; i < n; i++)
+    if (g->nodes[order[i]].kind == PCGC_OP_INPUT) seq[k++] = order[i];
+  for (int i = 0; i < n; i++)
+    if (g->nodes[order[i]].kind != PCGC_OP_INPUT) seq[k++] = order[i];
+  bool same = g2->n_nodes == n;
+  for (int i = 0; same && i < n; i++) {
+    const pcgc_node *a = &g->nodes[seq[i]], *b = &g2->nodes[i];
+    same = a->kind == b->kind && a->n_out == b->n_out && pcgc_ptensor_equal(&a->out[0], &b->out[0]);
+  }
+  if (!same) {
+    st = pcgc_error_set(err, PCGC_ERR_INVALID, "internal error: the canonical text of '%s' reads back differently",
+                        g->name ? g->name : "graph");
+    goto done;
+  }
+  if ((st = pcgc_mapping_init(out_mp, n, (pcgc_view){0, 1}, err)) != PCGC_OK) goto done;
+  for (int i = 0; i < n; i++) out_mp->view[i] = mp->view[seq[i]];
+  *out = g2;
+  g2 = NULL;
+done:
+  free(order);
+  free(seq);
+  pcgc_graph_free(g2);
+  return st;
+}
+
+/* ------------------------------------------------------------- writing */
+
+static cJSON *to_json(const pcgc_graph *g, const pcgc_mapping *mp, const pcgc_strategy_info *info, const char *text) {
+  cJSON *root = cJSON_CreateObject(), *views, *o;
+  if (!root || !cJSON_AddStringToObject(root, "format", "pcgc-strategy") || !cJSON_AddNumberToObject(root, "version", 1) ||
+      !cJSON_AddStringToObject(root, "machine", info ? info->machine : "") ||
+      !cJSON_AddStringToObject(root, "model", text) || !(views = cJSON_AddObjectToObject(root, "views")))
+    goto fail;
+  for (int i = 0; i < g->n_nodes; i++) {
+    if (pcgc_op_class_of(g->nodes[i].kind) == PCGC_CLASS_SOURCE) continue;
+    int v[2] = {mp->view[i].start, mp->view[i].stride};
+    cJSON *a = cJSON_CreateIntArray(v, 2);
+    if (!a || !cJSON_AddItemToObject(views, g->nodes[i].name, a)) {
+      cJSON_Delete(a);
+      goto fail;
+    }
+  }
+  if (info && info->has_predicted) {
+    if (!(o = cJSON_AddObjectToObject(root, "predicted")) || !cJSON_AddNumberToObject(o, "iteration_s", info->iteration_s))
+      goto fail;
+    if (info->data_parallel_s >= 0 ? !cJSON_AddNumberToObject(o, "data_parallel_s", info->data_parallel_s)
+                                   : !cJSON_AddNullToObject(o, "data_parallel_s"))
+      goto fail;
+  }
+  if (info && info->has_choice) {
+    if (!(o = cJSON_AddObjectToObject(root, "choice")) || !cJSON_AddNumberToObject(o, "dp", info->choice.dp) ||
+        !cJSON_AddNumberToObject(o, "tp", info->choice.tp) || !cJSON_AddNumberToObject(o, "pp", info->choice.pp) ||
+        !cJSON_AddNumberToObject(o, "micro", info->choice.micro))
+      goto fail;
+  }
+  return root;
+fail:
+  cJSON_Delete(root);
+  return NULL;
+}
+
+pcgc_status pcgc_strategy_file_write(const char *path, const pcgc_graph *g, const pcgc_mapping *mp,
+                                     const pcgc_strategy_info *info, pcgc_error *err) {
+  if (!path || !g || !mp || mp->n_nodes != g->n_nodes)
+    return pcgc_error_set(err, PCGC_ERR_INVALID, "pcgc_strategy_file_write: bad argument");
+  char *model;
+  size_t mlen;
+  pcgc_status st = graph_text(g, &model, &mlen, err);
+  if (st != PCGC_OK) return st;
+  cJSON *root = to_json(g, mp, info, model);
+  free(model);
+  if (!root) return pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory writing %s", path);
+  st = pcgc__write_json(root, path, err);
+  cJSON_Delete(root);
+  return st;
+}
+
+/* ------------------------------------------------------------- reading */
+
+/* Positions in JSON text, for messages. */
+typedef struct jtext {
+  const char *t;
+  size_t n;
+  const char *path;
+} jtext;
+
+static size_t skip_ws(const jtext *J, size_t i) {
+  while (i < J->n && (J->t[i] == ' ' || J->t[i] == '\t' || J->t[i] == '\n' || J->t[i] == '\r')) i++;
+  return i;
+}
+
+/* i at '"': the index after the closing quote. */
+static size_t skip_string(const jtext *J, size_t i) {
+  for (i++; i < J->n && J->t[i] != '"'; i++)
+    if (J->t[i] == '\\') i++;
+  return i < J->n ? i + 1 : J->n;
+}
+
+static size_t skip_value(const jtext *J, size_t i) {
+  i = skip_ws(J, i);
+  if (i >= J->n) return i;
+  if (J->t[i] == '"') return skip_string(J, i);
+  if (J->t[i] == '{' || J->t[i] == '[') {
+    int depth = 0;
+    while (i < J->n) {
+      char c = J->t[i];
+      if (c == '"') {
+        i = skip_string(J, i);
+        continue;
+      }
+      if (c == '{' || c == '[') depth++;
+      if (c == '}' || c == ']') depth--;
+      i++;
+      if (depth == 0) break;
+    }
+    return i;
+  }
+  while (i < J->n && J->t[i] != ',' && J->t[i] != '}' && J->t[i] != ']') i++;
+  return i;
+}
+
+/* The member `key` of the object whose '{' is at obj: the offsets of its
+ * key and of its value; false if there is none. */
+static bool member_at(const jtext *J, size_t obj, const char *key, size_t *key_at, size_t *val_at) {
+  size_t i = skip_ws(J, obj), kl = strlen(key);
+  if (i >= J->n || J->t[i] != '{') return false;
+  i++;
+  for (;;) {
+    i = skip_ws(J, i);
+    if (i >= J->n || J->t[i] != '"') return false;
+    size_t k = i, e = skip_string(J, i);
+    i = skip_ws(J, e);
+    if (i >= J->n || J->t[i] != ':') return false;
+    size_t v = skip_ws(J, i + 1);
+    if (e - k - 2 == kl && memcmp(J->t + k + 1, key, kl) == 0) {
+      *key_at = k;
+      *val_at = v;
+      return true;
+    }
+    i = skip_ws(J, skip_value(J, v));
+    if (i >= J->n || J->t[i] != ',') return false;
+    i++;
+  }
+}
+
+static pcgc_srcloc loc_of(const jtext *J, size_t off) {
+  pcgc_srcloc l = {J->path, 1, 1};
+  for (size_t i = 0; i < off && i < J->n; i++) {
+    if (J->t[i] == '\n') {
+      l.line++;
+      l.col = 1;
+    } else {
+      l.col++;
+    }
+  }
+  return l;
+}
+
+static pcgc_status bad_at(pcgc_error *err, const jtext *J, size_t off, const char *fmt, const char *arg) {
+  char msg[768];
+  snprintf(msg, sizeof msg, fmt, arg);
+  pcgc_error_set(err, PCGC_ERR_PARSE, "strategy file: %s", msg);
+  pcgc_error_at(err, loc_of(J, off), 1, J->t, J->n);
+  pcgc_error_hint(err, "strategy files are written by `pcgc compile MODEL --machine M -o FILE` "
+                       "(docs/strategy-format.md)");
+  return PCGC_ERR_PARSE;
+}
+
+/* Offset of top-level member `key`'s value, else of the document. */
+static size_t top_at(const jtext *J, const char *key) {
+  size_t k, v;
+  return member_at(J, 0, key, &k, &v) ? v : skip_ws(J, 0);
+}
+
+/* The offset, in the JSON string at q, of (line, col) of the string's text. */
+static size_t string_offset(const jtext *J, size_t q, int line, int col) {
+  int l = 1, c = 1;
+  size_t i = q + 1;
+  while (i < J->n && J->t[i] != '"') {
+    if (l > line || (l == line && c >= col)) return i;
+    bool nl = false;
+    if (J->t[i] == '\\' && i + 1 < J->n) {
+      nl = J->t[i + 1] == 'n';
+      i += J->t[i + 1] == 'u' ? 6 : 2;
+    } else {
+      i++;
+    }
+    if (nl) {
+      l++;
+      c = 1;
+    } else {
+      c++;
+    }
+  }
+  return i < J->n ? i : q;
+}
+
+static bool is_int(const cJSON *v, double lo) {
+  return cJSON_IsNumber(v) && v->valuedouble == floor(v->valuedouble) && v->valuedouble >= lo &&
+         v->valuedouble <= 1e9;
+}
+
+pcgc_status pcgc_strategy_file_parse(const char *text, size_t len, const char *path, int n_devices,
+                                     pcgc_graph **out, pcgc_mapping *mp, pcgc_strategy_info *info, pcgc_error *err) {
+  if (out) *out = NULL;
+  if (mp) memset(mp, 0, sizeof *mp);
+  if (info) memset(info, 0, sizeof *info);
+  if (!text || !out || !mp) return pcgc_error_set(err, PCGC_ERR_INVALID, "pcgc_strategy_file_parse: bad argument");
+  jtext J = {text, len, path ? path : "<strategy>"};
+  cJSON *root = cJSON_ParseWithLength(text, len);
+  if (!root) {
+    const char *at = cJSON_GetErrorPtr();
+    size_t off = at && at >= text && at <= text + len ? (size_t)(at - text) : 0;
+    return bad_at(err, &J, off, "malformed JSON%s", "");
+  }
+  pcgc_graph *g = NULL;
+  pcgc_status st = PCGC_OK;
+  const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(root, "format"),
+              *ver = cJSON_GetObjectItemCaseSensitive(root, "version"),
+              *mach = cJSON_GetObjectItemCaseSensitive(root, "machine"),
+              *model = cJSON_GetObjectItemCaseSensitive(root, "model"),
+              *views = cJSON_GetObjectItemCaseSensitive(root, "views"),
+              *pred = cJSON_GetObjectItemCaseSensitive(root, "predicted"),
+              *choice = cJSON_GetObjectItemCaseSensitive(root, "choice");
+  pcgc_strategy_info in;
+  memset(&in, 0, sizeof in);
+  if (!cJSON_IsObject(root)) {
+    st = bad_at(err, &J, skip_ws(&J, 0), "expected a JSON object%s", "");
+  } else if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, "pcgc-strategy") != 0) {
+    st = bad_at(err, &J, top_at(&J, "format"), "not a strategy file (no \"format\": \"pcgc-strategy\")%s", "");
+  } else if (!cJSON_IsNumber(ver) || ver->valuedouble != 1) {
+    st = bad_at(err, &J, top_at(&J, "version"), "unsupported \"version\" (this build reads version 1)%s", "");
+  } else if (!cJSON_IsString(mach) || strlen(mach->valuestring) >= sizeof in.machine) {
+    st = bad_at(err, &J, top_at(&J, "machine"), "\"machine\" must be a machine name%s", "");
+  } else if (!cJSON_IsString(model)) {
+    st = bad_at(err, &J, top_at(&J, "model"), "\"model\" must be a string: the model text of the parallel graph%s", "");
+  } else if (!cJSON_IsObject(views)) {
+    st = bad_at(err, &J, top_at(&J, "views"), "\"views\" must be an object {\"node\": [start, stride], ...}%s", "");
+  } else if (pred && !cJSON_IsObject(pred)) {
+    st = bad_at(err, &J, top_at(&J, "predicted"), "\"predicted\" must be an object%s", "");
+  } else if (choice && !cJSON_IsObject(choice)) {
+    st = bad_at(err, &J, top_at(&J, "choice"), "\"choice\" must be an object%s", "");
+  }
+  if (st == PCGC_OK) {
+    snprintf(in.machine, sizeof in.machine, "%s", mach->valuestring);
+    if (pred) {
+      const cJSON *it = cJSON_GetObjectItemCaseSensitive(pred, "iteration_s"),
+                  *dp = cJSON_GetObjectItemCaseSensitive(pred, "data_parallel_s");
+      size_t po = top_at(&J, "predicted"), k, v;
+      if (!cJSON_IsNumber(it) || !(it->valuedouble >= 0)) {
+        st = bad_at(err, &J, member_at(&J, po, "iteration_s", &k, &v) ? v : po,
+                    "\"predicted\".\"iteration_s\" must be seconds >= 0%s", "");
+      } else if (dp && !cJSON_IsNull(dp) && (!cJSON_IsNumber(dp) || !(dp->valuedouble >= 0))) {
+        st = bad_at(err, &J, member_at(&J, po, "data_parallel_s", &k, &v) ? v : po,
+                    "\"predicted\".\"data_parallel_s\" must be seconds >= 0 or null%s", "");
+      } else {
+        in.has_predicted = true;
+        in.iteration_s = it->valuedouble;
+        in.data_parallel_s = cJSON_IsNumber(dp) ? dp->valuedouble : -1;
+      }
+    }
+  }
+  if (st == PCGC_OK && choice) {
+    static const char *const keys[] = {"dp", "tp", "pp", "micro"};
+    int vals[4];
+    size_t co = top_at(&J, "choice");
+    for (int i = 0; i < 4 && st == PCGC_OK; i++) {
+      const cJSON *v = cJSON_GetObjectItemCaseSensitive(choice, keys[i]);
+      size_t k, vo;
+      if (!is_int(v, 1))
+        st = bad_at(err, &J, member_at(&J, co, keys[i], &k, &vo) ? vo : co,
+                    "\"choice\".\"%s\" must be a positive integer", keys[i]);
+      else vals[i] = (int)v->valuedouble;
+    }
+    if (st == PCGC_OK) {
+      in.has_choice = true;
+      in.choice = (pcgc_expert_choice){vals[0], vals[1], vals[2], vals[3]};
+    }
+  }
+  if (st == PCGC_OK) { /* the model; its errors point into the "model" string */
+    const char *mt = model->valuestring;
+    g = pcgc_model_parse(mt, strlen(mt), J.path, NULL, err);
+    if (!g) {
+      pcgc_error e = *err;
+      size_t q = top_at(&J, "model");
+      size_t off = e.line > 0 ? string_offset(&J, q, e.line, e.col) : q;
+      char msg[sizeof e.message];
+      snprintf(msg, sizeof msg, "in \"model\" (its line %d): %.900s", e.line, e.message);
+      pcgc_error_set(err, PCGC_ERR_PARSE, "strategy file: %s", msg);
+      pcgc_srcloc at = loc_of(&J, off);
+      pcgc_error_at(err, at, e.len, J.t, J.n);
+      if (at.col > 200 && e.source_line[0]) {
+        /* the JSON line is the whole model: show the model's own line, no caret */
+        err->source_line[0] = '\0';
+        size_t used = strlen(err->message);
+        snprintf(err->message + used, sizeof err->message - used, "\n  model line %d, column %d: %.300s", e.line,
+                 e.col, e.source_line);
+      }
+      if (e.hint[0]) pcgc_error_hint(err, "%s", e.hint);
+      st = PCGC_ERR_PARSE;
+    }
+  }
+  if (st == PCGC_OK && (st = pcgc_mapping_init(mp, g->n_nodes, (pcgc_view){0, 1}, err)) == PCGC_OK) {
+    bool *seen = calloc((size_t)(g->n_nodes ? g->n_nodes : 1), sizeof *seen);
+    size_t vo = top_at(&J, "views");
+    if (!seen) st = pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
+    const cJSON *v;
+    cJSON_ArrayForEach(v, views) {
+      if (st != PCGC_OK) break;
+      size_t ko = vo, va = vo;
+      member_at(&J, vo, v->string, &ko, &va);
+      int id = pcgc_graph_find(g, v->string);
+      const cJSON *a0 = cJSON_GetArrayItem(v, 0), *a1 = cJSON_GetArrayItem(v, 1);
+      if (id < 0) {
+        st = bad_at(err, &J, ko, "\"views\" names '%s', which is no node of the model", v->string);
+      } else if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) != 2 || !is_int(a0, 0) || !is_int(a1, 0)) {
+        st = bad_at(err, &J, va, "the view of '%s' must be [start, stride], integers >= 0", v->string);
+      } else if (n_devices > 0 && a0->valuedouble >= n_devices) {
+        char msg[400];
+        snprintf(msg, sizeof msg, "the view of '%.200s' starts at device %d, but the machine has %d devices",
+                 v->string, (int)a0->valuedouble, n_devices);
+        st = bad_at(err, &J, va, "%s", msg);
+      } else {
+        mp->view[id] = (pcgc_view){(int)a0->valuedouble, (int)a1->valuedouble};
+        seen[id] = true;
+      }
+    }
+    for (int i = 0; st == PCGC_OK && i < g->n_nodes; i++)
+      if (!seen[i] && pcgc_op_class_of(g->nodes[i].kind) != PCGC_CLASS_SOURCE) {
+        char msg[400];
+        snprintf(msg, sizeof msg, "\"views\" has no view for %s '%.200s' (every operator needs one)",
+                 pcgc_op_name(g->nodes[i].kind), g->nodes[i].name);
+        st = bad_at(err, &J, top_at(&J, "views"), "%s", msg);
+      }
+    free(seen);
+  }
+  cJSON_Delete(root);
+  if (st != PCGC_OK) {
+    pcgc_mapping_destroy(mp);
+    pcgc_graph_free(g);
+    return st;
+  }
+  if (info) *info = in;
+  *out = g;
+  return PCGC_OK;
+}
+
+pcgc_status pcgc_strategy_file_load(const char *path, int n_devices, pcgc_graph **out, pcgc_mapping *mp,
+                                    pcgc_strategy_info *info, pcgc_error *err) {
+  if (out) *out = NULL;
+  if (mp) memset(mp, 0, sizeof *mp);
+  if (!path) return pcgc_error_set(err, PCGC_ERR_INVALID, "pcgc_strategy_file_load: no path");
+  size_t len;
+  char *text = pcgc_read_file(path, &len, err);
+  if (!text) return err && err->status ? err->status : PCGC_ERR_IO;
+  pcgc_status st = pcgc_strategy_file_parse(text, len, path, n_devices, out, mp, info, err);
+  free(text);
+  return st;
+}
+
+bool pcgc_strategy_file_detect(const char *path) {
+  if (!path) return false;
+  size_t n = strlen(path);
+  if (n >= 5 && strcmp(path + n - 5, ".json") == 0) return true;
+  FILE *f = fopen(path, "rb");
+  if (!f) return false;
+  char buf[4097];
+  size_t got = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[got] = '\0';
+  size_t i = 0;
+  while (i < got && (buf[i] == ' ' || buf[i] == '\t' || buf[i] == '\n' || buf[i] == '\r')) i++;
+  return i < got && buf[i] == '{' && strstr(buf, "pcgc-strategy") != NULL;
+}

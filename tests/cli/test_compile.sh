@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# test_compile.sh — `pcgc compile` (docs/cli.md) and strategy files read by
+# `pcgc simulate` (docs/strategy-format.md): help, usage and input errors,
+# compiling the MLP on a DGX H100 into a strategy that `pcgc simulate`
+# replays to the same predicted time, atomic output, malformed strategies.
+# ctest runs: bash test_compile.sh PCGC SOURCE_DIR. Exit 0 = pass.
+set -uo pipefail
+pcgc=${1:?usage: test_compile.sh PCGC SOURCE_DIR}
+src=${2:?usage: test_compile.sh PCGC SOURCE_DIR}
+source "$src/tests/common/cli.sh"
+
+mlp="$src/models/mlp.pcg"
+
+# --- help and usage
+expect 0 "$pcgc" compile --help;   has "$tmp/out" "usage: pcgc compile MODEL --machine M"
+has "$tmp/out" "--time-limit"; has "$tmp/out" "reserved for the rule-driven joint search"
+expect 0 "$pcgc" compile -h;       has "$tmp/out" "usage: pcgc compile"
+expect 0 "$pcgc" help compile;     has "$tmp/out" "usage: pcgc compile"
+expect 0 "$pcgc" --help;           has "$tmp/out" "compile MODEL --machine M"
+expect 2 "$pcgc" compile;          has "$tmp/err" "missing MODEL"
+expect 2 "$pcgc" compile "$mlp";   has "$tmp/err" "missing --machine"
+expect 2 "$pcgc" compile "$mlp" --machine;            has "$tmp/err" "--machine needs a value"
+expect 2 "$pcgc" compile "$mlp" --machine dgx-h100 --bogus 1; has "$tmp/err" "unknown option '--bogus'"
+expect 2 "$pcgc" compile "$mlp" --machine dgx-h100 --time-limit soon; has "$tmp/err" "--time-limit must be seconds"
+expect 2 "$pcgc" compile "$mlp" --machine dgx-h100 --batch 0; has "$tmp/err" "--batch must be a positive integer"
+expect 2 "$pcgc" compile "$mlp" "$mlp" --machine dgx-h100; has "$tmp/err" "unexpected argument"
+
+# --- bad inputs
+expect 3 "$pcgc" compile "$tmp/none.pcg" --machine dgx-h100; has "$tmp/err" "none.pcg"
+printf 'input x: f32[4, 8]\nh = lineer(x, out=10)\n' >"$tmp/bad.pcg"
+expect 1 "$pcgc" compile "$tmp/bad.pcg" --machine dgx-h100
+has "$tmp/err" "bad.pcg:2:5: error:"; has "$tmp/err" "lineer"
+expect 3 "$pcgc" compile "$mlp" --machine no-such-machine; has "$tmp/err" "no-such-machine"
+# nothing fits: a 2 GiB table (with Adam) on 64 MiB devices
+cat >"$tmp/tiny.machine" <<'EOF'
+name tiny
+nodes 1
+devices_per_node 2
+device.flops.f32 1 TFLOP/s
+device.memory 64 MiB
+device.memory_bandwidth 1 TB/s
+intra.bandwidth 10 GB/s
+intra.latency 2 us
+EOF
+printf 'input ids: i32[8]\ninput labels: i32[8]\ne = embedding(ids, num=1048576, dim=128)\nl = linear(e, out=4)\nloss = softmax_cross_entropy(l, labels)\n' >"$tmp/table.pcg"
+expect 1 "$pcgc" compile "$tmp/table.pcg" --machine "$tmp/tiny.machine"
+has "$tmp/err" "no strategy of model"
+
+# --- reserved options are accepted with a note
+expect 0 "$pcgc" compile "$mlp" --machine dgx-h100 --rules "$src/rules" --budget 100 --alpha 1.05
+has "$tmp/err" "--rules is reserved for the rule-driven joint search"
+has "$tmp/err" "--budget is reserved"; has "$tmp/err" "--alpha is reserved"
+
+# --- compile the MLP on a DGX H100
+expect 0 "$pcgc" compile "$mlp" --machine dgx-h100 -o "$tmp/mlp.json"
+cp "$tmp/out" "$tmp/compile.out"
+has "$tmp/out" "pcgc compile: mlp on dgx-h100 (8 devices)"
+has "$tmp/out" "strategy: dp "
+has "$tmp/out" "operator"; has "$tmp/out" "softmax_cross_entropy"
+has "$tmp/out" "predicted iteration time"
+has "$tmp/out" "data parallel"; has "$tmp/out" "best pure Megatron"; has "$tmp/out" "best pure pipeline"
+has "$tmp/out" "memory per device (max)"
+has "$tmp/out" "candidates"
+has "$tmp/out" "wrote $tmp/mlp.json"
+[ -s "$tmp/mlp.json" ] && ok || bad "no strategy file written"
+ls "$tmp" | grep -q '\.tmp\.' && bad "a temporary file was left behind" || ok
+has "$tmp/mlp.json" '"format":	"pcgc-strategy"'
+has "$tmp/mlp.json" '"views"'; has "$tmp/mlp.json" '"iteration_s"'; has "$tmp/mlp.json" '"choice"'
+# never slower than data parallel
+ratio=$(sed -n 's/^  data parallel *[0-9.]* [mun]*s *\([0-9.]*\)x.*/\1/p' "$tmp/compile.out")
+if [ -n "$ratio" ] && awk -v r="$ratio" 'BEGIN { exit !(r >= 1.0) }'; then ok
+else bad "data parallel ratio '$ratio' is not >= 1"; fi
+# the same search twice: the same strategy file
+expect 0 "$pcgc" compile "$mlp" --machine dgx-h100 -o "$tmp/mlp2.json"
+if cmp -s "$tmp/mlp.json" "$tmp/mlp2.json"; then ok; else bad "two compiles wrote different strategies"; fi
+
+# --- pcgc simulate replays it to the same predicted time
+expect 0 "$pcgc" simulate "$tmp/mlp.json" --machine dgx-h100
+has "$tmp/out" "strategy $tmp/mlp.json"
+has "$tmp/out" "iteration"
+line=$(grep -E '^  predicted ' "$tmp/out")
+want=$(echo "$line" | awk '{print $2}'); got=$(echo "$line" | awk '{print $7}')
+if [ -n "$want" ] && [ "$want" = "$got" ]; then ok; else bad "simulate gives '$got', compile predicted '$want'"; fi
+predicted=$(sed -n 's/.*"iteration_s":[[:space:]]*\([0-9.e+-]*\).*/\1/p' "$tmp/mlp.json")
+if awk -v a="$predicted" -v b="$want" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 1e-5 * a) }'; then ok
+else bad "file says $predicted s, simulate says $want s"; fi
+# a strategy file without the .json extension is recognised by its content
+cp "$tmp/mlp.json" "$tmp/mlp.strategy"
+expect 0 "$pcgc" simulate "$tmp/mlp.strategy" --machine dgx-h100; has "$tmp/out" "predicted"
+# on another machine it still runs, with a warning
+expect 0 "$pcgc" simulate "$tmp/mlp.json" --machine h100-4x8; has "$tmp/err" "compiled for 'dgx-h100'"
+# model-only options are refused for strategy files
+expect 2 "$pcgc" simulate "$tmp/mlp.json" --machine dgx-h100 --strategy sequential
+has "$tmp/err" "apply to models, not to strategy files"
+
+# --- a larger model: every kind of parallelism is at least tried
+expect 0 "$pcgc" compile "$src/models/unity-mlp.pcg" --machine dgx-h100 -o "$tmp/unity.json"
+has "$tmp/out" "best pure Megatron"
+expect 0 "$pcgc" simulate "$tmp/unity.json" --machine dgx-h100
+line=$(grep -E '^  predicted ' "$tmp/out")
+if [ "$(echo "$line" | awk '{print $2}')" = "$(echo "$line" | awk '{print $7}')" ]; then ok
+else bad "unity-mlp: simulate differs from compile: $line"; fi
+
+# --- malformed strategy files: exit 1, file:line:col
+printf '{"format": "pcgc-strategy",\n "version": 1,,\n}\n' >"$tmp/broken.json"
+expect 1 "$pcgc" simulate "$tmp/broken.json" --machine dgx-h100
+has "$tmp/err" "broken.json:2:"; has "$tmp/err" "malformed JSON"
+sed 's/"views":/"viewz":/' "$tmp/mlp.json" >"$tmp/noviews.json"
+expect 1 "$pcgc" simulate "$tmp/noviews.json" --machine dgx-h100
+has "$tmp/err" "noviews.json:1:1: error:"; has "$tmp/err" '"views" must be an object'
+sed 's/"h1":	\[0, 1\]/"h1":	[0, -1]/' "$tmp/mlp.json" >"$tmp/badview.json"
+expect 1 "$pcgc" simulate "$tmp/badview.json" --machine dgx-h100
+vline=$(grep -n '"h1":' "$tmp/badview.json" | head -1 | cut -d: -f1)
+has "$tmp/err" "badview.json:$vline:"; has "$tmp/err" "[start, stride]"
+sed 's/"h1":	\[0, 1\]/"h1":	[12, 1]/' "$tmp/mlp.json" >"$tmp/far.json"
+expect 1 "$pcgc" simulate "$tmp/far.json" --machine dgx-h100; has "$tmp/err" "the machine has 8 devices"
+sed 's/= linear(/= lineer(/' "$tmp/mlp.json" >"$tmp/badmodel.json"
+expect 1 "$pcgc" simulate "$tmp/badmodel.json" --machine dgx-h100
+has "$tmp/err" "badmodel.json:"; has "$tmp/err" 'in "model"'; has "$tmp/err" "lineer"
+sed 's/"pcgc-strategy"/"pcgc-plan"/' "$tmp/mlp.json" >"$tmp/notours.json"
+expect 1 "$pcgc" simulate "$tmp/notours.json" --machine dgx-h100; has "$tmp/err" "not a strategy file"
+expect 3 "$pcgc" simulate "$tmp/missing.json" --machine dgx-h100; has "$tmp/err" "missing.json"
+
+# --- -o into a folder that does not exist: I/O error, nothing written
+expect 3 "$pcgc" compile "$mlp" --machine dgx-h100 -o "$tmp/nope/s.json"; has "$tmp/err" "nope/s.json"
+
+finish test_compile

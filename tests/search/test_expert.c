@@ -1,0 +1,507 @@
+/*
+ * test_expert.c — expert strategies and `pcgc compile` v1 (search/expert.c)
+ * and strategy files (search/strategy_file.c):
+ *   - a linear whose 8192 x 8192 weight dwarfs its activations: tensor
+ *     parallelism wins over data parallelism (which all-reduces 256 MiB of
+ *     gradients per step);
+ *   - a convolution stack with small weights and a large batch: data
+ *     parallelism on every device is the choice;
+ *   - an embedding table that does not fit one device: data parallelism is
+ *     infeasible and the chosen strategy shards the table;
+ *   - the search is deterministic; dp x 1 x 1 is exactly the baseline;
+ *     pipelines have the stages and micro-batches asked for; views keep
+ *     pieces inside their stage's device block;
+ *   - strategy files round-trip (graph hash, views, simulated time) and bad
+ *     ones are refused with file:line:col.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "search.h"
+
+/* ------------------------------------------------------------- helpers */
+
+static pcgc_graph *model(const char *text) {
+  pcgc_error err = {0};
+  pcgc_graph *g = pcgc_model_parse(text, strlen(text), "inline.pcg", NULL, &err);
+  ck_assert_msg(g != NULL, "model: %s (line %d)", err.message, err.line);
+  return g;
+}
+
+static pcgc_machine preset(const char *name) {
+  pcgc_machine m;
+  pcgc_error err = {0};
+  ck_assert_msg(pcgc_machine_load(name, &m, &err) == PCGC_OK, "%s: %s", name, err.message);
+  return m;
+}
+
+/* A machine file in a temporary folder, loaded by path. */
+static pcgc_machine machine_file(const char *text) {
+  char dir[] = "/tmp/pcgc-expert-XXXXXX", path[256];
+  ck_assert(mkdtemp(dir) != NULL);
+  snprintf(path, sizeof path, "%s/small.machine", dir);
+  FILE *f = fopen(path, "w");
+  ck_assert(f != NULL);
+  fputs(text, f);
+  fclose(f);
+  pcgc_machine m;
+  pcgc_error err = {0};
+  ck_assert_msg(pcgc_machine_load(path, &m, &err) == PCGC_OK, "%s", err.message);
+  unlink(path);
+  rmdir(dir);
+  return m;
+}
+
+static void compile(const pcgc_graph *g, const pcgc_machine *m, pcgc_compile_result *r) {
+  pcgc_error err = {0};
+  pcgc_compile_options o;
+  pcgc_compile_options_default(&o);
+  ck_assert_msg(pcgc_compile(g, m, &o, r, &err) == PCGC_OK, "compile: %s", err.message);
+  ck_assert_ptr_nonnull(r->graph);
+  ck_assert_int_eq(r->sim.oom_devices, 0);
+  ck_assert_int_gt(r->tried, 0);
+  ck_assert_int_le(r->feasible, r->tried);
+}
+
+static const char *big_linear =
+    "model big_linear\n"
+    "input x: f32[64, 8192]\n"
+    "input y: f32[64, 8192]\n"
+    "h = linear(x, out=8192, bias=false)\n"
+    "loss = mse(h, y)\n";
+
+static const char *conv_stack =
+    "model convs\n"
+    "input x: f32[256, 3, 32, 32]\n"
+    "input labels: i32[256]\n"
+    "c1 = conv2d(x, out=32, kernel=3, padding=1, act=relu)\n"
+    "c2 = conv2d(c1, out=32, kernel=3, padding=1, act=relu)\n"
+    "p1 = pool2d(c2, kind=max, kernel=2, stride=2)\n"
+    "c3 = conv2d(p1, out=64, kernel=3, padding=1, act=relu)\n"
+    "c4 = conv2d(c3, out=64, kernel=3, padding=1, act=relu)\n"
+    "p2 = pool2d(c4, kind=max, kernel=2, stride=2)\n"
+    "f = flatten(p2)\n"
+    "logits = linear(f, out=10)\n"
+    "loss = softmax_cross_entropy(logits, labels)\n";
+
+/* A 1,048,576 x 128 f32 table: 512 MiB, 2 GiB with its gradient and Adam's
+ * two moments; the machine below has 1 GiB per device. */
+static const char *big_table =
+    "model big_table\n"
+    "input ids: i32[64]\n"
+    "input labels: i32[64]\n"
+    "e = embedding(ids, num=1048576, dim=128)\n"
+    "logits = linear(e, out=10)\n"
+    "loss = softmax_cross_entropy(logits, labels)\n";
+
+static const char *small_machine =
+    "name small8\n"
+    "nodes 1\n"
+    "devices_per_node 8\n"
+    "device.flops.f32 20 TFLOP/s\n"
+    "device.memory 1 GiB\n"
+    "device.memory_bandwidth 1 TB/s\n"
+    "device.launch_overhead 5 us\n"
+    "intra.bandwidth 100 GB/s\n"
+    "intra.latency 2 us\n";
+
+/* --------------------------------------------------------------- search */
+
+START_TEST(tensor_parallel_beats_data_parallel) {
+  pcgc_graph *g = model(big_linear);
+  pcgc_machine m = preset("dgx-h100");
+  pcgc_compile_result r;
+  compile(g, &m, &r);
+  ck_assert_msg(r.choice.tp > 1, "chose dp %d tp %d pp %d", r.choice.dp, r.choice.tp, r.choice.pp);
+  ck_assert(r.data_parallel.feasible);
+  ck_assert_int_eq(r.data_parallel.choice.dp, 8);
+  ck_assert_msg(r.sim.iteration_time < 0.5 * r.data_parallel.time, "%g vs data parallel %g", r.sim.iteration_time,
+                r.data_parallel.time);
+  ck_assert(r.megatron.feasible);
+  ck_assert_double_le(r.sim.iteration_time, r.megatron.time);
+  /* the weight is sharded: its partition's degree on the output dim */
+  bool sharded = false;
+  for (int i = 0; i < r.graph->n_nodes; i++) {
+    const pcgc_node *n = &r.graph->nodes[i];
+    if (n->kind == PCGC_OP_LINEAR) sharded |= pcgc_graph_ref_type(r.graph, n->in[1])->degree[1] == r.choice.tp;
+  }
+  ck_assert(sharded);
+  pcgc_compile_result_destroy(&r);
+  pcgc_graph_free(g);
+}
+END_TEST
+
+START_TEST(data_parallel_for_convolutions) {
+  pcgc_graph *g = model(conv_stack);
+  pcgc_machine m = preset("dgx-h100");
+  pcgc_compile_result r;
+  compile(g, &m, &r);
+  ck_assert_msg(r.choice.dp == 8 && r.choice.tp == 1 && r.choice.pp == 1, "chose dp %d tp %d pp %d micro %d",
+                r.choice.dp, r.choice.tp, r.choice.pp, r.choice.micro);
+  ck_assert(r.data_parallel.feasible);
+  ck_assert_double_eq(r.sim.iteration_time, r.data_parallel.time);
+  ck_assert(!r.megatron.tried); /* no Megatron rule matches convolutions */
+  pcgc_compile_result_destroy(&r);
+  pcgc_graph_free(g);
+}
+END_TEST
+
+START_TEST(table_too_large_is_sharded) {
+  pcgc_graph *g = model(big_table);
+  pcgc_machine m = machine_file(small_machine);
+  pcgc_compile_result r;
+  compile(g, &m, &r);
+  ck_assert(r.data_parallel.tried);
+  ck_assert(!r.data_parallel.feasible);
+  ck_assert_msg(strstr(r.data_parallel.note, "out of memory") != NULL, "%s", r.data_parallel.note);
+  ck_assert_int_gt(r.choice.tp, 1);
+  int64_t shards = 0;
+  for (int i = 0; i < r.graph->n_nodes; i++) {
+    const pcgc_node *n = &r.graph->nodes[i];
+    if (n->kind != PCGC_OP_EMBEDDING) continue;
+    const pcgc_ptensor *t = pcgc_graph_ref_type(r.graph, n->in[1]);
+    shards = (int64_t)t->degree[0] * t->degree[1];
+  }
+  ck_assert_int_eq(shards, r.choice.tp);
+  double mx = 0;
+  for (int d = 0; d < r.sim.n_devices; d++)
+    if (r.sim.device[d].memory.total > mx) mx = r.sim.device[d].memory.total;
+  ck_assert_double_le(mx, pcgc_machine_usable_memory(&m));
+  pcgc_compile_result_destroy(&r);
+  pcgc_graph_free(g);
+}
+END_TEST
+
+START_TEST(nothing_fits_is_an_error) {
+  pcgc_graph *g = model(big_table);
+  pcgc_machine m = machine_file("name tiny\nnodes 1\ndevices_per_node 2\ndevice.flops.f32 1 TFLOP/s\n"
+                                "device.memory 64 MiB\ndevice.memory_bandwidth 1 TB/s\n"
+                                "intra.bandwidth 10 GB/s\nintra.latency 2 us\n");
+  pcgc_compile_options o;
+  pcgc_compile_options_default(&o);
+  pcgc_compile_result r;
+  pcgc_error err = {0};
+  ck_assert_int_eq(pcgc_compile(g, &m, &o, &r, &err), PCGC_ERR_INVALID);
+  ck_assert_msg(strstr(err.message, "no strategy") != NULL, "%s", err.message);
+  ck_assert_ptr_null(r.graph);
+  ck_assert(!r.data_parallel.feasible);
+  pcgc_compile_result_destroy(&r);
+  pcgc_graph_free(g);
+}
+END_TEST
+
+START_TEST(deterministic) {
+  pcgc_graph *g = model(big_linear);
+  pcgc_machine m = preset("h100-4x8");
+  pcgc_compile_result a, b;
+  compile(g, &m, &a);
+  compile(g, &m, &b);
+  ck_assert_mem_eq(&a.choice, &b.choice, sizeof a.choice);
+  ck_assert_double_eq(a.sim.iteration_time, b.sim.iteration_time);
+  ck_assert_int_eq(a.tried, b.tried);
+  ck_assert_int_eq(a.feasible, b.feasible);
+  ck_assert(pcgc_graph_hash(a.graph) == pcgc_graph_hash(b.graph));
+  ck_assert_mem_eq(a.mapping.view, b.mapping.view, (size_t)a.mapping.n_nodes * sizeof *a.mapping.view);
+  pcgc_compile_result_destroy(&a);
+  pcgc_compile_result_destroy(&b);
+  pcgc_graph_free(g);
+}
+END_TEST
+
+/* -------------------------------------------------------------- building */
+
+static double simulate(const pcgc_graph *g, const pcgc_mapping *mp, const pcgc_machine *m, pcgc_sim_result *keep) {
+  pcgc_sim_options o;
+  pcgc_sim_options_default(&o);
+  pcgc_sim_result r;
+  pcgc_error err = {0};
+  ck_assert_msg(pcgc_simulate(g, mp, m, &o, &r, &err) == PCGC_OK, "%s", err.message);
+  double t = r.iteration_time;
+  if (keep) *keep = r;
+  else pcgc_sim_result_destroy(&r);
+  return t;
+}
+
+START_TEST(plain_data_parallel_is_the_baseline) {
+  pcgc_graph *g = model(conv_stack);
+  pcgc_machine m = preset("dgx-h100");
+  pcgc_error err = {0};
+  pcgc_expert *x;
+  ck_assert_int_eq(pcgc_expert_new(g, &m, NULL, &x, &err), PCGC_OK);
+  ck_assert_int_eq(pcgc_expert_batch(x), 256);
+  ck_assert_int_eq(pcgc_expert_layers(x), 5);
+  ck_assert_int_eq(pcgc_expert_tp_matches(x, 2, &err), 0); /* convolutions: no Megatron rule */
+  pcgc_graph *a, *b;
+  pcgc_mapping ma, mb;
+  ck_assert_int_eq(pcgc_expert_build(x, (pcgc_expert_choice){4, 1, 1, 1}, &a, &ma, &err), PCGC_OK);
+  ck_assert_int_eq(pcgc_strategy_build(PCGC_STRATEGY_DATA_PARALLEL, g, &m, 4, &b, &mb, &err), PCGC_OK);
+  ck_assert(pcgc_graph_equal(a, b));
+  ck_assert_double_eq(simulate(a, &ma, &m, NULL), simulate(b, &mb, &m, NULL));
+  pcgc_mapping_destroy(&mb);
+  pcgc_graph_free(b);
+  ck_assert_int_eq(pcgc_expert_build(x, (pcgc_expert_choice){4, 2, 1, 1}, &b, &mb, &err), PCGC_ERR_INVALID);
+  ck_assert_msg(strstr(err.message, "no Megatron rule") != NULL, "%s", err.message);
+  ck_assert_int_eq(pcgc_expert_build(x, (pcgc_expert_choice){4, 1, 4, 1}, &b, &mb, &err), PCGC_ERR_INVALID);
+  ck_assert_msg(strstr(err.message, "16 devices") != NULL, "%s", err.message);
+  ck_assert_int_eq(pcgc_expert_build(x, (pcgc_expert_choice){3, 1, 1, 1}, &b, &mb, &err), PCGC_ERR_INVALID);
+  pcgc_mapping_destroy(&ma);
+  pcgc_graph_free(a);
+  pcgc_expert_free(x);
+  pcgc_graph_free(g);
+}
+END_TEST
+
+/* Every non-resident node's pieces sit on distinct devices of its block. */
+static void check_blocks(const pcgc_graph *g, const pcgc_mapping *mp, int block, int D) {
+  bool *res = calloc((size_t)g->n_nodes, sizeof *res);
+  int *order = malloc((size_t)g->n_nodes * sizeof *order);
+  ck_assert_int_eq(pcgc_graph_topo_order(g, order, NULL), PCGC_OK);
+  for (int k = 0; k < g->n_nodes; k++) {
+    const pcgc_node *n = &g->nodes[order[k]];
+    pcgc_op_class c = pcgc_op_class_of(n->kind);
+    res[n->id] = c == PCGC_CLASS_SOURCE || (c == PCGC_CLASS_PARALLEL && res[n->in[0].node]);
+    if (res[n->id]) continue;
+    pcgc_view v = mp->view[n->id];
+    int64_t P = pcgc_ptensor_pieces(&n->out[0]);
+    int lo = v.start / block * block;
+    for (int64_t p = 0; p < P; p++) {
+      int64_t dev = (v.start + p * v.stride) % D;
+      ck_assert_msg(dev >= lo && dev < lo + block, "%s piece %lld on device %lld, outside [%d, %d)", n->name,
+                    (long long)p, (long long)dev, lo, lo + block);
+      if (p > 0) ck_assert_msg(v.stride > 0, "%s: %lld pieces on one device", n->name, (long long)P);
+    }
+  }
+  free(order);
+  free(res);
+}
+
+START_TEST(hybrid_and_pipeline_builds) {
+  static const char *mlp =
+      "model mlp4\n"
+      "input x: f32[64, 256]\n"
+      "input labels: i32[64]\n"
+      "h1 = linear(x, out=512, act=relu)\n"
+      "h2 = linear(h1, out=256)\n"
+      "h3 = linear(h2, out=512, act=relu)\n"
+      "h4 = linear(h3, out=256)\n"
+      "logits = linear(h4, out=10)\n"
+      "loss = softmax_cross_entropy(logits, labels)\n";
+  pcgc_graph *g = model(mlp);
+  pcgc_machine m = preset("dgx-h100");
+  pcgc_error err = {0};
+  pcgc_expert *x;
+  ck_assert_int_eq(pcgc_expert_new(g, &m, NULL, &x, &err), PCGC_OK);
+  ck_assert_int_eq(pcgc_expert_tp_matches(x, 2, &err), 2); /* two Megatron MLPs */
+  pcgc_graph *pg;
+  pcgc_mapping mp;
+  pcgc_sim_result r;
+  /* 2 x 2 x 2 with 4 micro-batches */
+  ck_assert_int_eq(pcgc_expert_build(x, (pcgc_expert_choice){2, 2, 2, 4}, &pg, &mp, &err), PCGC_OK);
+  int reduces = 0;
+  for (int i = 0; i < pg->n_nodes; i++) reduces += pg->nodes[i].kind == PCGC_OP_REDUCE;
+  ck_assert_int_eq(reduces, 2);
+  ck_assert_int_eq(pg->nodes[pcgc_graph_find(pg, "loss")].out[0].micro, 4);
+  check_blocks(pg, &mp, 4, 8);
+  simulate(pg, &mp, &m, &r);
+  ck_assert_int_eq(r.stages, 2);
+  ck_assert_int_eq(r.micro_batches, 4);
+  ck_assert_int_eq(r.used_devices, 8);
+  pcgc_sim_result_destroy(&r);
+  pcgc_mapping_destroy(&mp);
+  pcgc_graph_free(pg);
+  /* pure pipeline over 4 devices: every device one stage */
+  ck_assert_int_eq(pcgc_expert_build(x, (pcgc_expert_choice){1, 1, 4, 8}, &pg, &mp, &err), PCGC_OK);
+  check_blocks(pg, &mp, 1, 8);
+  simulate(pg, &mp, &m, &r);
+  ck_assert_int_eq(r.stages, 4);
+  ck_assert_int_eq(r.used_devices, 4);
+  pcgc_sim_result_destroy(&r);
+  pcgc_mapping_destroy(&mp);
+  pcgc_graph_free(pg);
+  /* a batch that dp x micro does not divide */
+  ck_assert_int_eq(pcgc_expert_build(x, (pcgc_expert_choice){2, 1, 2, 64}, &pg, &mp, &err), PCGC_ERR_INVALID);
+  ck_assert_msg(strstr(err.message, "divisible by 128") != NULL, "%s", err.message);
+  /* after a reduce, the batch shards sit where a partial sum already is */
+  ck_assert_int_eq(pcgc_expert_build(x, (pcgc_expert_choice){4, 2, 1, 1}, &pg, &mp, &err), PCGC_OK);
+  for (int i = 0; i < pg->n_nodes; i++)
+    if (pg->nodes[i].kind == PCGC_OP_REDUCE) {
+      ck_assert_int_eq(mp.view[i].start, 0);
+      ck_assert_int_eq(mp.view[i].stride, 2);
+    }
+  check_blocks(pg, &mp, 8, 8);
+  pcgc_mapping_destroy(&mp);
+  pcgc_graph_free(pg);
+  pcgc_expert_free(x);
+  pcgc_graph_free(g);
+}
+END_TEST
+
+START_TEST(parallel_model_is_refused) {
+  pcgc_graph *g = model("input x: f32[8, 4]\nxp = partition(x, dim=0, degree=2)\ny = relu(xp)\n");
+  pcgc_machine m = preset("dgx-h100");
+  pcgc_error err = {0};
+  pcgc_expert *x = NULL;
+  ck_assert_int_eq(pcgc_expert_new(g, &m, NULL, &x, &err), PCGC_ERR_INVALID);
+  ck_assert_msg(strstr(err.message, "sequential") != NULL, "%s", err.message);
+  ck_assert_ptr_null(x);
+  pcgc_graph_free(g);
+}
+END_TEST
+
+/* ------------------------------------------------------- strategy files */
+
+static char *slurp(const char *path) {
+  pcgc_error err = {0};
+  size_t n;
+  char *t = pcgc_read_file(path, &n, &err);
+  ck_assert_msg(t != NULL, "%s", err.message);
+  return t;
+}
+
+START_TEST(strategy_file_round_trip) {
+  pcgc_graph *g = model(big_linear);
+  pcgc_machine m = preset("dgx-h100");
+  pcgc_compile_result r;
+  compile(g, &m, &r);
+  char dir[] = "/tmp/pcgc-strategy-XXXXXX", path[256];
+  ck_assert(mkdtemp(dir) != NULL);
+  snprintf(path, sizeof path, "%s/s.json", dir);
+  pcgc_strategy_info info = {.has_predicted = true,
+                             .iteration_s = r.sim.iteration_time,
+                             .data_parallel_s = r.data_parallel.time,
+                             .has_choice = true,
+                             .choice = r.choice};
+  snprintf(info.machine, sizeof info.machine, "%s", m.name);
+  pcgc_error err = {0};
+  ck_assert_int_eq(pcgc_strategy_file_write(path, r.graph, &r.mapping, &info, &err), PCGC_OK);
+  ck_assert(pcgc_strategy_file_detect(path));
+  pcgc_graph *g2;
+  pcgc_mapping mp2;
+  pcgc_strategy_info in;
+  ck_assert_msg(pcgc_strategy_file_load(path, 8, &g2, &mp2, &in, &err) == PCGC_OK, "%s", err.message);
+  ck_assert(pcgc_graph_hash(g2) == pcgc_graph_hash(r.graph));
+  ck_assert_int_eq(g2->n_nodes, r.graph->n_nodes);
+  for (int i = 0; i < g2->n_nodes; i++) {
+    ck_assert_str_eq(g2->nodes[i].name, r.graph->nodes[i].name);
+    if (pcgc_op_class_of(g2->nodes[i].kind) == PCGC_CLASS_SOURCE) continue;
+    ck_assert_int_eq(mp2.view[i].start, r.mapping.view[i].start);
+    ck_assert_int_eq(mp2.view[i].stride, r.mapping.view[i].stride);
+  }
+  ck_assert_str_eq(in.machine, "dgx-h100");
+  ck_assert(in.has_predicted && in.has_choice);
+  ck_assert_double_eq(in.iteration_s, r.sim.iteration_time);
+  ck_assert_mem_eq(&in.choice, &r.choice, sizeof in.choice);
+  ck_assert_double_eq(simulate(g2, &mp2, &m, NULL), r.sim.iteration_time);
+  /* the written text is the canonical graph's: writing again gives the same bytes */
+  char *t1 = slurp(path);
+  ck_assert_int_eq(pcgc_strategy_file_write(path, g2, &mp2, &in, &err), PCGC_OK);
+  char *t2 = slurp(path);
+  ck_assert_str_eq(t1, t2);
+  free(t1);
+  free(t2);
+  unlink(path);
+  rmdir(dir);
+  pcgc_mapping_destroy(&mp2);
+  pcgc_graph_free(g2);
+  pcgc_compile_result_destroy(&r);
+  pcgc_graph_free(g);
+}
+END_TEST
+
+/* A malformed strategy: its text, the position and a piece of the message. */
+typedef struct bad_case {
+  const char *text;
+  int line, col;
+  const char *want;
+} bad_case;
+
+#define HEAD "{\"format\": \"pcgc-strategy\", \"version\": 1, \"machine\": \"dgx-h100\",\n"
+#define MODEL "\"model\": \"input x: f32[8, 4]\\nxp = partition(x, dim=0, degree=2)\\ny = relu(xp)\\n\",\n"
+
+static const bad_case bad_cases[] = {
+    {"{\"format\": \"pcgc-strategy\",\n \"version\": 1,,\n}", 2, 16, "malformed JSON"},
+    {"[1, 2]", 1, 1, "expected a JSON object"},
+    {"{\"format\": \"pcgc-plan\", \"version\": 1}", 1, 12, "not a strategy file"},
+    {"{\"format\": \"pcgc-strategy\",\n  \"version\": 7}", 2, 14, "unsupported \"version\""},
+    {HEAD "\"model\": 42, \"views\": {}}", 2, 10, "\"model\" must be a string"},
+    {HEAD MODEL "\"views\": {\"xp\": [0, 1], \"y\": [0, 1], \"z\": [0, 1]}}", 3, 38, "no node of the model"},
+    {HEAD MODEL "\"views\": {\"xp\": [0, 1],\n  \"y\": [0, -1]}}", 4, 8, "[start, stride]"},
+    {HEAD MODEL "\"views\": {\"xp\": [0, 1], \"y\": [9, 1]}}", 3, 30, "the machine has 8 devices"},
+    {HEAD MODEL "\"views\": {\"xp\": [0, 1]}}", 3, 10, "no view for relu 'y'"},
+    {HEAD "\"model\": \"input x: f32[8, 4]\\ny = rleu(x)\\n\",\n\"views\": {}}", 2, 35, "in \"model\" (its line 2)"},
+    {HEAD MODEL "\"views\": {\"xp\": [0, 1], \"y\": [0, 1]},\n\"choice\": {\"dp\": 0, \"tp\": 1, \"pp\": 1, \"micro\": 1}}",
+     4, 18, "\"choice\".\"dp\""},
+    {HEAD MODEL "\"views\": {\"xp\": [0, 1], \"y\": [0, 1]},\n\"predicted\": {\"iteration_s\": \"fast\"}}", 4, 30,
+     "\"iteration_s\""},
+};
+
+START_TEST(malformed_strategy_files) {
+  const bad_case *c = &bad_cases[_i];
+  pcgc_graph *g = (pcgc_graph *)1;
+  pcgc_mapping mp;
+  pcgc_error err = {0};
+  pcgc_status st = pcgc_strategy_file_parse(c->text, strlen(c->text), "bad.json", 8, &g, &mp, NULL, &err);
+  ck_assert_msg(st == PCGC_ERR_PARSE, "case %d: status %d", _i, st);
+  ck_assert_ptr_null(g);
+  ck_assert_ptr_null(mp.view);
+  ck_assert_str_eq(err.file, "bad.json");
+  ck_assert_msg(err.line == c->line && err.col == c->col, "case %d: at %d:%d, want %d:%d (%s)", _i, err.line, err.col,
+                c->line, c->col, err.message);
+  ck_assert_msg(strstr(err.message, c->want) != NULL, "case %d: '%s' lacks '%s'", _i, err.message, c->want);
+}
+END_TEST
+
+START_TEST(good_minimal_strategy) {
+  const char *t = HEAD MODEL "\"views\": {\"xp\": [0, 1], \"y\": [2, 3]}}";
+  pcgc_graph *g;
+  pcgc_mapping mp;
+  pcgc_strategy_info in;
+  pcgc_error err = {0};
+  ck_assert_msg(pcgc_strategy_file_parse(t, strlen(t), "ok.json", 8, &g, &mp, &in, &err) == PCGC_OK, "%s",
+                err.message);
+  int y = pcgc_graph_find(g, "y");
+  ck_assert_int_eq(mp.view[y].start, 2);
+  ck_assert_int_eq(mp.view[y].stride, 3);
+  ck_assert(!in.has_predicted && !in.has_choice);
+  pcgc_mapping_destroy(&mp);
+  pcgc_graph_free(g);
+}
+END_TEST
+
+static Suite *suite(void) {
+  Suite *s = suite_create("expert");
+  TCase *tc = tcase_create("search");
+  tcase_set_timeout(tc, 120);
+  tcase_add_test(tc, tensor_parallel_beats_data_parallel);
+  tcase_add_test(tc, data_parallel_for_convolutions);
+  tcase_add_test(tc, table_too_large_is_sharded);
+  tcase_add_test(tc, nothing_fits_is_an_error);
+  tcase_add_test(tc, deterministic);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("build");
+  tcase_set_timeout(tc, 60);
+  tcase_add_test(tc, plain_data_parallel_is_the_baseline);
+  tcase_add_test(tc, hybrid_and_pipeline_builds);
+  tcase_add_test(tc, parallel_model_is_refused);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("files");
+  tcase_set_timeout(tc, 60);
+  tcase_add_test(tc, strategy_file_round_trip);
+  tcase_add_loop_test(tc, malformed_strategy_files, 0, (int)(sizeof bad_cases / sizeof *bad_cases));
+  tcase_add_test(tc, good_minimal_strategy);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+int main(void) {
+  SRunner *sr = srunner_create(suite());
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
