@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# compile_zoo.sh — `pcgc compile` on every zoo model and Unity's machines,
+# written as a table to benchmarks/RESULTS.md (issue 6's measurement):
+# search time, predicted iteration time, speedup over data parallel and over
+# the best pure Megatron and pure pipeline strategies, peak memory per
+# device; then how search time grows with transformer depth (BERT-Large
+# with 6, 12, 24, 48 layers) and with the device count (8 to 1024 H100s).
+#
+# usage: benchmarks/compile_zoo.sh [PCGC_BINARY] [SOURCE_DIR] [OUT.md]
+# Takes a few minutes on 2 cores. Unity's numbers to compare with are in
+# docs/models.md and the issue: DLRM 3.6x, MLP 2.0x, XDL 1.9x, CANDLE-Uno
+# 1.6x, Inception-v3 1.3x, ResNeXt-50 1.0x over data parallel on real
+# hardware; these are *predicted* speedups from pcgc's simulator.
+set -uo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+pcgc=${1:-$here/build/pcgc}
+src=${2:-$here}
+out=${3:-$src/benchmarks/RESULTS.md}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# model  per-device batch (global batch = per-device x devices)
+models="resnext50 8
+inception-v3 8
+dlrm 64
+xdl 64
+candle-uno 64
+unity-mlp 64
+bert-large 1
+gpt-3b 1"
+machines="summit-v100 p100-4x4 dgx-h100 h100-4x8"
+
+devices_of() { # machine -> device count
+  "$pcgc" compile "$src/models/mlp.pcg" --machine "$1" --batch 1024 2>/dev/null |
+    awk '/^pcgc compile:/ {gsub(/[()]/, ""); for (i = 1; i <= NF; i++) if ($(i + 1) == "devices") print $i}'
+}
+
+field() { # FILE LABEL -> the value after LABEL (number and unit)
+  awk -v l="$2" 'index($0, l) == 1 || index($0, "  " l) == 1 {
+    s = substr($0, index($0, l) + length(l)); sub(/^ +/, "", s); split(s, a, " "); print a[1] " " a[2]; exit }' "$1"
+}
+
+secs() { # "1.23 ms" -> seconds
+  awk -v v="$1" -v u="$2" 'BEGIN { print v * (u == "s" ? 1 : u == "ms" ? 1e-3 : u == "us" ? 1e-6 : u == "ns" ? 1e-9 : 0) }'
+}
+
+speed() { # TIME_TEXT BEST_TEXT -> "2.34x" or the note
+  local t=$1 b=$2
+  case "$t" in *" "s|*" "ms|*" "us|*" "ns) ;; *) echo "—"; return ;; esac
+  awk -v a="$(secs $t)" -v b="$(secs $b)" 'BEGIN { if (b > 0 && a > 0) printf "%.2fx", a / b; else print "—" }'
+}
+
+row() { # model machine batch
+  local m=$1 mach=$2 batch=$3 f="$tmp/$1-$2.txt"
+  if ! "$pcgc" compile "$src/models/$m.pcg" --machine "$mach" --batch "$batch" -o "$tmp/s.json" >"$f" 2>"$f.err"; then
+    printf '| %s | %s | %s | — | failed: %s | | | | | |\n' "$m" "$mach" "$batch" "$(head -1 "$f.err" | cut -c1-80)"
+    return
+  fi
+  local strat pred dp tp pp mem cand
+  strat=$(sed -n 's/^strategy: //p' "$f" | head -1)
+  pred=$(field "$f" "predicted iteration time")
+  dp=$(field "$f" "data parallel")
+  tp=$(field "$f" "best pure Megatron")
+  pp=$(field "$f" "best pure pipeline")
+  mem=$(field "$f" "memory per device (max)")
+  cand=$(sed -n 's/^candidates *//p' "$f" | head -1)
+  local search=${cand##*, }
+  printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' "$m" "$mach" "$batch" "$search" "$pred" \
+    "$(speed "$dp" "$pred")" "$(speed "$tp" "$pred")" "$(speed "$pp" "$pred")" "$mem" "$strat; ${cand%, *}"
+}
+
+{
+  echo "# Benchmark results"
+  echo
+  echo "Produced by \`benchmarks/compile_zoo.sh\` on $(date -u +%Y-%m-%d) at commit $(git -C "$src" rev-parse --short HEAD 2>/dev/null || echo '?'),"
+  echo "$(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')), release build."
+  echo "Times are *predicted* by pcgc's simulator for the named machine; search time is wall time on this CPU."
+  echo
+  echo "## pcgc compile on the model zoo"
+  echo
+  echo "Speedups are the baseline's predicted time over the chosen strategy's (≥ 1.00x: the chosen one is"
+  echo "at least as fast; — where the baseline is infeasible, out of memory or has no candidate)."
+  echo "This is \`pcgc compile\` v1: the expert space (data × Megatron tensor × pipeline parallelism), not yet"
+  echo "the rule-driven joint search."
+  echo
+  echo "| model | machine | batch | search | predicted | vs data parallel | vs Megatron | vs pipeline | memory/device | chosen; candidates |"
+  echo "|---|---|---|---|---|---|---|---|---|---|"
+  for mach in $machines; do
+    n=$(devices_of "$mach")
+    while read -r m per; do
+      row "$m" "$mach" $((per * n))
+    done <<< "$models"
+  done
+  echo
+  echo "## Search time against transformer depth (BERT-Large, dgx-h100, batch 64)"
+  echo
+  echo "| layers | nodes | search |"
+  echo "|---|---|---|"
+  for L in 6 12 24 48; do
+    f="$tmp/depth-$L.txt"
+    "$pcgc" compile "$src/models/bert-large.pcg" --machine dgx-h100 --batch 64 --set LAYERS=$L >"$f" 2>&1
+    nodes=$("$pcgc" check "$src/models/bert-large.pcg" --set LAYERS=$L 2>/dev/null | awk '/^  nodes/ {sub(/:/, "", $2); print $2; exit}')
+    printf '| %s | %s | %s |\n' "$L" "${nodes:-?}" "$(sed -n 's/^candidates *//p' "$f" | head -1)"
+  done
+  echo
+  echo "## Search time against device count (BERT-Large, 6 layers, 1 sequence per device, H100 nodes of 8)"
+  echo
+  echo "| devices | search |"
+  echo "|---|---|"
+  for n in 8 16 32 64 128 256 512 1024; do
+    nodes=$((n / 8))
+    sed -e "s/^name .*/name h100-x$n/" -e "s/^nodes .*/nodes $nodes/" "$src/machines/h100-4x8.machine" >"$tmp/h100-x$n.machine"
+    f="$tmp/dev-$n.txt"
+    "$pcgc" compile "$src/models/bert-large.pcg" --machine "$tmp/h100-x$n.machine" --batch "$n" --set LAYERS=6 >"$f" 2>&1
+    printf '| %s | %s |\n' "$n" "$(sed -n 's/^candidates *//p' "$f" | head -1)"
+  done
+} >"$tmp/results.md"
+mv "$tmp/results.md" "$out"
+echo "wrote $out"
