@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # main.sh — install dependencies, build pcgc into build/, check BERT-Large,
-# simulate it data-parallel on a DGX H100, and train the shipped CNN for a few
-# steps on one CPU device.
+# compile it for a DGX H100 (the fastest data x tensor x pipeline strategy the
+# simulator predicts, written to build/bert-large.strategy.json) and simulate
+# that strategy, compile DLRM (where tensor parallelism wins), and train the
+# shipped CNN for a few steps on one CPU device.
 #
 #   scripts/main.sh
 #
@@ -14,5 +16,7 @@ bash scripts/install-deps.sh
 cmake -S . -B build -DWITH_CUDA=OFF
 cmake --build build -j"$(nproc)"
 build/pcgc check models/bert-large.pcg
-build/pcgc simulate models/bert-large.pcg --machine dgx-h100 --batch 64
+build/pcgc compile models/bert-large.pcg --machine dgx-h100 --batch 64 -o build/bert-large.strategy.json
+build/pcgc simulate build/bert-large.strategy.json --machine dgx-h100
+build/pcgc compile models/dlrm.pcg --machine dgx-h100 -o build/dlrm.strategy.json
 build/pcgc train models/cnn.pcg --steps 8 --optimizer adam
