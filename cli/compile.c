@@ -24,6 +24,9 @@ void pcgc_cli_compile_help(FILE *f) {
           "m micro-batches, over the divisors of the device count. Every candidate is simulated\n"
           "(as `pcgc simulate` does) and the fastest whose memory fits every device is chosen; data\n"
           "parallelism on all devices is always a candidate, so the result is never slower.\n"
+          "Then the joint search rewrites the best of them with the rule library (docs/rules.md;\n"
+          "every rule checked by execution first): best-first over rewritten graphs, each simulated,\n"
+          "duplicates recognised by their canonical hash, within --budget, --alpha and the time limit.\n"
           "Prints the strategy per operator (output type with its shard degrees, partial sums,\n"
           "replicas and micro-batches; the devices it runs on), the predicted iteration time against\n"
           "data parallel and the best pure tensor-parallel and pure pipeline candidates, the largest\n"
@@ -39,9 +42,11 @@ void pcgc_cli_compile_help(FILE *f) {
           "                     the search is deterministic unless the limit cuts it short\n"
           "  --optimizer O      sgd | momentum | adam (default adam): memory and update cost\n"
           "  --verbose          one line per candidate (on standard error)\n"
-          "  --rules DIR        reserved for the rule-driven joint search (accepted, ignored)\n"
-          "  --budget N         reserved for the rule-driven joint search (accepted, ignored)\n"
-          "  --alpha A          reserved for the rule-driven joint search (accepted, ignored)\n"
+          "  --budget N         graphs the joint search expands (default 4; 0: expert strategies only)\n"
+          "  --alpha A          the joint search keeps candidates up to A x the best (default 1.05)\n"
+          "  --rules DIR        more rules (*.rules) for the joint search, beside the shipped library\n"
+          "  --allow-unsound    use rules the checker refutes (they are checked, reported and left\n"
+          "                     out otherwise)\n"
           "  -h, --help         show this help\n"
           "\n"
           "exit codes: 0 ok, 1 invalid model or no strategy fits, 2 usage, 3 I/O\n");
@@ -157,7 +162,6 @@ int pcgc_cli_compile(int argc, char **argv) {
   pcgc_compile_options o;
   pcgc_compile_options_default(&o);
   o.time_limit = 60;
-  bool notes[3] = {false, false, false};
   for (int i = 0; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     int k;
@@ -166,6 +170,10 @@ int pcgc_cli_compile(int argc, char **argv) {
       return EXIT_OK;
     } else if (strcmp(a, "--verbose") == 0) {
       o.log = stderr;
+      o.joint.log = stderr;
+      o.rules_report = stderr;
+    } else if (strcmp(a, "--allow-unsound") == 0) {
+      o.allow_unsound = true;
     } else if (a[0] == '-' && a[1] && !v) {
       return pcgc_cli_usage_error("compile", "%s needs a value", a);
     } else if (strcmp(a, "--machine") == 0) {
@@ -191,9 +199,20 @@ int pcgc_cli_compile(int argc, char **argv) {
     } else if (strcmp(a, "--set") == 0) {
       int r = pcgc_cli_add_set("compile", argv[++i], &sets);
       if (r >= 0) return r;
-    } else if (strcmp(a, "--rules") == 0 || strcmp(a, "--budget") == 0 || strcmp(a, "--alpha") == 0) {
-      notes[a[2] == 'r' ? 0 : a[2] == 'b' ? 1 : 2] = true;
-      i++;
+    } else if (strcmp(a, "--rules") == 0) {
+      o.extra_rules_dir = argv[++i];
+    } else if (strcmp(a, "--budget") == 0) {
+      char *end;
+      long x = strtol(argv[++i], &end, 10);
+      if (!*argv[i] || *end || x < 0 || x > 1000000)
+        return pcgc_cli_usage_error("compile", "--budget must be a number of graphs >= 0, not '%s'", argv[i]);
+      o.joint.budget = (int)x;
+    } else if (strcmp(a, "--alpha") == 0) {
+      char *end;
+      double x = strtod(argv[++i], &end);
+      if (!*argv[i] || *end || !(x >= 1) || x > 100)
+        return pcgc_cli_usage_error("compile", "--alpha must be a number from 1 to 100, not '%s'", argv[i]);
+      o.joint.alpha = x;
     } else if (a[0] == '-' && a[1]) {
       return pcgc_cli_usage_error("compile", "unknown option '%s'", a);
     } else if (!model) {
@@ -205,11 +224,6 @@ int pcgc_cli_compile(int argc, char **argv) {
   if (!model) return pcgc_cli_usage_error("compile", "missing MODEL%s", "");
   if (!machine)
     return pcgc_cli_usage_error("compile", "missing --machine M (a preset such as dgx-h100, or a file)%s", "");
-  static const char *const reserved[] = {"--rules", "--budget", "--alpha"};
-  for (int k = 0; k < 3; k++)
-    if (notes[k])
-      fprintf(stderr, "pcgc compile: note: %s is reserved for the rule-driven joint search; this version "
-                      "searches expert strategies and ignores it\n", reserved[k]);
   int code = EXIT_OK;
   pcgc_graph *g = pcgc_cli_load(model, sets.n, sets.names, sets.values, batch, &code);
   if (!g) return code;
@@ -257,6 +271,18 @@ int pcgc_cli_compile(int argc, char **argv) {
   printf("%-28s %d simulated, %d fit in memory, %.2f s", "candidates", r.tried, r.feasible, r.seconds);
   if (r.skipped) printf(" (time limit: %d not tried)", r.skipped);
   printf("\n");
+  if (r.joint_ran) {
+    const pcgc_joint_result *j = &r.joint;
+    printf("%-28s %d rules (%d refused by the checker%s), %d instances; %d graphs expanded, %d rewrites "
+           "simulated, %d duplicates, %d refused; %.2f s%s\n",
+           "joint search", r.rules, r.rules_unsound, o.allow_unsound && r.rules_unsound ? ", used anyway" : "",
+           j->instances, j->expanded, j->evaluated, j->duplicates, j->refused, j->seconds,
+           j->time_hit ? " (time limit)" : j->budget_hit ? " (budget)" : "");
+    printf("%-28s %s the expert strategy's %s", "", j->improvements ? "improved on" : "no rewrite improved on",
+           fmt_time(a, sizeof a, r.expert_time));
+    if (j->improvements) printf(" to %s (%d improvements, the last by %s)", fmt_time(b, sizeof b, j->time), j->improvements, j->last_rule);
+    printf("\n");
+  }
   if (output) {
     pcgc_strategy_info info;
     memset(&info, 0, sizeof info);

@@ -624,6 +624,46 @@ static pcgc_status place_views(const pcgc_graph *pg, const int *order, const boo
   return st;
 }
 
+/* Views for g, a rewrite of prev (whose views are prev_mp): each node keeps
+ * the stage of the node of prev with its name, or with its name's first
+ * '/'-part (rewrite nodes are "<anchor>/<tensor>"), never less than its
+ * producers'; then the greedy placement within blocks of `block` devices. */
+pcgc_status pcgc_views_replace(const pcgc_graph *g, const pcgc_graph *prev, const pcgc_mapping *prev_mp, int block,
+                               int t, const pcgc_machine *m, pcgc_mapping *out, pcgc_error *err) {
+  memset(out, 0, sizeof *out);
+  int n = g->n_nodes, D = pcgc_machine_num_devices(m);
+  if (block < 1) block = 1;
+  int *order = malloc((size_t)(n ? n : 1) * sizeof *order), *stage = calloc((size_t)(n ? n : 1), sizeof *stage);
+  bool *res = calloc((size_t)(n ? n : 1), sizeof *res);
+  pcgc_status st = order && stage && res ? pcgc_graph_topo_order(g, order, err)
+                                         : pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
+  if (st == PCGC_OK) {
+    find_resident(g, order, res);
+    for (int k = 0; k < n; k++) {
+      const pcgc_node *x = &g->nodes[order[k]];
+      int id = pcgc_graph_find(prev, x->name), sg = 0;
+      const char *slash = strchr(x->name, '/');
+      if (id < 0 && slash && slash - x->name < 256) {
+        char base[256];
+        memcpy(base, x->name, (size_t)(slash - x->name));
+        base[slash - x->name] = '\0';
+        id = pcgc_graph_find(prev, base);
+      }
+      if (id >= 0 && id < prev_mp->n_nodes) sg = prev_mp->view[id].start / block;
+      for (int i = 0; i < x->n_in; i++)
+        if (!res[x->in[i].node] && stage[x->in[i].node] > sg) sg = stage[x->in[i].node];
+      stage[x->id] = res[x->id] ? 0 : sg;
+    }
+    st = pcgc_mapping_init(out, n, (pcgc_view){0, 1}, err);
+  }
+  if (st == PCGC_OK) st = place_views(g, order, res, stage, block, t, D, out->view, err);
+  if (st != PCGC_OK) pcgc_mapping_destroy(out);
+  free(order);
+  free(stage);
+  free(res);
+  return st;
+}
+
 /* -------------------------------------------------------------- build */
 
 static pcgc_status check_choice(const pcgc_expert *x, pcgc_expert_choice c, pcgc_error *err) {
@@ -700,6 +740,7 @@ fail:
 void pcgc_compile_options_default(pcgc_compile_options *o) {
   memset(o, 0, sizeof *o);
   pcgc_sim_options_default(&o->sim);
+  pcgc_joint_options_default(&o->joint);
 }
 
 void pcgc_compile_result_destroy(pcgc_compile_result *r) {
@@ -887,6 +928,31 @@ pcgc_status pcgc_compile(const pcgc_graph *seq, const pcgc_machine *m, const pcg
     pcgc_error_hint(err, "data parallel: %.300s; try a smaller batch or a machine with more memory",
                     r->data_parallel.note[0] ? r->data_parallel.note : "out of memory");
     st = PCGC_ERR_INVALID;
+  }
+  r->expert_time = best_time;
+  if (st == PCGC_OK && o->joint.budget > 0) {
+    /* the rule-driven joint search from the best expert strategy, with the
+     * library checked by execution first */
+    if (o->extra_rules_dir) st = pcgc_ruleset_load_dir(x->rs, o->extra_rules_dir, err);
+    r->rules = pcgc_ruleset_size(x->rs);
+    if (st == PCGC_OK) st = pcgc_ruleset_verify(x->rs, NULL, o->allow_unsound, o->rules_report, &r->rules_unsound, NULL, err);
+    pcgc_joint_options jo = o->joint;
+    jo.sim = &o->sim;
+    if (o->time_limit > 0) {
+      double left = o->time_limit - (wall() - t0);
+      if (jo.time_limit <= 0 || jo.time_limit > left) jo.time_limit = left > 0.001 ? left : 0.001;
+    }
+    if (st == PCGC_OK)
+      st = pcgc_joint_search(best, &best_mp, r->choice.dp * r->choice.tp, r->choice.tp, m, x->rs, &jo, &r->joint, err);
+    if (st == PCGC_OK) {
+      r->joint_ran = true;
+      pcgc_graph_free(best);
+      pcgc_mapping_destroy(&best_mp);
+      best = r->joint.graph;
+      best_mp = r->joint.mapping;
+      r->joint.graph = NULL;
+      memset(&r->joint.mapping, 0, sizeof r->joint.mapping);
+    }
   }
   if (st == PCGC_OK) st = pcgc_strategy_canonical(best, &best_mp, &r->graph, &r->mapping, err);
   if (st == PCGC_OK) st = pcgc_simulate(r->graph, &r->mapping, m, &o->sim, &r->sim, err);

@@ -633,6 +633,53 @@ int pcgc_expert_layers(const pcgc_expert *x);
 pcgc_status pcgc_expert_build(pcgc_expert *x, pcgc_expert_choice c, pcgc_graph **out, pcgc_mapping *mp,
                               pcgc_error *err);
 
+/* Views for g, a rewrite of prev mapped by prev_mp: every node keeps its
+ * stage (its view's start / block) by name (rewrite nodes "<anchor>/..." by
+ * their anchor's), then the greedy placement above within blocks of `block`
+ * devices (t: the tensor-parallel degree, a candidate stride). */
+pcgc_status pcgc_views_replace(const pcgc_graph *g, const pcgc_graph *prev, const pcgc_mapping *prev_mp, int block,
+                               int t, const pcgc_machine *m, pcgc_mapping *out, pcgc_error *err);
+
+struct pcgc_ruleset; /* substitutions/substitutions.h */
+
+/* ------------------------------------------------------ joint search
+ * The rule-driven joint search (search/joint.c): best-first over parallel
+ * graphs rewritten by rule instances, from a start strategy (the expert
+ * result), each costed by the simulator with views re-placed
+ * (pcgc_views_replace). Deterministic for the same inputs unless the time
+ * limit cuts it short. */
+
+typedef struct pcgc_joint_options {
+  int budget;            /* graphs expanded at most (default 4) */
+  double alpha;          /* keep candidates up to alpha x the best (default 1.05) */
+  double time_limit;     /* s (default 30; <= 0: none) */
+  int max_matches;       /* matches per instance per expansion (default 64; 0: all) */
+  const pcgc_sim_options *sim;  /* NULL: defaults */
+  FILE *log;             /* a line per candidate when not NULL */
+} pcgc_joint_options;
+
+void pcgc_joint_options_default(pcgc_joint_options *o);
+
+typedef struct pcgc_joint_result {
+  pcgc_graph *graph;     /* the best graph found (the start when nothing beat it) */
+  pcgc_mapping mapping;
+  double time;           /* its simulated iteration time, s */
+  double start_time;     /* the start's */
+  int instances;         /* rule instances for this machine and graph */
+  int expanded, evaluated, duplicates, refused, improvements;
+  char last_rule[128];   /* the rule of the last improvement */
+  bool budget_hit, time_hit;
+  double seconds;
+} pcgc_joint_result;
+
+/* start/start_mp: a typed parallel graph and its views; block: devices per
+ * pipeline stage (views keep stages), t: the tensor-parallel degree (a
+ * candidate stride). rs: rules to rewrite with (verified by the caller). */
+pcgc_status pcgc_joint_search(const pcgc_graph *start, const pcgc_mapping *start_mp, int block, int t,
+                              const pcgc_machine *m, const struct pcgc_ruleset *rs, const pcgc_joint_options *o,
+                              pcgc_joint_result *r, pcgc_error *err);
+void pcgc_joint_result_destroy(pcgc_joint_result *r);
+
 typedef struct pcgc_compile_options {
   pcgc_sim_options sim;   /* how candidates are simulated (default: pcgc_sim_options_default) */
   const char *rules_dir;  /* NULL: pcgc_rules_default_dir() */
@@ -643,6 +690,13 @@ typedef struct pcgc_compile_options {
    * from 0, how many there are, its degrees; for progress displays */
   void (*progress)(void *ctx, int index, int total, pcgc_expert_choice c);
   void *progress_ctx;
+  /* then the joint search from the best expert strategy (joint.budget 0:
+   * none), over the whole rule library, checked by execution first
+   * (pcgc_ruleset_verify): unsound rules are left out unless allow_unsound */
+  pcgc_joint_options joint;
+  const char *extra_rules_dir;  /* more rules for the joint search (NULL: none) */
+  bool allow_unsound;
+  FILE *rules_report;     /* a line per rule checked, when not NULL */
 } pcgc_compile_options;
 
 void pcgc_compile_options_default(pcgc_compile_options *o);
@@ -667,6 +721,11 @@ typedef struct pcgc_compile_result {
   pcgc_compile_ref pipeline;       /* best with pp > 1 and dp = tp = 1 */
   int tried, feasible;        /* candidates simulated; of them, fitting in memory */
   int skipped;                /* left untried by the time limit */
+  double expert_time;         /* s, the best expert strategy's iteration time */
+  pcgc_joint_result joint;    /* the joint search's statistics (its graph and
+                                 mapping moved into graph/mapping above) */
+  bool joint_ran;
+  int rules, rules_unsound;   /* rules loaded; of them, refused by the checker */
   double seconds;             /* wall time of the search */
 } pcgc_compile_result;
 
@@ -721,6 +780,7 @@ pcgc_status pcgc_strategy_file_load(const char *path, int n_devices, pcgc_graph 
 /* True for a path ending in ".json", or a readable file whose first
  * non-blank character is '{' and which mentions "pcgc-strategy". */
 bool pcgc_strategy_file_detect(const char *path);
+
 
 #ifdef __cplusplus
 }

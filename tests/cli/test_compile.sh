@@ -13,7 +13,7 @@ mlp="$src/models/mlp.pcg"
 
 # --- help and usage
 expect 0 "$pcgc" compile --help;   has "$tmp/out" "usage: pcgc compile MODEL --machine M"
-has "$tmp/out" "--time-limit"; has "$tmp/out" "reserved for the rule-driven joint search"
+has "$tmp/out" "--time-limit"; has "$tmp/out" "--budget N"; has "$tmp/out" "--allow-unsound"
 expect 0 "$pcgc" compile -h;       has "$tmp/out" "usage: pcgc compile"
 expect 0 "$pcgc" help compile;     has "$tmp/out" "usage: pcgc compile"
 expect 0 "$pcgc" --help;           has "$tmp/out" "compile MODEL --machine M"
@@ -46,10 +46,25 @@ printf 'input ids: i32[8]\ninput labels: i32[8]\ne = embedding(ids, num=1048576,
 expect 1 "$pcgc" compile "$tmp/table.pcg" --machine "$tmp/tiny.machine"
 has "$tmp/err" "no strategy of model"
 
-# --- reserved options are accepted with a note
-expect 0 "$pcgc" compile "$mlp" --machine dgx-h100 --rules "$src/rules" --budget 100 --alpha 1.05
-has "$tmp/err" "--rules is reserved for the rule-driven joint search"
-has "$tmp/err" "--budget is reserved"; has "$tmp/err" "--alpha is reserved"
+# --- the joint search: statistics, --budget 0 skips it, extra rules, unsound rules left out
+expect 0 "$pcgc" compile "$mlp" --machine dgx-h100 --budget 3 --alpha 1.05
+has "$tmp/out" "joint search"; has "$tmp/out" "3 graphs expanded"; has "$tmp/out" "0 refused by the checker"
+expect 0 "$pcgc" compile "$mlp" --machine dgx-h100 --budget 0
+if grep -q "joint search" "$tmp/out"; then bad "--budget 0 still ran the joint search"; else ok; fi
+mkdir -p "$tmp/extra"
+cat >"$tmp/extra/wrong.rules" <<'RULES'
+rule fuse_sigmoid_as_relu_extra {
+  match { input x: [B, K], w: [K, N]; y = linear(x, w, act=none); r = sigmoid(y); yield r; }
+  rewrite { f = linear(x, w, y.*, act=relu); yield f; }
+}
+RULES
+expect 0 "$pcgc" compile "$mlp" --machine dgx-h100 --budget 1 --rules "$tmp/extra"
+has "$tmp/out" "(1 refused by the checker)"
+expect 0 "$pcgc" compile "$mlp" --machine dgx-h100 --budget 1 --rules "$tmp/extra" --allow-unsound
+has "$tmp/out" "(1 refused by the checker, used anyway)"
+expect 1 "$pcgc" compile "$mlp" --machine dgx-h100 --rules "$src/rules"; has "$tmp/err" "already defined"
+expect 2 "$pcgc" compile "$mlp" --machine dgx-h100 --budget -1
+expect 2 "$pcgc" compile "$mlp" --machine dgx-h100 --alpha 0.5
 
 # --- compile the MLP on a DGX H100
 expect 0 "$pcgc" compile "$mlp" --machine dgx-h100 -o "$tmp/mlp.json"

@@ -1,0 +1,328 @@
+/*
+ * joint.c — the rule-driven joint search (search.h, "Joint search"): best-
+ * first over rewritten parallel graphs, each costed by the simulator with
+ * views re-placed after the rewrite.
+ *
+ *   1. The start (the expert strategy compile found) is simulated and put
+ *      in a min-heap keyed by predicted iteration time (ties: the order
+ *      graphs were made, so the search is deterministic).
+ *   2. Pop the cheapest graph; stop when it costs more than alpha x the
+ *      best found, when `budget` graphs have been expanded, or at the time
+ *      limit. Expanding: every match of every rule instance (degrees: the
+ *      machine's; dims: below the graph's largest rank), in instance order,
+ *      is applied; a result whose canonical hash (pcgc_graph_hash) was seen
+ *      is a duplicate (equality is checked against the graphs still held;
+ *      a graph dropped earlier is known by its hash alone); the rest get
+ *      views (pcgc_views_replace) and a simulation. Out of memory or slower
+ *      than alpha x best: dropped. Otherwise pushed; faster than the best:
+ *      the new best.
+ * Data parallel and the expert strategies are where the search starts, so
+ * its result is never worse than they are.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <uthash.h>
+
+#include "search.h"
+#include "substitutions.h"
+
+typedef struct cand {
+  pcgc_graph *g;
+  pcgc_mapping mp;
+  double cost;
+  int64_t seq;
+} cand;
+
+typedef struct seen {
+  uint64_t hash;
+  UT_hash_handle hh;
+} seen;
+
+typedef struct search {
+  const pcgc_machine *m;
+  const pcgc_joint_options *o;
+  int block, t;
+  cand *heap;
+  int n_heap, cap_heap;
+  int64_t seq;
+  seen *seen;
+  cand best;
+  pcgc_joint_result *r;
+  double t0;
+  /* the graph being expanded, and the matches of one instance */
+  const cand *cur;
+  pcgc_match *matches;
+  int n_matches, cap_matches;
+} search;
+
+static double wall(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+void pcgc_joint_options_default(pcgc_joint_options *o) {
+  memset(o, 0, sizeof *o);
+  o->budget = 4;
+  o->alpha = 1.05;
+  o->time_limit = 30;
+  o->max_matches = 64;
+}
+
+void pcgc_joint_result_destroy(pcgc_joint_result *r) {
+  if (!r) return;
+  pcgc_graph_free(r->graph);
+  pcgc_mapping_destroy(&r->mapping);
+  memset(r, 0, sizeof *r);
+}
+
+static bool less(const cand *a, const cand *b) { return a->cost < b->cost || (a->cost == b->cost && a->seq < b->seq); }
+
+static bool heap_push(search *S, cand c) {
+  if (S->n_heap == S->cap_heap) {
+    int cap = S->cap_heap ? 2 * S->cap_heap : 64;
+    cand *h = realloc(S->heap, (size_t)cap * sizeof *h);
+    if (!h) return false;
+    S->heap = h;
+    S->cap_heap = cap;
+  }
+  int i = S->n_heap++;
+  S->heap[i] = c;
+  while (i > 0 && less(&S->heap[i], &S->heap[(i - 1) / 2])) {
+    cand t = S->heap[i];
+    S->heap[i] = S->heap[(i - 1) / 2];
+    S->heap[(i - 1) / 2] = t;
+    i = (i - 1) / 2;
+  }
+  return true;
+}
+
+static cand heap_pop(search *S) {
+  cand top = S->heap[0];
+  S->heap[0] = S->heap[--S->n_heap];
+  for (int i = 0;;) {
+    int l = 2 * i + 1, r = l + 1, m = i;
+    if (l < S->n_heap && less(&S->heap[l], &S->heap[m])) m = l;
+    if (r < S->n_heap && less(&S->heap[r], &S->heap[m])) m = r;
+    if (m == i) break;
+    cand t = S->heap[i];
+    S->heap[i] = S->heap[m];
+    S->heap[m] = t;
+    i = m;
+  }
+  return top;
+}
+
+static void cand_free(cand *c) {
+  pcgc_graph_free(c->g);
+  pcgc_mapping_destroy(&c->mp);
+  c->g = NULL;
+}
+
+/* Is g a graph seen before? Its hash decides, except that where graphs
+ * with that hash are still held (in the heap, the best, the one being
+ * expanded) equality does: a hash shared by different graphs is then a
+ * collision, not a duplicate. A graph dropped earlier is known by its hash
+ * alone. */
+static bool already_seen(search *S, const pcgc_graph *g, uint64_t h) {
+  seen *e;
+  HASH_FIND(hh, S->seen, &h, sizeof h, e);
+  if (!e) return false;
+  bool held = false;
+  const pcgc_graph *others[2] = {S->best.g, S->cur ? S->cur->g : NULL};
+  for (int i = 0; i < S->n_heap + 2; i++) {
+    const pcgc_graph *x = i < S->n_heap ? S->heap[i].g : others[i - S->n_heap];
+    if (!x || pcgc_graph_hash(x) != h) continue;
+    if (pcgc_graph_equal(x, g)) return true;
+    held = true;
+  }
+  return !held;
+}
+
+static bool remember(search *S, uint64_t h) {
+  seen *e;
+  HASH_FIND(hh, S->seen, &h, sizeof h, e);
+  if (e) return true;
+  if (!(e = calloc(1, sizeof *e))) return false;
+  e->hash = h;
+  HASH_ADD(hh, S->seen, hash, sizeof e->hash, e);
+  return true;
+}
+
+/* Simulated iteration time of g with mp; INFINITY when a device is out of
+ * memory or the simulation fails. */
+static double cost_of(search *S, const pcgc_graph *g, const pcgc_mapping *mp) {
+  pcgc_sim_options so;
+  if (S->o->sim) so = *S->o->sim;
+  else pcgc_sim_options_default(&so);
+  so.trace_path = NULL;
+  pcgc_sim_result sr;
+  pcgc_error e = {0};
+  if (pcgc_simulate(g, mp, S->m, &so, &sr, &e) != PCGC_OK) return INFINITY;
+  double t = sr.oom_devices ? INFINITY : sr.iteration_time;
+  pcgc_sim_result_destroy(&sr);
+  return t;
+}
+
+static bool collect(const pcgc_match *m, void *ctx) {
+  search *S = ctx;
+  if (S->n_matches == S->cap_matches) {
+    int cap = S->cap_matches ? 2 * S->cap_matches : 64;
+    pcgc_match *v = realloc(S->matches, (size_t)cap * sizeof *v);
+    if (!v) return true;
+    S->matches = v;
+    S->cap_matches = cap;
+  }
+  S->matches[S->n_matches++] = *m;
+  return S->o->max_matches > 0 && S->n_matches >= S->o->max_matches;
+}
+
+static bool out_of_time(const search *S) { return S->o->time_limit > 0 && wall() - S->t0 > S->o->time_limit; }
+
+/* Every rewrite of S->cur by instance ri. */
+static pcgc_status expand_inst(search *S, const pcgc_rule_inst *ri, const pcgc_graph_index *ix, pcgc_error *err) {
+  S->n_matches = 0;
+  pcgc_status st = pcgc_rule_find_matches(ri, S->cur->g, ix, collect, S, err);
+  if (st != PCGC_OK) return st;
+  pcgc_joint_result *r = S->r;
+  for (int k = 0; k < S->n_matches && !out_of_time(S); k++) {
+    pcgc_graph *g2 = NULL;
+    pcgc_error e = {0};
+    if (pcgc_rule_apply(S->cur->g, &S->matches[k], &g2, &e) != PCGC_OK) {
+      if (e.status == PCGC_ERR_NOMEM) return pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory in the search");
+      r->refused++;
+      continue;
+    }
+    uint64_t h = pcgc_graph_hash(g2);
+    if (already_seen(S, g2, h)) {
+      r->duplicates++;
+      pcgc_graph_free(g2);
+      continue;
+    }
+    if (!remember(S, h)) {
+      pcgc_graph_free(g2);
+      return pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory in the search");
+    }
+    cand c = {.g = g2, .seq = S->seq++};
+    if (pcgc_views_replace(g2, S->cur->g, &S->cur->mp, S->block, S->t, S->m, &c.mp, &e) != PCGC_OK) {
+      r->refused++;
+      cand_free(&c);
+      continue;
+    }
+    c.cost = cost_of(S, c.g, &c.mp);
+    r->evaluated++;
+    if (S->o->log)
+      fprintf(S->o->log, "  %-36s %s\n", pcgc_rule_name(ri->rule), isfinite(c.cost) ? "" : "out of memory");
+    if (!isfinite(c.cost) || c.cost > S->o->alpha * S->best.cost) {
+      cand_free(&c);
+      continue;
+    }
+    if (c.cost < S->best.cost) {
+      /* the best keeps its own copy: heap entries are freed when expanded */
+      pcgc_graph *bg = pcgc_graph_clone(c.g);
+      pcgc_mapping bm;
+      if (!bg || pcgc_mapping_init(&bm, c.mp.n_nodes, (pcgc_view){0, 1}, &e) != PCGC_OK) {
+        pcgc_graph_free(bg);
+        cand_free(&c);
+        return pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory in the search");
+      }
+      memcpy(bm.view, c.mp.view, (size_t)c.mp.n_nodes * sizeof *bm.view);
+      cand_free(&S->best);
+      S->best = (cand){bg, bm, c.cost, c.seq};
+      r->improvements++;
+      snprintf(r->last_rule, sizeof r->last_rule, "%s", pcgc_rule_name(ri->rule));
+    }
+    if (!heap_push(S, c)) {
+      cand_free(&c);
+      return pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory in the search");
+    }
+  }
+  return PCGC_OK;
+}
+
+pcgc_status pcgc_joint_search(const pcgc_graph *start, const pcgc_mapping *start_mp, int block, int t,
+                              const pcgc_machine *m, const pcgc_ruleset *rs, const pcgc_joint_options *opt,
+                              pcgc_joint_result *r, pcgc_error *err) {
+  memset(r, 0, sizeof *r);
+  pcgc_joint_options o;
+  if (opt) o = *opt;
+  else pcgc_joint_options_default(&o);
+  if (o.alpha < 1) o.alpha = 1;
+  search S = {.m = m, .o = &o, .block = block, .t = t, .r = r, .t0 = wall()};
+  pcgc_status st = PCGC_OK;
+  int64_t deg[64];
+  int nd = pcgc_rules_machine_degrees(pcgc_machine_num_devices(m), deg, 64);
+  pcgc_rule_inst *insts = NULL;
+  int n_insts = 0;
+  if ((st = pcgc_ruleset_instantiate(rs, deg, nd, pcgc_rules_max_rank(start), &insts, &n_insts, err)) != PCGC_OK)
+    return st;
+  r->instances = n_insts;
+  cand c0 = {.g = pcgc_graph_clone(start), .seq = S.seq++};
+  pcgc_mapping bm;
+  if (!c0.g || pcgc_mapping_init(&c0.mp, start_mp->n_nodes, (pcgc_view){0, 1}, err) != PCGC_OK) {
+    pcgc_graph_free(c0.g);
+    free(insts);
+    return pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory starting the search");
+  }
+  memcpy(c0.mp.view, start_mp->view, (size_t)start_mp->n_nodes * sizeof *c0.mp.view);
+  c0.cost = cost_of(&S, c0.g, &c0.mp);
+  r->start_time = c0.cost;
+  S.best = (cand){pcgc_graph_clone(start), {0}, c0.cost, c0.seq};
+  if (!S.best.g || pcgc_mapping_init(&bm, start_mp->n_nodes, (pcgc_view){0, 1}, err) != PCGC_OK ||
+      !remember(&S, pcgc_graph_hash(start)) || !heap_push(&S, c0)) {
+    st = pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory starting the search");
+    goto done;
+  }
+  memcpy(bm.view, start_mp->view, (size_t)start_mp->n_nodes * sizeof *bm.view);
+  S.best.mp = bm;
+  while (S.n_heap > 0 && st == PCGC_OK) {
+    if (r->expanded >= o.budget) {
+      r->budget_hit = true;
+      break;
+    }
+    if (out_of_time(&S)) {
+      r->time_hit = true;
+      break;
+    }
+    cand cur = heap_pop(&S);
+    if (cur.cost > o.alpha * S.best.cost) {
+      cand_free(&cur);
+      break;
+    }
+    S.cur = &cur;
+    r->expanded++;
+    pcgc_graph_index *ix = pcgc_graph_index_new(cur.g, err);
+    if (!ix) st = err ? err->status : PCGC_ERR_NOMEM;
+    for (int i = 0; i < n_insts && st == PCGC_OK && !out_of_time(&S); i++) st = expand_inst(&S, &insts[i], ix, err);
+    if (out_of_time(&S)) r->time_hit = true;
+    pcgc_graph_index_free(ix);
+    S.cur = NULL;
+    cand_free(&cur);
+  }
+done:
+  while (S.n_heap > 0) {
+    cand c = heap_pop(&S);
+    cand_free(&c);
+  }
+  free(S.heap);
+  free(S.matches);
+  seen *e, *tmp;
+  HASH_ITER(hh, S.seen, e, tmp) {
+    HASH_DEL(S.seen, e);
+    free(e);
+  }
+  free(insts);
+  r->seconds = wall() - S.t0;
+  if (st == PCGC_OK) {
+    r->graph = S.best.g;
+    r->mapping = S.best.mp;
+    r->time = S.best.cost;
+  } else {
+    cand_free(&S.best);
+  }
+  return st;
+}
