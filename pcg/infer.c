@@ -941,9 +941,11 @@ static pcgc_status infer_reduce(ictx *c) {
 /* ------------------------------------------------------------- attention */
 
 static pcgc_status infer_attention(ictx *c) {
-  if (c->n_in != 7 && c->n_in != 11) {
-    pcgc_status s = fail(c, "attention takes 7 inputs (q, k, v, wq, wk, wv, wo) or 11 (plus bq, bk, bv, bo), got %d",
-                         c->n_in);
+  /* 10 inputs: projection biases without bo, the form a head split needs
+   * (its output is a partial sum, so bo is added once after the reduce) */
+  if (c->n_in != 7 && c->n_in != 10 && c->n_in != 11) {
+    pcgc_status s = fail(c, "attention takes 7 inputs (q, k, v, wq, wk, wv, wo), 10 (plus bq, bk, bv) or 11 "
+                         "(plus bq, bk, bv, bo), got %d", c->n_in);
     return s;
   }
   const pcgc_ptensor *q = &c->in[0], *k = &c->in[1], *v = &c->in[2];
@@ -977,12 +979,12 @@ static pcgc_status infer_attention(ictx *c) {
   if (pcgc_attrs_int(c->a, "causal") && q->dims[1] != k->dims[1])
     return fail(c, "a causal mask needs equal query and key lengths (%lld vs %lld)", (long long)q->dims[1],
                 (long long)k->dims[1]);
-  bool bias = c->n_in == 11;
+  bool bias = c->n_in >= 10, bias_o = c->n_in == 11;
   if (bias) {
-    for (int i = 7; i < 11; i++) TRY(need_rank(c, i, 1, 1));
+    for (int i = 7; i < c->n_in; i++) TRY(need_rank(c, i, 1, 1));
     for (int i = 7; i < 10; i++) TRY(need_dim(c, i, 0, E, "size"));
-    TRY(need_dim(c, 10, 0, wo->dims[1], "size"));
   }
+  if (bias_o) TRY(need_dim(c, 10, 0, wo->dims[1], "size"));
   int64_t dims[3] = {q->dims[0], q->dims[1], wo->dims[1]};
   out_init(c, 0, q->dtype, 3, dims);
 
@@ -1025,10 +1027,12 @@ static pcgc_status infer_attention(ictx *c) {
         return fail(c, "%s must be split like the heads (%lld ways)", slot_name(c->kind, i), (long long)h);
       TRY(need_replica(c, i, b * s * R));
     }
+  }
+  if (bias_o) {
     if (h > 1) {
       pcgc_status st = fail(c, "with heads split %lld ways the output is a partial sum, so the output bias bo "
                             "would be added %lld times", (long long)h, (long long)h);
-      hint(c, "use attention without biases here and add bo after reduce()");
+      hint(c, "leave bo out (10 inputs: q, k, v, wq, wk, wv, wo, bq, bk, bv) and add bo after reduce()");
       return st;
     }
     TRY(unsharded(c, 10, 0, "attention does not split the output features"));

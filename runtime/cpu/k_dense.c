@@ -79,7 +79,8 @@ typedef struct attn_geo {
   int64_t B, Sq, Sk, Eq, Ek, Ev, E, Eo; /* local sizes; E = this piece's projection width */
   int64_t hd, nh;                       /* head size, heads in this piece */
   int64_t heads, Sq_g, b0, q0, h0;      /* logical head count, query length, offsets */
-  bool bias, causal, dropout_on;
+  bool bias, bias_o;                    /* bq/bk/bv (10 or 11 inputs), bo (11) */
+  bool causal, dropout_on;
   double p, scale;
   uint64_t seed, node;
 } attn_geo;
@@ -496,8 +497,9 @@ pcgc_status pcgc__cpu_bwd_embedding(const pcgc__kargs *k) { return emb_kernel(k,
 /* -------------------------------------------------------------- attention */
 
 static pcgc_status attn_check(const pcgc__kargs *k, attn_geo *g) {
-  if (k->n_in != 7 && k->n_in != 11)
-    return pcgc__kfail(k, "takes 7 inputs (q, k, v, wq, wk, wv, wo) or 11 (plus bq, bk, bv, bo), got %d", k->n_in);
+  if (k->n_in != 7 && k->n_in != 10 && k->n_in != 11)
+    return pcgc__kfail(k, "takes 7 inputs (q, k, v, wq, wk, wv, wo), 10 (plus bq, bk, bv) or 11 (plus bq, bk, bv, bo), "
+                       "got %d", k->n_in);
   const pcgc_buf *in = k->in;
   for (int i = 0; i < 3; i++) TRY(need_rank(k, i, 3, 3));
   for (int i = 3; i < 7; i++) TRY(need_rank(k, i, 2, 2));
@@ -510,12 +512,13 @@ static pcgc_status attn_check(const pcgc__kargs *k, attn_geo *g) {
   TRY(need_match(k, 4, 1, 3, 1));
   TRY(need_match(k, 5, 1, 3, 1));
   TRY(need_match(k, 6, 0, 3, 1));     /* wo [E, Eo] */
-  g->bias = k->n_in == 11;
+  g->bias = k->n_in >= 10;
+  g->bias_o = k->n_in == 11;
   if (g->bias) {
-    for (int i = 7; i < 11; i++) TRY(need_rank(k, i, 1, 1));
+    for (int i = 7; i < k->n_in; i++) TRY(need_rank(k, i, 1, 1));
     for (int i = 7; i < 10; i++) TRY(need_match(k, i, 0, 3, 1));
-    TRY(need_match(k, 10, 0, 6, 1));
   }
+  if (g->bias_o) TRY(need_match(k, 10, 0, 6, 1));
   g->B = in[0].dims[0], g->Sq = in[0].dims[1], g->Sk = in[1].dims[1];
   g->Eq = in[0].dims[2], g->Ek = in[1].dims[2], g->Ev = in[2].dims[2];
   g->E = in[3].dims[1], g->Eo = in[6].dims[1];

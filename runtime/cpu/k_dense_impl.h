@@ -407,7 +407,7 @@ static void SFX(proj_bwd)(int64_t rows, int64_t m, int64_t n, const REAL *X, con
 static pcgc_status SFX(attn_fwd)(const pcgc__kargs *k, const attn_geo *g) {
   const pcgc_buf *in = k->in;
   const REAL *bq = g->bias ? in[7].data : NULL, *bk = g->bias ? in[8].data : NULL;
-  const REAL *bv = g->bias ? in[9].data : NULL, *bo = g->bias ? in[10].data : NULL;
+  const REAL *bv = g->bias ? in[9].data : NULL, *bo = g->bias_o ? in[10].data : NULL;
   int64_t nq = g->B * g->Sq * g->E, nk = g->B * g->Sk * g->E, np = g->Sq * g->Sk;
   REAL *buf = kalloc(k, 2 * nq + 2 * nk + 2 * np, sizeof(REAL));
   if (!buf) return PCGC_ERR_NOMEM;
@@ -437,7 +437,8 @@ static pcgc_status SFX(attn_bwd)(const pcgc__kargs *k, const attn_geo *g) {
   const REAL *bv = g->bias ? in[9].data : NULL;
   const REAL *dy = k->dout[0].data;
   REAL *dbias[4] = {NULL, NULL, NULL, NULL};
-  for (int i = 0; g->bias && i < 4; i++) dbias[i] = din[7 + i].data;
+  for (int i = 0; g->bias && i < 3; i++) dbias[i] = din[7 + i].data;
+  if (g->bias_o) dbias[3] = din[10].data;
   bool want_q = din[0].data || din[3].data || dbias[0], want_k = din[1].data || din[4].data || dbias[1];
   bool want_v = din[2].data || din[5].data || dbias[2];
   int64_t nq = g->B * g->Sq * g->E, nk = g->B * g->Sk * g->E, np = g->Sq * g->Sk;

@@ -199,6 +199,29 @@ START_TEST(test_attention_flops)
 }
 END_TEST
 
+/* With biases (10 or 11 inputs) the FLOPs are those of 7 inputs (bias adds
+ * are not counted) and the bytes grow by the biases read. */
+START_TEST(test_attention_bias_cost)
+{
+  pcgc_ptensor in[11];
+  in[0] = in[1] = in[2] = F32(2, 5, 16);
+  in[3] = in[4] = in[5] = F32(16, 32);
+  in[6] = F32(32, 16);
+  in[7] = in[8] = in[9] = F32(32);
+  in[10] = F32(16);
+  pcgc_attrs a = set_int(attrs(PCGC_OP_ATTENTION), "heads", 4);
+  pcgc_op_cost c7 = cost_with(PCGC_OP_ATTENTION, &a, 7, in, NULL);
+  pcgc_op_cost c10 = cost_with(PCGC_OP_ATTENTION, &a, 10, in, NULL);
+  pcgc_op_cost c11 = cost_with(PCGC_OP_ATTENTION, &a, 11, in, NULL);
+  EQ(c10.fwd_flops, c7.fwd_flops);
+  EQ(c10.bwd_flops, c7.bwd_flops);
+  EQ(c11.fwd_flops, c7.fwd_flops);
+  EQ(c10.fwd_bytes, c7.fwd_bytes + 4 * 3 * 32);
+  EQ(c11.fwd_bytes, c10.fwd_bytes + 4 * 16);
+  EQ(c10.bwd_bytes, 2 * c10.fwd_bytes);
+}
+END_TEST
+
 /* -------------------------------------------------------------- the rest */
 
 START_TEST(test_weight_params)
@@ -378,6 +401,7 @@ static Suite *cost_suite(void)
   tcase_add_test(tc, test_matmul_and_batch_matmul_flops);
   tcase_add_test(tc, test_conv2d_flops);
   tcase_add_test(tc, test_attention_flops);
+  tcase_add_test(tc, test_attention_bias_cost);
   tcase_add_test(tc, test_weight_params);
   tcase_add_test(tc, test_views_cost_nothing);
   tcase_add_test(tc, test_data_movement_bytes);

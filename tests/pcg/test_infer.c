@@ -887,6 +887,63 @@ START_TEST(test_attention_errors)
 }
 END_TEST
 
+/* 10 inputs: bq, bk, bv without bo (the form a head split uses) */
+START_TEST(test_attention_qkv_bias_shapes)
+{
+  pcgc_ptensor in[11];
+  attn_inputs(in, true);
+  pcgc_attrs a = attn_attrs(4, true);
+  result r = infer_with(PCGC_OP_ATTENTION, &a, 10, in);
+  OK(r);
+  SHAPE(r.out[0], PCGC_F32, 2, 5, 16);
+  SEQ(r.out[0]);
+  /* cross-attention with Eo != E: the biases follow E, not Eo */
+  in[1] = in[2] = F32(2, 7, 16);
+  in[6] = F32(32, 24);
+  a = attn_attrs(8, false);
+  r = infer_with(PCGC_OP_ATTENTION, &a, 10, in);
+  OK(r);
+  SHAPE(r.out[0], PCGC_F32, 2, 5, 24);
+  /* f64 throughout */
+  for (int i = 0; i < 3; i++) in[i] = ten(PCGC_F64, DIMS(2, 5, 16));
+  for (int i = 3; i < 6; i++) in[i] = ten(PCGC_F64, DIMS(16, 32));
+  in[6] = ten(PCGC_F64, DIMS(32, 16));
+  for (int i = 7; i < 10; i++) in[i] = ten(PCGC_F64, DIMS(32));
+  r = infer_with(PCGC_OP_ATTENTION, &a, 10, in);
+  OK(r);
+  SHAPE(r.out[0], PCGC_F64, 2, 5, 16);
+}
+END_TEST
+
+START_TEST(test_attention_qkv_bias_errors)
+{
+  pcgc_ptensor in[11];
+  pcgc_attrs a = attn_attrs(4, false);
+  attn_inputs(in, true);
+  in[8] = F32(16); /* bk follows the projection size E = 32 */
+  result r = infer_with(PCGC_OP_ATTENTION, &a, 10, in);
+  FAILS(r, PCGC_ERR_TYPE, "bk size is 16 but must be 32", NULL);
+  attn_inputs(in, true);
+  in[9] = F32(1, 32);
+  r = infer_with(PCGC_OP_ATTENTION, &a, 10, in);
+  FAILS(r, PCGC_ERR_TYPE, "bv must have rank 1, got f32[1, 32]", NULL);
+  attn_inputs(in, true);
+  in[7] = ten(PCGC_F64, DIMS(32));
+  r = infer_with(PCGC_OP_ATTENTION, &a, 10, in);
+  FAILS(r, PCGC_ERR_TYPE, "q is f32 but bq is f64", NULL);
+  /* 8 and 9 inputs are neither form; the message lists the three */
+  attn_inputs(in, true);
+  for (int n = 8; n <= 9; n++) {
+    r = infer_with(PCGC_OP_ATTENTION, &a, n, in);
+    FAILS(r, PCGC_ERR_TYPE, "attention takes 7 inputs (q, k, v, wq, wk, wv, wo), 10 (plus bq, bk, bv) or 11", NULL);
+  }
+  /* 11 inputs still check bo against the output features */
+  in[10] = F32(32);
+  r = infer_with(PCGC_OP_ATTENTION, &a, 11, in);
+  FAILS(r, PCGC_ERR_TYPE, "bo size is 32 but must be 16", NULL);
+}
+END_TEST
+
 /* ----------------------------------------------------- sequential: losses */
 
 START_TEST(test_loss_shapes)
@@ -972,6 +1029,8 @@ static Suite *infer_suite(void)
   tcase_add_test(tc, test_reduce_errors);
   tcase_add_test(tc, test_attention_shapes);
   tcase_add_test(tc, test_attention_errors);
+  tcase_add_test(tc, test_attention_qkv_bias_shapes);
+  tcase_add_test(tc, test_attention_qkv_bias_errors);
   tcase_add_test(tc, test_loss_shapes);
   tcase_add_test(tc, test_loss_errors);
   suite_add_tcase(s, tc);

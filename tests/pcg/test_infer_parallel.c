@@ -682,6 +682,62 @@ START_TEST(test_attention_sharded_output_bias)
 }
 END_TEST
 
+/* 10 inputs (bq, bk, bv, no bo) split by heads: the biases are split like
+ * wq/wk/wv's dim 1 and the output is a partial sum of the head split's degree,
+ * which is fine since no bias is added to it inside the op. */
+START_TEST(test_attention_qkv_bias_by_heads)
+{
+  pcgc_ptensor in[11];
+  pcgc_attrs a = attn_attrs(4, true);
+  for (int d = 2; d <= 4; d += 2) {
+    attn_inputs(in, true);
+    for (int i = 0; i < 3; i++) in[i] = rep(in[i], d);
+    for (int i = 3; i < 6; i++) in[i] = shard(in[i], 1, d);
+    in[6] = shard(in[6], 0, d);
+    for (int i = 7; i < 10; i++) in[i] = shard(in[i], 0, d);
+    result r = infer_with(PCGC_OP_ATTENTION, &a, 10, in);
+    OK(r);
+    SHAPE(r.out[0], PCGC_F32, 2, 5, 16);
+    DEG(r.out[0], 1, 1, 1);
+    PAR(r.out[0], d, 1, 1, -1);
+  }
+  /* heads x batch: 2 x 2, weights and biases replicated over the batch shards */
+  attn_inputs(in, true);
+  for (int i = 0; i < 3; i++) in[i] = rep(shard(in[i], 0, 2), 2);
+  for (int i = 3; i < 6; i++) in[i] = rep(shard(in[i], 1, 2), 2);
+  in[6] = rep(shard(in[6], 0, 2), 2);
+  for (int i = 7; i < 10; i++) in[i] = rep(shard(in[i], 0, 2), 2);
+  result r = infer_with(PCGC_OP_ATTENTION, &a, 10, in);
+  OK(r);
+  DEG(r.out[0], 2, 1, 1);
+  PAR(r.out[0], 2, 1, 1, -1);
+  /* unsplit biases with split heads */
+  attn_inputs(in, true);
+  for (int i = 0; i < 3; i++) in[i] = rep(in[i], 2);
+  for (int i = 3; i < 6; i++) in[i] = shard(in[i], 1, 2);
+  in[6] = shard(in[6], 0, 2);
+  in[7] = shard(in[7], 0, 2);
+  in[8] = rep(in[8], 2);
+  in[9] = shard(in[9], 0, 2);
+  r = infer_with(PCGC_OP_ATTENTION, &a, 10, in);
+  FAILS(r, PCGC_ERR_TYPE, "bk must be split like the heads (2 ways)", NULL);
+  /* a split bias with whole heads */
+  attn_inputs(in, true);
+  in[9] = shard(in[9], 0, 2);
+  r = infer_with(PCGC_OP_ATTENTION, &a, 10, in);
+  FAILS(r, PCGC_ERR_TYPE, "bv must be split like the heads (1 ways)", NULL);
+  /* with bo (11 inputs) the same head split is still refused */
+  attn_inputs(in, true);
+  for (int i = 0; i < 3; i++) in[i] = rep(in[i], 2);
+  for (int i = 3; i < 6; i++) in[i] = shard(in[i], 1, 2);
+  in[6] = shard(in[6], 0, 2);
+  for (int i = 7; i < 10; i++) in[i] = shard(in[i], 0, 2);
+  in[10] = rep(in[10], 2);
+  r = infer_with(PCGC_OP_ATTENTION, &a, 11, in);
+  FAILS(r, PCGC_ERR_TYPE, "the output bias bo would be added 2 times", "10 inputs");
+}
+END_TEST
+
 START_TEST(test_cross_entropy_parallel)
 {
   result r = INFER(PCGC_OP_SOFTMAX_CROSS_ENTROPY, NULL, shard(F32(8, 10), 0, 4), shard(I32(8), 0, 4));
@@ -1066,6 +1122,7 @@ static Suite *infer_parallel_suite(void)
   tcase_add_test(tc, test_attention_by_batch_and_query);
   tcase_add_test(tc, test_attention_parallel_errors);
   tcase_add_test(tc, test_attention_sharded_output_bias);
+  tcase_add_test(tc, test_attention_qkv_bias_by_heads);
   tcase_add_test(tc, test_cross_entropy_parallel);
   tcase_add_test(tc, test_mse_parallel);
   tcase_add_test(tc, test_cross_entropy_partial_sum_labels);

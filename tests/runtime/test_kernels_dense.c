@@ -1264,6 +1264,166 @@ START_TEST(test_empty_buffers) {
 }
 END_TEST
 
+/* ------------------------------------- attention with bq, bk, bv but no bo */
+
+/* The 10-input form: projection biases without the output bias, the form a
+ * head split uses (its output is a partial sum; bo is added after the reduce). */
+
+/* The 1-head case of test_attention_values: bk shifts every score alike, so
+ * without bo the output is 7 (the 11-input form gives 7 + bo = 8). */
+START_TEST(test_attention_qkv_bias_values) {
+  const double ln3 = log(3.0);
+  pcgc_buf in[10] = {vals(PCGC_F64, 3, D(1, 1, 1), V(1)),    vals(PCGC_F64, 3, D(1, 2, 1), V(0, ln3)),
+                     vals(PCGC_F64, 3, D(1, 2, 1), V(4, 8)), vals(PCGC_F64, 2, D(1, 1), V(1)),
+                     vals(PCGC_F64, 2, D(1, 1), V(1)),       vals(PCGC_F64, 2, D(1, 1), V(1)),
+                     vals(PCGC_F64, 2, D(1, 1), V(1)),       vals(PCGC_F64, 1, D(1), V(0)),
+                     vals(PCGC_F64, 1, D(1), V(5)),          vals(PCGC_F64, 1, D(1), V(2))};
+  pcgc_attrs a = attrs(PCGC_OP_ATTENTION);
+  seti(&a, "heads", 1);
+  pcgc_buf y = run(PCGC_OP_ATTENTION, &a, 10, in); /* bv = 2 shifts both values: 7 + 2 */
+  assert_vals(&y, V(9), 1e-14);
+  /* dy = 1: dbv = 1 (the probabilities sum to 1), dbk = 0 (a shift of every score) */
+  pcgc_buf dy = vals(PCGC_F64, 3, D(1, 1, 1), V(1)), din[10];
+  grads_for(10, in, din);
+  bwd(PCGC_OP_ATTENTION, &a, 10, in, &y, &dy, din, NULL);
+  assert_vals(&din[9], V(1), 1e-14);
+  assert_vals(&din[8], V(0), 1e-14);
+  freebufs(10, din);
+  freebuf(&dy);
+  freebuf(&y);
+  freebufs(10, in);
+}
+END_TEST
+
+/* Finite differences of every input, bq/bk/bv included, for the cases with biases. */
+START_TEST(test_attention_qkv_bias_grad) {
+  for (size_t t = 0; t < sizeof attn_cases / sizeof *attn_cases; t++) {
+    const attn_case *c = &attn_cases[t];
+    if (!c->bias) continue;
+    pcgc_attrs a = attn_attrs(c);
+    gc_input in[] = {GF(c->B, c->Sq, c->Eq), GF(c->B, c->Sk, c->Ek), GF(c->B, c->Sk, c->Ev), GF(c->Eq, c->E),
+                     GF(c->Ek, c->E),        GF(c->Ev, c->E),        GF(c->E, c->Eo),        GF(c->E),
+                     GF(c->E),               GF(c->E)};
+    for (int i = 3; i < 10; i++) in[i].scale = 0.5;
+    pcgc_kernel_ctx ctx = {NULL, NULL, 11, 99, c->dropout > 0};
+    char what[160];
+    snprintf(what, sizeof what, "10 inputs: %s", c->what);
+    gc(PCGC_OP_ATTENTION, &a, 10, in, &ctx, 30, what);
+  }
+}
+END_TEST
+
+/* 10 inputs = 11 inputs less bo, forward and every gradient but bo's; and
+ * the f32 kernel agrees with f64, and backward accumulates, as for 7 and 11. */
+START_TEST(test_attention_qkv_bias_matches_11) {
+  const attn_case *t = &attn_cases[5]; /* Eo != E, dropout while training */
+  pcgc_attrs a = attn_attrs(t);
+  pcgc_buf in[11], d10[11], d11[11];
+  attn_inputs(t, in, 140);
+  pcgc_kernel_ctx ctx = {NULL, NULL, 4, 31, true};
+  pcgc_buf y10 = out_for(PCGC_OP_ATTENTION, &a, 10, in), y11 = out_for(PCGC_OP_ATTENTION, &a, 11, in);
+  fwd(PCGC_OP_ATTENTION, &a, 10, in, &y10, &ctx);
+  fwd(PCGC_OP_ATTENTION, &a, 11, in, &y11, &ctx);
+  for (int64_t r = 0; r < t->B * t->Sq; r++)
+    for (int64_t j = 0; j < t->Eo; j++) put(&y10, r * t->Eo + j, get(&y10, r * t->Eo + j) + get(&in[10], j));
+  ASSERT_CLOSE(&y10, &y11, 1e-14, "10 inputs + bo against 11 inputs");
+  pcgc_buf dy = randbuf(PCGC_F64, 3, y11.dims, 0, 141);
+  grads_for(11, in, d10);
+  grads_for(11, in, d11);
+  bwd(PCGC_OP_ATTENTION, &a, 10, in, &y10, &dy, d10, &ctx);
+  bwd(PCGC_OP_ATTENTION, &a, 11, in, &y11, &dy, d11, &ctx);
+  for (int i = 0; i < 10; i++) ASSERT_CLOSE(&d10[i], &d11[i], 1e-14, "gradient of input %d", i);
+  for (int64_t j = 0; j < t->Eo; j++) /* bo's buffer is not an input of the 10-input form */
+    ck_assert_double_eq(get(&d10[10], j), 0);
+  freebufs(11, d10);
+  freebufs(11, d11);
+  freebuf(&y10);
+  freebuf(&y11);
+  freebuf(&dy);
+  const attn_case *u = &attn_cases[1];
+  a = attn_attrs(u);
+  pcgc_buf at[11];
+  attn_inputs(u, at, 150);
+  agree(PCGC_OP_ATTENTION, &a, 10, at, "attention, 10 inputs");
+  accumulates(PCGC_OP_ATTENTION, &a, 10, at, "attention, 10 inputs");
+  freebufs(11, at);
+  freebufs(11, in);
+}
+END_TEST
+
+/* Split by heads into 2 pieces (wq/wk/wv and bq/bk/bv by columns, wo by
+ * rows; dropout while training): the outputs are partial sums of the whole
+ * output, the weight and bias gradients are the pieces' slices, and the
+ * q/k/v gradients add up. */
+START_TEST(test_attention_qkv_bias_head_pieces) {
+  const attn_case t = {2, 3, 4, 3, 4, 5, 8, 3, 4, false, true, 0.25, "heads, 10 inputs"};
+  pcgc_attrs a = attn_attrs(&t);
+  pcgc_buf in[11], din[10];
+  attn_inputs(&t, in, 160);
+  pcgc_kernel_ctx ctx = {NULL, NULL, 3, 23, true};
+  pcgc_buf y = out_for(PCGC_OP_ATTENTION, &a, 10, in);
+  fwd(PCGC_OP_ATTENTION, &a, 10, in, &y, &ctx);
+  pcgc_buf dy = randbuf(PCGC_F64, 3, y.dims, 0, 161);
+  grads_for(10, in, din);
+  bwd(PCGC_OP_ATTENTION, &a, 10, in, &y, &dy, din, &ctx);
+  pcgc_buf ysum = newbuf(PCGC_F64, 3, y.dims), sums[3];
+  grads_for(3, in, sums);
+  for (int p = 0; p < 2; p++) { /* heads 2p, 2p+1: columns [4p, 4p+4) */
+    pcgc_buf piece[10], dpiece[10];
+    pcgc_piece pieces[10];
+    for (int i = 0; i < 10; i++) {
+      piece[i] = in[i];
+      pieces[i] = whole_piece(&in[i]);
+    }
+    for (int i = 3; i < 10; i++) {
+      int dim = i == 6 || i > 6 ? 0 : 1;
+      piece[i] = slice(&in[i], dim, 4 * p, 4);
+      pieces[i].offset[dim] = 4 * p;
+    }
+    pcgc_kernel_ctx pctx = {pieces, NULL, 3, 23, true};
+    pcgc_buf yp = newbuf(PCGC_F64, 3, y.dims);
+    fwd(PCGC_OP_ATTENTION, &a, 10, piece, &yp, &pctx);
+    add_into(&ysum, &yp);
+    grads_for(10, piece, dpiece);
+    bwd(PCGC_OP_ATTENTION, &a, 10, piece, &yp, &dy, dpiece, &pctx);
+    for (int i = 0; i < 3; i++) add_into(&sums[i], &dpiece[i]);
+    for (int i = 3; i < 10; i++) {
+      pcgc_buf w = slice(&din[i], i == 6 || i > 6 ? 0 : 1, 4 * p, 4);
+      ASSERT_CLOSE(&dpiece[i], &w, 1e-13, "piece %d: gradient of input %d", p, i);
+      freebuf(&w);
+      freebuf(&piece[i]);
+    }
+    freebufs(10, dpiece);
+    freebuf(&yp);
+  }
+  ASSERT_CLOSE(&ysum, &y, 1e-13, "partial sums of the output");
+  for (int i = 0; i < 3; i++) ASSERT_CLOSE(&sums[i], &din[i], 1e-13, "gradient of input %d", i);
+  freebufs(3, sums);
+  freebuf(&ysum);
+  freebufs(10, din);
+  freebufs(11, in);
+  freebuf(&y);
+  freebuf(&dy);
+}
+END_TEST
+
+START_TEST(test_attention_qkv_bias_errors) {
+  const attn_case t = {1, 2, 2, 2, 2, 2, 4, 2, 2, false, true, 0, "errors"};
+  pcgc_attrs a = attn_attrs(&t);
+  pcgc_buf in[11];
+  attn_inputs(&t, in, 170);
+  pcgc_buf y = newbuf(PCGC_F64, 3, D(1, 2, 2));
+  for (int n = 8; n <= 9; n++)
+    expect_fail(PCGC_OP_ATTENTION, &a, n, in, &y, NULL, PCGC_ERR_INVALID, "takes 7 inputs",
+                "10 (plus bq, bk, bv) or 11");
+  freebuf(&in[8]);
+  in[8] = newbuf(PCGC_F64, 1, D(3)); /* bk must have E = 4 entries */
+  expect_fail(PCGC_OP_ATTENTION, &a, 10, in, &y, NULL, PCGC_ERR_INVALID, "f64[3]", NULL);
+  freebufs(11, in);
+  freebuf(&y);
+}
+END_TEST
+
 /* ------------------------------------------------------------------ suite */
 
 static Suite *dense_suite(void) {
@@ -1297,6 +1457,15 @@ static Suite *dense_suite(void) {
   tcase_add_test(tc, test_attention_head_pieces);
   tcase_add_test(tc, test_global_pool_pieces);
   tcase_add_test(tc, test_attention_dropout);
+  suite_add_tcase(s, tc);
+
+  tc = tcase_create("attention_qkv_bias");
+  tcase_set_timeout(tc, 60);
+  tcase_add_test(tc, test_attention_qkv_bias_values);
+  tcase_add_test(tc, test_attention_qkv_bias_grad);
+  tcase_add_test(tc, test_attention_qkv_bias_matches_11);
+  tcase_add_test(tc, test_attention_qkv_bias_head_pieces);
+  tcase_add_test(tc, test_attention_qkv_bias_errors);
   suite_add_tcase(s, tc);
 
   tc = tcase_create("errors");

@@ -115,6 +115,9 @@ PAIR(test_cnn_channel_2, "cnn.pcg", "cnn-channel2.pcg")
 PAIR(test_transformer_heads_and_megatron_mlp_2, "transformer.pcg", "transformer-tp2.pcg")
 PAIR(test_embbag_rows_2, "embbag.pcg", "embbag-rows2.pcg")
 PAIR(test_embbag_cols_2, "embbag.pcg", "embbag-cols2.pcg")
+/* biased causal attention with dropout split by heads in its 10-input form
+ * (bo after the reduce), and a Megatron MLP around a separate gelu op */
+PAIR(test_transformer_bias_heads_and_gelu_mlp_2, "transformer-bias.pcg", "transformer-bias-tp2.pcg")
 
 /* A parallel tensor really is held as pieces: the data-parallel MLP's first
  * layer output is 4 shards whose reassembly equals the sequential tensor. */
@@ -162,6 +165,7 @@ int main(void) {
   tcase_add_test(tc, test_transformer_heads_and_megatron_mlp_2);
   tcase_add_test(tc, test_embbag_rows_2);
   tcase_add_test(tc, test_embbag_cols_2);
+  tcase_add_test(tc, test_transformer_bias_heads_and_gelu_mlp_2);
   tcase_add_test(tc, test_pieces_reassemble);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
