@@ -388,8 +388,9 @@ pcgc_status pcgc_profile_write(const pcgc_profile *p, const char *path, pcgc_err
  * The simulator builds the task graph of one training iteration of a
  * parallel graph whose nodes have machine views, and runs it event by event:
  * every device has a compute stream and link ports, each running one task
- * at a time in the order tasks become ready; communication overlaps compute
- * whenever the dependencies allow.
+ * at a time (links in the order tasks become ready, compute streams by
+ * rank: see pcgc_simulate); communication overlaps compute whenever the
+ * dependencies allow.
  *
  *     pcgc_graph *pg; pcgc_mapping mp;
  *     pcgc_strategy_build(PCGC_STRATEGY_DATA_PARALLEL, seq, &m, 0, &pg, &mp, &err);
@@ -526,6 +527,15 @@ typedef struct pcgc_sim_result {
  *     synchronisation, overlapping the rest of backward), then each device
  *     runs an optimizer task on its piece;
  *   - pipelined loss: micro-batches in o->schedule's order.
+ * Each device's compute stream runs one task at a time; when it comes free
+ * it takes, of the tasks ready by then, forward before backward, the oldest
+ * micro-batch first, forward in topological order and backward in reverse,
+ * optimizer updates last (in the order they become ready). So a pipeline
+ * stage takes each micro-batch through all its operators before the next,
+ * GPipe's backward goes micro-batch by micro-batch, and under 1F1B a
+ * forward the in-flight limit allows goes before a waiting backward. Link
+ * ports serve transfers and collectives first come, first served, each
+ * starting once every port it holds is free.
  * Memory per device (pcgc_cost_memory): the weight pieces it keeps (with
  * gradients and optimizer state), activations (every output of a kernel but
  * the loss, every piece received in forward, data pieces read) of every

@@ -18,11 +18,26 @@
  * an out port and an in port per device, or per node where the machine
  * says the link is shared. A task is ready when its last predecessor ends;
  * ready tasks leave a min-heap in order of ready time (ties by id, which is
- * topological order), and each starts at the later of its ready time and
- * the moment every resource it holds is free. Ready times never fall below
- * the time being processed, so this is first-come-first-served on every
- * resource, the behaviour of CUDA streams and NCCL channels, in
- * O((tasks + edges) log tasks). The critical path (no contention) is
+ * topological order). A transfer or collective then starts at the later of
+ * its ready time and the moment every port it holds is free: first come,
+ * first served, like NCCL channels. A compute task joins its device's queue
+ * instead; once nothing more becomes ready at the current instant, each
+ * free device with queued tasks starts the one of smallest rank: forward
+ * before backward, the oldest micro-batch first, forward tasks in
+ * topological order and backward ones in reverse, optimizer updates last.
+ * So a pipeline stage takes micro-batch 0 through all its operators and
+ * sends it on before it starts micro-batch 1 (first come, first served ran
+ * every micro-batch of a stage's first operator first, since they are all
+ * ready at once, and the next stage started late); GPipe's backward goes
+ * micro-batch by micro-batch; under 1F1B a forward the in-flight limit
+ * allows goes before a waiting backward, Megatron's steady state. A device
+ * busy with tasks queued waits in a second heap, keyed by when it comes
+ * free. Links keep first come, first served: a collective holds the ports
+ * of every member at once, so ranking per port would hold some while
+ * waiting for others, and the compute streams emit communication in rank
+ * order anyway. Ready times never fall below the current instant; the
+ * whole is O((tasks + edges) log tasks), the queues living in one array
+ * sized for every compute task. The critical path (no contention) is
  * carried along the same pass.
  *
  * Errors inside the builder are sticky (sim.st): helpers become no-ops
@@ -1040,8 +1055,9 @@ static pcgc_status analyse(sim *S) {
 
 /* ----------------------------------------------------------- event loop */
 
-/* Min-heap of ready tasks, keyed by (ready time, id); keys sit in the heap
- * entries so sifting touches no other array. */
+/* Min-heaps of events keyed by (time, id): tasks by ready time, devices
+ * with queued tasks by the time they come free. Keys sit in the entries so
+ * sifting touches no other array. */
 typedef struct hitem {
   double key;
   int32_t id;
@@ -1075,18 +1091,85 @@ static hitem heap_pop(hitem *h, int64_t *n) {
   return top;
 }
 
+/* A forward or backward task's rank in its device's queue, smallest
+ * first: forward before backward; then the micro-batch, oldest first; then
+ * forward tasks in id order and backward ones in reverse id order. Ids are
+ * allocated node by node in topological order, so these are the orders of
+ * the forward and the backward schedule. The id (or its complement) fills
+ * the low 31 bits, so the rank alone names the task:
+ *     bit 62 backward | bits 31..61 micro-batch | bits 0..30 id */
+static inline uint64_t rank_of(const pcgc__sim_tasks *T, int32_t t) {
+  uint64_t bwd = T->phase[t] == PCGC__SIM_BWD;
+  uint64_t pos = bwd ? (uint64_t)(INT32_MAX - t) : (uint64_t)t;
+  return bwd << 62 | (uint64_t)T->micro[t] << 31 | pos;
+}
+
+static inline int32_t rank_task(uint64_t k) {
+  int32_t pos = (int32_t)(k & INT32_MAX);
+  return k >> 62 & 1 ? INT32_MAX - pos : pos;
+}
+
+/* A device's ready compute tasks, in its slice [off, end) of one array
+ * sized for every compute task: forward and backward tasks in a min-heap of
+ * ranks growing from the front (n of them), optimizer updates (which
+ * nothing waits for, so they come after everything else) in a FIFO growing
+ * from the back (pushed un, popped uh). Together they never outgrow the
+ * slice. */
+typedef struct devq {
+  int32_t off, end, n, un, uh;
+  bool armed; /* the device has a wake-up pending: in `todo` or in the wake heap */
+} devq;
+
+static void devq_push(uint64_t *q, devq *d, const pcgc__sim_tasks *T, int32_t t) {
+  if (T->phase[t] == PCGC__SIM_UPDATE) {
+    q[d->end - 1 - d->un++] = (uint64_t)t;
+    return;
+  }
+  uint64_t x = rank_of(T, t), *h = q + d->off;
+  int32_t i = d->n++;
+  while (i > 0) {
+    int32_t p = (i - 1) / 2;
+    if (h[p] <= x) break;
+    h[i] = h[p];
+    i = p;
+  }
+  h[i] = x;
+}
+
+static int32_t devq_pop(uint64_t *q, devq *d) {
+  if (!d->n) return (int32_t)q[d->end - 1 - d->uh++];
+  uint64_t *h = q + d->off, top = h[0], x = h[--d->n];
+  int32_t i = 0, n = d->n;
+  for (;;) {
+    int32_t c = 2 * i + 1;
+    if (c >= n) break;
+    if (c + 1 < n && h[c + 1] < h[c]) c++;
+    if (x <= h[c]) break;
+    h[i] = h[c];
+    i = c;
+  }
+  h[i] = x;
+  return rank_task(top);
+}
+
+static inline bool devq_empty(const devq *d) { return !d->n && d->uh == d->un; }
+
 static pcgc_status run(sim *S, pcgc_sim_result *r) {
   pcgc__sim_tasks *T = &S->T;
   int32_t n = T->n;
+  int D = S->D;
   int64_t ne = S->ne;
   int64_t *off = calloc((size_t)n + 1, sizeof *off);
   int32_t *succ = malloc((size_t)(ne ? ne : 1) * sizeof *succ), *indeg = calloc((size_t)n, sizeof *indeg);
-  hitem *heap = malloc((size_t)(n ? n : 1) * sizeof *heap);
+  hitem *heap = malloc((size_t)(n ? n : 1) * sizeof *heap), *wake = malloc((size_t)D * sizeof *wake);
   double *ready = calloc((size_t)n, sizeof *ready), *cp = calloc((size_t)n, sizeof *cp);
   double *free_at = calloc((size_t)S->n_res, sizeof *free_at);
+  devq *dq = calloc((size_t)D, sizeof *dq);
+  uint64_t *q = malloc((size_t)(n ? n : 1) * sizeof *q);
+  int *todo = malloc((size_t)D * sizeof *todo);
   T->start = malloc((size_t)(n ? n : 1) * sizeof *T->start);
   pcgc_status st = PCGC_OK;
-  if (!off || !succ || !indeg || !heap || !ready || !cp || !free_at || !T->start) {
+  if (!off || !succ || !indeg || !heap || !wake || !ready || !cp || !free_at || !dq || !q || !todo || !T->start) {
     st = pcgc_error_set(S->err, PCGC_ERR_NOMEM, "out of memory running the simulation");
     goto done;
   }
@@ -1098,26 +1181,60 @@ static pcgc_status run(sim *S, pcgc_sim_result *r) {
   for (int64_t e = 0; e < ne; e++) succ[off[S->ef[e]]++] = S->et[e];
   for (int32_t t = n; t > 0; t--) off[t] = off[t - 1];
   off[0] = 0;
-  int64_t hn = 0, done = 0;
+  for (int32_t t = 0; t < n; t++) /* each device's queue gets room for all its compute tasks */
+    if (pcgc__task_is_compute(T->kind[t])) dq[T->dev[t]].end++;
+  for (int d = 0, o = 0; d < D; d++) {
+    dq[d].off = o;
+    o = dq[d].end += o;
+  }
+  int64_t hn = 0, wn = 0, done = 0;
+  int ntodo = 0;
   for (int32_t t = 0; t < n; t++)
     if (!indeg[t]) heap_push(heap, &hn, (hitem){0, t});
-  double end_all = 0, fwd_end = 0, crit = 0, total = 0;
-  while (hn) {
-    int32_t t = heap_pop(heap, &hn).id;
-    double s = ready[t], d = T->dur[t];
-    int k = T->kind[t];
-    if (pcgc__task_is_compute(k)) {
-      int dev = T->dev[t];
-      if (free_at[dev] > s) s = free_at[dev];
-      free_at[dev] = s + d;
-      r->device[dev].compute += d;
-    } else if (k != PCGC_TASK_JOIN) {
-      const int32_t *rs = T->res + T->res_off[t];
-      for (int i = 0; i < T->res_n[t]; i++)
-        if (free_at[rs[i]] > s) s = free_at[rs[i]];
-      for (int i = 0; i < T->res_n[t]; i++) free_at[rs[i]] = s + d;
+  double now = 0, end_all = 0, fwd_end = 0, crit = 0, total = 0;
+  for (;;) {
+    int32_t t;
+    double s = now;
+    if (hn && heap[0].key <= now) { /* a task is ready */
+      t = heap_pop(heap, &hn).id;
+      int k = T->kind[t];
+      if (pcgc__task_is_compute(k)) { /* into its device's queue */
+        int dev = T->dev[t];
+        devq_push(q, &dq[dev], T, t);
+        if (!dq[dev].armed) {
+          dq[dev].armed = true;
+          if (free_at[dev] > now) heap_push(wake, &wn, (hitem){free_at[dev], dev});
+          else todo[ntodo++] = dev;
+        }
+        continue;
+      }
+      if (k != PCGC_TASK_JOIN) { /* communication: first come, first served on every port it holds */
+        const int32_t *rs = T->res + T->res_off[t];
+        for (int i = 0; i < T->res_n[t]; i++)
+          if (free_at[rs[i]] > s) s = free_at[rs[i]];
+        for (int i = 0; i < T->res_n[t]; i++) free_at[rs[i]] = s + T->dur[t];
+      }
+    } else if (wn && wake[0].key <= now) { /* a device with tasks waiting comes free */
+      todo[ntodo++] = (int)heap_pop(wake, &wn).id;
+      continue;
+    } else if (ntodo) { /* nothing else becomes ready now: a free device starts its best task */
+      int dev = todo[--ntodo];
+      if (free_at[dev] > now) { /* communication took the stream meanwhile (no overlap) */
+        heap_push(wake, &wn, (hitem){free_at[dev], dev});
+        continue;
+      }
+      t = devq_pop(q, &dq[dev]);
+      free_at[dev] = s + T->dur[t];
+      r->device[dev].compute += T->dur[t];
+      if (!devq_empty(&dq[dev])) heap_push(wake, &wn, (hitem){free_at[dev], dev});
+      else dq[dev].armed = false;
+    } else if (hn || wn) {
+      now = !wn || (hn && heap[0].key <= wake[0].key) ? heap[0].key : wake[0].key;
+      continue;
+    } else {
+      break;
     }
-    double e = s + d, ce = cp[t] + d;
+    double d = T->dur[t], e = s + d, ce = cp[t] + d;
     T->start[t] = s;
     total += d;
     if (e > end_all) end_all = e;
@@ -1145,9 +1262,13 @@ done:
   free(succ);
   free(indeg);
   free(heap);
+  free(wake);
   free(ready);
   free(cp);
   free(free_at);
+  free(dq);
+  free(q);
+  free(todo);
   return st;
 }
 

@@ -7,7 +7,10 @@
  *     backward, and without overlap nothing hides;
  *   - pipelines of s stages x m micro-batches: forward (s-1)t + m(t+l), the
  *     textbook (m+s-1)/m of the ideal, the whole GPipe iteration by hand;
- *     1F1B keeps s-k micro-batches of activations on stage k;
+ *     1F1B keeps s-k micro-batches of activations on stage k; with several
+ *     operators per stage, GPipe and 1F1B both take (m+s-1) stage times,
+ *     each device running one micro-batch through its operators at a time
+ *     (the order read back from the trace);
  *   - sequential on one device: the iteration is the sum of every task;
  *   - bounds on every hand-built parallel graph and baseline: the critical
  *     path and the busiest device below the iteration, the sum of all task
@@ -120,6 +123,21 @@ static pcgc_sim_result baseline(const pcgc_graph *g, pcgc_strategy s, const pcgc
   pcgc_mapping_destroy(&mp);
   pcgc_graph_free(pg);
   return r;
+}
+
+/* What every simulation must satisfy: the critical path and the busiest
+ * device below the iteration, the sum of all task times above it. */
+static void check_bounds(const char *what, const pcgc_sim_result *r) {
+  ck_assert_msg(r->critical_path <= r->iteration_time * (1 + 1e-12), "%s: critical path %g > iteration %g", what,
+                r->critical_path, r->iteration_time);
+  ck_assert_msg(r->compute_max <= r->iteration_time * (1 + 1e-12), "%s: busiest device %g > iteration %g", what,
+                r->compute_max, r->iteration_time);
+  ck_assert_msg(r->iteration_time <= r->task_time * (1 + 1e-12), "%s: iteration %g > sum of tasks %g", what,
+                r->iteration_time, r->task_time);
+  ck_assert_msg(r->forward_time <= r->iteration_time, "%s: forward after the end", what);
+  ck_assert_msg(r->iteration_time > 0 && isfinite(r->iteration_time), "%s: iteration %g", what, r->iteration_time);
+  for (int d = 0; d < r->n_devices; d++)
+    ck_assert_msg(r->device[d].idle >= -1e-15 && isfinite(r->device[d].memory.total), "%s: device %d", what, d);
 }
 
 static pcgc_sim_options opts(void) {
@@ -349,6 +367,179 @@ START_TEST(pipeline_1f1b) {
 }
 END_TEST
 
+/* 2 stages of 3 equal linears each (h0-h2 on device 0, h3-h5 and the loss
+ * on device 1): all m micro-batches of a stage's first linear are ready at
+ * once, so the order in which a device takes its ready tasks decides when
+ * the next stage can start. */
+static pcgc_graph *pipeline_model_deep(int m) {
+  char text[2048];
+  int n = snprintf(text, sizeof text, "model pipe_deep\nconst B = 512\nconst H = 2048\n"
+                                      "input x: f32[B, H]\ninput t: f32[B, H]\n");
+  for (int i = 0; i < 6; i++) n += snprintf(text + n, sizeof text - (size_t)n, "weight w%d: f32[H, H] = uniform(0.02)\n", i);
+  n += snprintf(text + n, sizeof text - (size_t)n,
+                "xm = pipeline(x, dim=0, degree=%d)\ntm = pipeline(t, dim=0, degree=%d)\nh0 = linear(xm, w0)\n", m, m);
+  for (int i = 1; i < 6; i++) n += snprintf(text + n, sizeof text - (size_t)n, "h%d = linear(h%d, w%d)\n", i, i - 1, i);
+  snprintf(text + n, sizeof text - (size_t)n, "loss = mse(h5, tm)\n");
+  return model_text(text);
+}
+
+static pcgc_mapping pipeline_mapping_deep(const pcgc_graph *g) {
+  pcgc_mapping mp;
+  pcgc_error err = {0};
+  ck_assert_int_eq(pcgc_mapping_init(&mp, g->n_nodes, (pcgc_view){0, 0}, &err), PCGC_OK);
+  for (int i = 0; i < 6; i++) {
+    char name[8];
+    snprintf(name, sizeof name, "h%d", i);
+    mp.view[node(g, name)] = (pcgc_view){i / 3, 0};
+  }
+  mp.view[node(g, "loss")] = (pcgc_view){1, 0};
+  return mp;
+}
+
+typedef struct traced {
+  double ts;
+  char label[16];
+} traced;
+
+static int cmp_traced(const void *a, const void *b) {
+  double x = ((const traced *)a)->ts, y = ((const traced *)b)->ts;
+  return (x > y) - (x < y);
+}
+
+/* The compute tasks of device `dev` in the order they start, from a Chrome
+ * trace: "F<micro>:<node>" forward, "B<micro>:<node>" backward,
+ * "U:<weight>" update, space-separated. Caller frees. */
+static char *compute_order(const char *path, int dev) {
+  size_t len;
+  pcgc_error err = {0};
+  char *json = pcgc_read_file(path, &len, &err);
+  ck_assert_msg(json != NULL, "%s", err.message);
+  cJSON *root = cJSON_Parse(json), *e;
+  ck_assert(root != NULL);
+  int n = 0, cap = cJSON_GetArraySize(cJSON_GetObjectItem(root, "traceEvents"));
+  traced *ev = malloc((size_t)(cap ? cap : 1) * sizeof *ev);
+  ck_assert(ev != NULL);
+  cJSON_ArrayForEach(e, cJSON_GetObjectItem(root, "traceEvents")) {
+    const char *ph = cJSON_GetStringValue(cJSON_GetObjectItem(e, "ph"));
+    if (strcmp(ph, "X") != 0 || cJSON_GetNumberValue(cJSON_GetObjectItem(e, "pid")) != dev ||
+        cJSON_GetNumberValue(cJSON_GetObjectItem(e, "tid")) != 0)
+      continue;
+    const char *cat = cJSON_GetStringValue(cJSON_GetObjectItem(e, "cat"));
+    const char *name = cJSON_GetStringValue(cJSON_GetObjectItem(e, "name"));
+    int mu = (int)cJSON_GetNumberValue(cJSON_GetObjectItem(cJSON_GetObjectItem(e, "args"), "micro_batch"));
+    ev[n].ts = cJSON_GetNumberValue(cJSON_GetObjectItem(e, "ts"));
+    if (strcmp(cat, "optimizer") == 0) snprintf(ev[n].label, sizeof ev[n].label, "U:%s", name);
+    else snprintf(ev[n].label, sizeof ev[n].label, "%c%d:%s", strcmp(cat, "backward") == 0 ? 'B' : 'F', mu, name);
+    n++;
+  }
+  qsort(ev, (size_t)n, sizeof *ev, cmp_traced); /* starts are distinct: one stream, positive durations */
+  char *out = calloc((size_t)n * sizeof ev->label + 1, 1);
+  ck_assert(out != NULL);
+  for (int i = 0; i < n; i++) {
+    if (i) strcat(out, " ");
+    strcat(out, ev[i].label);
+  }
+  free(ev);
+  cJSON_Delete(root);
+  free(json);
+  return out;
+}
+
+/* Appends micro-batch mu's forward ('F') or backward ('B') pass over
+ * h<first>..h<last> (backward from last down to first) to buf. */
+static void pass(char *buf, size_t size, char dir, int mu, int first, int last) {
+  for (int i = 0; i <= last - first; i++) {
+    size_t n = strlen(buf);
+    snprintf(buf + n, size - n, "%s%c%d:h%d", n ? " " : "", dir, mu, dir == 'F' ? first + i : last - i);
+  }
+}
+
+START_TEST(pipeline_several_ops_per_stage) {
+  pcgc_machine mach = machine_text(fast_links);
+  const int s = 2;
+  int ms[] = {4, 8};
+  for (int k = 0; k < 2; k++) {
+    int m = ms[k];
+    pcgc_graph *g = pipeline_model_deep(m);
+    pcgc_mapping mp = pipeline_mapping_deep(g);
+    pcgc_op_time lin = node_time(&mach, g, "h0"), l = node_time(&mach, g, "loss");
+    for (int i = 1; i < 6; i++) { /* equal linears */
+      char name[8];
+      snprintf(name, sizeof name, "h%d", i);
+      close_to(node_time(&mach, g, name).fwd, lin.fwd, 0);
+      close_to(node_time(&mach, g, name).bwd, lin.bwd, 0);
+    }
+    double u = adam_time(&mach, 2048.0 * 2048);
+    double Tf = 3 * lin.fwd, Tb = 3 * lin.bwd; /* one micro-batch through one stage */
+    /* by hand: stage 1 (the loss's stage, the slower by l) is busy from the
+     * moment micro-batch 0 leaves stage 0 (Tf) to its last backward, m(Tf +
+     * l.fwd + l.bwd + Tb) later; stage 0 then runs the last backward (Tb)
+     * and its three updates. GPipe and 1F1B both keep stage 1 busy, so this
+     * holds for both: (m + s - 1)(Tf + Tb), the textbook pipeline, plus the
+     * loss on the bottleneck stage and the updates at the end. */
+    double want = (m + s - 1) * (Tf + Tb) + m * (l.fwd + l.bwd) + 3 * u;
+    /* What the discipline before this one (first come, first served) gave
+     * under GPipe, at best: it ran a stage op by op (every micro-batch of
+     * h0 is ready at 0, so all of them, then h1's, then h2's), so stage 1
+     * could start only when h2's micro-batch 0 ended, (2m + 1) forwards in;
+     * it then ran all its work, op by op as well, ending on h3's backward of
+     * the last micro-batch, after which stage 0 still ran h2..h0 backward
+     * and at least w0's update. */
+    double op_major = (2 * m + 1) * lin.fwd + m * (Tf + Tb + l.fwd + l.bwd) + Tb + u;
+    ck_assert(want < op_major);
+    /* the loss is under 1% of a stage's micro-batch: iteration minus the
+     * updates is the textbook (m + s - 1)(Tf + Tb) to within 1% */
+    ck_assert(l.fwd + l.bwd < 0.01 * (Tf + Tb));
+    for (int f1b = 0; f1b < 2; f1b++) {
+      char path[] = "/tmp/pcgc-pipe-XXXXXX";
+      int fd = mkstemp(path);
+      ck_assert(fd >= 0);
+      close(fd);
+      pcgc_sim_options o = opts();
+      o.schedule = f1b ? PCGC_SCHEDULE_1F1B : PCGC_SCHEDULE_GPIPE;
+      o.trace_path = path;
+      pcgc_sim_result r = simulate(g, &mp, &mach, &o);
+      ck_assert_int_eq(r.stages, s);
+      ck_assert_int_eq(r.micro_batches, m);
+      close_to(r.iteration_time, want, 1e-6); /* transfers take ~1e-13 s */
+      close_to(r.iteration_time - 3 * u, (m + s - 1) * (Tf + Tb), 0.01);
+      if (!f1b) { /* the forward pass: stage 0 fills in Tf, stage 1 (with the loss) then runs every micro-batch */
+        close_to(r.forward_time, Tf + m * (Tf + l.fwd), 1e-6);
+        ck_assert(r.iteration_time < op_major);
+      }
+      check_bounds(f1b ? "deep pipeline, 1f1b" : "deep pipeline, gpipe", &r);
+
+      /* stage 0 takes one micro-batch through all its linears at a time.
+       * GPipe: every forward micro-batch, then every backward one in order.
+       * 1F1B: at most s - 0 = 2 micro-batches in flight; a forward the
+       * limit allows goes before a backward. Updates last, as their
+       * gradients complete (h2's first, h0's last). */
+      char want_order[1024] = "";
+      if (!f1b) {
+        for (int mu = 0; mu < m; mu++) pass(want_order, sizeof want_order, 'F', mu, 0, 2);
+        for (int mu = 0; mu < m; mu++) pass(want_order, sizeof want_order, 'B', mu, 0, 2);
+      } else {
+        pass(want_order, sizeof want_order, 'F', 0, 0, 2);
+        for (int mu = 1; mu < m; mu++) {
+          pass(want_order, sizeof want_order, 'F', mu, 0, 2);
+          pass(want_order, sizeof want_order, 'B', mu - 1, 0, 2);
+        }
+        pass(want_order, sizeof want_order, 'B', m - 1, 0, 2);
+      }
+      strcat(want_order, " U:w2 U:w1 U:w0");
+      char *got = compute_order(path, 0);
+      ck_assert_msg(strcmp(got, want_order) == 0, "m=%d %s, device 0 ran\n  %s\nwant\n  %s", m,
+                    f1b ? "1f1b" : "gpipe", got, want_order);
+      free(got);
+      remove(path);
+      pcgc_sim_result_destroy(&r);
+    }
+    pcgc_mapping_destroy(&mp);
+    pcgc_graph_free(g);
+  }
+}
+END_TEST
+
 /* -------------------------------------------------------- sequential */
 
 START_TEST(sequential_is_the_sum_of_its_tasks) {
@@ -390,19 +581,6 @@ START_TEST(sequential_is_the_sum_of_its_tasks) {
 END_TEST
 
 /* ------------------------------------------------------------ bounds */
-
-static void check_bounds(const char *what, const pcgc_sim_result *r) {
-  ck_assert_msg(r->critical_path <= r->iteration_time * (1 + 1e-12), "%s: critical path %g > iteration %g", what,
-                r->critical_path, r->iteration_time);
-  ck_assert_msg(r->compute_max <= r->iteration_time * (1 + 1e-12), "%s: busiest device %g > iteration %g", what,
-                r->compute_max, r->iteration_time);
-  ck_assert_msg(r->iteration_time <= r->task_time * (1 + 1e-12), "%s: iteration %g > sum of tasks %g", what,
-                r->iteration_time, r->task_time);
-  ck_assert_msg(r->forward_time <= r->iteration_time, "%s: forward after the end", what);
-  ck_assert_msg(r->iteration_time > 0 && isfinite(r->iteration_time), "%s: iteration %g", what, r->iteration_time);
-  for (int d = 0; d < r->n_devices; d++)
-    ck_assert_msg(r->device[d].idle >= -1e-15 && isfinite(r->device[d].memory.total), "%s: device %d", what, d);
-}
 
 START_TEST(bounds_on_parallel_graphs) {
   char dir[4096];
@@ -902,6 +1080,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, dp_overlap_by_hand);
   tcase_add_test(tc, pipeline_gpipe_by_hand);
   tcase_add_test(tc, pipeline_1f1b);
+  tcase_add_test(tc, pipeline_several_ops_per_stage);
   tcase_add_test(tc, sequential_is_the_sum_of_its_tasks);
   tcase_add_test(tc, relayout_transfers);
   tcase_add_test(tc, replicate_and_reduce_collectives);
