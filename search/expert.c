@@ -463,105 +463,22 @@ static void assign_stages(const pcgc_expert *x, const pcgc_graph *pg, const int 
 
 /* --------------------------------------------------------------- views */
 
-/* One piece of a producer read by piece p of the node being placed. */
-typedef struct vread {
-  int64_t p;
-  int src;
-  int64_t q;
-  double bytes;
-} vread;
-
 typedef struct vctx {
   const pcgc_graph *g;
   const bool *res;
   pcgc_view *view;
   int D;
-  vread *r;
-  int64_t n, cap;
-  pcgc__piece_map pm;
+  pcgc__reads R;   /* the reads of the node being placed */
 } vctx;
 
 static int home(const pcgc_view *v, int64_t p, int D) {
   return (int)(((p % D) * (v->stride % D) + v->start) % D);
 }
 
-static bool vpush(vctx *V, int64_t p, int src, int64_t q, double bytes) {
-  if (V->res[src]) return true;
-  if (V->n == V->cap) {
-    int64_t cap = V->cap ? 2 * V->cap : 256;
-    vread *r = realloc(V->r, (size_t)cap * sizeof *r);
-    if (!r) return false;
-    V->r = r;
-    V->cap = cap;
-  }
-  V->r[V->n++] = (vread){p, src, q, bytes};
-  return true;
-}
-
-/* Every (piece, producer piece) pair node n reads, into V->r. */
-static pcgc_status collect_reads(vctx *V, const pcgc_node *n, pcgc_error *err) {
-  const pcgc_graph *g = V->g;
-  const pcgc_ptensor *to = &n->out[0];
-  int64_t P = pcgc_ptensor_pieces(to);
-  V->n = 0;
-  if (pcgc_op_class_of(n->kind) != PCGC_CLASS_PARALLEL) {
-    pcgc_ptensor tin[PCGC_VARIADIC];
-    double bytes[PCGC_VARIADIC];
-    for (int i = 0; i < n->n_in; i++) {
-      tin[i] = *pcgc_graph_ref_type(g, n->in[i]);
-      bytes[i] = pcgc_cost_piece_bytes(&tin[i]);
-    }
-    bool closed = pcgc__piece_map_build(&V->pm, n, tin, true);
-    int64_t q[PCGC_VARIADIC];
-    for (int64_t p = 0; p < P; p++) {
-      if (closed) {
-        pcgc__piece_map_apply(&V->pm, n, p, q);
-      } else {
-        pcgc_status st = pcgc_op_piece_inputs(n->kind, &n->attrs, n->n_in, tin, to, p, q, err);
-        if (st != PCGC_OK) return st;
-      }
-      for (int i = 0; i < n->n_in; i++)
-        if (!vpush(V, p, n->in[i].node, q[i], bytes[i])) return pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
-    }
-    return PCGC_OK;
-  }
-  const pcgc_ptensor *ti = pcgc_graph_ref_type(g, n->in[0]);
-  int src = n->in[0].node;
-  int64_t d = n->kind == PCGC_OP_PIPELINE || n->kind == PCGC_OP_UNPIPELINE ? 1 : pcgc_attrs_int(&n->attrs, "degree");
-  int dim = n->kind == PCGC_OP_REPLICATE || n->kind == PCGC_OP_REDUCE ? -1 : (int)pcgc_attrs_int(&n->attrs, "dim");
-  double ob = pcgc_cost_piece_bytes(to), ib = pcgc_cost_piece_bytes(ti);
-  for (int64_t p = 0; p < P; p++) {
-    int64_t c[PCGC_MAX_RANK], s, r;
-    pcgc_piece_coords(to, p, c, &s, &r);
-    bool ok = true;
-    switch (n->kind) {
-    case PCGC_OP_PARTITION:
-      c[dim] /= d;
-      ok = vpush(V, p, src, pcgc_piece_index(ti, c, s, r), ob);
-      break;
-    case PCGC_OP_COMBINE: {
-      int64_t c0 = c[dim];
-      for (int64_t j = 0; j < d && ok; j++) {
-        c[dim] = c0 * d + j;
-        ok = vpush(V, p, src, pcgc_piece_index(ti, c, s, r), ib);
-      }
-      break;
-    }
-    case PCGC_OP_REPLICATE: ok = vpush(V, p, src, pcgc_piece_index(ti, c, s, r / d), ib); break;
-    case PCGC_OP_REDUCE:
-      for (int64_t j = 0; j < d && ok; j++) ok = vpush(V, p, src, pcgc_piece_index(ti, c, s * d + j, r), ob);
-      break;
-    default: ok = vpush(V, p, src, pcgc_piece_index(ti, c, s, r), ob); break;
-    }
-    if (!ok) return pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
-  }
-  return PCGC_OK;
-}
-
 static double view_cost(const vctx *V, pcgc_view v) {
   double moved = 0;
-  for (int64_t i = 0; i < V->n; i++) {
-    const vread *r = &V->r[i];
+  for (int64_t i = 0; i < V->R.n; i++) {
+    const pcgc__read *r = &V->R.r[i];
     if (home(&v, r->p, V->D) != home(&V->view[r->src], r->q, V->D)) moved += r->bytes;
   }
   return moved;
@@ -587,15 +504,15 @@ static pcgc_status place_views(const pcgc_graph *pg, const int *order, const boo
     pcgc_view cand[4];
     int nc = 0;
     cand[nc++] = P <= B && B % P == 0 ? (pcgc_view){base, (int)(B / P)} : (pcgc_view){base, 1};
-    if ((st = collect_reads(&V, n, err)) != PCGC_OK) break;
+    if ((st = pcgc__collect_reads(&V.R, pg, res, n, err)) != PCGC_OK) break;
     double best_b = -1;
     int main_src = -1;
     for (int i = 0; i < n->n_in; i++) { /* the producer read most */
       int src = n->in[i].node;
       if (res[src]) continue;
       double b = 0;
-      for (int64_t j = 0; j < V.n; j++)
-        if (V.r[j].src == src) b += V.r[j].bytes;
+      for (int64_t j = 0; j < V.R.n; j++)
+        if (V.R.r[j].src == src) b += V.R.r[j].bytes;
       if (b > best_b) {
         best_b = b;
         main_src = src;
@@ -619,8 +536,7 @@ static pcgc_status place_views(const pcgc_graph *pg, const int *order, const boo
     }
     view[n->id] = cand[best];
   }
-  free(V.r);
-  free(V.pm.g);
+  pcgc__reads_destroy(&V.R);
   return st;
 }
 
@@ -736,6 +652,36 @@ fail:
 }
 
 /* -------------------------------------------------------------- search */
+
+/* The DP's views (search/mapping.c) in place of the greedy's mp when its
+ * cost model says they are cheaper and they simulate faster (or fit where
+ * the greedy's do not): per candidate, never worse than the greedy. A DP
+ * that fails for another reason than memory leaves the greedy views. */
+static pcgc_status dp_views(const pcgc_graph *pg, pcgc_expert_choice c, const pcgc_machine *m,
+                            const pcgc_sim_options *so, pcgc_mapping *mp, pcgc_sim_result *sr, pcgc_error *err) {
+  pcgc_mapping dp;
+  pcgc_views_dp_stats ds;
+  pcgc_error e;
+  pcgc_error_clear(&e);
+  pcgc_status st = pcgc_views_dp(pg, mp, c.dp * c.tp, c.tp, m, 0, &dp, &ds, &e);
+  if (st != PCGC_OK) return st == PCGC_ERR_NOMEM ? pcgc_error_set(err, st, "%s", e.message) : PCGC_OK;
+  pcgc_sim_result r2;
+  memset(&r2, 0, sizeof r2);
+  if (!ds.kept_init && (st = pcgc_simulate(pg, &dp, m, so, &r2, &e)) == PCGC_OK) {
+    bool fit1 = sr->oom_devices == 0, fit2 = r2.oom_devices == 0;
+    if ((fit2 && !fit1) || (fit2 == fit1 && r2.iteration_time < sr->iteration_time)) {
+      pcgc_mapping t = *mp;
+      *mp = dp;
+      dp = t;
+      pcgc_sim_result tr = *sr;
+      *sr = r2;
+      r2 = tr;
+    }
+  }
+  pcgc_sim_result_destroy(&r2);
+  pcgc_mapping_destroy(&dp);
+  return st == PCGC_ERR_NOMEM ? pcgc_error_set(err, st, "%s", e.message) : PCGC_OK;
+}
 
 void pcgc_compile_options_default(pcgc_compile_options *o) {
   memset(o, 0, sizeof *o);
@@ -885,6 +831,7 @@ pcgc_status pcgc_compile(const pcgc_graph *seq, const pcgc_machine *m, const pcg
     pcgc_sim_result sr;
     memset(&sr, 0, sizeof sr);
     if (s == PCGC_OK) s = pcgc_simulate(pg, &mp, m, &o->sim, &sr, &e);
+    if (s == PCGC_OK) s = dp_views(pg, c, m, &o->sim, &mp, &sr, &e);
     if (s == PCGC_ERR_NOMEM) {
       st = pcgc_error_set(err, s, "%s: %s", cs, e.message);
     } else if (s != PCGC_OK) {

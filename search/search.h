@@ -753,6 +753,71 @@ pcgc_status pcgc_compile(const pcgc_graph *seq, const pcgc_machine *m, const pcg
                          pcgc_compile_result *r, pcgc_error *err);
 void pcgc_compile_result_destroy(pcgc_compile_result *r);
 
+/* ------------------------------------------------------ device mapping
+ * Views chosen jointly by dynamic programming (search/mapping.c), instead
+ * of node by node as the greedy placement above does. The cost of views:
+ *
+ *   Σ computed nodes  (fwd + bwd of one piece, pcgc_cost_node_time) × micro
+ *                     × (most of its pieces on one device: they serialise)
+ * + Σ reads of a producer piece by a consumer piece on another device:
+ *                     micro × pcgc_comm_p2p_time(same node?, 1, piece bytes)
+ *
+ * over the nodes that are not resident (sources, and parallel operators
+ * that only distribute them, are placed by their readers and cost nothing
+ * here). Not modelled: the backward transfers (the mirror of the forward
+ * ones), weight-gradient all-reduces, overlap, memory (candidate views keep
+ * a node's pieces on distinct devices, so they never concentrate memory).
+ *
+ *     pcgc_mapping dp;
+ *     pcgc_views_dp_stats s;
+ *     if (pcgc_views_dp(g, &greedy, b * t, t, &m, 0, &dp, &s, &err) == PCGC_OK)
+ *       printf("%g -> %g s (%d fallbacks)\n", s.cost_init, s.cost, s.fallbacks);
+ */
+
+#define PCGC_VIEWS_MAX_CANDIDATES 16
+
+/* The cost above of views mp of the typed graph g on m; NAN with err set
+ * when g is not typed, its piece maps fail, or memory runs out. */
+double pcgc_views_cost(const pcgc_graph *g, const pcgc_mapping *mp, const pcgc_machine *m, pcgc_error *err);
+
+/* The candidate views of node `node` (at most PCGC_VIEWS_MAX_CANDIDATES,
+ * into out; 0 for a resident node), inside its stage block [base, base +
+ * block), base = init's start rounded down to a multiple of block: the
+ * greedy's candidates in its order (pieces spread over the block, which is
+ * always allowed, then consecutive devices and every t-th), init's view of
+ * the node and of each producer, and every start base + j·P (P pieces) with
+ * strides 1, block/P, t and devices_per_node; only views that keep the
+ * pieces on distinct devices of the block, one per distinct placement. */
+int pcgc_views_candidates(const pcgc_graph *g, const pcgc_mapping *init, int node, int block, int t,
+                          const pcgc_machine *m, pcgc_view *out);
+
+typedef struct pcgc_views_dp_stats {
+  int nodes;             /* views chosen (non-resident nodes) */
+  int candidates_max;    /* most candidates of one node */
+  int max_states;        /* largest frontier, in states */
+  int fallbacks;         /* frontier nodes fixed early (not series-parallel) */
+  int memo_hits, memo_misses;  /* edge cost matrices reused / computed */
+  double dp_cost;        /* the DP's optimum over the candidates */
+  double cost_init;      /* pcgc_views_cost of init */
+  double cost;           /* of *out: min(dp result, init) */
+  bool kept_init;        /* the DP did not beat init, so *out = init */
+} pcgc_views_dp_stats;
+
+/* Views of g minimising pcgc_views_cost over pcgc_views_candidates, by a DP
+ * over the topological order whose state is the views of the frontier
+ * (placed nodes still read later): exact on series-parallel graphs whose
+ * frontier stays within max_states states (0: 256; a chain needs K, a
+ * diamond K², K <= 16 candidates); beyond that, or 7 nodes, the frontier's
+ * oldest node is fixed to its view in the cheapest partial assignment (the
+ * non-series-parallel fallback: the result may then not be optimal). init:
+ * views of every node (the stage blocks come from them; resident nodes keep
+ * theirs); block: devices per stage; t: a candidate stride. *out (caller
+ * destroys) never costs more than init: init is kept unless the DP's views
+ * cost strictly less. stats may be NULL. Errors: bad arguments, an untyped
+ * graph, out of memory. */
+pcgc_status pcgc_views_dp(const pcgc_graph *g, const pcgc_mapping *init, int block, int t, const pcgc_machine *m,
+                          int max_states, pcgc_mapping *out, pcgc_views_dp_stats *stats, pcgc_error *err);
+
 /* ------------------------------------------------------ strategy files
  * A mapped parallel graph as JSON (docs/strategy-format.md):
  *

@@ -68,4 +68,25 @@ pcgc_status pcgc__sim_write_trace(const char *path, const pcgc_graph *g, const p
 struct cJSON;
 pcgc_status pcgc__write_json(const struct cJSON *root, const char *path, pcgc_error *err);
 
+/* The pieces a node reads (search/mapping.c): piece p of node n reads piece
+ * q of producer src, `bytes` of it; only producers that are not resident
+ * (res[src] false: sources and the parallel ops that only distribute them
+ * are placed by their readers). Used by the view placements. */
+typedef struct pcgc__read {
+  int64_t p;
+  int src;
+  int64_t q;
+  double bytes;
+} pcgc__read;
+
+typedef struct pcgc__reads {
+  pcgc__read *r;
+  int64_t n, cap;
+  pcgc__piece_map pm;
+} pcgc__reads;
+
+pcgc_status pcgc__collect_reads(pcgc__reads *R, const pcgc_graph *g, const bool *res, const pcgc_node *n,
+                                pcgc_error *err);
+void pcgc__reads_destroy(pcgc__reads *R);
+
 #endif

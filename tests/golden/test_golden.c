@@ -35,6 +35,8 @@
 #include "pcg.h"
 #include "reference.h"
 
+#include "../common/check_main.h"
+
 #ifndef PCGC_SOURCE_DIR
 #error "PCGC_SOURCE_DIR must be defined to the source tree"
 #endif
@@ -397,10 +399,4 @@ static Suite *golden_suite(void) {
   return s;
 }
 
-int main(void) {
-  SRunner *sr = srunner_create(golden_suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+PCGC_CHECK_MAIN(golden_suite)

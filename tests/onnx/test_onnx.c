@@ -25,6 +25,8 @@
 
 #include <dirent.h>
 
+#include "../common/check_main.h"
+
 #define MODELS_DIR PCGC_SOURCE_DIR "/tests/onnx/models"
 #define BAD_DIR PCGC_SOURCE_DIR "/tests/data/bad-onnx"
 
@@ -404,10 +406,4 @@ static Suite *onnx_suite(void) {
   return s;
 }
 
-int main(void) {
-  SRunner *sr = srunner_create(onnx_suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+PCGC_CHECK_MAIN(onnx_suite)

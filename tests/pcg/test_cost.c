@@ -16,6 +16,8 @@
 
 #include "pcg.h"
 
+#include "../common/check_main.h"
+
 /* ---------------------------------------------------------------- helpers */
 
 #define DIMS(...) (int64_t[]){__VA_ARGS__}, (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t))
@@ -415,11 +417,4 @@ static Suite *cost_suite(void)
   return s;
 }
 
-int main(void)
-{
-  SRunner *sr = srunner_create(cost_suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+PCGC_CHECK_MAIN(cost_suite)

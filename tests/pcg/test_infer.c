@@ -16,6 +16,8 @@
  */
 #include "infer_helpers.h"
 
+#include "../common/check_main.h"
+
 /* --------------------------------------------------------------- op table */
 
 /* A small legal sequential instance of op k: sets *a and in[], returns n_in.
@@ -1038,11 +1040,4 @@ static Suite *infer_suite(void)
   return s;
 }
 
-int main(void)
-{
-  SRunner *sr = srunner_create(infer_suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+PCGC_CHECK_MAIN(infer_suite)

@@ -13,6 +13,8 @@
  */
 #include "infer_helpers.h"
 
+#include "../common/check_main.h"
+
 /* ============================================================ parallel */
 
 START_TEST(test_linear_data_parallel)
@@ -1144,11 +1146,4 @@ static Suite *infer_parallel_suite(void)
   return s;
 }
 
-int main(void)
-{
-  SRunner *sr = srunner_create(infer_parallel_suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+PCGC_CHECK_MAIN(infer_parallel_suite)

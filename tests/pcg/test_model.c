@@ -18,6 +18,8 @@
 #include "../common/expect_header.h"
 #include "pcg.h"
 
+#include "../common/check_main.h"
+
 #ifndef PCGC_SOURCE_DIR
 #error "PCGC_SOURCE_DIR must be defined to the source tree"
 #endif
@@ -685,10 +687,4 @@ static Suite *model_suite(void) {
   return s;
 }
 
-int main(void) {
-  SRunner *sr = srunner_create(model_suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+PCGC_CHECK_MAIN(model_suite)

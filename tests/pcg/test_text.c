@@ -23,6 +23,8 @@
 
 #include "pcg.h"
 
+#include "../common/check_main.h"
+
 #ifndef PCGC_SOURCE_DIR
 #error "PCGC_SOURCE_DIR must be defined (the source tree, as a string literal)"
 #endif
@@ -778,11 +780,4 @@ static Suite *text_suite(void)
   return s;
 }
 
-int main(void)
-{
-  SRunner *sr = srunner_create(text_suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+PCGC_CHECK_MAIN(text_suite)

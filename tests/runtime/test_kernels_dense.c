@@ -22,6 +22,8 @@
 #include "gradcheck.h"
 #include "kernels.h"
 
+#include "../common/check_main.h"
+
 /* ---------------------------------------------------------------- helpers */
 
 #define D(...) ((const int64_t[]){__VA_ARGS__})
@@ -1476,10 +1478,4 @@ static Suite *dense_suite(void) {
   return s;
 }
 
-int main(void) {
-  SRunner *sr = srunner_create(dense_suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+PCGC_CHECK_MAIN(dense_suite)

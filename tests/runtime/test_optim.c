@@ -16,6 +16,8 @@
 
 #include "kernels.h"
 
+#include "../common/check_main.h"
+
 static const double W0[3] = {1.0, -2.0, 0.5};
 static const double G[3][3] = {{0.1, -0.2, 0.3}, {-0.5, 0.4, 0.0}, {0.2, 0.2, -0.1}};
 
@@ -257,10 +259,4 @@ static Suite *optim_suite(void) {
   return s;
 }
 
-int main(void) {
-  SRunner *sr = srunner_create(optim_suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+PCGC_CHECK_MAIN(optim_suite)

@@ -14,6 +14,8 @@
 
 #include "kernels.h"
 
+#include "../common/check_main.h"
+
 #define N_DRAWS 100000
 
 START_TEST(deterministic) {
@@ -181,10 +183,4 @@ static Suite *rng_suite(void) {
   return s;
 }
 
-int main(void) {
-  SRunner *sr = srunner_create(rng_suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+PCGC_CHECK_MAIN(rng_suite)

@@ -24,6 +24,8 @@
 
 #include "search.h"
 
+#include "../common/check_main.h"
+
 /* ------------------------------------------------------------- helpers */
 
 static pcgc_graph *model(const char *text) {
@@ -498,10 +500,4 @@ static Suite *suite(void) {
   return s;
 }
 
-int main(void) {
-  SRunner *sr = srunner_create(suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+PCGC_CHECK_MAIN(suite)

@@ -20,6 +20,8 @@
 
 #include "substitutions.h"
 
+#include "../common/check_main.h"
+
 static pcgc_ruleset *parse(const char *text) {
   pcgc_ruleset *rs = pcgc_ruleset_new();
   pcgc_error err = {0};
@@ -213,10 +215,4 @@ static Suite *suite(void) {
   return s;
 }
 
-int main(void) {
-  SRunner *sr = srunner_create(suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+PCGC_CHECK_MAIN(suite)

@@ -17,6 +17,8 @@
 #include "reference.h"
 #include "substitutions.h"
 
+#include "../common/check_main.h"
+
 static pcgc_ruleset *lib;
 
 static void load_library(void) {
@@ -200,10 +202,4 @@ static Suite *suite(void) {
   return s;
 }
 
-int main(void) {
-  SRunner *sr = srunner_create(suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+PCGC_CHECK_MAIN(suite)

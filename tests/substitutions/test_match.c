@@ -19,6 +19,8 @@
 #include "rules_internal.h"
 #include "substitutions.h"
 
+#include "../common/check_main.h"
+
 #ifndef PCGC_SOURCE_DIR
 #define PCGC_SOURCE_DIR "."
 #endif
@@ -660,10 +662,4 @@ static Suite *suite(void) {
   return s;
 }
 
-int main(void) {
-  SRunner *sr = srunner_create(suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+PCGC_CHECK_MAIN(suite)

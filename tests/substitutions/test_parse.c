@@ -22,6 +22,8 @@
 #include "rules_internal.h"
 #include "substitutions.h"
 
+#include "../common/check_main.h"
+
 #ifndef PCGC_SOURCE_DIR
 #error "PCGC_SOURCE_DIR must be defined to the source tree"
 #endif
@@ -1066,10 +1068,4 @@ static Suite *parse_suite(void) {
   return s;
 }
 
-int main(void) {
-  SRunner *sr = srunner_create(parse_suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+PCGC_CHECK_MAIN(parse_suite)
