@@ -274,9 +274,9 @@ int pcgc_cli_compile(int argc, char **argv) {
   if (r.joint_ran) {
     const pcgc_joint_result *j = &r.joint;
     printf("%-28s %d rules (%d refused by the checker%s), %d instances; %d graphs expanded, %d rewrites "
-           "simulated, %d duplicates, %d refused; %.2f s%s\n",
+           "simulated (%d rule-wide), %d duplicates, %d refused; %.2f s%s\n",
            "joint search", r.rules, r.rules_unsound, o.allow_unsound && r.rules_unsound ? ", used anyway" : "",
-           j->instances, j->expanded, j->evaluated, j->duplicates, j->refused, j->seconds,
+           j->instances, j->expanded, j->evaluated, j->wide, j->duplicates, j->refused, j->seconds,
            j->time_hit ? " (time limit)" : j->budget_hit ? " (budget)" : "");
     printf("%-28s %s the expert strategy's %s", "", j->improvements ? "improved on" : "no rewrite improved on",
            fmt_time(a, sizeof a, r.expert_time));

@@ -10,7 +10,9 @@
  *      best found, when `budget` graphs have been expanded, or at the time
  *      limit. Expanding: every match of every rule instance (degrees: the
  *      machine's; dims: below the graph's largest rank), in instance order,
- *      is applied; a result whose canonical hash (pcgc_graph_hash) was seen
+ *      is applied alone; before those, every instance that matches twice or
+ *      more is applied everywhere it matches (rule-wide moves, which reach
+ *      every layer in one step and are few); a result whose canonical hash (pcgc_graph_hash) was seen
  *      is a duplicate (equality is checked against the graphs still held;
  *      a graph dropped earlier is known by its hash alone); the rest get
  *      views (pcgc_views_replace) and a simulation. Out of memory or slower
@@ -183,13 +185,109 @@ static bool collect(const pcgc_match *m, void *ctx) {
 
 static bool out_of_time(const search *S) { return S->o->time_limit > 0 && wall() - S->t0 > S->o->time_limit; }
 
-/* Every rewrite of S->cur by instance ri. */
+/* A rewritten graph g2 (owned) of S->cur: dropped as a duplicate, or given
+ * views and simulated, kept when within alpha of the best. */
+static pcgc_status consider(search *S, const pcgc_rule_inst *ri, pcgc_graph *g2, bool wide, pcgc_error *err) {
+  pcgc_joint_result *r = S->r;
+  pcgc_error e = {0};
+  uint64_t h = pcgc_graph_hash(g2);
+  if (already_seen(S, g2, h)) {
+    r->duplicates++;
+    pcgc_graph_free(g2);
+    return PCGC_OK;
+  }
+  if (!remember(S, h)) {
+    pcgc_graph_free(g2);
+    return pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory in the search");
+  }
+  cand c = {.g = g2, .seq = S->seq++};
+  if (pcgc_views_replace(g2, S->cur->g, &S->cur->mp, S->block, S->t, S->m, &c.mp, &e) != PCGC_OK) {
+    r->refused++;
+    cand_free(&c);
+    return PCGC_OK;
+  }
+  c.cost = cost_of(S, c.g, &c.mp);
+  r->evaluated++;
+  r->wide += wide;
+  if (S->o->log)
+    fprintf(S->o->log, "  %-36s%s %s\n", pcgc_rule_name(ri->rule), wide ? " (everywhere)" : "",
+            isfinite(c.cost) ? "" : "out of memory");
+  if (!isfinite(c.cost) || c.cost > S->o->alpha * S->best.cost) {
+    cand_free(&c);
+    return PCGC_OK;
+  }
+  if (c.cost < S->best.cost) {
+    /* the best keeps its own copy: heap entries are freed when expanded */
+    pcgc_graph *bg = pcgc_graph_clone(c.g);
+    pcgc_mapping bm;
+    if (!bg || pcgc_mapping_init(&bm, c.mp.n_nodes, (pcgc_view){0, 1}, &e) != PCGC_OK) {
+      pcgc_graph_free(bg);
+      cand_free(&c);
+      return pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory in the search");
+    }
+    memcpy(bm.view, c.mp.view, (size_t)c.mp.n_nodes * sizeof *bm.view);
+    cand_free(&S->best);
+    S->best = (cand){bg, bm, c.cost, c.seq};
+    r->improvements++;
+    snprintf(r->last_rule, sizeof r->last_rule, "%s%s", pcgc_rule_name(ri->rule), wide ? " (everywhere)" : "");
+  }
+  if (!heap_push(S, c)) {
+    cand_free(&c);
+    return pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory in the search");
+  }
+  return PCGC_OK;
+}
+
+static bool first_only(const pcgc_match *m, void *ctx) {
+  *(pcgc_match *)ctx = *m;
+  return true;
+}
+
+/* The rule applied everywhere it matches: the first match of the graph
+ * rewritten, again and again, at most `limit` times (a rule whose rewrite
+ * matches itself stops there). NULL when fewer than two applied. */
+static pcgc_graph *apply_everywhere(const pcgc_graph *g0, const pcgc_rule_inst *ri, int limit, pcgc_error *err) {
+  pcgc_graph *g = pcgc_graph_clone(g0);
+  int applied = 0;
+  for (int k = 0; g && k < limit; k++) {
+    pcgc_graph_index *ix = pcgc_graph_index_new(g, err);
+    pcgc_match m;
+    m.inst = NULL;
+    if (!ix || pcgc_rule_find_matches(ri, g, ix, first_only, &m, err) != PCGC_OK || !m.inst) {
+      pcgc_graph_index_free(ix);
+      break;
+    }
+    pcgc_graph_index_free(ix);
+    pcgc_graph *g2 = NULL;
+    pcgc_error e = {0};
+    if (pcgc_rule_apply(g, &m, &g2, &e) != PCGC_OK) break;
+    pcgc_graph_free(g);
+    g = g2;
+    applied++;
+  }
+  if (applied < 2) {
+    pcgc_graph_free(g);
+    return NULL;
+  }
+  return g;
+}
+
+/* The rule applied everywhere it matches in S->cur (a move across all the
+ * layers at once), when it matches twice or more. */
+static pcgc_status expand_wide(search *S, const pcgc_rule_inst *ri, const pcgc_graph_index *ix, pcgc_error *err) {
+  pcgc_error e = {0};
+  if (pcgc_rule_count_matches(ri, S->cur->g, ix, 2, &e) < 2) return PCGC_OK;
+  pcgc_graph *all = apply_everywhere(S->cur->g, ri, S->o->max_matches > 0 ? 4 * S->o->max_matches : 256, &e);
+  return all ? consider(S, ri, all, true, err) : PCGC_OK;
+}
+
+/* Every match of instance ri in S->cur, applied alone. */
 static pcgc_status expand_inst(search *S, const pcgc_rule_inst *ri, const pcgc_graph_index *ix, pcgc_error *err) {
   S->n_matches = 0;
   pcgc_status st = pcgc_rule_find_matches(ri, S->cur->g, ix, collect, S, err);
   if (st != PCGC_OK) return st;
   pcgc_joint_result *r = S->r;
-  for (int k = 0; k < S->n_matches && !out_of_time(S); k++) {
+  for (int k = 0; k < S->n_matches && st == PCGC_OK && !out_of_time(S); k++) {
     pcgc_graph *g2 = NULL;
     pcgc_error e = {0};
     if (pcgc_rule_apply(S->cur->g, &S->matches[k], &g2, &e) != PCGC_OK) {
@@ -197,51 +295,9 @@ static pcgc_status expand_inst(search *S, const pcgc_rule_inst *ri, const pcgc_g
       r->refused++;
       continue;
     }
-    uint64_t h = pcgc_graph_hash(g2);
-    if (already_seen(S, g2, h)) {
-      r->duplicates++;
-      pcgc_graph_free(g2);
-      continue;
-    }
-    if (!remember(S, h)) {
-      pcgc_graph_free(g2);
-      return pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory in the search");
-    }
-    cand c = {.g = g2, .seq = S->seq++};
-    if (pcgc_views_replace(g2, S->cur->g, &S->cur->mp, S->block, S->t, S->m, &c.mp, &e) != PCGC_OK) {
-      r->refused++;
-      cand_free(&c);
-      continue;
-    }
-    c.cost = cost_of(S, c.g, &c.mp);
-    r->evaluated++;
-    if (S->o->log)
-      fprintf(S->o->log, "  %-36s %s\n", pcgc_rule_name(ri->rule), isfinite(c.cost) ? "" : "out of memory");
-    if (!isfinite(c.cost) || c.cost > S->o->alpha * S->best.cost) {
-      cand_free(&c);
-      continue;
-    }
-    if (c.cost < S->best.cost) {
-      /* the best keeps its own copy: heap entries are freed when expanded */
-      pcgc_graph *bg = pcgc_graph_clone(c.g);
-      pcgc_mapping bm;
-      if (!bg || pcgc_mapping_init(&bm, c.mp.n_nodes, (pcgc_view){0, 1}, &e) != PCGC_OK) {
-        pcgc_graph_free(bg);
-        cand_free(&c);
-        return pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory in the search");
-      }
-      memcpy(bm.view, c.mp.view, (size_t)c.mp.n_nodes * sizeof *bm.view);
-      cand_free(&S->best);
-      S->best = (cand){bg, bm, c.cost, c.seq};
-      r->improvements++;
-      snprintf(r->last_rule, sizeof r->last_rule, "%s", pcgc_rule_name(ri->rule));
-    }
-    if (!heap_push(S, c)) {
-      cand_free(&c);
-      return pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory in the search");
-    }
+    st = consider(S, ri, g2, false, err);
   }
-  return PCGC_OK;
+  return st;
 }
 
 pcgc_status pcgc_joint_search(const pcgc_graph *start, const pcgc_mapping *start_mp, int block, int t,
@@ -297,6 +353,8 @@ pcgc_status pcgc_joint_search(const pcgc_graph *start, const pcgc_mapping *start
     r->expanded++;
     pcgc_graph_index *ix = pcgc_graph_index_new(cur.g, err);
     if (!ix) st = err ? err->status : PCGC_ERR_NOMEM;
+    /* rule-wide moves first (few, and each reaches every layer), then single matches */
+    for (int i = 0; i < n_insts && st == PCGC_OK && !out_of_time(&S); i++) st = expand_wide(&S, &insts[i], ix, err);
     for (int i = 0; i < n_insts && st == PCGC_OK && !out_of_time(&S); i++) st = expand_inst(&S, &insts[i], ix, err);
     if (out_of_time(&S)) r->time_hit = true;
     pcgc_graph_index_free(ix);

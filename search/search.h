@@ -677,7 +677,8 @@ typedef struct pcgc_joint_result {
   double start_time;     /* the start's */
   int instances;         /* rule instances for this machine and graph */
   int expanded, evaluated, duplicates, refused, improvements;
-  char last_rule[128];   /* the rule of the last improvement */
+  int wide;              /* of the evaluated: a rule applied everywhere it matches */
+  char last_rule[160];   /* the rule of the last improvement */
   bool budget_hit, time_hit;
   double seconds;
 } pcgc_joint_result;

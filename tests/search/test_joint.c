@@ -4,7 +4,8 @@
  *     layer: the search removes them (rules from the library), and the
  *     result is faster than the start and holds no such pair;
  *   - the result is never slower than the start, duplicates are recognised,
- *     the budget bounds the graphs expanded;
+ *     the budget bounds the graphs expanded; a rule applied everywhere it
+ *     matches removes every round trip in one expansion;
  *   - two runs give the same graph (canonical hash) and the same time.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -108,6 +109,15 @@ START_TEST(removes_round_trips) {
   ck_assert_int_eq(r2.evaluated, r.evaluated);
   pcgc_joint_result_destroy(&r);
   pcgc_joint_result_destroy(&r2);
+
+  /* one expansion is enough: the cancelling rule applied everywhere it
+   * matches removes both round trips in one move */
+  run(g, &m, 1, &r);
+  ck_assert_int_eq(r.expanded, 1);
+  ck_assert_int_gt(r.wide, 0);
+  ck_assert_msg(count_kind(r.graph, PCGC_OP_COMBINE) == 0, "%d combines left after one expansion",
+                count_kind(r.graph, PCGC_OP_COMBINE));
+  pcgc_joint_result_destroy(&r);
 
   /* budget 0: the start comes back untouched */
   run(g, &m, 0, &r);
