@@ -73,6 +73,7 @@ void pcgc_joint_options_default(pcgc_joint_options *o) {
   o->alpha = 1.05;
   o->time_limit = 30;
   o->max_matches = 64;
+  o->max_held = 32;
 }
 
 void pcgc_joint_result_destroy(pcgc_joint_result *r) {
@@ -101,6 +102,27 @@ static bool heap_push(search *S, cand c) {
     i = (i - 1) / 2;
   }
   return true;
+}
+
+/* Restores the heap order around index i after its entry changed. */
+static void heap_fix(search *S, int i) {
+  if (i >= S->n_heap) return;
+  while (i > 0 && less(&S->heap[i], &S->heap[(i - 1) / 2])) {
+    cand t = S->heap[i];
+    S->heap[i] = S->heap[(i - 1) / 2];
+    S->heap[(i - 1) / 2] = t;
+    i = (i - 1) / 2;
+  }
+  for (;;) {
+    int l = 2 * i + 1, r = l + 1, m = i;
+    if (l < S->n_heap && less(&S->heap[l], &S->heap[m])) m = l;
+    if (r < S->n_heap && less(&S->heap[r], &S->heap[m])) m = r;
+    if (m == i) break;
+    cand t = S->heap[i];
+    S->heap[i] = S->heap[m];
+    S->heap[m] = t;
+    i = m;
+  }
 }
 
 static cand heap_pop(search *S) {
@@ -200,6 +222,16 @@ static pcgc_status consider(search *S, const pcgc_rule_inst *ri, pcgc_graph *g2,
     pcgc_graph_free(g2);
     return pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory in the search");
   }
+  /* more pieces than devices: several pieces of one tensor share a device,
+   * which only costs (and grows the simulation without bound) */
+  int D = pcgc_machine_num_devices(S->m);
+  for (int i = 0; i < g2->n_nodes; i++)
+    for (int k = 0; k < g2->nodes[i].n_out; k++)
+      if (pcgc_ptensor_pieces(&g2->nodes[i].out[k]) > D) {
+        r->refused++;
+        pcgc_graph_free(g2);
+        return PCGC_OK;
+      }
   cand c = {.g = g2, .seq = S->seq++};
   if (pcgc_views_replace(g2, S->cur->g, &S->cur->mp, S->block, S->t, S->m, &c.mp, &e) != PCGC_OK) {
     r->refused++;
@@ -230,6 +262,20 @@ static pcgc_status consider(search *S, const pcgc_rule_inst *ri, pcgc_graph *g2,
     S->best = (cand){bg, bm, c.cost, c.seq};
     r->improvements++;
     snprintf(r->last_rule, sizeof r->last_rule, "%s%s", pcgc_rule_name(ri->rule), wide ? " (everywhere)" : "");
+  }
+  if (S->o->max_held > 0 && S->n_heap >= S->o->max_held) {
+    /* the heap is full: the new graph replaces the worst held one, or goes */
+    int w = 0;
+    for (int i = 1; i < S->n_heap; i++)
+      if (less(&S->heap[w], &S->heap[i])) w = i;
+    if (!less(&c, &S->heap[w])) {
+      cand_free(&c);
+      return PCGC_OK;
+    }
+    cand_free(&S->heap[w]);
+    S->heap[w] = S->heap[--S->n_heap];
+    heap_fix(S, w);
+    r->dropped++;
   }
   if (!heap_push(S, c)) {
     cand_free(&c);

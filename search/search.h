@@ -664,6 +664,8 @@ typedef struct pcgc_joint_options {
   double alpha;          /* keep candidates up to alpha x the best (default 1.05) */
   double time_limit;     /* s (default 30; <= 0: none) */
   int max_matches;       /* matches per instance per expansion (default 64; 0: all) */
+  int max_held;          /* graphs held in the heap at most (default 32; 0: no limit):
+                            past it a new graph replaces the worst, which bounds memory */
   const pcgc_sim_options *sim;  /* NULL: defaults */
   FILE *log;             /* a line per candidate when not NULL */
 } pcgc_joint_options;
@@ -678,6 +680,7 @@ typedef struct pcgc_joint_result {
   int instances;         /* rule instances for this machine and graph */
   int expanded, evaluated, duplicates, refused, improvements;
   int wide;              /* of the evaluated: a rule applied everywhere it matches */
+  int dropped;           /* graphs dropped because the heap was full */
   char last_rule[160];   /* the rule of the last improvement */
   bool budget_hit, time_hit;
   double seconds;
