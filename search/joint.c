@@ -268,6 +268,7 @@ static pcgc_status consider(search *S, const pcgc_rule_inst *ri, pcgc_graph *g2,
     int w = 0;
     for (int i = 1; i < S->n_heap; i++)
       if (less(&S->heap[w], &S->heap[i])) w = i;
+    r->dropped++;
     if (!less(&c, &S->heap[w])) {
       cand_free(&c);
       return PCGC_OK;
@@ -275,7 +276,6 @@ static pcgc_status consider(search *S, const pcgc_rule_inst *ri, pcgc_graph *g2,
     cand_free(&S->heap[w]);
     S->heap[w] = S->heap[--S->n_heap];
     heap_fix(S, w);
-    r->dropped++;
   }
   if (!heap_push(S, c)) {
     cand_free(&c);

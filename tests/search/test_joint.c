@@ -119,6 +119,24 @@ START_TEST(removes_round_trips) {
                 count_kind(r.graph, PCGC_OP_COMBINE));
   pcgc_joint_result_destroy(&r);
 
+  /* a heap of one graph: the search still finds the round-trip-free graph,
+   * dropping the worse candidates as it goes */
+  {
+    pcgc_mapping mp;
+    ck_assert_int_eq(pcgc_mapping_init(&mp, g->n_nodes, (pcgc_view){0, 1}, &err), PCGC_OK);
+    pcgc_joint_options o;
+    pcgc_joint_options_default(&o);
+    o.budget = 8;
+    o.time_limit = 0;
+    o.max_held = 1;
+    o.alpha = 100; /* keep every candidate: the heap overflows at once */
+    ck_assert_int_eq(pcgc_joint_search(g, &mp, 4, 1, &m, rs, &o, &r, &err), PCGC_OK);
+    ck_assert_int_gt(r.dropped, 0);
+    ck_assert_int_eq(count_kind(r.graph, PCGC_OP_COMBINE), 0);
+    pcgc_joint_result_destroy(&r);
+    pcgc_mapping_destroy(&mp);
+  }
+
   /* budget 0: the start comes back untouched */
   run(g, &m, 0, &r);
   ck_assert(r.time == r.start_time);
