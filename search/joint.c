@@ -85,6 +85,8 @@ void pcgc_joint_result_destroy(pcgc_joint_result *r) {
 
 static bool less(const cand *a, const cand *b) { return a->cost < b->cost || (a->cost == b->cost && a->seq < b->seq); }
 
+static void heap_fix(search *S, int i);
+
 static bool heap_push(search *S, cand c) {
   if (S->n_heap == S->cap_heap) {
     int cap = S->cap_heap ? 2 * S->cap_heap : 64;
@@ -93,14 +95,8 @@ static bool heap_push(search *S, cand c) {
     S->heap = h;
     S->cap_heap = cap;
   }
-  int i = S->n_heap++;
-  S->heap[i] = c;
-  while (i > 0 && less(&S->heap[i], &S->heap[(i - 1) / 2])) {
-    cand t = S->heap[i];
-    S->heap[i] = S->heap[(i - 1) / 2];
-    S->heap[(i - 1) / 2] = t;
-    i = (i - 1) / 2;
-  }
+  S->heap[S->n_heap++] = c;
+  heap_fix(S, S->n_heap - 1);
   return true;
 }
 
@@ -128,16 +124,7 @@ static void heap_fix(search *S, int i) {
 static cand heap_pop(search *S) {
   cand top = S->heap[0];
   S->heap[0] = S->heap[--S->n_heap];
-  for (int i = 0;;) {
-    int l = 2 * i + 1, r = l + 1, m = i;
-    if (l < S->n_heap && less(&S->heap[l], &S->heap[m])) m = l;
-    if (r < S->n_heap && less(&S->heap[r], &S->heap[m])) m = r;
-    if (m == i) break;
-    cand t = S->heap[i];
-    S->heap[i] = S->heap[m];
-    S->heap[m] = t;
-    i = m;
-  }
+  heap_fix(S, 0);
   return top;
 }
 

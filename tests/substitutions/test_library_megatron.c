@@ -20,22 +20,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "reference.h"
-#include "substitutions.h"
+#include "library_helpers.h"
 
-static pcgc_ruleset *lib;
-
-static void load_library(void) {
-  lib = pcgc_ruleset_new();
-  pcgc_error err = {0};
-  ck_assert_msg(pcgc_ruleset_load_dir(lib, PCGC_SOURCE_DIR "/rules", &err) == PCGC_OK, "%s:%d:%d: %s", err.file,
-                err.line, err.col, err.message);
-}
-
-static void free_library(void) {
-  pcgc_ruleset_free(lib);
-  lib = NULL;
-}
 
 static pcgc_graph *model_text(const char *text) {
   pcgc_error err = {0};
@@ -92,38 +78,6 @@ static void expect_count(const pcgc_graph *g, const char *rule, int64_t d, int w
   ck_assert_msg(n == want, "%s(d=%lld) on %s: %d matches, expected %d", rule, (long long)d, g->name, n, want);
 }
 
-/* Loss and every weight's gradient, weights in name order. */
-static void run(const pcgc_graph *g, double *loss, double *grads, int64_t cap, int64_t *n_grads) {
-  pcgc_ref_options o;
-  pcgc_ref_options_default(&o);
-  o.dtype = PCGC_F64;
-  o.training = false;
-  pcgc_error err = {0};
-  pcgc_reference *r = pcgc_ref_new(g, &o, &err);
-  ck_assert_msg(r != NULL, "%s", err.message);
-  ck_assert_msg(pcgc_ref_forward(r, loss, &err) == PCGC_OK, "%s", err.message);
-  ck_assert_msg(pcgc_ref_backward(r, &err) == PCGC_OK, "%s", err.message);
-  const char *names[64];
-  int nw = 0;
-  for (int i = 0; i < g->n_nodes && nw < 64; i++)
-    if (g->nodes[i].kind == PCGC_OP_WEIGHT) names[nw++] = g->nodes[i].name;
-  for (int a = 0; a < nw; a++)
-    for (int b = a + 1; b < nw; b++)
-      if (strcmp(names[b], names[a]) < 0) {
-        const char *t = names[a];
-        names[a] = names[b];
-        names[b] = t;
-      }
-  *n_grads = 0;
-  for (int k = 0; k < nw; k++) {
-    int id = pcgc_graph_find(g, names[k]);
-    int64_t n = pcgc_ptensor_numel(&g->nodes[id].out[0]);
-    ck_assert_int_le(*n_grads + n, cap);
-    ck_assert_int_eq(pcgc_ref_get_grad(r, names[k], PCGC_F64, grads + *n_grads, n, &err), PCGC_OK);
-    *n_grads += n;
-  }
-  pcgc_ref_free(r);
-}
 
 /* `want` matches of rule(d) in g, each applied and compared with g numerically. */
 static void expect_sound_matches(const pcgc_graph *g, const char *rule, int64_t d, int want) {
