@@ -209,8 +209,9 @@ static pcgc_status parse_entry(const cJSON *j, const char *path, int i, pcgc_pro
     int r = 0;
     const cJSON *d;
     cJSON_ArrayForEach(d, shape) {
-      if (!cJSON_IsNumber(d) || d->valuedouble < 0 || d->valuedouble != floor(d->valuedouble))
-        return bad(err, path, i, "sizes must be non-negative integers");
+      if (!cJSON_IsNumber(d) || d->valuedouble < 0 || d->valuedouble != floor(d->valuedouble) ||
+          d->valuedouble > 9.0e15) /* exact in a double, and within int64 */
+        return bad(err, path, i, "sizes must be non-negative integers (at most 9e15)");
       e->dims[e->n_in][r++] = (int64_t)d->valuedouble;
     }
     e->rank[e->n_in++] = r;
