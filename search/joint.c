@@ -37,6 +37,7 @@ typedef struct cand {
   pcgc_mapping mp;
   double cost;
   int64_t seq;
+  uint64_t hash;   /* pcgc_graph_hash(g), computed once */
 } cand;
 
 typedef struct seen {
@@ -144,11 +145,11 @@ static bool already_seen(search *S, const pcgc_graph *g, uint64_t h) {
   HASH_FIND(hh, S->seen, &h, sizeof h, e);
   if (!e) return false;
   bool held = false;
-  const pcgc_graph *others[2] = {S->best.g, S->cur ? S->cur->g : NULL};
+  const cand *others[2] = {&S->best, S->cur};
   for (int i = 0; i < S->n_heap + 2; i++) {
-    const pcgc_graph *x = i < S->n_heap ? S->heap[i].g : others[i - S->n_heap];
-    if (!x || pcgc_graph_hash(x) != h) continue;
-    if (pcgc_graph_equal(x, g)) return true;
+    const cand *x = i < S->n_heap ? &S->heap[i] : others[i - S->n_heap];
+    if (!x || !x->g || x->hash != h) continue;
+    if (pcgc_graph_equal(x->g, g)) return true;
     held = true;
   }
   return !held;
@@ -219,7 +220,7 @@ static pcgc_status consider(search *S, const pcgc_rule_inst *ri, pcgc_graph *g2,
         pcgc_graph_free(g2);
         return PCGC_OK;
       }
-  cand c = {.g = g2, .seq = S->seq++};
+  cand c = {.g = g2, .seq = S->seq++, .hash = h};
   if (pcgc_views_replace(g2, S->cur->g, &S->cur->mp, S->block, S->t, S->m, &c.mp, &e) != PCGC_OK) {
     r->refused++;
     cand_free(&c);
@@ -246,7 +247,7 @@ static pcgc_status consider(search *S, const pcgc_rule_inst *ri, pcgc_graph *g2,
     }
     memcpy(bm.view, c.mp.view, (size_t)c.mp.n_nodes * sizeof *bm.view);
     cand_free(&S->best);
-    S->best = (cand){bg, bm, c.cost, c.seq};
+    S->best = (cand){bg, bm, c.cost, c.seq, c.hash};
     r->improvements++;
     snprintf(r->last_rule, sizeof r->last_rule, "%s%s", pcgc_rule_name(ri->rule), wide ? " (everywhere)" : "");
   }
@@ -350,7 +351,8 @@ pcgc_status pcgc_joint_search(const pcgc_graph *start, const pcgc_mapping *start
   if ((st = pcgc_ruleset_instantiate(rs, deg, nd, pcgc_rules_max_rank(start), &insts, &n_insts, err)) != PCGC_OK)
     return st;
   r->instances = n_insts;
-  cand c0 = {.g = pcgc_graph_clone(start), .seq = S.seq++};
+  uint64_t h0 = pcgc_graph_hash(start);
+  cand c0 = {.g = pcgc_graph_clone(start), .seq = S.seq++, .hash = h0};
   pcgc_mapping bm;
   if (!c0.g || pcgc_mapping_init(&c0.mp, start_mp->n_nodes, (pcgc_view){0, 1}, err) != PCGC_OK) {
     pcgc_graph_free(c0.g);
@@ -360,9 +362,9 @@ pcgc_status pcgc_joint_search(const pcgc_graph *start, const pcgc_mapping *start
   memcpy(c0.mp.view, start_mp->view, (size_t)start_mp->n_nodes * sizeof *c0.mp.view);
   c0.cost = cost_of(&S, c0.g, &c0.mp);
   r->start_time = c0.cost;
-  S.best = (cand){pcgc_graph_clone(start), {0}, c0.cost, c0.seq};
+  S.best = (cand){pcgc_graph_clone(start), {0}, c0.cost, c0.seq, h0};
   if (!S.best.g || pcgc_mapping_init(&bm, start_mp->n_nodes, (pcgc_view){0, 1}, err) != PCGC_OK ||
-      !remember(&S, pcgc_graph_hash(start)) || !heap_push(&S, c0)) {
+      !remember(&S, h0) || !heap_push(&S, c0)) {
     st = pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory starting the search");
     goto done;
   }
