@@ -2,9 +2,11 @@
 # compile_zoo.sh — `pcgc compile` on every zoo model and Unity's machines,
 # written as a table to benchmarks/RESULTS.md (issue 6's measurement):
 # search time, predicted iteration time, speedup over data parallel and over
-# the best pure Megatron and pure pipeline strategies, peak memory per
-# device; then how search time grows with transformer depth (BERT-Large
-# with 6, 12, 24, 48 layers) and with the device count (8 to 1024 H100s).
+# the best pure Megatron and pure pipeline strategies, the perfect-scaling
+# bound (sequential time / devices) with the most any strategy could gain
+# over data parallel, peak memory per device; then how search time grows
+# with transformer depth (BERT-Large with 6, 12, 24, 48 layers) and with the
+# device count (8 to 1024 H100s).
 #
 # usage: benchmarks/compile_zoo.sh [PCGC_BINARY] [SOURCE_DIR] [OUT.md]
 # Takes a few minutes on 2 cores. Unity's numbers to compare with are in
@@ -44,6 +46,14 @@ secs() { # "1.23 ms" -> seconds
   awk -v v="$1" -v u="$2" 'BEGIN { print v * (u == "s" ? 1 : u == "ms" ? 1e-3 : u == "us" ? 1e-6 : u == "ns" ? 1e-9 : 0) }'
 }
 
+bound() { # FILE -> "37.01 ms (1.14x)": the bound and data parallel's time over it ("—" where
+  # compile gives none, "(—)" where data parallel is infeasible)
+  awk '/^  perfect-scaling bound / {
+    v = $3 " " $4; if ($3 !~ /^[0-9]/) { print "—"; exit }
+    x = "—"; if (match($0, /by more than [0-9.]+x/)) x = substr($0, RSTART + 13, RLENGTH - 13)
+    print v " (" x ")"; exit }' "$1"
+}
+
 speed() { # TIME_TEXT BEST_TEXT -> "2.34x" or the note
   local t=$1 b=$2
   case "$t" in *" "s|*" "ms|*" "us|*" "ns) ;; *) echo "—"; return ;; esac
@@ -53,20 +63,21 @@ speed() { # TIME_TEXT BEST_TEXT -> "2.34x" or the note
 row() { # model machine batch
   local m=$1 mach=$2 batch=$3 f="$tmp/$1-$2.txt"
   if ! "$pcgc" compile "$src/models/$m.pcg" --machine "$mach" --batch "$batch" -o "$tmp/s.json" >"$f" 2>"$f.err"; then
-    printf '| %s | %s | %s | — | failed: %s | | | | | |\n' "$m" "$mach" "$batch" "$(head -1 "$f.err" | cut -c1-80)"
+    printf '| %s | %s | %s | — | failed: %s | | | | | | |\n' "$m" "$mach" "$batch" "$(head -1 "$f.err" | cut -c1-80)"
     return
   fi
-  local strat pred dp tp pp mem cand
+  local strat pred dp tp pp bd mem cand
   strat=$(sed -n 's/^strategy: //p' "$f" | head -1)
   pred=$(field "$f" "predicted iteration time")
   dp=$(field "$f" "data parallel")
   tp=$(field "$f" "best pure Megatron")
   pp=$(field "$f" "best pure pipeline")
+  bd=$(bound "$f")
   mem=$(field "$f" "memory per device (max)")
   cand=$(sed -n 's/^candidates *//p' "$f" | head -1)
   local search=${cand##*, }
-  printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' "$m" "$mach" "$batch" "$search" "$pred" \
-    "$(speed "$dp" "$pred")" "$(speed "$tp" "$pred")" "$(speed "$pp" "$pred")" "$mem" "$strat; ${cand%, *}"
+  printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' "$m" "$mach" "$batch" "$search" "$pred" \
+    "$(speed "$dp" "$pred")" "$(speed "$tp" "$pred")" "$(speed "$pp" "$pred")" "${bd:-—}" "$mem" "$strat; ${cand%, *}"
 }
 
 {
@@ -83,9 +94,12 @@ row() { # model machine batch
   echo "\`pcgc compile\` with its defaults: the expert space (data × Megatron tensor × pipeline parallelism),"
   echo "then the rule-driven joint search from the best of it (budget 4 graphs, 30 s time limit, which"
   echo "dominates the search time of the larger models)."
+  echo "The bound is the perfect-scaling bound: the sequential strategy's predicted time over the device"
+  echo "count, which no parallelisation of the model's operators beats under the roofline cost model; in"
+  echo "brackets data parallel's time over it, the most any such strategy could gain over data parallel."
   echo
-  echo "| model | machine | batch | search | predicted | vs data parallel | vs Megatron | vs pipeline | memory/device | chosen; candidates |"
-  echo "|---|---|---|---|---|---|---|---|---|---|"
+  echo "| model | machine | batch | search | predicted | vs data parallel | vs Megatron | vs pipeline | bound (max speedup over DP) | memory/device | chosen; candidates |"
+  echo "|---|---|---|---|---|---|---|---|---|---|---|"
   for mach in $machines; do
     n=$(devices_of "$mach")
     while read -r m per; do

@@ -2,13 +2,28 @@
  * compile.c — `pcgc compile MODEL --machine M [-o STRATEGY]`: searches the
  * expert strategy space (data × tensor × pipeline parallelism, search.h's
  * pcgc_compile), prints the chosen strategy operator by operator and its
- * predicted iteration time against the baselines, and writes the strategy
- * file (docs/strategy-format.md) that `pcgc simulate STRATEGY.json` reads.
+ * predicted iteration time against the baselines and against the
+ * perfect-scaling bound, and writes the strategy file
+ * (docs/strategy-format.md) that `pcgc simulate STRATEGY.json` reads.
+ *
+ * The bound: under the roofline cost model (search/cost.c) a piece of an
+ * operator costs max(F/(P·e), B/W) + L with e fixed per op kind, so the
+ * pieces of a split operator together cost at least the whole (max is
+ * subadditive, split inputs are read whole or more, each piece pays L), and
+ * communication only adds. The total work of any parallelisation of the
+ * model's operators is therefore at least the sequential strategy's, and
+ * one of D devices does at least 1/D of it: sequential time / D is a lower
+ * bound on every strategy's iteration time. It is one extra simulation, of
+ * the unsplit graph on one device (memory is ignored). It does not hold for
+ * measured kernel times, nor for rewrites that remove work (fusion,
+ * algebraic rules of the joint search); the output says when the chosen
+ * strategy is below it.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -31,6 +46,12 @@ void pcgc_cli_compile_help(FILE *f) {
           "replicas and micro-batches; the devices it runs on), the predicted iteration time against\n"
           "data parallel and the best pure tensor-parallel and pure pipeline candidates, the largest\n"
           "memory of a device, and how many candidates were tried in how long.\n"
+          "The perfect-scaling bound is the sequential strategy's iteration time (`pcgc simulate MODEL\n"
+          "--strategy sequential`, memory ignored) over the device count: under the roofline cost model\n"
+          "splitting an operator never reduces its work and communication only adds, so no strategy of\n"
+          "the model's operators is faster, and none beats data parallel by more than data parallel's\n"
+          "time / the bound. Rewrites that remove work (fusion, algebraic rules) can go below it; the\n"
+          "line then says so.\n"
           "\n"
           "options:\n"
           "  --machine M        machine preset (machines/) or file; required\n"
@@ -41,9 +62,12 @@ void pcgc_cli_compile_help(FILE *f) {
           "  --time-limit S     stop trying candidates after S seconds (default 60; 0: no limit);\n"
           "                     the search is deterministic unless the limit cuts it short\n"
           "  --optimizer O      sgd | momentum | adam (default adam): memory and update cost\n"
-          "  --verbose          one line per candidate (on standard error)\n"
+          "  --verbose          one line per candidate, and what the bound cost (on standard error)\n"
           "  --budget N         graphs the joint search expands (default 4; 0: expert strategies only)\n"
           "  --alpha A          the joint search keeps candidates up to A x the best (default 1.05)\n"
+          "  --segment-nodes N  split graphs of more than 2N computed nodes at bottleneck tensors into\n"
+          "                     segments of about N, searched one by one, identical ones once\n"
+          "                     (default 40; 0: search the graph whole)\n"
           "  --rules DIR        more rules (*.rules) for the joint search, beside the shipped library\n"
           "  --allow-unsound    use rules the checker refutes (they are checked, reported and left\n"
           "                     out otherwise)\n"
@@ -140,6 +164,58 @@ static void print_table(const pcgc_compile_result *r, const pcgc_machine *m) {
   free(res);
 }
 
+/* The sequential strategy's iteration time (*seq; on one device with nothing
+ * to send it is that device's compute, the model's whole work) and the wall
+ * time finding it took (*seconds). The bound is *seq / D (top of this file). */
+static pcgc_status perfect_bound(const pcgc_graph *g, const pcgc_machine *m, const pcgc_sim_options *so, double *seq,
+                                 double *seconds, pcgc_error *err) {
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  pcgc_graph *pg = NULL;
+  pcgc_mapping mp = {0};
+  pcgc_sim_result r;
+  memset(&r, 0, sizeof r);
+  pcgc_sim_options o = *so;
+  o.trace_path = NULL;
+  pcgc_status st = pcgc_strategy_build(PCGC_STRATEGY_SEQUENTIAL, g, m, 1, &pg, &mp, err);
+  if (st == PCGC_OK) st = pcgc_simulate(pg, &mp, m, &o, &r, err);
+  if (st == PCGC_OK) *seq = r.iteration_time;
+  pcgc_sim_result_destroy(&r);
+  pcgc_mapping_destroy(&mp);
+  pcgc_graph_free(pg);
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  *seconds = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+  return st;
+}
+
+/* "perfect-scaling bound  37.03 ms = sequential 7.11 s / 192 devices; ..." */
+static void print_bound(const pcgc_graph *g, const pcgc_machine *m, const pcgc_compile_options *o,
+                        const pcgc_compile_result *r, double best) {
+  const char *label = "perfect-scaling bound";
+  char a[32], b[32];
+  if (o->sim.profile) { /* measured times need not add up as the roofline's do */
+    printf("  %-26s none: measured kernel times (--profile) make no such bound\n", label);
+    return;
+  }
+  pcgc_error err;
+  pcgc_error_clear(&err);
+  double seq = 0, seconds = 0;
+  int D = pcgc_machine_num_devices(m);
+  if (perfect_bound(g, m, &o->sim, &seq, &seconds, &err) != PCGC_OK || !(seq > 0)) {
+    printf("  %-26s none: the sequential strategy does not simulate: %s\n", label, err.message);
+    return;
+  }
+  double bound = seq / D;
+  if (o->log) fprintf(o->log, "perfect-scaling bound: sequential simulated in %.3g ms\n", seconds * 1e3);
+  printf("  %-26s %s = sequential %s / %d device%s; the chosen time is %.2fx it", label, fmt_time(a, sizeof a, bound),
+         fmt_time(b, sizeof b, seq), D, D == 1 ? "" : "s", best / bound);
+  if (best < bound * (1 - 1e-9))
+    printf(" (rewrites of the joint search removed work the bound counts)");
+  else if (r->data_parallel.feasible)
+    printf("; no strategy beats data parallel by more than %.2fx", r->data_parallel.time / bound);
+  printf("\n");
+}
+
 static void print_ref(const char *label, const pcgc_compile_ref *f, double best) {
   char a[32], c[96];
   if (!f->tried) {
@@ -207,6 +283,12 @@ int pcgc_cli_compile(int argc, char **argv) {
       if (!*argv[i] || *end || x < 0 || x > 1000000)
         return pcgc_cli_usage_error("compile", "--budget must be a number of graphs >= 0, not '%s'", argv[i]);
       o.joint.budget = (int)x;
+    } else if (strcmp(a, "--segment-nodes") == 0) {
+      char *end;
+      long x = strtol(argv[++i], &end, 10);
+      if (!*argv[i] || *end || x < 0 || x > 1000000)
+        return pcgc_cli_usage_error("compile", "--segment-nodes must be a number of nodes >= 0, not '%s'", argv[i]);
+      o.joint.segment_nodes = (int)x;
     } else if (strcmp(a, "--alpha") == 0) {
       char *end;
       double x = strtod(argv[++i], &end);
@@ -266,6 +348,7 @@ int pcgc_cli_compile(int argc, char **argv) {
   print_ref("data parallel", &r.data_parallel, best);
   print_ref("best pure Megatron", &r.megatron, best);
   print_ref("best pure pipeline", &r.pipeline, best);
+  print_bound(g, &m, &o, &r, best);
   printf("%-28s %s of %s usable\n", "memory per device (max)", fmt_bytes(a, sizeof a, mem),
          fmt_bytes(b, sizeof b, r.sim.capacity));
   printf("%-28s %d simulated, %d fit in memory, %.2f s", "candidates", r.tried, r.feasible, r.seconds);
@@ -278,6 +361,11 @@ int pcgc_cli_compile(int argc, char **argv) {
            "joint search", r.rules, r.rules_unsound, o.allow_unsound && r.rules_unsound ? ", used anyway" : "",
            j->instances, j->expanded, j->evaluated, j->wide, j->duplicates, j->refused, j->seconds,
            j->time_hit ? " (time limit)" : j->budget_hit ? " (budget)" : "");
+    if (j->segments)
+      printf("%-28s split at bottleneck tensors into %d segments: %d distinct ones searched, %d replaced by a "
+             "faster rewrite%s\n",
+             "", j->segments, j->segments_searched, j->segments_improved,
+             j->splice_rejected ? " (the whole graph was not faster: kept the start)" : "");
     printf("%-28s %s the expert strategy's %s", "", j->improvements ? "improved on" : "no rewrite improved on",
            fmt_time(a, sizeof a, r.expert_time));
     if (j->improvements) printf(" to %s (%d improvements, the last by %s)", fmt_time(b, sizeof b, j->time), j->improvements, j->last_rule);

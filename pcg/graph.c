@@ -153,6 +153,36 @@ pcgc_status pcgc_graph_set_value(pcgc_graph *g, int node, const float *data, int
   return PCGC_OK;
 }
 
+int pcgc_graph_copy_node(pcgc_graph *dst, const pcgc_graph *src, int node, const char *name, const pcgc_ref *in) {
+  const pcgc_node *n = &src->nodes[node];
+  if (!name) name = n->name;
+  int id = pcgc_graph_add_node(dst, n->kind, name, &n->attrs, n->n_in, in ? in : n->in);
+  if (id < 0) return id;
+  pcgc_node *m = &dst->nodes[id];
+  size_t ln = strlen(n->name);
+  for (int k = 1; k < n->n_out && k < m->n_out; k++) {
+    const char *o = n->out_names[k];
+    char buf[1200];
+    if (name == n->name || strcmp(name, n->name) == 0) snprintf(buf, sizeof buf, "%s", o);
+    else if (strncmp(o, n->name, ln) == 0 && o[ln] == '.') snprintf(buf, sizeof buf, "%.600s%.500s", name, o + ln);
+    else continue; /* a renamed copy of a custom output name would clash: keep the default */
+    if (strcmp(buf, m->out_names[k]) != 0) {
+      pcgc_status s = pcgc_graph_set_output_name(dst, id, k, buf);
+      if (s != PCGC_OK) return s;
+    }
+  }
+  m->loc = n->loc;
+  if (src->file && n->loc.file == src->file) m->loc.file = dst->file;
+  if (n->value) {
+    const pcgc_attr_value *shape = pcgc_attrs_get(&n->attrs, "shape");
+    int64_t numel = 1;
+    for (int k = 0; k < shape->n; k++) numel *= shape->v[k];
+    pcgc_status s = pcgc_graph_set_value(dst, id, n->value, numel);
+    if (s != PCGC_OK) return s;
+  }
+  return id;
+}
+
 pcgc_graph *pcgc_graph_clone(const pcgc_graph *g) {
   pcgc_graph *c = pcgc_graph_new();
   if (!c) return NULL;
@@ -160,21 +190,11 @@ pcgc_graph *pcgc_graph_clone(const pcgc_graph *g) {
   if (g->file && !(c->file = dupstr(g->file))) goto fail;
   for (int i = 0; i < g->n_nodes; i++) {
     const pcgc_node *n = &g->nodes[i];
-    int id = pcgc_graph_add_node(c, n->kind, n->name, &n->attrs, n->n_in, n->in);
+    int id = pcgc_graph_copy_node(c, g, i, NULL, NULL);
     if (id < 0) goto fail;
     pcgc_node *m = &c->nodes[id];
-    for (int k = 0; k < n->n_out && k < m->n_out; k++)
-      if (pcgc_graph_set_output_name(c, id, k, n->out_names[k]) != PCGC_OK) goto fail;
     if (m->n_out == n->n_out) memcpy(m->out, n->out, (size_t)n->n_out * sizeof *n->out);
     m->typed = n->typed;
-    m->loc = n->loc;
-    if (g->file && n->loc.file == g->file) m->loc.file = c->file;
-    if (n->value) {
-      const pcgc_attr_value *shape = pcgc_attrs_get(&n->attrs, "shape");
-      int64_t numel = 1;
-      for (int k = 0; k < shape->n; k++) numel *= shape->v[k];
-      if (pcgc_graph_set_value(c, id, n->value, numel) != PCGC_OK) goto fail;
-    }
   }
   return c;
 fail:

@@ -277,7 +277,9 @@ static bool feasible(const eqctx *e, int ia, int ib) {
   return true;
 }
 
-bool pcgc_graph_equal(const pcgc_graph *a, const pcgc_graph *b) {
+bool pcgc_graph_equal(const pcgc_graph *a, const pcgc_graph *b) { return pcgc_graph_isomorphism(a, b, NULL); }
+
+bool pcgc_graph_isomorphism(const pcgc_graph *a, const pcgc_graph *b, int *out) {
   int n = a->n_nodes;
   if (n != b->n_nodes) return false;
   if (n == 0) return true;
@@ -329,6 +331,7 @@ bool pcgc_graph_equal(const pcgc_graph *a, const pcgc_graph *b) {
     }
   }
   result = pos == n;
+  if (result && out) memcpy(out, map, (size_t)n * sizeof *map);
 done:
   free(ca); free(cb); free(order); free(map); free(bs); free(cand); free(used);
   return result;

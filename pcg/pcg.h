@@ -359,6 +359,11 @@ pcgc_status pcgc_graph_set_output_name(pcgc_graph *g, int node, int slot, const 
 /* Gives weight `node` its initial value (n floats, copied; n must equal the
  * weight's element count once typed). */
 pcgc_status pcgc_graph_set_value(pcgc_graph *g, int node, const float *data, int64_t n);
+/* Adds a copy of node `node` of src to dst: its kind, attributes, output
+ * names, location and value, named `name` (NULL: its own name; a renamed
+ * copy renames outputs "<old>.k" to "<name>.k"), reading `in` (NULL: the
+ * same refs as in src). Untyped. Returns the id or a negative status. */
+int pcgc_graph_copy_node(pcgc_graph *dst, const pcgc_graph *src, int node, const char *name, const pcgc_ref *in);
 /* Finds a node by name; -1 if none. */
 int pcgc_graph_find(const pcgc_graph *g, const char *name);
 
@@ -384,6 +389,10 @@ uint64_t pcgc_graph_hash(const pcgc_graph *g);
 /* Exact structural equality up to node order and names (an isomorphism that
  * preserves ops, attributes, types and input slots). */
 bool pcgc_graph_equal(const pcgc_graph *a, const pcgc_graph *b);
+/* pcgc_graph_equal that also gives the isomorphism when there is one:
+ * map[i] = the node of b that node i of a corresponds to (map: a->n_nodes
+ * ints, may be NULL). */
+bool pcgc_graph_isomorphism(const pcgc_graph *a, const pcgc_graph *b, int *map);
 
 /* Totals over a graph, for `pcgc check`. */
 typedef struct pcgc_graph_stats {

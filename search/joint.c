@@ -29,6 +29,7 @@
 
 #include <uthash.h>
 
+#include "joint_internal.h"
 #include "search.h"
 #include "substitutions.h"
 
@@ -48,6 +49,8 @@ typedef struct seen {
 typedef struct search {
   const pcgc_machine *m;
   const pcgc_joint_options *o;
+  pcgc__joint_accept accept;   /* NULL: every graph */
+  void *accept_ctx;
   int block, t;
   cand *heap;
   int n_heap, cap_heap;
@@ -75,6 +78,7 @@ void pcgc_joint_options_default(pcgc_joint_options *o) {
   o->time_limit = 30;
   o->max_matches = 64;
   o->max_held = 32;
+  o->segment_nodes = 40;
 }
 
 void pcgc_joint_result_destroy(pcgc_joint_result *r) {
@@ -168,13 +172,18 @@ static bool remember(search *S, uint64_t h) {
 /* Simulated iteration time of g with mp; INFINITY when a device is out of
  * memory or the simulation fails. */
 static double cost_of(search *S, const pcgc_graph *g, const pcgc_mapping *mp) {
+  return pcgc__joint_cost(g, mp, S->m, S->o);
+}
+
+double pcgc__joint_cost(const pcgc_graph *g, const pcgc_mapping *mp, const pcgc_machine *m,
+                        const pcgc_joint_options *o) {
   pcgc_sim_options so;
-  if (S->o->sim) so = *S->o->sim;
+  if (o->sim) so = *o->sim;
   else pcgc_sim_options_default(&so);
   so.trace_path = NULL;
   pcgc_sim_result sr;
   pcgc_error e = {0};
-  if (pcgc_simulate(g, mp, S->m, &so, &sr, &e) != PCGC_OK) return INFINITY;
+  if (pcgc_simulate(g, mp, m, &so, &sr, &e) != PCGC_OK) return INFINITY;
   double t = sr.oom_devices ? INFINITY : sr.iteration_time;
   pcgc_sim_result_destroy(&sr);
   return t;
@@ -209,6 +218,11 @@ static pcgc_status consider(search *S, const pcgc_rule_inst *ri, pcgc_graph *g2,
   if (!remember(S, h)) {
     pcgc_graph_free(g2);
     return pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory in the search");
+  }
+  if (S->accept && !S->accept(S->accept_ctx, g2)) {
+    r->refused++;
+    pcgc_graph_free(g2);
+    return PCGC_OK;
   }
   /* more pieces than devices: several pieces of one tensor share a device,
    * which only costs (and grows the simulation without bound) */
@@ -334,29 +348,22 @@ static pcgc_status expand_inst(search *S, const pcgc_rule_inst *ri, const pcgc_g
   return st;
 }
 
-pcgc_status pcgc_joint_search(const pcgc_graph *start, const pcgc_mapping *start_mp, int block, int t,
-                              const pcgc_machine *m, const pcgc_ruleset *rs, const pcgc_joint_options *opt,
-                              pcgc_joint_result *r, pcgc_error *err) {
+pcgc_status pcgc__joint_run(const pcgc_graph *start, const pcgc_mapping *start_mp, int block, int t,
+                            const pcgc_machine *m, const pcgc_rule_inst *insts, int n_insts,
+                            const pcgc_joint_options *opt, pcgc__joint_accept accept, void *accept_ctx,
+                            pcgc_joint_result *r, pcgc_error *err) {
   memset(r, 0, sizeof *r);
-  pcgc_joint_options o;
-  if (opt) o = *opt;
-  else pcgc_joint_options_default(&o);
+  pcgc_joint_options o = *opt;
   if (o.alpha < 1) o.alpha = 1;
-  search S = {.m = m, .o = &o, .block = block, .t = t, .r = r, .t0 = wall()};
+  search S = {.m = m, .o = &o, .accept = accept, .accept_ctx = accept_ctx, .block = block, .t = t, .r = r,
+              .t0 = wall()};
   pcgc_status st = PCGC_OK;
-  int64_t deg[64];
-  int nd = pcgc_rules_machine_degrees(pcgc_machine_num_devices(m), deg, 64);
-  pcgc_rule_inst *insts = NULL;
-  int n_insts = 0;
-  if ((st = pcgc_ruleset_instantiate(rs, deg, nd, pcgc_rules_max_rank(start), &insts, &n_insts, err)) != PCGC_OK)
-    return st;
   r->instances = n_insts;
   uint64_t h0 = pcgc_graph_hash(start);
   cand c0 = {.g = pcgc_graph_clone(start), .seq = S.seq++, .hash = h0};
   pcgc_mapping bm;
   if (!c0.g || pcgc_mapping_init(&c0.mp, start_mp->n_nodes, (pcgc_view){0, 1}, err) != PCGC_OK) {
     pcgc_graph_free(c0.g);
-    free(insts);
     return pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory starting the search");
   }
   memcpy(c0.mp.view, start_mp->view, (size_t)start_mp->n_nodes * sizeof *c0.mp.view);
@@ -408,7 +415,6 @@ done:
     HASH_DEL(S.seen, e);
     free(e);
   }
-  free(insts);
   r->seconds = wall() - S.t0;
   if (st == PCGC_OK) {
     r->graph = S.best.g;
@@ -417,5 +423,26 @@ done:
   } else {
     cand_free(&S.best);
   }
+  return st;
+}
+
+pcgc_status pcgc_joint_search(const pcgc_graph *start, const pcgc_mapping *start_mp, int block, int t,
+                              const pcgc_machine *m, const pcgc_ruleset *rs, const pcgc_joint_options *opt,
+                              pcgc_joint_result *r, pcgc_error *err) {
+  memset(r, 0, sizeof *r);
+  pcgc_joint_options o;
+  if (opt) o = *opt;
+  else pcgc_joint_options_default(&o);
+  int64_t deg[64];
+  int nd = pcgc_rules_machine_degrees(pcgc_machine_num_devices(m), deg, 64);
+  pcgc_rule_inst *insts = NULL;
+  int n_insts = 0;
+  pcgc_status st = pcgc_ruleset_instantiate(rs, deg, nd, pcgc_rules_max_rank(start), &insts, &n_insts, err);
+  if (st != PCGC_OK) return st;
+  bool done = false;
+  if (o.segment_nodes > 0)
+    st = pcgc__joint_segmented(start, start_mp, block, t, m, insts, n_insts, &o, r, &done, err);
+  if (st == PCGC_OK && !done) st = pcgc__joint_run(start, start_mp, block, t, m, insts, n_insts, &o, NULL, NULL, r, err);
+  free(insts);
   return st;
 }

@@ -668,6 +668,11 @@ typedef struct pcgc_joint_options {
                             past it a new graph replaces the worst, which bounds memory */
   const pcgc_sim_options *sim;  /* NULL: defaults */
   FILE *log;             /* a line per candidate when not NULL */
+  int segment_nodes;     /* split a graph of more than 2x this many computed nodes
+                            at bottleneck tensors into segments of about this many,
+                            and search each alone; identical segments (the layers
+                            of a transformer) are searched once (default 40; 0:
+                            never split). See pcgc_joint_search. */
 } pcgc_joint_options;
 
 void pcgc_joint_options_default(pcgc_joint_options *o);
@@ -684,11 +689,28 @@ typedef struct pcgc_joint_result {
   char last_rule[160];   /* the rule of the last improvement */
   bool budget_hit, time_hit;
   double seconds;
+  /* segmented search (0 segments: the graph was searched whole) */
+  int segments;          /* the graph split into this many */
+  int segments_searched; /* distinct segments searched (the rest are copies) */
+  int segments_improved; /* segments replaced by a faster rewrite */
+  bool splice_rejected;  /* the spliced graph simulated no faster: start kept */
 } pcgc_joint_result;
 
 /* start/start_mp: a typed parallel graph and its views; block: devices per
  * pipeline stage (views keep stages), t: the tensor-parallel degree (a
- * candidate stride). rs: rules to rewrite with (verified by the caller). */
+ * candidate stride). rs: rules to rewrite with (verified by the caller).
+ *
+ * Large graphs (o->segment_nodes) are split where a single tensor carries
+ * everything from one part to the next (a bottleneck: a cut of the
+ * topological order crossed by one tensor, not a partial sum). Each segment
+ * becomes a graph of its own: the tensors it reads from elsewhere are rebuilt
+ * as inputs with their parallel types ("stubs"), and its output feeds an mse
+ * loss, so it can be simulated alone. Isomorphic segments form one group,
+ * searched once (time limit shared among the groups; budget per group), with
+ * rewrites that change a stub refused. Each group's best rewrite is copied
+ * into every member (names carried over by the isomorphism), the whole graph
+ * gets views again and is simulated, and is kept only when faster than the
+ * start. A graph with fewer than two segments is searched whole. */
 pcgc_status pcgc_joint_search(const pcgc_graph *start, const pcgc_mapping *start_mp, int block, int t,
                               const pcgc_machine *m, const struct pcgc_ruleset *rs, const pcgc_joint_options *o,
                               pcgc_joint_result *r, pcgc_error *err);

@@ -75,27 +75,6 @@ static void new_name(const pcgc_graph *ng, const char *base, const char *tensor,
   for (int k = 2; pcgc_graph_find(ng, buf) >= 0; k++) snprintf(buf, n, "%.400s/%.100s_%d", base, tensor, k);
 }
 
-/* Copies node n of g into ng with its inputs remapped (in[] already holds them). */
-static pcgc_status copy_node(pcgc_graph *ng, const pcgc_graph *g, const pcgc_node *n, const pcgc_ref *in) {
-  int id = pcgc_graph_add_node(ng, n->kind, n->name, &n->attrs, n->n_in, in);
-  if (id < 0) return (pcgc_status)id;
-  pcgc_node *c = &ng->nodes[id];
-  for (int k = 1; k < n->n_out && k < c->n_out; k++)
-    if (strcmp(n->out_names[k], c->out_names[k]) != 0) {
-      pcgc_status s = pcgc_graph_set_output_name(ng, id, k, n->out_names[k]);
-      if (s != PCGC_OK) return s;
-    }
-  c->loc = n->loc;
-  if (g->file && n->loc.file == g->file) c->loc.file = ng->file;
-  if (n->value) {
-    const pcgc_attr_value *shape = pcgc_attrs_get(&n->attrs, "shape");
-    int64_t numel = 1;
-    for (int k = 0; k < shape->n; k++) numel *= shape->v[k];
-    return pcgc_graph_set_value(ng, id, n->value, numel);
-  }
-  return PCGC_OK;
-}
-
 /* Builds the rewritten graph (untyped). Errors other than out of memory
  * are PCGC_ERR_INVALID: a malformed match. */
 static pcgc_status build(const pcgc_graph *g, const pcgc_match *m, apply_tmp *tmp, pcgc_graph *ng,
@@ -157,7 +136,8 @@ static pcgc_status build(const pcgc_graph *g, const pcgc_match *m, apply_tmp *tm
                               rn, pcgc_op_name(nd->kind), nd->name);
       tmp->in[k] = yield_to[y];
     }
-    pcgc_status s = copy_node(ng, g, nd, tmp->in);
+    int id = pcgc_graph_copy_node(ng, g, nd->id, NULL, tmp->in);
+    pcgc_status s = id < 0 ? (pcgc_status)id : PCGC_OK;
     if (s != PCGC_OK)
       return pcgc_error_set(err, s == PCGC_ERR_NOMEM ? s : PCGC_ERR_INVALID, "rule '%s': cannot copy node '%s'",
                             rn, nd->name);

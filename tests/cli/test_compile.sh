@@ -14,6 +14,7 @@ mlp="$src/models/mlp.pcg"
 # --- help and usage
 expect 0 "$pcgc" compile --help;   has "$tmp/out" "usage: pcgc compile MODEL --machine M"
 has "$tmp/out" "--time-limit"; has "$tmp/out" "--budget N"; has "$tmp/out" "--allow-unsound"
+has "$tmp/out" "perfect-scaling bound"
 expect 0 "$pcgc" compile -h;       has "$tmp/out" "usage: pcgc compile"
 expect 0 "$pcgc" help compile;     has "$tmp/out" "usage: pcgc compile"
 expect 0 "$pcgc" --help;           has "$tmp/out" "compile MODEL --machine M"
@@ -49,8 +50,14 @@ has "$tmp/err" "no strategy of model"
 # --- the joint search: statistics, --budget 0 skips it, extra rules, unsound rules left out
 expect 0 "$pcgc" compile "$mlp" --machine dgx-h100 --budget 3 --alpha 1.05
 has "$tmp/out" "joint search"; has "$tmp/out" "3 graphs expanded"; has "$tmp/out" "0 refused by the checker"
+if grep -q "split at bottleneck" "$tmp/out"; then bad "a small graph was split"; else ok; fi
 expect 0 "$pcgc" compile "$mlp" --machine dgx-h100 --budget 0
 if grep -q "joint search" "$tmp/out"; then bad "--budget 0 still ran the joint search"; else ok; fi
+# one computed node per segment: the MLP's linears, activations and loss
+expect 0 "$pcgc" compile "$mlp" --machine dgx-h100 --budget 2 --segment-nodes 1
+has "$tmp/out" "split at bottleneck tensors into 5 segments: 5 distinct ones searched"
+expect 2 "$pcgc" compile "$mlp" --machine dgx-h100 --segment-nodes x
+has "$tmp/err" "--segment-nodes must be a number of nodes"
 mkdir -p "$tmp/extra"
 cat >"$tmp/extra/wrong.rules" <<'RULES'
 rule fuse_sigmoid_as_relu_extra {
@@ -85,6 +92,36 @@ has "$tmp/mlp.json" '"views"'; has "$tmp/mlp.json" '"iteration_s"'; has "$tmp/ml
 ratio=$(sed -n 's/^  data parallel *[0-9.]* [mun]*s *\([0-9.]*\)x.*/\1/p' "$tmp/compile.out")
 if [ -n "$ratio" ] && awk -v r="$ratio" 'BEGIN { exit !(r >= 1.0) }'; then ok
 else bad "data parallel ratio '$ratio' is not >= 1"; fi
+# the perfect-scaling bound: the sequential strategy's time (as `pcgc simulate` gives it) over
+# the 8 devices, the chosen time and data parallel's against it
+secs() { awk -v v="$1" -v u="$2" 'BEGIN { printf "%.9g", v * (u == "s" ? 1 : u == "ms" ? 1e-3 : u == "us" ? 1e-6 : u == "ns" ? 1e-9 : 0) }'; }
+near() { awk -v a="$1" -v b="$2" -v tol="$3" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a > 0 && b > 0 && d <= tol * b) }'; }
+has "$tmp/compile.out" "perfect-scaling bound"
+bline=$(grep -E '^  perfect-scaling bound ' "$tmp/compile.out")
+# "  perfect-scaling bound  11.13 us = sequential 89.03 us / 8 devices; the chosen time is 7.80x it; no
+#  strategy beats data parallel by more than 10.98x"
+read -r bv bu sv su dev < <(echo "$bline" | sed -n 's/.*bound *\([0-9.e+-]*\) \([mun]*s\) = sequential \([0-9.e+-]*\) \([mun]*s\) \/ \([0-9]*\) devices;.*/\1 \2 \3 \4 \5/p')
+chosen_x=$(echo "$bline" | sed -n 's/.*the chosen time is \([0-9.]*\)x it.*/\1/p')
+dp_x=$(echo "$bline" | sed -n 's/.*beats data parallel by more than \([0-9.]*\)x$/\1/p')
+[ "${dev:-}" = 8 ] && ok || bad "bound line lacks '/ 8 devices': $bline"
+expect 0 "$pcgc" simulate "$mlp" --strategy sequential --devices 1 --machine dgx-h100
+read -r iv iu < <(sed -n 's/^  iteration *\([0-9.e+-]*\) \([mun]*s\) .*/\1 \2/p' "$tmp/out")
+bound=$(secs "${bv:-0}" "${bu:-s}"); seq=$(secs "${sv:-0}" "${su:-s}"); simseq=$(secs "${iv:-0}" "${iu:-s}")
+# simulate prints 3 significant digits, compile 4
+near "$seq" "$simseq" 0.006 && ok || bad "compile's sequential ${sv:-?} ${su:-?} is not simulate's ${iv:-?} ${iu:-?}"
+near "$bound" "$(awk -v s="$seq" 'BEGIN { printf "%.9g", s / 8 }')" 0.001 && ok || bad "bound $bound s is not $seq s / 8"
+pred=$(sed -n 's/^predicted iteration time *\([0-9.]*\) \([mun]*s\)$/\1 \2/p' "$tmp/compile.out")
+dpt=$(sed -n 's/^  data parallel *\([0-9.]*\) \([mun]*s\) .*/\1 \2/p' "$tmp/compile.out")
+pred=$(secs $pred); dpt=$(secs $dpt)
+near "${chosen_x:-0}" "$(awk -v p="$pred" -v b="$bound" 'BEGIN { print p / b }')" 0.01 && ok ||
+  bad "chosen ratio '${chosen_x:-}' is not $pred / $bound"
+near "${dp_x:-0}" "$(awk -v p="$dpt" -v b="$bound" 'BEGIN { print p / b }')" 0.01 && ok ||
+  bad "data parallel ratio '${dp_x:-}' is not $dpt / $bound"
+awk -v r="${chosen_x:-0}" 'BEGIN { exit !(r >= 1) }' && ok || bad "the chosen strategy beats the bound: $bline"
+# without a feasible data parallel (12 does not divide by 8), no claim about it
+expect 0 "$pcgc" compile "$mlp" --machine dgx-h100 --batch 12 --budget 0
+has "$tmp/out" "perfect-scaling bound"; has "$tmp/out" " / 8 devices; the chosen time is "
+if grep -q "beats data parallel" "$tmp/out"; then bad "a bound against an infeasible data parallel"; else ok; fi
 # the same search twice: the same strategy file
 expect 0 "$pcgc" compile "$mlp" --machine dgx-h100 -o "$tmp/mlp2.json"
 if cmp -s "$tmp/mlp.json" "$tmp/mlp2.json"; then ok; else bad "two compiles wrote different strategies"; fi

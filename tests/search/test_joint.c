@@ -6,7 +6,10 @@
  *   - the result is never slower than the start, duplicates are recognised,
  *     the budget bounds the graphs expanded; a rule applied everywhere it
  *     matches removes every round trip in one expansion;
- *   - two runs give the same graph (canonical hash) and the same time.
+ *   - two runs give the same graph (canonical hash) and the same time;
+ *   - a deep stack of such layers is split at its bottlenecks into segments,
+ *     the identical ones searched once, and the spliced result has no round
+ *     trip left, keeps the layers' names and validates.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <check.h>
@@ -171,6 +174,75 @@ START_TEST(never_worse) {
 }
 END_TEST
 
+/* `layers` layers like ROUND_TRIPS's, over 4 devices. */
+static char *deep_round_trips(int layers) {
+  size_t cap = 4096 + (size_t)layers * 512, n = 0;
+  char *t = malloc(cap);
+  ck_assert_ptr_nonnull(t);
+  n += (size_t)snprintf(t + n, cap - n,
+                        "model deep\ninput x: f32[64, 256]\ninput t: f32[64, 256]\n"
+                        "p0 = partition(x, dim=0, degree=4)\ntp = partition(t, dim=0, degree=4)\n");
+  for (int i = 1; i <= layers; i++)
+    n += (size_t)snprintf(t + n, cap - n,
+                          "weight w%d: f32[256, 256]\nr%d = replicate(w%d, degree=4)\n"
+                          "h%d = linear(p%d, r%d, act=relu)\nc%d = combine(h%d, dim=0, degree=4)\n"
+                          "p%d = partition(c%d, dim=0, degree=4)\n",
+                          i, i, i, i, i - 1, i, i, i, i, i);
+  snprintf(t + n, cap - n, "loss = mse(p%d, tp)\n", layers);
+  return t;
+}
+
+START_TEST(segments) {
+  pcgc_machine m;
+  pcgc_error err = {0};
+  ck_assert_int_eq(pcgc_machine_load("dgx-h100", &m, &err), PCGC_OK);
+  char *text = deep_round_trips(12);
+  pcgc_graph *g = typed(text);
+  free(text);
+  ck_assert_int_eq(count_kind(g, PCGC_OP_COMBINE), 12);
+  pcgc_mapping mp;
+  ck_assert_int_eq(pcgc_mapping_init(&mp, g->n_nodes, (pcgc_view){0, 1}, &err), PCGC_OK);
+  pcgc_joint_options o;
+  pcgc_joint_options_default(&o);
+  o.time_limit = 0;
+  o.budget = 2;
+  o.segment_nodes = 6; /* two layers (linear, combine, partition) per segment */
+  pcgc_joint_result r;
+  ck_assert_msg(pcgc_joint_search(g, &mp, 4, 1, &m, rs, &o, &r, &err) == PCGC_OK, "%s", err.message);
+  /* 36 computed nodes and the loss: six segments of two layers, the last
+   * with the loss; the first (it reads the data input's partition itself)
+   * and the last differ from the four in between, which are searched once */
+  ck_assert_int_eq(r.segments, 6);
+  ck_assert_int_eq(r.segments_searched, 3);
+  ck_assert_int_eq(r.segments_improved, 6);
+  ck_assert(!r.splice_rejected);
+  ck_assert_msg(r.time < r.start_time, "no improvement: %g s from %g s", r.time, r.start_time);
+  ck_assert_msg(count_kind(r.graph, PCGC_OP_COMBINE) == 0, "%d combines left", count_kind(r.graph, PCGC_OP_COMBINE));
+  ck_assert_msg(pcgc_graph_validate(r.graph, &err) == PCGC_OK, "%s", err.message);
+  ck_assert_int_eq(r.mapping.n_nodes, r.graph->n_nodes);
+  /* every layer keeps its linear under its own name, copies included */
+  for (int i = 1; i <= 12; i++) {
+    char name[16];
+    snprintf(name, sizeof name, "h%d", i);
+    int id = pcgc_graph_find(r.graph, name);
+    ck_assert_msg(id >= 0 && r.graph->nodes[id].kind == PCGC_OP_LINEAR, "no linear %s", name);
+  }
+  /* as fast as the whole-graph search's result */
+  pcgc_joint_result w;
+  o.segment_nodes = 0;
+  o.budget = 4;
+  ck_assert_int_eq(pcgc_joint_search(g, &mp, 4, 1, &m, rs, &o, &w, &err), PCGC_OK);
+  ck_assert_int_eq(w.segments, 0);
+  ck_assert_int_eq(count_kind(w.graph, PCGC_OP_COMBINE), 0);
+  ck_assert_msg(fabs(w.time - r.time) <= 1e-9 * w.time, "whole %g s, segmented %g s", w.time, r.time);
+  ck_assert(pcgc_graph_equal(w.graph, r.graph));
+  pcgc_joint_result_destroy(&w);
+  pcgc_joint_result_destroy(&r);
+  pcgc_mapping_destroy(&mp);
+  pcgc_graph_free(g);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("joint");
   TCase *tc = tcase_create("joint");
@@ -178,6 +250,7 @@ static Suite *suite(void) {
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_add_test(tc, removes_round_trips);
   tcase_add_test(tc, never_worse);
+  tcase_add_test(tc, segments);
   suite_add_tcase(s, tc);
   return s;
 }
