@@ -46,7 +46,7 @@ typedef struct plan {
   const pcgc_graph *g;
   int n;
   int *order, *pos;     /* topological order, and each node's position in it */
-  bool *res;            /* resident */
+  bool *res;            /* resident, or computed from weights alone */
   int *seg;             /* node -> segment, -1: outside every segment */
   int n_seg;
   pcgc_ref *out;        /* per segment: the tensor it hands on ({-1, -1}: none) */
@@ -115,13 +115,18 @@ static bool plan_build(plan *P, const pcgc_graph *g, int target) {
   int *off = NULL, *last = NULL;
   bool ok = P->order && P->pos && P->res && P->seg && P->out && delta && uf && comp_seg &&
             pcgc_graph_topo_order(g, P->order, NULL) == PCGC_OK;
+  bool *wonly = ok ? calloc(n, sizeof *wonly) : NULL; /* computed from weights alone */
+  ok = ok && wonly;
   for (int k = 0; ok && k < P->n; k++) {
     const pcgc_node *x = &g->nodes[P->order[k]];
     pcgc_op_class c = pcgc_op_class_of(x->kind);
     P->pos[x->id] = k;
-    P->res[x->id] = c == PCGC_CLASS_SOURCE || (c == PCGC_CLASS_PARALLEL && P->res[x->in[0].node]);
+    wonly[x->id] = x->kind == PCGC_OP_WEIGHT || (x->n_in > 0 && c != PCGC_CLASS_SOURCE && c != PCGC_CLASS_LOSS);
+    for (int j = 0; j < x->n_in; j++) wonly[x->id] = wonly[x->id] && wonly[x->in[j].node];
+    P->res[x->id] = c == PCGC_CLASS_SOURCE || (c == PCGC_CLASS_PARALLEL && P->res[x->in[0].node]) || wonly[x->id];
     P->seg[x->id] = -1;
   }
+  free(wonly);
   if (ok && !(last = last_readers(P, &off))) ok = false;
   /* crossing counts: tensor (x, s) is alive after positions pos[x] .. last - 1 */
   int computed = 0;

@@ -174,8 +174,10 @@ START_TEST(never_worse) {
 }
 END_TEST
 
-/* `layers` layers like ROUND_TRIPS's, over 4 devices. */
-static char *deep_round_trips(int layers) {
+/* `layers` layers like ROUND_TRIPS's, over 4 devices; tied: the output
+ * goes through the first layer's weight again, transposed, as a tied LM
+ * head does (a computed node that reads only a weight). */
+static char *deep_round_trips(int layers, bool tied) {
   size_t cap = 4096 + (size_t)layers * 512, n = 0;
   char *t = malloc(cap);
   ck_assert_ptr_nonnull(t);
@@ -188,7 +190,10 @@ static char *deep_round_trips(int layers) {
                           "h%d = linear(p%d, r%d, act=relu)\nc%d = combine(h%d, dim=0, degree=4)\n"
                           "p%d = partition(c%d, dim=0, degree=4)\n",
                           i, i, i, i, i - 1, i, i, i, i, i);
-  snprintf(t + n, cap - n, "loss = mse(p%d, tp)\n", layers);
+  if (tied)
+    snprintf(t + n, cap - n, "wt = transpose(r1, perm=[1, 0])\ny = matmul(p%d, wt)\nloss = mse(y, tp)\n", layers);
+  else
+    snprintf(t + n, cap - n, "loss = mse(p%d, tp)\n", layers);
   return t;
 }
 
@@ -196,7 +201,7 @@ START_TEST(segments) {
   pcgc_machine m;
   pcgc_error err = {0};
   ck_assert_int_eq(pcgc_machine_load("dgx-h100", &m, &err), PCGC_OK);
-  char *text = deep_round_trips(12);
+  char *text = deep_round_trips(12, false);
   pcgc_graph *g = typed(text);
   free(text);
   ck_assert_int_eq(count_kind(g, PCGC_OP_COMBINE), 12);
@@ -237,6 +242,25 @@ START_TEST(segments) {
   ck_assert_msg(fabs(w.time - r.time) <= 1e-9 * w.time, "whole %g s, segmented %g s", w.time, r.time);
   ck_assert(pcgc_graph_equal(w.graph, r.graph));
   pcgc_joint_result_destroy(&w);
+  pcgc_joint_result_destroy(&r);
+  pcgc_mapping_destroy(&mp);
+  pcgc_graph_free(g);
+
+  /* a tied head: the transpose of w1 waits beside its reader, so the layer
+   * boundaries stay bottlenecks; w1 itself, read by the first and the last
+   * segment, is rebuilt in both */
+  text = deep_round_trips(12, true);
+  g = typed(text);
+  free(text);
+  ck_assert_int_eq(pcgc_mapping_init(&mp, g->n_nodes, (pcgc_view){0, 1}, &err), PCGC_OK);
+  o.segment_nodes = 6;
+  o.budget = 2;
+  ck_assert_msg(pcgc_joint_search(g, &mp, 4, 1, &m, rs, &o, &r, &err) == PCGC_OK, "%s", err.message);
+  ck_assert_int_eq(r.segments, 6);
+  ck_assert_msg(r.time < r.start_time, "no improvement: %g s from %g s", r.time, r.start_time);
+  ck_assert_int_eq(count_kind(r.graph, PCGC_OP_COMBINE), 0);
+  ck_assert_int_eq(count_kind(r.graph, PCGC_OP_TRANSPOSE), 1);
+  ck_assert_msg(pcgc_graph_validate(r.graph, &err) == PCGC_OK, "%s", err.message);
   pcgc_joint_result_destroy(&r);
   pcgc_mapping_destroy(&mp);
   pcgc_graph_free(g);
