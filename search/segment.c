@@ -475,25 +475,17 @@ static pcgc_status splice_build(splice *S, pcgc_graph **out) {
     if (!b) continue;
     const segment *lead = &S->segs[S->segs[k].group];
     for (int i = 0; i < b->n_nodes; i++) S->rid[k][i] = is_stub(lead, b->nodes[i].name) ? -1 : next++;
-    int loss = pcgc_graph_find(b, lead->stub_names[lead->n_stubs - 1]);
-    if (P->out[k].node >= 0) S->out_new[k] = (pcgc_ref){loss, 0};
   }
-  /* outputs: the loss's first input, through the member's mapping */
+  /* outputs: what each segment's mse reads (its last stub), in order, so
+   * an output that is a stub passed through finds the one before */
   for (int k = 0; k < P->n_seg; k++) {
     const pcgc_graph *b = S->best[k];
     if (!b || P->out[k].node < 0) continue;
-    int loss = S->out_new[k].node;
-    S->out_new[k] = (pcgc_ref){-2, 0};
-    pcgc_ref r = b->nodes[loss].in[0];
-    if (!is_stub(&S->segs[S->segs[k].group], b->nodes[r.node].name)) S->out_new[k] = (pcgc_ref){S->rid[k][r.node], r.slot};
+    const segment *lead = &S->segs[S->segs[k].group];
+    int loss = pcgc_graph_find(b, lead->stub_names[lead->n_stubs - 1]);
+    if (loss < 0) goto invalid;
+    S->out_new[k] = map_seg_ref(S, k, b->nodes[loss].in[0]);
   }
-  for (int k = 0; k < P->n_seg; k++)
-    if (S->best[k] && P->out[k].node >= 0 && S->out_new[k].node == -2) {
-      /* an output that is a stub passed through: resolve after the others */
-      const pcgc_graph *b = S->best[k];
-      int loss = pcgc_graph_find(b, S->segs[S->segs[k].group].stub_names[S->segs[S->segs[k].group].n_stubs - 1]);
-      S->out_new[k] = map_seg_ref(S, k, b->nodes[loss].in[0]);
-    }
   pcgc_ref in[64];
   for (int x = 0; x < P->n; x++) {
     if (S->kid[x] < 0) continue;
