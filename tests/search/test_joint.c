@@ -267,6 +267,50 @@ START_TEST(segments) {
 }
 END_TEST
 
+/* Every model small enough, split into segments of 1, 2 and 3 computed
+ * nodes (every bottleneck a cut): the search runs, its graph validates and
+ * simulates to the time it reports, never slower than the start. */
+START_TEST(segments_on_models) {
+  static const char *models[] = {"mlp", "cnn", "transformer-block"};
+  pcgc_machine m;
+  pcgc_error err = {0};
+  ck_assert_int_eq(pcgc_machine_load("dgx-h100", &m, &err), PCGC_OK);
+  for (size_t i = 0; i < sizeof models / sizeof *models; i++) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/models/%s.pcg", PCGC_SOURCE_DIR, models[i]);
+    pcgc_graph *seq = pcgc_model_load(path, NULL, &err);
+    ck_assert_msg(seq && pcgc_graph_infer(seq, &err) == PCGC_OK, "%s: %s", path, err.message);
+    pcgc_graph *dp = NULL;
+    pcgc_mapping mp;
+    ck_assert_int_eq(pcgc_strategy_build(PCGC_STRATEGY_DATA_PARALLEL, seq, &m, 8, &dp, &mp, &err), PCGC_OK);
+    for (int n = 1; n <= 3; n++) {
+      pcgc_joint_options o;
+      pcgc_joint_options_default(&o);
+      o.time_limit = 0;
+      o.budget = 1;
+      o.segment_nodes = n;
+      pcgc_joint_result r;
+      ck_assert_msg(pcgc_joint_search(dp, &mp, 8, 1, &m, rs, &o, &r, &err) == PCGC_OK, "%s: %s", models[i],
+                    err.message);
+      if (n == 1) ck_assert_msg(r.segments >= 2, "%s not split with one node a segment", models[i]);
+      ck_assert(r.time <= r.start_time);
+      ck_assert_msg(pcgc_graph_validate(r.graph, &err) == PCGC_OK, "%s: %s", models[i], err.message);
+      pcgc_sim_options so;
+      pcgc_sim_options_default(&so);
+      pcgc_sim_result sr;
+      ck_assert_int_eq(pcgc_simulate(r.graph, &r.mapping, &m, &so, &sr, &err), PCGC_OK);
+      ck_assert_msg(sr.iteration_time == r.time, "%s: simulates to %g s, reported %g s", models[i],
+                    sr.iteration_time, r.time);
+      pcgc_sim_result_destroy(&sr);
+      pcgc_joint_result_destroy(&r);
+    }
+    pcgc_mapping_destroy(&mp);
+    pcgc_graph_free(dp);
+    pcgc_graph_free(seq);
+  }
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("joint");
   TCase *tc = tcase_create("joint");
@@ -275,6 +319,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, removes_round_trips);
   tcase_add_test(tc, never_worse);
   tcase_add_test(tc, segments);
+  tcase_add_test(tc, segments_on_models);
   suite_add_tcase(s, tc);
   return s;
 }
