@@ -123,6 +123,16 @@ static void progress(void *ctx, int index, int total, pcgc_expert_choice c) {
   fflush(f);
 }
 
+/* On a terminal: "joint search: segment 2/6, 3 graphs expanded, ..." in place. */
+static void joint_progress(void *ctx, const pcgc_joint_progress *p) {
+  FILE *f = ctx;
+  char seg[48] = "";
+  if (p->segments) snprintf(seg, sizeof seg, "segment %d/%d: ", p->segment, p->segments);
+  fprintf(f, "\r\033[Kjoint search: %s%d graphs expanded, %d rewrites simulated, %s %.4g ms (from %.4g ms)", seg,
+          p->expanded, p->evaluated, p->segments ? "its best" : "best", p->best * 1e3, p->start * 1e3);
+  fflush(f);
+}
+
 static void print_table(const pcgc_compile_result *r, const pcgc_machine *m) {
   const pcgc_graph *g = r->graph;
   int D = pcgc_machine_num_devices(m), hidden = 0;
@@ -325,6 +335,8 @@ int pcgc_cli_compile(int argc, char **argv) {
   if (tty) {
     o.progress = progress;
     o.progress_ctx = stderr;
+    o.joint.progress = joint_progress;
+    o.joint.progress_ctx = stderr;
   }
   st = pcgc_compile(g, &m, &o, &r, &err);
   if (tty) fprintf(stderr, "\r\033[K");

@@ -204,6 +204,13 @@ static bool collect(const pcgc_match *m, void *ctx) {
 
 static bool out_of_time(const search *S) { return S->o->time_limit > 0 && wall() - S->t0 > S->o->time_limit; }
 
+static void report(const search *S) {
+  if (!S->o->progress) return;
+  pcgc_joint_progress p = {.expanded = S->r->expanded, .evaluated = S->r->evaluated, .start = S->r->start_time,
+                           .best = S->best.cost};
+  S->o->progress(S->o->progress_ctx, &p);
+}
+
 /* A rewritten graph g2 (owned) of S->cur: dropped as a duplicate, or given
  * views and simulated, kept when within alpha of the best. */
 static pcgc_status consider(search *S, const pcgc_rule_inst *ri, pcgc_graph *g2, bool wide, pcgc_error *err) {
@@ -242,6 +249,7 @@ static pcgc_status consider(search *S, const pcgc_rule_inst *ri, pcgc_graph *g2,
   }
   c.cost = cost_of(S, c.g, &c.mp);
   r->evaluated++;
+  if (r->evaluated % 32 == 0) report(S);
   r->wide += wide;
   if (S->o->log)
     fprintf(S->o->log, "  %-36s%s %s\n", pcgc_rule_name(ri->rule), wide ? " (everywhere)" : "",
@@ -399,6 +407,7 @@ pcgc_status pcgc__joint_run(const pcgc_graph *start, const pcgc_mapping *start_m
     for (int i = 0; i < n_insts && st == PCGC_OK && !out_of_time(&S); i++) st = expand_wide(&S, &insts[i], ix, err);
     for (int i = 0; i < n_insts && st == PCGC_OK && !out_of_time(&S); i++) st = expand_inst(&S, &insts[i], ix, err);
     if (out_of_time(&S)) r->time_hit = true;
+    report(&S);
     pcgc_graph_index_free(ix);
     S.cur = NULL;
     cand_free(&cur);

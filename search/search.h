@@ -659,6 +659,13 @@ struct pcgc_ruleset; /* substitutions/substitutions.h */
  * (pcgc_views_replace). Deterministic for the same inputs unless the time
  * limit cuts it short. */
 
+/* Where a running joint search stands, for progress displays. */
+typedef struct pcgc_joint_progress {
+  int segment, segments;   /* 1-based segment being searched, of how many (0, 0: whole graph) */
+  int expanded, evaluated; /* graphs expanded, rewrites simulated (this segment or graph) */
+  double start, best;      /* s, simulated times of the start and the best found */
+} pcgc_joint_progress;
+
 typedef struct pcgc_joint_options {
   int budget;            /* graphs expanded at most (default 4) */
   double alpha;          /* keep candidates up to alpha x the best (default 1.05) */
@@ -673,6 +680,10 @@ typedef struct pcgc_joint_options {
                             and search each alone; identical segments (the layers
                             of a transformer) are searched once (default 40; 0:
                             never split). See pcgc_joint_search. */
+  /* called after each graph expanded and every 32 rewrites simulated (NULL:
+   * never) */
+  void (*progress)(void *ctx, const pcgc_joint_progress *p);
+  void *progress_ctx;
 } pcgc_joint_options;
 
 void pcgc_joint_options_default(pcgc_joint_options *o);

@@ -537,6 +537,20 @@ static void add_stats(pcgc_joint_result *r, const pcgc_joint_result *s) {
   r->time_hit |= s->time_hit;
 }
 
+/* The caller's progress callback, told which segment is being searched. */
+typedef struct seg_progress {
+  const pcgc_joint_options *o;
+  int segment, segments;
+} seg_progress;
+
+static void forward_progress(void *ctx, const pcgc_joint_progress *p) {
+  const seg_progress *sp = ctx;
+  pcgc_joint_progress q = *p;
+  q.segment = sp->segment;
+  q.segments = sp->segments;
+  sp->o->progress(sp->o->progress_ctx, &q);
+}
+
 /* Whether iso maps stubs to stubs and copies to copies: a data input read
  * by the first segment itself looks like a stub of the next one, and the
  * model's loss like a segment's mse. */
@@ -618,6 +632,11 @@ pcgc_status pcgc__joint_segmented(const pcgc_graph *start, const pcgc_mapping *s
     }
     left--;
     if (o->log) fprintf(o->log, "segment %d of %d (%d nodes)\n", k + 1, P.n_seg, segs[k].g->n_nodes);
+    seg_progress sp = {o, k + 1, P.n_seg};
+    if (o->progress) {
+      so.progress = forward_progress;
+      so.progress_ctx = &sp;
+    }
     accept_ctx ac = {&segs[k]};
     st = pcgc__joint_run(segs[k].g, &segs[k].mp, block, t, m, insts, n_insts, &so, stubs_intact, &ac, &res[k], err);
     if (st != PCGC_OK) break;
