@@ -656,14 +656,20 @@ fail:
 /* The DP's views (search/mapping.c) in place of the greedy's mp when its
  * cost model says they are cheaper and they simulate faster (or fit where
  * the greedy's do not): per candidate, never worse than the greedy. A DP
- * that fails for another reason than memory leaves the greedy views. */
+ * that fails for another reason than memory leaves the greedy views. memo:
+ * the compile's, shared by every candidate. */
 static pcgc_status dp_views(const pcgc_graph *pg, pcgc_expert_choice c, const pcgc_machine *m,
-                            const pcgc_sim_options *so, pcgc_mapping *mp, pcgc_sim_result *sr, pcgc_error *err) {
+                            const pcgc_sim_options *so, pcgc_views_memo *memo, pcgc_mapping *mp, pcgc_sim_result *sr,
+                            pcgc_error *err) {
   pcgc_mapping dp;
   pcgc_views_dp_stats ds;
+  pcgc_views_dp_options o;
+  pcgc_views_dp_options_default(&o);
+  o.optimizer = so->optimizer;
+  o.memo = memo;
   pcgc_error e;
   pcgc_error_clear(&e);
-  pcgc_status st = pcgc_views_dp(pg, mp, c.dp * c.tp, c.tp, m, 0, &dp, &ds, &e);
+  pcgc_status st = pcgc_views_dp(pg, mp, c.dp * c.tp, c.tp, m, &o, &dp, &ds, &e);
   if (st != PCGC_OK) return st == PCGC_ERR_NOMEM ? pcgc_error_set(err, st, "%s", e.message) : PCGC_OK;
   pcgc_sim_result r2;
   memset(&r2, 0, sizeof r2);
@@ -806,8 +812,10 @@ pcgc_status pcgc_compile(const pcgc_graph *seq, const pcgc_machine *m, const pcg
   cand_list L = {0};
   pcgc_graph *best = NULL;
   pcgc_mapping best_mp = {0};
+  pcgc_views_memo *memo = NULL; /* the DP's terms, shared by the candidates (dp_views) */
   pcgc_status st = pcgc_expert_new(seq, m, o->rules_dir, &x, err);
   if (st == PCGC_OK) st = enumerate(x, &L, err);
+  if (st == PCGC_OK) st = pcgc_views_memo_new(&memo, err);
   int D = pcgc_machine_num_devices(m);
   double best_time = INFINITY;
   for (int i = 0; i < L.n && st == PCGC_OK; i++) {
@@ -831,7 +839,7 @@ pcgc_status pcgc_compile(const pcgc_graph *seq, const pcgc_machine *m, const pcg
     pcgc_sim_result sr;
     memset(&sr, 0, sizeof sr);
     if (s == PCGC_OK) s = pcgc_simulate(pg, &mp, m, &o->sim, &sr, &e);
-    if (s == PCGC_OK) s = dp_views(pg, c, m, &o->sim, &mp, &sr, &e);
+    if (s == PCGC_OK) s = dp_views(pg, c, m, &o->sim, memo, &mp, &sr, &e);
     if (s == PCGC_ERR_NOMEM) {
       st = pcgc_error_set(err, s, "%s: %s", cs, e.message);
     } else if (s != PCGC_OK) {
@@ -867,6 +875,7 @@ pcgc_status pcgc_compile(const pcgc_graph *seq, const pcgc_machine *m, const pcg
     pcgc_graph_free(pg);
     pcgc_mapping_destroy(&mp);
   }
+  pcgc_views_memo_free(memo);
   if (st == PCGC_OK && !r->data_parallel.tried)
     snprintf(r->data_parallel.note, sizeof r->data_parallel.note, "not tried");
   if (st == PCGC_OK && !best) {

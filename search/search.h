@@ -791,24 +791,63 @@ pcgc_status pcgc_compile(const pcgc_graph *seq, const pcgc_machine *m, const pcg
 void pcgc_compile_result_destroy(pcgc_compile_result *r);
 
 /* ------------------------------------------------------ device mapping
- * Views chosen jointly by dynamic programming (search/mapping.c), instead
- * of node by node as the greedy placement above does. The cost of views:
+ * Views chosen jointly by dynamic programming (search/mapping.c, the DP in
+ * search/mapping_sp.c), instead of node by node as the greedy placement
+ * above does.
  *
- *   Σ computed nodes  (fwd + bwd of one piece, pcgc_cost_node_time) × micro
- *                     × (most of its pieces on one device: they serialise)
- * + Σ reads of a producer piece by a consumer piece on another device:
- *                     micro × pcgc_comm_p2p_time(same node?, 1, piece bytes)
+ * Terms, under views v, of the computed nodes (sources, and parallel
+ * operators that only distribute them, are resident: placed by their
+ * readers, they cost nothing here):
+ *   node x       (fwd + bwd of one piece, pcgc_cost_node_time) × micro(x)
+ *                × (most of x's pieces on one device: they serialise);
+ *   edge u -> x  (one per producer, whatever the slots) Σ reads of a piece
+ *                of u by a piece of x on another device: micro(x) ×
+ *                pcgc_comm_p2p_time(same node?, 1, bytes read);
+ *   devices(x)   the device groups x's pieces occupy: device d is group d
+ *                on up to 64 devices, else group ⌊64·d/D⌋.
  *
- * over the nodes that are not resident (sources, and parallel operators
- * that only distribute them, are placed by their readers and cost nothing
- * here). Not modelled: the backward transfers (the mirror of the forward
- * ones), weight-gradient all-reduces, overlap, memory (candidate views keep
- * a node's pieces on distinct devices, so they never concentrate memory).
+ * Cost. The computed nodes and their edges, with a virtual source before
+ * every node that reads no computed node and a virtual sink after every
+ * node no computed node reads, decomposed series-parallel: a part is an
+ * edge; or "part a -> x, node x, part x -> b" in series; or the parts with
+ * the same two ends in parallel (its branches). A part's cost and devices
+ * (its two end nodes are not in it):
+ *   edge      its term; no devices;
+ *   series    both parts' costs plus x's term; their devices and x's;
+ *   parallel  the branches in the order of their first node in topological
+ *             order (a bare edge first), folded left: acc ⊕ b = max(acc, b)
+ *             when their devices are disjoint (they run at the same time),
+ *             else acc + b; the union of their devices.
+ * cost(v) = the cost of the part from source to sink + the terms of the cut
+ * edges. Edges are cut only where the graph is not series-parallel: when no
+ * reduction applies (series: a node with one part in and one out, tried in
+ * topological order; parallel: parts with the same ends), the earliest node
+ * with two parts in loses its edge from its latest producer (which goes to
+ * the sink if that was its last reader), and the decomposition starts over.
+ * Not modelled: the backward transfers (the mirror of the forward ones),
+ * weight-gradient all-reduces, overlap other than of parallel branches on
+ * disjoint devices.
  *
+ * Memory of device d, as pcgc_cost_memory(optimizer, weights, activations,
+ * 0): weights, each distinct weight piece read on d (a float weight through
+ * the parallel operators distributing it; the replicas of one shard are one
+ * piece); activations, per piece on d of a kernel other than the loss its
+ * outputs' piece bytes, each distinct data piece read on d, each distinct
+ * piece of a computed producer read on d from another device (partition,
+ * combine and the other parallel operators: every part received), each ×
+ * the micro-batches of its tensor — the simulator's count under GPipe,
+ * roughly. It is compared with pcgc_machine_usable_memory.
+ *
+ *     pcgc_views_memo *memo;            // one for every candidate of a compile
+ *     pcgc_views_memo_new(&memo, &err);
+ *     pcgc_views_dp_options o;
+ *     pcgc_views_dp_options_default(&o);
+ *     o.memo = memo;
  *     pcgc_mapping dp;
  *     pcgc_views_dp_stats s;
- *     if (pcgc_views_dp(g, &greedy, b * t, t, &m, 0, &dp, &s, &err) == PCGC_OK)
- *       printf("%g -> %g s (%d fallbacks)\n", s.cost_init, s.cost, s.fallbacks);
+ *     if (pcgc_views_dp(g, &greedy, b * t, t, &m, &o, &dp, &s, &err) == PCGC_OK)
+ *       printf("%g -> %g s (%d cut edges)\n", s.cost_init, s.cost, s.cut_edges);
+ *     pcgc_views_memo_free(memo);
  */
 
 #define PCGC_VIEWS_MAX_CANDIDATES 16
@@ -816,6 +855,12 @@ void pcgc_compile_result_destroy(pcgc_compile_result *r);
 /* The cost above of views mp of the typed graph g on m; NAN with err set
  * when g is not typed, its piece maps fail, or memory runs out. */
 double pcgc_views_cost(const pcgc_graph *g, const pcgc_mapping *mp, const pcgc_machine *m, pcgc_error *err);
+
+/* The memory above of the fullest device under views mp (each device's
+ * into per_device[0..D) when not NULL); NAN with err set as
+ * pcgc_views_cost. */
+double pcgc_views_memory(const pcgc_graph *g, const pcgc_mapping *mp, const pcgc_machine *m, pcgc_optim_kind opt,
+                         double *per_device, pcgc_error *err);
 
 /* The candidate views of node `node` (at most PCGC_VIEWS_MAX_CANDIDATES,
  * into out; 0 for a resident node), inside its stage block [base, base +
@@ -828,32 +873,80 @@ double pcgc_views_cost(const pcgc_graph *g, const pcgc_mapping *mp, const pcgc_m
 int pcgc_views_candidates(const pcgc_graph *g, const pcgc_mapping *init, int node, int block, int t,
                           const pcgc_machine *m, pcgc_view *out);
 
+/* Terms kept across pcgc_views_dp calls on different graphs (the candidates
+ * of one compile): a node's piece time and the pieces each of its pieces
+ * reads, keyed by its content (op, attributes, input and output types, the
+ * machine), not its id; a pair matrix by its consumer's content, the input
+ * slot and both candidate lists. Not thread-safe. */
+typedef struct pcgc_views_memo pcgc_views_memo;
+
+typedef struct pcgc_views_memo_stats {
+  int64_t hits, misses;     /* lookups since pcgc_views_memo_new */
+  int64_t nodes, matrices;  /* entries held */
+  size_t bytes;             /* their size, roughly */
+} pcgc_views_memo_stats;
+
+pcgc_status pcgc_views_memo_new(pcgc_views_memo **out, pcgc_error *err);
+void pcgc_views_memo_free(pcgc_views_memo *memo);
+pcgc_views_memo_stats pcgc_views_memo_get_stats(const pcgc_views_memo *memo); /* zeros for NULL */
+
+typedef struct pcgc_views_dp_options {
+  pcgc_optim_kind optimizer; /* what weights cost in memory (default Adam) */
+  int max_masks;             /* device sets the DP keeps per part and pair of end views
+                                (default 4); past it the costliest go (masks_dropped) */
+  pcgc_views_memo *memo;     /* shared terms; NULL (the default): one for the call */
+} pcgc_views_dp_options;
+
+void pcgc_views_dp_options_default(pcgc_views_dp_options *o);
+
 typedef struct pcgc_views_dp_stats {
-  int nodes;             /* views chosen (non-resident nodes) */
-  int candidates_max;    /* most candidates of one node */
-  int max_states;        /* largest frontier, in states */
-  int fallbacks;         /* frontier nodes fixed early (not series-parallel) */
-  int memo_hits, memo_misses;  /* edge cost matrices reused / computed */
-  double dp_cost;        /* the DP's optimum over the candidates */
-  double cost_init;      /* pcgc_views_cost of init */
-  double cost;           /* of *out: min(dp result, init) */
-  bool kept_init;        /* the DP did not beat init, so *out = init */
+  int nodes;               /* views chosen (computed nodes) */
+  int candidates_max;      /* most candidates of one node */
+  int parts;               /* of the series-parallel decomposition */
+  int cut_edges;           /* cut to make it series-parallel (0: the DP is exact) */
+  int masks_max;           /* most device sets kept for one pair of end views */
+  int64_t masks_dropped;   /* device sets dropped at max_masks (the optimum may be missed) */
+  int64_t memo_hits, memo_misses;  /* node terms and pair matrices reused / computed */
+  double dp_cost;          /* the DP's optimum over the candidates (first run) */
+  double cost_init;        /* pcgc_views_cost of init */
+  double cost;             /* of *out */
+  bool kept_init;          /* *out = init */
+  double capacity;         /* pcgc_machine_usable_memory */
+  double memory_init;      /* pcgc_views_memory of init */
+  double memory;           /* of *out */
+  int memory_fixes;        /* nodes the memory repair fixed (the optimum overfilled a device) */
+  int memory_moves;        /* and its moves once the views fit */
+  bool memory_kept_init;   /* init kept because the views found overfill a device and init does not */
 } pcgc_views_dp_stats;
 
-/* Views of g minimising pcgc_views_cost over pcgc_views_candidates, by a DP
- * over the topological order whose state is the views of the frontier
- * (placed nodes still read later): exact on series-parallel graphs whose
- * frontier stays within max_states states (0: 256; a chain needs K, a
- * diamond K², K <= 16 candidates); beyond that, or 7 nodes, the frontier's
- * oldest node is fixed to its view in the cheapest partial assignment (the
- * non-series-parallel fallback: the result may then not be optimal). init:
- * views of every node (the stage blocks come from them; resident nodes keep
- * theirs); block: devices per stage; t: a candidate stride. *out (caller
- * destroys) never costs more than init: init is kept unless the DP's views
- * cost strictly less. stats may be NULL. Errors: bad arguments, an untyped
- * graph, out of memory. */
+/* Views of g minimising pcgc_views_cost over pcgc_views_candidates: a DP
+ * over the decomposition that keeps, per part and pair of views of its two
+ * ends, the Pareto set of (devices, cost) over the views inside it, so it
+ * is exact on series-parallel graphs (while no set outgrows o->max_masks).
+ * The non-series-parallel fallback, never a failure: each cut edge's
+ * producer is fixed to its view in the optimum without the cut edges, which
+ * makes the edge a term of its consumer alone; the result may then miss
+ * the optimum.
+ * Memory is a hard constraint. When the optimum overfills a device
+ * (pcgc_views_memory above pcgc_machine_usable_memory), one node at a time
+ * is fixed to the candidate that moves the most bytes off the overfull
+ * devices and the DP re-solves the rest, until the views fit (8 nodes at
+ * most, while the fixes cut the overflow fast enough to finish within
+ * them; not tried when a node's piece alone outgrows a device, or the
+ * devices the candidates use hold less, in all, than the optimum needs);
+ * then single moves of the fixed nodes and their neighbours that lower the
+ * cost and keep the views fitting (16 at most). A heuristic: the views
+ * fit, but the best views that fit may cost less.
+ * *out (caller destroys) is init unless it fits where init does not, or
+ * fits as init does and costs strictly less: it never overfills a device
+ * when init does not, and never costs more than init unless it fits where
+ * init does not. init: views of every node (the stage blocks come from
+ * them; resident nodes keep theirs); block: devices per stage; t: a
+ * candidate stride; o: NULL for the defaults; stats may be NULL. Errors:
+ * bad arguments, an untyped graph, out of memory. */
 pcgc_status pcgc_views_dp(const pcgc_graph *g, const pcgc_mapping *init, int block, int t, const pcgc_machine *m,
-                          int max_states, pcgc_mapping *out, pcgc_views_dp_stats *stats, pcgc_error *err);
+                          const pcgc_views_dp_options *o, pcgc_mapping *out, pcgc_views_dp_stats *stats,
+                          pcgc_error *err);
 
 /* ------------------------------------------------------ strategy files
  * A mapped parallel graph as JSON (docs/strategy-format.md):
