@@ -369,9 +369,9 @@ int pcgc_cli_compile(int argc, char **argv) {
   if (r.joint_ran) {
     const pcgc_joint_result *j = &r.joint;
     printf("%-28s %d rules (%d refused by the checker%s), %d instances; %d graphs expanded, %d rewrites "
-           "simulated (%d rule-wide), %d duplicates, %d refused; %.2f s%s\n",
+           "simulated (%d rule-wide, %d faster with the DP's views), %d duplicates, %d refused; %.2f s%s\n",
            "joint search", r.rules, r.rules_unsound, o.allow_unsound && r.rules_unsound ? ", used anyway" : "",
-           j->instances, j->expanded, j->evaluated, j->wide, j->duplicates, j->refused, j->seconds,
+           j->instances, j->expanded, j->evaluated, j->wide, j->dp_better, j->duplicates, j->refused, j->seconds,
            j->time_hit ? " (time limit)" : j->budget_hit ? " (budget)" : "");
     if (j->segments)
       printf("%-28s split at bottleneck tensors into %d segments: %d distinct ones searched, %d replaced by a "

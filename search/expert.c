@@ -875,7 +875,6 @@ pcgc_status pcgc_compile(const pcgc_graph *seq, const pcgc_machine *m, const pcg
     pcgc_graph_free(pg);
     pcgc_mapping_destroy(&mp);
   }
-  pcgc_views_memo_free(memo);
   if (st == PCGC_OK && !r->data_parallel.tried)
     snprintf(r->data_parallel.note, sizeof r->data_parallel.note, "not tried");
   if (st == PCGC_OK && !best) {
@@ -894,6 +893,7 @@ pcgc_status pcgc_compile(const pcgc_graph *seq, const pcgc_machine *m, const pcg
     if (st == PCGC_OK) st = pcgc_ruleset_verify(x->rs, NULL, o->allow_unsound, o->rules_report, &r->rules_unsound, NULL, err);
     pcgc_joint_options jo = o->joint;
     jo.sim = &o->sim;
+    if (!jo.memo) jo.memo = memo;
     if (o->time_limit > 0) {
       double left = o->time_limit - (wall() - t0);
       if (jo.time_limit <= 0 || jo.time_limit > left) jo.time_limit = left > 0.001 ? left : 0.001;
@@ -914,6 +914,7 @@ pcgc_status pcgc_compile(const pcgc_graph *seq, const pcgc_machine *m, const pcg
   if (st == PCGC_OK) st = pcgc_simulate(r->graph, &r->mapping, m, &o->sim, &r->sim, err);
   pcgc_graph_free(best);
   pcgc_mapping_destroy(&best_mp);
+  pcgc_views_memo_free(memo);
   free(L.c);
   pcgc_expert_free(x);
   r->seconds = wall() - t0;

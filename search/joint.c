@@ -79,6 +79,7 @@ void pcgc_joint_options_default(pcgc_joint_options *o) {
   o->max_matches = 64;
   o->max_held = 32;
   o->segment_nodes = 40;
+  o->views_dp = true;
 }
 
 void pcgc_joint_result_destroy(pcgc_joint_result *r) {
@@ -211,11 +212,37 @@ static void report(const search *S) {
   S->o->progress(S->o->progress_ctx, &p);
 }
 
+/* The DP's views for candidate c in place of its greedy ones when they
+ * simulate faster (or fit where those do not). Only running out of memory
+ * is an error; a DP that cannot map the graph leaves the greedy views. */
+static pcgc_status try_dp(search *S, cand *c, pcgc_error *err) {
+  pcgc_views_dp_options o;
+  pcgc_views_dp_options_default(&o);
+  o.optimizer = S->o->sim ? S->o->sim->optimizer : o.optimizer;
+  o.memo = S->o->memo;
+  pcgc_mapping dp;
+  pcgc_views_dp_stats ds;
+  pcgc_error e = {0};
+  pcgc_status st = pcgc_views_dp(c->g, &c->mp, S->block, S->t, S->m, &o, &dp, &ds, &e);
+  if (st != PCGC_OK) return st == PCGC_ERR_NOMEM ? pcgc_error_set(err, st, "%s", e.message) : PCGC_OK;
+  double t = ds.kept_init ? INFINITY : cost_of(S, c->g, &dp);
+  if (t < c->cost) {
+    pcgc_mapping x = c->mp;
+    c->mp = dp;
+    dp = x;
+    c->cost = t;
+    S->r->dp_better++;
+  }
+  pcgc_mapping_destroy(&dp);
+  return PCGC_OK;
+}
+
 /* A rewritten graph g2 (owned) of S->cur: dropped as a duplicate, or given
  * views and simulated, kept when within alpha of the best. */
 static pcgc_status consider(search *S, const pcgc_rule_inst *ri, pcgc_graph *g2, bool wide, pcgc_error *err) {
   pcgc_joint_result *r = S->r;
   pcgc_error e = {0};
+  pcgc_status st;
   uint64_t h = pcgc_graph_hash(g2);
   if (already_seen(S, g2, h)) {
     r->duplicates++;
@@ -248,6 +275,10 @@ static pcgc_status consider(search *S, const pcgc_rule_inst *ri, pcgc_graph *g2,
     return PCGC_OK;
   }
   c.cost = cost_of(S, c.g, &c.mp);
+  if (S->o->views_dp && (st = try_dp(S, &c, err)) != PCGC_OK) {
+    cand_free(&c);
+    return st;
+  }
   r->evaluated++;
   if (r->evaluated % 32 == 0) report(S);
   r->wide += wide;
@@ -448,10 +479,19 @@ pcgc_status pcgc_joint_search(const pcgc_graph *start, const pcgc_mapping *start
   int n_insts = 0;
   pcgc_status st = pcgc_ruleset_instantiate(rs, deg, nd, pcgc_rules_max_rank(start), &insts, &n_insts, err);
   if (st != PCGC_OK) return st;
+  pcgc_views_memo *own = NULL;
+  if (o.views_dp && !o.memo) {
+    if ((st = pcgc_views_memo_new(&own, err)) != PCGC_OK) {
+      free(insts);
+      return st;
+    }
+    o.memo = own;
+  }
   bool done = false;
   if (o.segment_nodes > 0)
     st = pcgc__joint_segmented(start, start_mp, block, t, m, insts, n_insts, &o, r, &done, err);
   if (st == PCGC_OK && !done) st = pcgc__joint_run(start, start_mp, block, t, m, insts, n_insts, &o, NULL, NULL, r, err);
+  pcgc_views_memo_free(own);
   free(insts);
   return st;
 }

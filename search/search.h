@@ -684,6 +684,10 @@ typedef struct pcgc_joint_options {
    * never) */
   void (*progress)(void *ctx, const pcgc_joint_progress *p);
   void *progress_ctx;
+  bool views_dp;         /* also map each rewrite by the device-mapping DP
+                            (pcgc_views_dp) and keep its views when they simulate
+                            faster than the greedy placement's (default true) */
+  struct pcgc_views_memo *memo;  /* the DP's shared terms (NULL: one for the search) */
 } pcgc_joint_options;
 
 void pcgc_joint_options_default(pcgc_joint_options *o);
@@ -697,6 +701,7 @@ typedef struct pcgc_joint_result {
   int expanded, evaluated, duplicates, refused, improvements;
   int wide;              /* of the evaluated: a rule applied everywhere it matches */
   int dropped;           /* graphs dropped because the heap was full */
+  int dp_better;         /* of the evaluated: the DP's views beat the greedy's */
   char last_rule[160];   /* the rule of the last improvement */
   bool budget_hit, time_hit;
   double seconds;
@@ -878,7 +883,7 @@ int pcgc_views_candidates(const pcgc_graph *g, const pcgc_mapping *init, int nod
  * reads, keyed by its content (op, attributes, input and output types, the
  * machine), not its id; a pair matrix by its consumer's content, the input
  * slot and both candidate lists. Not thread-safe. */
-typedef struct pcgc_views_memo pcgc_views_memo;
+typedef struct pcgc_views_memo pcgc_views_memo; /* also named in pcgc_joint_options */
 
 typedef struct pcgc_views_memo_stats {
   int64_t hits, misses;     /* lookups since pcgc_views_memo_new */

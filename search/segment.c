@@ -532,6 +532,7 @@ static void add_stats(pcgc_joint_result *r, const pcgc_joint_result *s) {
   r->duplicates += s->duplicates;
   r->refused += s->refused;
   r->wide += s->wide;
+  r->dp_better += s->dp_better;
   r->dropped += s->dropped;
   r->budget_hit |= s->budget_hit;
   r->time_hit |= s->time_hit;
