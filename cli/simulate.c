@@ -31,7 +31,8 @@ void pcgc_cli_simulate_help(FILE *f) {
           "  --strategy S       sequential | data-parallel (default data-parallel)\n"
           "  --devices N        devices to use (default: all of the machine's)\n"
           "  --optimizer O      sgd | momentum | adam (default adam): optimizer state and update cost\n"
-          "  --schedule S       gpipe | 1f1b: micro-batch order of a pipelined model (default gpipe)\n"
+          "  --schedule S       gpipe | 1f1b: micro-batch order of a pipelined model (default gpipe;\n"
+          "                     for a strategy file, the schedule pcgc compile chose)\n"
           "  --no-overlap       communication does not overlap computation\n"
           "  --trace FILE       write a Chrome trace of every task (chrome://tracing, ui.perfetto.dev)\n"
           "  --batch B          batch size (`const B`, or an ONNX model's symbolic batch dim)\n"
@@ -48,7 +49,10 @@ static pcgc_status load_profile(const char *profile, const pcgc_machine *m, pcgc
 }
 
 /* A strategy file: its graph with its views. */
-static int simulate_file(const char *path, const char *machine, const char *profile, pcgc_sim_options *o) {
+/* schedule_given: --schedule was on the command line; otherwise the file's
+ * schedule (the one compile chose) applies. */
+static int simulate_file(const char *path, const char *machine, const char *profile, bool schedule_given,
+                         pcgc_sim_options *o) {
   pcgc_error err;
   pcgc_error_clear(&err);
   pcgc_machine m;
@@ -63,12 +67,13 @@ static int simulate_file(const char *path, const char *machine, const char *prof
     if (strcmp(info.machine, m.name) != 0)
       fprintf(stderr, "pcgc simulate: warning: %s was compiled for '%s', not '%s'\n", path, info.machine, m.name);
     pcgc_sim_result r;
+    if (info.has_choice && !schedule_given) o->schedule = info.choice.schedule;
     st = pcgc_simulate(g, &mp, &m, o, &r, &err);
     if (st == PCGC_OK) {
       char title[512], ch[128] = "";
       if (info.has_choice)
-        snprintf(ch, sizeof ch, " (dp %d x tp %d x pp %d, %d micro-batches)", info.choice.dp, info.choice.tp,
-                 info.choice.pp, info.choice.micro);
+        snprintf(ch, sizeof ch, " (dp %d x tp %d x pp %d, %d micro-batches%s)", info.choice.dp, info.choice.tp,
+                 info.choice.pp, info.choice.micro, info.choice.schedule == PCGC_SCHEDULE_1F1B ? ", 1F1B" : "");
       snprintf(title, sizeof title, "%s: strategy %s%s", g->name ? g->name : "model", path, ch);
       pcgc_sim_report(stdout, &r, &m, title);
       if (info.has_predicted)
@@ -92,6 +97,7 @@ int pcgc_cli_simulate(int argc, char **argv) {
   long long batch = 0;
   pcgc_sim_options o;
   pcgc_sim_options_default(&o);
+  bool schedule_given = false;
   for (int i = 0; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     int k;
@@ -125,6 +131,7 @@ int pcgc_cli_simulate(int argc, char **argv) {
       if ((k = pcgc_schedule_from_name(argv[++i])) < 0)
         return pcgc_cli_usage_error("simulate", "unknown schedule '%s' (gpipe, 1f1b)", argv[i]);
       o.schedule = (pcgc_schedule)k;
+      schedule_given = true;
     } else if (strcmp(a, "--set") == 0) {
       int r = pcgc_cli_add_set("simulate", argv[++i], &sets);
       if (r >= 0) return r;
@@ -142,7 +149,7 @@ int pcgc_cli_simulate(int argc, char **argv) {
     if (sets.n || batch || devices || strcmp(strategy, "data-parallel") != 0)
       return pcgc_cli_usage_error("simulate", "--strategy, --devices, --batch and --set apply to models, not to "
                                               "strategy files like '%s'", model);
-    return simulate_file(model, machine, profile, &o);
+    return simulate_file(model, machine, profile, schedule_given, &o);
   }
   int code = EXIT_OK;
   pcgc_graph *g = pcgc_cli_load(model, sets.n, sets.names, sets.values, batch, &code);

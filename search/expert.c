@@ -745,7 +745,7 @@ static pcgc_status cand_triple(pcgc_expert *x, cand_list *L, int b, int t, int s
   for (int f = 1; f <= 4; f *= 2) {
     int64_t mm = s == 1 ? 1 : (int64_t)s * f;
     if (s > 1 && (batch == 0 || (batch / b) % mm)) continue;
-    if (!cand_add(L, (pcgc_expert_choice){b, t, s, (int)mm}))
+    if (!cand_add(L, (pcgc_expert_choice){b, t, s, (int)mm, PCGC_SCHEDULE_GPIPE}))
       return pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
     if (s == 1) break;
   }
@@ -764,7 +764,7 @@ static pcgc_status enumerate(pcgc_expert *x, cand_list *L, pcgc_error *err) {
       div[nd - 1 - nsmall++] = (int)(D / d);
     }
   pcgc_status st = PCGC_OK;
-  if (!cand_add(L, (pcgc_expert_choice){D, 1, 1, 1})) st = pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
+  if (!cand_add(L, (pcgc_expert_choice){D, 1, 1, 1, PCGC_SCHEDULE_GPIPE})) st = pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
   /* every device used (b t s = D), or one kind of parallelism alone on fewer */
   for (int i = nd - 1; i >= 0 && st == PCGC_OK; i--)
     for (int j = 0; j < nd && st == PCGC_OK; j++) {
@@ -795,7 +795,33 @@ static void ref_update(pcgc_compile_ref *f, pcgc_expert_choice c, bool feasible,
 }
 
 static void fmt_choice(char *buf, size_t n, pcgc_expert_choice c) {
-  snprintf(buf, n, "dp %d tp %d pp %d micro %d", c.dp, c.tp, c.pp, c.micro);
+  snprintf(buf, n, "dp %d tp %d pp %d micro %d%s", c.dp, c.tp, c.pp, c.micro,
+           c.schedule == PCGC_SCHEDULE_1F1B ? " 1f1b" : "");
+}
+
+/* A pipelined candidate out of memory under GPipe, under 1F1B: 1F1B keeps
+ * at most s - k micro-batches' activations on stage k, so it may fit. Its
+ * result replaces *sr (and c->schedule) when it fits, or is faster. Not
+ * tried when GPipe fits: the two take about the same time (the simulator
+ * gives BERT-Large with 8 stages 303 and 302 ms), and each try is another
+ * simulation. Only when the caller left the schedule at GPipe. */
+static pcgc_status try_1f1b(const pcgc_graph *pg, const pcgc_mapping *mp, const pcgc_machine *m,
+                            const pcgc_sim_options *so, pcgc_expert_choice *c, pcgc_sim_result *sr, pcgc_error *err) {
+  if (c->pp <= 1 || c->micro <= 1 || so->schedule != PCGC_SCHEDULE_GPIPE || sr->oom_devices == 0) return PCGC_OK;
+  pcgc_sim_options o = *so;
+  o.schedule = PCGC_SCHEDULE_1F1B;
+  pcgc_sim_result r2;
+  pcgc_status st = pcgc_simulate(pg, mp, m, &o, &r2, err);
+  if (st != PCGC_OK) return st;
+  bool fit1 = sr->oom_devices == 0, fit2 = r2.oom_devices == 0;
+  if ((fit2 && !fit1) || (fit2 == fit1 && r2.iteration_time < sr->iteration_time)) {
+    pcgc_sim_result t = *sr;
+    *sr = r2;
+    r2 = t;
+    c->schedule = PCGC_SCHEDULE_1F1B;
+  }
+  pcgc_sim_result_destroy(&r2);
+  return PCGC_OK;
 }
 
 pcgc_status pcgc_compile(const pcgc_graph *seq, const pcgc_machine *m, const pcgc_compile_options *o,
@@ -840,6 +866,8 @@ pcgc_status pcgc_compile(const pcgc_graph *seq, const pcgc_machine *m, const pcg
     memset(&sr, 0, sizeof sr);
     if (s == PCGC_OK) s = pcgc_simulate(pg, &mp, m, &o->sim, &sr, &e);
     if (s == PCGC_OK) s = dp_views(pg, c, m, &o->sim, memo, &mp, &sr, &e);
+    if (s == PCGC_OK) s = try_1f1b(pg, &mp, m, &o->sim, &c, &sr, &e);
+    if (s == PCGC_OK) fmt_choice(cs, sizeof cs, c);
     if (s == PCGC_ERR_NOMEM) {
       st = pcgc_error_set(err, s, "%s: %s", cs, e.message);
     } else if (s != PCGC_OK) {
@@ -885,6 +913,8 @@ pcgc_status pcgc_compile(const pcgc_graph *seq, const pcgc_machine *m, const pcg
     st = PCGC_ERR_INVALID;
   }
   r->expert_time = best_time;
+  pcgc_sim_options chosen = o->sim; /* the simulation options with the chosen schedule */
+  if (best) chosen.schedule = r->choice.schedule;
   if (st == PCGC_OK && o->joint.budget > 0) {
     /* the rule-driven joint search from the best expert strategy, with the
      * library checked by execution first */
@@ -892,7 +922,7 @@ pcgc_status pcgc_compile(const pcgc_graph *seq, const pcgc_machine *m, const pcg
     r->rules = pcgc_ruleset_size(x->rs);
     if (st == PCGC_OK) st = pcgc_ruleset_verify(x->rs, NULL, o->allow_unsound, o->rules_report, &r->rules_unsound, NULL, err);
     pcgc_joint_options jo = o->joint;
-    jo.sim = &o->sim;
+    jo.sim = &chosen;
     if (!jo.memo) jo.memo = memo;
     if (o->time_limit > 0) {
       double left = o->time_limit - (wall() - t0);
@@ -911,7 +941,7 @@ pcgc_status pcgc_compile(const pcgc_graph *seq, const pcgc_machine *m, const pcg
     }
   }
   if (st == PCGC_OK) st = pcgc_strategy_canonical(best, &best_mp, &r->graph, &r->mapping, err);
-  if (st == PCGC_OK) st = pcgc_simulate(r->graph, &r->mapping, m, &o->sim, &r->sim, err);
+  if (st == PCGC_OK) st = pcgc_simulate(r->graph, &r->mapping, m, &chosen, &r->sim, err);
   pcgc_graph_free(best);
   pcgc_mapping_destroy(&best_mp);
   pcgc_views_memo_free(memo);

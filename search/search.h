@@ -614,6 +614,9 @@ pcgc_status pcgc_simulate_strategy(const pcgc_graph *seq, const char *strategy, 
 /* Degrees of an expert strategy; devices used = dp × tp × pp. */
 typedef struct pcgc_expert_choice {
   int dp, tp, pp, micro;
+  pcgc_schedule schedule;  /* order of the micro-batches: compile tries 1F1B beside
+                              GPipe for pipelined candidates, which holds fewer
+                              micro-batches' activations per stage */
 } pcgc_expert_choice;
 
 /* A sequential graph prepared for expert strategies: the rule library

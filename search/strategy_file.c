@@ -120,7 +120,8 @@ static cJSON *to_json(const pcgc_graph *g, const pcgc_mapping *mp, const pcgc_st
   if (info && info->has_choice) {
     if (!(o = cJSON_AddObjectToObject(root, "choice")) || !cJSON_AddNumberToObject(o, "dp", info->choice.dp) ||
         !cJSON_AddNumberToObject(o, "tp", info->choice.tp) || !cJSON_AddNumberToObject(o, "pp", info->choice.pp) ||
-        !cJSON_AddNumberToObject(o, "micro", info->choice.micro))
+        !cJSON_AddNumberToObject(o, "micro", info->choice.micro) ||
+        !cJSON_AddStringToObject(o, "schedule", pcgc_schedule_name(info->choice.schedule)))
       goto fail;
   }
   return root;
@@ -342,9 +343,17 @@ pcgc_status pcgc_strategy_file_parse(const char *text, size_t len, const char *p
                     "\"choice\".\"%s\" must be a positive integer", keys[i]);
       else vals[i] = (int)v->valuedouble;
     }
+    /* the schedule is optional (files before it say nothing: GPipe) */
+    const cJSON *sc = cJSON_GetObjectItemCaseSensitive(choice, "schedule");
+    int sched = PCGC_SCHEDULE_GPIPE;
+    if (st == PCGC_OK && sc && (!cJSON_IsString(sc) || (sched = pcgc_schedule_from_name(sc->valuestring)) < 0)) {
+      size_t k, vo;
+      st = bad_at(err, &J, member_at(&J, co, "schedule", &k, &vo) ? vo : co,
+                  "\"choice\".\"schedule\" must be \"gpipe\" or \"1f1b\"%s", "");
+    }
     if (st == PCGC_OK) {
       in.has_choice = true;
-      in.choice = (pcgc_expert_choice){vals[0], vals[1], vals[2], vals[3]};
+      in.choice = (pcgc_expert_choice){vals[0], vals[1], vals[2], vals[3], (pcgc_schedule)sched};
     }
   }
   if (st == PCGC_OK) { /* the model; its errors point into the "model" string */
