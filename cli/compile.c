@@ -100,8 +100,8 @@ static const char *fmt_bytes(char *b, size_t n, double x) {
 }
 
 static void fmt_choice(char *b, size_t n, pcgc_expert_choice c) {
-  snprintf(b, n, "dp %d x tp %d x pp %d, %d micro-batch%s%s", c.dp, c.tp, c.pp, c.micro, c.micro == 1 ? "" : "es",
-           c.schedule == PCGC_SCHEDULE_1F1B ? " in 1F1B order" : "");
+  snprintf(b, n, "dp %d x tp %d x pp %d, %d micro-batch%s%s%s", c.dp, c.tp, c.pp, c.micro, c.micro == 1 ? "" : "es",
+           c.schedule == PCGC_SCHEDULE_1F1B ? " in 1F1B order" : "", c.recompute ? ", activations recomputed" : "");
 }
 
 /* The devices of a node's pieces: "3", "0..7", "0..6 step 2". */

@@ -16,8 +16,8 @@
 void pcgc_cli_simulate_help(FILE *f) {
   fprintf(f,
           "usage: pcgc simulate MODEL --machine M [--strategy S] [--devices N] [--optimizer O]\n"
-          "                     [--schedule gpipe|1f1b] [--no-overlap] [--trace FILE] [--profile DB] [--batch B] [--set NAME=VALUE]...\n"
-          "       pcgc simulate STRATEGY.json --machine M [--optimizer O] [--schedule S] [--no-overlap]\n"
+          "                     [--schedule gpipe|1f1b] [--no-overlap] [--recompute] [--trace FILE] [--profile DB] [--batch B] [--set NAME=VALUE]...\n"
+          "       pcgc simulate STRATEGY.json --machine M [--optimizer O] [--schedule S] [--no-overlap] [--recompute]\n"
           "                     [--trace FILE] [--profile DB]\n"
           "\n"
           "Simulates one training iteration of MODEL parallelised by a baseline strategy on machine M\n"
@@ -34,6 +34,8 @@ void pcgc_cli_simulate_help(FILE *f) {
           "  --schedule S       gpipe | 1f1b: micro-batch order of a pipelined model (default gpipe;\n"
           "                     for a strategy file, the schedule pcgc compile chose)\n"
           "  --no-overlap       communication does not overlap computation\n"
+          "  --recompute        recompute activations between bottleneck tensors in backward instead\n"
+          "                     of keeping them (a strategy file compiled that way does so anyway)\n"
           "  --trace FILE       write a Chrome trace of every task (chrome://tracing, ui.perfetto.dev)\n"
           "  --batch B          batch size (`const B`, or an ONNX model's symbolic batch dim)\n"
           "  --set NAME=VALUE   override a `const` of the model; repeatable\n"
@@ -68,12 +70,14 @@ static int simulate_file(const char *path, const char *machine, const char *prof
       fprintf(stderr, "pcgc simulate: warning: %s was compiled for '%s', not '%s'\n", path, info.machine, m.name);
     pcgc_sim_result r;
     if (info.has_choice && !schedule_given) o->schedule = info.choice.schedule;
+    if (info.has_choice && info.choice.recompute) o->recompute = true;
     st = pcgc_simulate(g, &mp, &m, o, &r, &err);
     if (st == PCGC_OK) {
       char title[512], ch[128] = "";
       if (info.has_choice)
-        snprintf(ch, sizeof ch, " (dp %d x tp %d x pp %d, %d micro-batches%s)", info.choice.dp, info.choice.tp,
-                 info.choice.pp, info.choice.micro, info.choice.schedule == PCGC_SCHEDULE_1F1B ? ", 1F1B" : "");
+        snprintf(ch, sizeof ch, " (dp %d x tp %d x pp %d, %d micro-batches%s%s)", info.choice.dp, info.choice.tp,
+                 info.choice.pp, info.choice.micro, info.choice.schedule == PCGC_SCHEDULE_1F1B ? ", 1F1B" : "",
+                 info.choice.recompute ? ", activations recomputed" : "");
       snprintf(title, sizeof title, "%s: strategy %s%s", g->name ? g->name : "model", path, ch);
       pcgc_sim_report(stdout, &r, &m, title);
       if (info.has_predicted)
@@ -106,6 +110,8 @@ int pcgc_cli_simulate(int argc, char **argv) {
       return EXIT_OK;
     } else if (strcmp(a, "--no-overlap") == 0) {
       o.overlap = false;
+    } else if (strcmp(a, "--recompute") == 0) {
+      o.recompute = true;
     } else if (a[0] == '-' && a[1] && !v) {
       return pcgc_cli_usage_error("simulate", "%s needs a value", a);
     } else if (strcmp(a, "--machine") == 0) {

@@ -745,7 +745,7 @@ static pcgc_status cand_triple(pcgc_expert *x, cand_list *L, int b, int t, int s
   for (int f = 1; f <= 4; f *= 2) {
     int64_t mm = s == 1 ? 1 : (int64_t)s * f;
     if (s > 1 && (batch == 0 || (batch / b) % mm)) continue;
-    if (!cand_add(L, (pcgc_expert_choice){b, t, s, (int)mm, PCGC_SCHEDULE_GPIPE}))
+    if (!cand_add(L, (pcgc_expert_choice){b, t, s, (int)mm, PCGC_SCHEDULE_GPIPE, false}))
       return pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
     if (s == 1) break;
   }
@@ -764,7 +764,7 @@ static pcgc_status enumerate(pcgc_expert *x, cand_list *L, pcgc_error *err) {
       div[nd - 1 - nsmall++] = (int)(D / d);
     }
   pcgc_status st = PCGC_OK;
-  if (!cand_add(L, (pcgc_expert_choice){D, 1, 1, 1, PCGC_SCHEDULE_GPIPE})) st = pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
+  if (!cand_add(L, (pcgc_expert_choice){D, 1, 1, 1, PCGC_SCHEDULE_GPIPE, false})) st = pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
   /* every device used (b t s = D), or one kind of parallelism alone on fewer */
   for (int i = nd - 1; i >= 0 && st == PCGC_OK; i--)
     for (int j = 0; j < nd && st == PCGC_OK; j++) {
@@ -795,8 +795,32 @@ static void ref_update(pcgc_compile_ref *f, pcgc_expert_choice c, bool feasible,
 }
 
 static void fmt_choice(char *buf, size_t n, pcgc_expert_choice c) {
-  snprintf(buf, n, "dp %d tp %d pp %d micro %d%s", c.dp, c.tp, c.pp, c.micro,
-           c.schedule == PCGC_SCHEDULE_1F1B ? " 1f1b" : "");
+  snprintf(buf, n, "dp %d tp %d pp %d micro %d%s%s", c.dp, c.tp, c.pp, c.micro,
+           c.schedule == PCGC_SCHEDULE_1F1B ? " 1f1b" : "", c.recompute ? " recompute" : "");
+}
+
+/* A candidate still out of memory, with its activations recomputed (in
+ * 1F1B order when pipelined): kept when that fits. Costs a forward more per
+ * backward, so it is only tried where nothing else fits this candidate. */
+static pcgc_status try_recompute(const pcgc_graph *pg, const pcgc_mapping *mp, const pcgc_machine *m,
+                                 const pcgc_sim_options *so, pcgc_expert_choice *c, pcgc_sim_result *sr,
+                                 pcgc_error *err) {
+  if (sr->oom_devices == 0 || so->recompute) return PCGC_OK;
+  pcgc_sim_options o = *so;
+  o.recompute = true;
+  if (c->pp > 1 && c->micro > 1 && so->schedule == PCGC_SCHEDULE_GPIPE) o.schedule = PCGC_SCHEDULE_1F1B;
+  pcgc_sim_result r2;
+  pcgc_status st = pcgc_simulate(pg, mp, m, &o, &r2, err);
+  if (st != PCGC_OK) return st;
+  if (r2.oom_devices == 0) {
+    pcgc_sim_result t = *sr;
+    *sr = r2;
+    r2 = t;
+    c->recompute = true;
+    c->schedule = o.schedule;
+  }
+  pcgc_sim_result_destroy(&r2);
+  return PCGC_OK;
 }
 
 /* A pipelined candidate out of memory under GPipe, under 1F1B: 1F1B keeps
@@ -867,6 +891,7 @@ pcgc_status pcgc_compile(const pcgc_graph *seq, const pcgc_machine *m, const pcg
     if (s == PCGC_OK) s = pcgc_simulate(pg, &mp, m, &o->sim, &sr, &e);
     if (s == PCGC_OK) s = dp_views(pg, c, m, &o->sim, memo, &mp, &sr, &e);
     if (s == PCGC_OK) s = try_1f1b(pg, &mp, m, &o->sim, &c, &sr, &e);
+    if (s == PCGC_OK) s = try_recompute(pg, &mp, m, &o->sim, &c, &sr, &e);
     if (s == PCGC_OK) fmt_choice(cs, sizeof cs, c);
     if (s == PCGC_ERR_NOMEM) {
       st = pcgc_error_set(err, s, "%s: %s", cs, e.message);
@@ -914,7 +939,10 @@ pcgc_status pcgc_compile(const pcgc_graph *seq, const pcgc_machine *m, const pcg
   }
   r->expert_time = best_time;
   pcgc_sim_options chosen = o->sim; /* the simulation options with the chosen schedule */
-  if (best) chosen.schedule = r->choice.schedule;
+  if (best) {
+    chosen.schedule = r->choice.schedule;
+    chosen.recompute = chosen.recompute || r->choice.recompute;
+  }
   if (st == PCGC_OK && o->joint.budget > 0) {
     /* the rule-driven joint search from the best expert strategy, with the
      * library checked by execution first */

@@ -455,6 +455,8 @@ typedef struct pcgc_sim_options {
                                 backward tasks take the entry's times in place of
                                 the roofline (launch overhead included); other
                                 tasks keep the roofline. Not owned. */
+  bool recompute;            /* activation recomputation (default false): see
+                                pcgc_simulate's memory rule */
 } pcgc_sim_options;
 
 void pcgc_sim_options_default(pcgc_sim_options *o);
@@ -495,6 +497,7 @@ typedef struct pcgc_sim_result {
   int stages, micro_batches;  /* pipeline stages and micro-batches (1, 1 if none) */
   pcgc_optim_kind optimizer;
   pcgc_schedule schedule;
+  bool recompute;
   pcgc_sim_device *device;    /* [n_devices], owned */
   int64_t n_tasks, n_edges;
   int64_t tasks_by_kind[PCGC_TASK_KIND_COUNT];
@@ -526,7 +529,13 @@ typedef struct pcgc_sim_result {
  *     all-reduced over those devices (data parallelism's gradient
  *     synchronisation, overlapping the rest of backward), then each device
  *     runs an optimizer task on its piece;
- *   - pipelined loss: micro-batches in o->schedule's order.
+ *   - pipelined loss: micro-batches in o->schedule's order;
+ *   - o->recompute: the graph is cut at bottleneck tensors (one tensor, not
+ *     a partial sum, carries everything from one part to the next: the
+ *     layer boundaries of a transformer) into units of about sqrt(n) of its
+ *     n computed nodes; a kernel's output that crosses no cut is not kept
+ *     but computed again before its backward, whose task takes the
+ *     forward's time on top.
  * Each device's compute stream runs one task at a time; when it comes free
  * it takes, of the tasks ready by then, forward before backward, the oldest
  * micro-batch first, forward in topological order and backward in reverse,
@@ -540,7 +549,9 @@ typedef struct pcgc_sim_result {
  * gradients and optimizer state), activations (every output of a kernel but
  * the loss, every piece received in forward, data pieces read) of every
  * micro-batch under GPipe or of at most s-k under 1F1B, and the largest
- * gradient transfer it receives; collectives work in place.
+ * gradient transfer it receives; collectives work in place. With
+ * o->recompute, kernel outputs inside a unit count once, for the largest
+ * unit on the device: one micro-batch of one unit is recomputed at a time.
  * Errors: bad views, a graph that is not typed, out of memory. r is zeroed
  * first and owns memory after PCGC_OK (pcgc_sim_result_destroy). */
 pcgc_status pcgc_simulate(const pcgc_graph *g, const pcgc_mapping *mp, const pcgc_machine *m,
@@ -617,6 +628,8 @@ typedef struct pcgc_expert_choice {
   pcgc_schedule schedule;  /* order of the micro-batches: compile tries 1F1B beside
                               GPipe for pipelined candidates, which holds fewer
                               micro-batches' activations per stage */
+  bool recompute;          /* activations recomputed (pcgc_sim_options.recompute):
+                              tried for candidates out of memory otherwise */
 } pcgc_expert_choice;
 
 /* A sequential graph prepared for expert strategies: the rule library

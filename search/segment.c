@@ -26,6 +26,7 @@
  *      it simulates faster than the start.
  */
 #define _POSIX_C_SOURCE 200809L
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -188,6 +189,41 @@ static bool plan_build(plan *P, const pcgc_graph *g, int target) {
   free(off);
   free(last);
   return ok;
+}
+
+int *pcgc__checkpoint_units(const pcgc_graph *g, int *n_units, bool **checkpoint) {
+  plan P;
+  *checkpoint = NULL;
+  /* units of about sqrt(n) computed nodes: about sqrt(n) checkpoints kept
+   * and one unit of sqrt(n) recomputed at a time (Chen et al., 2016) */
+  if (!plan_build(&P, g, INT_MAX / 4)) { /* no split: counts the computed nodes */
+    plan_free(&P);
+    return NULL;
+  }
+  int computed = 0;
+  for (int x = 0; x < g->n_nodes; x++) computed += !P.res[x];
+  plan_free(&P);
+  int target = (int)ceil(sqrt((double)computed));
+  if (!plan_build(&P, g, target > 0 ? target : 1)) {
+    plan_free(&P);
+    return NULL;
+  }
+  int *unit = P.seg;
+  bool *ck = calloc((size_t)(g->n_nodes ? g->n_nodes : 1), sizeof *ck);
+  if (!ck) {
+    plan_free(&P);
+    return NULL;
+  }
+  P.seg = NULL;
+  if (P.n_seg < 2) { /* no bottleneck: one unit of every computed node */
+    for (int x = 0; x < g->n_nodes; x++) unit[x] = P.res[x] ? -1 : 0;
+    P.n_seg = 1;
+  }
+  for (int k = 0; k + 1 < P.n_seg; k++) ck[P.out[k].node] = true;
+  *n_units = P.n_seg;
+  *checkpoint = ck;
+  plan_free(&P);
+  return unit;
 }
 
 /* ------------------------------------------------------ one segment */

@@ -50,6 +50,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "joint_internal.h"
 #include "sim_internal.h"
 
 /* ------------------------------------------------------------- names */
@@ -182,6 +183,12 @@ typedef struct sim {
   int64_t nw, capw;
   int64_t n_ts;            /* tensor slices */
   double *act, *act_mb, *wbytes, *comm; /* [D] memory */
+  /* recompute: per node its unit (-1: none) and whether it is a checkpoint;
+   * work[d * n_units + u]: what unit u keeps on device d for one micro-batch */
+  int *unit;
+  bool *ckpt;
+  int n_units;
+  double *work;
   double bytes_intra, bytes_inter;
   int32_t *stamp;          /* [max(n_res, D, machine nodes)] */
   int32_t stamp_gen;
@@ -605,6 +612,9 @@ static void gen_ordinary(sim *S, const pcgc_node *n) {
   N->bwd = N->has_bwd ? task_add(S, P * mb, PCGC_TASK_BACKWARD, PCGC__SIM_BWD, n->id) : -1;
   if (S->st) return;
   bool kept = pcgc_cost_efficiency(n->kind)->kernel && pcgc_op_class_of(n->kind) != PCGC_CLASS_LOSS;
+  /* recomputed: its outputs are not kept but made again before its backward */
+  bool recomputed = S->o.recompute && kept && S->unit[n->id] >= 0 && !S->ckpt[n->id];
+  double bwd_time = N->t.bwd + (recomputed ? N->t.fwd : 0);
   double out_bytes = 0;
   for (int k = 0; k < n->n_out; k++) out_bytes += pcgc_cost_piece_bytes(&n->out[k]);
   const pcgc_ptensor *o = &n->out[0];
@@ -628,10 +638,14 @@ static void gen_ordinary(sim *S, const pcgc_node *n) {
       if (N->has_bwd) {
         b = (int32_t)(N->bwd + (int64_t)mu * P + p);
         set_piece(S, b, X, p, mu);
-        S->T.dur[b] = N->t.bwd;
+        S->T.dur[b] = bwd_time;
         edge(S, f, b);
       }
-      if (kept) keep(S, X, mb > 1, out_bytes);
+      if (kept && recomputed) {
+        if (mu == 0) S->work[(int64_t)X * S->n_units + S->unit[n->id]] += out_bytes;
+      } else if (kept) {
+        keep(S, X, mb > 1, out_bytes);
+      }
       if (mb > 1) {
         int64_t k = (int64_t)X * S->mb_max + mu;
         if (S->first_fwd[k] < 0) S->first_fwd[k] = f;
@@ -1298,6 +1312,9 @@ static void sim_free(sim *S) {
   free(S->w);
   free(S->act);
   free(S->act_mb);
+  free(S->unit);
+  free(S->ckpt);
+  free(S->work);
   free(S->wbytes);
   free(S->comm);
   free(S->stamp);
@@ -1365,6 +1382,11 @@ pcgc_status pcgc_simulate(const pcgc_graph *g, const pcgc_mapping *mp, const pcg
   }
   for (int d = 0; d < D; d++) S->first_topo[d] = -1;
   if ((st = analyse(S)) != PCGC_OK) goto out;
+  if (S->o.recompute && (!(S->unit = pcgc__checkpoint_units(g, &S->n_units, &S->ckpt)) ||
+                         !(S->work = calloc((size_t)D * (size_t)S->n_units, sizeof *S->work)))) {
+    st = pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
+    goto out;
+  }
   S->first_fwd = malloc((size_t)D * (size_t)S->mb_max * sizeof *S->first_fwd);
   S->first_bwd = malloc((size_t)D * (size_t)S->mb_max * sizeof *S->first_bwd);
   stage = malloc(2 * (size_t)D * sizeof *stage); /* stages, then scratch */
@@ -1428,6 +1450,7 @@ pcgc_status pcgc_simulate(const pcgc_graph *g, const pcgc_mapping *mp, const pcg
   bool f1b = S->o.schedule == PCGC_SCHEDULE_1F1B && S->nd[S->loss].m > 1;
   r->optimizer = S->o.optimizer;
   r->schedule = S->o.schedule;
+  r->recompute = S->o.recompute;
   for (int d = 0; d < D; d++) {
     pcgc_sim_device *dv = &r->device[d];
     dv->idle = r->iteration_time - dv->compute;
@@ -1437,6 +1460,10 @@ pcgc_status pcgc_simulate(const pcgc_graph *g, const pcgc_mapping *mp, const pcg
       if (f1b && stage[d] >= 0 && stages - stage[d] < mb) inflight = stages - stage[d];
       act += S->act_mb[d] * inflight / mb;
     }
+    double wmax = 0; /* recompute: the largest unit, one micro-batch of it at a time */
+    for (int u = 0; S->work && u < S->n_units; u++)
+      if (S->work[(int64_t)d * S->n_units + u] > wmax) wmax = S->work[(int64_t)d * S->n_units + u];
+    act += wmax;
     dv->memory = pcgc_cost_memory(S->o.optimizer, S->wbytes[d], act, S->comm[d]);
     dv->oom = dv->memory.total > r->capacity;
     r->oom_devices += dv->oom;

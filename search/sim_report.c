@@ -65,6 +65,7 @@ void pcgc_sim_report(FILE *f, const pcgc_sim_result *r, const pcgc_machine *m, c
   if (r->micro_batches > 1)
     fprintf(f, "; %d micro-batches, %d stage%s, %s", r->micro_batches, r->stages, r->stages == 1 ? "" : "s",
             pcgc_schedule_name(r->schedule));
+  if (r->recompute) fprintf(f, "; activations recomputed");
   fprintf(f, "\n");
   fprintf(f, "  iteration      %s (forward done at %s; critical path %s)\n", fmt_time(a, sizeof a, r->iteration_time),
           fmt_time(b, sizeof b, r->forward_time), fmt_time(c, sizeof c, r->critical_path));

@@ -121,7 +121,8 @@ static cJSON *to_json(const pcgc_graph *g, const pcgc_mapping *mp, const pcgc_st
     if (!(o = cJSON_AddObjectToObject(root, "choice")) || !cJSON_AddNumberToObject(o, "dp", info->choice.dp) ||
         !cJSON_AddNumberToObject(o, "tp", info->choice.tp) || !cJSON_AddNumberToObject(o, "pp", info->choice.pp) ||
         !cJSON_AddNumberToObject(o, "micro", info->choice.micro) ||
-        !cJSON_AddStringToObject(o, "schedule", pcgc_schedule_name(info->choice.schedule)))
+        !cJSON_AddStringToObject(o, "schedule", pcgc_schedule_name(info->choice.schedule)) ||
+        !cJSON_AddBoolToObject(o, "recompute", info->choice.recompute))
       goto fail;
   }
   return root;
@@ -351,9 +352,15 @@ pcgc_status pcgc_strategy_file_parse(const char *text, size_t len, const char *p
       st = bad_at(err, &J, member_at(&J, co, "schedule", &k, &vo) ? vo : co,
                   "\"choice\".\"schedule\" must be \"gpipe\" or \"1f1b\"%s", "");
     }
+    const cJSON *rc = cJSON_GetObjectItemCaseSensitive(choice, "recompute");
+    if (st == PCGC_OK && rc && !cJSON_IsBool(rc)) {
+      size_t k, vo;
+      st = bad_at(err, &J, member_at(&J, co, "recompute", &k, &vo) ? vo : co,
+                  "\"choice\".\"recompute\" must be true or false%s", "");
+    }
     if (st == PCGC_OK) {
       in.has_choice = true;
-      in.choice = (pcgc_expert_choice){vals[0], vals[1], vals[2], vals[3], (pcgc_schedule)sched};
+      in.choice = (pcgc_expert_choice){vals[0], vals[1], vals[2], vals[3], (pcgc_schedule)sched, cJSON_IsTrue(rc)};
     }
   }
   if (st == PCGC_OK) { /* the model; its errors point into the "model" string */

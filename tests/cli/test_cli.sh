@@ -103,6 +103,13 @@ expect 0 "$pcgc" simulate "$src/models/mlp.pcg" --machine dgx-h100 --strategy se
 has "$tmp/out" "sequential on 1 device"
 expect 0 "$pcgc" simulate "$src/models/cnn.pcg" --machine cpu-local --trace "$tmp/trace.json"
 has "$tmp/trace.json" "traceEvents"
+# --recompute: the transformer block keeps fewer activations and takes longer
+expect 0 "$pcgc" simulate "$src/models/transformer-block.pcg" --machine dgx-h100
+act0=$(sed -n 's/.*activations \([0-9.]*\) \([KMG]i*B\).*/\1 \2/p' "$tmp/out")
+expect 0 "$pcgc" simulate "$src/models/transformer-block.pcg" --machine dgx-h100 --recompute
+has "$tmp/out" "activations recomputed"
+act1=$(sed -n 's/.*activations \([0-9.]*\) \([KMG]i*B\).*/\1 \2/p' "$tmp/out")
+if [ -n "$act0" ] && [ -n "$act1" ] && [ "$act0" != "$act1" ]; then ok; else bad "--recompute kept $act1 of activations (without: $act0)"; fi
 expect 1 "$pcgc" simulate "$src/models/mlp.pcg" --machine dgx-h100 --batch 12; has "$tmp/err" "12"
 expect 3 "$pcgc" simulate "$src/models/mlp.pcg" --machine dgx-h101; has "$tmp/err" "dgx-h100"
 expect 2 "$pcgc" simulate "$src/models/mlp.pcg"; has "$tmp/err" "--machine"

@@ -9,7 +9,8 @@
  *   - an embedding table that does not fit one device: data parallelism is
  *     infeasible and the chosen strategy shards the table;
  *   - a convolution stack that fits only as a pipeline in 1F1B order (GPipe
- *     holds every micro-batch's activations): compile chooses 1F1B and the
+ *     holds every micro-batch's activations), and on smaller devices only
+ *     with its activations recomputed as well: compile chooses so and the
  *     strategy file keeps it;
  *   - the search is deterministic; dp x 1 x 1 is exactly the baseline;
  *     pipelines have the stages and micro-batches asked for; views keep
@@ -203,7 +204,8 @@ END_TEST
 /* 16 convolutions of 1024 channels (576 MiB of weights, 2.25 GiB with Adam)
  * at batch 256 on four 1 GiB devices: only 4 stages hold the weights, and
  * their activations fit only when few micro-batches are in flight, as
- * 1F1B allows (at most 4 of 16 on the first stage). */
+ * 1F1B allows (at most 4 of 16 on the first stage); on 800 MiB devices,
+ * only when recomputed as well. */
 static char *deep_convs(void) {
   size_t cap = 4096, n = 0;
   char *t = malloc(cap);
@@ -218,7 +220,7 @@ static char *deep_convs(void) {
   return t;
 }
 
-START_TEST(one_f_one_b_where_gpipe_does_not_fit) {
+START_TEST(one_f_one_b_and_recompute_where_gpipe_does_not_fit) {
   char *text = deep_convs();
   pcgc_graph *g = model(text);
   free(text);
@@ -235,7 +237,7 @@ START_TEST(one_f_one_b_where_gpipe_does_not_fit) {
   ck_assert_int_eq(r.choice.pp, 4);
   ck_assert_int_eq(r.choice.micro, 16);
   ck_assert_int_eq(r.choice.schedule, PCGC_SCHEDULE_1F1B);
-  ck_assert_int_eq(r.feasible, 1);
+  ck_assert(!r.choice.recompute); /* fits without: recomputing would only cost time */
   ck_assert_int_eq(r.sim.oom_devices, 0);
   ck_assert_int_eq(r.sim.schedule, PCGC_SCHEDULE_1F1B);
   ck_assert(!r.data_parallel.feasible);
@@ -260,6 +262,31 @@ START_TEST(one_f_one_b_where_gpipe_does_not_fit) {
   ck_assert_msg(pcgc_strategy_file_load(path, 4, &g2, &mp2, &info2, &err) == PCGC_OK, "%s", err.message);
   ck_assert(info2.has_choice);
   ck_assert_int_eq(info2.choice.schedule, PCGC_SCHEDULE_1F1B);
+  ck_assert(!info2.choice.recompute);
+  pcgc_mapping_destroy(&mp2);
+  pcgc_graph_free(g2);
+  pcgc_compile_result_destroy(&r);
+
+  /* with 800 MiB even 1F1B does not fit: the activations are recomputed */
+  m = machine_file("name small4b\nnodes 1\ndevices_per_node 4\ndevice.flops.f32 20 TFLOP/s\n"
+                   "device.memory 800 MiB\ndevice.memory_bandwidth 1 TB/s\n"
+                   "device.launch_overhead 5 us\nintra.bandwidth 100 GB/s\nintra.latency 2 us\n");
+  ck_assert_msg(pcgc_compile(g, &m, &o, &r, &err) == PCGC_OK, "%s", err.message);
+  ck_assert_int_eq(r.choice.pp, 4);
+  ck_assert_int_eq(r.choice.micro, 16);
+  ck_assert_int_eq(r.choice.schedule, PCGC_SCHEDULE_1F1B);
+  ck_assert(r.choice.recompute);
+  ck_assert(r.sim.recompute);
+  ck_assert_int_eq(r.sim.oom_devices, 0);
+  so.schedule = PCGC_SCHEDULE_1F1B;
+  ck_assert_int_eq(pcgc_simulate(r.graph, &r.mapping, &m, &so, &gp, &err), PCGC_OK);
+  ck_assert_int_gt(gp.oom_devices, 0); /* without recomputation */
+  ck_assert(gp.iteration_time < r.sim.iteration_time); /* which costs time */
+  pcgc_sim_result_destroy(&gp);
+  info.choice = r.choice;
+  ck_assert_int_eq(pcgc_strategy_file_write(path, r.graph, &r.mapping, &info, &err), PCGC_OK);
+  ck_assert_msg(pcgc_strategy_file_load(path, 4, &g2, &mp2, &info2, &err) == PCGC_OK, "%s", err.message);
+  ck_assert(info2.choice.recompute);
   unlink(path);
   pcgc_mapping_destroy(&mp2);
   pcgc_graph_free(g2);
@@ -311,17 +338,17 @@ START_TEST(plain_data_parallel_is_the_baseline) {
   ck_assert_int_eq(pcgc_expert_tp_matches(x, 2, &err), 0); /* convolutions: no Megatron rule */
   pcgc_graph *a, *b;
   pcgc_mapping ma, mb;
-  ck_assert_int_eq(pcgc_expert_build(x, (pcgc_expert_choice){4, 1, 1, 1, PCGC_SCHEDULE_GPIPE}, &a, &ma, &err), PCGC_OK);
+  ck_assert_int_eq(pcgc_expert_build(x, (pcgc_expert_choice){4, 1, 1, 1, PCGC_SCHEDULE_GPIPE, false}, &a, &ma, &err), PCGC_OK);
   ck_assert_int_eq(pcgc_strategy_build(PCGC_STRATEGY_DATA_PARALLEL, g, &m, 4, &b, &mb, &err), PCGC_OK);
   ck_assert(pcgc_graph_equal(a, b));
   ck_assert_double_eq(simulate(a, &ma, &m, NULL), simulate(b, &mb, &m, NULL));
   pcgc_mapping_destroy(&mb);
   pcgc_graph_free(b);
-  ck_assert_int_eq(pcgc_expert_build(x, (pcgc_expert_choice){4, 2, 1, 1, PCGC_SCHEDULE_GPIPE}, &b, &mb, &err), PCGC_ERR_INVALID);
+  ck_assert_int_eq(pcgc_expert_build(x, (pcgc_expert_choice){4, 2, 1, 1, PCGC_SCHEDULE_GPIPE, false}, &b, &mb, &err), PCGC_ERR_INVALID);
   ck_assert_msg(strstr(err.message, "no Megatron rule") != NULL, "%s", err.message);
-  ck_assert_int_eq(pcgc_expert_build(x, (pcgc_expert_choice){4, 1, 4, 1, PCGC_SCHEDULE_GPIPE}, &b, &mb, &err), PCGC_ERR_INVALID);
+  ck_assert_int_eq(pcgc_expert_build(x, (pcgc_expert_choice){4, 1, 4, 1, PCGC_SCHEDULE_GPIPE, false}, &b, &mb, &err), PCGC_ERR_INVALID);
   ck_assert_msg(strstr(err.message, "16 devices") != NULL, "%s", err.message);
-  ck_assert_int_eq(pcgc_expert_build(x, (pcgc_expert_choice){3, 1, 1, 1, PCGC_SCHEDULE_GPIPE}, &b, &mb, &err), PCGC_ERR_INVALID);
+  ck_assert_int_eq(pcgc_expert_build(x, (pcgc_expert_choice){3, 1, 1, 1, PCGC_SCHEDULE_GPIPE, false}, &b, &mb, &err), PCGC_ERR_INVALID);
   pcgc_mapping_destroy(&ma);
   pcgc_graph_free(a);
   pcgc_expert_free(x);
@@ -374,7 +401,7 @@ START_TEST(hybrid_and_pipeline_builds) {
   pcgc_mapping mp;
   pcgc_sim_result r;
   /* 2 x 2 x 2 with 4 micro-batches */
-  ck_assert_int_eq(pcgc_expert_build(x, (pcgc_expert_choice){2, 2, 2, 4, PCGC_SCHEDULE_GPIPE}, &pg, &mp, &err), PCGC_OK);
+  ck_assert_int_eq(pcgc_expert_build(x, (pcgc_expert_choice){2, 2, 2, 4, PCGC_SCHEDULE_GPIPE, false}, &pg, &mp, &err), PCGC_OK);
   int reduces = 0;
   for (int i = 0; i < pg->n_nodes; i++) reduces += pg->nodes[i].kind == PCGC_OP_REDUCE;
   ck_assert_int_eq(reduces, 2);
@@ -388,7 +415,7 @@ START_TEST(hybrid_and_pipeline_builds) {
   pcgc_mapping_destroy(&mp);
   pcgc_graph_free(pg);
   /* pure pipeline over 4 devices: every device one stage */
-  ck_assert_int_eq(pcgc_expert_build(x, (pcgc_expert_choice){1, 1, 4, 8, PCGC_SCHEDULE_GPIPE}, &pg, &mp, &err), PCGC_OK);
+  ck_assert_int_eq(pcgc_expert_build(x, (pcgc_expert_choice){1, 1, 4, 8, PCGC_SCHEDULE_GPIPE, false}, &pg, &mp, &err), PCGC_OK);
   check_blocks(pg, &mp, 1, 8);
   simulate(pg, &mp, &m, &r);
   ck_assert_int_eq(r.stages, 4);
@@ -397,10 +424,10 @@ START_TEST(hybrid_and_pipeline_builds) {
   pcgc_mapping_destroy(&mp);
   pcgc_graph_free(pg);
   /* a batch that dp x micro does not divide */
-  ck_assert_int_eq(pcgc_expert_build(x, (pcgc_expert_choice){2, 1, 2, 64, PCGC_SCHEDULE_GPIPE}, &pg, &mp, &err), PCGC_ERR_INVALID);
+  ck_assert_int_eq(pcgc_expert_build(x, (pcgc_expert_choice){2, 1, 2, 64, PCGC_SCHEDULE_GPIPE, false}, &pg, &mp, &err), PCGC_ERR_INVALID);
   ck_assert_msg(strstr(err.message, "divisible by 128") != NULL, "%s", err.message);
   /* after a reduce, the batch shards sit where a partial sum already is */
-  ck_assert_int_eq(pcgc_expert_build(x, (pcgc_expert_choice){4, 2, 1, 1, PCGC_SCHEDULE_GPIPE}, &pg, &mp, &err), PCGC_OK);
+  ck_assert_int_eq(pcgc_expert_build(x, (pcgc_expert_choice){4, 2, 1, 1, PCGC_SCHEDULE_GPIPE, false}, &pg, &mp, &err), PCGC_OK);
   for (int i = 0; i < pg->n_nodes; i++)
     if (pg->nodes[i].kind == PCGC_OP_REDUCE) {
       ck_assert_int_eq(mp.view[i].start, 0);
@@ -512,6 +539,9 @@ static const bad_case bad_cases[] = {
     {HEAD MODEL "\"views\": {\"xp\": [0, 1], \"y\": [0, 1]},\n\"choice\": {\"dp\": 1, \"tp\": 1, \"pp\": 1, \"micro\": 1, "
                 "\"schedule\": \"zigzag\"}}",
      4, 63, "\"choice\".\"schedule\" must be \"gpipe\" or \"1f1b\""},
+    {HEAD MODEL "\"views\": {\"xp\": [0, 1], \"y\": [0, 1]},\n\"choice\": {\"dp\": 1, \"tp\": 1, \"pp\": 1, \"micro\": 1, "
+                "\"recompute\": 1}}",
+     4, 64, "\"choice\".\"recompute\" must be true or false"},
     {HEAD MODEL "\"views\": {\"xp\": [0, 1], \"y\": [0, 1]},\n\"predicted\": {\"iteration_s\": \"fast\"}}", 4, 30,
      "\"iteration_s\""},
 };
@@ -556,7 +586,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, tensor_parallel_beats_data_parallel);
   tcase_add_test(tc, data_parallel_for_convolutions);
   tcase_add_test(tc, table_too_large_is_sharded);
-  tcase_add_test(tc, one_f_one_b_where_gpipe_does_not_fit);
+  tcase_add_test(tc, one_f_one_b_and_recompute_where_gpipe_does_not_fit);
   tcase_add_test(tc, nothing_fits_is_an_error);
   tcase_add_test(tc, deterministic);
   suite_add_tcase(s, tc);

@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "search.h"
+#include "joint_internal.h"
 #include "sim_internal.h"
 
 #ifndef PCGC_SOURCE_DIR
@@ -580,6 +581,65 @@ START_TEST(sequential_is_the_sum_of_its_tasks) {
 }
 END_TEST
 
+/* Activation recomputation on one device, by hand from the units: the
+ * iteration takes the recomputed kernels' forward time more, and their
+ * outputs count once, for the largest unit, instead of all together. */
+START_TEST(recompute_by_hand) {
+  const char *models[] = {"models/mlp.pcg", "models/cnn.pcg", "models/transformer-block.pcg"};
+  pcgc_machine m = preset("dgx-h100");
+  for (int k = 0; k < 3; k++) {
+    pcgc_graph *g = model_file(models[k], NULL), *pg;
+    pcgc_mapping mp;
+    pcgc_error err = {0};
+    ck_assert_int_eq(pcgc_strategy_build(PCGC_STRATEGY_SEQUENTIAL, g, &m, 0, &pg, &mp, &err), PCGC_OK);
+    int n_units = 0;
+    bool *ckpt = NULL;
+    int *unit = pcgc__checkpoint_units(pg, &n_units, &ckpt);
+    ck_assert_ptr_nonnull(unit);
+    /* the MLP's 5 computed nodes make one unit of sqrt(5) rounded up: all
+     * recomputed, at once, for no memory saved */
+    ck_assert_msg(k == 0 ? n_units == 1 : n_units >= 2, "%s: %d units", models[k], n_units);
+    double dt = 0, dropped = 0, *work = calloc((size_t)n_units, sizeof *work);
+    int recomputed = 0;
+    for (int i = 0; i < pg->n_nodes; i++) {
+      const pcgc_node *x = &pg->nodes[i];
+      if (!pcgc_cost_efficiency(x->kind)->kernel || pcgc_op_class_of(x->kind) == PCGC_CLASS_LOSS) continue;
+      if (unit[i] < 0 || ckpt[i]) continue;
+      double bytes = 0;
+      for (int j = 0; j < x->n_out; j++) bytes += pcgc_cost_piece_bytes(&x->out[j]);
+      bool grad = false;
+      for (int j = 0; j < x->n_in; j++) {
+        const pcgc_node *in = &pg->nodes[x->in[j].node];
+        grad |= in->kind == PCGC_OP_WEIGHT || pcgc_op_class_of(in->kind) == PCGC_CLASS_COMPUTE;
+      }
+      if (grad) dt += node_time(&m, pg, x->name).fwd;
+      dropped += bytes;
+      work[unit[i]] += bytes;
+      recomputed++;
+    }
+    ck_assert_msg(recomputed > 0, "%s: nothing recomputed", models[k]);
+    double wmax = 0;
+    for (int u = 0; u < n_units; u++) wmax = work[u] > wmax ? work[u] : wmax;
+    pcgc_sim_options o = opts();
+    pcgc_sim_result r0 = simulate(pg, &mp, &m, &o);
+    o.recompute = true;
+    pcgc_sim_result r1 = simulate(pg, &mp, &m, &o);
+    ck_assert(r1.recompute && !r0.recompute);
+    close_to(r1.iteration_time, r0.iteration_time + dt, 1e-9);
+    close_to(r1.device[0].memory.activations, r0.device[0].memory.activations - dropped + wmax, 1e-9);
+    if (n_units >= 2) ck_assert(r1.device[0].memory.activations < r0.device[0].memory.activations);
+    pcgc_sim_result_destroy(&r0);
+    pcgc_sim_result_destroy(&r1);
+    free(work);
+    free(unit);
+    free(ckpt);
+    pcgc_mapping_destroy(&mp);
+    pcgc_graph_free(pg);
+    pcgc_graph_free(g);
+  }
+}
+END_TEST
+
 /* ------------------------------------------------------------ bounds */
 
 START_TEST(bounds_on_parallel_graphs) {
@@ -1082,6 +1142,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, pipeline_1f1b);
   tcase_add_test(tc, pipeline_several_ops_per_stage);
   tcase_add_test(tc, sequential_is_the_sum_of_its_tasks);
+  tcase_add_test(tc, recompute_by_hand);
   tcase_add_test(tc, relayout_transfers);
   tcase_add_test(tc, replicate_and_reduce_collectives);
   tcase_add_test(tc, reduce_point_to_point);
