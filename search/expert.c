@@ -714,9 +714,14 @@ typedef struct cand_list {
   int n, cap;
 } cand_list;
 
+bool pcgc_expert_choice_equal(const pcgc_expert_choice *a, const pcgc_expert_choice *b) {
+  return a->dp == b->dp && a->tp == b->tp && a->pp == b->pp && a->micro == b->micro && a->schedule == b->schedule &&
+         a->recompute == b->recompute;
+}
+
 static bool cand_add(cand_list *L, pcgc_expert_choice c) {
   for (int i = 0; i < L->n; i++)
-    if (!memcmp(&L->c[i], &c, sizeof c)) return true;
+    if (pcgc_expert_choice_equal(&L->c[i], &c)) return true;
   if (L->n == L->cap) {
     int cap = L->cap ? 2 * L->cap : 64;
     pcgc_expert_choice *p = realloc(L->c, (size_t)cap * sizeof *p);

@@ -632,6 +632,9 @@ typedef struct pcgc_expert_choice {
                               tried for candidates out of memory otherwise */
 } pcgc_expert_choice;
 
+/* Field by field (the struct has padding, so memcmp is wrong). */
+bool pcgc_expert_choice_equal(const pcgc_expert_choice *a, const pcgc_expert_choice *b);
+
 /* A sequential graph prepared for expert strategies: the rule library
  * loaded once, the Megatron rewrite cached per degree. */
 typedef struct pcgc_expert pcgc_expert;
