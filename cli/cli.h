@@ -38,6 +38,17 @@ int pcgc_cli_exit_code(pcgc_status s);
 pcgc_graph *pcgc_cli_load(const char *path, int n_set, const char *const *names, const char *const *values,
                           int64_t batch, int *code);
 
+/* --loss KIND (softmax_cross_entropy or mse): the op kind into *kind, or
+ * EXIT_USAGE after printing what is wrong; -1 when fine. Then, after
+ * loading, pcgc_cli_add_loss puts the loss on the model's one output (an
+ * exported ONNX inference graph has none); kind < 0 does nothing. Returns
+ * EXIT_OK or prints the error and returns its exit code. */
+int pcgc_cli_loss_kind(const char *cmd, const char *name, int *kind);
+int pcgc_cli_add_loss(pcgc_graph *g, int kind);
+#define PCGC_CLI_LOSS_HELP                                                                          \
+  "  --loss KIND        softmax_cross_entropy | mse: add this loss on the model's one output,\n"    \
+  "                     against a new input 'labels' (for ONNX inference graphs, which have none)\n"
+
 int pcgc_cli_train(int argc, char **argv);
 void pcgc_cli_train_help(FILE *f);
 int pcgc_cli_compile(int argc, char **argv);

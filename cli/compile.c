@@ -59,6 +59,7 @@ void pcgc_cli_compile_help(FILE *f) {
           "                     `pcgc simulate FILE --machine M` replays it\n"
           "  --batch B          batch size (`const B`, or an ONNX model's symbolic batch dim)\n"
           "  --set NAME=VALUE   override a `const` of the model; repeatable\n"
+          PCGC_CLI_LOSS_HELP
           "  --time-limit S     stop trying candidates after S seconds (default 60; 0: no limit);\n"
           "                     the search is deterministic unless the limit cuts it short\n"
           "  --optimizer O      sgd | momentum | adam (default adam): memory and update cost\n"
@@ -245,6 +246,7 @@ static void print_ref(const char *label, const pcgc_compile_ref *f, double best)
 int pcgc_cli_compile(int argc, char **argv) {
   const char *model = NULL, *machine = NULL, *output = NULL;
   pcgc_cli_sets sets = {0};
+  int loss = -1; /* --loss: an op kind */
   long long batch = 0;
   pcgc_compile_options o;
   pcgc_compile_options_default(&o);
@@ -283,6 +285,9 @@ int pcgc_cli_compile(int argc, char **argv) {
       if ((k = pcgc_optimizer_from_name(argv[++i])) < 0)
         return pcgc_cli_usage_error("compile", "unknown optimizer '%s' (sgd, momentum, adam)", argv[i]);
       o.sim.optimizer = (pcgc_optim_kind)k;
+    } else if (strcmp(a, "--loss") == 0) {
+      int r = pcgc_cli_loss_kind("compile", argv[++i], &loss);
+      if (r >= 0) return r;
     } else if (strcmp(a, "--set") == 0) {
       int r = pcgc_cli_add_set("compile", argv[++i], &sets);
       if (r >= 0) return r;
@@ -320,6 +325,10 @@ int pcgc_cli_compile(int argc, char **argv) {
   int code = EXIT_OK;
   pcgc_graph *g = pcgc_cli_load(model, sets.n, sets.names, sets.values, batch, &code);
   if (!g) return code;
+  if ((code = pcgc_cli_add_loss(g, loss)) != EXIT_OK) {
+    pcgc_graph_free(g);
+    return code;
+  }
   pcgc_error err;
   pcgc_error_clear(&err);
   pcgc_machine m;

@@ -237,6 +237,25 @@ pcgc_graph *pcgc_cli_load(const char *path, int n_set, const char *const *names,
   return g;
 }
 
+int pcgc_cli_loss_kind(const char *cmd, const char *name, int *kind) {
+  int k = pcgc_op_from_name(name);
+  if (k != PCGC_OP_SOFTMAX_CROSS_ENTROPY && k != PCGC_OP_MSE)
+    return pcgc_cli_usage_error(cmd, "--loss must be softmax_cross_entropy or mse, not '%s'", name);
+  *kind = k;
+  return -1;
+}
+
+int pcgc_cli_add_loss(pcgc_graph *g, int kind) {
+  if (kind < 0) return EXIT_OK;
+  pcgc_error err;
+  pcgc_error_clear(&err);
+  pcgc_status st = pcgc_graph_add_loss(g, (pcgc_op_kind)kind, &err);
+  if (st == PCGC_OK) return EXIT_OK;
+  fprintf(stderr, "pcgc: ");
+  pcgc_error_print(stderr, &err);
+  return pcgc_cli_exit_code(st);
+}
+
 static pcgc_graph *load(const cli_opts *o, int *code) {
   return pcgc_cli_load(o->model, o->sets.n, o->sets.names, o->sets.values, o->batch, code);
 }

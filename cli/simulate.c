@@ -39,6 +39,7 @@ void pcgc_cli_simulate_help(FILE *f) {
           "  --trace FILE       write a Chrome trace of every task (chrome://tracing, ui.perfetto.dev)\n"
           "  --batch B          batch size (`const B`, or an ONNX model's symbolic batch dim)\n"
           "  --set NAME=VALUE   override a `const` of the model; repeatable\n"
+          PCGC_CLI_LOSS_HELP
           "  -h, --help         show this help\n");
 }
 
@@ -97,6 +98,7 @@ static int simulate_file(const char *path, const char *machine, const char *prof
 int pcgc_cli_simulate(int argc, char **argv) {
   const char *model = NULL, *machine = NULL, *profile = NULL, *strategy = "data-parallel";
   pcgc_cli_sets sets = {0};
+  int loss = -1; /* --loss: an op kind */
   int devices = 0;
   long long batch = 0;
   pcgc_sim_options o;
@@ -138,6 +140,9 @@ int pcgc_cli_simulate(int argc, char **argv) {
         return pcgc_cli_usage_error("simulate", "unknown schedule '%s' (gpipe, 1f1b)", argv[i]);
       o.schedule = (pcgc_schedule)k;
       schedule_given = true;
+    } else if (strcmp(a, "--loss") == 0) {
+      int r = pcgc_cli_loss_kind("simulate", argv[++i], &loss);
+      if (r >= 0) return r;
     } else if (strcmp(a, "--set") == 0) {
       int r = pcgc_cli_add_set("simulate", argv[++i], &sets);
       if (r >= 0) return r;
@@ -160,6 +165,10 @@ int pcgc_cli_simulate(int argc, char **argv) {
   int code = EXIT_OK;
   pcgc_graph *g = pcgc_cli_load(model, sets.n, sets.names, sets.values, batch, &code);
   if (!g) return code;
+  if ((code = pcgc_cli_add_loss(g, loss)) != EXIT_OK) {
+    pcgc_graph_free(g);
+    return code;
+  }
   pcgc_error err;
   pcgc_error_clear(&err);
   pcgc_machine m;

@@ -39,6 +39,7 @@ void pcgc_cli_train_help(FILE *f) {
           "  --f64              compute in double precision (default f32)\n"
           "  --no-dropout       disable dropout\n"
           "  --set NAME=VALUE   override a `const` of the model; repeatable\n"
+          PCGC_CLI_LOSS_HELP
           "  -h, --help         show this help\n"
           "\n"
           "exit codes: 0 trained, 1 invalid model or the loss became NaN/Inf, 2 usage, 3 I/O\n");
@@ -56,6 +57,7 @@ static int parse_num(const char *flag, const char *s, double *out) {
 int pcgc_cli_train(int argc, char **argv) {
   const char *model = NULL;
   pcgc_cli_sets sets = {0};
+  int loss = -1; /* --loss: an op kind */
   double steps = 10, seed = 1, lr = -1, momentum = 0, wd = 0, batch = 0;
   bool adam = false, f64 = false, dropout = true;
   for (int i = 0; i < argc; i++) {
@@ -87,6 +89,8 @@ int pcgc_cli_train(int argc, char **argv) {
           return pcgc_cli_usage_error("train", "--batch must be a positive integer, not '%s'", val);
       } else if (strcmp(a, "--set") == 0) {
         r = pcgc_cli_add_set("train", val, &sets);
+      } else if (strcmp(a, "--loss") == 0) {
+        r = pcgc_cli_loss_kind("train", val, &loss);
       } else {
         return pcgc_cli_usage_error("train", "unknown option '%s'", a);
       }
@@ -106,6 +110,10 @@ int pcgc_cli_train(int argc, char **argv) {
   int code = EXIT_OK;
   pcgc_graph *g = pcgc_cli_load(model, sets.n, sets.names, sets.values, (int64_t)batch, &code);
   if (!g) return code;
+  if ((code = pcgc_cli_add_loss(g, loss)) != EXIT_OK) {
+    pcgc_graph_free(g);
+    return code;
+  }
   pcgc_ref_options o;
   pcgc_ref_options_default(&o);
   o.dtype = f64 ? PCGC_F64 : PCGC_F32;

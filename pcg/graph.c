@@ -415,3 +415,70 @@ pcgc_status pcgc_graph_stats_compute(const pcgc_graph *g, pcgc_graph_stats *st, 
   }
   return PCGC_OK;
 }
+
+/* ------------------------------------------------------------ add a loss */
+
+pcgc_status pcgc_graph_add_loss(pcgc_graph *g, pcgc_op_kind kind, pcgc_error *err) {
+  if (kind != PCGC_OP_SOFTMAX_CROSS_ENTROPY && kind != PCGC_OP_MSE)
+    return pcgc_error_set(err, PCGC_ERR_INVALID, "a loss is softmax_cross_entropy or mse, not %s", pcgc_op_name(kind));
+  pcgc_status st = pcgc_graph_infer(g, err);
+  if (st != PCGC_OK) return st;
+  int n = g->n_nodes;
+  bool *read = calloc((size_t)(n ? n : 1) * PCGC_VARIADIC, sizeof *read); /* [node][slot] */
+  if (!read) return pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
+  for (int i = 0; i < n; i++) {
+    const pcgc_node *x = &g->nodes[i];
+    if (pcgc_op_class_of(x->kind) == PCGC_CLASS_LOSS) {
+      free(read);
+      pcgc_error_set(err, PCGC_ERR_INVALID, "the model already has a loss, '%s' (%s)", x->name, pcgc_op_name(x->kind));
+      pcgc_error_hint(err, "leave out the loss option; training uses the model's own loss");
+      return PCGC_ERR_INVALID;
+    }
+    for (int k = 0; k < x->n_in; k++)
+      if (x->in[k].slot < PCGC_VARIADIC) read[(size_t)x->in[k].node * PCGC_VARIADIC + (size_t)x->in[k].slot] = true;
+  }
+  pcgc_ref out = {-1, -1};
+  int found = 0;
+  char names[512] = "";
+  for (int i = 0; i < n; i++) {
+    const pcgc_node *x = &g->nodes[i];
+    if (pcgc_op_class_of(x->kind) == PCGC_CLASS_SOURCE) continue;
+    /* outputs are the nodes nothing reads: the unread pieces of a split
+     * whose other pieces are read are dead ends, not outputs */
+    bool sink = true;
+    for (int k = 0; k < x->n_out && k < PCGC_VARIADIC; k++) sink = sink && !read[(size_t)i * PCGC_VARIADIC + (size_t)k];
+    for (int k = 0; sink && k < x->n_out && k < PCGC_VARIADIC; k++) {
+      if (!pcgc_dtype_is_float(x->out[k].dtype)) continue;
+      if (found++ == 0) out = (pcgc_ref){i, k};
+      size_t l = strlen(names);
+      snprintf(names + l, sizeof names - l, "%s'%s'", l ? ", " : "", x->out_names[k]);
+    }
+  }
+  free(read);
+  if (found != 1) {
+    if (found) pcgc_error_set(err, PCGC_ERR_INVALID, "the model has %d outputs (%s); a loss needs exactly one", found, names);
+    else pcgc_error_set(err, PCGC_ERR_INVALID, "the model has no floating-point output a loss could read");
+    pcgc_error_hint(err, "write the model in the model format with its loss (docs/model-format.md)");
+    return PCGC_ERR_INVALID;
+  }
+  const pcgc_ptensor *t = &g->nodes[out.node].out[out.slot];
+  if (kind == PCGC_OP_SOFTMAX_CROSS_ENTROPY && t->rank < 1)
+    return pcgc_error_set(err, PCGC_ERR_INVALID, "output '%s' is a scalar; cross entropy needs class scores",
+                          g->nodes[out.node].out_names[out.slot]);
+  pcgc_attrs a;
+  pcgc_attrs_init(&a, PCGC_OP_INPUT);
+  int rank = kind == PCGC_OP_MSE ? t->rank : t->rank - 1;
+  if (pcgc_attrs_set_ints(&a, "shape", rank, t->dims) != PCGC_OK)
+    return pcgc_error_set(err, PCGC_ERR_INVALID, "cannot make labels for output '%s'", g->nodes[out.node].name);
+  pcgc_attrs_set_int(&a, "dtype", kind == PCGC_OP_MSE ? t->dtype : PCGC_I32);
+  char lname[64] = "labels", loss[64] = "loss";
+  for (int v = 1; pcgc_graph_find(g, lname) >= 0; v++) snprintf(lname, sizeof lname, "labels_%d", v);
+  for (int v = 1; pcgc_graph_find(g, loss) >= 0; v++) snprintf(loss, sizeof loss, "loss_%d", v);
+  int li = pcgc_graph_add_node(g, PCGC_OP_INPUT, lname, &a, 0, NULL);
+  if (li < 0) return pcgc_error_set(err, (pcgc_status)li, "cannot add the labels input");
+  pcgc_attrs_init(&a, kind);
+  pcgc_ref in[2] = {out, {li, 0}};
+  int id = pcgc_graph_add_node(g, kind, loss, &a, 2, in);
+  if (id < 0) return pcgc_error_set(err, (pcgc_status)id, "cannot add the loss");
+  return pcgc_graph_infer(g, err);
+}

@@ -394,6 +394,16 @@ bool pcgc_graph_equal(const pcgc_graph *a, const pcgc_graph *b);
  * ints, may be NULL). */
 bool pcgc_graph_isomorphism(const pcgc_graph *a, const pcgc_graph *b, int *map);
 
+/* Adds a training loss to a graph that has none (an exported inference
+ * graph): `kind` (PCGC_OP_SOFTMAX_CROSS_ENTROPY or PCGC_OP_MSE) of its one
+ * output (the one float tensor of the computed nodes none of whose outputs
+ * is read)
+ * against a new input "labels" (a unique name): class ids i32[the output's
+ * dims but the last] for cross entropy, the output's type for mse. Types
+ * the graph first. Errors name what is wrong: a loss already there, no
+ * output or several (listed), an output of the wrong kind. */
+pcgc_status pcgc_graph_add_loss(pcgc_graph *g, pcgc_op_kind kind, pcgc_error *err);
+
 /* Totals over a graph, for `pcgc check`. */
 typedef struct pcgc_graph_stats {
   int n_nodes;

@@ -150,6 +150,16 @@ pcgc_status pcgc_expert_new(const pcgc_graph *seq, const pcgc_machine *m, const 
       return PCGC_ERR_INVALID;
     }
   }
+  int losses = 0;
+  for (int i = 0; i < seq->n_nodes; i++) losses += pcgc_op_class_of(seq->nodes[i].kind) == PCGC_CLASS_LOSS;
+  if (losses != 1) {
+    pcgc_error_set(err, PCGC_ERR_INVALID, "model '%s' has %d losses; a training iteration needs exactly one",
+                   seq->name ? seq->name : "model", losses);
+    pcgc_error_hint(err, losses ? "sum them into one in the model" :
+                    "an exported ONNX inference graph has none: `--loss softmax_cross_entropy` or `--loss mse` "
+                    "adds one on its output");
+    return PCGC_ERR_INVALID;
+  }
   pcgc_expert *x = calloc(1, sizeof *x);
   if (!x) return pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
   x->seq = seq;

@@ -47,6 +47,19 @@ printf 'input ids: i32[8]\ninput labels: i32[8]\ne = embedding(ids, num=1048576,
 expect 1 "$pcgc" compile "$tmp/table.pcg" --machine "$tmp/tiny.machine"
 has "$tmp/err" "no strategy of model"
 
+# --- an ONNX inference graph has no loss: refused with the fix, trained and compiled with --loss
+onnx_mlp="$src/tests/onnx/models/mlp.onnx"
+expect 1 "$pcgc" compile "$onnx_mlp" --machine dgx-h100 --batch 64
+has "$tmp/err" "has 0 losses"; has "$tmp/err" "--loss softmax_cross_entropy"
+expect 0 "$pcgc" compile "$onnx_mlp" --machine dgx-h100 --batch 64 --loss softmax_cross_entropy
+has "$tmp/out" "strategy: dp"; has "$tmp/out" "loss "
+expect 0 "$pcgc" train "$onnx_mlp" --batch 8 --steps 2 --loss mse; has "$tmp/out" "step    2"
+expect 0 "$pcgc" simulate "$onnx_mlp" --machine dgx-h100 --batch 64 --loss mse
+expect 1 "$pcgc" compile "$mlp" --machine dgx-h100 --loss mse; has "$tmp/err" "already has a loss"
+expect 2 "$pcgc" compile "$onnx_mlp" --machine dgx-h100 --loss hinge; has "$tmp/err" "--loss must be"
+# split pieces nothing reads are dead ends, not outputs: the transformer has one
+expect 0 "$pcgc" train "$src/tests/onnx/models/transformer.onnx" --batch 2 --loss mse --steps 1
+
 # --- the joint search: statistics, --budget 0 skips it, extra rules, unsound rules left out
 expect 0 "$pcgc" compile "$mlp" --machine dgx-h100 --budget 3 --alpha 1.05
 has "$tmp/out" "joint search"; has "$tmp/out" "3 graphs expanded"; has "$tmp/out" "0 refused by the checker"

@@ -601,9 +601,52 @@ START_TEST(test_error_print_format) {
 }
 END_TEST
 
+static pcgc_graph *parse(const char *text) {
+  pcgc_error err = {0};
+  pcgc_graph *g = pcgc_model_parse(text, strlen(text), "inline.pcg", NULL, &err);
+  ck_assert_msg(g != NULL, "%s", err.message);
+  return g;
+}
+
+/* A loss added to an inference graph: class ids for cross entropy, the
+ * output's type for mse; refused where it is ambiguous or already there. */
+START_TEST(test_add_loss) {
+  pcgc_error err = {0};
+  pcgc_graph *g = parse("input x: f32[4, 8]\nweight w: f32[8, 3]\ny = matmul(x, w)\n");
+  ck_assert_int_eq(pcgc_graph_add_loss(g, PCGC_OP_SOFTMAX_CROSS_ENTROPY, &err), PCGC_OK);
+  int l = pcgc_graph_find(g, "labels"), loss = pcgc_graph_find(g, "loss");
+  ck_assert(l >= 0 && loss >= 0);
+  ck_assert_int_eq(g->nodes[l].out[0].dtype, PCGC_I32);
+  ck_assert_int_eq(g->nodes[l].out[0].rank, 1);
+  ck_assert_int_eq(g->nodes[l].out[0].dims[0], 4);
+  ck_assert_int_eq(g->nodes[loss].kind, PCGC_OP_SOFTMAX_CROSS_ENTROPY);
+  ck_assert_int_eq(g->nodes[loss].in[0].node, pcgc_graph_find(g, "y"));
+  ck_assert_int_eq(pcgc_graph_validate(g, &err), PCGC_OK);
+  ck_assert_int_eq(pcgc_graph_add_loss(g, PCGC_OP_MSE, &err), PCGC_ERR_INVALID);
+  ck_assert_msg(strstr(err.message, "already has a loss, 'loss'") != NULL, "%s", err.message);
+  pcgc_graph_free(g);
+
+  /* mse: labels of the output's type; a name already taken gets a suffix */
+  g = parse("input labels: f32[4, 8]\ny = relu(labels)\n");
+  ck_assert_int_eq(pcgc_graph_add_loss(g, PCGC_OP_MSE, &err), PCGC_OK);
+  l = pcgc_graph_find(g, "labels_1");
+  ck_assert(l >= 0);
+  ck_assert(pcgc_ptensor_equal(&g->nodes[l].out[0], &g->nodes[pcgc_graph_find(g, "y")].out[0]));
+  pcgc_graph_free(g);
+
+  /* two outputs: which one is meant is not known */
+  g = parse("input x: f32[4, 8]\na = relu(x)\nb = tanh(x)\n");
+  ck_assert_int_eq(pcgc_graph_add_loss(g, PCGC_OP_MSE, &err), PCGC_ERR_INVALID);
+  ck_assert_msg(strstr(err.message, "2 outputs ('a', 'b')") != NULL, "%s", err.message);
+  ck_assert_int_eq(pcgc_graph_add_loss(g, PCGC_OP_RELU, &err), PCGC_ERR_INVALID);
+  pcgc_graph_free(g);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("graph");
   TCase *tc = tcase_create("graph");
+  tcase_add_test(tc, test_add_loss);
   tcase_add_test(tc, test_build_and_types);
   tcase_add_test(tc, test_topo_order);
   tcase_add_test(tc, test_cycle_detected);
