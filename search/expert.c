@@ -663,42 +663,6 @@ fail:
 
 /* -------------------------------------------------------------- search */
 
-/* The DP's views (search/mapping.c) in place of the greedy's mp when its
- * cost model says they are cheaper and they simulate faster (or fit where
- * the greedy's do not): per candidate, never worse than the greedy. A DP
- * that fails for another reason than memory leaves the greedy views. memo:
- * the compile's, shared by every candidate. */
-static pcgc_status dp_views(const pcgc_graph *pg, pcgc_expert_choice c, const pcgc_machine *m,
-                            const pcgc_sim_options *so, pcgc_views_memo *memo, pcgc_mapping *mp, pcgc_sim_result *sr,
-                            pcgc_error *err) {
-  pcgc_mapping dp;
-  pcgc_views_dp_stats ds;
-  pcgc_views_dp_options o;
-  pcgc_views_dp_options_default(&o);
-  o.optimizer = so->optimizer;
-  o.memo = memo;
-  pcgc_error e;
-  pcgc_error_clear(&e);
-  pcgc_status st = pcgc_views_dp(pg, mp, c.dp * c.tp, c.tp, m, &o, &dp, &ds, &e);
-  if (st != PCGC_OK) return st == PCGC_ERR_NOMEM ? pcgc_error_set(err, st, "%s", e.message) : PCGC_OK;
-  pcgc_sim_result r2;
-  memset(&r2, 0, sizeof r2);
-  if (!ds.kept_init && (st = pcgc_simulate(pg, &dp, m, so, &r2, &e)) == PCGC_OK) {
-    bool fit1 = sr->oom_devices == 0, fit2 = r2.oom_devices == 0;
-    if ((fit2 && !fit1) || (fit2 == fit1 && r2.iteration_time < sr->iteration_time)) {
-      pcgc_mapping t = *mp;
-      *mp = dp;
-      dp = t;
-      pcgc_sim_result tr = *sr;
-      *sr = r2;
-      r2 = tr;
-    }
-  }
-  pcgc_sim_result_destroy(&r2);
-  pcgc_mapping_destroy(&dp);
-  return st == PCGC_ERR_NOMEM ? pcgc_error_set(err, st, "%s", e.message) : PCGC_OK;
-}
-
 void pcgc_compile_options_default(pcgc_compile_options *o) {
   memset(o, 0, sizeof *o);
   pcgc_sim_options_default(&o->sim);
@@ -877,7 +841,7 @@ pcgc_status pcgc_compile(const pcgc_graph *seq, const pcgc_machine *m, const pcg
   cand_list L = {0};
   pcgc_graph *best = NULL;
   pcgc_mapping best_mp = {0};
-  pcgc_views_memo *memo = NULL; /* the DP's terms, shared by the candidates (dp_views) */
+  pcgc_views_memo *memo = NULL; /* the DP's terms, shared by the candidates */
   pcgc_status st = pcgc_expert_new(seq, m, o->rules_dir, &x, err);
   if (st == PCGC_OK) st = enumerate(x, &L, err);
   if (st == PCGC_OK) st = pcgc_views_memo_new(&memo, err);
@@ -904,7 +868,8 @@ pcgc_status pcgc_compile(const pcgc_graph *seq, const pcgc_machine *m, const pcg
     pcgc_sim_result sr;
     memset(&sr, 0, sizeof sr);
     if (s == PCGC_OK) s = pcgc_simulate(pg, &mp, m, &o->sim, &sr, &e);
-    if (s == PCGC_OK) s = dp_views(pg, c, m, &o->sim, memo, &mp, &sr, &e);
+    bool dp_changed; /* the DP's views replace the greedy's where they simulate better */
+    if (s == PCGC_OK) s = pcgc_views_dp_if_better(pg, c.dp * c.tp, c.tp, m, &o->sim, memo, &mp, &sr, &dp_changed, &e);
     if (s == PCGC_OK) s = try_1f1b(pg, &mp, m, &o->sim, &c, &sr, &e);
     if (s == PCGC_OK) s = try_recompute(pg, &mp, m, &o->sim, &c, &sr, &e);
     if (s == PCGC_OK) fmt_choice(cs, sizeof cs, c);

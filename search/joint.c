@@ -170,6 +170,18 @@ static bool remember(search *S, uint64_t h) {
   return true;
 }
 
+/* How candidates are simulated: the search's options, no trace. */
+static pcgc_sim_options sim_options(const pcgc_joint_options *o) {
+  pcgc_sim_options so;
+  if (o->sim) so = *o->sim;
+  else pcgc_sim_options_default(&so);
+  so.trace_path = NULL;
+  return so;
+}
+
+/* The cost the search compares: INFINITY for a device out of memory. */
+static double cost_of_result(const pcgc_sim_result *sr) { return sr->oom_devices ? INFINITY : sr->iteration_time; }
+
 /* Simulated iteration time of g with mp; INFINITY when a device is out of
  * memory or the simulation fails. */
 static double cost_of(search *S, const pcgc_graph *g, const pcgc_mapping *mp) {
@@ -178,16 +190,33 @@ static double cost_of(search *S, const pcgc_graph *g, const pcgc_mapping *mp) {
 
 double pcgc__joint_cost(const pcgc_graph *g, const pcgc_mapping *mp, const pcgc_machine *m,
                         const pcgc_joint_options *o) {
-  pcgc_sim_options so;
-  if (o->sim) so = *o->sim;
-  else pcgc_sim_options_default(&so);
-  so.trace_path = NULL;
+  pcgc_sim_options so = sim_options(o);
   pcgc_sim_result sr;
   pcgc_error e = {0};
   if (pcgc_simulate(g, mp, m, &so, &sr, &e) != PCGC_OK) return INFINITY;
-  double t = sr.oom_devices ? INFINITY : sr.iteration_time;
+  double t = cost_of_result(&sr);
   pcgc_sim_result_destroy(&sr);
   return t;
+}
+
+/* Candidate c's cost with its views, which the DP's replace where they
+ * simulate better (o->views_dp). Only running out of memory is an error. */
+static pcgc_status cost_candidate(search *S, cand *c, pcgc_error *err) {
+  if (!S->o->views_dp) {
+    c->cost = cost_of(S, c->g, &c->mp);
+    return PCGC_OK;
+  }
+  pcgc_sim_options so = sim_options(S->o);
+  pcgc_sim_result sr;
+  pcgc_error e = {0};
+  c->cost = INFINITY;
+  if (pcgc_simulate(c->g, &c->mp, S->m, &so, &sr, &e) != PCGC_OK) return PCGC_OK;
+  bool changed = false;
+  pcgc_status st = pcgc_views_dp_if_better(c->g, S->block, S->t, S->m, &so, S->o->memo, &c->mp, &sr, &changed, err);
+  S->r->dp_better += changed;
+  c->cost = cost_of_result(&sr);
+  pcgc_sim_result_destroy(&sr);
+  return st;
 }
 
 static bool collect(const pcgc_match *m, void *ctx) {
@@ -210,31 +239,6 @@ static void report(const search *S) {
   pcgc_joint_progress p = {.expanded = S->r->expanded, .evaluated = S->r->evaluated, .start = S->r->start_time,
                            .best = S->best.cost};
   S->o->progress(S->o->progress_ctx, &p);
-}
-
-/* The DP's views for candidate c in place of its greedy ones when they
- * simulate faster (or fit where those do not). Only running out of memory
- * is an error; a DP that cannot map the graph leaves the greedy views. */
-static pcgc_status try_dp(search *S, cand *c, pcgc_error *err) {
-  pcgc_views_dp_options o;
-  pcgc_views_dp_options_default(&o);
-  o.optimizer = S->o->sim ? S->o->sim->optimizer : o.optimizer;
-  o.memo = S->o->memo;
-  pcgc_mapping dp;
-  pcgc_views_dp_stats ds;
-  pcgc_error e = {0};
-  pcgc_status st = pcgc_views_dp(c->g, &c->mp, S->block, S->t, S->m, &o, &dp, &ds, &e);
-  if (st != PCGC_OK) return st == PCGC_ERR_NOMEM ? pcgc_error_set(err, st, "%s", e.message) : PCGC_OK;
-  double t = ds.kept_init ? INFINITY : cost_of(S, c->g, &dp);
-  if (t < c->cost) {
-    pcgc_mapping x = c->mp;
-    c->mp = dp;
-    dp = x;
-    c->cost = t;
-    S->r->dp_better++;
-  }
-  pcgc_mapping_destroy(&dp);
-  return PCGC_OK;
 }
 
 /* A rewritten graph g2 (owned) of S->cur: dropped as a duplicate, or given
@@ -274,8 +278,7 @@ static pcgc_status consider(search *S, const pcgc_rule_inst *ri, pcgc_graph *g2,
     cand_free(&c);
     return PCGC_OK;
   }
-  c.cost = cost_of(S, c.g, &c.mp);
-  if (S->o->views_dp && (st = try_dp(S, &c, err)) != PCGC_OK) {
+  if ((st = cost_candidate(S, &c, err)) != PCGC_OK) {
     cand_free(&c);
     return st;
   }

@@ -1236,3 +1236,36 @@ pcgc_status pcgc_views_dp(const pcgc_graph *g, const pcgc_mapping *init, int blo
   if (st != PCGC_OK) pcgc_mapping_destroy(out);
   return st;
 }
+
+pcgc_status pcgc_views_dp_if_better(const pcgc_graph *g, int block, int t, const pcgc_machine *m,
+                                    const pcgc_sim_options *so, pcgc_views_memo *memo, pcgc_mapping *mp,
+                                    pcgc_sim_result *sr, bool *changed, pcgc_error *err) {
+  *changed = false;
+  pcgc_views_dp_options o;
+  pcgc_views_dp_options_default(&o);
+  o.optimizer = so->optimizer;
+  o.memo = memo;
+  pcgc_mapping dp;
+  pcgc_views_dp_stats ds;
+  pcgc_error e;
+  pcgc_error_clear(&e);
+  pcgc_status st = pcgc_views_dp(g, mp, block, t, m, &o, &dp, &ds, &e);
+  if (st != PCGC_OK) return st == PCGC_ERR_NOMEM ? pcgc_error_set(err, st, "%s", e.message) : PCGC_OK;
+  pcgc_sim_result r2;
+  memset(&r2, 0, sizeof r2);
+  if (!ds.kept_init && (st = pcgc_simulate(g, &dp, m, so, &r2, &e)) == PCGC_OK) {
+    bool fit1 = sr->oom_devices == 0, fit2 = r2.oom_devices == 0;
+    if ((fit2 && !fit1) || (fit2 == fit1 && r2.iteration_time < sr->iteration_time)) {
+      pcgc_mapping tm = *mp;
+      *mp = dp;
+      dp = tm;
+      pcgc_sim_result tr = *sr;
+      *sr = r2;
+      r2 = tr;
+      *changed = true;
+    }
+  }
+  pcgc_sim_result_destroy(&r2);
+  pcgc_mapping_destroy(&dp);
+  return st == PCGC_ERR_NOMEM ? pcgc_error_set(err, st, "%s", e.message) : PCGC_OK;
+}

@@ -972,6 +972,15 @@ pcgc_status pcgc_views_dp(const pcgc_graph *g, const pcgc_mapping *init, int blo
                           const pcgc_views_dp_options *o, pcgc_mapping *out, pcgc_views_dp_stats *stats,
                           pcgc_error *err);
 
+/* The DP's views (optimizer from so, memo may be NULL) in place of *mp, with
+ * *sr (mp simulated with so) replaced by theirs, when they simulate faster
+ * or fit where mp does not; *changed says whether they did. What compile
+ * and the joint search do per candidate: never worse than mp. Only running
+ * out of memory is an error; a graph the DP cannot map keeps mp. */
+pcgc_status pcgc_views_dp_if_better(const pcgc_graph *g, int block, int t, const pcgc_machine *m,
+                                    const pcgc_sim_options *so, pcgc_views_memo *memo, pcgc_mapping *mp,
+                                    pcgc_sim_result *sr, bool *changed, pcgc_error *err);
+
 /* ------------------------------------------------------ strategy files
  * A mapped parallel graph as JSON (docs/strategy-format.md):
  *
