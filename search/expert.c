@@ -778,52 +778,39 @@ static void fmt_choice(char *buf, size_t n, pcgc_expert_choice c) {
            c.schedule == PCGC_SCHEDULE_1F1B ? " 1f1b" : "", c.recompute ? " recompute" : "");
 }
 
-/* A candidate still out of memory, with its activations recomputed (in
- * 1F1B order when pipelined): kept when that fits. Costs a forward more per
- * backward, so it is only tried where nothing else fits this candidate. */
-static pcgc_status try_recompute(const pcgc_graph *pg, const pcgc_mapping *mp, const pcgc_machine *m,
+/* A candidate out of memory, simulated again with what saves memory:
+ *   1. pipelined, in 1F1B order, which keeps at most s - k micro-batches'
+ *      activations on stage k (GPipe keeps them all); kept when it fits,
+ *      or is faster while neither fits;
+ *   2. still out of memory, with its activations recomputed as well (a
+ *      forward more per backward); kept when it fits.
+ * *sr, c->schedule and c->recompute follow what is kept. Not tried when
+ * the candidate fits: 1F1B takes about GPipe's time (the simulator gives
+ * BERT-Large with 8 stages 303 and 302 ms) and recomputing only costs, and
+ * each try is another simulation. Only what the caller left at the
+ * defaults (GPipe, no recomputation) is varied. */
+static pcgc_status fit_in_memory(const pcgc_graph *pg, const pcgc_mapping *mp, const pcgc_machine *m,
                                  const pcgc_sim_options *so, pcgc_expert_choice *c, pcgc_sim_result *sr,
                                  pcgc_error *err) {
-  if (sr->oom_devices == 0 || so->recompute) return PCGC_OK;
-  pcgc_sim_options o = *so;
-  o.recompute = true;
-  if (c->pp > 1 && c->micro > 1 && so->schedule == PCGC_SCHEDULE_GPIPE) o.schedule = PCGC_SCHEDULE_1F1B;
-  pcgc_sim_result r2;
-  pcgc_status st = pcgc_simulate(pg, mp, m, &o, &r2, err);
-  if (st != PCGC_OK) return st;
-  if (r2.oom_devices == 0) {
-    pcgc_sim_result t = *sr;
-    *sr = r2;
-    r2 = t;
-    c->recompute = true;
-    c->schedule = o.schedule;
+  bool pipelined = c->pp > 1 && c->micro > 1 && so->schedule == PCGC_SCHEDULE_GPIPE;
+  for (int step = pipelined ? 1 : 2; step <= 2 && sr->oom_devices > 0; step++) {
+    if (step == 2 && so->recompute) break;
+    pcgc_sim_options o = *so;
+    if (pipelined) o.schedule = PCGC_SCHEDULE_1F1B;
+    o.recompute = so->recompute || step == 2;
+    pcgc_sim_result r2;
+    pcgc_status st = pcgc_simulate(pg, mp, m, &o, &r2, err);
+    if (st != PCGC_OK) return st;
+    bool fits = r2.oom_devices == 0;
+    if (fits || (step == 1 && r2.iteration_time < sr->iteration_time)) {
+      pcgc_sim_result t = *sr;
+      *sr = r2;
+      r2 = t;
+      c->schedule = o.schedule;
+      c->recompute = o.recompute;
+    }
+    pcgc_sim_result_destroy(&r2);
   }
-  pcgc_sim_result_destroy(&r2);
-  return PCGC_OK;
-}
-
-/* A pipelined candidate out of memory under GPipe, under 1F1B: 1F1B keeps
- * at most s - k micro-batches' activations on stage k, so it may fit. Its
- * result replaces *sr (and c->schedule) when it fits, or is faster. Not
- * tried when GPipe fits: the two take about the same time (the simulator
- * gives BERT-Large with 8 stages 303 and 302 ms), and each try is another
- * simulation. Only when the caller left the schedule at GPipe. */
-static pcgc_status try_1f1b(const pcgc_graph *pg, const pcgc_mapping *mp, const pcgc_machine *m,
-                            const pcgc_sim_options *so, pcgc_expert_choice *c, pcgc_sim_result *sr, pcgc_error *err) {
-  if (c->pp <= 1 || c->micro <= 1 || so->schedule != PCGC_SCHEDULE_GPIPE || sr->oom_devices == 0) return PCGC_OK;
-  pcgc_sim_options o = *so;
-  o.schedule = PCGC_SCHEDULE_1F1B;
-  pcgc_sim_result r2;
-  pcgc_status st = pcgc_simulate(pg, mp, m, &o, &r2, err);
-  if (st != PCGC_OK) return st;
-  bool fit1 = sr->oom_devices == 0, fit2 = r2.oom_devices == 0;
-  if ((fit2 && !fit1) || (fit2 == fit1 && r2.iteration_time < sr->iteration_time)) {
-    pcgc_sim_result t = *sr;
-    *sr = r2;
-    r2 = t;
-    c->schedule = PCGC_SCHEDULE_1F1B;
-  }
-  pcgc_sim_result_destroy(&r2);
   return PCGC_OK;
 }
 
@@ -870,8 +857,7 @@ pcgc_status pcgc_compile(const pcgc_graph *seq, const pcgc_machine *m, const pcg
     if (s == PCGC_OK) s = pcgc_simulate(pg, &mp, m, &o->sim, &sr, &e);
     bool dp_changed; /* the DP's views replace the greedy's where they simulate better */
     if (s == PCGC_OK) s = pcgc_views_dp_if_better(pg, c.dp * c.tp, c.tp, m, &o->sim, memo, &mp, &sr, &dp_changed, &e);
-    if (s == PCGC_OK) s = try_1f1b(pg, &mp, m, &o->sim, &c, &sr, &e);
-    if (s == PCGC_OK) s = try_recompute(pg, &mp, m, &o->sim, &c, &sr, &e);
+    if (s == PCGC_OK) s = fit_in_memory(pg, &mp, m, &o->sim, &c, &sr, &e);
     if (s == PCGC_OK) fmt_choice(cs, sizeof cs, c);
     if (s == PCGC_ERR_NOMEM) {
       st = pcgc_error_set(err, s, "%s: %s", cs, e.message);
