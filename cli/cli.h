@@ -6,6 +6,7 @@
 #define PCGC_CLI_H
 
 #include "pcg.h"
+#include "search.h"
 
 /* Exit codes (docs/cli.md). */
 enum {
@@ -34,17 +35,19 @@ int pcgc_cli_usage_error(const char *cmd, const char *fmt, const char *arg);
 int pcgc_cli_exit_code(pcgc_status s);
 /* Loads and validates a model (a .pcg model file or an .onnx file); prints
  * the error and sets *code on failure. batch > 0 sets the batch size: the
- * model file's `const B`, or an ONNX model's symbolic batch dim. */
+ * model file's `const B`, or an ONNX model's symbolic batch dim. loss >= 0
+ * (an op kind from pcgc_cli_loss_kind) adds that loss (pcgc_graph_add_loss). */
 pcgc_graph *pcgc_cli_load(const char *path, int n_set, const char *const *names, const char *const *values,
-                          int64_t batch, int *code);
+                          int64_t batch, int loss, int *code);
 
 /* --loss KIND (softmax_cross_entropy or mse): the op kind into *kind, or
- * EXIT_USAGE after printing what is wrong; -1 when fine. Then, after
- * loading, pcgc_cli_add_loss puts the loss on the model's one output (an
- * exported ONNX inference graph has none); kind < 0 does nothing. Returns
- * EXIT_OK or prints the error and returns its exit code. */
+ * EXIT_USAGE after printing what is wrong; -1 when fine. pcgc_cli_load then
+ * puts the loss on the model's one output (an exported ONNX inference graph
+ * has none). */
 int pcgc_cli_loss_kind(const char *cmd, const char *name, int *kind);
-int pcgc_cli_add_loss(pcgc_graph *g, int kind);
+
+/* "dp 2 x tp 4 x pp 2, 8 micro-batches in 1F1B order, activations recomputed" */
+void pcgc_cli_format_choice(char *buf, size_t n, pcgc_expert_choice c);
 #define PCGC_CLI_LOSS_HELP                                                                          \
   "  --loss KIND        softmax_cross_entropy | mse: add this loss on the model's one output,\n"    \
   "                     against a new input 'labels' (for ONNX inference graphs, which have none)\n"

@@ -100,11 +100,6 @@ static const char *fmt_bytes(char *b, size_t n, double x) {
   return b;
 }
 
-static void fmt_choice(char *b, size_t n, pcgc_expert_choice c) {
-  snprintf(b, n, "dp %d x tp %d x pp %d, %d micro-batch%s%s%s", c.dp, c.tp, c.pp, c.micro, c.micro == 1 ? "" : "es",
-           c.schedule == PCGC_SCHEDULE_1F1B ? " in 1F1B order" : "", c.recompute ? ", activations recomputed" : "");
-}
-
 /* The devices of a node's pieces: "3", "0..7", "0..6 step 2". */
 static void fmt_devices(char *b, size_t n, pcgc_view v, int64_t pieces, int D) {
   if (pieces <= 1 || v.stride == 0) {
@@ -238,7 +233,7 @@ static void print_ref(const char *label, const pcgc_compile_ref *f, double best)
     printf("  %-26s infeasible: %s\n", label, f->note);
     return;
   }
-  fmt_choice(c, sizeof c, f->choice);
+  pcgc_cli_format_choice(c, sizeof c, f->choice);
   printf("  %-26s %-10s %6.2fx the chosen time  (%s)\n", label, fmt_time(a, sizeof a, f->time),
          best > 0 ? f->time / best : 0, c);
 }
@@ -323,12 +318,8 @@ int pcgc_cli_compile(int argc, char **argv) {
   if (!machine)
     return pcgc_cli_usage_error("compile", "missing --machine M (a preset such as dgx-h100, or a file)%s", "");
   int code = EXIT_OK;
-  pcgc_graph *g = pcgc_cli_load(model, sets.n, sets.names, sets.values, batch, &code);
+  pcgc_graph *g = pcgc_cli_load(model, sets.n, sets.names, sets.values, batch, loss, &code);
   if (!g) return code;
-  if ((code = pcgc_cli_add_loss(g, loss)) != EXIT_OK) {
-    pcgc_graph_free(g);
-    return code;
-  }
   pcgc_error err;
   pcgc_error_clear(&err);
   pcgc_machine m;
@@ -359,7 +350,7 @@ int pcgc_cli_compile(int argc, char **argv) {
   }
   char a[64], b[64], c[128];
   const char *name = g->name ? g->name : model;
-  fmt_choice(c, sizeof c, r.choice);
+  pcgc_cli_format_choice(c, sizeof c, r.choice);
   printf("pcgc compile: %s on %s (%d device%s)\n", name, m.name, D, D == 1 ? "" : "s");
   printf("strategy: %s on %d of %d devices\n", c, r.choice.dp * r.choice.tp * r.choice.pp, D);
   print_table(&r, &m);

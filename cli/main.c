@@ -194,8 +194,32 @@ static int parse_opts(const char *cmd, int argc, char **argv, cli_opts *o, bool 
   return -1;
 }
 
+void pcgc_cli_format_choice(char *b, size_t n, pcgc_expert_choice c) {
+  snprintf(b, n, "dp %d x tp %d x pp %d, %d micro-batch%s%s%s", c.dp, c.tp, c.pp, c.micro, c.micro == 1 ? "" : "es",
+           c.schedule == PCGC_SCHEDULE_1F1B ? " in 1F1B order" : "", c.recompute ? ", activations recomputed" : "");
+}
+
+int pcgc_cli_loss_kind(const char *cmd, const char *name, int *kind) {
+  int k = pcgc_op_from_name(name);
+  if (k != PCGC_OP_SOFTMAX_CROSS_ENTROPY && k != PCGC_OP_MSE)
+    return pcgc_cli_usage_error(cmd, "--loss must be softmax_cross_entropy or mse, not '%s'", name);
+  *kind = k;
+  return -1;
+}
+
+/* --loss: the loss put on the model's output; EXIT_OK or the printed error's code. */
+static int add_loss(pcgc_graph *g, int kind) {
+  pcgc_error err;
+  pcgc_error_clear(&err);
+  pcgc_status st = pcgc_graph_add_loss(g, (pcgc_op_kind)kind, &err);
+  if (st == PCGC_OK) return EXIT_OK;
+  fprintf(stderr, "pcgc: ");
+  pcgc_error_print(stderr, &err);
+  return pcgc_cli_exit_code(st);
+}
+
 pcgc_graph *pcgc_cli_load(const char *path, int n_set, const char *const *names, const char *const *values,
-                          int64_t batch, int *code) {
+                          int64_t batch, int loss, int *code) {
   pcgc_error err;
   pcgc_error_clear(&err);
   pcgc_graph *g;
@@ -234,30 +258,15 @@ pcgc_graph *pcgc_cli_load(const char *path, int n_set, const char *const *names,
     *code = EXIT_INVALID;
     return NULL;
   }
+  if (loss >= 0 && (*code = add_loss(g, loss)) != EXIT_OK) {
+    pcgc_graph_free(g);
+    return NULL;
+  }
   return g;
 }
 
-int pcgc_cli_loss_kind(const char *cmd, const char *name, int *kind) {
-  int k = pcgc_op_from_name(name);
-  if (k != PCGC_OP_SOFTMAX_CROSS_ENTROPY && k != PCGC_OP_MSE)
-    return pcgc_cli_usage_error(cmd, "--loss must be softmax_cross_entropy or mse, not '%s'", name);
-  *kind = k;
-  return -1;
-}
-
-int pcgc_cli_add_loss(pcgc_graph *g, int kind) {
-  if (kind < 0) return EXIT_OK;
-  pcgc_error err;
-  pcgc_error_clear(&err);
-  pcgc_status st = pcgc_graph_add_loss(g, (pcgc_op_kind)kind, &err);
-  if (st == PCGC_OK) return EXIT_OK;
-  fprintf(stderr, "pcgc: ");
-  pcgc_error_print(stderr, &err);
-  return pcgc_cli_exit_code(st);
-}
-
 static pcgc_graph *load(const cli_opts *o, int *code) {
-  return pcgc_cli_load(o->model, o->sets.n, o->sets.names, o->sets.values, o->batch, code);
+  return pcgc_cli_load(o->model, o->sets.n, o->sets.names, o->sets.values, o->batch, -1, code);
 }
 
 /* ----------------------------------------------------------- output */

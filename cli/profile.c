@@ -141,7 +141,7 @@ int pcgc_cli_profile(int argc, char **argv) {
   if (!machine) return pcgc_cli_usage_error("profile", "missing --machine M (cpu-local, or a file)%s", "");
   if (!output) return pcgc_cli_usage_error("profile", "missing -o DB (the database file to write)%s", "");
   int code = EXIT_OK;
-  pcgc_graph *g = pcgc_cli_load(model, sets.n, sets.names, sets.values, batch, &code);
+  pcgc_graph *g = pcgc_cli_load(model, sets.n, sets.names, sets.values, batch, -1, &code);
   if (!g) return code;
   pcgc_error err;
   pcgc_error_clear(&err);

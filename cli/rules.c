@@ -141,7 +141,7 @@ int pcgc_cli_rules(int argc, char **argv) {
     }
     int max_rank = 4;
     if (model) {
-      pcgc_graph *g = pcgc_cli_load(model, 0, NULL, NULL, 0, &code);
+      pcgc_graph *g = pcgc_cli_load(model, 0, NULL, NULL, 0, -1, &code);
       if (!g) {
         pcgc_ruleset_free(rs);
         return code;

@@ -75,11 +75,9 @@ static int simulate_file(const char *path, const char *machine, const char *prof
     st = pcgc_simulate(g, &mp, &m, o, &r, &err);
     if (st == PCGC_OK) {
       char title[512], ch[128] = "";
-      if (info.has_choice)
-        snprintf(ch, sizeof ch, " (dp %d x tp %d x pp %d, %d micro-batches%s%s)", info.choice.dp, info.choice.tp,
-                 info.choice.pp, info.choice.micro, info.choice.schedule == PCGC_SCHEDULE_1F1B ? ", 1F1B" : "",
-                 info.choice.recompute ? ", activations recomputed" : "");
-      snprintf(title, sizeof title, "%s: strategy %s%s", g->name ? g->name : "model", path, ch);
+      if (info.has_choice) pcgc_cli_format_choice(ch, sizeof ch, info.choice);
+      snprintf(title, sizeof title, "%s: strategy %s%s%s%s", g->name ? g->name : "model", path, ch[0] ? " (" : "", ch,
+               ch[0] ? ")" : "");
       pcgc_sim_report(stdout, &r, &m, title);
       if (info.has_predicted)
         printf("  predicted      %.6g s by pcgc compile, %.6g s now%s\n", info.iteration_s, r.iteration_time,
@@ -157,18 +155,14 @@ int pcgc_cli_simulate(int argc, char **argv) {
   if (!model) return pcgc_cli_usage_error("simulate", "missing MODEL%s", "");
   if (!machine) return pcgc_cli_usage_error("simulate", "missing --machine M (a preset such as dgx-h100, or a file)%s", "");
   if (pcgc_strategy_file_detect(model)) {
-    if (sets.n || batch || devices || strcmp(strategy, "data-parallel") != 0)
-      return pcgc_cli_usage_error("simulate", "--strategy, --devices, --batch and --set apply to models, not to "
-                                              "strategy files like '%s'", model);
+    if (sets.n || batch || devices || loss >= 0 || strcmp(strategy, "data-parallel") != 0)
+      return pcgc_cli_usage_error("simulate", "--strategy, --devices, --batch, --set and --loss apply to models, not "
+                                              "to strategy files like '%s'", model);
     return simulate_file(model, machine, profile, schedule_given, &o);
   }
   int code = EXIT_OK;
-  pcgc_graph *g = pcgc_cli_load(model, sets.n, sets.names, sets.values, batch, &code);
+  pcgc_graph *g = pcgc_cli_load(model, sets.n, sets.names, sets.values, batch, loss, &code);
   if (!g) return code;
-  if ((code = pcgc_cli_add_loss(g, loss)) != EXIT_OK) {
-    pcgc_graph_free(g);
-    return code;
-  }
   pcgc_error err;
   pcgc_error_clear(&err);
   pcgc_machine m;

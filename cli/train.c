@@ -108,12 +108,8 @@ int pcgc_cli_train(int argc, char **argv) {
     return pcgc_cli_usage_error("train", "--lr must be positive and --momentum/--weight-decay not negative%s", "");
 
   int code = EXIT_OK;
-  pcgc_graph *g = pcgc_cli_load(model, sets.n, sets.names, sets.values, (int64_t)batch, &code);
+  pcgc_graph *g = pcgc_cli_load(model, sets.n, sets.names, sets.values, (int64_t)batch, loss, &code);
   if (!g) return code;
-  if ((code = pcgc_cli_add_loss(g, loss)) != EXIT_OK) {
-    pcgc_graph_free(g);
-    return code;
-  }
   pcgc_ref_options o;
   pcgc_ref_options_default(&o);
   o.dtype = f64 ? PCGC_F64 : PCGC_F32;

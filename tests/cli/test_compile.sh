@@ -157,6 +157,7 @@ expect 0 "$pcgc" simulate "$tmp/mlp.json" --machine h100-4x8; has "$tmp/err" "co
 # model-only options are refused for strategy files
 expect 2 "$pcgc" simulate "$tmp/mlp.json" --machine dgx-h100 --strategy sequential
 has "$tmp/err" "apply to models, not to strategy files"
+expect 2 "$pcgc" simulate "$tmp/mlp.json" --machine dgx-h100 --loss mse; has "$tmp/err" "--loss apply to models"
 
 # --- a larger model: every kind of parallelism is at least tried
 expect 0 "$pcgc" compile "$src/models/unity-mlp.pcg" --machine dgx-h100 -o "$tmp/unity.json"
