@@ -48,7 +48,6 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "search.h"
 #include "sim_internal.h"
@@ -427,16 +426,6 @@ static pcgc_status distribute(pcgc_graph *pg, int b, int m, pcgc_error *err) {
 
 /* -------------------------------------------------------------- stages */
 
-/* A source, or a parallel operator that only distributes one: placed by
- * its readers (the simulator's "resident"). */
-static void find_resident(const pcgc_graph *g, const int *order, bool *res) {
-  for (int k = 0; k < g->n_nodes; k++) {
-    const pcgc_node *n = &g->nodes[order[k]];
-    pcgc_op_class c = pcgc_op_class_of(n->kind);
-    res[n->id] = c == PCGC_CLASS_SOURCE || (c == PCGC_CLASS_PARALLEL && res[n->in[0].node]);
-  }
-}
-
 static void assign_stages(const pcgc_expert *x, const pcgc_graph *pg, const int *order, const bool *res, int s,
                           int *stage) {
   const pcgc_graph *seq = x->seq;
@@ -564,7 +553,7 @@ pcgc_status pcgc_views_replace(const pcgc_graph *g, const pcgc_graph *prev, cons
   pcgc_status st = order && stage && res ? pcgc_graph_topo_order(g, order, err)
                                          : pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
   if (st == PCGC_OK) {
-    find_resident(g, order, res);
+    pcgc__find_resident(g, order, res);
     for (int k = 0; k < n; k++) {
       const pcgc_node *x = &g->nodes[order[k]];
       int id = pcgc_graph_find(prev, x->name), sg = 0;
@@ -642,7 +631,7 @@ pcgc_status pcgc_expert_build(pcgc_expert *x, pcgc_expert_choice c, pcgc_graph *
     goto fail;
   }
   if ((st = pcgc_graph_topo_order(pg, order, err)) != PCGC_OK) goto fail;
-  find_resident(pg, order, res);
+  pcgc__find_resident(pg, order, res);
   assign_stages(x, pg, order, res, c.pp, stage);
   if ((st = pcgc_mapping_init(mp, n, (pcgc_view){0, 1}, err)) != PCGC_OK) goto fail;
   st = place_views(pg, order, res, stage, c.dp * c.tp, c.tp, pcgc_machine_num_devices(&x->m), mp->view, err);
@@ -675,12 +664,6 @@ void pcgc_compile_result_destroy(pcgc_compile_result *r) {
   r->graph = NULL;
   pcgc_mapping_destroy(&r->mapping);
   pcgc_sim_result_destroy(&r->sim);
-}
-
-static double wall(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 typedef struct cand_list {
@@ -823,7 +806,7 @@ pcgc_status pcgc_compile(const pcgc_graph *seq, const pcgc_machine *m, const pcg
     pcgc_compile_options_default(&def);
     o = &def;
   }
-  double t0 = wall();
+  double t0 = pcgc__now();
   pcgc_expert *x = NULL;
   cand_list L = {0};
   pcgc_graph *best = NULL;
@@ -836,7 +819,7 @@ pcgc_status pcgc_compile(const pcgc_graph *seq, const pcgc_machine *m, const pcg
   double best_time = INFINITY;
   for (int i = 0; i < L.n && st == PCGC_OK; i++) {
     pcgc_expert_choice c = L.c[i];
-    if (i > 0 && o->time_limit > 0 && wall() - t0 > o->time_limit) {
+    if (i > 0 && o->time_limit > 0 && pcgc__now() - t0 > o->time_limit) {
       r->skipped = L.n - i;
       break;
     }
@@ -919,7 +902,7 @@ pcgc_status pcgc_compile(const pcgc_graph *seq, const pcgc_machine *m, const pcg
     jo.sim = &chosen;
     if (!jo.memo) jo.memo = memo;
     if (o->time_limit > 0) {
-      double left = o->time_limit - (wall() - t0);
+      double left = o->time_limit - (pcgc__now() - t0);
       if (jo.time_limit <= 0 || jo.time_limit > left) jo.time_limit = left > 0.001 ? left : 0.001;
     }
     if (st == PCGC_OK)
@@ -941,7 +924,7 @@ pcgc_status pcgc_compile(const pcgc_graph *seq, const pcgc_machine *m, const pcg
   pcgc_views_memo_free(memo);
   free(L.c);
   pcgc_expert_free(x);
-  r->seconds = wall() - t0;
+  r->seconds = pcgc__now() - t0;
   if (st != PCGC_OK) {
     pcgc_compile_result_destroy(r);
     pcgc_compile_ref keep[3] = {r->data_parallel, r->megatron, r->pipeline};

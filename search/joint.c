@@ -25,11 +25,11 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <uthash.h>
 
 #include "joint_internal.h"
+#include "sim_internal.h"
 #include "search.h"
 #include "substitutions.h"
 
@@ -64,12 +64,6 @@ typedef struct search {
   pcgc_match *matches;
   int n_matches, cap_matches;
 } search;
-
-static double wall(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 void pcgc_joint_options_default(pcgc_joint_options *o) {
   memset(o, 0, sizeof *o);
@@ -232,7 +226,7 @@ static bool collect(const pcgc_match *m, void *ctx) {
   return S->o->max_matches > 0 && S->n_matches >= S->o->max_matches;
 }
 
-static bool out_of_time(const search *S) { return S->o->time_limit > 0 && wall() - S->t0 > S->o->time_limit; }
+static bool out_of_time(const search *S) { return S->o->time_limit > 0 && pcgc__now() - S->t0 > S->o->time_limit; }
 
 static void report(const search *S) {
   if (!S->o->progress) return;
@@ -398,7 +392,7 @@ pcgc_status pcgc__joint_run(const pcgc_graph *start, const pcgc_mapping *start_m
   pcgc_joint_options o = *opt;
   if (o.alpha < 1) o.alpha = 1;
   search S = {.m = m, .o = &o, .accept = accept, .accept_ctx = accept_ctx, .block = block, .t = t, .r = r,
-              .t0 = wall()};
+              .t0 = pcgc__now()};
   pcgc_status st = PCGC_OK;
   r->instances = n_insts;
   uint64_t h0 = pcgc_graph_hash(start);
@@ -458,7 +452,7 @@ done:
     HASH_DEL(S.seen, e);
     free(e);
   }
-  r->seconds = wall() - S.t0;
+  r->seconds = pcgc__now() - S.t0;
   if (st == PCGC_OK) {
     r->graph = S.best.g;
     r->mapping = S.best.mp;

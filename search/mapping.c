@@ -217,13 +217,17 @@ static double move_time(const pcgc_machine *m, int D, const vread *r, int64_t n,
   return s;
 }
 
-static bool *find_resident(const pcgc_graph *g, const int *order) {
-  bool *res = calloc((size_t)(g->n_nodes ? g->n_nodes : 1), sizeof *res);
-  for (int k = 0; res && k < g->n_nodes; k++) {
+void pcgc__find_resident(const pcgc_graph *g, const int *order, bool *res) {
+  for (int k = 0; k < g->n_nodes; k++) {
     const pcgc_node *n = &g->nodes[order[k]];
     pcgc_op_class c = pcgc_op_class_of(n->kind);
     res[n->id] = c == PCGC_CLASS_SOURCE || (c == PCGC_CLASS_PARALLEL && res[n->in[0].node]);
   }
+}
+
+static bool *find_resident(const pcgc_graph *g, const int *order) {
+  bool *res = calloc((size_t)(g->n_nodes ? g->n_nodes : 1), sizeof *res);
+  if (res) pcgc__find_resident(g, order, res);
   return res;
 }
 

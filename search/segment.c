@@ -26,20 +26,13 @@
  *      it simulates faster than the start.
  */
 #define _POSIX_C_SOURCE 200809L
-#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "joint_internal.h"
-
-static double wall(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+#include "sim_internal.h"
 
 /* ------------------------------------------------------------- the plan */
 
@@ -100,8 +93,9 @@ static pcgc_ref crossing(const plan *P, const int *off, const int *last, int i) 
   return (pcgc_ref){-1, -1};
 }
 
-/* Steps 1 and 2. False on out of memory; P->n_seg < 2 when there is
- * nothing to split. */
+/* Steps 1 and 2, with segments of `target` computed nodes (<= 0: the
+ * square root of their number). False on out of memory; P->n_seg < 2 when
+ * there is nothing to split. */
 static bool plan_build(plan *P, const pcgc_graph *g, int target) {
   memset(P, 0, sizeof *P);
   P->g = g;
@@ -118,13 +112,14 @@ static bool plan_build(plan *P, const pcgc_graph *g, int target) {
             pcgc_graph_topo_order(g, P->order, NULL) == PCGC_OK;
   bool *wonly = ok ? calloc(n, sizeof *wonly) : NULL; /* computed from weights alone */
   ok = ok && wonly;
+  if (ok) pcgc__find_resident(g, P->order, P->res);
   for (int k = 0; ok && k < P->n; k++) {
     const pcgc_node *x = &g->nodes[P->order[k]];
     pcgc_op_class c = pcgc_op_class_of(x->kind);
     P->pos[x->id] = k;
     wonly[x->id] = x->kind == PCGC_OP_WEIGHT || (x->n_in > 0 && c != PCGC_CLASS_SOURCE && c != PCGC_CLASS_LOSS);
     for (int j = 0; j < x->n_in; j++) wonly[x->id] = wonly[x->id] && wonly[x->in[j].node];
-    P->res[x->id] = c == PCGC_CLASS_SOURCE || (c == PCGC_CLASS_PARALLEL && P->res[x->in[0].node]) || wonly[x->id];
+    P->res[x->id] = P->res[x->id] || wonly[x->id];
     P->seg[x->id] = -1;
   }
   free(wonly);
@@ -140,6 +135,8 @@ static bool plan_build(plan *P, const pcgc_graph *g, int target) {
         delta[last[off[x] + s]]--;
       }
   }
+  if (target <= 0) target = (int)ceil(sqrt((double)computed)); /* recomputation units */
+  if (target < 1) target = 1;
   if (ok && computed >= 2 * target) {
     int alive = 0, size = 0, seg = 0, seen = 0;
     for (int k = 0; k < P->n; k++) {
@@ -196,15 +193,7 @@ int *pcgc__checkpoint_units(const pcgc_graph *g, int *n_units, bool **checkpoint
   *checkpoint = NULL;
   /* units of about sqrt(n) computed nodes: about sqrt(n) checkpoints kept
    * and one unit of sqrt(n) recomputed at a time (Chen et al., 2016) */
-  if (!plan_build(&P, g, INT_MAX / 4)) { /* no split: counts the computed nodes */
-    plan_free(&P);
-    return NULL;
-  }
-  int computed = 0;
-  for (int x = 0; x < g->n_nodes; x++) computed += !P.res[x];
-  plan_free(&P);
-  int target = (int)ceil(sqrt((double)computed));
-  if (!plan_build(&P, g, target > 0 ? target : 1)) {
+  if (!plan_build(&P, g, 0)) {
     plan_free(&P);
     return NULL;
   }
@@ -631,7 +620,7 @@ pcgc_status pcgc__joint_segmented(const pcgc_graph *start, const pcgc_mapping *s
                                   const pcgc_machine *m, const pcgc_rule_inst *insts, int n_insts,
                                   const pcgc_joint_options *o, pcgc_joint_result *r, bool *done, pcgc_error *err) {
   *done = false;
-  double t0 = wall();
+  double t0 = pcgc__now();
   plan P;
   if (!plan_build(&P, start, o->segment_nodes)) {
     plan_free(&P);
@@ -660,7 +649,7 @@ pcgc_status pcgc__joint_segmented(const pcgc_graph *start, const pcgc_mapping *s
     if (!segs[k].ok || segs[k].group != k) continue;
     pcgc_joint_options so = *o;
     if (o->time_limit > 0) {
-      double remain = o->time_limit - (wall() - t0);
+      double remain = o->time_limit - (pcgc__now() - t0);
       if (remain <= 0) {
         r->time_hit = true;
         break;
@@ -742,7 +731,7 @@ pcgc_status pcgc__joint_segmented(const pcgc_graph *start, const pcgc_mapping *s
   free(best);
   free(res);
   plan_free(&P);
-  r->seconds = wall() - t0;
+  r->seconds = pcgc__now() - t0;
   if (st != PCGC_OK) {
     pcgc_joint_result_destroy(r);
     return err && err->status ? err->status : st;

@@ -205,7 +205,7 @@ static pcgc_status fail_nomem(sim *S) {
   return S->st;
 }
 
-static double now(void) {
+double pcgc__now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
@@ -1340,7 +1340,7 @@ pcgc_status pcgc_simulate(const pcgc_graph *g, const pcgc_mapping *mp, const pcg
             (unsigned)o->algo >= PCGC_ALGO_COUNT))
     return pcgc_error_set(err, PCGC_ERR_INVALID, "pcgc_simulate: bad options (optimizer %d, schedule %d, algorithm %d)",
                           (int)o->optimizer, (int)o->schedule, (int)o->algo);
-  double t0 = now();
+  double t0 = pcgc__now();
   sim S_, *S = &S_;
   memset(S, 0, sizeof *S);
   S->g = g;
@@ -1432,9 +1432,9 @@ pcgc_status pcgc_simulate(const pcgc_graph *g, const pcgc_mapping *mp, const pcg
   if (S->mb_max > 1) stages = pipeline_stages(S, stage, stage + D);
   gen_schedule(S, stage, stages);
   if ((st = S->st) != PCGC_OK) goto out;
-  double t1 = now();
+  double t1 = pcgc__now();
   if ((st = run(S, r)) != PCGC_OK) goto out;
-  double t2 = now();
+  double t2 = pcgc__now();
 
   /* results */
   pcgc__sim_tasks *T = &S->T;

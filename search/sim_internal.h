@@ -89,4 +89,13 @@ pcgc_status pcgc__collect_reads(pcgc__reads *R, const pcgc_graph *g, const bool 
                                 pcgc_error *err);
 void pcgc__reads_destroy(pcgc__reads *R);
 
+/* Monotonic wall-clock seconds (search/sim.c), for timings and time limits. */
+double pcgc__now(void);
+
+/* res[node] for every node of g, visited in topological order `order`: a
+ * source, or a parallel operator whose input is resident (it only
+ * distributes a source): placed where it is read, nothing computed
+ * (search/mapping.c). */
+void pcgc__find_resident(const pcgc_graph *g, const int *order, bool *res);
+
 #endif
