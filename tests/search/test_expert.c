@@ -220,15 +220,24 @@ static char *deep_convs(void) {
   return t;
 }
 
+/* Four devices of `memory` each, on one node. */
+static pcgc_machine four_devices(const char *memory) {
+  char text[512];
+  snprintf(text, sizeof text,
+           "name small4\nnodes 1\ndevices_per_node 4\ndevice.flops.f32 20 TFLOP/s\ndevice.memory %s\n"
+           "device.memory_bandwidth 1 TB/s\ndevice.launch_overhead 5 us\nintra.bandwidth 100 GB/s\n"
+           "intra.latency 2 us\n",
+           memory);
+  return machine_file(text);
+}
+
 START_TEST(one_f_one_b_and_recompute_where_gpipe_does_not_fit) {
   char *text = deep_convs();
   pcgc_graph *g = model(text);
   free(text);
   pcgc_error err = {0};
   ck_assert_int_eq(pcgc_graph_infer(g, &err), PCGC_OK);
-  pcgc_machine m = machine_file("name small4\nnodes 1\ndevices_per_node 4\ndevice.flops.f32 20 TFLOP/s\n"
-                                "device.memory 1 GiB\ndevice.memory_bandwidth 1 TB/s\n"
-                                "device.launch_overhead 5 us\nintra.bandwidth 100 GB/s\nintra.latency 2 us\n");
+  pcgc_machine m = four_devices("1 GiB");
   pcgc_compile_options o;
   pcgc_compile_options_default(&o);
   o.joint.budget = 0;
@@ -268,9 +277,7 @@ START_TEST(one_f_one_b_and_recompute_where_gpipe_does_not_fit) {
   pcgc_compile_result_destroy(&r);
 
   /* with 800 MiB even 1F1B does not fit: the activations are recomputed */
-  m = machine_file("name small4b\nnodes 1\ndevices_per_node 4\ndevice.flops.f32 20 TFLOP/s\n"
-                   "device.memory 800 MiB\ndevice.memory_bandwidth 1 TB/s\n"
-                   "device.launch_overhead 5 us\nintra.bandwidth 100 GB/s\nintra.latency 2 us\n");
+  m = four_devices("800 MiB");
   ck_assert_msg(pcgc_compile(g, &m, &o, &r, &err) == PCGC_OK, "%s", err.message);
   ck_assert_int_eq(r.choice.pp, 4);
   ck_assert_int_eq(r.choice.micro, 16);
