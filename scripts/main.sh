@@ -2,8 +2,10 @@
 # main.sh — install dependencies, build pcgc into build/, check BERT-Large,
 # compile it for a DGX H100 (the fastest data x tensor x pipeline strategy the
 # simulator predicts, written to build/bert-large.strategy.json) and simulate
-# that strategy, compile DLRM (where tensor parallelism wins), and train the
-# shipped CNN for a few steps on one CPU device.
+# that strategy, compile DLRM (where tensor parallelism wins), compile GPT-3
+# 2.7B for 16 GB P100s (it fits only pipelined in 1F1B order with its
+# activations recomputed), and train the shipped CNN for a few steps on one
+# CPU device.
 #
 #   scripts/main.sh
 #
@@ -19,4 +21,5 @@ build/pcgc check models/bert-large.pcg
 build/pcgc compile models/bert-large.pcg --machine dgx-h100 --batch 64 -o build/bert-large.strategy.json
 build/pcgc simulate build/bert-large.strategy.json --machine dgx-h100
 build/pcgc compile models/dlrm.pcg --machine dgx-h100 -o build/dlrm.strategy.json
+build/pcgc compile models/gpt-3b.pcg --machine p100-4x4 --batch 16 -o build/gpt-3b.strategy.json
 build/pcgc train models/cnn.pcg --steps 8 --optimizer adam
