@@ -60,6 +60,10 @@ int pcgc_cli_simulate(int argc, char **argv);
 void pcgc_cli_simulate_help(FILE *f);
 int pcgc_cli_rules(int argc, char **argv);
 void pcgc_cli_rules_help(FILE *f);
+int pcgc_cli_run(int argc, char **argv);
+void pcgc_cli_run_help(FILE *f);
+int pcgc_cli_plan(int argc, char **argv);
+void pcgc_cli_plan_help(FILE *f);
 int pcgc_cli_profile(int argc, char **argv);
 void pcgc_cli_profile_help(FILE *f);
 /* cli/profile_kernels.c: times the CPU kernels of node `id` of the typed

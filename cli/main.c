@@ -78,6 +78,10 @@ static void print_main_help(FILE *f) {
           "                simulate one training iteration of a baseline strategy (sequential,\n"
           "                data-parallel) or of a strategy file on a machine: time, idle, bytes\n"
           "                moved, memory\n"
+          "  run PLAN      train a compiled plan as one process per device (CPU backend, MPI);\n"
+          "                --check compares it with the single-process reference\n"
+          "  plan show PLAN\n"
+          "                print the lowered per-device programs: buffers, memory, instructions\n"
           "  profile MODEL --machine M -o DB\n"
           "                measure the CPU kernels MODEL needs into a profile database for\n"
           "                `simulate --profile DB`\n"
@@ -145,6 +149,10 @@ static void print_cmd_help(FILE *f, const char *cmd) {
     pcgc_cli_profile_help(f);
   } else if (strcmp(cmd, "rules") == 0) {
     pcgc_cli_rules_help(f);
+  } else if (strcmp(cmd, "run") == 0) {
+    pcgc_cli_run_help(f);
+  } else if (strcmp(cmd, "plan") == 0) {
+    pcgc_cli_plan_help(f);
   } else {
     print_main_help(f);
   }
@@ -433,6 +441,8 @@ int main(int argc, char **argv) {
   if (strcmp(cmd, "simulate") == 0) return pcgc_cli_simulate(argc - 2, argv + 2);
   if (strcmp(cmd, "profile") == 0) return pcgc_cli_profile(argc - 2, argv + 2);
   if (strcmp(cmd, "rules") == 0) return pcgc_cli_rules(argc - 2, argv + 2);
+  if (strcmp(cmd, "run") == 0) return pcgc_cli_run(argc - 2, argv + 2);
+  if (strcmp(cmd, "plan") == 0) return pcgc_cli_plan(argc - 2, argv + 2);
   return pcgc_cli_usage_error(NULL, "unknown command '%s' (commands: check, show, dot, train, compile, simulate, profile, rules, help)",
                               cmd);
 }

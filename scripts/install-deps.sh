@@ -16,6 +16,7 @@ PACKAGES=(
   graphviz
   protobuf-c-compiler libprotobuf-c-dev libonnx-dev   # ONNX import (onnx/)
   clang-14 libclang-rt-14-dev   # libFuzzer builds (PCGC_FUZZ=ON)
+  openmpi-bin libopenmpi-dev   # the distributed CPU runtime (runtime/, pcgc run)
   python3
   python3-torch python3-torchvision python3-onnx python3-numpy   # tests exporting PyTorch models
 )

@@ -225,6 +225,8 @@ void pcgc__find_resident(const pcgc_graph *g, const int *order, bool *res) {
   }
 }
 
+void pcgc_resident_nodes(const pcgc_graph *g, const int *order, bool *res) { pcgc__find_resident(g, order, res); }
+
 static bool *find_resident(const pcgc_graph *g, const int *order) {
   bool *res = calloc((size_t)(g->n_nodes ? g->n_nodes : 1), sizeof *res);
   if (res) pcgc__find_resident(g, order, res);

@@ -424,6 +424,17 @@ typedef struct pcgc_mapping {
   pcgc_view *view;
 } pcgc_mapping;
 
+/* The device of piece p under view v on n_devices devices. */
+static inline int pcgc_view_device(pcgc_view v, int64_t p, int n_devices) {
+  int64_t D = n_devices;
+  return (int)(((p % D) * (v.stride % D) + v.start) % D);
+}
+
+/* res[node] for every node of g (order: a topological order): a source, or
+ * a parallel operator whose input is resident (it only distributes a
+ * source), so it is placed where it is read and computes nothing. */
+void pcgc_resident_nodes(const pcgc_graph *g, const int *order, bool *res);
+
 /* Allocates n_nodes views, each set to `all`. */
 pcgc_status pcgc_mapping_init(pcgc_mapping *mp, int n_nodes, pcgc_view all, pcgc_error *err);
 void pcgc_mapping_destroy(pcgc_mapping *mp);

@@ -367,13 +367,13 @@ static pcgc_status run_ordinary(pcgc_reference *R, const pcgc_node *n, bool back
 
 /* Bound of synthetic integer data: the rows of the table or the classes of
  * the loss it feeds (following parallel operators). */
-static int64_t int_bound(const pcgc_graph *g, int node) {
+int64_t pcgc_ref_data_bound(const pcgc_graph *g, int node) {
   for (int i = 0; i < g->n_nodes; i++) {
     const pcgc_node *n = &g->nodes[i];
     for (int k = 0; k < n->n_in; k++) {
       if (n->in[k].node != node) continue;
       if (pcgc_op_class_of(n->kind) == PCGC_CLASS_PARALLEL) {
-        int64_t b = int_bound(g, i);
+        int64_t b = pcgc_ref_data_bound(g, i);
         if (b > 0) return b;
       } else if (n->kind == PCGC_OP_EMBEDDING && k == 0) {
         return pcgc_graph_ref_type(g, n->in[1])->dims[0];
@@ -474,7 +474,7 @@ pcgc_reference *pcgc_ref_new(const pcgc_graph *g, const pcgc_ref_options *o, pcg
         }
       }
     } else if (n->kind == PCGC_OP_INPUT) {
-      pcgc_cpu_fill_random(&v->b[0], is_float(n->out[0].dtype) ? 0 : int_bound(g, i), r->o.seed, stream, NULL);
+      pcgc_cpu_fill_random(&v->b[0], is_float(n->out[0].dtype) ? 0 : pcgc_ref_data_bound(g, i), r->o.seed, stream, NULL);
     }
   }
   if (r->loss < 0 && !r->o.allow_no_loss) {
@@ -697,4 +697,9 @@ pcgc_status pcgc_ref_set(pcgc_reference *r, const char *name, pcgc_dtype dtype, 
   for (int64_t e = 0; e < numel; e++) set_elem(&v->b[0], e, get_elem(&src, e));
   r->have_forward = r->have_backward = false;
   return PCGC_OK;
+}
+
+void pcgc_ref_localize(pcgc_op_kind k, pcgc_attrs *a, const pcgc_ptensor *in_t, int n_in, const pcgc_buf *in, int n_out,
+                       const pcgc_buf *out) {
+  pcgc__localize(k, a, in_t, n_in, in, n_out, out);
 }

@@ -89,6 +89,16 @@ pcgc_status pcgc_ref_update(pcgc_reference *r, pcgc_error *err);
 /* forward + backward + update. */
 pcgc_status pcgc_ref_train_step(pcgc_reference *r, double *loss, pcgc_error *err);
 
+/* Bound of the synthetic integer data of input `node`: the rows of the
+ * table or the classes of the loss it feeds (0: not an index input). Every
+ * runtime draws data the same way (pcgc_cpu_fill_random with this bound). */
+int64_t pcgc_ref_data_bound(const pcgc_graph *g, int node);
+
+/* Attributes as the kernel of one piece must see them (conv2d's groups follow
+ * the piece's channels); the distributed runtime runs pieces the same way. */
+void pcgc_ref_localize(pcgc_op_kind k, pcgc_attrs *a, const pcgc_ptensor *in_t, int n_in, const pcgc_buf *in, int n_out,
+                       const pcgc_buf *out);
+
 /* The loss node's id. */
 int pcgc_ref_loss_node(const pcgc_reference *r);
 

@@ -1,0 +1,316 @@
+/*
+ * run.c — `pcgc run PLAN` (one process per device over MPI) and
+ * `pcgc plan show PLAN` (the lowered program, readably).
+ *
+ * `pcgc run` outside a launcher starts the plan's N processes itself by
+ * executing mpirun on its own binary (allowed as root, oversubscribed where
+ * the machine has fewer cores); under mpirun or srun it is one rank.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "codegen.h"
+#include "runtime.h"
+
+void openblas_set_num_threads(int n); /* OpenBLAS */
+
+void pcgc_cli_run_help(FILE *f) {
+  fprintf(f,
+          "usage: pcgc run PLAN [--steps K] [--seed S] [--optimizer sgd|adam] [--lr X] [--momentum M]\n"
+          "                     [--no-dropout] [--check] [--tolerance T] [--threads N]\n"
+          "                     [--step-timeout S] [--save-weights FILE] [--quiet]\n"
+          "\n"
+          "Trains the model of PLAN (written by `pcgc compile -o PLAN`) as one process per device\n"
+          "of the plan, on the CPU backend with MPI. Outside a launcher it starts the processes\n"
+          "itself through mpirun; under `mpirun -np N` or `srun` each process is one device.\n"
+          "Rank 0 prints the loss of every step. Weights and synthetic data are drawn as\n"
+          "`pcgc train` draws them, so the two runs compare.\n"
+          "\n"
+          "  --steps K          training steps (default 3)\n"
+          "  --seed S           seed of weights, data and dropout (default 1)\n"
+          "  --optimizer NAME   sgd (default) or adam; --lr, --momentum as for `pcgc train`\n"
+          "  --no-dropout       disable dropout\n"
+          "  --check            rank 0 also trains the single-process reference interpreter on the\n"
+          "                     same graph and compares losses and final weights; exit 1 on a mismatch\n"
+          "  --tolerance T      relative tolerance of --check (default 1e-4)\n"
+          "  --threads N        BLAS threads per process (default: cores / processes on this machine)\n"
+          "  --step-timeout S   abort the job when a step takes longer than S seconds (default 300):\n"
+          "                     a rank that died or hangs never leaves the others waiting forever\n"
+          "  --save-weights F   write the final weights (raw f32, node order) to F\n"
+          "  --quiet            no per-step lines\n"
+          "\n"
+          "Exit codes: 0 trained (and matched with --check), 1 invalid plan or mismatch,\n"
+          "2 bad command line, 3 a file could not be read, 4 internal error.\n");
+}
+
+void pcgc_cli_plan_help(FILE *f) {
+  fprintf(f,
+          "usage: pcgc plan show PLAN [--device D] [--streams]\n"
+          "\n"
+          "Lowers PLAN's strategy to per-device programs and prints, per device, its\n"
+          "instruction count, planned arena, persistent bytes (weights, gradients, state,\n"
+          "data), peak live bytes and the bytes without reuse. --streams adds every\n"
+          "buffer (role, tensor, piece, bytes, lifetime) and the ordered instruction stream.\n");
+}
+
+static bool under_launcher(void) {
+  return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK") || getenv("SLURM_PROCID");
+}
+
+/* Loads a plan (a strategy file) and lowers it. */
+static int load_program(const char *cmd, const char *path, pcgc_graph **g, pcgc_mapping *mp, pcgc_strategy_info *info,
+                        pcgc_program **prog) {
+  pcgc_error err;
+  pcgc_error_clear(&err);
+  if (pcgc_strategy_file_load(path, 0, g, mp, info, &err) != PCGC_OK) {
+    pcgc_error_print(stderr, &err);
+    return pcgc_cli_exit_code(err.status);
+  }
+  pcgc_codegen_options co;
+  pcgc_codegen_options_default(&co);
+  if (info->has_choice) {
+    co.schedule = info->choice.schedule;
+    co.recompute = info->choice.recompute;
+  }
+  pcgc_machine m;
+  if (pcgc_machine_load(info->machine, &m, &err) != PCGC_OK) {
+    fprintf(stderr, "pcgc %s: error: %s was written for machine '%s', which cannot be loaded:\n", cmd, path,
+            info->machine);
+    pcgc_error_print(stderr, &err);
+    return pcgc_cli_exit_code(err.status);
+  }
+  if (pcgc_codegen(*g, mp, pcgc_machine_num_devices(&m), &co, prog, &err) != PCGC_OK) {
+    fprintf(stderr, "pcgc %s: ", cmd);
+    pcgc_error_print(stderr, &err);
+    return pcgc_cli_exit_code(err.status);
+  }
+  return EXIT_OK;
+}
+
+int pcgc_cli_plan(int argc, char **argv) {
+  if (argc < 1 || strcmp(argv[0], "-h") == 0 || strcmp(argv[0], "--help") == 0) {
+    pcgc_cli_plan_help(argc < 1 ? stderr : stdout);
+    return argc < 1 ? EXIT_USAGE : EXIT_OK;
+  }
+  if (strcmp(argv[0], "show") != 0) return pcgc_cli_usage_error("plan", "unknown subcommand '%s' (show)", argv[0]);
+  const char *path = NULL;
+  int device = -1;
+  bool streams = false;
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
+      pcgc_cli_plan_help(stdout);
+      return EXIT_OK;
+    } else if (strcmp(argv[i], "--streams") == 0) {
+      streams = true;
+    } else if (strcmp(argv[i], "--device") == 0) {
+      char *end = NULL;
+      if (i + 1 >= argc) return pcgc_cli_usage_error("plan", "--device needs a value%s", "");
+      long d = strtol(argv[++i], &end, 10);
+      if (!*argv[i] || *end || d < 0 || d > 1000000)
+        return pcgc_cli_usage_error("plan", "--device must be a device number, not '%s'", argv[i]);
+      device = (int)d;
+    } else if (argv[i][0] == '-') {
+      return pcgc_cli_usage_error("plan", "unknown option '%s'", argv[i]);
+    } else if (path) {
+      return pcgc_cli_usage_error("plan", "unexpected argument '%s' (one PLAN only)", argv[i]);
+    } else {
+      path = argv[i];
+    }
+  }
+  if (!path) return pcgc_cli_usage_error("plan", "missing PLAN%s", "");
+  pcgc_graph *g = NULL;
+  pcgc_mapping mp = {0, NULL};
+  pcgc_strategy_info info;
+  pcgc_program *prog = NULL;
+  int code = load_program("plan", path, &g, &mp, &info, &prog);
+  if (code == EXIT_OK) {
+    if (device >= prog->n_devices) {
+      fprintf(stderr, "pcgc plan: error: the plan has devices 0..%d, not %d\n", prog->n_devices - 1, device);
+      code = EXIT_USAGE;
+    } else {
+      printf("%s: %s, machine %s\n", path, g->name ? g->name : "model", info.machine[0] ? info.machine : "?");
+      pcgc_program_print(stdout, prog, g, device, streams);
+    }
+  }
+  pcgc_program_free(prog);
+  pcgc_mapping_destroy(&mp);
+  pcgc_graph_free(g);
+  return code;
+}
+
+static int parse_double(const char *cmd, const char *name, const char *val, double *out) {
+  char *end = NULL;
+  if (!val) return pcgc_cli_usage_error(cmd, "%s needs a value", name);
+  *out = strtod(val, &end);
+  if (!*val || *end || !isfinite(*out)) return pcgc_cli_usage_error(cmd, "bad number '%s'", val);
+  return -1;
+}
+
+/* Starts N copies of this command under mpirun and waits for them (exec). */
+static int self_launch(int n, int argc, char **argv) {
+  const char *mpirun = getenv("PCGC_MPIRUN");
+  if (!mpirun || !*mpirun) mpirun = PCGC_MPIRUN;
+  if (!*mpirun) {
+    fprintf(stderr, "pcgc run: error: mpirun was not found at build time\n"
+                    "  hint: apt-get install openmpi-bin, or start the processes yourself: mpirun -np %d pcgc run ...\n",
+            n);
+    return EXIT_IO;
+  }
+  char np[16], self[4096];
+  snprintf(np, sizeof np, "%d", n);
+  ssize_t k = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (k <= 0) {
+    fprintf(stderr, "pcgc run: error: cannot find its own executable (/proc/self/exe)\n");
+    return EXIT_IO;
+  }
+  self[k] = 0;
+  char **av = calloc((size_t)argc + 12, sizeof *av);
+  if (!av) return EXIT_INTERNAL;
+  int j = 0;
+  av[j++] = (char *)mpirun;
+  av[j++] = "-np";
+  av[j++] = np;
+  av[j++] = "--bind-to";
+  av[j++] = "none";
+  av[j++] = self;
+  av[j++] = "run";
+  for (int i = 0; i < argc; i++) av[j++] = argv[i];
+  av[j] = NULL;
+  setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
+  setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
+  setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 0);
+  setenv("PCGC_LAUNCHED", "1", 1);
+  fflush(stdout);
+  execvp(mpirun, av);
+  fprintf(stderr, "pcgc run: error: cannot start %s\n", mpirun);
+  free(av);
+  return EXIT_IO;
+}
+
+int pcgc_cli_run(int argc, char **argv) {
+  const char *path = NULL, *save = NULL;
+  double steps = 3, seed = 1, lr = -1, momentum = 0, tol = 1e-4, threads = 0, timeout = 300;
+  bool adam = false, dropout = true, check = false, quiet = false;
+  for (int i = 0; i < argc; i++) {
+    const char *a = argv[i];
+    if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+      pcgc_cli_run_help(stdout);
+      return EXIT_OK;
+    } else if (strcmp(a, "--no-dropout") == 0) {
+      dropout = false;
+    } else if (strcmp(a, "--check") == 0) {
+      check = true;
+    } else if (strcmp(a, "--quiet") == 0) {
+      quiet = true;
+    } else if (strcmp(a, "--save-weights") == 0) {
+      if (i + 1 >= argc) return pcgc_cli_usage_error("run", "--save-weights needs a file%s", "");
+      save = argv[++i];
+    } else if (strcmp(a, "--optimizer") == 0) {
+      if (i + 1 >= argc) return pcgc_cli_usage_error("run", "--optimizer needs sgd or adam%s", "");
+      const char *v = argv[++i];
+      if (strcmp(v, "adam") == 0) adam = true;
+      else if (strcmp(v, "sgd") != 0) return pcgc_cli_usage_error("run", "--optimizer must be sgd or adam, not '%s'", v);
+    } else if (a[0] == '-' && a[1] == '-') {
+      double *dst = strcmp(a, "--steps") == 0 ? &steps : strcmp(a, "--seed") == 0 ? &seed : strcmp(a, "--lr") == 0 ? &lr
+                  : strcmp(a, "--momentum") == 0   ? &momentum
+                  : strcmp(a, "--tolerance") == 0  ? &tol
+                  : strcmp(a, "--threads") == 0    ? &threads
+                  : strcmp(a, "--step-timeout") == 0 ? &timeout
+                                                     : NULL;
+      if (!dst) return pcgc_cli_usage_error("run", "unknown option '%s'", a);
+      int r = parse_double("run", a, i + 1 < argc ? argv[++i] : NULL, dst);
+      if (r >= 0) return r;
+    } else if (path) {
+      return pcgc_cli_usage_error("run", "unexpected argument '%s' (one PLAN only)", a);
+    } else {
+      path = a;
+    }
+  }
+  if (!path) return pcgc_cli_usage_error("run", "missing PLAN%s", "");
+  if (steps < 0 || steps != floor(steps) || steps > 1e9)
+    return pcgc_cli_usage_error("run", "--steps must be a non-negative integer%s", "");
+  if (seed < 0 || seed != floor(seed)) return pcgc_cli_usage_error("run", "--seed must be a non-negative integer%s", "");
+  if (lr == 0 || lr < -1 || momentum < 0 || !(tol > 0) || threads < 0 || threads != floor(threads) || timeout < 0)
+    return pcgc_cli_usage_error("run", "--lr, --tolerance must be positive; --momentum, --threads, --step-timeout not negative%s", "");
+
+  /* the plan is loaded and lowered before any process starts: errors come once, from here */
+  pcgc_graph *g = NULL;
+  pcgc_mapping mp = {0, NULL};
+  pcgc_strategy_info info;
+  pcgc_program *prog = NULL;
+  bool launched = under_launcher();
+  int code = load_program("run", path, &g, &mp, &info, &prog);
+  if (code != EXIT_OK) goto out;
+  if (!launched) {
+    int n = prog->n_devices;
+    pcgc_program_free(prog);
+    pcgc_mapping_destroy(&mp);
+    pcgc_graph_free(g);
+    printf("pcgc run: starting %d process%s with %s\n", n, n == 1 ? "" : "es", PCGC_MPIRUN);
+    return self_launch(n, argc, argv);
+  }
+  MPI_Init(NULL, NULL);
+  int rank = 0, size = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  {
+    MPI_Comm local;
+    int local_size = 1;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local);
+    MPI_Comm_size(local, &local_size);
+    MPI_Comm_free(&local);
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int t = threads > 0 ? (int)threads : (int)(cores / local_size > 0 ? cores / local_size : 1);
+    openblas_set_num_threads(t);
+    if (rank == 0 && !quiet)
+      printf("running %s on %d process%s (%d BLAS thread%s each): %s, %d step%s\n", path, size, size == 1 ? "" : "es", t,
+             t == 1 ? "" : "s", adam ? "adam" : "sgd", (int)steps, steps == 1 ? "" : "s");
+  }
+  pcgc_run_options o;
+  pcgc_run_options_default(&o);
+  o.steps = (int)steps;
+  o.seed = (uint64_t)seed;
+  o.training = dropout;
+  pcgc_optimizer_default(&o.opt, adam ? PCGC_ADAM : PCGC_SGD);
+  if (lr > 0) o.opt.lr = lr;
+  o.opt.momentum = momentum;
+  o.check = check;
+  o.tolerance = tol;
+  o.quiet = quiet;
+  o.step_timeout = timeout;
+  o.save_weights = save;
+  pcgc_run_result r;
+  pcgc_error err;
+  pcgc_error_clear(&err);
+  pcgc_status st = pcgc_run(g, prog, &o, &r, &err);
+  if (st != PCGC_OK) {
+    fprintf(stderr, "pcgc run: rank %d: ", rank);
+    pcgc_error_print(stderr, &err);
+    fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, pcgc_cli_exit_code(st));
+    code = pcgc_cli_exit_code(st);
+  } else if (rank == 0) {
+    if (r.steps > 0)
+      printf("%d steps in %.3f s (fastest step %.2f ms)\n", r.steps, r.seconds, 1e3 * r.step_seconds_min);
+    if (r.checked) {
+      printf("check against the reference interpreter: losses differ by at most %.2e, weights by %.2e (%s); "
+             "tolerance %.0e: %s\n",
+             r.max_loss_diff, r.max_weight_diff, r.worst_tensor[0] ? r.worst_tensor : "-", tol,
+             r.check_ok ? "match" : "MISMATCH");
+      if (!r.check_ok) code = EXIT_INVALID;
+    }
+  }
+  MPI_Bcast(&code, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  MPI_Finalize();
+out:
+  pcgc_program_free(prog);
+  pcgc_mapping_destroy(&mp);
+  pcgc_graph_free(g);
+  return code;
+}

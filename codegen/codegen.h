@@ -1,0 +1,202 @@
+/*
+ * codegen.h — lowering a mapped parallel graph to one ordered instruction
+ * stream per device: the program the runtime executes (runtime/runtime.h).
+ *
+ * Placement is the simulator's (search.h, pcgc_view): piece p of a computed
+ * node lives on device (start + p * stride) mod N; sources (weights, inputs)
+ * and the parallel operators that only distribute them are "resident": each
+ * device keeps the box of the source that its kernels read (the bounding box
+ * of the pieces), so nothing moves in forward.
+ *
+ * What each part of the graph becomes, per device:
+ *   - an ordinary op: FORWARD per output piece and micro-batch on its device,
+ *     BACKWARD the same (only where a gradient reaches a weight); a sharded
+ *     batch norm becomes BN_STATS, an ALLREDUCE of the statistics over the
+ *     devices of its channel group, BN_APPLY (and the same in backward);
+ *   - an input piece on another device: SEND on its owner, RECV on the
+ *     reader (once per piece and reader); its gradient comes back the same way
+ *     and is added;
+ *   - partition, combine, pipeline, unpipeline: the overlapping boxes of
+ *     input and output pieces: COPY when both are on one device, SEND/RECV
+ *     otherwise;
+ *   - replicate: COPY locally, SEND/RECV to one other device, BCAST to two or
+ *     more; backward sums the copies' gradients (REDUCE to the owner);
+ *   - reduce: partial sums COPY-added locally, RECV-added from one other
+ *     device, REDUCE from two or more; backward broadcasts the gradient;
+ *   - a weight: the devices that keep an element of it all-reduce its
+ *     gradient (ALLREDUCE_START, non-blocking, as soon as the last backward
+ *     that writes it is done; WAIT before UPDATE), then every copy takes the
+ *     optimizer step, so copies stay identical.
+ *
+ * Order. The instructions form a task graph whose edges are the buffers'
+ * read/write dependencies in a sequential order (forward, backward, update)
+ * plus send->receive and, for 1F1B, "micro-batch i's forward on a stage-k
+ * device after micro-batch i-(s-k)'s backward". One global list schedule
+ * (smallest priority first among ready tasks: micro-batch slot, then
+ * topological position) orders it; each device's stream is its projection.
+ * So every device meets the collectives of a group in the same order, a
+ * receive always follows its send in that order, and with non-blocking sends
+ * no stream can wait for another in a cycle: a plan cannot deadlock.
+ *
+ * Memory. After ordering, each buffer lives from its first to its last
+ * instruction in the step (weights, their gradients and optimizer state, and
+ * input data all the time); buffers whose lifetimes do not overlap share
+ * bytes (greedy first fit by size). The runtime allocates one arena per
+ * device of `arena_bytes` before the first step.
+ *
+ * Example:
+ *     pcgc_program *p;
+ *     pcgc_codegen_options o;
+ *     pcgc_codegen_options_default(&o);
+ *     if (pcgc_codegen(g, &mp, n_devices, &o, &p, &err) == PCGC_OK) {
+ *       pcgc_program_print(stdout, p, g, -1, false);  // per device buffers and totals
+ *       pcgc_program_free(p);
+ *     }
+ */
+#ifndef PCGC_CODEGEN_H
+#define PCGC_CODEGEN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "pcg.h"
+#include "search.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum pcgc_buf_role {
+  PCGC_BUF_VALUE,       /* a piece (and micro-batch) of a computed tensor */
+  PCGC_BUF_GRAD,        /* its gradient */
+  PCGC_BUF_SOURCE,      /* the box of a weight or input this device keeps */
+  PCGC_BUF_SOURCE_GRAD, /* a weight box's gradient */
+  PCGC_BUF_OPT_M,       /* optimizer state of a weight box (momentum / Adam m) */
+  PCGC_BUF_OPT_V,       /* Adam v */
+  PCGC_BUF_VIEW,        /* a resident piece cut out of the source box */
+  PCGC_BUF_VIEW_GRAD,
+  PCGC_BUF_STAGE,       /* a piece of another device's tensor, received */
+  PCGC_BUF_STAGE_GRAD,  /* the gradient to send back */
+  PCGC_BUF_SCRATCH,     /* partial sums to reduce, batch-norm statistics (f64) */
+  PCGC_BUF_ROLE_COUNT
+} pcgc_buf_role;
+
+const char *pcgc_buf_role_name(pcgc_buf_role r);
+
+/* A buffer of one device: a box of the logical tensor of (node, slot). */
+typedef struct pcgc_plan_buf {
+  uint8_t role;          /* pcgc_buf_role */
+  pcgc_dtype dtype;      /* storage: f32 for float tensors, f64 scratch, i32/i64 */
+  int node, slot;        /* the tensor (for sources: the weight or input node) */
+  int64_t piece;         /* piece index (-1: a box that is no piece) */
+  int micro;
+  int rank;
+  int64_t dims[PCGC_MAX_RANK];    /* local dims */
+  int64_t offset[PCGC_MAX_RANK];  /* first logical index in each dim */
+  int64_t bytes;
+  int64_t addr;          /* byte offset in the device's arena */
+  int first, last;       /* instructions that use it first and last (-1: unused) */
+  bool persistent;       /* lives across steps (weights, state, data) */
+} pcgc_plan_buf;
+
+typedef enum pcgc_ins_kind {
+  PCGC_INS_FORWARD,     /* kernel: args in[n_in], out[n_out] */
+  PCGC_INS_BACKWARD,    /* kernel: args in, out, dout, din (-1: not wanted); adds into din */
+  PCGC_INS_BN_STATS,    /* adds a piece's per-channel sum, sumsq into src scratch [0, 2C) */
+  PCGC_INS_BN_APPLY,    /* normalises with the scratch statistics */
+  PCGC_INS_BN_BWD_STATS,/* adds dsum, dxsum into scratch [2C, 4C) */
+  PCGC_INS_BN_BWD_APPLY,
+  PCGC_INS_COPY,        /* dst (+)= src over `box` */
+  PCGC_INS_ZERO,        /* dst = 0 */
+  PCGC_INS_SEND,        /* src over `box` to device `peer` (non-blocking), `tag` */
+  PCGC_INS_RECV,        /* dst (+)= `box` from device `peer`, `tag` */
+  PCGC_INS_BCAST,       /* group `peer`, root device `root`: root's src box to every dst (+)= */
+  PCGC_INS_REDUCE,      /* group `peer`: the sum of every member's src box into root's dst (+)= */
+  PCGC_INS_ALLREDUCE,   /* group `peer`: dst box summed over the group, in place (blocking) */
+  PCGC_INS_ALLREDUCE_START, /* the same, non-blocking: request slot `tag` */
+  PCGC_INS_WAIT,        /* completes request slot `tag` */
+  PCGC_INS_UPDATE,      /* optimizer step: dst weight box, src gradient, args m, v */
+  PCGC_INS_LOSS,        /* adds src's element (replica 0) to the step's loss */
+  PCGC_INS_SEED,        /* dst = d loss / d loss piece: 1 for replica 0, else 0 */
+  PCGC_INS_KIND_COUNT
+} pcgc_ins_kind;
+
+const char *pcgc_ins_kind_name(pcgc_ins_kind k);
+
+typedef struct pcgc_box {
+  int rank;
+  int64_t lo[PCGC_MAX_RANK], len[PCGC_MAX_RANK];
+} pcgc_box;
+
+typedef struct pcgc_ins {
+  uint8_t kind;          /* pcgc_ins_kind */
+  bool add;              /* COPY, RECV, BCAST, REDUCE: add into dst instead of setting it */
+  int node;              /* the graph node it belongs to (-1: none) */
+  int64_t piece;
+  int micro;
+  int dst, src;          /* buffer ids of this device (-1: none) */
+  int peer;              /* SEND/RECV: device; collectives: group id */
+  int root;              /* BCAST/REDUCE: root device */
+  int tag;               /* SEND/RECV: message tag; START/WAIT: request slot */
+  int args, n_args;      /* kernels, UPDATE: buffer ids at program args[args ..] */
+  int box;               /* region (index into boxes, -1: the whole dst) */
+} pcgc_ins;
+
+typedef struct pcgc_device_program {
+  int n_ins, n_buf, n_args, n_box;
+  pcgc_ins *ins;
+  pcgc_plan_buf *buf;
+  int *args;
+  pcgc_box *boxes;
+  int n_requests;              /* non-blocking collective slots */
+  int64_t arena_bytes;         /* one allocation holds every buffer */
+  int64_t persistent_bytes;    /* of which weights, gradients, state, data */
+  int64_t peak_bytes;          /* most bytes live at one instruction (<= arena) */
+  int64_t unplanned_bytes;     /* sum of every buffer's bytes, without reuse */
+  int64_t send_bytes;          /* staging for non-blocking sends, per step */
+  int64_t max_message_bytes;   /* largest receive or collective region */
+  int64_t count_by_kind[PCGC_INS_KIND_COUNT];
+} pcgc_device_program;
+
+typedef struct pcgc_program {
+  int n_devices;
+  pcgc_device_program *dev;    /* [n_devices] */
+  int n_groups;
+  int *group_off;              /* group k: devices group_dev[group_off[k] .. group_off[k+1]), ascending */
+  int *group_dev;
+  int micro;                   /* micro-batches (1: none) */
+  int stages;
+  pcgc_schedule schedule;
+  bool recompute_requested;    /* the strategy asked for recomputation (not lowered: see docs/plan-format.md) */
+  uint64_t digest;             /* xxHash of every stream and buffer table */
+  int64_t n_tasks;
+} pcgc_program;
+
+typedef struct pcgc_codegen_options {
+  pcgc_schedule schedule;      /* order of micro-batches (default GPipe) */
+  pcgc_optim_kind optimizer;   /* state buffers kept (default Adam: m and v) */
+  bool recompute;              /* recorded; activations are kept (see above) */
+} pcgc_codegen_options;
+
+void pcgc_codegen_options_default(pcgc_codegen_options *o);
+
+/* Lowers the typed parallel graph g (exactly one loss) with views mp onto
+ * n_devices devices. Errors: an untyped graph, views out of range, a graph
+ * without a loss, out of memory. */
+pcgc_status pcgc_codegen(const pcgc_graph *g, const pcgc_mapping *mp, int n_devices, const pcgc_codegen_options *o,
+                         pcgc_program **out, pcgc_error *err);
+void pcgc_program_free(pcgc_program *p);
+
+/* Readable listing: per device its totals, and with `streams` its buffers
+ * (role, tensor, piece, bytes, lifetime) and its instruction stream.
+ * device >= 0 prints that device only. */
+void pcgc_program_print(FILE *f, const pcgc_program *p, const pcgc_graph *g, int device, bool streams);
+
+/* The logical box a buffer holds. */
+void pcgc_plan_buf_box(const pcgc_plan_buf *b, pcgc_box *box);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* PCGC_CODEGEN_H */

@@ -1,0 +1,108 @@
+/*
+ * codegen_internal.h — private to codegen/: the task graph lower.c builds
+ * and schedule.c orders, buffers and all.
+ */
+#ifndef PCGC_CODEGEN_INTERNAL_H
+#define PCGC_CODEGEN_INTERNAL_H
+
+#include "codegen.h"
+#include "uthash.h"
+
+enum { CG_FWD, CG_BWD, CG_UPD };
+
+/* Reads and writes of a buffer so far, in creation order. */
+typedef struct cg_acc {
+  int writer;          /* last task that wrote it (-1: none) */
+  int *readers;        /* tasks that read it since */
+  int64_t n_readers, cap_readers;
+  bool zeroed;         /* gradient-like: zeroed in this step already */
+} cg_acc;
+
+typedef struct cg_dev {
+  pcgc_plan_buf *buf;
+  cg_acc *acc;
+  int64_t n_buf, cap_buf, cap_acc;
+  pcgc_ins *ins;       /* in creation order */
+  int64_t n_ins, cap_ins;
+  int *args;
+  int64_t n_args, cap_args;
+  pcgc_box *boxes;
+  int64_t n_boxes, cap_boxes;
+  int n_requests;
+} cg_dev;
+
+typedef struct cg_task {
+  int64_t slot, order; /* priority: smaller first */
+  int32_t first_em, n_em;
+  int8_t phase;
+  bool compute;        /* a kernel (1F1B joins look for these) */
+  bool priority_now;   /* scheduled as soon as ready (gradient all-reduce) */
+  int node, micro;
+} cg_task;
+
+typedef struct cg_emit {
+  int dev;
+  int32_t ins;  /* index in its device's creation-order list */
+  int task;
+} cg_emit;
+
+typedef struct cg_edge {
+  int a, b;
+} cg_edge;
+
+typedef struct cg_pair {
+  int64_t key;
+  int count;
+  UT_hash_handle hh;
+} cg_pair;
+
+typedef struct cg_group {
+  int *devs;  /* sorted; the key */
+  int n, id;
+  UT_hash_handle hh;
+} cg_group;
+
+struct bent;
+struct hbox;
+
+typedef struct cg {
+  const pcgc_graph *g;
+  const pcgc_mapping *mp;
+  int D;
+  pcgc_codegen_options o;
+  pcgc_error *err;
+  pcgc_status st;      /* sticky */
+  int *order, *topo;
+  bool *resident, *needg, *reach;
+  int8_t *pipe_pos;    /* 0: before any pipelined op, 1: pipelined, 2: after */
+  int *stage;          /* per device, -1: no pipelined op */
+  int stages, M, loss;
+  int64_t *tf, *tb;    /* [stage][micro] idealised start times */
+  int64_t slot_max;
+  cg_dev *dv;
+  struct bent *bufs;
+  struct hbox *boxes;
+  cg_pair *pairs;
+  int max_tag;
+  cg_group *groups;
+  int n_groups;
+  cg_task *t;
+  int64_t nt, cap_t;
+  cg_emit *em;
+  int64_t nem, cap_em;
+  cg_edge *e;
+  int64_t ne, cap_e;
+  /* context of the tasks being created */
+  int phase, ctx_phase_save, ctx_node, ctx_micro;
+  int64_t ctx_piece;
+} cg;
+
+int pcgc__cg_home(const cg *C, int node, int64_t p);
+void pcgc__cg_piece_box(const pcgc_ptensor *t, int64_t q, int mu, pcgc_box *b);
+/* Buffers an instruction reads (rd) and writes (wr); kernels' extra written
+ * buffers are not included (the lowering passes them). */
+int pcgc__cg_ins_access(const pcgc_ins *I, const int *args, int *rd, int *nrd, int *wr, int *nwr);
+/* Orders the task graph into streams, plans memory: the program (schedule.c). */
+pcgc_status pcgc__cg_schedule(cg *C, pcgc_program **out);
+
+#endif

@@ -1,0 +1,1579 @@
+/*
+ * lower.c — builds the task graph of one training step of a mapped parallel
+ * graph (codegen.h says what each part of the graph becomes) and hands it
+ * to schedule.c, which orders it into per-device streams.
+ *
+ * Tasks are created in a sequential order that is itself a correct program
+ * (forward in topological order, micro-batch by micro-batch; backward in
+ * reverse; gradient synchronisation; updates). Each task is one or more
+ * instructions (a collective: one per member device); their buffer reads
+ * and writes give the edges (read after write, write after read, write after
+ * write) of the task graph, so any order that respects the edges computes
+ * the same values. Send -> receive edges and the 1F1B edges are added
+ * explicitly. Gradient buffers are zeroed by a task created just before the
+ * first task that adds into them.
+ */
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codegen_internal.h"
+#include "uthash.h"
+
+/* --------------------------------------------------------- small helpers */
+
+static void *grow(void *p, int64_t *cap, int64_t need, size_t size) {
+  if (need <= *cap) return p;
+  int64_t c = *cap ? *cap : 64;
+  while (c < need) c *= 2;
+  void *q = realloc(p, (size_t)c * size);
+  if (q) *cap = c;
+  return q;
+}
+
+#define GROW(cg, arr, cap, need)                                                  \
+  do {                                                                            \
+    void *q_ = grow((arr), &(cap), (need), sizeof *(arr));                        \
+    if (!q_) {                                                                    \
+      (cg)->st = PCGC_ERR_NOMEM;                                                  \
+    } else {                                                                      \
+      (arr) = q_;                                                                 \
+    }                                                                             \
+  } while (0)
+
+int pcgc__cg_home(const cg *C, int node, int64_t p) {
+  return pcgc_view_device(C->mp->view[node], p, C->D);
+}
+
+static int value_m(const pcgc_ptensor *t) { return t->micro > 1 ? t->micro : 1; }
+
+/* The logical box of piece q, micro-batch mu, of a value of type t. */
+void pcgc__cg_piece_box(const pcgc_ptensor *t, int64_t q, int mu, pcgc_box *b) {
+  int64_t c[PCGC_MAX_RANK], s, r;
+  pcgc_piece_coords(t, q, c, &s, &r);
+  int m = value_m(t);
+  b->rank = t->rank;
+  for (int d = 0; d < t->rank; d++) {
+    int64_t len = t->dims[d] / t->degree[d];
+    int64_t lo = c[d] * len;
+    if (m > 1 && d == t->micro_dim) {
+      len /= m;
+      lo += mu * len;
+    }
+    b->lo[d] = lo;
+    b->len[d] = len;
+  }
+}
+
+static bool box_intersect(const pcgc_box *a, const pcgc_box *b, pcgc_box *out) {
+  out->rank = a->rank;
+  for (int d = 0; d < a->rank; d++) {
+    int64_t lo = a->lo[d] > b->lo[d] ? a->lo[d] : b->lo[d];
+    int64_t e1 = a->lo[d] + a->len[d], e2 = b->lo[d] + b->len[d];
+    int64_t hi = e1 < e2 ? e1 : e2;
+    if (hi <= lo) return false;
+    out->lo[d] = lo;
+    out->len[d] = hi - lo;
+  }
+  return true;
+}
+
+static bool box_equal(const pcgc_box *a, const pcgc_box *b) {
+  if (a->rank != b->rank) return false;
+  for (int d = 0; d < a->rank; d++)
+    if (a->lo[d] != b->lo[d] || a->len[d] != b->len[d]) return false;
+  return true;
+}
+
+static void box_union(pcgc_box *a, const pcgc_box *b) {
+  for (int d = 0; d < a->rank; d++) {
+    int64_t lo = a->lo[d] < b->lo[d] ? a->lo[d] : b->lo[d];
+    int64_t e1 = a->lo[d] + a->len[d], e2 = b->lo[d] + b->len[d];
+    a->lo[d] = lo;
+    a->len[d] = (e1 > e2 ? e1 : e2) - lo;
+  }
+}
+
+static pcgc_dtype storage(pcgc_dtype t) { return pcgc_dtype_is_float(t) ? PCGC_F32 : t; }
+
+/* --------------------------------------------------------------- buffers */
+
+typedef struct bkey {
+  int dev, role, node, slot, micro;
+  int64_t piece;
+} bkey;
+
+typedef struct bent {
+  bkey k;
+  int id;
+  UT_hash_handle hh;
+} bent;
+
+static bkey mkkey(int dev, int role, int node, int slot, int64_t piece, int micro) {
+  bkey k;
+  memset(&k, 0, sizeof k);
+  k.dev = dev;
+  k.role = role;
+  k.node = node;
+  k.slot = slot;
+  k.piece = piece;
+  k.micro = micro;
+  return k;
+}
+
+static int buf_find(cg *C, bkey k) {
+  bent *e = NULL;
+  HASH_FIND(hh, C->bufs, &k, sizeof k, e);
+  return e ? e->id : -1;
+}
+
+/* A new buffer on device k.dev holding box b of a tensor of dtype t. */
+static int buf_add(cg *C, bkey k, pcgc_dtype t, const pcgc_box *b, bool persistent) {
+  if (C->st) return -1;
+  cg_dev *V = &C->dv[k.dev];
+  GROW(C, V->buf, V->cap_buf, V->n_buf + 1);
+  GROW(C, V->acc, V->cap_acc, V->n_buf + 1);
+  bent *e = calloc(1, sizeof *e);
+  if (C->st || !e) {
+    free(e);
+    C->st = PCGC_ERR_NOMEM;
+    return -1;
+  }
+  pcgc_plan_buf *B = &V->buf[V->n_buf];
+  memset(B, 0, sizeof *B);
+  B->role = (uint8_t)k.role;
+  B->dtype = t;
+  B->node = k.node;
+  B->slot = k.slot;
+  B->piece = k.piece;
+  B->micro = k.micro;
+  B->rank = b->rank;
+  int64_t n = 1;
+  for (int d = 0; d < b->rank; d++) {
+    B->dims[d] = b->len[d];
+    B->offset[d] = b->lo[d];
+    n *= b->len[d];
+  }
+  B->bytes = n * (int64_t)pcgc_dtype_size(t);
+  B->first = B->last = -1;
+  B->persistent = persistent;
+  memset(&V->acc[V->n_buf], 0, sizeof V->acc[V->n_buf]);
+  V->acc[V->n_buf].writer = -1;
+  e->k = k;
+  e->id = V->n_buf++;
+  HASH_ADD(hh, C->bufs, k, sizeof e->k, e);
+  return e->id;
+}
+
+/* The buffer of piece (q, mu) of value (node, slot) on its device, role VALUE or GRAD. */
+static int value_buf(cg *C, int role, int node, int slot, int64_t q, int mu, int dev) {
+  bkey k = mkkey(dev, role, node, slot, q, mu);
+  int id = buf_find(C, k);
+  if (id >= 0) return id;
+  const pcgc_ptensor *t = &C->g->nodes[node].out[slot];
+  pcgc_box b;
+  pcgc__cg_piece_box(t, q, mu, &b);
+  return buf_add(C, k, storage(t->dtype), &b, false);
+}
+
+static int scratch_buf(cg *C, int node, int64_t key, int mu, int dev, pcgc_dtype t, const pcgc_box *b) {
+  bkey k = mkkey(dev, PCGC_BUF_SCRATCH, node, 0, key, mu);
+  int id = buf_find(C, k);
+  return id >= 0 ? id : buf_add(C, k, t, b, false);
+}
+
+/* ----------------------------------------------------------------- tasks */
+
+static int64_t slot_of(const cg *C, int dev, int phase, int node, int mu);
+
+/* Starts a task in the current context (phase, node, micro-batch, sub-order). */
+static int task_begin(cg *C, int sub) {
+  if (C->st) return -1;
+  GROW(C, C->t, C->cap_t, C->nt + 1);
+  if (C->st) return -1;
+  cg_task *T = &C->t[C->nt];
+  memset(T, 0, sizeof *T);
+  T->first_em = (int32_t)C->nem;
+  T->phase = (int8_t)C->phase;
+  T->node = C->ctx_node;
+  T->micro = C->ctx_micro;
+  int topo = C->ctx_node >= 0 ? C->topo[C->ctx_node] : 0;
+  int64_t ord = C->phase == CG_BWD ? (int64_t)(C->g->n_nodes - topo) : topo;
+  T->order = ord * 16 + sub;
+  T->slot = LLONG_MIN; /* set from the first instruction's device */
+  return C->nt++;
+}
+
+static void edge(cg *C, int a, int b) {
+  if (C->st || a < 0 || b < 0 || a == b) return;
+  GROW(C, C->e, C->cap_e, C->ne + 1);
+  if (C->st) return;
+  C->e[C->ne].a = a;
+  C->e[C->ne].b = b;
+  C->ne++;
+}
+
+static void access_read(cg *C, int task, int dev, int buf) {
+  cg_acc *A = &C->dv[dev].acc[buf];
+  edge(C, A->writer, task);
+  if (A->n_readers && A->readers[A->n_readers - 1] == task) return;
+  GROW(C, A->readers, A->cap_readers, A->n_readers + 1);
+  if (!C->st) A->readers[A->n_readers++] = task;
+}
+
+static void access_write(cg *C, int task, int dev, int buf) {
+  cg_acc *A = &C->dv[dev].acc[buf];
+  edge(C, A->writer, task);
+  for (int64_t i = 0; i < A->n_readers; i++) edge(C, A->readers[i], task);
+  A->n_readers = 0;
+  A->writer = task;
+}
+
+int pcgc__cg_ins_access(const pcgc_ins *I, const int *args, int *rd, int *nrd, int *wr, int *nwr) {
+  int r = 0, w = 0;
+#define R(x)                                                                                                   \
+  do {                                                                                                         \
+    if ((x) >= 0) rd[r++] = (x);                                                                               \
+  } while (0)
+#define W(x)                                                                                                   \
+  do {                                                                                                         \
+    if ((x) >= 0) wr[w++] = (x);                                                                               \
+  } while (0)
+  switch ((pcgc_ins_kind)I->kind) {
+  case PCGC_INS_FORWARD:
+  case PCGC_INS_BACKWARD:
+  case PCGC_INS_BN_STATS:
+  case PCGC_INS_BN_APPLY:
+  case PCGC_INS_BN_BWD_STATS:
+  case PCGC_INS_BN_BWD_APPLY:
+  case PCGC_INS_UPDATE:
+    /* args: the kinds' layouts name which are written; dst lists them too */
+    for (int i = 0; i < I->n_args; i++) R(args[I->args + i]);
+    W(I->dst);
+    R(I->src);
+    break;
+  case PCGC_INS_COPY:
+    R(I->src);
+    if (I->add) R(I->dst);
+    W(I->dst);
+    break;
+  case PCGC_INS_ZERO:
+  case PCGC_INS_SEED:
+    W(I->dst);
+    break;
+  case PCGC_INS_SEND:
+  case PCGC_INS_LOSS:
+    R(I->src);
+    break;
+  case PCGC_INS_RECV:
+  case PCGC_INS_BCAST:
+  case PCGC_INS_REDUCE:
+    R(I->src);
+    if (I->add) R(I->dst);
+    W(I->dst);
+    break;
+  case PCGC_INS_ALLREDUCE:
+  case PCGC_INS_ALLREDUCE_START:
+  case PCGC_INS_WAIT:
+    R(I->dst);
+    W(I->dst);
+    break;
+  default:
+    break;
+  }
+#undef R
+#undef W
+  *nrd = r;
+  *nwr = w;
+  return r + w;
+}
+
+/* Adds instruction I (args[0..n_args) copied into the device's pool) on
+ * device dev to task `task`; extra_w: more buffers it writes (kernels). */
+static int emit(cg *C, int task, int dev, pcgc_ins I, const int *args, int n_args, const pcgc_box *box,
+                const int *extra_w, int n_extra) {
+  if (C->st || task < 0) return -1;
+  cg_dev *V = &C->dv[dev];
+  if (n_args) {
+    GROW(C, V->args, V->cap_args, V->n_args + n_args);
+    if (C->st) return -1;
+    memcpy(V->args + V->n_args, args, (size_t)n_args * sizeof *args);
+    I.args = (int)V->n_args;
+    I.n_args = n_args;
+    V->n_args += n_args;
+  } else {
+    I.args = I.n_args = 0;
+  }
+  I.box = -1;
+  if (box) {
+    GROW(C, V->boxes, V->cap_boxes, V->n_boxes + 1);
+    if (C->st) return -1;
+    V->boxes[V->n_boxes] = *box;
+    I.box = (int)V->n_boxes++;
+  }
+  GROW(C, V->ins, V->cap_ins, V->n_ins + 1);
+  GROW(C, C->em, C->cap_em, C->nem + 1);
+  if (C->st) return -1;
+  V->ins[V->n_ins] = I;
+  C->em[C->nem].dev = dev;
+  C->em[C->nem].ins = (int32_t)V->n_ins++;
+  C->em[C->nem].task = task;
+  C->nem++;
+  cg_task *T = &C->t[task];
+  T->n_em++;
+  if (T->slot == LLONG_MIN) T->slot = slot_of(C, dev, T->phase, T->node, T->micro);
+  int rd[PCGC_VARIADIC * 4 + 8], wr[PCGC_VARIADIC * 2 + 8], nr, nw;
+  pcgc__cg_ins_access(&I, V->args, rd, &nr, wr, &nw);
+  for (int i = 0; i < nr; i++) access_read(C, task, dev, rd[i]);
+  for (int i = 0; i < nw; i++) access_write(C, task, dev, wr[i]);
+  for (int i = 0; i < n_extra; i++)
+    if (extra_w[i] >= 0) access_write(C, task, dev, extra_w[i]);
+  return 0;
+}
+
+static pcgc_ins ins_new(cg *C, pcgc_ins_kind k) {
+  pcgc_ins I;
+  memset(&I, 0, sizeof I);
+  I.kind = (uint8_t)k;
+  I.node = C->ctx_node;
+  I.piece = C->ctx_piece;
+  I.micro = C->ctx_micro;
+  I.dst = I.src = I.peer = I.root = -1;
+  I.box = -1;
+  return I;
+}
+
+/* One-instruction tasks. */
+static int t_copy(cg *C, int dev, int dst, int src, const pcgc_box *box, bool add, int sub) {
+  int t = task_begin(C, sub);
+  pcgc_ins I = ins_new(C, PCGC_INS_COPY);
+  I.dst = dst;
+  I.src = src;
+  I.add = add;
+  emit(C, t, dev, I, NULL, 0, box, NULL, 0);
+  return t;
+}
+
+static int t_zero(cg *C, int dev, int dst, int sub) {
+  int t = task_begin(C, sub);
+  pcgc_ins I = ins_new(C, PCGC_INS_ZERO);
+  I.dst = dst;
+  emit(C, t, dev, I, NULL, 0, NULL, NULL, 0);
+  return t;
+}
+
+/* A gradient-like buffer (added into): zeroed before its first use in the step. */
+static void touch(cg *C, int dev, int buf, int sub) {
+  if (C->st || buf < 0) return;
+  cg_acc *A = &C->dv[dev].acc[buf];
+  if (A->zeroed) return;
+  A->zeroed = true;
+  t_zero(C, dev, buf, sub);
+}
+
+static int next_tag(cg *C, int from, int to) {
+  int64_t key = (int64_t)from * C->D + to;
+  cg_pair *e = NULL;
+  HASH_FIND(hh, C->pairs, &key, sizeof key, e);
+  if (!e) {
+    e = calloc(1, sizeof *e);
+    if (!e) {
+      C->st = PCGC_ERR_NOMEM;
+      return 0;
+    }
+    e->key = key;
+    HASH_ADD(hh, C->pairs, key, sizeof e->key, e);
+  }
+  if (e->count + 1 > C->max_tag) C->max_tag = e->count + 1;
+  return e->count++;
+}
+
+/* src (on `from`) over box -> dst (on `to`); returns the receive task. */
+static int t_sendrecv(cg *C, int from, int src, int to, int dst, const pcgc_box *box, bool add) {
+  int tag = next_tag(C, from, to);
+  int ts = task_begin(C, 12);
+  pcgc_ins S = ins_new(C, PCGC_INS_SEND);
+  S.src = src;
+  S.peer = to;
+  S.tag = tag;
+  emit(C, ts, from, S, NULL, 0, box, NULL, 0);
+  int tr = task_begin(C, 1);
+  pcgc_ins R = ins_new(C, PCGC_INS_RECV);
+  R.dst = dst;
+  R.peer = from;
+  R.tag = tag;
+  R.add = add;
+  emit(C, tr, to, R, NULL, 0, box, NULL, 0);
+  edge(C, ts, tr);
+  return tr;
+}
+
+/* The id of the device set devs[0..n) (any order, no repeats). */
+static int group_id(cg *C, const int *devs, int n) {
+  int *s = malloc((size_t)n * sizeof *s);
+  if (!s) {
+    C->st = PCGC_ERR_NOMEM;
+    return -1;
+  }
+  memcpy(s, devs, (size_t)n * sizeof *s);
+  for (int i = 1; i < n; i++) /* insertion sort: groups are small */
+    for (int j = i; j > 0 && s[j - 1] > s[j]; j--) {
+      int x = s[j];
+      s[j] = s[j - 1];
+      s[j - 1] = x;
+    }
+  cg_group *e = NULL;
+  HASH_FIND(hh, C->groups, s, (size_t)n * sizeof *s, e);
+  if (e) {
+    free(s);
+    return e->id;
+  }
+  e = calloc(1, sizeof *e);
+  if (!e) {
+    free(s);
+    C->st = PCGC_ERR_NOMEM;
+    return -1;
+  }
+  e->devs = s;
+  e->n = n;
+  e->id = C->n_groups++;
+  HASH_ADD_KEYPTR(hh, C->groups, e->devs, (size_t)n * sizeof *s, e);
+  return e->id;
+}
+
+/* ------------------------------------------------------------ priorities */
+
+/* Micro-batch slot of a task of `phase` on device dev for node's micro-batch mu. */
+static int64_t slot_of(const cg *C, int dev, int phase, int node, int mu) {
+  int64_t M = C->M, T = C->slot_max;
+  if (phase == CG_UPD) return 4 * T + 8;
+  if (node < 0) return phase == CG_FWD ? -1 : 4 * T + 4;
+  int pos = C->pipe_pos[node];
+  if (phase == CG_FWD) {
+    if (pos == 0) return -1;
+    if (pos == 2) return 2 * T + 1;
+  } else {
+    if (pos == 2) return 2 * T + 1;
+    if (pos == 0) return 4 * T + 4;
+  }
+  int st = C->stage[dev] >= 0 ? C->stage[dev] : 0;
+  if (mu < 0) mu = 0;
+  if (mu >= M) mu = (int)M - 1;
+  const int64_t *tab = phase == CG_FWD ? C->tf : C->tb;
+  return 2 * tab[(int64_t)st * M + mu];
+}
+
+/* Idealised 1F1B (or GPipe) timing of s stages and M micro-batches, unit
+ * times: the start of each stage's forward and backward of each micro-batch,
+ * used as priorities so that the list schedule interleaves like the
+ * simulator's order. */
+static pcgc_status pipeline_slots(cg *C) {
+  int S = C->stages > 0 ? C->stages : 1, M = C->M;
+  C->tf = calloc((size_t)S * (size_t)M, sizeof *C->tf);
+  C->tb = calloc((size_t)S * (size_t)M, sizeof *C->tb);
+  if (!C->tf || !C->tb) return PCGC_ERR_NOMEM;
+  if (C->o.schedule != PCGC_SCHEDULE_1F1B || M <= 1) {
+    for (int k = 0; k < S; k++)
+      for (int i = 0; i < M; i++) {
+        C->tf[k * M + i] = i;
+        C->tb[k * M + i] = M + i;
+      }
+    C->slot_max = 2 * M;
+    return PCGC_OK;
+  }
+  /* per stage the 1F1B sequence, then earliest start times by relaxation */
+  int64_t *seq = malloc((size_t)S * 2 * (size_t)M * sizeof *seq); /* +i+1: forward i, -(i+1): backward i */
+  if (!seq) return PCGC_ERR_NOMEM;
+  for (int k = 0; k < S; k++) {
+    int w = S - k < M ? S - k : M, n = 0;
+    int64_t *q = seq + (int64_t)k * 2 * M;
+    for (int i = 0; i < w; i++) q[n++] = i + 1;
+    for (int i = 0; i < M; i++) {
+      q[n++] = -(i + 1);
+      if (i + w < M) q[n++] = i + w + 1;
+    }
+  }
+  for (int64_t i = 0; i < (int64_t)S * M; i++) C->tf[i] = C->tb[i] = 0;
+  for (int iter = 0; iter < 4 * S * M + 4; iter++) {
+    bool changed = false;
+    for (int k = 0; k < S; k++) {
+      int64_t t = 0;
+      const int64_t *q = seq + (int64_t)k * 2 * M;
+      for (int j = 0; j < 2 * M; j++) {
+        int64_t x = q[j], ready = t;
+        if (x > 0) {
+          int i = (int)x - 1;
+          if (k > 0 && C->tf[(k - 1) * M + i] + 1 > ready) ready = C->tf[(k - 1) * M + i] + 1;
+          if (C->tf[k * M + i] != ready) changed = true;
+          C->tf[k * M + i] = ready;
+        } else {
+          int i = (int)(-x) - 1;
+          if (k + 1 < S && C->tb[(k + 1) * M + i] + 1 > ready) ready = C->tb[(k + 1) * M + i] + 1;
+          if (C->tf[k * M + i] + 1 > ready) ready = C->tf[k * M + i] + 1;
+          if (C->tb[k * M + i] != ready) changed = true;
+          C->tb[k * M + i] = ready;
+        }
+        t = ready + 1;
+      }
+    }
+    if (!changed) break;
+  }
+  int64_t mx = 0;
+  for (int64_t i = 0; i < (int64_t)S * M; i++) {
+    if (C->tf[i] > mx) mx = C->tf[i];
+    if (C->tb[i] > mx) mx = C->tb[i];
+  }
+  C->slot_max = mx + 1;
+  free(seq);
+  return PCGC_OK;
+}
+
+/* --------------------------------------------------------- resident data */
+
+typedef struct hbox {
+  int64_t key; /* src * D + dev */
+  pcgc_box box;
+  UT_hash_handle hh;
+} hbox;
+
+static int root_of(const cg *C, int node) {
+  while (pcgc_op_class_of(C->g->nodes[node].kind) == PCGC_CLASS_PARALLEL) node = C->g->nodes[node].in[0].node;
+  return node;
+}
+
+static void need_box(cg *C, int src, int dev, const pcgc_box *b) {
+  int64_t key = (int64_t)src * C->D + dev;
+  hbox *e = NULL;
+  HASH_FIND(hh, C->boxes, &key, sizeof key, e);
+  if (e) {
+    box_union(&e->box, b);
+    return;
+  }
+  e = calloc(1, sizeof *e);
+  if (!e) {
+    C->st = PCGC_ERR_NOMEM;
+    return;
+  }
+  e->key = key;
+  e->box = *b;
+  HASH_ADD(hh, C->boxes, key, sizeof e->key, e);
+}
+
+static const pcgc_box *held_box(const cg *C, int src, int dev) {
+  int64_t key = (int64_t)src * C->D + dev;
+  hbox *e = NULL;
+  HASH_FIND(hh, C->boxes, &key, sizeof key, e);
+  return e ? &e->box : NULL;
+}
+
+static int source_buf(cg *C, int src, int dev, int role) {
+  bkey k = mkkey(dev, role, src, 0, -1, 0);
+  int id = buf_find(C, k);
+  if (id >= 0) return id;
+  const pcgc_box *b = held_box(C, src, dev);
+  if (!b) {
+    C->st = pcgc_error_set(C->err, PCGC_ERR_INVALID, "codegen: device %d keeps no box of '%s' (internal error)", dev,
+                           C->g->nodes[src].name);
+    return -1;
+  }
+  pcgc_dtype t = role == PCGC_BUF_SOURCE ? storage(C->g->nodes[src].out[0].dtype) : PCGC_F32;
+  return buf_add(C, k, t, b, true);
+}
+
+/* Input piece (q, mi) of value r, read on device X: the buffer to read. */
+static int read_piece(cg *C, pcgc_ref r, int64_t q, int mi, int X) {
+  if (C->st) return -1;
+  const pcgc_ptensor *t = &C->g->nodes[r.node].out[r.slot];
+  pcgc_box b;
+  pcgc__cg_piece_box(t, q, mi, &b);
+  if (C->resident[r.node]) {
+    int src = root_of(C, r.node);
+    int S = source_buf(C, src, X, PCGC_BUF_SOURCE);
+    if (S < 0) return -1;
+    pcgc_box hb;
+    pcgc_plan_buf_box(&C->dv[X].buf[S], &hb);
+    if (box_equal(&hb, &b)) return S;
+    bkey k = mkkey(X, PCGC_BUF_VIEW, r.node, r.slot, q, mi);
+    int id = buf_find(C, k);
+    if (id >= 0) return id;
+    id = buf_add(C, k, storage(t->dtype), &b, false);
+    t_copy(C, X, id, S, &b, false, 2);
+    return id;
+  }
+  int Y = pcgc__cg_home(C, r.node, q);
+  int V = value_buf(C, PCGC_BUF_VALUE, r.node, r.slot, q, mi, Y);
+  if (Y == X) return V;
+  bkey k = mkkey(X, PCGC_BUF_STAGE, r.node, r.slot, q, mi);
+  int id = buf_find(C, k);
+  if (id >= 0) return id;
+  id = buf_add(C, k, storage(t->dtype), &b, false);
+  t_sendrecv(C, Y, V, X, id, &b, false);
+  return id;
+}
+
+/* The gradient buffer matching a buffer that read_piece returned (-1: none wanted). */
+static int grad_of(cg *C, pcgc_ref r, int64_t q, int mi, int X, int buf) {
+  if (C->st || buf < 0 || !C->needg[r.node]) return -1;
+  const pcgc_plan_buf *B = &C->dv[X].buf[buf];
+  const pcgc_ptensor *t = &C->g->nodes[r.node].out[r.slot];
+  if (!pcgc_dtype_is_float(t->dtype)) return -1;
+  int id = -1;
+  switch ((pcgc_buf_role)B->role) {
+  case PCGC_BUF_SOURCE: id = source_buf(C, B->node, X, PCGC_BUF_SOURCE_GRAD); break;
+  case PCGC_BUF_VIEW:
+  case PCGC_BUF_STAGE: {
+    int role = B->role == PCGC_BUF_VIEW ? PCGC_BUF_VIEW_GRAD : PCGC_BUF_STAGE_GRAD;
+    bkey k = mkkey(X, role, r.node, r.slot, q, mi);
+    id = buf_find(C, k);
+    if (id < 0) {
+      pcgc_box b;
+      pcgc_plan_buf_box(B, &b);
+      id = buf_add(C, k, PCGC_F32, &b, false);
+    }
+    break;
+  }
+  default: id = value_buf(C, PCGC_BUF_GRAD, r.node, r.slot, q, mi, X); break;
+  }
+  return id;
+}
+
+/* ------------------------------------------------------- ordinary ops */
+
+static bool bn_sharded(const pcgc_node *n) {
+  if (n->kind != PCGC_OP_BATCHNORM) return false;
+  const pcgc_ptensor *o = &n->out[0];
+  for (int d = 0; d < o->rank; d++)
+    if (d != 1 && o->degree[d] > 1) return true;
+  return false;
+}
+
+static pcgc_status piece_inputs(cg *C, const pcgc_node *n, int64_t p, int64_t *inp) {
+  pcgc_ptensor tin[PCGC_VARIADIC];
+  for (int i = 0; i < n->n_in; i++) tin[i] = *pcgc_graph_ref_type(C->g, n->in[i]);
+  return pcgc_op_piece_inputs(n->kind, &n->attrs, n->n_in, tin, &n->out[0], p, inp, C->err);
+}
+
+static int op_micro(const cg *C, const pcgc_node *n) {
+  int m = 1;
+  for (int i = 0; i < n->n_in; i++) {
+    int k = value_m(pcgc_graph_ref_type(C->g, n->in[i]));
+    if (k > m) m = k;
+  }
+  return m;
+}
+
+static int in_mu(const cg *C, pcgc_ref r, int mu) { return value_m(pcgc_graph_ref_type(C->g, r)) > 1 ? mu : 0; }
+
+static int out_mu(const pcgc_node *n, int j, int mu) { return value_m(&n->out[j]) > 1 ? mu : 0; }
+
+static void lower_ordinary_fwd(cg *C, const pcgc_node *n) {
+  int64_t P = pcgc_ptensor_pieces(&n->out[0]), inp[PCGC_VARIADIC];
+  int m = op_micro(C, n);
+  bool loss = pcgc_op_class_of(n->kind) == PCGC_CLASS_LOSS;
+  int args[PCGC_VARIADIC + PCGC_MAX_INTS];
+  for (int mu = 0; mu < m && !C->st; mu++)
+    for (int64_t p = 0; p < P && !C->st; p++) {
+      if ((C->st = piece_inputs(C, n, p, inp))) return;
+      int X = pcgc__cg_home(C, n->id, p);
+      C->ctx_node = n->id;
+      C->ctx_piece = p;
+      C->ctx_micro = mu;
+      for (int i = 0; i < n->n_in; i++) args[i] = read_piece(C, n->in[i], inp[i], in_mu(C, n->in[i], mu), X);
+      for (int j = 0; j < n->n_out; j++)
+        args[n->n_in + j] = value_buf(C, PCGC_BUF_VALUE, n->id, j, p, out_mu(n, j, mu), X);
+      int t = task_begin(C, 4);
+      pcgc_ins I = ins_new(C, PCGC_INS_FORWARD);
+      emit(C, t, X, I, args, n->n_in + n->n_out, NULL, args + n->n_in, n->n_out);
+      C->t[t].compute = true;
+      if (loss) {
+        int64_t c[PCGC_MAX_RANK], s, r;
+        pcgc_piece_coords(&n->out[0], p, c, &s, &r);
+        if (r == 0) {
+          int tl = task_begin(C, 5);
+          pcgc_ins L = ins_new(C, PCGC_INS_LOSS);
+          L.src = args[n->n_in];
+          emit(C, tl, X, L, NULL, 0, NULL, NULL, 0);
+        }
+      }
+    }
+}
+
+static void lower_ordinary_bwd(cg *C, const pcgc_node *n) {
+  int64_t P = pcgc_ptensor_pieces(&n->out[0]), inp[PCGC_VARIADIC];
+  int m = op_micro(C, n);
+  bool loss = pcgc_op_class_of(n->kind) == PCGC_CLASS_LOSS;
+  int args[2 * PCGC_VARIADIC + 2 * PCGC_MAX_INTS];
+  int ni = n->n_in, no = n->n_out;
+  for (int mu = 0; mu < m && !C->st; mu++)
+    for (int64_t p = 0; p < P && !C->st; p++) {
+      if ((C->st = piece_inputs(C, n, p, inp))) return;
+      int X = pcgc__cg_home(C, n->id, p);
+      C->ctx_node = n->id;
+      C->ctx_piece = p;
+      C->ctx_micro = mu;
+      for (int i = 0; i < ni; i++) {
+        int mi = in_mu(C, n->in[i], mu);
+        args[i] = read_piece(C, n->in[i], inp[i], mi, X);
+        args[ni + 2 * no + i] = grad_of(C, n->in[i], inp[i], mi, X, args[i]);
+        touch(C, X, args[ni + 2 * no + i], 3);
+      }
+      for (int j = 0; j < no; j++) {
+        int om = out_mu(n, j, mu);
+        args[ni + j] = value_buf(C, PCGC_BUF_VALUE, n->id, j, p, om, X);
+        args[ni + no + j] = value_buf(C, PCGC_BUF_GRAD, n->id, j, p, om, X);
+        if (loss) {
+          C->dv[X].acc[args[ni + no + j]].zeroed = true;
+          int64_t c[PCGC_MAX_RANK], s, r;
+          pcgc_piece_coords(&n->out[0], p, c, &s, &r);
+          int ts = task_begin(C, 2);
+          pcgc_ins S = ins_new(C, PCGC_INS_SEED);
+          S.dst = args[ni + no + j];
+          S.tag = r == 0 ? 1 : 0;
+          emit(C, ts, X, S, NULL, 0, NULL, NULL, 0);
+        } else {
+          touch(C, X, args[ni + no + j], 3); /* an output nobody read still needs a zero gradient */
+        }
+      }
+      int t = task_begin(C, 4);
+      pcgc_ins I = ins_new(C, PCGC_INS_BACKWARD);
+      emit(C, t, X, I, args, 2 * ni + 2 * no, NULL, args + ni + 2 * no, ni);
+      C->t[t].compute = true;
+    }
+}
+
+/* Sharded batch norm: statistics summed over the pieces of a channel group. */
+static void lower_bn(cg *C, const pcgc_node *n, bool backward) {
+  const pcgc_ptensor *o = &n->out[0];
+  int64_t P = pcgc_ptensor_pieces(o), inp[PCGC_VARIADIC];
+  int64_t Cc = o->dims[1] / o->degree[1];
+  if (op_micro(C, n) > 1) {
+    C->st = pcgc_error_set(C->err, PCGC_ERR_UNSUPPORTED,
+                           "batchnorm '%s' is sharded over its batch and pipelined: not supported by the runtime",
+                           n->name);
+    return;
+  }
+  int64_t groups = (int64_t)o->degree[1] * o->replica;
+  int *devs = malloc((size_t)(P > 0 ? P : 1) * sizeof *devs);
+  if (!devs) {
+    C->st = PCGC_ERR_NOMEM;
+    return;
+  }
+  pcgc_box sb = {1, {0}, {4 * Cc}};
+  for (int64_t g = 0; g < groups && !C->st; g++) {
+    /* the devices of the group's pieces */
+    int nd = 0;
+    for (int64_t p = 0; p < P; p++) {
+      int64_t c[PCGC_MAX_RANK], s, r;
+      pcgc_piece_coords(o, p, c, &s, &r);
+      if (c[1] * o->replica + r != g) continue;
+      int X = pcgc__cg_home(C, n->id, p);
+      bool seen = false;
+      for (int k = 0; k < nd; k++) seen |= devs[k] == X;
+      if (!seen) devs[nd++] = X;
+    }
+    int grp = nd > 1 ? group_id(C, devs, nd) : -1;
+    for (int pass = 0; pass < 3 && !C->st; pass++) {
+      if (pass == 1) { /* the group's sum */
+        if (nd > 1) {
+          C->ctx_node = n->id;
+          C->ctx_piece = -1;
+          C->ctx_micro = 0;
+          int t = task_begin(C, 5);
+          pcgc_box half = {1, {backward ? 2 * Cc : 0}, {2 * Cc}};
+          for (int k = 0; k < nd; k++) {
+            pcgc_ins I = ins_new(C, PCGC_INS_ALLREDUCE);
+            I.dst = scratch_buf(C, n->id, g, 0, devs[k], PCGC_F64, &sb);
+            I.peer = grp;
+            emit(C, t, devs[k], I, NULL, 0, &half, NULL, 0);
+          }
+        }
+        continue;
+      }
+      for (int64_t p = 0; p < P && !C->st; p++) {
+        int64_t c[PCGC_MAX_RANK], s, r;
+        pcgc_piece_coords(o, p, c, &s, &r);
+        if (c[1] * o->replica + r != g) continue;
+        if ((C->st = piece_inputs(C, n, p, inp))) break;
+        int X = pcgc__cg_home(C, n->id, p);
+        C->ctx_node = n->id;
+        C->ctx_piece = p;
+        C->ctx_micro = 0;
+        bool fresh = buf_find(C, mkkey(X, PCGC_BUF_SCRATCH, n->id, 0, g, 0)) < 0;
+        int scr = scratch_buf(C, n->id, g, 0, X, PCGC_F64, &sb);
+        if (fresh) t_zero(C, X, scr, 3);
+        int x = read_piece(C, n->in[0], inp[0], 0, X);
+        int sc = n->n_in == 3 ? read_piece(C, n->in[1], inp[1], 0, X) : -1;
+        int bi = n->n_in == 3 ? read_piece(C, n->in[2], inp[2], 0, X) : -1;
+        int y = value_buf(C, PCGC_BUF_VALUE, n->id, 0, p, 0, X);
+        if (!backward) {
+          int t = task_begin(C, pass == 0 ? 4 : 6);
+          if (t < 0) break;
+          C->t[t].compute = true;
+          pcgc_ins I = ins_new(C, pass == 0 ? PCGC_INS_BN_STATS : PCGC_INS_BN_APPLY);
+          if (pass == 0) {
+            int a[2] = {x, scr};
+            I.dst = scr;
+            emit(C, t, X, I, a, 2, NULL, NULL, 0);
+          } else {
+            int a[5] = {x, sc, bi, y, scr};
+            I.dst = y;
+            emit(C, t, X, I, a, 5, NULL, NULL, 0);
+          }
+          continue;
+        }
+        int dy = value_buf(C, PCGC_BUF_GRAD, n->id, 0, p, 0, X);
+        touch(C, X, dy, 3);
+        if (pass == 0) {
+          int t = task_begin(C, 4);
+          if (t < 0) break;
+          C->t[t].compute = true;
+          pcgc_ins I = ins_new(C, PCGC_INS_BN_BWD_STATS);
+          int a[3] = {x, dy, scr};
+          I.dst = scr;
+          emit(C, t, X, I, a, 3, NULL, NULL, 0);
+          continue;
+        }
+        int dx = grad_of(C, n->in[0], inp[0], 0, X, x);
+        int dsc = n->n_in == 3 ? grad_of(C, n->in[1], inp[1], 0, X, sc) : -1;
+        int dbi = n->n_in == 3 ? grad_of(C, n->in[2], inp[2], 0, X, bi) : -1;
+        touch(C, X, dx, 3);
+        touch(C, X, dsc, 3);
+        touch(C, X, dbi, 3);
+        int t = task_begin(C, 6);
+        if (t < 0) break;
+        C->t[t].compute = true;
+        pcgc_ins I = ins_new(C, PCGC_INS_BN_BWD_APPLY);
+        int a[7] = {x, sc, dy, dx, dsc, dbi, scr};
+        int w[3] = {dx, dsc, dbi};
+        emit(C, t, X, I, a, 7, NULL, w, 3);
+      }
+    }
+  }
+  free(devs);
+}
+
+/* ------------------------------------------------------- parallel ops */
+
+/* partition, combine, pipeline, unpipeline: overlapping boxes with equal (sum, replica). */
+static void lower_relayout(cg *C, const pcgc_node *n, bool backward) {
+  const pcgc_ptensor *to = &n->out[0], *ti = pcgc_graph_ref_type(C->g, n->in[0]);
+  int mo = value_m(to), mi = value_m(ti), src = n->in[0].node, slot = n->in[0].slot;
+  int64_t Po = pcgc_ptensor_pieces(to), Pi = pcgc_ptensor_pieces(ti);
+  for (int mu = 0; mu < mo && !C->st; mu++)
+    for (int64_t p = 0; p < Po && !C->st; p++) {
+      int64_t co[PCGC_MAX_RANK], so, ro;
+      pcgc_piece_coords(to, p, co, &so, &ro);
+      pcgc_box bo;
+      pcgc__cg_piece_box(to, p, mu, &bo);
+      int X = pcgc__cg_home(C, n->id, p);
+      C->ctx_node = n->id;
+      C->ctx_piece = p;
+      C->ctx_micro = mu;
+      int out = value_buf(C, backward ? PCGC_BUF_GRAD : PCGC_BUF_VALUE, n->id, 0, p, mu, X);
+      if (backward) touch(C, X, out, 3);
+      for (int ui = 0; ui < mi && !C->st; ui++) {
+        if (mi > 1 && mo > 1 && ui != mu) continue; /* both pipelined: micro-batch by micro-batch */
+        for (int64_t q = 0; q < Pi && !C->st; q++) {
+          int64_t ci[PCGC_MAX_RANK], si, ri;
+          pcgc_piece_coords(ti, q, ci, &si, &ri);
+          if (si != so || ri != ro) continue;
+          pcgc_box bi, x;
+          pcgc__cg_piece_box(ti, q, ui, &bi);
+          if (!box_intersect(&bo, &bi, &x)) continue;
+          int Y = pcgc__cg_home(C, src, q);
+          if (!backward) {
+            int in = value_buf(C, PCGC_BUF_VALUE, src, slot, q, ui, Y);
+            if (Y == X) t_copy(C, X, out, in, &x, false, 2);
+            else t_sendrecv(C, Y, in, X, out, &x, false);
+          } else if (C->needg[src]) {
+            int gin = value_buf(C, PCGC_BUF_GRAD, src, slot, q, ui, Y);
+            touch(C, Y, gin, 3);
+            if (Y == X) t_copy(C, X, gin, out, &x, true, 6);
+            else t_sendrecv(C, X, out, Y, gin, &x, true);
+          }
+        }
+      }
+    }
+}
+
+/* Local buffers of one device among a list: returns how many, ids in out. */
+typedef struct member {
+  int dev;
+  int n;
+  int bufs[64];
+} member;
+
+static int members_add(member *ms, int n, int dev, int buf) {
+  for (int i = 0; i < n; i++)
+    if (ms[i].dev == dev) {
+      if (ms[i].n < 64) ms[i].bufs[ms[i].n++] = buf;
+      return n;
+    }
+  ms[n].dev = dev;
+  ms[n].n = 1;
+  ms[n].bufs[0] = buf;
+  return n + 1;
+}
+
+/* One buffer holding the sum of a member's buffers (itself when it has one). */
+static int member_sum(cg *C, const member *m, int node, int64_t key, int mu, pcgc_dtype t, const pcgc_box *b) {
+  if (m->n == 1) return m->bufs[0];
+  int s = scratch_buf(C, node, key, mu, m->dev, t, b);
+  for (int i = 0; i < m->n; i++) t_copy(C, m->dev, s, m->bufs[i], NULL, i > 0, 2);
+  return s;
+}
+
+/* Sends value/gradient `src` on device Y to every other member: COPY into
+ * local targets, SEND/RECV to one device, BCAST to more; on a member with
+ * several targets, the first receives and the rest copy from it. add: into
+ * the targets (gradients). */
+static void spread(cg *C, int Y, int srcbuf, member *ms, int nm, bool add, int node, int64_t key, int mu,
+                   const pcgc_box *box) {
+  int others = 0;
+  for (int i = 0; i < nm; i++) others += ms[i].dev != Y;
+  int devs[4096], nd = 0, recv_into[4096];
+  if (nm > 4096) {
+    C->st = pcgc_error_set(C->err, PCGC_ERR_UNSUPPORTED, "a collective over more than 4096 devices");
+    return;
+  }
+  devs[nd++] = Y;
+  for (int i = 0; i < nm; i++) {
+    if (ms[i].dev == Y) {
+      for (int k = 0; k < ms[i].n; k++) t_copy(C, Y, ms[i].bufs[k], srcbuf, NULL, add, 2);
+      continue;
+    }
+    /* with add and several targets, receive into scratch then add to each */
+    recv_into[i] = add && ms[i].n > 1 ? scratch_buf(C, node, key, mu, ms[i].dev, PCGC_F32, box) : ms[i].bufs[0];
+    devs[nd++] = ms[i].dev;
+  }
+  bool scratch_add = false;
+  if (others == 1) {
+    for (int i = 0; i < nm; i++)
+      if (ms[i].dev != Y) {
+        bool into_scratch = add && ms[i].n > 1;
+        t_sendrecv(C, Y, srcbuf, ms[i].dev, recv_into[i], box, add && !into_scratch);
+      }
+  } else if (others > 1) {
+    int grp = group_id(C, devs, nd);
+    int t = task_begin(C, 8);
+    pcgc_ins I = ins_new(C, PCGC_INS_BCAST);
+    I.peer = grp;
+    I.root = Y;
+    I.src = srcbuf;
+    emit(C, t, Y, I, NULL, 0, box, NULL, 0);
+    for (int i = 0; i < nm; i++) {
+      if (ms[i].dev == Y) continue;
+      bool into_scratch = add && ms[i].n > 1;
+      pcgc_ins R = ins_new(C, PCGC_INS_BCAST);
+      R.peer = grp;
+      R.root = Y;
+      R.dst = recv_into[i];
+      R.add = add && !into_scratch;
+      emit(C, t, ms[i].dev, R, NULL, 0, box, NULL, 0);
+    }
+  }
+  (void)scratch_add;
+  for (int i = 0; i < nm; i++) {
+    if (ms[i].dev == Y) continue;
+    int from = recv_into[i];
+    for (int k = add && ms[i].n > 1 ? 0 : 1; k < ms[i].n; k++) t_copy(C, ms[i].dev, ms[i].bufs[k], from, NULL, add, 2);
+  }
+}
+
+/* Sums every member's buffers into `dst` on device X: local ones copied
+ * (the first sets unless add), one other device point to point, more by a
+ * REDUCE collective. */
+static void gather_sum(cg *C, int X, int dst, member *ms, int nm, bool add, int node, int64_t key, int mu,
+                       pcgc_dtype t, const pcgc_box *box) {
+  int others = 0, local = -1;
+  for (int i = 0; i < nm; i++) {
+    if (ms[i].dev == X) local = i;
+    else others++;
+  }
+  bool set = !add;
+  if (others <= 1 && local >= 0) {
+    for (int k = 0; k < ms[local].n; k++) {
+      t_copy(C, X, dst, ms[local].bufs[k], NULL, !set, 2);
+      set = false;
+    }
+  }
+  if (others == 1) {
+    for (int i = 0; i < nm; i++)
+      if (ms[i].dev != X) {
+        int s = member_sum(C, &ms[i], node, key, mu, t, box);
+        t_sendrecv(C, ms[i].dev, s, X, dst, box, !set);
+      }
+    return;
+  }
+  if (others == 0) return;
+  int devs[4096], nd = 0, srcs[4096];
+  if (nm + 1 > 4096) {
+    C->st = pcgc_error_set(C->err, PCGC_ERR_UNSUPPORTED, "a collective over more than 4096 devices");
+    return;
+  }
+  devs[nd] = X;
+  srcs[nd++] = local >= 0 ? member_sum(C, &ms[local], node, key, mu, t, box) : -1;
+  for (int i = 0; i < nm; i++)
+    if (ms[i].dev != X) {
+      devs[nd] = ms[i].dev;
+      srcs[nd++] = member_sum(C, &ms[i], node, key, mu, t, box);
+    }
+  int grp = group_id(C, devs, nd);
+  int tk = task_begin(C, 8);
+  for (int i = 0; i < nd; i++) {
+    pcgc_ins I = ins_new(C, PCGC_INS_REDUCE);
+    I.peer = grp;
+    I.root = X;
+    I.src = srcs[i];
+    if (i == 0) {
+      I.dst = dst;
+      I.add = add;
+    }
+    emit(C, tk, devs[i], I, NULL, 0, box, NULL, 0);
+  }
+}
+
+static void lower_replicate(cg *C, const pcgc_node *n, bool backward) {
+  const pcgc_ptensor *to = &n->out[0], *ti = pcgc_graph_ref_type(C->g, n->in[0]);
+  int m = value_m(to), src = n->in[0].node, slot = n->in[0].slot;
+  int64_t d = pcgc_attrs_int(&n->attrs, "degree"), Pi = pcgc_ptensor_pieces(ti);
+  member *ms = malloc((size_t)d * sizeof *ms);
+  if (!ms) {
+    C->st = PCGC_ERR_NOMEM;
+    return;
+  }
+  for (int mu = 0; mu < m && !C->st; mu++)
+    for (int64_t q = 0; q < Pi && !C->st; q++) {
+      int64_t c[PCGC_MAX_RANK], s, r;
+      pcgc_piece_coords(ti, q, c, &s, &r);
+      int Y = pcgc__cg_home(C, src, q), mi = value_m(ti) > 1 ? mu : 0;
+      C->ctx_node = n->id;
+      C->ctx_piece = q;
+      C->ctx_micro = mu;
+      int nm = 0;
+      for (int64_t j = 0; j < d; j++) {
+        int64_t p = pcgc_piece_index(to, c, s, r * d + j);
+        int X = pcgc__cg_home(C, n->id, p);
+        int b = value_buf(C, backward ? PCGC_BUF_GRAD : PCGC_BUF_VALUE, n->id, 0, p, mu, X);
+        if (backward) touch(C, X, b, 3);
+        nm = members_add(ms, nm, X, b);
+      }
+      pcgc_box box;
+      pcgc__cg_piece_box(ti, q, mi, &box);
+      if (!backward) {
+        spread(C, Y, value_buf(C, PCGC_BUF_VALUE, src, slot, q, mi, Y), ms, nm, false, n->id, q, mu, &box);
+      } else if (C->needg[src]) {
+        int gin = value_buf(C, PCGC_BUF_GRAD, src, slot, q, mi, Y);
+        touch(C, Y, gin, 3);
+        gather_sum(C, Y, gin, ms, nm, true, n->id, q, mu, PCGC_F32, &box);
+      }
+    }
+  free(ms);
+}
+
+static void lower_reduce(cg *C, const pcgc_node *n, bool backward) {
+  const pcgc_ptensor *to = &n->out[0], *ti = pcgc_graph_ref_type(C->g, n->in[0]);
+  int m = value_m(to), src = n->in[0].node, slot = n->in[0].slot;
+  int64_t d = pcgc_attrs_int(&n->attrs, "degree"), P = pcgc_ptensor_pieces(to);
+  member *ms = malloc((size_t)d * sizeof *ms);
+  if (!ms) {
+    C->st = PCGC_ERR_NOMEM;
+    return;
+  }
+  for (int mu = 0; mu < m && !C->st; mu++)
+    for (int64_t p = 0; p < P && !C->st; p++) {
+      int64_t c[PCGC_MAX_RANK], s, r;
+      pcgc_piece_coords(to, p, c, &s, &r);
+      int X = pcgc__cg_home(C, n->id, p), mi = value_m(ti) > 1 ? mu : 0;
+      C->ctx_node = n->id;
+      C->ctx_piece = p;
+      C->ctx_micro = mu;
+      if (backward && !C->needg[src]) continue;
+      int nm = 0;
+      for (int64_t j = 0; j < d; j++) {
+        int64_t q = pcgc_piece_index(ti, c, s * d + j, r);
+        int Y = pcgc__cg_home(C, src, q);
+        int b = value_buf(C, backward ? PCGC_BUF_GRAD : PCGC_BUF_VALUE, src, slot, q, mi, Y);
+        if (backward) touch(C, Y, b, 3);
+        nm = members_add(ms, nm, Y, b);
+      }
+      pcgc_box box;
+      pcgc__cg_piece_box(to, p, mu, &box);
+      pcgc_dtype t = storage(to->dtype);
+      if (!backward) {
+        int out = value_buf(C, PCGC_BUF_VALUE, n->id, 0, p, mu, X);
+        gather_sum(C, X, out, ms, nm, false, n->id, p, mu, t, &box);
+      } else {
+        int gout = value_buf(C, PCGC_BUF_GRAD, n->id, 0, p, mu, X);
+        touch(C, X, gout, 3);
+        spread(C, X, gout, ms, nm, true, n->id, p, mu, &box);
+      }
+    }
+  free(ms);
+}
+
+/* --------------------------------------------------------------- weights */
+
+static int cmp64(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return (x > y) - (x < y);
+}
+
+/* The devices that keep a box of weight `src` all-reduce each cell (a box
+ * cut by every holder's boundaries) they share, non-blocking. */
+static void lower_weight_sync(cg *C, int src) {
+  const pcgc_ptensor *t = &C->g->nodes[src].out[0];
+  int D = C->D, *hold = malloc((size_t)D * sizeof *hold), nh = 0;
+  int64_t *cuts = malloc((size_t)(2 * D + 2) * PCGC_MAX_RANK * sizeof *cuts);
+  int ncut[PCGC_MAX_RANK];
+  if (!hold || !cuts) {
+    free(hold);
+    free(cuts);
+    C->st = PCGC_ERR_NOMEM;
+    return;
+  }
+  for (int X = 0; X < D; X++)
+    if (held_box(C, src, X)) {
+      hold[nh++] = X;
+      touch(C, X, source_buf(C, src, X, PCGC_BUF_SOURCE_GRAD), 3);
+    }
+  int r = t->rank;
+  for (int d = 0; d < r; d++) {
+    int64_t *cd = cuts + (int64_t)d * (2 * D + 2);
+    int k = 0;
+    for (int i = 0; i < nh; i++) {
+      const pcgc_box *b = held_box(C, src, hold[i]);
+      cd[k++] = b->lo[d];
+      cd[k++] = b->lo[d] + b->len[d];
+    }
+    qsort(cd, (size_t)k, sizeof *cd, cmp64);
+    int u = 0;
+    for (int i = 0; i < k; i++)
+      if (u == 0 || cd[i] != cd[u - 1]) cd[u++] = cd[i];
+    ncut[d] = u;
+  }
+  int idx[PCGC_MAX_RANK] = {0};
+  int *grp = malloc((size_t)D * sizeof *grp);
+  if (!grp) {
+    C->st = PCGC_ERR_NOMEM;
+    free(hold);
+    free(cuts);
+    return;
+  }
+  for (;;) {
+    pcgc_box cell;
+    cell.rank = r;
+    bool empty = false;
+    for (int d = 0; d < r; d++) {
+      int64_t *cd = cuts + (int64_t)d * (2 * D + 2);
+      if (ncut[d] < 2) empty = true;
+      else {
+        cell.lo[d] = cd[idx[d]];
+        cell.len[d] = cd[idx[d] + 1] - cd[idx[d]];
+      }
+    }
+    if (empty) break;
+    int ng = 0;
+    for (int i = 0; i < nh; i++) {
+      pcgc_box x;
+      const pcgc_box *b = held_box(C, src, hold[i]);
+      if (box_intersect(b, &cell, &x) && box_equal(&x, &cell)) grp[ng++] = hold[i];
+    }
+    if (ng > 1) {
+      int gid = group_id(C, grp, ng);
+      int tk = task_begin(C, 14);
+      C->t[tk].priority_now = true;
+      for (int i = 0; i < ng; i++) {
+        cg_dev *V = &C->dv[grp[i]];
+        pcgc_ins I = ins_new(C, PCGC_INS_ALLREDUCE_START);
+        I.dst = source_buf(C, src, grp[i], PCGC_BUF_SOURCE_GRAD);
+        I.peer = gid;
+        I.tag = V->n_requests++;
+        emit(C, tk, grp[i], I, NULL, 0, &cell, NULL, 0);
+      }
+      C->ctx_phase_save = C->phase;
+      C->phase = CG_UPD;
+      int tw = task_begin(C, 0);
+      for (int i = 0; i < ng; i++) {
+        cg_dev *V = &C->dv[grp[i]];
+        pcgc_ins W = ins_new(C, PCGC_INS_WAIT);
+        W.dst = source_buf(C, src, grp[i], PCGC_BUF_SOURCE_GRAD);
+        W.tag = V->n_requests - 1;
+        emit(C, tw, grp[i], W, NULL, 0, NULL, NULL, 0);
+      }
+      edge(C, tk, tw);
+      C->phase = C->ctx_phase_save;
+    }
+    int d = r - 1;
+    while (d >= 0 && idx[d] + 2 >= ncut[d]) idx[d--] = 0;
+    if (d < 0) break;
+    idx[d]++;
+  }
+  if (r == 0 && nh > 1) { /* a scalar weight: one cell */
+    int gid = group_id(C, hold, nh);
+    int tk = task_begin(C, 14);
+    C->t[tk].priority_now = true;
+    pcgc_box cell = {0, {0}, {0}};
+    for (int i = 0; i < nh; i++) {
+      pcgc_ins I = ins_new(C, PCGC_INS_ALLREDUCE);
+      I.dst = source_buf(C, src, hold[i], PCGC_BUF_SOURCE_GRAD);
+      I.peer = gid;
+      emit(C, tk, hold[i], I, NULL, 0, &cell, NULL, 0);
+    }
+  }
+  free(grp);
+  free(hold);
+  free(cuts);
+}
+
+static void lower_updates(cg *C) {
+  C->phase = CG_UPD;
+  for (int k = 0; k < C->g->n_nodes && !C->st; k++) {
+    const pcgc_node *n = &C->g->nodes[C->order[k]];
+    if (n->kind != PCGC_OP_WEIGHT || !C->needg[n->id]) continue;
+    for (int X = 0; X < C->D && !C->st; X++) {
+      if (!held_box(C, n->id, X)) continue;
+      C->ctx_node = n->id;
+      C->ctx_piece = -1;
+      C->ctx_micro = 0;
+      int w = source_buf(C, n->id, X, PCGC_BUF_SOURCE);
+      int gw = source_buf(C, n->id, X, PCGC_BUF_SOURCE_GRAD);
+      int a[2] = {-1, -1};
+      if (C->o.optimizer != PCGC_OPTIM_SGD) a[0] = source_buf(C, n->id, X, PCGC_BUF_OPT_M);
+      if (C->o.optimizer == PCGC_OPTIM_ADAM) a[1] = source_buf(C, n->id, X, PCGC_BUF_OPT_V);
+      int t = task_begin(C, 4);
+      C->t[t].compute = true;
+      pcgc_ins I = ins_new(C, PCGC_INS_UPDATE);
+      I.dst = w;
+      I.src = gw;
+      emit(C, t, X, I, a, 2, NULL, a, 2);
+    }
+  }
+}
+
+/* ---------------------------------------------------------------- driver */
+
+static pcgc_status analyse(cg *C) {
+  const pcgc_graph *g = C->g;
+  int n = g->n_nodes;
+  C->order = malloc((size_t)(n ? n : 1) * sizeof *C->order);
+  C->topo = malloc((size_t)(n ? n : 1) * sizeof *C->topo);
+  C->resident = calloc((size_t)(n ? n : 1), sizeof *C->resident);
+  C->needg = calloc((size_t)(n ? n : 1), sizeof *C->needg);
+  C->reach = calloc((size_t)(n ? n : 1), sizeof *C->reach);
+  C->pipe_pos = calloc((size_t)(n ? n : 1), sizeof *C->pipe_pos);
+  C->stage = malloc((size_t)C->D * sizeof *C->stage);
+  int *first = malloc((size_t)C->D * sizeof *first);
+  if (!C->order || !C->topo || !C->resident || !C->needg || !C->reach || !C->pipe_pos || !C->stage || !first) {
+    free(first);
+    return PCGC_ERR_NOMEM;
+  }
+  pcgc_status st = pcgc_graph_topo_order(g, C->order, C->err);
+  if (st) {
+    free(first);
+    return st;
+  }
+  for (int k = 0; k < n; k++) C->topo[C->order[k]] = k;
+  pcgc_resident_nodes(g, C->order, C->resident);
+  C->loss = -1;
+  for (int k = 0; k < n; k++) {
+    const pcgc_node *x = &g->nodes[C->order[k]];
+    if (!x->typed) {
+      free(first);
+      return pcgc_error_set(C->err, PCGC_ERR_TYPE, "%s '%s' has no type: infer the graph first",
+                            pcgc_op_name(x->kind), x->name);
+    }
+    if (pcgc_op_class_of(x->kind) == PCGC_CLASS_LOSS) {
+      if (C->loss >= 0) {
+        free(first);
+        return pcgc_error_set(C->err, PCGC_ERR_INVALID, "the graph has two losses, '%s' and '%s'; a plan needs one",
+                              g->nodes[C->loss].name, x->name);
+      }
+      C->loss = x->id;
+    }
+    bool ng = x->kind == PCGC_OP_WEIGHT, after = false;
+    for (int i = 0; i < x->n_in; i++) {
+      ng |= C->needg[x->in[i].node];
+      after |= C->pipe_pos[x->in[i].node] != 0;
+    }
+    C->needg[x->id] = ng && pcgc_dtype_is_float(x->out[0].dtype);
+    bool piped = value_m(&x->out[0]) > 1;
+    C->pipe_pos[x->id] = (int8_t)(piped ? 1 : after ? 2 : 0);
+    if (value_m(&x->out[0]) > C->M) C->M = value_m(&x->out[0]);
+  }
+  if (C->loss < 0) {
+    free(first);
+    pcgc_error_set(C->err, PCGC_ERR_INVALID, "the graph has no loss; a training plan needs one");
+    pcgc_error_hint(C->err, "end the model with softmax_cross_entropy(...) or mse(...)");
+    return PCGC_ERR_INVALID;
+  }
+  C->reach[C->loss] = true;
+  for (int k = n - 1; k >= 0; k--) {
+    const pcgc_node *x = &g->nodes[C->order[k]];
+    if (!C->reach[x->id]) continue;
+    for (int i = 0; i < x->n_in; i++) C->reach[x->in[i].node] = true;
+  }
+  for (int k = 0; k < n; k++) C->needg[k] = C->needg[k] && C->reach[k];
+  /* pipeline stages: devices ranked by the first pipelined op they run */
+  for (int d = 0; d < C->D; d++) first[d] = INT_MAX;
+  for (int k = 0; k < n; k++) {
+    const pcgc_node *x = &g->nodes[C->order[k]];
+    if (C->resident[x->id] || value_m(&x->out[0]) <= 1) continue;
+    if (pcgc_op_class_of(x->kind) == PCGC_CLASS_PARALLEL) continue;
+    int64_t P = pcgc_ptensor_pieces(&x->out[0]);
+    for (int64_t p = 0; p < P; p++) {
+      int X = pcgc__cg_home(C, x->id, p);
+      if (first[X] == INT_MAX) first[X] = k;
+    }
+  }
+  C->stages = 0;
+  for (int d = 0; d < C->D; d++) {
+    C->stage[d] = -1;
+    if (first[d] == INT_MAX) continue;
+    int rank = 0;
+    bool seen_lower[1] = {false};
+    (void)seen_lower;
+    /* rank = number of distinct first positions below first[d] */
+    for (int e = 0; e < C->D; e++) {
+      if (first[e] == INT_MAX || first[e] >= first[d]) continue;
+      bool dup = false;
+      for (int f = 0; f < e; f++) dup |= first[f] == first[e];
+      rank += !dup;
+    }
+    C->stage[d] = rank;
+    if (rank + 1 > C->stages) C->stages = rank + 1;
+  }
+  if (C->stages == 0) C->stages = 1;
+  free(first);
+  return PCGC_OK;
+}
+
+/* The resident boxes each device keeps: what its kernels read. */
+static void find_boxes(cg *C) {
+  const pcgc_graph *g = C->g;
+  int64_t inp[PCGC_VARIADIC];
+  for (int k = 0; k < g->n_nodes && !C->st; k++) {
+    const pcgc_node *n = &g->nodes[C->order[k]];
+    if (C->resident[n->id] || pcgc_op_class_of(n->kind) == PCGC_CLASS_PARALLEL) continue;
+    bool any = false;
+    for (int i = 0; i < n->n_in; i++) any |= C->resident[n->in[i].node];
+    if (!any) continue;
+    int64_t P = pcgc_ptensor_pieces(&n->out[0]);
+    int m = op_micro(C, n);
+    for (int64_t p = 0; p < P && !C->st; p++) {
+      if ((C->st = piece_inputs(C, n, p, inp))) return;
+      int X = pcgc__cg_home(C, n->id, p);
+      for (int i = 0; i < n->n_in; i++) {
+        if (!C->resident[n->in[i].node]) continue;
+        const pcgc_ptensor *t = pcgc_graph_ref_type(g, n->in[i]);
+        for (int mu = 0; mu < m; mu++) {
+          pcgc_box b;
+          pcgc__cg_piece_box(t, inp[i], in_mu(C, n->in[i], mu), &b);
+          need_box(C, root_of(C, n->in[i].node), X, &b);
+          if (value_m(t) <= 1) break;
+        }
+      }
+    }
+  }
+}
+
+/* 1F1B: micro-batch i's forward on a device of stage k waits for micro-batch i-(s-k)'s backward there. */
+static void one_f_one_b(cg *C) {
+  if (C->o.schedule != PCGC_SCHEDULE_1F1B || C->M <= 1) return;
+  int M = C->M;
+  for (int d = 0; d < C->D && !C->st; d++) {
+    if (C->stage[d] < 0) continue;
+    int w = C->stages - C->stage[d];
+    for (int i = w; i < M && !C->st; i++) {
+      /* a join: every pipelined backward task of micro i-w on d -> it -> every forward task of micro i on d */
+      C->phase = CG_FWD;
+      C->ctx_node = -1;
+      int j = task_begin(C, 0);
+      if (j < 0) return;
+      C->t[j].slot = 0;
+      for (int64_t t = 0; t < C->nt - 1; t++) {
+        const cg_task *T = &C->t[t];
+        if (!T->compute || T->n_em != 1 || T->node < 0 || C->pipe_pos[T->node] != 1) continue;
+        if (C->em[T->first_em].dev != d) continue;
+        if (T->phase == CG_BWD && T->micro == i - w) edge(C, (int)t, j);
+        if (T->phase == CG_FWD && T->micro == i) edge(C, j, (int)t);
+      }
+    }
+  }
+}
+
+static void free_cg(cg *C) {
+  bent *e, *tmp;
+  HASH_ITER(hh, C->bufs, e, tmp) {
+    HASH_DEL(C->bufs, e);
+    free(e);
+  }
+  hbox *h, *ht;
+  HASH_ITER(hh, C->boxes, h, ht) {
+    HASH_DEL(C->boxes, h);
+    free(h);
+  }
+  cg_pair *pp, *pt;
+  HASH_ITER(hh, C->pairs, pp, pt) {
+    HASH_DEL(C->pairs, pp);
+    free(pp);
+  }
+  cg_group *gg, *gt;
+  HASH_ITER(hh, C->groups, gg, gt) {
+    HASH_DEL(C->groups, gg);
+    free(gg->devs);
+    free(gg);
+  }
+  if (C->dv)
+    for (int d = 0; d < C->D; d++) {
+      cg_dev *V = &C->dv[d];
+      for (int64_t b = 0; b < V->n_buf; b++) free(V->acc[b].readers);
+      free(V->acc);
+      free(V->buf);
+      free(V->ins);
+      free(V->args);
+      free(V->boxes);
+    }
+  free(C->dv);
+  free(C->t);
+  free(C->e);
+  free(C->em);
+  free(C->order);
+  free(C->topo);
+  free(C->resident);
+  free(C->needg);
+  free(C->reach);
+  free(C->pipe_pos);
+  free(C->stage);
+  free(C->tf);
+  free(C->tb);
+}
+
+void pcgc_codegen_options_default(pcgc_codegen_options *o) {
+  memset(o, 0, sizeof *o);
+  o->schedule = PCGC_SCHEDULE_GPIPE;
+  o->optimizer = PCGC_OPTIM_ADAM;
+}
+
+pcgc_status pcgc_codegen(const pcgc_graph *g, const pcgc_mapping *mp, int n_devices, const pcgc_codegen_options *o,
+                         pcgc_program **out, pcgc_error *err) {
+  *out = NULL;
+  if (!g || !mp || n_devices < 1 || mp->n_nodes != g->n_nodes)
+    return pcgc_error_set(err, PCGC_ERR_INVALID, "codegen needs a graph, one view per node and at least one device");
+  for (int i = 0; i < g->n_nodes; i++) {
+    pcgc_view v = mp->view[i];
+    if (v.start < 0 || v.start >= n_devices || v.stride < 0)
+      return pcgc_error_set(err, PCGC_ERR_INVALID, "node '%s' has view (start %d, stride %d) outside %d devices",
+                            g->nodes[i].name, v.start, v.stride, n_devices);
+  }
+  cg C;
+  memset(&C, 0, sizeof C);
+  C.g = g;
+  C.mp = mp;
+  C.D = n_devices;
+  C.err = err;
+  C.M = 1;
+  if (o) C.o = *o;
+  else pcgc_codegen_options_default(&C.o);
+  C.ctx_node = -1;
+  C.dv = calloc((size_t)n_devices, sizeof *C.dv);
+  pcgc_status st = C.dv ? analyse(&C) : PCGC_ERR_NOMEM;
+  if (!st) st = pipeline_slots(&C);
+  if (!st) {
+    find_boxes(&C);
+    st = C.st;
+  }
+  /* forward */
+  C.phase = CG_FWD;
+  for (int k = 0; k < g->n_nodes && !st && !C.st; k++) {
+    const pcgc_node *n = &g->nodes[C.order[k]];
+    if (C.resident[n->id]) continue;
+    pcgc_op_class cls = pcgc_op_class_of(n->kind);
+    if (cls == PCGC_CLASS_PARALLEL) {
+      if (n->kind == PCGC_OP_REPLICATE) lower_replicate(&C, n, false);
+      else if (n->kind == PCGC_OP_REDUCE) lower_reduce(&C, n, false);
+      else lower_relayout(&C, n, false);
+    } else if (bn_sharded(n)) {
+      lower_bn(&C, n, false);
+    } else {
+      lower_ordinary_fwd(&C, n);
+    }
+  }
+  /* backward, then each weight's gradient synchronisation as soon as its last reader is done */
+  C.phase = CG_BWD;
+  for (int k = g->n_nodes - 1; k >= 0 && !st && !C.st; k--) {
+    const pcgc_node *n = &g->nodes[C.order[k]];
+    C.ctx_node = n->id;
+    C.ctx_piece = -1;
+    C.ctx_micro = 0;
+    if (!C.reach[n->id]) continue;
+    pcgc_op_class cls = pcgc_op_class_of(n->kind);
+    if (C.resident[n->id]) {
+      /* views' gradients into the source box's */
+      int src = root_of(&C, n->id);
+      for (int X = 0; X < C.D && C.needg[n->id]; X++) {
+        int S = -2;
+        for (int slot = 0; slot < n->n_out; slot++) {
+          int64_t P = pcgc_ptensor_pieces(&n->out[slot]);
+          int m = value_m(&n->out[slot]);
+          for (int mu = 0; mu < m; mu++)
+            for (int64_t q = 0; q < P; q++) {
+              int vg = buf_find(&C, mkkey(X, PCGC_BUF_VIEW_GRAD, n->id, slot, q, mu));
+              if (vg < 0) continue;
+              if (S == -2) S = source_buf(&C, src, X, PCGC_BUF_SOURCE_GRAD);
+              touch(&C, X, S, 3);
+              t_copy(&C, X, S, vg, NULL, true, 6);
+            }
+        }
+      }
+      if (n->kind == PCGC_OP_WEIGHT && C.needg[n->id]) lower_weight_sync(&C, n->id);
+      continue;
+    }
+    /* staged copies of this node's pieces: their gradients go home first */
+    if (C.needg[n->id])
+      for (int X = 0; X < C.D; X++)
+        for (int slot = 0; slot < n->n_out; slot++) {
+          int64_t P = pcgc_ptensor_pieces(&n->out[slot]);
+          int m = value_m(&n->out[slot]);
+          for (int mu = 0; mu < m; mu++)
+            for (int64_t q = 0; q < P; q++) {
+              int sg = buf_find(&C, mkkey(X, PCGC_BUF_STAGE_GRAD, n->id, slot, q, mu));
+              if (sg < 0) continue;
+              int Y = pcgc__cg_home(&C, n->id, q);
+              int gb = value_buf(&C, PCGC_BUF_GRAD, n->id, slot, q, mu, Y);
+              C.ctx_piece = q;
+              C.ctx_micro = mu;
+              touch(&C, Y, gb, 3);
+              pcgc_box b;
+              pcgc_plan_buf_box(&C.dv[X].buf[sg], &b);
+              t_sendrecv(&C, X, sg, Y, gb, &b, true);
+            }
+        }
+    if (cls == PCGC_CLASS_PARALLEL) {
+      if (!C.needg[n->id]) continue;
+      if (n->kind == PCGC_OP_REPLICATE) lower_replicate(&C, n, true);
+      else if (n->kind == PCGC_OP_REDUCE) lower_reduce(&C, n, true);
+      else lower_relayout(&C, n, true);
+    } else {
+      bool any = false;
+      for (int i = 0; i < n->n_in; i++) any |= C.needg[n->in[i].node];
+      if (!any) continue;
+      if (bn_sharded(n)) lower_bn(&C, n, true);
+      else lower_ordinary_bwd(&C, n);
+    }
+  }
+  if (!st && !C.st) lower_updates(&C);
+  if (!st && !C.st) one_f_one_b(&C);
+  if (!st) st = C.st;
+  if (st && err && !err->message[0]) pcgc_error_set(err, st, "codegen failed (%s)", st == PCGC_ERR_NOMEM ? "out of memory" : "internal error");
+  pcgc_program *p = NULL;
+  if (!st) st = pcgc__cg_schedule(&C, &p);
+  free_cg(&C);
+  if (st) {
+    pcgc_program_free(p);
+    return st;
+  }
+  p->recompute_requested = C.o.recompute;
+  *out = p;
+  return PCGC_OK;
+}

@@ -1,0 +1,509 @@
+/*
+ * schedule.c — orders the task graph lower.c built into one stream per
+ * device, plans each device's memory, and prints programs.
+ *
+ * Order: one global list schedule (Kahn's algorithm with a min-heap on the
+ * priority: gradient all-reduces as soon as ready, then micro-batch slot,
+ * then topological position, then creation order). Each device's stream is
+ * its projection of that global order, which is what makes a plan
+ * deadlock-free (codegen.h).
+ *
+ * Memory: each buffer is live from the first to the last instruction of the
+ * step that uses it; persistent buffers (weights, gradients, state, data)
+ * always. Greedy first fit, largest first, at 64-byte alignment.
+ */
+#include <inttypes.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "codegen_internal.h"
+
+typedef struct hitem {
+  int64_t a, b;
+  int id;
+} hitem;
+
+static bool hless(const hitem *x, const hitem *y) {
+  if (x->a != y->a) return x->a < y->a;
+  if (x->b != y->b) return x->b < y->b;
+  return x->id < y->id;
+}
+
+static void hpush(hitem *h, int64_t *n, hitem x) {
+  int64_t i = (*n)++;
+  h[i] = x;
+  while (i > 0) {
+    int64_t p = (i - 1) / 2;
+    if (!hless(&h[i], &h[p])) break;
+    hitem t = h[i];
+    h[i] = h[p];
+    h[p] = t;
+    i = p;
+  }
+}
+
+static hitem hpop(hitem *h, int64_t *n) {
+  hitem top = h[0];
+  h[0] = h[--(*n)];
+  int64_t i = 0;
+  for (;;) {
+    int64_t l = 2 * i + 1, r = l + 1, m = i;
+    if (l < *n && hless(&h[l], &h[m])) m = l;
+    if (r < *n && hless(&h[r], &h[m])) m = r;
+    if (m == i) break;
+    hitem t = h[i];
+    h[i] = h[m];
+    h[m] = t;
+    i = m;
+  }
+  return top;
+}
+
+static hitem key_of(const cg *C, int t) {
+  const cg_task *T = &C->t[t];
+  hitem h;
+  h.a = T->priority_now ? LLONG_MIN : T->slot;
+  h.b = T->order;
+  h.id = t;
+  return h;
+}
+
+static int64_t align64(int64_t x) { return (x + 63) & ~(int64_t)63; }
+
+/* Every buffer an instruction touches. */
+static int touched(const pcgc_ins *I, const int *args, int *out) {
+  int rd[PCGC_VARIADIC * 4 + 8], wr[PCGC_VARIADIC * 2 + 8], nr, nw, n = 0;
+  pcgc__cg_ins_access(I, args, rd, &nr, wr, &nw);
+  for (int i = 0; i < nr; i++) out[n++] = rd[i];
+  for (int i = 0; i < nw; i++) out[n++] = wr[i];
+  for (int i = 0; i < I->n_args; i++)
+    if (args[I->args + i] >= 0) out[n++] = args[I->args + i];
+  return n;
+}
+
+typedef struct placed {
+  int64_t lo, hi;   /* bytes */
+  int first, last;  /* instructions */
+} placed;
+
+static pcgc_status plan_memory(pcgc_device_program *P) {
+  int n = P->n_buf;
+  int *idx = malloc((size_t)(n ? n : 1) * sizeof *idx);
+  placed *pl = malloc((size_t)(n ? n : 1) * sizeof *pl);
+  if (!idx || !pl) {
+    free(idx);
+    free(pl);
+    return PCGC_ERR_NOMEM;
+  }
+  int tb[PCGC_VARIADIC * 8 + 32];
+  for (int i = 0; i < P->n_ins; i++) {
+    int k = touched(&P->ins[i], P->args, tb);
+    for (int j = 0; j < k; j++) {
+      pcgc_plan_buf *B = &P->buf[tb[j]];
+      if (B->first < 0) B->first = i;
+      B->last = i;
+    }
+  }
+  int64_t off = 0;
+  int m = 0;
+  P->unplanned_bytes = 0;
+  for (int b = 0; b < n; b++) {
+    pcgc_plan_buf *B = &P->buf[b];
+    P->unplanned_bytes += B->bytes;
+    if (B->persistent) {
+      B->addr = off;
+      off += align64(B->bytes);
+    } else if (B->first >= 0) {
+      idx[m++] = b;
+    } else {
+      B->addr = 0; /* never used */
+    }
+  }
+  P->persistent_bytes = off;
+  /* largest first (stable by id) */
+  for (int i = 1; i < m; i++)
+    for (int j = i; j > 0; j--) {
+      const pcgc_plan_buf *x = &P->buf[idx[j - 1]], *y = &P->buf[idx[j]];
+      if (x->bytes > y->bytes || (x->bytes == y->bytes && idx[j - 1] < idx[j])) break;
+      int t = idx[j];
+      idx[j] = idx[j - 1];
+      idx[j - 1] = t;
+    }
+  int np = 0;
+  int64_t top = off;
+  for (int i = 0; i < m; i++) {
+    pcgc_plan_buf *B = &P->buf[idx[i]];
+    int64_t size = align64(B->bytes ? B->bytes : 1), at = off;
+    /* lowest offset that overlaps no live-at-the-same-time placement: retry past each conflict */
+    for (bool moved = true; moved;) {
+      moved = false;
+      for (int k = 0; k < np; k++) {
+        const placed *q = &pl[k];
+        if (q->last < B->first || q->first > B->last) continue;
+        if (at < q->hi && q->lo < at + size) {
+          at = q->hi;
+          moved = true;
+        }
+      }
+    }
+    B->addr = at;
+    pl[np].lo = at;
+    pl[np].hi = at + size;
+    pl[np].first = B->first;
+    pl[np].last = B->last;
+    np++;
+    if (at + size > top) top = at + size;
+  }
+  P->arena_bytes = top;
+  /* peak: live bytes at each instruction */
+  int64_t *delta = calloc((size_t)P->n_ins + 1, sizeof *delta);
+  if (!delta) {
+    free(idx);
+    free(pl);
+    return PCGC_ERR_NOMEM;
+  }
+  for (int i = 0; i < m; i++) {
+    const pcgc_plan_buf *B = &P->buf[idx[i]];
+    delta[B->first] += B->bytes;
+    delta[B->last + 1] -= B->bytes;
+  }
+  int64_t live = 0, peak = 0;
+  for (int i = 0; i <= P->n_ins; i++) {
+    live += delta[i];
+    if (live > peak) peak = live;
+  }
+  P->peak_bytes = P->persistent_bytes + peak;
+  free(delta);
+  free(idx);
+  free(pl);
+  return PCGC_OK;
+}
+
+static int64_t box_bytes(const pcgc_box *b, pcgc_dtype t) {
+  int64_t n = 1;
+  for (int d = 0; d < b->rank; d++) n *= b->len[d];
+  return n * (int64_t)pcgc_dtype_size(t);
+}
+
+static uint64_t digest(const pcgc_program *p) {
+  XXH64_state_t *s = XXH64_createState();
+  if (!s) return 0;
+  XXH64_reset(s, 0x70636763);
+  for (int d = 0; d < p->n_devices; d++) {
+    const pcgc_device_program *P = &p->dev[d];
+    for (int i = 0; i < P->n_ins; i++) {
+      const pcgc_ins *I = &P->ins[i];
+      int64_t v[12] = {I->kind, I->add, I->node, I->piece, I->micro, I->dst, I->src, I->peer, I->root, I->tag, I->n_args,
+                       I->box};
+      XXH64_update(s, v, sizeof v);
+      if (I->n_args) XXH64_update(s, P->args + I->args, (size_t)I->n_args * sizeof *P->args);
+      if (I->box >= 0) {
+        const pcgc_box *b = &P->boxes[I->box];
+        XXH64_update(s, &b->rank, sizeof b->rank);
+        XXH64_update(s, b->lo, (size_t)b->rank * sizeof *b->lo);
+        XXH64_update(s, b->len, (size_t)b->rank * sizeof *b->len);
+      }
+    }
+    for (int b = 0; b < P->n_buf; b++) {
+      const pcgc_plan_buf *B = &P->buf[b];
+      int64_t v[9] = {B->role, B->dtype, B->node, B->slot, B->piece, B->micro, B->rank, B->bytes, B->addr};
+      XXH64_update(s, v, sizeof v);
+      XXH64_update(s, B->dims, (size_t)B->rank * sizeof *B->dims);
+      XXH64_update(s, B->offset, (size_t)B->rank * sizeof *B->offset);
+    }
+  }
+  XXH64_update(s, p->group_off, (size_t)(p->n_groups + 1) * sizeof *p->group_off);
+  XXH64_update(s, p->group_dev, (size_t)p->group_off[p->n_groups] * sizeof *p->group_dev);
+  uint64_t h = XXH64_digest(s);
+  XXH64_freeState(s);
+  return h;
+}
+
+pcgc_status pcgc__cg_schedule(cg *C, pcgc_program **out) {
+  int64_t nt = C->nt;
+  int64_t *off = calloc((size_t)nt + 1, sizeof *off);
+  int *succ = malloc((size_t)(C->ne ? C->ne : 1) * sizeof *succ), *indeg = calloc((size_t)(nt ? nt : 1), sizeof *indeg);
+  hitem *heap = malloc((size_t)(nt ? nt : 1) * sizeof *heap);
+  int32_t **pos = calloc((size_t)C->D, sizeof *pos);
+  int64_t *npos = calloc((size_t)C->D, sizeof *npos);
+  pcgc_program *p = calloc(1, sizeof *p);
+  pcgc_status st = PCGC_OK;
+  if (!off || !succ || !indeg || !heap || !pos || !npos || !p) {
+    st = PCGC_ERR_NOMEM;
+    goto done;
+  }
+  for (int d = 0; d < C->D; d++) {
+    pos[d] = malloc((size_t)(C->dv[d].n_ins ? C->dv[d].n_ins : 1) * sizeof **pos);
+    if (!pos[d]) {
+      st = PCGC_ERR_NOMEM;
+      goto done;
+    }
+  }
+  for (int64_t i = 0; i < C->ne; i++) {
+    off[C->e[i].a + 1]++;
+    indeg[C->e[i].b]++;
+  }
+  for (int64_t i = 0; i < nt; i++) off[i + 1] += off[i];
+  {
+    int64_t *fill = malloc((size_t)(nt ? nt : 1) * sizeof *fill);
+    if (!fill) {
+      st = PCGC_ERR_NOMEM;
+      goto done;
+    }
+    memcpy(fill, off, (size_t)nt * sizeof *fill);
+    for (int64_t i = 0; i < C->ne; i++) succ[fill[C->e[i].a]++] = C->e[i].b;
+    free(fill);
+  }
+  int64_t nh = 0, done_n = 0;
+  for (int64_t t = 0; t < nt; t++)
+    if (!indeg[t]) hpush(heap, &nh, key_of(C, (int)t));
+  while (nh) {
+    hitem h = hpop(heap, &nh);
+    const cg_task *T = &C->t[h.id];
+    for (int k = 0; k < T->n_em; k++) {
+      const cg_emit *E = &C->em[T->first_em + k];
+      pos[E->dev][npos[E->dev]++] = E->ins;
+    }
+    done_n++;
+    for (int64_t k = off[h.id]; k < off[h.id + 1]; k++)
+      if (--indeg[succ[k]] == 0) hpush(heap, &nh, key_of(C, succ[k]));
+  }
+  if (done_n != nt) {
+    st = pcgc_error_set(C->err, PCGC_ERR_GRAPH, "codegen: the task graph has a cycle (%lld of %lld tasks ordered)",
+                        (long long)done_n, (long long)nt);
+    goto done;
+  }
+  p->n_devices = C->D;
+  p->micro = C->M;
+  p->stages = C->stages;
+  p->schedule = C->o.schedule;
+  p->n_tasks = nt;
+  p->dev = calloc((size_t)C->D, sizeof *p->dev);
+  p->n_groups = C->n_groups;
+  p->group_off = calloc((size_t)C->n_groups + 1, sizeof *p->group_off);
+  if (!p->dev || !p->group_off) {
+    st = PCGC_ERR_NOMEM;
+    goto done;
+  }
+  {
+    cg_group *g, *tmp;
+    int total = 0;
+    HASH_ITER(hh, C->groups, g, tmp) total += g->n;
+    p->group_dev = malloc((size_t)(total ? total : 1) * sizeof *p->group_dev);
+    int *cnt = calloc((size_t)C->n_groups + 1, sizeof *cnt);
+    if (!p->group_dev || !cnt) {
+      free(cnt);
+      st = PCGC_ERR_NOMEM;
+      goto done;
+    }
+    HASH_ITER(hh, C->groups, g, tmp) cnt[g->id] = g->n;
+    for (int k = 0; k < C->n_groups; k++) p->group_off[k + 1] = p->group_off[k] + cnt[k];
+    HASH_ITER(hh, C->groups, g, tmp) memcpy(p->group_dev + p->group_off[g->id], g->devs, (size_t)g->n * sizeof *g->devs);
+    free(cnt);
+  }
+  for (int d = 0; d < C->D; d++) {
+    cg_dev *V = &C->dv[d];
+    pcgc_device_program *P = &p->dev[d];
+    P->n_ins = (int)V->n_ins;
+    P->n_buf = (int)V->n_buf;
+    P->n_args = (int)V->n_args;
+    P->n_box = (int)V->n_boxes;
+    P->n_requests = V->n_requests;
+    P->ins = malloc((size_t)(P->n_ins ? P->n_ins : 1) * sizeof *P->ins);
+    P->buf = malloc((size_t)(P->n_buf ? P->n_buf : 1) * sizeof *P->buf);
+    P->args = malloc((size_t)(P->n_args ? P->n_args : 1) * sizeof *P->args);
+    P->boxes = malloc((size_t)(P->n_box ? P->n_box : 1) * sizeof *P->boxes);
+    if (!P->ins || !P->buf || !P->args || !P->boxes) {
+      st = PCGC_ERR_NOMEM;
+      goto done;
+    }
+    for (int i = 0; i < P->n_ins; i++) P->ins[i] = V->ins[pos[d][i]];
+    if (P->n_buf) memcpy(P->buf, V->buf, (size_t)P->n_buf * sizeof *P->buf);
+    if (P->n_args) memcpy(P->args, V->args, (size_t)P->n_args * sizeof *P->args);
+    if (P->n_box) memcpy(P->boxes, V->boxes, (size_t)P->n_box * sizeof *P->boxes);
+    for (int i = 0; i < P->n_ins; i++) {
+      const pcgc_ins *I = &P->ins[i];
+      P->count_by_kind[I->kind]++;
+      if (I->box < 0) continue;
+      int b = I->dst >= 0 ? I->dst : I->src;
+      int64_t bytes = box_bytes(&P->boxes[I->box], b >= 0 ? P->buf[b].dtype : PCGC_F32);
+      if (I->kind == PCGC_INS_SEND) P->send_bytes += align64(bytes);
+      if (I->kind != PCGC_INS_COPY && bytes > P->max_message_bytes) P->max_message_bytes = bytes;
+    }
+    if ((st = plan_memory(P))) goto done;
+  }
+  p->digest = digest(p);
+done:
+  if (pos)
+    for (int d = 0; d < C->D; d++) free(pos[d]);
+  free(pos);
+  free(npos);
+  free(off);
+  free(succ);
+  free(indeg);
+  free(heap);
+  if (st) {
+    if (!C->err || !C->err->message[0]) pcgc_error_set(C->err, st, "codegen: out of memory");
+    pcgc_program_free(p);
+    return st;
+  }
+  *out = p;
+  return PCGC_OK;
+}
+
+void pcgc_program_free(pcgc_program *p) {
+  if (!p) return;
+  if (p->dev)
+    for (int d = 0; d < p->n_devices; d++) {
+      free(p->dev[d].ins);
+      free(p->dev[d].buf);
+      free(p->dev[d].args);
+      free(p->dev[d].boxes);
+    }
+  free(p->dev);
+  free(p->group_off);
+  free(p->group_dev);
+  free(p);
+}
+
+void pcgc_plan_buf_box(const pcgc_plan_buf *b, pcgc_box *box) {
+  box->rank = b->rank;
+  for (int d = 0; d < b->rank; d++) {
+    box->lo[d] = b->offset[d];
+    box->len[d] = b->dims[d];
+  }
+}
+
+/* ----------------------------------------------------------------- printing */
+
+const char *pcgc_buf_role_name(pcgc_buf_role r) {
+  static const char *const names[] = {"value", "grad",  "source",     "source-grad", "opt-m", "opt-v",
+                                      "view",  "view-grad", "stage", "stage-grad", "scratch"};
+  return (unsigned)r < PCGC_BUF_ROLE_COUNT ? names[r] : "?";
+}
+
+const char *pcgc_ins_kind_name(pcgc_ins_kind k) {
+  static const char *const names[] = {"forward", "backward", "bn-stats", "bn-apply", "bn-bwd-stats", "bn-bwd-apply",
+                                      "copy",    "zero",     "send",     "recv",     "bcast",        "reduce",
+                                      "allreduce", "allreduce-start", "wait", "update", "loss", "seed"};
+  _Static_assert(sizeof names / sizeof *names == PCGC_INS_KIND_COUNT, "one name per instruction kind");
+  return (unsigned)k < PCGC_INS_KIND_COUNT ? names[k] : "?";
+}
+
+static void fmt_bytes(char *buf, size_t n, int64_t b) {
+  if (b < 1024) snprintf(buf, n, "%lld B", (long long)b);
+  else if (b < 1024 * 1024) snprintf(buf, n, "%.1f KiB", (double)b / 1024);
+  else if (b < (int64_t)1 << 30) snprintf(buf, n, "%.1f MiB", (double)b / (1024.0 * 1024));
+  else snprintf(buf, n, "%.2f GiB", (double)b / (1024.0 * 1024 * 1024));
+}
+
+static void print_box(FILE *f, const pcgc_box *b) {
+  fputc('[', f);
+  for (int d = 0; d < b->rank; d++) fprintf(f, "%s%" PRId64 ":%" PRId64, d ? "," : "", b->lo[d], b->lo[d] + b->len[d]);
+  fputc(']', f);
+}
+
+static const char *node_name(const pcgc_graph *g, int node) {
+  return node >= 0 && node < g->n_nodes ? g->nodes[node].name : "-";
+}
+
+static void print_buf_ref(FILE *f, const pcgc_device_program *P, const pcgc_graph *g, int b) {
+  if (b < 0) {
+    fputs("-", f);
+    return;
+  }
+  (void)P;
+  (void)g;
+  fprintf(f, "b%d", b);
+}
+
+void pcgc_program_print(FILE *f, const pcgc_program *p, const pcgc_graph *g, int device, bool streams) {
+  char a[32], b[32], c[32];
+  fprintf(f, "program: %d devices, %d device groups, %d micro-batch%s (%s), %d stage%s, digest %016llx\n",
+          p->n_devices, p->n_groups, p->micro, p->micro == 1 ? "" : "es", pcgc_schedule_name(p->schedule), p->stages,
+          p->stages == 1 ? "" : "s", (unsigned long long)p->digest);
+  fprintf(f, "%-7s %8s %10s %10s %10s %10s %6s %6s %6s %6s\n", "device", "instrs", "arena", "persistent", "peak",
+          "no-reuse", "kernel", "p2p", "coll", "bufs");
+  for (int d = 0; d < p->n_devices; d++) {
+    if (device >= 0 && d != device) continue;
+    const pcgc_device_program *P = &p->dev[d];
+    const int64_t *k = P->count_by_kind;
+    char u[32];
+    fmt_bytes(a, sizeof a, P->arena_bytes);
+    fmt_bytes(b, sizeof b, P->persistent_bytes);
+    fmt_bytes(c, sizeof c, P->peak_bytes);
+    fmt_bytes(u, sizeof u, P->unplanned_bytes);
+    fprintf(f, "%-7d %8d %10s %10s %10s %10s %6lld %6lld %6lld %6d\n", d, P->n_ins, a, b, c, u,
+            (long long)(k[PCGC_INS_FORWARD] + k[PCGC_INS_BACKWARD] + k[PCGC_INS_BN_APPLY] + k[PCGC_INS_BN_BWD_APPLY]),
+            (long long)(k[PCGC_INS_SEND] + k[PCGC_INS_RECV]),
+            (long long)(k[PCGC_INS_BCAST] + k[PCGC_INS_REDUCE] + k[PCGC_INS_ALLREDUCE] + k[PCGC_INS_ALLREDUCE_START]),
+            P->n_buf);
+  }
+  if (!streams) return;
+  for (int d = 0; d < p->n_devices; d++) {
+    if (device >= 0 && d != device) continue;
+    const pcgc_device_program *P = &p->dev[d];
+    fprintf(f, "\ndevice %d buffers (id role tensor piece micro bytes at lifetime):\n", d);
+    for (int i = 0; i < P->n_buf; i++) {
+      const pcgc_plan_buf *B = &P->buf[i];
+      pcgc_box bx;
+      pcgc_plan_buf_box(B, &bx);
+      fmt_bytes(a, sizeof a, B->bytes);
+      fprintf(f, "  b%-5d %-11s %-24s %4lld %3d %9s @%-9lld ", i, pcgc_buf_role_name((pcgc_buf_role)B->role),
+              node_name(g, B->node), (long long)B->piece, B->micro, a, (long long)B->addr);
+      if (B->persistent) fputs("always ", f);
+      else if (B->first < 0) fputs("unused ", f);
+      else fprintf(f, "%d..%d ", B->first, B->last);
+      print_box(f, &bx);
+      fputc('\n', f);
+    }
+    fprintf(f, "device %d stream:\n", d);
+    for (int i = 0; i < P->n_ins; i++) {
+      const pcgc_ins *I = &P->ins[i];
+      fprintf(f, "  %5d %-15s %-24s", i, pcgc_ins_kind_name((pcgc_ins_kind)I->kind), node_name(g, I->node));
+      if (I->piece >= 0) fprintf(f, " p%lld", (long long)I->piece);
+      if (p->micro > 1) fprintf(f, " mb%d", I->micro);
+      if (I->dst >= 0) {
+        fputs(I->add ? " +=" : " ->", f);
+        print_buf_ref(f, P, g, I->dst);
+      }
+      if (I->src >= 0) {
+        fputs(" <-", f);
+        print_buf_ref(f, P, g, I->src);
+      }
+      if (I->n_args) {
+        fputs(" (", f);
+        for (int j = 0; j < I->n_args; j++) {
+          if (j) fputc(' ', f);
+          print_buf_ref(f, P, g, P->args[I->args + j]);
+        }
+        fputc(')', f);
+      }
+      switch ((pcgc_ins_kind)I->kind) {
+      case PCGC_INS_SEND: fprintf(f, " to %d tag %d", I->peer, I->tag); break;
+      case PCGC_INS_RECV: fprintf(f, " from %d tag %d", I->peer, I->tag); break;
+      case PCGC_INS_BCAST:
+      case PCGC_INS_REDUCE:
+      case PCGC_INS_ALLREDUCE:
+      case PCGC_INS_ALLREDUCE_START: {
+        fprintf(f, " group {");
+        for (int k = p->group_off[I->peer]; k < p->group_off[I->peer + 1]; k++)
+          fprintf(f, "%s%d", k > p->group_off[I->peer] ? "," : "", p->group_dev[k]);
+        fputc('}', f);
+        if (I->root >= 0) fprintf(f, " root %d", I->root);
+        if (I->kind == PCGC_INS_ALLREDUCE_START) fprintf(f, " req %d", I->tag);
+        break;
+      }
+      case PCGC_INS_WAIT: fprintf(f, " req %d", I->tag); break;
+      default: break;
+      }
+      if (I->box >= 0) {
+        fputc(' ', f);
+        print_box(f, &P->boxes[I->box]);
+      }
+      fputc('\n', f);
+    }
+  }
+}

@@ -1,0 +1,671 @@
+/*
+ * exec.c — the CPU backend's executor: one rank runs its device's stream of
+ * a program (runtime.h) with the runtime/cpu kernels and Open MPI.
+ *
+ * Communication: a SEND packs its box into the step's send staging and
+ * starts MPI_Isend (completed at the end of the step); a RECV is a blocking
+ * MPI_Recv into the receive staging, then unpacked (set or added). BCAST,
+ * REDUCE and ALLREDUCE pack into the same staging and run the MPI collective
+ * on the group's communicator (created once, before the first step);
+ * ALLREDUCE_START packs into its request's own staging and starts
+ * MPI_Iallreduce, WAIT completes it and unpacks. The order of the streams
+ * (codegen/schedule.c) guarantees that this cannot deadlock.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <mpi.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "reference.h"
+#include "runtime.h"
+
+void pcgc_run_options_default(pcgc_run_options *o) {
+  memset(o, 0, sizeof *o);
+  o->steps = 3;
+  o->seed = 1;
+  o->training = true;
+  pcgc_optimizer_default(&o->opt, PCGC_SGD);
+  o->tolerance = 1e-4;
+}
+
+typedef struct rt {
+  const pcgc_graph *g;
+  const pcgc_program *p;
+  const pcgc_device_program *P;
+  const pcgc_run_options *o;
+  pcgc_error *err;
+  int rank;
+  char *arena, *send_stage, *recv_stage, **req_stage;
+  MPI_Request *sends, *reqs;
+  int n_sends;
+  MPI_Comm *comm;      /* per group: its communicator, or MPI_COMM_NULL where not a member */
+  double loss;
+  int64_t step;
+} rt;
+
+static double now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static MPI_Datatype mpi_type(pcgc_dtype t) {
+  switch (t) {
+  case PCGC_F64: return MPI_DOUBLE;
+  case PCGC_I32: return MPI_INT32_T;
+  case PCGC_I64: return MPI_INT64_T;
+  default: return MPI_FLOAT;
+  }
+}
+
+static void *data_of(const rt *R, int b) { return b >= 0 ? R->arena + R->P->buf[b].addr : NULL; }
+
+static pcgc_buf kbuf(const rt *R, int b) {
+  pcgc_buf k;
+  memset(&k, 0, sizeof k);
+  if (b < 0) return k;
+  const pcgc_plan_buf *B = &R->P->buf[b];
+  k.dtype = B->dtype;
+  k.rank = B->rank;
+  memcpy(k.dims, B->dims, sizeof k.dims);
+  k.data = data_of(R, b);
+  return k;
+}
+
+static pcgc_piece kpiece(const rt *R, int b) {
+  pcgc_piece q;
+  memset(&q, 0, sizeof q);
+  if (b < 0) return q;
+  const pcgc_plan_buf *B = &R->P->buf[b];
+  const pcgc_ptensor *t = &R->g->nodes[B->node].out[B->slot];
+  for (int d = 0; d < B->rank; d++) {
+    q.global[d] = t->dims[d];
+    q.offset[d] = B->offset[d];
+  }
+  return q;
+}
+
+/* dst (+)= src over box x: both described by their position in the logical tensor. */
+static void move(const pcgc_plan_buf *D, char *dd, const pcgc_plan_buf *S, const char *sd, const pcgc_box *x,
+                 bool add) {
+  int r = x->rank;
+  size_t es = pcgc_dtype_size(D->dtype);
+  int64_t inner = r ? x->len[r - 1] : 1, outer = 1;
+  for (int d = 0; d + 1 < r; d++) outer *= x->len[d];
+  int64_t idx[PCGC_MAX_RANK] = {0};
+  for (int64_t o = 0; o < outer; o++) {
+    int64_t di = 0, si = 0;
+    for (int d = 0; d < r; d++) {
+      int64_t at = x->lo[d] + (d + 1 < r ? idx[d] : 0);
+      di = di * D->dims[d] + (at - D->offset[d]);
+      si = si * S->dims[d] + (at - S->offset[d]);
+    }
+    char *dp = dd + di * (int64_t)es;
+    const char *sp = sd + si * (int64_t)es;
+    if (!add) {
+      memcpy(dp, sp, (size_t)inner * es);
+    } else if (D->dtype == PCGC_F64) {
+      double *a = (double *)dp;
+      const double *b = (const double *)sp;
+      for (int64_t i = 0; i < inner; i++) a[i] += b[i];
+    } else {
+      float *a = (float *)dp;
+      const float *b = (const float *)sp;
+      for (int64_t i = 0; i < inner; i++) a[i] += b[i];
+    }
+    for (int d = r - 2; d >= 0; d--) {
+      if (++idx[d] < x->len[d]) break;
+      idx[d] = 0;
+    }
+  }
+}
+
+/* A contiguous staging area holding exactly box x. */
+static pcgc_plan_buf stage_desc(const pcgc_box *x, pcgc_dtype t) {
+  pcgc_plan_buf s;
+  memset(&s, 0, sizeof s);
+  s.dtype = t;
+  s.rank = x->rank;
+  for (int d = 0; d < x->rank; d++) {
+    s.dims[d] = x->len[d];
+    s.offset[d] = x->lo[d];
+  }
+  return s;
+}
+
+static int64_t box_numel(const pcgc_box *x) {
+  int64_t n = 1;
+  for (int d = 0; d < x->rank; d++) n *= x->len[d];
+  return n;
+}
+
+static pcgc_box region(const rt *R, const pcgc_ins *I, int b) {
+  pcgc_box x;
+  if (I->box >= 0) return R->P->boxes[I->box];
+  pcgc_plan_buf_box(&R->P->buf[b], &x);
+  return x;
+}
+
+static pcgc_status mpi_fail(rt *R, int rc, const char *what, const pcgc_ins *I) {
+  char s[MPI_MAX_ERROR_STRING];
+  int n = 0;
+  MPI_Error_string(rc, s, &n);
+  return pcgc_error_set(R->err, PCGC_ERR_IO, "rank %d: %s for '%s' failed: %s", R->rank, what,
+                        I->node >= 0 ? R->g->nodes[I->node].name : "-", s);
+}
+
+static int group_index(const rt *R, int grp, int dev) {
+  for (int k = R->p->group_off[grp]; k < R->p->group_off[grp + 1]; k++)
+    if (R->p->group_dev[k] == dev) return k - R->p->group_off[grp];
+  return -1;
+}
+
+static pcgc_status kernel(rt *R, const pcgc_ins *I) {
+  const pcgc_node *n = &R->g->nodes[I->node];
+  const int *a = R->P->args + I->args;
+  int ni = n->n_in, no = n->n_out;
+  pcgc_buf in[PCGC_VARIADIC], out[PCGC_MAX_INTS], dout[PCGC_MAX_INTS], din[PCGC_VARIADIC];
+  pcgc_piece pin[PCGC_VARIADIC], pout[PCGC_MAX_INTS];
+  pcgc_ptensor tin[PCGC_VARIADIC];
+  for (int i = 0; i < ni; i++) {
+    in[i] = kbuf(R, a[i]);
+    pin[i] = kpiece(R, a[i]);
+    tin[i] = *pcgc_graph_ref_type(R->g, n->in[i]);
+  }
+  for (int j = 0; j < no; j++) {
+    out[j] = kbuf(R, a[ni + j]);
+    pout[j] = kpiece(R, a[ni + j]);
+  }
+  pcgc_attrs attrs = n->attrs;
+  pcgc_ref_localize(n->kind, &attrs, tin, ni, in, no, out);
+  pcgc_kernel_ctx ctx = {pin, pout, R->o->seed, pcgc_rng_stream(n->name), R->o->training};
+  if (I->kind == PCGC_INS_FORWARD) return pcgc_cpu_forward(n->kind, &attrs, ni, in, no, out, &ctx, R->err);
+  for (int j = 0; j < no; j++) dout[j] = kbuf(R, a[ni + no + j]);
+  for (int i = 0; i < ni; i++) {
+    int b = a[ni + 2 * no + i];
+    din[i] = b >= 0 ? kbuf(R, b) : in[i];
+    if (b < 0) din[i].data = NULL;
+  }
+  return pcgc_cpu_backward(n->kind, &attrs, ni, in, no, out, dout, din, &ctx, R->err);
+}
+
+static pcgc_status batchnorm(rt *R, const pcgc_ins *I) {
+  const pcgc_node *n = &R->g->nodes[I->node];
+  const int *a = R->P->args + I->args;
+  const pcgc_ptensor *o = &n->out[0];
+  int64_t C = o->dims[1] / o->degree[1];
+  double count = (double)pcgc_ptensor_numel(o) / (double)o->dims[1];
+  pcgc_buf x = kbuf(R, a[0]);
+  double tmp1[4096], tmp2[4096];
+  if (C > 4096)
+    return pcgc_error_set(R->err, PCGC_ERR_UNSUPPORTED, "batchnorm '%s': more than 4096 channels per piece", n->name);
+  switch ((pcgc_ins_kind)I->kind) {
+  case PCGC_INS_BN_STATS: {
+    double *s = data_of(R, a[1]);
+    pcgc_cpu_batchnorm_stats(&x, tmp1, tmp2);
+    for (int64_t k = 0; k < C; k++) {
+      s[k] += tmp1[k];
+      s[C + k] += tmp2[k];
+    }
+    return PCGC_OK;
+  }
+  case PCGC_INS_BN_APPLY: {
+    pcgc_buf sc = kbuf(R, a[1]), bi = kbuf(R, a[2]), y = kbuf(R, a[3]);
+    const double *s = data_of(R, a[4]);
+    pcgc_cpu_batchnorm_apply(&n->attrs, &x, a[1] >= 0 ? &sc : NULL, a[2] >= 0 ? &bi : NULL, s, s + C, count, &y);
+    return PCGC_OK;
+  }
+  case PCGC_INS_BN_BWD_STATS: {
+    pcgc_buf dy = kbuf(R, a[1]);
+    double *s = data_of(R, a[2]);
+    pcgc_cpu_batchnorm_bwd_stats(&n->attrs, &x, &dy, s, s + C, count, tmp1, tmp2);
+    for (int64_t k = 0; k < C; k++) {
+      s[2 * C + k] += tmp1[k];
+      s[3 * C + k] += tmp2[k];
+    }
+    return PCGC_OK;
+  }
+  default: {
+    pcgc_buf sc = kbuf(R, a[1]), dy = kbuf(R, a[2]), dx = kbuf(R, a[3]), dsc = kbuf(R, a[4]), dbi = kbuf(R, a[5]);
+    const double *s = data_of(R, a[6]);
+    pcgc_cpu_batchnorm_bwd_apply(&n->attrs, &x, a[1] >= 0 ? &sc : NULL, &dy, s, s + C, count, s + 2 * C, s + 3 * C,
+                                 a[3] >= 0 ? &dx : NULL, a[4] >= 0 ? &dsc : NULL, a[5] >= 0 ? &dbi : NULL);
+    return PCGC_OK;
+  }
+  }
+}
+
+static pcgc_status exec_one(rt *R, const pcgc_ins *I, int64_t *send_off) {
+  const pcgc_device_program *P = R->P;
+  int rc = MPI_SUCCESS;
+  switch ((pcgc_ins_kind)I->kind) {
+  case PCGC_INS_FORWARD:
+  case PCGC_INS_BACKWARD: return kernel(R, I);
+  case PCGC_INS_BN_STATS:
+  case PCGC_INS_BN_APPLY:
+  case PCGC_INS_BN_BWD_STATS:
+  case PCGC_INS_BN_BWD_APPLY: return batchnorm(R, I);
+  case PCGC_INS_COPY: {
+    pcgc_box x = region(R, I, I->dst);
+    if (I->box < 0) { /* the overlap of the two buffers */
+      pcgc_box s;
+      pcgc_plan_buf_box(&P->buf[I->src], &s);
+      for (int d = 0; d < x.rank; d++) {
+        int64_t lo = x.lo[d] > s.lo[d] ? x.lo[d] : s.lo[d];
+        int64_t hi = x.lo[d] + x.len[d] < s.lo[d] + s.len[d] ? x.lo[d] + x.len[d] : s.lo[d] + s.len[d];
+        x.lo[d] = lo;
+        x.len[d] = hi - lo;
+      }
+    }
+    move(&P->buf[I->dst], data_of(R, I->dst), &P->buf[I->src], data_of(R, I->src), &x, I->add);
+    return PCGC_OK;
+  }
+  case PCGC_INS_ZERO: memset(data_of(R, I->dst), 0, (size_t)P->buf[I->dst].bytes); return PCGC_OK;
+  case PCGC_INS_SEED: {
+    float *d = data_of(R, I->dst);
+    d[0] = (float)I->tag;
+    return PCGC_OK;
+  }
+  case PCGC_INS_LOSS: {
+    pcgc_buf b = kbuf(R, I->src);
+    R->loss += b.dtype == PCGC_F64 ? ((double *)b.data)[0] : ((float *)b.data)[0];
+    return PCGC_OK;
+  }
+  case PCGC_INS_SEND: {
+    pcgc_box x = region(R, I, I->src);
+    const pcgc_plan_buf *S = &P->buf[I->src];
+    pcgc_plan_buf st = stage_desc(&x, S->dtype);
+    char *buf = R->send_stage + *send_off;
+    move(&st, buf, S, data_of(R, I->src), &x, false);
+    int64_t n = box_numel(&x);
+    *send_off += (n * (int64_t)pcgc_dtype_size(S->dtype) + 63) & ~(int64_t)63;
+    rc = MPI_Isend(buf, (int)n, mpi_type(S->dtype), I->peer, I->tag, MPI_COMM_WORLD, &R->sends[R->n_sends++]);
+    return rc == MPI_SUCCESS ? PCGC_OK : mpi_fail(R, rc, "send", I);
+  }
+  case PCGC_INS_RECV: {
+    pcgc_box x = region(R, I, I->dst);
+    const pcgc_plan_buf *D = &P->buf[I->dst];
+    pcgc_plan_buf st = stage_desc(&x, D->dtype);
+    rc = MPI_Recv(R->recv_stage, (int)box_numel(&x), mpi_type(D->dtype), I->peer, I->tag, MPI_COMM_WORLD,
+                  MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS) return mpi_fail(R, rc, "receive", I);
+    move(D, data_of(R, I->dst), &st, R->recv_stage, &x, I->add);
+    return PCGC_OK;
+  }
+  case PCGC_INS_BCAST: {
+    int b = I->src >= 0 ? I->src : I->dst;
+    pcgc_box x = region(R, I, b);
+    const pcgc_plan_buf *B = &P->buf[b];
+    pcgc_plan_buf st = stage_desc(&x, B->dtype);
+    if (I->src >= 0) move(&st, R->recv_stage, B, data_of(R, b), &x, false);
+    rc = MPI_Bcast(R->recv_stage, (int)box_numel(&x), mpi_type(B->dtype), group_index(R, I->peer, I->root),
+                   R->comm[I->peer]);
+    if (rc != MPI_SUCCESS) return mpi_fail(R, rc, "broadcast", I);
+    if (I->dst >= 0) move(B, data_of(R, b), &st, R->recv_stage, &x, I->add);
+    return PCGC_OK;
+  }
+  case PCGC_INS_REDUCE: {
+    int b = I->src >= 0 ? I->src : I->dst;
+    pcgc_box x = region(R, I, b);
+    pcgc_dtype t = P->buf[b].dtype;
+    pcgc_plan_buf st = stage_desc(&x, t);
+    int64_t n = box_numel(&x);
+    if (I->src >= 0) move(&st, R->recv_stage, &P->buf[I->src], data_of(R, I->src), &x, false);
+    else memset(R->recv_stage, 0, (size_t)n * pcgc_dtype_size(t));
+    bool root = I->root == R->rank;
+    int ri = group_index(R, I->peer, I->root);
+    rc = root ? MPI_Reduce(MPI_IN_PLACE, R->recv_stage, (int)n, mpi_type(t), MPI_SUM, ri, R->comm[I->peer])
+              : MPI_Reduce(R->recv_stage, NULL, (int)n, mpi_type(t), MPI_SUM, ri, R->comm[I->peer]);
+    if (rc != MPI_SUCCESS) return mpi_fail(R, rc, "reduce", I);
+    if (root) move(&P->buf[I->dst], data_of(R, I->dst), &st, R->recv_stage, &x, I->add);
+    return PCGC_OK;
+  }
+  case PCGC_INS_ALLREDUCE:
+  case PCGC_INS_ALLREDUCE_START: {
+    pcgc_box x = region(R, I, I->dst);
+    const pcgc_plan_buf *D = &P->buf[I->dst];
+    pcgc_plan_buf st = stage_desc(&x, D->dtype);
+    char *stage = I->kind == PCGC_INS_ALLREDUCE ? R->recv_stage : R->req_stage[I->tag];
+    move(&st, stage, D, data_of(R, I->dst), &x, false);
+    int n = (int)box_numel(&x);
+    if (I->kind == PCGC_INS_ALLREDUCE) {
+      rc = MPI_Allreduce(MPI_IN_PLACE, stage, n, mpi_type(D->dtype), MPI_SUM, R->comm[I->peer]);
+      if (rc != MPI_SUCCESS) return mpi_fail(R, rc, "all-reduce", I);
+      move(D, data_of(R, I->dst), &st, stage, &x, false);
+      return PCGC_OK;
+    }
+    rc = MPI_Iallreduce(MPI_IN_PLACE, stage, n, mpi_type(D->dtype), MPI_SUM, R->comm[I->peer], &R->reqs[I->tag]);
+    return rc == MPI_SUCCESS ? PCGC_OK : mpi_fail(R, rc, "all-reduce", I);
+  }
+  case PCGC_INS_WAIT: {
+    rc = MPI_Wait(&R->reqs[I->tag], MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS) return mpi_fail(R, rc, "all-reduce", I);
+    /* the START that filled this slot had the same buffer: unpack its box */
+    const pcgc_ins *S = NULL;
+    for (int i = 0; i < P->n_ins && !S; i++)
+      if (P->ins[i].kind == PCGC_INS_ALLREDUCE_START && P->ins[i].tag == I->tag) S = &P->ins[i];
+    pcgc_box x = region(R, S, S->dst);
+    pcgc_plan_buf st = stage_desc(&x, P->buf[S->dst].dtype);
+    move(&P->buf[S->dst], data_of(R, S->dst), &st, R->req_stage[I->tag], &x, false);
+    return PCGC_OK;
+  }
+  case PCGC_INS_UPDATE: {
+    const int *a = P->args + I->args;
+    pcgc_buf w = kbuf(R, I->dst), gr = kbuf(R, I->src), m = kbuf(R, a[0]), v = kbuf(R, a[1]);
+    return pcgc_cpu_optimizer_step(&R->o->opt, &w, &gr, a[0] >= 0 ? &m : NULL, a[1] >= 0 ? &v : NULL, R->step,
+                                   R->err);
+  }
+  default: return pcgc_error_set(R->err, PCGC_ERR_INVALID, "unknown instruction kind %d", I->kind);
+  }
+}
+
+/* Weights and data: each rank initialises exactly its boxes, as the reference would. */
+static void init_sources(rt *R) {
+  const pcgc_device_program *P = R->P;
+  for (int b = 0; b < P->n_buf; b++) {
+    const pcgc_plan_buf *B = &P->buf[b];
+    if (B->role != PCGC_BUF_SOURCE) continue;
+    const pcgc_node *n = &R->g->nodes[B->node];
+    pcgc_buf k = kbuf(R, b);
+    pcgc_piece q = kpiece(R, b);
+    uint64_t stream = pcgc_rng_stream(n->name);
+    if (n->kind == PCGC_OP_WEIGHT && n->value) {
+      pcgc_plan_buf whole;
+      memset(&whole, 0, sizeof whole);
+      whole.dtype = PCGC_F32;
+      whole.rank = n->out[0].rank;
+      memcpy(whole.dims, n->out[0].dims, sizeof whole.dims);
+      pcgc_box x;
+      pcgc_plan_buf_box(B, &x);
+      move(B, k.data, &whole, (const char *)n->value, &x, false);
+    } else if (n->kind == PCGC_OP_WEIGHT) {
+      pcgc_cpu_init_weight(&k, (pcgc_init)pcgc_attrs_int(&n->attrs, "init"), pcgc_attrs_float(&n->attrs, "scale"),
+                           R->o->seed, stream, &q);
+    } else {
+      int64_t bound = pcgc_dtype_is_float(n->out[0].dtype) ? 0 : pcgc_ref_data_bound(R->g, n->id);
+      pcgc_cpu_fill_random(&k, bound, R->o->seed, stream, &q);
+    }
+  }
+}
+
+static volatile sig_atomic_t g_step_rank = -1;
+
+static void on_alarm(int sig) {
+  (void)sig;
+  char msg[160];
+  int n = snprintf(msg, sizeof msg,
+                   "pcgc run: error: rank %d: a step did not finish within the step timeout; another rank died or "
+                   "hangs. Aborting the job.\n",
+                   (int)g_step_rank);
+  if (n > 0) {
+    ssize_t w = write(2, msg, (size_t)n);
+    (void)w;
+  }
+  _exit(5);
+}
+
+/* Rank 0 assembles the logical value of weight `node` (role SOURCE) from every rank's boxes. */
+static pcgc_status gather_weight(rt *R, int node, float *whole) {
+  const pcgc_ptensor *t = &R->g->nodes[node].out[0];
+  int nranks = R->p->n_devices;
+  for (int r = 0; r < nranks; r++) {
+    /* rank r sends its box of node, if any; ranks learn from their own program */
+    if (R->rank == r) {
+      int b = -1;
+      for (int i = 0; i < R->P->n_buf && b < 0; i++)
+        if (R->P->buf[i].role == PCGC_BUF_SOURCE && R->P->buf[i].node == node) b = i;
+      int has = b >= 0;
+      if (r == 0) {
+        if (has) {
+          pcgc_plan_buf W;
+          memset(&W, 0, sizeof W);
+          W.dtype = PCGC_F32;
+          W.rank = t->rank;
+          memcpy(W.dims, t->dims, sizeof W.dims);
+          pcgc_box x;
+          pcgc_plan_buf_box(&R->P->buf[b], &x);
+          move(&W, (char *)whole, &R->P->buf[b], data_of(R, b), &x, false);
+        }
+      } else {
+        MPI_Send(&has, 1, MPI_INT, 0, 1 << 20, MPI_COMM_WORLD);
+        if (has) {
+          const pcgc_plan_buf *B = &R->P->buf[b];
+          int64_t box[2 * PCGC_MAX_RANK];
+          for (int d = 0; d < t->rank; d++) {
+            box[d] = B->offset[d];
+            box[PCGC_MAX_RANK + d] = B->dims[d];
+          }
+          MPI_Send(box, 2 * PCGC_MAX_RANK, MPI_INT64_T, 0, (1 << 20) + 1, MPI_COMM_WORLD);
+          MPI_Send(data_of(R, b), (int)(B->bytes / 4), MPI_FLOAT, 0, (1 << 20) + 2, MPI_COMM_WORLD);
+        }
+      }
+    } else if (R->rank == 0) {
+      int has = 0;
+      MPI_Recv(&has, 1, MPI_INT, r, 1 << 20, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      if (!has) continue;
+      int64_t box[2 * PCGC_MAX_RANK];
+      MPI_Recv(box, 2 * PCGC_MAX_RANK, MPI_INT64_T, r, (1 << 20) + 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      pcgc_plan_buf B;
+      memset(&B, 0, sizeof B);
+      B.dtype = PCGC_F32;
+      B.rank = t->rank;
+      int64_t n = 1;
+      for (int d = 0; d < t->rank; d++) {
+        B.offset[d] = box[d];
+        B.dims[d] = box[PCGC_MAX_RANK + d];
+        n *= B.dims[d];
+      }
+      float *tmp = malloc((size_t)(n ? n : 1) * sizeof *tmp);
+      if (!tmp) return pcgc_error_set(R->err, PCGC_ERR_NOMEM, "out of memory gathering weights");
+      MPI_Recv(tmp, (int)n, MPI_FLOAT, r, (1 << 20) + 2, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      pcgc_plan_buf W;
+      memset(&W, 0, sizeof W);
+      W.dtype = PCGC_F32;
+      W.rank = t->rank;
+      memcpy(W.dims, t->dims, sizeof W.dims);
+      pcgc_box x;
+      pcgc_plan_buf_box(&B, &x);
+      move(&W, (char *)whole, &B, (const char *)tmp, &x, false);
+      free(tmp);
+    }
+  }
+  return PCGC_OK;
+}
+
+/* Rank 0: the reference interpreter on the same graph and options; compares. */
+static pcgc_status check_against_reference(rt *R, pcgc_run_result *res, float **weights) {
+  pcgc_ref_options ro;
+  pcgc_ref_options_default(&ro);
+  ro.seed = R->o->seed;
+  ro.training = R->o->training;
+  ro.opt = R->o->opt;
+  pcgc_reference *ref = pcgc_ref_new(R->g, &ro, R->err);
+  if (!ref) return R->err->status;
+  pcgc_status st = PCGC_OK;
+  res->max_loss_diff = 0;
+  for (int s = 0; s < R->o->steps && st == PCGC_OK; s++) {
+    double l;
+    st = pcgc_ref_train_step(ref, &l, R->err);
+    if (st || s >= 64) continue;
+    double d = fabs(l - res->loss[s]) / fmax(fabs(l), 1e-6);
+    if (d > res->max_loss_diff) res->max_loss_diff = d;
+  }
+  res->max_weight_diff = 0;
+  for (int i = 0; i < R->g->n_nodes && st == PCGC_OK; i++) {
+    const pcgc_node *n = &R->g->nodes[i];
+    if (n->kind != PCGC_OP_WEIGHT || !weights[i]) continue;
+    int64_t N = pcgc_ptensor_numel(&n->out[0]);
+    float *want = malloc((size_t)(N ? N : 1) * sizeof *want);
+    if (!want) {
+      st = PCGC_ERR_NOMEM;
+      break;
+    }
+    st = pcgc_ref_get(ref, n->name, PCGC_F32, want, N, R->err);
+    double scale = 1e-6, worst = 0;
+    for (int64_t e = 0; e < N; e++) scale = fmax(scale, fabs(want[e]));
+    for (int64_t e = 0; e < N && st == PCGC_OK; e++) worst = fmax(worst, fabs((double)want[e] - weights[i][e]) / scale);
+    if (worst > res->max_weight_diff) {
+      res->max_weight_diff = worst;
+      snprintf(res->worst_tensor, sizeof res->worst_tensor, "%s", n->name);
+    }
+    free(want);
+  }
+  pcgc_ref_free(ref);
+  res->checked = true;
+  res->check_ok = st == PCGC_OK && res->max_loss_diff <= R->o->tolerance && res->max_weight_diff <= R->o->tolerance;
+  return st;
+}
+
+static pcgc_status finish(rt *R, pcgc_run_result *res) {
+  int n = R->g->n_nodes;
+  float **w = calloc((size_t)(n ? n : 1), sizeof *w);
+  if (!w) return pcgc_error_set(R->err, PCGC_ERR_NOMEM, "out of memory");
+  pcgc_status st = PCGC_OK;
+  FILE *f = NULL;
+  if (R->rank == 0 && R->o->save_weights) {
+    f = fopen(R->o->save_weights, "wb");
+    if (!f) st = pcgc_error_set(R->err, PCGC_ERR_IO, "cannot write '%s'", R->o->save_weights);
+  }
+  for (int i = 0; i < n; i++) {
+    const pcgc_node *x = &R->g->nodes[i];
+    if (x->kind != PCGC_OP_WEIGHT) continue;
+    int64_t N = pcgc_ptensor_numel(&x->out[0]);
+    if (R->rank == 0) {
+      w[i] = calloc((size_t)(N ? N : 1), sizeof **w);
+      if (!w[i]) st = PCGC_ERR_NOMEM;
+    }
+    pcgc_status s2 = gather_weight(R, i, w[i]);
+    if (s2) st = s2;
+    if (f && w[i]) fwrite(w[i], sizeof **w, (size_t)N, f);
+  }
+  if (f && fclose(f) != 0 && !st) st = pcgc_error_set(R->err, PCGC_ERR_IO, "cannot write '%s'", R->o->save_weights);
+  if (R->rank == 0 && R->o->check && !st) st = check_against_reference(R, res, w);
+  for (int i = 0; i < n; i++) free(w[i]);
+  free(w);
+  return st;
+}
+
+pcgc_status pcgc_run(const pcgc_graph *g, const pcgc_program *p, const pcgc_run_options *o, pcgc_run_result *res,
+                     pcgc_error *err) {
+  memset(res, 0, sizeof *res);
+  rt R;
+  memset(&R, 0, sizeof R);
+  R.g = g;
+  R.p = p;
+  R.o = o;
+  R.err = err;
+  int size = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &R.rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (size != p->n_devices) {
+    pcgc_error_set(err, PCGC_ERR_INVALID, "the plan is for %d devices but %d processes run it", p->n_devices, size);
+    pcgc_error_hint(err, "start it with mpirun -np %d, or let `pcgc run` start the processes itself", p->n_devices);
+    return PCGC_ERR_INVALID;
+  }
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  R.P = &p->dev[R.rank];
+  const pcgc_device_program *P = R.P;
+  int *tag_ub = NULL, flag = 0;
+  MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tag_ub, &flag);
+  pcgc_status st = PCGC_OK;
+  R.arena = aligned_alloc(64, (size_t)((P->arena_bytes + 63) & ~63) + 64);
+  R.send_stage = malloc((size_t)P->send_bytes + 64);
+  R.recv_stage = aligned_alloc(64, (size_t)((P->max_message_bytes + 63) & ~63) + 64);
+  R.sends = malloc((size_t)(P->count_by_kind[PCGC_INS_SEND] + 1) * sizeof *R.sends);
+  R.reqs = malloc((size_t)(P->n_requests + 1) * sizeof *R.reqs);
+  R.req_stage = calloc((size_t)P->n_requests + 1, sizeof *R.req_stage);
+  R.comm = malloc((size_t)(p->n_groups + 1) * sizeof *R.comm);
+  if (!R.arena || !R.send_stage || !R.recv_stage || !R.sends || !R.reqs || !R.req_stage || !R.comm) {
+    st = pcgc_error_set(err, PCGC_ERR_NOMEM, "rank %d: cannot allocate the plan's %lld-byte arena", R.rank,
+                        (long long)P->arena_bytes);
+    goto done;
+  }
+  memset(R.arena, 0, (size_t)P->arena_bytes);
+  for (int i = 0; i < P->n_ins && !st; i++) {
+    const pcgc_ins *I = &P->ins[i];
+    if (I->kind == PCGC_INS_ALLREDUCE_START) {
+      pcgc_box x = R.P->boxes[I->box];
+      R.req_stage[I->tag] = malloc((size_t)(box_numel(&x) * (int64_t)pcgc_dtype_size(P->buf[I->dst].dtype)) + 8);
+      if (!R.req_stage[I->tag]) st = pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
+    }
+    if ((I->kind == PCGC_INS_SEND || I->kind == PCGC_INS_RECV) && flag && tag_ub && I->tag > *tag_ub)
+      st = pcgc_error_set(err, PCGC_ERR_UNSUPPORTED, "the plan needs message tag %d; this MPI allows %d", I->tag,
+                          *tag_ub);
+  }
+  /* one communicator per group, created in group order by its members only */
+  for (int k = 0; k < p->n_groups; k++) {
+    R.comm[k] = MPI_COMM_NULL;
+    if (group_index(&R, k, R.rank) < 0) continue;
+    MPI_Group world, grp;
+    MPI_Comm_group(MPI_COMM_WORLD, &world);
+    MPI_Group_incl(world, p->group_off[k + 1] - p->group_off[k], p->group_dev + p->group_off[k], &grp);
+    int rc = MPI_Comm_create_group(MPI_COMM_WORLD, grp, k, &R.comm[k]);
+    MPI_Group_free(&grp);
+    MPI_Group_free(&world);
+    if (rc != MPI_SUCCESS && !st) st = pcgc_error_set(err, PCGC_ERR_IO, "rank %d: creating the communicator of group %d failed", R.rank, k);
+  }
+  if (st) goto done;
+  init_sources(&R);
+  g_step_rank = R.rank;
+  if (o->step_timeout > 0) signal(SIGALRM, on_alarm);
+  double t0 = now();
+  res->step_seconds_min = INFINITY;
+  for (int s = 0; s < o->steps && !st; s++) {
+    double ts = now();
+    if (o->step_timeout > 0) alarm((unsigned)ceil(o->step_timeout));
+    R.step = s + 1;
+    R.loss = 0;
+    R.n_sends = 0;
+    int64_t send_off = 0;
+    for (int i = 0; i < P->n_ins && !st; i++) {
+      st = exec_one(&R, &P->ins[i], &send_off);
+      if (st && err && !strstr(err->message, "rank ")) {
+        char tmp[sizeof err->message];
+        snprintf(tmp, sizeof tmp, "rank %d, step %d, instruction %d (%s): %.900s", R.rank, s + 1, i,
+                 pcgc_ins_kind_name((pcgc_ins_kind)P->ins[i].kind), err->message);
+        memcpy(err->message, tmp, sizeof tmp);
+      }
+    }
+    if (st) break;
+    if (R.n_sends) MPI_Waitall(R.n_sends, R.sends, MPI_STATUSES_IGNORE);
+    double total = 0;
+    MPI_Reduce(&R.loss, &total, 1, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
+    if (o->step_timeout > 0) alarm(0);
+    double dt = now() - ts;
+    if (dt < res->step_seconds_min) res->step_seconds_min = dt;
+    if (R.rank == 0) {
+      if (!isfinite(total)) {
+        st = pcgc_error_set(err, PCGC_ERR_INVALID, "step %d: the loss is %g", s + 1, total);
+        pcgc_error_hint(err, "lower the learning rate");
+        break;
+      }
+      if (s < 64) res->loss[s] = total;
+      res->last_loss = total;
+      if (!o->quiet) {
+        printf("step %4d  loss %.6f  (%.1f ms)\n", s + 1, total, 1e3 * dt);
+        fflush(stdout);
+      }
+    }
+    res->steps = s + 1;
+  }
+  res->seconds = now() - t0;
+  if (!st) st = finish(&R, res);
+done:
+  if (R.comm)
+    for (int k = 0; k < p->n_groups; k++)
+      if (R.comm[k] != MPI_COMM_NULL) MPI_Comm_free(&R.comm[k]);
+  for (int k = 0; R.req_stage && k < P->n_requests; k++) free(R.req_stage[k]);
+  free(R.req_stage);
+  free(R.reqs);
+  free(R.sends);
+  free(R.comm);
+  free(R.arena);
+  free(R.send_stage);
+  free(R.recv_stage);
+  return st;
+}

@@ -1,0 +1,71 @@
+/*
+ * runtime.h — runs a program from codegen/ as one process per device: the
+ * CPU backend (runtime/cpu kernels, OpenBLAS) with Open MPI for
+ * communication. Rank r of MPI_COMM_WORLD is device r.
+ *
+ * Before the first step every rank allocates its whole arena (the plan's
+ * buffer offsets), staging for its sends and collectives, and one
+ * communicator per device group it belongs to; weights are initialised and
+ * synthetic data drawn exactly as the reference interpreter does (the same
+ * seeded streams, each rank drawing only its boxes), so runs compare with
+ * `pcgc train`. The step loop allocates nothing.
+ *
+ *     MPI_Init(&argc, &argv);
+ *     pcgc_run_options o;
+ *     pcgc_run_options_default(&o);
+ *     o.steps = 3;
+ *     pcgc_run_result r;
+ *     pcgc_status st = pcgc_run(g, program, &o, &r, &err);   // every rank
+ *     MPI_Finalize();
+ */
+#ifndef PCGC_RUNTIME_H
+#define PCGC_RUNTIME_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "codegen.h"
+#include "kernels.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct pcgc_run_options {
+  int steps;               /* default 3 */
+  uint64_t seed;           /* weights, data, dropout (default 1) */
+  bool training;           /* dropout active (default true) */
+  pcgc_optimizer opt;      /* default SGD lr 0.01 */
+  bool quiet;              /* rank 0 prints no per-step line */
+  bool check;              /* rank 0 also runs the reference interpreter on the
+                              same graph and compares losses and final weights */
+  double tolerance;        /* relative, for check (default 1e-4) */
+  double step_timeout;     /* s a step may take before the run is aborted (0: none) */
+  const char *save_weights;/* rank 0 writes the final logical weights here (raw
+                              f32, one tensor after another in node order) */
+} pcgc_run_options;
+
+void pcgc_run_options_default(pcgc_run_options *o);
+
+typedef struct pcgc_run_result {
+  int steps;
+  double loss[64];         /* rank 0: the loss of the first 64 steps */
+  double last_loss;
+  double seconds;          /* wall time of the step loop (rank 0) */
+  double step_seconds_min; /* fastest step */
+  double max_loss_diff, max_weight_diff;  /* with check: largest relative differences */
+  char worst_tensor[128];  /* with check: the weight with the largest difference */
+  bool checked, check_ok;
+} pcgc_run_result;
+
+/* Runs o->steps training steps of program p (lowered from g) on this rank's
+ * device. Every rank calls it; MPI must be initialised and the world's size
+ * must equal p->n_devices. Errors leave a message; the caller should then
+ * abort the job (MPI_Abort) so that no rank waits forever. */
+pcgc_status pcgc_run(const pcgc_graph *g, const pcgc_program *p, const pcgc_run_options *o, pcgc_run_result *r,
+                     pcgc_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
