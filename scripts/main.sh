@@ -4,8 +4,10 @@
 # simulator predicts, written to build/bert-large.strategy.json) and simulate
 # that strategy, compile DLRM (where tensor parallelism wins), compile GPT-3
 # 2.7B for 16 GB P100s (it fits only pipelined in 1F1B order with its
-# activations recomputed), and train the shipped CNN for a few steps on one
-# CPU device.
+# activations recomputed), train the shipped CNN for a few steps on one
+# CPU device, then compile the transformer block for this machine run as 4
+# CPU devices and run that plan as 4 MPI processes, checked against the
+# single-process reference.
 #
 #   scripts/main.sh
 #
@@ -23,3 +25,5 @@ build/pcgc simulate build/bert-large.strategy.json --machine dgx-h100
 build/pcgc compile models/dlrm.pcg --machine dgx-h100 -o build/dlrm.strategy.json
 build/pcgc compile models/gpt-3b.pcg --machine p100-4x4 --batch 16 -o build/gpt-3b.strategy.json
 build/pcgc train models/cnn.pcg --steps 8 --optimizer adam
+build/pcgc compile models/transformer-block.pcg --machine cpu-4 -o build/transformer-block.cpu-4.json
+build/pcgc run build/transformer-block.cpu-4.json --steps 5 --check

@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# test_run.sh — `pcgc run PLAN` (the distributed CPU runtime over MPI) and
+# `pcgc plan show`: every plan below is trained for 3 steps as one process per
+# device and must match (--check) the single-process reference interpreter,
+# and its losses must equal `pcgc train` of the sequential model:
+#   - plans `pcgc compile` finds for the MLP, the CNN and the transformer block
+#     on cpu-2, cpu-4 and cpu-8;
+#   - hand-written strategies (tests/data/parallel/ wrapped by
+#     tests/runtime/make_plan.py): data, tensor (Megatron), head split,
+#     spatial, channel, embedding rows and columns, a reduction split,
+#     pipelines in GPipe and 1F1B order, data x pipeline;
+# plus help, usage errors and a plan for a machine that cannot be found.
+# ctest runs: bash test_run.sh PCGC SOURCE_DIR. Exit 0 = pass, 77 = skipped.
+set -uo pipefail
+pcgc=${1:?usage: test_run.sh PCGC SOURCE_DIR}
+src=${2:?usage: test_run.sh PCGC SOURCE_DIR}
+source "$src/tests/common/cli.sh"
+command -v mpirun >/dev/null || { echo "mpirun not found: skipped"; exit 77; }
+export ASAN_OPTIONS=detect_leaks=0   # Open MPI's own allocations at exit
+par="$src/tests/data/parallel"
+mk="$src/tests/runtime/make_plan.py"
+
+# --- help and usage
+expect 0 "$pcgc" run --help;            has "$tmp/out" "usage: pcgc run PLAN"
+expect 0 "$pcgc" help run;              has "$tmp/out" "--check"
+expect 0 "$pcgc" plan --help;           has "$tmp/out" "usage: pcgc plan show PLAN"
+expect 2 "$pcgc" run;                   has "$tmp/err" "missing PLAN"
+expect 2 "$pcgc" run x.json --steps -1; has "$tmp/err" "--steps must be a non-negative integer"
+expect 2 "$pcgc" run x.json --bogus;    has "$tmp/err" "unknown option '--bogus'"
+expect 3 "$pcgc" run "$tmp/missing.json"
+expect 2 "$pcgc" plan list x.json;      has "$tmp/err" "unknown subcommand 'list'"
+
+# a plan must name a machine pcgc can load
+/usr/bin/python3 "$mk" "$par/mlp-dp4.pcg" no-such-machine "$tmp/nomachine.json"
+expect 3 "$pcgc" run "$tmp/nomachine.json"; has "$tmp/err" "was written for machine 'no-such-machine'"
+
+# train losses of a sequential model, 3 steps, no dropout
+train_losses() { "$pcgc" train "$1" --steps 3 --no-dropout | awk '/^step/ {print $4}' | tr '\n' ' '; }
+
+# run PLAN --check; its losses must equal those of `pcgc train SEQ`
+check_plan() {
+  local plan=$1 seq=$2 what=$3
+  expect 0 "$pcgc" run "$plan" --steps 3 --check --no-dropout
+  has "$tmp/out" ": match"
+  local got want
+  got=$(awk '/^step/ {print $4}' "$tmp/out" | tr '\n' ' ')
+  want=$(train_losses "$seq")
+  if [ -n "$want" ] && [ "$got" = "$want" ]; then ok; else bad "$what: run losses [$got] != train losses [$want]"; fi
+}
+
+# --- hand-written strategies
+h() { /usr/bin/python3 "$mk" "$par/$1" "$2" "$tmp/$3.json" "${@:4}"; }
+h mlp-dp4.pcg cpu-4 dp4;             check_plan "$tmp/dp4.json" "$par/mlp.pcg" "data parallel x4"
+h mlp-tp2.pcg cpu-2 tp2;             check_plan "$tmp/tp2.json" "$par/mlp.pcg" "tensor parallel x2"
+h mlp-reduction2.pcg cpu-2 red2 h2=1,0;  check_plan "$tmp/red2.json" "$par/mlp.pcg" "reduction split + reduce"
+h transformer-tp2.pcg cpu-2 heads2;  check_plan "$tmp/heads2.json" "$par/transformer.pcg" "attention heads x2"
+h cnn-spatial2.pcg cpu-2 spatial2;   check_plan "$tmp/spatial2.json" "$par/cnn.pcg" "spatial x2"
+h cnn-channel2.pcg cpu-2 channel2;   check_plan "$tmp/channel2.json" "$par/cnn.pcg" "channels x2"
+h cnn-dp4.pcg cpu-4 cnndp4;          check_plan "$tmp/cnndp4.json" "$par/cnn.pcg" "CNN data parallel x4 (synchronised batch norm)"
+h embbag-rows2.pcg cpu-2 rows2;      check_plan "$tmp/rows2.json" "$par/embbag.pcg" "embedding rows x2"
+h embbag-cols2.pcg cpu-2 cols2;      check_plan "$tmp/cols2.json" "$par/embbag.pcg" "embedding columns x2"
+stages="h1=0,0 h2=1,0 logits=2,0 loss=2,0"   # 3 stages, 4 micro-batches
+h mlp-pipe4.pcg cpu-4 gpipe $stages;                 check_plan "$tmp/gpipe.json" "$par/mlp.pcg" "pipeline GPipe"
+h mlp-pipe4.pcg cpu-4 onefoneb $stages --schedule 1f1b; check_plan "$tmp/onefoneb.json" "$par/mlp.pcg" "pipeline 1F1B"
+h mlp-dp2-pipe2.pcg cpu-4 dppipe h1=0,2 h2=1,2 logits=3,0 loss=3,0
+check_plan "$tmp/dppipe.json" "$par/mlp.pcg" "data x pipeline"
+
+# 1F1B really interleaves: the first stage runs micro-batch 0's backward before micro-batch 3's forward
+expect 0 "$pcgc" plan show "$tmp/onefoneb.json" --device 0 --streams
+has "$tmp/out" "4 micro-batches (1f1b), 3 stages"
+b0=$(grep -n "backward  *h1 .* mb0" "$tmp/out" | head -1 | cut -d: -f1)
+f3=$(grep -n "forward  *h1 .* mb3" "$tmp/out" | head -1 | cut -d: -f1)
+if [ -n "$b0" ] && [ -n "$f3" ] && [ "$b0" -lt "$f3" ]; then ok; else bad "1F1B: h1's backward of mb0 (line $b0) not before its forward of mb3 (line $f3)"; fi
+expect 0 "$pcgc" plan show "$tmp/gpipe.json" --device 0 --streams
+b0=$(grep -n "backward  *h1 .* mb0" "$tmp/out" | head -1 | cut -d: -f1)
+f3=$(grep -n "forward  *h1 .* mb3" "$tmp/out" | head -1 | cut -d: -f1)
+if [ -n "$b0" ] && [ -n "$f3" ] && [ "$f3" -lt "$b0" ]; then ok; else bad "GPipe: every forward before any backward"; fi
+
+# --- plans pcgc compile finds, on 2, 4 and 8 processes
+for m in mlp cnn transformer-block; do
+  for n in 2 4 8; do
+    expect 0 "$pcgc" compile "$src/models/$m.pcg" --machine cpu-$n -o "$tmp/$m$n.json"
+    expect 0 "$pcgc" run "$tmp/$m$n.json" --steps 3 --check
+    has "$tmp/out" ": match"
+  done
+done
+expect 0 "$pcgc" plan show "$tmp/mlp4.json"
+has "$tmp/out" "program: 4 devices"
+
+finish test_run
