@@ -470,9 +470,7 @@ typedef struct vctx {
   pcgc__reads R;   /* the reads of the node being placed */
 } vctx;
 
-static int home(const pcgc_view *v, int64_t p, int D) {
-  return (int)(((p % D) * (v->stride % D) + v->start) % D);
-}
+static int home(const pcgc_view *v, int64_t p, int D) { return pcgc_view_device(*v, p, D); }
 
 static double view_cost(const vctx *V, pcgc_view v) {
   double moved = 0;

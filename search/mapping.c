@@ -165,7 +165,7 @@ typedef struct vread {
   double bytes;
 } vread;
 
-static int home(pcgc_view v, int64_t p, int D) { return (int)(((p % D) * (v.stride % D) + v.start) % D); }
+static int home(pcgc_view v, int64_t p, int D) { return pcgc_view_device(v, p, D); }
 
 static int64_t gcd64(int64_t a, int64_t b) {
   while (b) {

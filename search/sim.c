@@ -455,11 +455,7 @@ static hent *hash_get(sim *S, int64_t ts, int dev, bool *fresh) {
 
 /* ------------------------------------------------------------- helpers */
 
-static int home(const sim *S, int node, int64_t p) {
-  const pcgc_view *v = &S->mp->view[node];
-  int64_t D = S->D;
-  return (int)(((p % D) * (v->stride % D) + v->start) % D);
-}
+static int home(const sim *S, int node, int64_t p) { return pcgc_view_device(S->mp->view[node], p, S->D); }
 
 static void keep(sim *S, int dev, bool micro, double bytes) {
   if (micro) S->act_mb[dev] += bytes;
