@@ -115,7 +115,7 @@ typedef enum pcgc_ins_kind {
   PCGC_INS_REDUCE,      /* group `peer`: the sum of every member's src box into root's dst (+)= */
   PCGC_INS_ALLREDUCE,   /* group `peer`: dst box summed over the group, in place (blocking) */
   PCGC_INS_ALLREDUCE_START, /* the same, non-blocking: request slot `tag` */
-  PCGC_INS_WAIT,        /* completes request slot `tag` */
+  PCGC_INS_WAIT,        /* completes request slot `tag`: dst over `box`, as its START named them */
   PCGC_INS_UPDATE,      /* optimizer step: dst weight box, src gradient, args m, v */
   PCGC_INS_LOSS,        /* adds src's element (replica 0) to the step's loss */
   PCGC_INS_SEED,        /* dst = d loss / d loss piece: 1 for replica 0, else 0 */

@@ -946,7 +946,6 @@ static void spread(cg *C, int Y, int srcbuf, member *ms, int nm, bool add, int n
     recv_into[i] = add && ms[i].n > 1 ? scratch_buf(C, node, key, mu, ms[i].dev, PCGC_F32, box) : ms[i].bufs[0];
     devs[nd++] = ms[i].dev;
   }
-  bool scratch_add = false;
   if (others == 1) {
     for (int i = 0; i < nm; i++)
       if (ms[i].dev != Y) {
@@ -972,7 +971,6 @@ static void spread(cg *C, int Y, int srcbuf, member *ms, int nm, bool add, int n
       emit(C, t, ms[i].dev, R, NULL, 0, box, NULL, 0);
     }
   }
-  (void)scratch_add;
   for (int i = 0; i < nm; i++) {
     if (ms[i].dev == Y) continue;
     int from = recv_into[i];
@@ -1033,81 +1031,49 @@ static void gather_sum(cg *C, int X, int dst, member *ms, int nm, bool add, int 
   }
 }
 
-static void lower_replicate(cg *C, const pcgc_node *n, bool backward) {
+/* replicate and reduce, mirror images of each other: one piece on the
+ * narrow side (replicate's input piece, reduce's output piece) and the d
+ * pieces it fans out to or in from on the wide side (replicate's copies,
+ * reduce's partial sums). Data flows narrow -> wide in replicate's forward
+ * and reduce's backward (spread), wide -> narrow otherwise (gather_sum). */
+static void lower_fan(cg *C, const pcgc_node *n, bool backward) {
+  bool rep = n->kind == PCGC_OP_REPLICATE;
   const pcgc_ptensor *to = &n->out[0], *ti = pcgc_graph_ref_type(C->g, n->in[0]);
+  const pcgc_ptensor *narrow = rep ? ti : to, *wide = rep ? to : ti;
   int m = value_m(to), src = n->in[0].node, slot = n->in[0].slot;
-  int64_t d = pcgc_attrs_int(&n->attrs, "degree"), Pi = pcgc_ptensor_pieces(ti);
+  int nnode = rep ? src : n->id, nslot = rep ? slot : 0, wnode = rep ? n->id : src, wslot = rep ? 0 : slot;
+  int nm_mu = value_m(narrow) > 1, wm_mu = value_m(wide) > 1;
+  int64_t d = pcgc_attrs_int(&n->attrs, "degree"), P = pcgc_ptensor_pieces(narrow);
+  bool to_wide = rep != backward;
+  if (backward && !C->needg[src]) return;
   member *ms = malloc((size_t)d * sizeof *ms);
   if (!ms) {
     C->st = PCGC_ERR_NOMEM;
     return;
   }
+  int role = backward ? PCGC_BUF_GRAD : PCGC_BUF_VALUE;
   for (int mu = 0; mu < m && !C->st; mu++)
-    for (int64_t q = 0; q < Pi && !C->st; q++) {
+    for (int64_t q = 0; q < P && !C->st; q++) {
       int64_t c[PCGC_MAX_RANK], s, r;
-      pcgc_piece_coords(ti, q, c, &s, &r);
-      int Y = pcgc__cg_home(C, src, q), mi = value_m(ti) > 1 ? mu : 0;
+      pcgc_piece_coords(narrow, q, c, &s, &r);
+      int Y = pcgc__cg_home(C, nnode, q), ymu = nm_mu ? mu : 0, wmu = wm_mu ? mu : 0;
       C->ctx_node = n->id;
       C->ctx_piece = q;
       C->ctx_micro = mu;
       int nm = 0;
       for (int64_t j = 0; j < d; j++) {
-        int64_t p = pcgc_piece_index(to, c, s, r * d + j);
-        int X = pcgc__cg_home(C, n->id, p);
-        int b = value_buf(C, backward ? PCGC_BUF_GRAD : PCGC_BUF_VALUE, n->id, 0, p, mu, X);
+        int64_t p = rep ? pcgc_piece_index(wide, c, s, r * d + j) : pcgc_piece_index(wide, c, s * d + j, r);
+        int X = pcgc__cg_home(C, wnode, p);
+        int b = value_buf(C, role, wnode, wslot, p, wmu, X);
         if (backward) touch(C, X, b, 3);
         nm = members_add(ms, nm, X, b);
       }
       pcgc_box box;
-      pcgc__cg_piece_box(ti, q, mi, &box);
-      if (!backward) {
-        spread(C, Y, value_buf(C, PCGC_BUF_VALUE, src, slot, q, mi, Y), ms, nm, false, n->id, q, mu, &box);
-      } else if (C->needg[src]) {
-        int gin = value_buf(C, PCGC_BUF_GRAD, src, slot, q, mi, Y);
-        touch(C, Y, gin, 3);
-        gather_sum(C, Y, gin, ms, nm, true, n->id, q, mu, PCGC_F32, &box);
-      }
-    }
-  free(ms);
-}
-
-static void lower_reduce(cg *C, const pcgc_node *n, bool backward) {
-  const pcgc_ptensor *to = &n->out[0], *ti = pcgc_graph_ref_type(C->g, n->in[0]);
-  int m = value_m(to), src = n->in[0].node, slot = n->in[0].slot;
-  int64_t d = pcgc_attrs_int(&n->attrs, "degree"), P = pcgc_ptensor_pieces(to);
-  member *ms = malloc((size_t)d * sizeof *ms);
-  if (!ms) {
-    C->st = PCGC_ERR_NOMEM;
-    return;
-  }
-  for (int mu = 0; mu < m && !C->st; mu++)
-    for (int64_t p = 0; p < P && !C->st; p++) {
-      int64_t c[PCGC_MAX_RANK], s, r;
-      pcgc_piece_coords(to, p, c, &s, &r);
-      int X = pcgc__cg_home(C, n->id, p), mi = value_m(ti) > 1 ? mu : 0;
-      C->ctx_node = n->id;
-      C->ctx_piece = p;
-      C->ctx_micro = mu;
-      if (backward && !C->needg[src]) continue;
-      int nm = 0;
-      for (int64_t j = 0; j < d; j++) {
-        int64_t q = pcgc_piece_index(ti, c, s * d + j, r);
-        int Y = pcgc__cg_home(C, src, q);
-        int b = value_buf(C, backward ? PCGC_BUF_GRAD : PCGC_BUF_VALUE, src, slot, q, mi, Y);
-        if (backward) touch(C, Y, b, 3);
-        nm = members_add(ms, nm, Y, b);
-      }
-      pcgc_box box;
-      pcgc__cg_piece_box(to, p, mu, &box);
-      pcgc_dtype t = storage(to->dtype);
-      if (!backward) {
-        int out = value_buf(C, PCGC_BUF_VALUE, n->id, 0, p, mu, X);
-        gather_sum(C, X, out, ms, nm, false, n->id, p, mu, t, &box);
-      } else {
-        int gout = value_buf(C, PCGC_BUF_GRAD, n->id, 0, p, mu, X);
-        touch(C, X, gout, 3);
-        spread(C, X, gout, ms, nm, true, n->id, p, mu, &box);
-      }
+      pcgc__cg_piece_box(narrow, q, ymu, &box);
+      int one = value_buf(C, role, nnode, nslot, q, ymu, Y);
+      if (backward) touch(C, Y, one, 3);
+      if (to_wide) spread(C, Y, one, ms, nm, backward, n->id, q, mu, &box);
+      else gather_sum(C, Y, one, ms, nm, backward, n->id, q, mu, storage(narrow->dtype), &box);
     }
   free(ms);
 }
@@ -1199,7 +1165,7 @@ static void lower_weight_sync(cg *C, int src) {
         pcgc_ins W = ins_new(C, PCGC_INS_WAIT);
         W.dst = source_buf(C, src, grp[i], PCGC_BUF_SOURCE_GRAD);
         W.tag = V->n_requests - 1;
-        emit(C, tw, grp[i], W, NULL, 0, NULL, NULL, 0);
+        emit(C, tw, grp[i], W, NULL, 0, &cell, NULL, 0);
       }
       edge(C, tk, tw);
       C->phase = C->ctx_phase_save;
@@ -1252,6 +1218,11 @@ static void lower_updates(cg *C) {
 }
 
 /* ---------------------------------------------------------------- driver */
+
+static int cmp_int(const void *a, const void *b) {
+  int x = *(const int *)a, y = *(const int *)b;
+  return (x > y) - (x < y);
+}
 
 static pcgc_status analyse(cg *C) {
   const pcgc_graph *g = C->g;
@@ -1326,24 +1297,24 @@ static pcgc_status analyse(cg *C) {
       if (first[X] == INT_MAX) first[X] = k;
     }
   }
-  C->stages = 0;
-  for (int d = 0; d < C->D; d++) {
-    C->stage[d] = -1;
-    if (first[d] == INT_MAX) continue;
-    int rank = 0;
-    bool seen_lower[1] = {false};
-    (void)seen_lower;
-    /* rank = number of distinct first positions below first[d] */
-    for (int e = 0; e < C->D; e++) {
-      if (first[e] == INT_MAX || first[e] >= first[d]) continue;
-      bool dup = false;
-      for (int f = 0; f < e; f++) dup |= first[f] == first[e];
-      rank += !dup;
-    }
-    C->stage[d] = rank;
-    if (rank + 1 > C->stages) C->stages = rank + 1;
+  /* a device's stage: the rank of its first position among the distinct ones */
+  int *sorted = malloc((size_t)C->D * sizeof *sorted), nd = 0;
+  if (!sorted) {
+    free(first);
+    return PCGC_ERR_NOMEM;
   }
-  if (C->stages == 0) C->stages = 1;
+  for (int d = 0; d < C->D; d++)
+    if (first[d] != INT_MAX) sorted[nd++] = first[d];
+  qsort(sorted, (size_t)nd, sizeof *sorted, cmp_int);
+  int u = 0;
+  for (int i = 0; i < nd; i++)
+    if (u == 0 || sorted[i] != sorted[u - 1]) sorted[u++] = sorted[i];
+  for (int d = 0; d < C->D; d++) {
+    const int *at = first[d] == INT_MAX ? NULL : bsearch(&first[d], sorted, (size_t)u, sizeof *sorted, cmp_int);
+    C->stage[d] = at ? (int)(at - sorted) : -1;
+  }
+  C->stages = u > 0 ? u : 1;
+  free(sorted);
   free(first);
   return PCGC_OK;
 }
@@ -1377,29 +1348,39 @@ static void find_boxes(cg *C) {
   }
 }
 
-/* 1F1B: micro-batch i's forward on a device of stage k waits for micro-batch i-(s-k)'s backward there. */
+/* 1F1B: micro-batch i's forward on a device of stage k waits for micro-batch
+ * i-(s-k)'s backward there: a join per (device, i) that every pipelined
+ * backward kernel of micro-batch i-w on the device precedes and every
+ * forward kernel of micro-batch i follows. */
 static void one_f_one_b(cg *C) {
   if (C->o.schedule != PCGC_SCHEDULE_1F1B || C->M <= 1) return;
   int M = C->M;
-  for (int d = 0; d < C->D && !C->st; d++) {
+  int64_t nt = C->nt;
+  int *join = malloc((size_t)C->D * (size_t)M * sizeof *join);
+  if (!join) {
+    C->st = PCGC_ERR_NOMEM;
+    return;
+  }
+  C->phase = CG_FWD;
+  C->ctx_node = -1;
+  for (int d = 0; d < C->D; d++)
+    for (int i = 0; i < M; i++) {
+      int w = C->stage[d] < 0 ? M : C->stages - C->stage[d];
+      join[d * M + i] = -1;
+      if (i < w || C->st) continue;
+      join[d * M + i] = task_begin(C, 0);
+      if (join[d * M + i] >= 0) C->t[join[d * M + i]].slot = 0;
+    }
+  for (int64_t t = 0; t < nt && !C->st; t++) {
+    const cg_task *T = &C->t[t];
+    if (!T->compute || T->n_em != 1 || T->node < 0 || C->pipe_pos[T->node] != 1) continue;
+    int d = C->em[T->first_em].dev;
     if (C->stage[d] < 0) continue;
     int w = C->stages - C->stage[d];
-    for (int i = w; i < M && !C->st; i++) {
-      /* a join: every pipelined backward task of micro i-w on d -> it -> every forward task of micro i on d */
-      C->phase = CG_FWD;
-      C->ctx_node = -1;
-      int j = task_begin(C, 0);
-      if (j < 0) return;
-      C->t[j].slot = 0;
-      for (int64_t t = 0; t < C->nt - 1; t++) {
-        const cg_task *T = &C->t[t];
-        if (!T->compute || T->n_em != 1 || T->node < 0 || C->pipe_pos[T->node] != 1) continue;
-        if (C->em[T->first_em].dev != d) continue;
-        if (T->phase == CG_BWD && T->micro == i - w) edge(C, (int)t, j);
-        if (T->phase == CG_FWD && T->micro == i) edge(C, j, (int)t);
-      }
-    }
+    if (T->phase == CG_BWD && T->micro + w < M) edge(C, (int)t, join[d * M + T->micro + w]);
+    if (T->phase == CG_FWD && T->micro < M) edge(C, join[d * M + T->micro], (int)t);
   }
+  free(join);
 }
 
 static void free_cg(cg *C) {
@@ -1490,8 +1471,7 @@ pcgc_status pcgc_codegen(const pcgc_graph *g, const pcgc_mapping *mp, int n_devi
     if (C.resident[n->id]) continue;
     pcgc_op_class cls = pcgc_op_class_of(n->kind);
     if (cls == PCGC_CLASS_PARALLEL) {
-      if (n->kind == PCGC_OP_REPLICATE) lower_replicate(&C, n, false);
-      else if (n->kind == PCGC_OP_REDUCE) lower_reduce(&C, n, false);
+      if (n->kind == PCGC_OP_REPLICATE || n->kind == PCGC_OP_REDUCE) lower_fan(&C, n, false);
       else lower_relayout(&C, n, false);
     } else if (bn_sharded(n)) {
       lower_bn(&C, n, false);
@@ -1551,8 +1531,7 @@ pcgc_status pcgc_codegen(const pcgc_graph *g, const pcgc_mapping *mp, int n_devi
         }
     if (cls == PCGC_CLASS_PARALLEL) {
       if (!C.needg[n->id]) continue;
-      if (n->kind == PCGC_OP_REPLICATE) lower_replicate(&C, n, true);
-      else if (n->kind == PCGC_OP_REDUCE) lower_reduce(&C, n, true);
+      if (n->kind == PCGC_OP_REPLICATE || n->kind == PCGC_OP_REDUCE) lower_fan(&C, n, true);
       else lower_relayout(&C, n, true);
     } else {
       bool any = false;

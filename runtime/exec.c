@@ -125,6 +125,16 @@ static void move(const pcgc_plan_buf *D, char *dd, const pcgc_plan_buf *S, const
   }
 }
 
+/* The whole logical tensor of type t, held contiguously in f32. */
+static pcgc_plan_buf whole_desc(const pcgc_ptensor *t) {
+  pcgc_plan_buf w;
+  memset(&w, 0, sizeof w);
+  w.dtype = PCGC_F32;
+  w.rank = t->rank;
+  memcpy(w.dims, t->dims, sizeof w.dims);
+  return w;
+}
+
 /* A contiguous staging area holding exactly box x. */
 static pcgc_plan_buf stage_desc(const pcgc_box *x, pcgc_dtype t) {
   pcgc_plan_buf s;
@@ -345,13 +355,10 @@ static pcgc_status exec_one(rt *R, const pcgc_ins *I, int64_t *send_off) {
   case PCGC_INS_WAIT: {
     rc = MPI_Wait(&R->reqs[I->tag], MPI_STATUS_IGNORE);
     if (rc != MPI_SUCCESS) return mpi_fail(R, rc, "all-reduce", I);
-    /* the START that filled this slot had the same buffer: unpack its box */
-    const pcgc_ins *S = NULL;
-    for (int i = 0; i < P->n_ins && !S; i++)
-      if (P->ins[i].kind == PCGC_INS_ALLREDUCE_START && P->ins[i].tag == I->tag) S = &P->ins[i];
-    pcgc_box x = region(R, S, S->dst);
-    pcgc_plan_buf st = stage_desc(&x, P->buf[S->dst].dtype);
-    move(&P->buf[S->dst], data_of(R, S->dst), &st, R->req_stage[I->tag], &x, false);
+    /* a WAIT names the buffer and box of its START */
+    pcgc_box x = region(R, I, I->dst);
+    pcgc_plan_buf st = stage_desc(&x, P->buf[I->dst].dtype);
+    move(&P->buf[I->dst], data_of(R, I->dst), &st, R->req_stage[I->tag], &x, false);
     return PCGC_OK;
   }
   case PCGC_INS_UPDATE: {
@@ -375,11 +382,7 @@ static void init_sources(rt *R) {
     pcgc_piece q = kpiece(R, b);
     uint64_t stream = pcgc_rng_stream(n->name);
     if (n->kind == PCGC_OP_WEIGHT && n->value) {
-      pcgc_plan_buf whole;
-      memset(&whole, 0, sizeof whole);
-      whole.dtype = PCGC_F32;
-      whole.rank = n->out[0].rank;
-      memcpy(whole.dims, n->out[0].dims, sizeof whole.dims);
+      pcgc_plan_buf whole = whole_desc(&n->out[0]);
       pcgc_box x;
       pcgc_plan_buf_box(B, &x);
       move(B, k.data, &whole, (const char *)n->value, &x, false);
@@ -422,11 +425,7 @@ static pcgc_status gather_weight(rt *R, int node, float *whole) {
       int has = b >= 0;
       if (r == 0) {
         if (has) {
-          pcgc_plan_buf W;
-          memset(&W, 0, sizeof W);
-          W.dtype = PCGC_F32;
-          W.rank = t->rank;
-          memcpy(W.dims, t->dims, sizeof W.dims);
+          pcgc_plan_buf W = whole_desc(t);
           pcgc_box x;
           pcgc_plan_buf_box(&R->P->buf[b], &x);
           move(&W, (char *)whole, &R->P->buf[b], data_of(R, b), &x, false);
@@ -463,11 +462,7 @@ static pcgc_status gather_weight(rt *R, int node, float *whole) {
       float *tmp = malloc((size_t)(n ? n : 1) * sizeof *tmp);
       if (!tmp) return pcgc_error_set(R->err, PCGC_ERR_NOMEM, "out of memory gathering weights");
       MPI_Recv(tmp, (int)n, MPI_FLOAT, r, (1 << 20) + 2, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-      pcgc_plan_buf W;
-      memset(&W, 0, sizeof W);
-      W.dtype = PCGC_F32;
-      W.rank = t->rank;
-      memcpy(W.dims, t->dims, sizeof W.dims);
+      pcgc_plan_buf W = whole_desc(t);
       pcgc_box x;
       pcgc_plan_buf_box(&B, &x);
       move(&W, (char *)whole, &B, (const char *)tmp, &x, false);
