@@ -69,6 +69,9 @@ void pcgc_cli_compile_help(FILE *f) {
           "  --segment-nodes N  split graphs of more than 2N computed nodes at bottleneck tensors into\n"
           "                     segments of about N, searched one by one, identical ones once\n"
           "                     (default 40; 0: search the graph whole)\n"
+          "  --choice C         start from this one expert strategy instead of searching the grid:\n"
+          "                     dp=D,tp=T,pp=P[,micro=M][,schedule=gpipe|1f1b][,recompute] (degrees\n"
+          "                     default 1, micro default pp); with --budget 0 the plan is exactly it\n"
           "  --rules DIR        more rules (*.rules) for the joint search, beside the shipped library\n"
           "  --allow-unsound    use rules the checker refutes (they are checked, reported and left\n"
           "                     out otherwise)\n"
@@ -238,6 +241,44 @@ static void print_ref(const char *label, const pcgc_compile_ref *f, double best)
          best > 0 ? f->time / best : 0, c);
 }
 
+/* --choice dp=D,tp=T,pp=P[,micro=M][,schedule=gpipe|1f1b][,recompute]:
+ * -1 when parsed, else the usage error's exit code. */
+static int parse_choice(const char *text, pcgc_expert_choice *c) {
+  *c = (pcgc_expert_choice){1, 1, 1, 1, PCGC_SCHEDULE_GPIPE, false};
+  char buf[256];
+  if (strlen(text) >= sizeof buf) return pcgc_cli_usage_error("compile", "--choice is too long: '%.40s...'", text);
+  strcpy(buf, text);
+  bool micro_given = false;
+  for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+    char *eq = strchr(tok, '=');
+    if (strcmp(tok, "recompute") == 0) {
+      c->recompute = true;
+      continue;
+    }
+    if (!eq) return pcgc_cli_usage_error("compile", "--choice: expected NAME=VALUE, not '%s' (dp=4,tp=2,pp=1,micro=1)", tok);
+    *eq = '\0';
+    const char *v = eq + 1;
+    if (strcmp(tok, "schedule") == 0) {
+      int k = pcgc_schedule_from_name(v);
+      if (k < 0) return pcgc_cli_usage_error("compile", "--choice: unknown schedule '%s' (gpipe, 1f1b)", v);
+      c->schedule = (pcgc_schedule)k;
+      continue;
+    }
+    int *field = strcmp(tok, "dp") == 0 ? &c->dp : strcmp(tok, "tp") == 0 ? &c->tp : strcmp(tok, "pp") == 0 ? &c->pp
+                 : strcmp(tok, "micro") == 0 ? &c->micro : NULL;
+    if (!field)
+      return pcgc_cli_usage_error("compile", "--choice: unknown degree '%s' (dp, tp, pp, micro, schedule, recompute)", tok);
+    char *end;
+    long x = strtol(v, &end, 10);
+    if (!*v || *end || x < 1 || x > 1000000)
+      return pcgc_cli_usage_error("compile", "--choice: degrees are positive integers, not '%s'", v);
+    *field = (int)x;
+    micro_given |= field == &c->micro;
+  }
+  if (!micro_given && c->pp > 1) c->micro = c->pp;
+  return -1;
+}
+
 int pcgc_cli_compile(int argc, char **argv) {
   const char *model = NULL, *machine = NULL, *output = NULL;
   pcgc_cli_sets sets = {0};
@@ -246,6 +287,7 @@ int pcgc_cli_compile(int argc, char **argv) {
   pcgc_compile_options o;
   pcgc_compile_options_default(&o);
   o.time_limit = 60;
+  pcgc_expert_choice only;
   for (int i = 0; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     int k;
@@ -288,6 +330,10 @@ int pcgc_cli_compile(int argc, char **argv) {
       if (r >= 0) return r;
     } else if (strcmp(a, "--rules") == 0) {
       o.extra_rules_dir = argv[++i];
+    } else if (strcmp(a, "--choice") == 0) {
+      int r = parse_choice(argv[++i], &only);
+      if (r >= 0) return r;
+      o.only = &only;
     } else if (strcmp(a, "--budget") == 0) {
       char *end;
       long x = strtol(argv[++i], &end, 10);

@@ -811,7 +811,12 @@ pcgc_status pcgc_compile(const pcgc_graph *seq, const pcgc_machine *m, const pcg
   pcgc_mapping best_mp = {0};
   pcgc_views_memo *memo = NULL; /* the DP's terms, shared by the candidates */
   pcgc_status st = pcgc_expert_new(seq, m, o->rules_dir, &x, err);
-  if (st == PCGC_OK) st = enumerate(x, &L, err);
+  if (st == PCGC_OK && o->only) {
+    if (!(L.c = malloc(sizeof *L.c))) st = pcgc_error_set(err, PCGC_ERR_NOMEM, "pcgc_compile: out of memory");
+    else L.c[L.n++] = *o->only;
+  } else if (st == PCGC_OK) {
+    st = enumerate(x, &L, err);
+  }
   if (st == PCGC_OK) st = pcgc_views_memo_new(&memo, err);
   int D = pcgc_machine_num_devices(m);
   double best_time = INFINITY;
@@ -821,7 +826,7 @@ pcgc_status pcgc_compile(const pcgc_graph *seq, const pcgc_machine *m, const pcg
       r->skipped = L.n - i;
       break;
     }
-    pcgc_compile_ref *fam = i == 0                              ? &r->data_parallel
+    pcgc_compile_ref *fam = c.dp == L.c[0].dp && c.tp == 1 && c.pp == 1 ? &r->data_parallel
                             : c.dp == 1 && c.pp == 1 && c.tp > 1 ? &r->megatron
                             : c.dp == 1 && c.tp == 1 && c.pp > 1 ? &r->pipeline
                                                                  : NULL;
@@ -840,7 +845,7 @@ pcgc_status pcgc_compile(const pcgc_graph *seq, const pcgc_machine *m, const pcg
     if (s == PCGC_OK) s = pcgc_views_dp_if_better(pg, c.dp * c.tp, c.tp, m, &o->sim, memo, &mp, &sr, &dp_changed, &e);
     if (s == PCGC_OK) s = fit_in_memory(pg, &mp, m, &o->sim, &c, &sr, &e);
     if (s == PCGC_OK) fmt_choice(cs, sizeof cs, c);
-    if (s == PCGC_ERR_NOMEM) {
+    if (s == PCGC_ERR_NOMEM || (s != PCGC_OK && o->only)) {
       st = pcgc_error_set(err, s, "%s: %s", cs, e.message);
     } else if (s != PCGC_OK) {
       snprintf(why, sizeof why, "%.600s", e.message);

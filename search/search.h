@@ -779,6 +779,10 @@ typedef struct pcgc_compile_options {
   const char *extra_rules_dir;  /* more rules for the joint search (NULL: none) */
   bool allow_unsound;
   FILE *rules_report;     /* a line per rule checked, when not NULL */
+  /* not NULL: the expert grid is this one candidate (fit to memory by
+   * recomputation as any other); building it or fitting it failing is the
+   * error, with the reason */
+  const pcgc_expert_choice *only;
 } pcgc_compile_options;
 
 void pcgc_compile_options_default(pcgc_compile_options *o);

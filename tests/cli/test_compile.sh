@@ -187,6 +187,17 @@ sed 's/"pcgc-strategy"/"pcgc-plan"/' "$tmp/mlp.json" >"$tmp/notours.json"
 expect 1 "$pcgc" simulate "$tmp/notours.json" --machine dgx-h100; has "$tmp/err" "not a strategy file"
 expect 3 "$pcgc" simulate "$tmp/missing.json" --machine dgx-h100; has "$tmp/err" "missing.json"
 
+# --- --choice: exactly one expert strategy; bad degrees refused with the reason
+expect 0 "$pcgc" compile "$mlp" --machine dgx-h100 --choice dp=2,tp=2 --budget 0 -o "$tmp/choice.json"
+has "$tmp/out" "strategy: dp 2 x tp 2 x pp 1, 1 micro-batch on 4 of 8 devices"
+has "$tmp/out" "candidates                   1 simulated"
+expect 0 "$pcgc" compile "$mlp" --machine dgx-h100 --choice pp=2,schedule=1f1b --budget 0
+has "$tmp/out" "dp 1 x tp 1 x pp 2, 2 micro-batches in 1F1B order"
+expect 1 "$pcgc" compile "$mlp" --machine dgx-h100 --choice dp=3 --budget 0
+has "$tmp/err" "divisible by 3"
+expect 2 "$pcgc" compile "$mlp" --machine dgx-h100 --choice dp=2,zz=1; has "$tmp/err" "unknown degree 'zz'"
+expect 2 "$pcgc" compile "$mlp" --machine dgx-h100 --choice dp=0; has "$tmp/err" "positive integers"
+
 # --- -o into a folder that does not exist: I/O error, nothing written
 expect 3 "$pcgc" compile "$mlp" --machine dgx-h100 -o "$tmp/nope/s.json"; has "$tmp/err" "nope/s.json"
 
