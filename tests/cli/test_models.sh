@@ -36,7 +36,7 @@ trains() {
 
 # --- every model in models/ checks and carries a leading comment block and const B
 zoo="resnext50 inception-v3 dlrm xdl candle-uno unity-mlp gpt-3b"
-for m in $zoo mlp cnn transformer-block bert-large; do
+for m in $zoo mlp cnn transformer-block embedding-bag bert-large; do
   f="$src/models/$m.pcg"
   if [ -f "$f" ]; then ok; else bad "models/$m.pcg is missing"; continue; fi
   if head -1 "$f" | grep -q '^# '; then ok; else bad "models/$m.pcg does not start with a comment"; fi
@@ -79,6 +79,9 @@ m=mlp; expect 0 "$pcgc" check "$src/models/$m.pcg"; params_are "$m" 535818
 m=cnn; expect 0 "$pcgc" check "$src/models/$m.pcg"; params_are "$m" 1070890
 m=transformer-block; expect 0 "$pcgc" check "$src/models/$m.pcg"
 params_are "$m" 3152384                     # torch nn.TransformerEncoderLayer(512, 8, 2048)
+m=embedding-bag; expect 0 "$pcgc" check "$src/models/$m.pcg"
+params_are "$m" 107362                      # tables 3 x 1000 x 32 + MLPs 11,362
+ops_are embedding 3
 
 # --- documented alternative configurations
 m=candle-uno; expect 0 "$pcgc" check "$src/models/$m.pcg" --set W=1000 --set TOWER_DEPTH=3 --set DEPTH=3
@@ -94,6 +97,7 @@ trains "$src/models/resnext50.pcg" --set B=2 --set R=32 --steps 1
 trains "$src/models/inception-v3.pcg" --set B=2 --set R=75 --steps 1
 trains "$src/models/dlrm.pcg" --set ROWS=1000 --set B=8 --steps 2
 trains "$src/models/xdl.pcg" --set ROWS=1000 --set B=8 --steps 2
+trains "$src/models/embedding-bag.pcg" --steps 3     # the default sizes: milliseconds
 trains "$src/models/candle-uno.pcg" --set W=64 --set TOWER_DEPTH=2 --set DEPTH=2 --set B=4 --steps 2
 trains "$src/models/unity-mlp.pcg" --set W=64 --set IN=32 --set B=4 --steps 2
 trains "$src/models/gpt-3b.pcg" --set B=2 --set S=8 --set CTX=8 --set D=32 --set HEADS=4 \
