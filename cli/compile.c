@@ -4,7 +4,7 @@
  * pcgc_compile), prints the chosen strategy operator by operator and its
  * predicted iteration time against the baselines and against the
  * perfect-scaling bound, and writes the strategy file
- * (docs/strategy-format.md) that `pcgc simulate STRATEGY.json` reads.
+ * (docs/plan-format.md) that `pcgc simulate STRATEGY.json` reads.
  *
  * The bound: under the roofline cost model (search/cost.c) a piece of an
  * operator costs max(F/(P·e), B/W) + L with e fixed per op kind, so the
@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "codegen.h"
 #include "search.h"
 
 void pcgc_cli_compile_help(FILE *f) {
@@ -55,8 +56,8 @@ void pcgc_cli_compile_help(FILE *f) {
           "\n"
           "options:\n"
           "  --machine M        machine preset (machines/) or file; required\n"
-          "  -o, --output FILE  write the strategy (JSON, docs/strategy-format.md) atomically;\n"
-          "                     `pcgc simulate FILE --machine M` replays it\n"
+          "  -o, --output FILE  write the plan (JSON, docs/plan-format.md) atomically: `pcgc run FILE`\n"
+          "                     trains with it, `pcgc simulate FILE --machine M` replays it\n"
           "  --batch B          batch size (`const B`, or an ONNX model's symbolic batch dim)\n"
           "  --set NAME=VALUE   override a `const` of the model; repeatable\n"
           PCGC_CLI_LOSS_HELP
@@ -410,6 +411,29 @@ int pcgc_cli_compile(int argc, char **argv) {
   print_bound(g, &m, &o, &r, best);
   printf("%-28s %s of %s usable\n", "memory per device (max)", fmt_bytes(a, sizeof a, mem),
          fmt_bytes(b, sizeof b, r.sim.capacity));
+  /* what the plan lowers to: the program pcgc run executes, its memory planned */
+  pcgc_codegen_options co;
+  pcgc_codegen_options_default(&co);
+  co.optimizer = o.sim.optimizer;
+  co.schedule = r.choice.schedule;
+  co.recompute = r.choice.recompute;
+  pcgc_program *prog = NULL;
+  pcgc_error cerr;
+  pcgc_error_clear(&cerr);
+  int64_t planned = 0, arena = 0, instructions = 0;
+  if (pcgc_codegen(r.graph, &r.mapping, D, &co, &prog, &cerr) == PCGC_OK) {
+    for (int d = 0; d < prog->n_devices; d++) {
+      if (prog->dev[d].peak_bytes > planned) planned = prog->dev[d].peak_bytes;
+      if (prog->dev[d].arena_bytes > arena) arena = prog->dev[d].arena_bytes;
+      instructions += prog->dev[d].n_ins;
+    }
+    printf("%-28s %s peak on the busiest device (arena %s), %+.1f%% against the simulator's; %lld instructions\n",
+           "planned memory (codegen)", fmt_bytes(a, sizeof a, (double)planned), fmt_bytes(b, sizeof b, (double)arena),
+           mem > 0 ? 100.0 * ((double)planned - mem) / mem : 0.0, (long long)instructions);
+  } else {
+    printf("%-28s cannot be lowered yet: %s (pcgc run will refuse this plan)\n", "planned memory (codegen)",
+           cerr.message);
+  }
   printf("%-28s %d simulated, %d fit in memory, %.2f s", "candidates", r.tried, r.feasible, r.seconds);
   if (r.skipped) printf(" (time limit: %d not tried)", r.skipped);
   printf("\n");
@@ -439,6 +463,18 @@ int pcgc_cli_compile(int argc, char **argv) {
     info.data_parallel_s = r.data_parallel.feasible ? r.data_parallel.time : -1;
     info.has_choice = true;
     info.choice = r.choice;
+    info.devices = D;
+    info.has_optimizer = true;
+    info.optimizer = o.sim.optimizer;
+    info.predicted_peak_bytes = mem;
+    if (prog) {
+      info.has_program = true;
+      info.program_digest = prog->digest;
+      info.program_tasks = prog->n_tasks;
+      info.program_instructions = instructions;
+      info.planned_peak_bytes = planned;
+      info.planned_arena_bytes = arena;
+    }
     st = pcgc_strategy_file_write(output, r.graph, &r.mapping, &info, &err);
     if (st != PCGC_OK) {
       fprintf(stderr, "pcgc compile: ");
@@ -447,6 +483,7 @@ int pcgc_cli_compile(int argc, char **argv) {
       printf("wrote %s\n", output);
     }
   }
+  pcgc_program_free(prog);
   pcgc_compile_result_destroy(&r);
   pcgc_graph_free(g);
   return pcgc_cli_exit_code(st);

@@ -22,7 +22,7 @@ void openblas_set_num_threads(int n); /* OpenBLAS */
 
 void pcgc_cli_run_help(FILE *f) {
   fprintf(f,
-          "usage: pcgc run PLAN [--steps K] [--seed S] [--optimizer sgd|adam] [--lr X] [--momentum M]\n"
+          "usage: pcgc run PLAN [--steps K] [--seed S] [--optimizer O] [--lr X] [--momentum M]\n"
           "                     [--no-dropout] [--check] [--tolerance T] [--threads N]\n"
           "                     [--step-timeout S] [--save-weights FILE] [--quiet]\n"
           "\n"
@@ -34,10 +34,15 @@ void pcgc_cli_run_help(FILE *f) {
           "\n"
           "  --steps K          training steps (default 3)\n"
           "  --seed S           seed of weights, data and dropout (default 1)\n"
-          "  --optimizer NAME   sgd (default) or adam; --lr, --momentum as for `pcgc train`\n"
+          "  --optimizer O      sgd, momentum (sgd, momentum 0.9) or adam (default: the plan's, which\n"
+          "                     `pcgc compile --optimizer` chose; sgd for version 1 files);\n"
+          "                     --lr, --momentum as for `pcgc train`\n"
           "  --no-dropout       disable dropout\n"
           "  --check            rank 0 also trains the single-process reference interpreter on the\n"
           "                     same graph and compares losses and final weights; exit 1 on a mismatch\n"
+          "                     (with adam a weight element may differ by 2 x lr x steps more: adam\n"
+          "                     turns rounding noise in a zero gradient into a whole step; check\n"
+          "                     plans with sgd for the strictest comparison)\n"
           "  --tolerance T      relative tolerance of --check (default 1e-4)\n"
           "  --threads N        BLAS threads per process (default: cores / processes on this machine)\n"
           "  --step-timeout S   abort the job when a step takes longer than S seconds (default 300):\n"
@@ -63,9 +68,10 @@ static bool under_launcher(void) {
   return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK") || getenv("SLURM_PROCID");
 }
 
-/* Loads a plan (a strategy file) and lowers it. */
-static int load_program(const char *cmd, const char *path, pcgc_graph **g, pcgc_mapping *mp, pcgc_strategy_info *info,
-                        pcgc_program **prog) {
+/* Loads a plan and lowers it, with the optimizer state buffers of `need`
+ * (-1: the plan's optimizer) where the plan's are fewer. */
+static int load_program(const char *cmd, const char *path, int need, pcgc_graph **g, pcgc_mapping *mp,
+                        pcgc_strategy_info *info, pcgc_program **prog) {
   pcgc_error err;
   pcgc_error_clear(&err);
   if (pcgc_strategy_file_load(path, 0, g, mp, info, &err) != PCGC_OK) {
@@ -74,22 +80,36 @@ static int load_program(const char *cmd, const char *path, pcgc_graph **g, pcgc_
   }
   pcgc_codegen_options co;
   pcgc_codegen_options_default(&co);
+  if (info->has_optimizer) co.optimizer = info->optimizer;
+  bool relowered = need >= 0 && need > (int)co.optimizer;
+  if (relowered) {
+    fprintf(stderr, "pcgc %s: note: %s was compiled for %s; lowered again with %s's state (more memory than planned)\n",
+            cmd, path, pcgc_optimizer_name(co.optimizer), pcgc_optimizer_name((pcgc_optim_kind)need));
+    co.optimizer = (pcgc_optim_kind)need;
+  }
   if (info->has_choice) {
     co.schedule = info->choice.schedule;
     co.recompute = info->choice.recompute;
   }
+  int D = info->devices; /* a version 1 file records none: its machine's */
   pcgc_machine m;
-  if (pcgc_machine_load(info->machine, &m, &err) != PCGC_OK) {
+  if (!D && pcgc_machine_load(info->machine, &m, &err) != PCGC_OK) {
     fprintf(stderr, "pcgc %s: error: %s was written for machine '%s', which cannot be loaded:\n", cmd, path,
             info->machine);
     pcgc_error_print(stderr, &err);
     return pcgc_cli_exit_code(err.status);
   }
-  if (pcgc_codegen(*g, mp, pcgc_machine_num_devices(&m), &co, prog, &err) != PCGC_OK) {
+  if (!D) D = pcgc_machine_num_devices(&m);
+  if (pcgc_codegen(*g, mp, D, &co, prog, &err) != PCGC_OK) {
     fprintf(stderr, "pcgc %s: ", cmd);
     pcgc_error_print(stderr, &err);
     return pcgc_cli_exit_code(err.status);
   }
+  if (info->has_program && !relowered && (*prog)->digest != info->program_digest)
+    fprintf(stderr, "pcgc %s: warning: this pcgc lowers %s to another program than the pcgc that compiled it "
+                    "(digest %016llx, the plan's %016llx): its memory and times may differ from the plan's; "
+                    "compile it again to refresh them\n",
+            cmd, path, (unsigned long long)(*prog)->digest, (unsigned long long)info->program_digest);
   return EXIT_OK;
 }
 
@@ -128,7 +148,7 @@ int pcgc_cli_plan(int argc, char **argv) {
   pcgc_mapping mp = {0, NULL};
   pcgc_strategy_info info;
   pcgc_program *prog = NULL;
-  int code = load_program("plan", path, &g, &mp, &info, &prog);
+  int code = load_program("plan", path, -1, &g, &mp, &info, &prog);
   if (code == EXIT_OK) {
     if (device >= prog->n_devices) {
       fprintf(stderr, "pcgc plan: error: the plan has devices 0..%d, not %d\n", prog->n_devices - 1, device);
@@ -196,7 +216,8 @@ static int self_launch(int n, int argc, char **argv) {
 int pcgc_cli_run(int argc, char **argv) {
   const char *path = NULL, *save = NULL;
   double steps = 3, seed = 1, lr = -1, momentum = 0, tol = 1e-4, threads = 0, timeout = 300;
-  bool adam = false, dropout = true, check = false, quiet = false;
+  int optim = -1; /* pcgc_optim_kind; -1: the plan's */
+  bool dropout = true, check = false, quiet = false;
   for (int i = 0; i < argc; i++) {
     const char *a = argv[i];
     if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
@@ -212,10 +233,10 @@ int pcgc_cli_run(int argc, char **argv) {
       if (i + 1 >= argc) return pcgc_cli_usage_error("run", "--save-weights needs a file%s", "");
       save = argv[++i];
     } else if (strcmp(a, "--optimizer") == 0) {
-      if (i + 1 >= argc) return pcgc_cli_usage_error("run", "--optimizer needs sgd or adam%s", "");
+      if (i + 1 >= argc) return pcgc_cli_usage_error("run", "--optimizer needs sgd, momentum or adam%s", "");
       const char *v = argv[++i];
-      if (strcmp(v, "adam") == 0) adam = true;
-      else if (strcmp(v, "sgd") != 0) return pcgc_cli_usage_error("run", "--optimizer must be sgd or adam, not '%s'", v);
+      if ((optim = pcgc_optimizer_from_name(v)) < 0)
+        return pcgc_cli_usage_error("run", "--optimizer must be sgd, momentum or adam, not '%s'", v);
     } else if (a[0] == '-' && a[1] == '-') {
       double *dst = strcmp(a, "--steps") == 0 ? &steps : strcmp(a, "--seed") == 0 ? &seed : strcmp(a, "--lr") == 0 ? &lr
                   : strcmp(a, "--momentum") == 0   ? &momentum
@@ -245,8 +266,12 @@ int pcgc_cli_run(int argc, char **argv) {
   pcgc_strategy_info info;
   pcgc_program *prog = NULL;
   bool launched = under_launcher();
-  int code = load_program("run", path, &g, &mp, &info, &prog);
+  int need = optim >= 0 && optim != PCGC_OPTIM_SGD ? optim : momentum > 0 ? PCGC_OPTIM_MOMENTUM : -1;
+  int code = load_program("run", path, need, &g, &mp, &info, &prog);
   if (code != EXIT_OK) goto out;
+  if (optim < 0) optim = info.has_optimizer ? (int)info.optimizer : PCGC_OPTIM_SGD;
+  if (optim == PCGC_OPTIM_MOMENTUM && momentum == 0) momentum = 0.9;
+  bool adam = optim == PCGC_OPTIM_ADAM;
   if (!launched) {
     int n = prog->n_devices;
     pcgc_program_free(prog);
@@ -259,6 +284,15 @@ int pcgc_cli_run(int argc, char **argv) {
   int rank = 0, size = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (size != prog->n_devices) { /* every rank sees the same sizes: all leave, rank 0 says why */
+    if (rank == 0)
+      fprintf(stderr, "pcgc run: error: %s is a plan for %d devices, but %d processes were started\n"
+                      "  hint: start it with mpirun -np %d, or run `pcgc run %s` without a launcher\n",
+              path, prog->n_devices, size, prog->n_devices, path);
+    MPI_Finalize();
+    code = EXIT_INVALID;
+    goto out;
+  }
   {
     MPI_Comm local;
     int local_size = 1;
@@ -270,7 +304,7 @@ int pcgc_cli_run(int argc, char **argv) {
     openblas_set_num_threads(t);
     if (rank == 0 && !quiet)
       printf("running %s on %d process%s (%d BLAS thread%s each): %s, %d step%s\n", path, size, size == 1 ? "" : "es", t,
-             t == 1 ? "" : "s", adam ? "adam" : "sgd", (int)steps, steps == 1 ? "" : "s");
+             t == 1 ? "" : "s", adam ? "adam" : momentum > 0 ? "sgd with momentum" : "sgd", (int)steps, steps == 1 ? "" : "s");
   }
   pcgc_run_options o;
   pcgc_run_options_default(&o);

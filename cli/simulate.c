@@ -24,7 +24,7 @@ void pcgc_cli_simulate_help(FILE *f) {
           "(a preset name or a .machine file) and prints the iteration time, compute and idle time per\n"
           "device, bytes moved within and between nodes, memory per device against capacity, the\n"
           "number of tasks and how long the simulation took. Given a strategy file written by\n"
-          "`pcgc compile -o` (docs/strategy-format.md), simulates its parallel graph with its views.\n"
+          "`pcgc compile -o` (docs/plan-format.md), simulates its parallel graph with its views.\n"
           "\n"
           "options:\n"
           "  --machine M        machine preset (machines/) or file; required\n"
@@ -65,7 +65,14 @@ static int simulate_file(const char *path, const char *machine, const char *prof
   pcgc_strategy_info info;
   pcgc_status st = pcgc_machine_load(machine, &m, &err);
   if (st == PCGC_OK && profile && (st = load_profile(profile, &m, &p, &err)) == PCGC_OK) o->profile = p;
-  if (st == PCGC_OK) st = pcgc_strategy_file_load(path, pcgc_machine_num_devices(&m), &g, &mp, &info, &err);
+  /* a plan may be simulated on another machine (what if?) with at least its devices */
+  int D = pcgc_machine_num_devices(&m);
+  if (st == PCGC_OK) st = pcgc_strategy_file_load(path, 0, &g, &mp, &info, &err);
+  int used = info.devices; /* a version 1 file: its views' largest start */
+  for (int i = 0; st == PCGC_OK && !used && i < mp.n_nodes; i++)
+    if (mp.view[i].start + 1 > used) used = mp.view[i].start + 1;
+  if (st == PCGC_OK && used > D)
+    st = pcgc_error_set(&err, PCGC_ERR_INVALID, "%s uses %d devices, but machine '%s' has %d", path, used, m.name, D);
   if (st == PCGC_OK) {
     if (strcmp(info.machine, m.name) != 0)
       fprintf(stderr, "pcgc simulate: warning: %s was compiled for '%s', not '%s'\n", path, info.machine, m.name);

@@ -39,7 +39,9 @@ typedef struct pcgc_run_options {
   bool quiet;              /* rank 0 prints no per-step line */
   bool check;              /* rank 0 also runs the reference interpreter on the
                               same graph and compares losses and final weights */
-  double tolerance;        /* relative, for check (default 1e-4) */
+  double tolerance;        /* relative, for check (default 1e-4); with Adam each weight
+                              element may differ by 2 lr steps more, since Adam makes
+                              rounding noise in a zero gradient a whole step */
   double step_timeout;     /* s a step may take before the run is aborted (0: none) */
   const char *save_weights;/* rank 0 writes the final logical weights here (raw
                               f32, one tensor after another in node order) */

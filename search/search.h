@@ -996,22 +996,39 @@ pcgc_status pcgc_views_dp_if_better(const pcgc_graph *g, int block, int t, const
                                     const pcgc_sim_options *so, pcgc_views_memo *memo, pcgc_mapping *mp,
                                     pcgc_sim_result *sr, bool *changed, pcgc_error *err);
 
-/* ------------------------------------------------------ strategy files
- * A mapped parallel graph as JSON (docs/strategy-format.md):
+/* ------------------------------------------------------ plan files
+ * A mapped parallel graph as JSON (docs/plan-format.md). Version 2, the
+ * plan, is what `pcgc compile -o` writes:
  *
- *   {"format": "pcgc-strategy", "version": 1, "machine": "dgx-h100",
+ *   {"format": "pcgc-plan", "version": 2, "machine": "dgx-h100", "devices": 8,
+ *    "optimizer": "adam",
  *    "model": "<pcgc_graph_write_text of the parallel graph>",
  *    "views": {"h1": [0, 1], ...},
- *    "predicted": {"iteration_s": 0.0123, "data_parallel_s": 0.0150},
- *    "choice": {"dp": 2, "tp": 4, "pp": 1, "micro": 1}}
- */
+ *    "predicted": {"iteration_s": 0.0123, "data_parallel_s": 0.0150, "peak_bytes": 1.2e9},
+ *    "choice": {"dp": 2, "tp": 4, "pp": 1, "micro": 1, "schedule": "gpipe", "recompute": false},
+ *    "program": {"digest": "9f…", "tasks": 1234, "instructions": 5678,
+ *                "peak_bytes": 1.1e9, "arena_bytes": 1.1e9},
+ *    "checksum": "xxh3-64:…"}
+ *
+ * "program" is codegen's summary of what the plan lowers to (null when it
+ * could not be lowered); "checksum" covers every byte before its own key.
+ * Version 1 ("format": "pcgc-strategy", no devices, optimizer, program or
+ * checksum) is still read. */
 
 typedef struct pcgc_strategy_info {
+  int version;                           /* 1 or 2 (reading); writing always writes 2 */
   char machine[PCGC_MACHINE_NAME_MAX];
+  int devices;                           /* device count lowered for (0: not recorded) */
+  bool has_optimizer;
+  pcgc_optim_kind optimizer;             /* what the plan's memory assumes */
   bool has_predicted;
   double iteration_s, data_parallel_s;   /* data_parallel_s < 0: DP infeasible */
+  double predicted_peak_bytes;           /* the simulator's largest device memory (0: not recorded) */
   bool has_choice;
   pcgc_expert_choice choice;
+  bool has_program;                      /* codegen's summary */
+  uint64_t program_digest;
+  int64_t program_tasks, program_instructions, planned_peak_bytes, planned_arena_bytes;
 } pcgc_strategy_info;
 
 /* g with its nodes renumbered and renamed as pcgc_graph_write_text writes
@@ -1022,16 +1039,18 @@ pcgc_status pcgc_strategy_canonical(const pcgc_graph *g, const pcgc_mapping *mp,
  * atomically: a temporary file beside path, fsync, rename. */
 pcgc_status pcgc_strategy_file_write(const char *path, const pcgc_graph *g, const pcgc_mapping *mp,
                                      const pcgc_strategy_info *info, pcgc_error *err);
-/* Reads a strategy (text of length len; path names it in messages). Every
- * error is PCGC_ERR_PARSE with path:line:col of the offending JSON value
- * (for the model, of the character in the "model" string). n_devices > 0
- * checks every view against it. */
+/* Reads a plan of version 1 or 2 (text of length len; path names it in
+ * messages). Every error is PCGC_ERR_PARSE with path:line:col of the
+ * offending JSON value (for the model, of the character in the "model"
+ * string); a version 2 file whose checksum does not match its bytes
+ * (corrupt, truncated, edited) is refused. n_devices > 0 checks every view
+ * against it, and a version 2 plan's "devices". */
 pcgc_status pcgc_strategy_file_parse(const char *text, size_t len, const char *path, int n_devices,
                                      pcgc_graph **out, pcgc_mapping *mp, pcgc_strategy_info *info, pcgc_error *err);
 pcgc_status pcgc_strategy_file_load(const char *path, int n_devices, pcgc_graph **out, pcgc_mapping *mp,
                                     pcgc_strategy_info *info, pcgc_error *err);
 /* True for a path ending in ".json", or a readable file whose first
- * non-blank character is '{' and which mentions "pcgc-strategy". */
+ * non-blank character is '{' and which mentions "pcgc-plan" or "pcgc-strategy". */
 bool pcgc_strategy_file_detect(const char *path);
 
 

@@ -1,6 +1,6 @@
 /*
  * strategy_file.c — strategy files (search.h, "strategy files";
- * docs/strategy-format.md): a mapped parallel graph as JSON, written by
+ * docs/plan-format.md): a mapped parallel graph as JSON, written by
  * `pcgc compile -o` and read by `pcgc simulate STRATEGY.json`.
  *
  * The graph travels as its canonical text (pcgc_graph_write_text) and the
@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include <cJSON.h>
+#include <xxhash.h>
 
 #include "search.h"
 #include "sim_internal.h"
@@ -95,10 +96,19 @@ done:
 
 /* ------------------------------------------------------------- writing */
 
+static bool add_hex(cJSON *o, const char *key, const char *prefix, uint64_t x) {
+  char b[48];
+  snprintf(b, sizeof b, "%s%016llx", prefix, (unsigned long long)x);
+  return cJSON_AddStringToObject(o, key, b) != NULL;
+}
+
 static cJSON *to_json(const pcgc_graph *g, const pcgc_mapping *mp, const pcgc_strategy_info *info, const char *text) {
   cJSON *root = cJSON_CreateObject(), *views, *o;
-  if (!root || !cJSON_AddStringToObject(root, "format", "pcgc-strategy") || !cJSON_AddNumberToObject(root, "version", 1) ||
+  if (!root || !cJSON_AddStringToObject(root, "format", "pcgc-plan") || !cJSON_AddNumberToObject(root, "version", 2) ||
       !cJSON_AddStringToObject(root, "machine", info ? info->machine : "") ||
+      !cJSON_AddNumberToObject(root, "devices", info ? info->devices : 0) ||
+      !cJSON_AddStringToObject(root, "optimizer",
+                               pcgc_optimizer_name(info && info->has_optimizer ? info->optimizer : PCGC_OPTIM_SGD)) ||
       !cJSON_AddStringToObject(root, "model", text) || !(views = cJSON_AddObjectToObject(root, "views")))
     goto fail;
   for (int i = 0; i < g->n_nodes; i++) {
@@ -116,6 +126,8 @@ static cJSON *to_json(const pcgc_graph *g, const pcgc_mapping *mp, const pcgc_st
     if (info->data_parallel_s >= 0 ? !cJSON_AddNumberToObject(o, "data_parallel_s", info->data_parallel_s)
                                    : !cJSON_AddNullToObject(o, "data_parallel_s"))
       goto fail;
+    if (info->predicted_peak_bytes > 0 && !cJSON_AddNumberToObject(o, "peak_bytes", info->predicted_peak_bytes))
+      goto fail;
   }
   if (info && info->has_choice) {
     if (!(o = cJSON_AddObjectToObject(root, "choice")) || !cJSON_AddNumberToObject(o, "dp", info->choice.dp) ||
@@ -125,25 +137,51 @@ static cJSON *to_json(const pcgc_graph *g, const pcgc_mapping *mp, const pcgc_st
         !cJSON_AddBoolToObject(o, "recompute", info->choice.recompute))
       goto fail;
   }
+  if (info && info->has_program) {
+    if (!(o = cJSON_AddObjectToObject(root, "program")) || !add_hex(o, "digest", "", info->program_digest) ||
+        !cJSON_AddNumberToObject(o, "tasks", (double)info->program_tasks) ||
+        !cJSON_AddNumberToObject(o, "instructions", (double)info->program_instructions) ||
+        !cJSON_AddNumberToObject(o, "peak_bytes", (double)info->planned_peak_bytes) ||
+        !cJSON_AddNumberToObject(o, "arena_bytes", (double)info->planned_arena_bytes))
+      goto fail;
+  } else if (!cJSON_AddNullToObject(root, "program")) {
+    goto fail;
+  }
   return root;
 fail:
   cJSON_Delete(root);
   return NULL;
 }
 
+/* The checksum of a plan's bytes before its "checksum" key. */
+static uint64_t plan_checksum(const char *text, size_t n) { return XXH3_64bits(text, n); }
+
 pcgc_status pcgc_strategy_file_write(const char *path, const pcgc_graph *g, const pcgc_mapping *mp,
                                      const pcgc_strategy_info *info, pcgc_error *err) {
-  if (!path || !g || !mp || mp->n_nodes != g->n_nodes)
-    return pcgc_error_set(err, PCGC_ERR_INVALID, "pcgc_strategy_file_write: bad argument");
+  if (!path || !g || !mp || mp->n_nodes != g->n_nodes || !info || info->devices < 1)
+    return pcgc_error_set(err, PCGC_ERR_INVALID, "pcgc_strategy_file_write: bad argument (info with devices >= 1 needed)");
   char *model;
   size_t mlen;
   pcgc_status st = graph_text(g, &model, &mlen, err);
   if (st != PCGC_OK) return st;
   cJSON *root = to_json(g, mp, info, model);
   free(model);
-  if (!root) return pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory writing %s", path);
-  st = pcgc__write_json(root, path, err);
+  char *text = root ? cJSON_Print(root) : NULL;
   cJSON_Delete(root);
+  size_t len = text ? strlen(text) : 0;
+  /* the printed object ends "\n}": the checksum becomes its last member */
+  char *out = len >= 2 ? malloc(len + 64) : NULL;
+  if (!out) {
+    free(text);
+    return pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory writing %s", path);
+  }
+  size_t n = len - 2;
+  memcpy(out, text, n);
+  free(text);
+  n += (size_t)sprintf(out + n, ",\n\t");
+  n += (size_t)sprintf(out + n, "\"checksum\":\t\"xxh3-64:%016llx\"\n}\n", (unsigned long long)plan_checksum(out, n));
+  st = pcgc_write_file_atomic(path, out, n, err);
+  free(out);
   return st;
 }
 
@@ -231,10 +269,10 @@ static pcgc_srcloc loc_of(const jtext *J, size_t off) {
 static pcgc_status bad_at(pcgc_error *err, const jtext *J, size_t off, const char *fmt, const char *arg) {
   char msg[768];
   snprintf(msg, sizeof msg, fmt, arg);
-  pcgc_error_set(err, PCGC_ERR_PARSE, "strategy file: %s", msg);
+  pcgc_error_set(err, PCGC_ERR_PARSE, "plan: %s", msg);
   pcgc_error_at(err, loc_of(J, off), 1, J->t, J->n);
-  pcgc_error_hint(err, "strategy files are written by `pcgc compile MODEL --machine M -o FILE` "
-                       "(docs/strategy-format.md)");
+  pcgc_error_hint(err, "plans are written by `pcgc compile MODEL --machine M -o FILE` (docs/plan-format.md); "
+                       "compile it again rather than editing it");
   return PCGC_ERR_PARSE;
 }
 
@@ -293,15 +331,36 @@ pcgc_status pcgc_strategy_file_parse(const char *text, size_t len, const char *p
               *model = cJSON_GetObjectItemCaseSensitive(root, "model"),
               *views = cJSON_GetObjectItemCaseSensitive(root, "views"),
               *pred = cJSON_GetObjectItemCaseSensitive(root, "predicted"),
-              *choice = cJSON_GetObjectItemCaseSensitive(root, "choice");
+              *choice = cJSON_GetObjectItemCaseSensitive(root, "choice"),
+              *devs = cJSON_GetObjectItemCaseSensitive(root, "devices"),
+              *optim = cJSON_GetObjectItemCaseSensitive(root, "optimizer"),
+              *prog = cJSON_GetObjectItemCaseSensitive(root, "program"),
+              *sum = cJSON_GetObjectItemCaseSensitive(root, "checksum");
   pcgc_strategy_info in;
   memset(&in, 0, sizeof in);
   if (!cJSON_IsObject(root)) {
     st = bad_at(err, &J, skip_ws(&J, 0), "expected a JSON object%s", "");
-  } else if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, "pcgc-strategy") != 0) {
-    st = bad_at(err, &J, top_at(&J, "format"), "not a strategy file (no \"format\": \"pcgc-strategy\")%s", "");
-  } else if (!cJSON_IsNumber(ver) || ver->valuedouble != 1) {
-    st = bad_at(err, &J, top_at(&J, "version"), "unsupported \"version\" (this build reads version 1)%s", "");
+  } else if (!cJSON_IsString(fmt) ||
+             (strcmp(fmt->valuestring, "pcgc-plan") != 0 && strcmp(fmt->valuestring, "pcgc-strategy") != 0)) {
+    st = bad_at(err, &J, top_at(&J, "format"), "not a pcgc plan (no \"format\": \"pcgc-plan\")%s", "");
+  } else if (!cJSON_IsNumber(ver) || ver->valuedouble != (strcmp(fmt->valuestring, "pcgc-plan") == 0 ? 2 : 1)) {
+    st = bad_at(err, &J, top_at(&J, "version"),
+                "unsupported \"version\": this pcgc reads plans of version 2 (and strategy files of version 1); "
+                "a newer pcgc wrote it, or it is damaged%s", "");
+  } else if (ver->valuedouble == 2 && !is_int(devs, 1)) {
+    st = bad_at(err, &J, top_at(&J, "devices"), "\"devices\" must be the plan's device count, an integer >= 1%s", "");
+  } else if (ver->valuedouble == 2 && n_devices > 0 && devs->valuedouble != n_devices) {
+    char msg[200];
+    snprintf(msg, sizeof msg, "the plan was lowered for %d devices, but the machine has %d: compile it again for this "
+             "machine", (int)devs->valuedouble, n_devices);
+    st = bad_at(err, &J, top_at(&J, "devices"), "%s", msg);
+  } else if (ver->valuedouble == 2 && (!cJSON_IsString(optim) || pcgc_optimizer_from_name(optim->valuestring) < 0)) {
+    st = bad_at(err, &J, top_at(&J, "optimizer"), "\"optimizer\" must be \"sgd\", \"momentum\" or \"adam\"%s", "");
+  } else if (ver->valuedouble == 2 && !cJSON_IsNull(prog) && !cJSON_IsObject(prog)) {
+    st = bad_at(err, &J, top_at(&J, "program"), "\"program\" must be an object or null%s", "");
+  } else if (ver->valuedouble == 2 && !cJSON_IsString(sum)) {
+    st = bad_at(err, &J, top_at(&J, "checksum"), "the plan has no \"checksum\" (every plan pcgc compile writes has "
+                "one): it is truncated or was edited%s", "");
   } else if (!cJSON_IsString(mach) || strlen(mach->valuestring) >= sizeof in.machine) {
     st = bad_at(err, &J, top_at(&J, "machine"), "\"machine\" must be a machine name%s", "");
   } else if (!cJSON_IsString(model)) {
@@ -315,6 +374,12 @@ pcgc_status pcgc_strategy_file_parse(const char *text, size_t len, const char *p
   }
   if (st == PCGC_OK) {
     snprintf(in.machine, sizeof in.machine, "%s", mach->valuestring);
+    in.version = (int)ver->valuedouble;
+    if (in.version == 2) {
+      in.devices = (int)devs->valuedouble;
+      in.has_optimizer = true;
+      in.optimizer = (pcgc_optim_kind)pcgc_optimizer_from_name(optim->valuestring);
+    }
     if (pred) {
       const cJSON *it = cJSON_GetObjectItemCaseSensitive(pred, "iteration_s"),
                   *dp = cJSON_GetObjectItemCaseSensitive(pred, "data_parallel_s");
@@ -329,6 +394,8 @@ pcgc_status pcgc_strategy_file_parse(const char *text, size_t len, const char *p
         in.has_predicted = true;
         in.iteration_s = it->valuedouble;
         in.data_parallel_s = cJSON_IsNumber(dp) ? dp->valuedouble : -1;
+        const cJSON *pk = cJSON_GetObjectItemCaseSensitive(pred, "peak_bytes");
+        if (cJSON_IsNumber(pk) && pk->valuedouble > 0) in.predicted_peak_bytes = pk->valuedouble;
       }
     }
   }
@@ -363,6 +430,26 @@ pcgc_status pcgc_strategy_file_parse(const char *text, size_t len, const char *p
       in.choice = (pcgc_expert_choice){vals[0], vals[1], vals[2], vals[3], (pcgc_schedule)sched, cJSON_IsTrue(rc)};
     }
   }
+  if (st == PCGC_OK && cJSON_IsObject(prog)) { /* codegen's summary */
+    static const char *const keys[] = {"tasks", "instructions", "peak_bytes", "arena_bytes"};
+    int64_t *dst[] = {&in.program_tasks, &in.program_instructions, &in.planned_peak_bytes, &in.planned_arena_bytes};
+    size_t po = top_at(&J, "program"), k, vo;
+    const cJSON *dg = cJSON_GetObjectItemCaseSensitive(prog, "digest");
+    char *end = NULL;
+    unsigned long long d = cJSON_IsString(dg) ? strtoull(dg->valuestring, &end, 16) : 0;
+    if (!cJSON_IsString(dg) || strlen(dg->valuestring) != 16 || *end)
+      st = bad_at(err, &J, member_at(&J, po, "digest", &k, &vo) ? vo : po,
+                  "\"program\".\"digest\" must be 16 hexadecimal digits%s", "");
+    in.program_digest = d;
+    for (int i = 0; i < 4 && st == PCGC_OK; i++) {
+      const cJSON *v = cJSON_GetObjectItemCaseSensitive(prog, keys[i]);
+      if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble > 9e18 || v->valuedouble != floor(v->valuedouble))
+        st = bad_at(err, &J, member_at(&J, po, keys[i], &k, &vo) ? vo : po,
+                    "\"program\".\"%s\" must be an integer >= 0", keys[i]);
+      else *dst[i] = (int64_t)v->valuedouble;
+    }
+    in.has_program = st == PCGC_OK;
+  }
   if (st == PCGC_OK) { /* the model; its errors point into the "model" string */
     const char *mt = model->valuestring;
     g = pcgc_model_parse(mt, strlen(mt), J.path, NULL, err);
@@ -389,6 +476,7 @@ pcgc_status pcgc_strategy_file_parse(const char *text, size_t len, const char *p
   if (st == PCGC_OK && (st = pcgc_mapping_init(mp, g->n_nodes, (pcgc_view){0, 1}, err)) == PCGC_OK) {
     bool *seen = calloc((size_t)(g->n_nodes ? g->n_nodes : 1), sizeof *seen);
     size_t vo = top_at(&J, "views");
+    int nd = n_devices > 0 ? n_devices : in.devices;
     if (!seen) st = pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
     const cJSON *v;
     cJSON_ArrayForEach(v, views) {
@@ -401,10 +489,10 @@ pcgc_status pcgc_strategy_file_parse(const char *text, size_t len, const char *p
         st = bad_at(err, &J, ko, "\"views\" names '%s', which is no node of the model", v->string);
       } else if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) != 2 || !is_int(a0, 0) || !is_int(a1, 0)) {
         st = bad_at(err, &J, va, "the view of '%s' must be [start, stride], integers >= 0", v->string);
-      } else if (n_devices > 0 && a0->valuedouble >= n_devices) {
+      } else if (nd > 0 && a0->valuedouble >= nd) {
         char msg[400];
-        snprintf(msg, sizeof msg, "the view of '%.200s' starts at device %d, but the machine has %d devices",
-                 v->string, (int)a0->valuedouble, n_devices);
+        snprintf(msg, sizeof msg, "the view of '%.200s' starts at device %d, but the %s has %d devices",
+                 v->string, (int)a0->valuedouble, n_devices > 0 ? "machine" : "plan", nd);
         st = bad_at(err, &J, va, "%s", msg);
       } else {
         mp->view[id] = (pcgc_view){(int)a0->valuedouble, (int)a1->valuedouble};
@@ -419,6 +507,16 @@ pcgc_status pcgc_strategy_file_parse(const char *text, size_t len, const char *p
         st = bad_at(err, &J, top_at(&J, "views"), "%s", msg);
       }
     free(seen);
+  }
+  if (st == PCGC_OK && in.version == 2) { /* the bytes before the "checksum" key */
+    size_t k = 0, v = 0;
+    char want[48];
+    bool found = member_at(&J, 0, "checksum", &k, &v);
+    snprintf(want, sizeof want, "xxh3-64:%016llx", found ? (unsigned long long)plan_checksum(J.t, k) : 0ULL);
+    if (!found || strcmp(want, sum->valuestring) != 0)
+      st = bad_at(err, &J, found ? v : 0,
+                  "the checksum does not match the plan's content: the file is corrupt, truncated or was edited "
+                  "after pcgc compile wrote it%s", "");
   }
   cJSON_Delete(root);
   if (st != PCGC_OK) {
@@ -456,5 +554,5 @@ bool pcgc_strategy_file_detect(const char *path) {
   buf[got] = '\0';
   size_t i = 0;
   while (i < got && (buf[i] == ' ' || buf[i] == '\t' || buf[i] == '\n' || buf[i] == '\r')) i++;
-  return i < got && buf[i] == '{' && strstr(buf, "pcgc-strategy") != NULL;
+  return i < got && buf[i] == '{' && (strstr(buf, "pcgc-plan") || strstr(buf, "pcgc-strategy"));
 }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # test_compile.sh — `pcgc compile` (docs/cli.md) and strategy files read by
-# `pcgc simulate` (docs/strategy-format.md): help, usage and input errors,
+# `pcgc simulate` (docs/plan-format.md): help, usage and input errors,
 # compiling the MLP on a DGX H100 into a strategy that `pcgc simulate`
 # replays to the same predicted time, atomic output, malformed strategies.
 # ctest runs: bash test_compile.sh PCGC SOURCE_DIR. Exit 0 = pass.
@@ -99,7 +99,7 @@ has "$tmp/out" "candidates"
 has "$tmp/out" "wrote $tmp/mlp.json"
 [ -s "$tmp/mlp.json" ] && ok || bad "no strategy file written"
 ls "$tmp" | grep -q '\.tmp\.' && bad "a temporary file was left behind" || ok
-has "$tmp/mlp.json" '"format":	"pcgc-strategy"'
+has "$tmp/mlp.json" '"format":	"pcgc-plan"'; has "$tmp/mlp.json" '"checksum":	"xxh3-64:'
 has "$tmp/mlp.json" '"views"'; has "$tmp/mlp.json" '"iteration_s"'; has "$tmp/mlp.json" '"choice"'
 # never slower than data parallel
 ratio=$(sed -n 's/^  data parallel *[0-9.]* [mun]*s *\([0-9.]*\)x.*/\1/p' "$tmp/compile.out")
@@ -179,12 +179,12 @@ expect 1 "$pcgc" simulate "$tmp/badview.json" --machine dgx-h100
 vline=$(grep -n '"h1":' "$tmp/badview.json" | head -1 | cut -d: -f1)
 has "$tmp/err" "badview.json:$vline:"; has "$tmp/err" "[start, stride]"
 sed 's/"h1":	\[0, 1\]/"h1":	[12, 1]/' "$tmp/mlp.json" >"$tmp/far.json"
-expect 1 "$pcgc" simulate "$tmp/far.json" --machine dgx-h100; has "$tmp/err" "the machine has 8 devices"
+expect 1 "$pcgc" simulate "$tmp/far.json" --machine dgx-h100; has "$tmp/err" "the plan has 8 devices"
 sed 's/= linear(/= lineer(/' "$tmp/mlp.json" >"$tmp/badmodel.json"
 expect 1 "$pcgc" simulate "$tmp/badmodel.json" --machine dgx-h100
 has "$tmp/err" "badmodel.json:"; has "$tmp/err" 'in "model"'; has "$tmp/err" "lineer"
-sed 's/"pcgc-strategy"/"pcgc-plan"/' "$tmp/mlp.json" >"$tmp/notours.json"
-expect 1 "$pcgc" simulate "$tmp/notours.json" --machine dgx-h100; has "$tmp/err" "not a strategy file"
+sed 's/"pcgc-plan"/"pcgc-plot"/' "$tmp/mlp.json" >"$tmp/notours.json"
+expect 1 "$pcgc" simulate "$tmp/notours.json" --machine dgx-h100; has "$tmp/err" "not a pcgc plan"
 expect 3 "$pcgc" simulate "$tmp/missing.json" --machine dgx-h100; has "$tmp/err" "missing.json"
 
 # --- --choice: exactly one expert strategy; bad degrees refused with the reason
@@ -197,6 +197,18 @@ expect 1 "$pcgc" compile "$mlp" --machine dgx-h100 --choice dp=3 --budget 0
 has "$tmp/err" "divisible by 3"
 expect 2 "$pcgc" compile "$mlp" --machine dgx-h100 --choice dp=2,zz=1; has "$tmp/err" "unknown degree 'zz'"
 expect 2 "$pcgc" compile "$mlp" --machine dgx-h100 --choice dp=0; has "$tmp/err" "positive integers"
+
+# --- plan integrity: a changed byte, a cut-off end, an unknown version are refused
+awk '{ if (!done && sub(/"iteration_s":\t[0-9]/, "&1")) done = 1; print }' "$tmp/mlp.json" >"$tmp/edited.json"
+expect 1 "$pcgc" simulate "$tmp/edited.json" --machine dgx-h100
+has "$tmp/err" "checksum does not match"; has "$tmp/err" "compile it again"
+head -c 1000 "$tmp/mlp.json" >"$tmp/cut.json"
+expect 1 "$pcgc" simulate "$tmp/cut.json" --machine dgx-h100; has "$tmp/err" "malformed JSON"
+sed 's/"version":\t2/"version":\t3/' "$tmp/mlp.json" >"$tmp/v3.json"
+expect 1 "$pcgc" simulate "$tmp/v3.json" --machine dgx-h100; has "$tmp/err" "reads plans of version 2"
+tac "$tmp/mlp.json" | grep -v '"checksum"' | sed '0,/^\t},$/s//\t}/' | tac >"$tmp/nosum.json"
+expect 1 "$pcgc" simulate "$tmp/nosum.json" --machine dgx-h100; has "$tmp/err" 'no "checksum"'
+expect 1 "$pcgc" simulate "$tmp/mlp.json" --machine cpu-4; has "$tmp/err" "uses 8 devices, but machine 'cpu-4' has 4"
 
 # --- -o into a folder that does not exist: I/O error, nothing written
 expect 3 "$pcgc" compile "$mlp" --machine dgx-h100 -o "$tmp/nope/s.json"; has "$tmp/err" "nope/s.json"

@@ -3,8 +3,8 @@
 # `pcgc plan show`: every plan below is trained for 3 steps as one process per
 # device and must match (--check) the single-process reference interpreter,
 # and its losses must equal `pcgc train` of the sequential model:
-#   - plans `pcgc compile` finds for the MLP, the CNN and the transformer block
-#     on cpu-2, cpu-4 and cpu-8;
+#   - plans `pcgc compile` finds for the MLP, the CNN, the transformer block and
+#     the embedding-bag model on cpu-2, cpu-4 and cpu-8;
 #   - hand-written strategies (tests/data/parallel/ wrapped by
 #     tests/runtime/make_plan.py): data, tensor (Megatron), head split,
 #     spatial, channel, embedding rows and columns, a reduction split,
@@ -77,13 +77,28 @@ f3=$(grep -n "forward  *h1 .* mb3" "$tmp/out" | head -1 | cut -d: -f1)
 if [ -n "$b0" ] && [ -n "$f3" ] && [ "$f3" -lt "$b0" ]; then ok; else bad "GPipe: every forward before any backward"; fi
 
 # --- plans pcgc compile finds, on 2, 4 and 8 processes
-for m in mlp cnn transformer-block; do
+for m in mlp cnn transformer-block embedding-bag; do
   for n in 2 4 8; do
     expect 0 "$pcgc" compile "$src/models/$m.pcg" --machine cpu-$n -o "$tmp/$m$n.json"
-    expect 0 "$pcgc" run "$tmp/$m$n.json" --steps 3 --check
+    expect 0 "$pcgc" run "$tmp/$m$n.json" --steps 3 --check --optimizer sgd
     has "$tmp/out" ": match"
   done
 done
+# the plan's optimizer (compile's default, adam) is run's default
+expect 0 "$pcgc" run "$tmp/transformer-block4.json" --steps 3 --check
+has "$tmp/out" "4 processes (1 BLAS thread each): adam, 3 steps"; has "$tmp/out" ": match"
+# a plan compiled for sgd holds no optimizer state: adam lowers it again, and says so
+expect 0 "$pcgc" compile "$src/models/mlp.pcg" --machine cpu-2 --optimizer sgd -o "$tmp/mlpsgd.json"
+expect 0 "$pcgc" run "$tmp/mlpsgd.json" --steps 2 --optimizer adam --check
+has "$tmp/err" "compiled for sgd; lowered again with adam's state"; has "$tmp/out" ": match"
+# a launcher with another process count than the plan's devices: refused, with the fix
+expect 1 env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 \
+  mpirun -np 3 "$pcgc" run "$tmp/mlp4.json" --steps 1
+has "$tmp/err" "is a plan for 4 devices, but 3 processes were started"; has "$tmp/err" "mpirun -np 4"
+# the plan records its devices: a plan for a machine file run anywhere needs no machine
+sed 's/^name cpu-4$/name my-cluster/' "$src/machines/cpu-4.machine" >"$tmp/my.machine"
+expect 0 "$pcgc" compile "$src/models/mlp.pcg" --machine "$tmp/my.machine" --choice dp=4 --budget 0 -o "$tmp/my.json"
+expect 0 "$pcgc" run "$tmp/my.json" --steps 1
 expect 0 "$pcgc" plan show "$tmp/mlp4.json"
 has "$tmp/out" "program: 4 devices"
 

@@ -1,6 +1,6 @@
 /*
  * fuzz_strategy.c — libFuzzer target for the strategy-file reader
- * (pcgc_strategy_file_parse, docs/strategy-format.md) and, on the same
+ * (pcgc_strategy_file_parse, docs/plan-format.md) and, on the same
  * bytes, the profile-database reader (pcgc_profile_parse): both are JSON
  * read with positions. Besides memory safety it checks that every refusal
  * carries a position, and that an accepted strategy's graph is typed and

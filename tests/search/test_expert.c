@@ -262,7 +262,7 @@ START_TEST(one_f_one_b_and_recompute_where_gpipe_does_not_fit) {
   int fd = mkstemp(path);
   ck_assert_int_ge(fd, 0);
   close(fd);
-  pcgc_strategy_info info = {.has_choice = true, .choice = r.choice};
+  pcgc_strategy_info info = {.has_choice = true, .choice = r.choice, .devices = 4};
   snprintf(info.machine, sizeof info.machine, "%s", m.name);
   ck_assert_int_eq(pcgc_strategy_file_write(path, r.graph, &r.mapping, &info, &err), PCGC_OK);
   pcgc_graph *g2 = NULL;
@@ -482,7 +482,14 @@ START_TEST(strategy_file_round_trip) {
                              .iteration_s = r.sim.iteration_time,
                              .data_parallel_s = r.data_parallel.time,
                              .has_choice = true,
-                             .choice = r.choice};
+                             .choice = r.choice,
+                             .devices = 8,
+                             .has_optimizer = true,
+                             .optimizer = PCGC_OPTIM_MOMENTUM,
+                             .has_program = true,
+                             .program_digest = 0xfedcba9876543210ULL,
+                             .program_tasks = 77,
+                             .planned_peak_bytes = 123456789};
   snprintf(info.machine, sizeof info.machine, "%s", m.name);
   pcgc_error err = {0};
   ck_assert_int_eq(pcgc_strategy_file_write(path, r.graph, &r.mapping, &info, &err), PCGC_OK);
@@ -503,7 +510,30 @@ START_TEST(strategy_file_round_trip) {
   ck_assert(in.has_predicted && in.has_choice);
   ck_assert_double_eq(in.iteration_s, r.sim.iteration_time);
   ck_assert(pcgc_expert_choice_equal(&in.choice, &r.choice));
+  ck_assert_int_eq(in.version, 2);
+  ck_assert_int_eq(in.devices, 8);
+  ck_assert(in.has_optimizer && in.optimizer == PCGC_OPTIM_MOMENTUM);
+  ck_assert(in.has_program && in.program_digest == 0xfedcba9876543210ULL);
+  ck_assert_int_eq(in.program_tasks, 77);
+  ck_assert_int_eq(in.planned_peak_bytes, 123456789);
   ck_assert_double_eq(simulate(g2, &mp2, &m, NULL), r.sim.iteration_time);
+  { /* one changed digit that still parses, or a cut-off end: refused */
+    char *t = slurp(path), *it = strstr(t, "\"iteration_s\":");
+    ck_assert_ptr_nonnull(it);
+    char *dig = strpbrk(it + 14, "123456789");
+    *dig = *dig == '9' ? '8' : (char)(*dig + 1);
+    pcgc_graph *g3 = NULL;
+    pcgc_mapping mp3;
+    ck_assert_int_eq(pcgc_strategy_file_parse(t, strlen(t), "x.json", 8, &g3, &mp3, NULL, &err), PCGC_ERR_PARSE);
+    ck_assert_msg(strstr(err.message, "checksum does not match") != NULL, "%s", err.message);
+    *dig = *dig == '8' ? '9' : (char)(*dig - 1);
+    ck_assert_int_eq(pcgc_strategy_file_parse(t, strlen(t) - 40, "x.json", 8, &g3, &mp3, NULL, &err), PCGC_ERR_PARSE);
+    ck_assert_msg(strstr(err.message, "malformed JSON") != NULL, "%s", err.message);
+    ck_assert_int_eq(pcgc_strategy_file_parse(t, strlen(t), "x.json", 8, &g3, &mp3, NULL, &err), PCGC_OK);
+    pcgc_mapping_destroy(&mp3);
+    pcgc_graph_free(g3);
+    free(t);
+  }
   /* the written text is the canonical graph's: writing again gives the same bytes */
   char *t1 = slurp(path);
   ck_assert_int_eq(pcgc_strategy_file_write(path, g2, &mp2, &in, &err), PCGC_OK);
@@ -533,7 +563,15 @@ typedef struct bad_case {
 static const bad_case bad_cases[] = {
     {"{\"format\": \"pcgc-strategy\",\n \"version\": 1,,\n}", 2, 16, "malformed JSON"},
     {"[1, 2]", 1, 1, "expected a JSON object"},
-    {"{\"format\": \"pcgc-plan\", \"version\": 1}", 1, 12, "not a strategy file"},
+    {"{\"format\": \"pcgc-plot\", \"version\": 1}", 1, 12, "not a pcgc plan"},
+    {"{\"format\": \"pcgc-plan\", \"version\": 1}", 1, 36, "unsupported \"version\""},
+    {"{\"format\": \"pcgc-plan\", \"version\": 2, \"machine\": \"m\",\n \"devices\": 0}", 2, 13, "\"devices\" must be"},
+    {"{\"format\": \"pcgc-plan\", \"version\": 2, \"machine\": \"m\",\n \"devices\": 4}", 2, 13,
+     "the plan was lowered for 4 devices, but the machine has 8"},
+    {"{\"format\": \"pcgc-plan\", \"version\": 2, \"machine\": \"m\", \"devices\": 8,\n \"optimizer\": \"lion\"}", 2, 15,
+     "\"optimizer\" must be"},
+    {"{\"format\": \"pcgc-plan\", \"version\": 2, \"machine\": \"m\", \"devices\": 8, \"optimizer\": \"sgd\",\n"
+     " \"program\": null}", 1, 1, "no \"checksum\""},
     {"{\"format\": \"pcgc-strategy\",\n  \"version\": 7}", 2, 14, "unsupported \"version\""},
     {HEAD "\"model\": 42, \"views\": {}}", 2, 10, "\"model\" must be a string"},
     {HEAD MODEL "\"views\": {\"xp\": [0, 1], \"y\": [0, 1], \"z\": [0, 1]}}", 3, 38, "no node of the model"},
