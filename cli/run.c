@@ -25,6 +25,7 @@ void pcgc_cli_run_help(FILE *f) {
           "usage: pcgc run PLAN [--steps K] [--seed S] [--optimizer O] [--lr X] [--momentum M]\n"
           "                     [--no-dropout] [--check] [--tolerance T] [--threads N]\n"
           "                     [--step-timeout S] [--save-weights FILE] [--quiet]\n"
+          "                     [--checkpoint DIR [--every K] [--resume]]\n"
           "\n"
           "Trains the model of PLAN (written by `pcgc compile -o PLAN`) as one process per device\n"
           "of the plan, on the CPU backend with MPI. Outside a launcher it starts the processes\n"
@@ -48,6 +49,12 @@ void pcgc_cli_run_help(FILE *f) {
           "  --step-timeout S   abort the job when a step takes longer than S seconds (default 300):\n"
           "                     a rank that died or hangs never leaves the others waiting forever\n"
           "  --save-weights F   write the final weights (raw f32, node order) to F\n"
+          "  --checkpoint DIR   save the weights and optimizer state to DIR after every K steps and\n"
+          "                     the last (atomically: DIR/step-N.ckpt, then DIR/latest names it);\n"
+          "                     whole logical tensors, so any plan of the same model can resume it\n"
+          "  --every K          steps between checkpoints (default 100)\n"
+          "  --resume           continue from DIR's newest checkpoint up to --steps in all; the\n"
+          "                     same plan, seed and optimizer repeat the uninterrupted run bit for bit\n"
           "  --quiet            no per-step lines\n"
           "\n"
           "Exit codes: 0 trained (and matched with --check), 1 invalid plan or mismatch,\n"
@@ -68,6 +75,16 @@ static bool under_launcher(void) {
   return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK") || getenv("SLURM_PROCID");
 }
 
+/* Notes about the plan are printed once: by the process the user started
+ * (pcgc run, or rank 0 under the user's own launcher). */
+static bool says_notes(void) {
+  if (!under_launcher()) return true;
+  const char *r = getenv("OMPI_COMM_WORLD_RANK");
+  if (!r) r = getenv("PMI_RANK");
+  if (!r) r = getenv("SLURM_PROCID");
+  return !getenv("PCGC_LAUNCHED") && (!r || strcmp(r, "0") == 0);
+}
+
 /* Loads a plan and lowers it, with the optimizer state buffers of `need`
  * (-1: the plan's optimizer) where the plan's are fewer. */
 static int load_program(const char *cmd, const char *path, int need, pcgc_graph **g, pcgc_mapping *mp,
@@ -82,11 +99,10 @@ static int load_program(const char *cmd, const char *path, int need, pcgc_graph 
   pcgc_codegen_options_default(&co);
   if (info->has_optimizer) co.optimizer = info->optimizer;
   bool relowered = need >= 0 && need > (int)co.optimizer;
-  if (relowered) {
+  if (relowered && says_notes())
     fprintf(stderr, "pcgc %s: note: %s was compiled for %s; lowered again with %s's state (more memory than planned)\n",
             cmd, path, pcgc_optimizer_name(co.optimizer), pcgc_optimizer_name((pcgc_optim_kind)need));
-    co.optimizer = (pcgc_optim_kind)need;
-  }
+  if (relowered) co.optimizer = (pcgc_optim_kind)need;
   if (info->has_choice) {
     co.schedule = info->choice.schedule;
     co.recompute = info->choice.recompute;
@@ -105,7 +121,7 @@ static int load_program(const char *cmd, const char *path, int need, pcgc_graph 
     pcgc_error_print(stderr, &err);
     return pcgc_cli_exit_code(err.status);
   }
-  if (info->has_program && !relowered && (*prog)->digest != info->program_digest)
+  if (info->has_program && !relowered && (*prog)->digest != info->program_digest && says_notes())
     fprintf(stderr, "pcgc %s: warning: this pcgc lowers %s to another program than the pcgc that compiled it "
                     "(digest %016llx, the plan's %016llx): its memory and times may differ from the plan's; "
                     "compile it again to refresh them\n",
@@ -214,8 +230,9 @@ static int self_launch(int n, int argc, char **argv) {
 }
 
 int pcgc_cli_run(int argc, char **argv) {
-  const char *path = NULL, *save = NULL;
-  double steps = 3, seed = 1, lr = -1, momentum = 0, tol = 1e-4, threads = 0, timeout = 300;
+  const char *path = NULL, *save = NULL, *ckpt = NULL;
+  bool resume = false;
+  double every = 100, steps = 3, seed = 1, lr = -1, momentum = 0, tol = 1e-4, threads = 0, timeout = 300;
   int optim = -1; /* pcgc_optim_kind; -1: the plan's */
   bool dropout = true, check = false, quiet = false;
   for (int i = 0; i < argc; i++) {
@@ -229,6 +246,11 @@ int pcgc_cli_run(int argc, char **argv) {
       check = true;
     } else if (strcmp(a, "--quiet") == 0) {
       quiet = true;
+    } else if (strcmp(a, "--resume") == 0) {
+      resume = true;
+    } else if (strcmp(a, "--checkpoint") == 0) {
+      if (i + 1 >= argc) return pcgc_cli_usage_error("run", "--checkpoint needs a directory%s", "");
+      ckpt = argv[++i];
     } else if (strcmp(a, "--save-weights") == 0) {
       if (i + 1 >= argc) return pcgc_cli_usage_error("run", "--save-weights needs a file%s", "");
       save = argv[++i];
@@ -243,6 +265,7 @@ int pcgc_cli_run(int argc, char **argv) {
                   : strcmp(a, "--tolerance") == 0  ? &tol
                   : strcmp(a, "--threads") == 0    ? &threads
                   : strcmp(a, "--step-timeout") == 0 ? &timeout
+                  : strcmp(a, "--every") == 0      ? &every
                                                      : NULL;
       if (!dst) return pcgc_cli_usage_error("run", "unknown option '%s'", a);
       int r = parse_double("run", a, i + 1 < argc ? argv[++i] : NULL, dst);
@@ -256,6 +279,9 @@ int pcgc_cli_run(int argc, char **argv) {
   if (!path) return pcgc_cli_usage_error("run", "missing PLAN%s", "");
   if (steps < 0 || steps != floor(steps) || steps > 1e9)
     return pcgc_cli_usage_error("run", "--steps must be a non-negative integer%s", "");
+  if (every < 1 || every != floor(every) || every > 1e9)
+    return pcgc_cli_usage_error("run", "--every must be a positive number of steps%s", "");
+  if (resume && !ckpt) return pcgc_cli_usage_error("run", "--resume needs --checkpoint DIR (where to resume from)%s", "");
   if (seed < 0 || seed != floor(seed)) return pcgc_cli_usage_error("run", "--seed must be a non-negative integer%s", "");
   if (lr == 0 || lr < -1 || momentum < 0 || !(tol > 0) || threads < 0 || threads != floor(threads) || timeout < 0)
     return pcgc_cli_usage_error("run", "--lr, --tolerance must be positive; --momentum, --threads, --step-timeout not negative%s", "");
@@ -319,6 +345,9 @@ int pcgc_cli_run(int argc, char **argv) {
   o.quiet = quiet;
   o.step_timeout = timeout;
   o.save_weights = save;
+  o.checkpoint_dir = ckpt;
+  o.checkpoint_every = (int)every;
+  o.resume = resume;
   pcgc_run_result r;
   pcgc_error err;
   pcgc_error_clear(&err);
@@ -330,8 +359,11 @@ int pcgc_cli_run(int argc, char **argv) {
     MPI_Abort(MPI_COMM_WORLD, pcgc_cli_exit_code(st));
     code = pcgc_cli_exit_code(st);
   } else if (rank == 0) {
-    if (r.steps > 0)
-      printf("%d steps in %.3f s (fastest step %.2f ms)\n", r.steps, r.seconds, 1e3 * r.step_seconds_min);
+    if (r.first_step > 0)
+      printf("resumed after step %d\n", r.first_step);
+    if (r.steps > r.first_step)
+      printf("%d steps in %.3f s (fastest step %.2f ms)\n", r.steps - r.first_step, r.seconds,
+             1e3 * r.step_seconds_min);
     if (r.checked) {
       printf("check against the reference interpreter: losses differ by at most %.2e, weights by %.2e (%s); "
              "tolerance %.0e: %s\n",

@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "checkpoint.h"
 #include "reference.h"
 #include "runtime.h"
 
@@ -396,24 +397,53 @@ static void init_sources(rt *R) {
   }
 }
 
-static volatile sig_atomic_t g_step_rank = -1;
+/* Where this rank is, for the step timeout's message: signal-safe globals. */
+static volatile sig_atomic_t g_step_rank = -1, g_step = 0, g_ins = -1, g_kind = -1, g_peer = -1;
+static double g_timeout;
+static char **g_group_text; /* per group: "devices 0, 1, 2, 3", made before the first step */
+static int g_n_groups;
 
 static void on_alarm(int sig) {
   (void)sig;
-  char msg[160];
-  int n = snprintf(msg, sizeof msg,
-                   "pcgc run: error: rank %d: a step did not finish within the step timeout; another rank died or "
-                   "hangs. Aborting the job.\n",
-                   (int)g_step_rank);
+  char msg[400];
+  int k = g_kind, n;
+  const char *what = k == PCGC_INS_RECV ? "receiving from device" : k == PCGC_INS_SEND ? "sending to device"
+                     : k == PCGC_INS_WAIT || k == PCGC_INS_BCAST || k == PCGC_INS_REDUCE || k == PCGC_INS_ALLREDUCE
+                         ? "in a collective of group" : NULL;
+  int gp = g_peer;
+  if (k == PCGC_INS_KIND_COUNT) /* after the stream: completing sends, summing the loss */
+    n = snprintf(msg, sizeof msg,
+                 "pcgc run: error: rank %d: step %d waited more than %g s for the other ranks to finish the step "
+                 "(its sends, the loss sum over all devices): one of their processes died or hangs. Aborting the "
+                 "job.\n",
+                 (int)g_step_rank, (int)g_step, g_timeout);
+  else if (what && k != PCGC_INS_RECV && k != PCGC_INS_SEND)
+    n = snprintf(msg, sizeof msg,
+                 "pcgc run: error: rank %d: step %d waited more than %g s at instruction %d, in a collective of "
+                 "%s: one of their processes died or hangs. Aborting the job.\n",
+                 (int)g_step_rank, (int)g_step, g_timeout, (int)g_ins,
+                 gp >= 0 && gp < g_n_groups && g_group_text && g_group_text[gp] ? g_group_text[gp] : "a group");
+  else if (what)
+    n = snprintf(msg, sizeof msg,
+                 "pcgc run: error: rank %d: step %d waited more than %g s at instruction %d, %s %d: that device's "
+                 "process died or hangs. Aborting the job.\n",
+                 (int)g_step_rank, (int)g_step, g_timeout, (int)g_ins, what, (int)g_peer);
+  else
+    n = snprintf(msg, sizeof msg,
+                 "pcgc run: error: rank %d: step %d took more than %g s (at instruction %d); another rank died or "
+                 "hangs, or the step needs a longer --step-timeout. Aborting the job.\n",
+                 (int)g_step_rank, (int)g_step, g_timeout, (int)g_ins);
   if (n > 0) {
-    ssize_t w = write(2, msg, (size_t)n);
+    ssize_t w = write(2, msg, (size_t)(n < (int)sizeof msg ? n : (int)sizeof msg - 1));
     (void)w;
   }
   _exit(5);
 }
 
-/* Rank 0 assembles the logical value of weight `node` (role SOURCE) from every rank's boxes. */
-static pcgc_status gather_weight(rt *R, int node, float *whole) {
+/* Rank 0 assembles the logical value of weight `node`'s buffer of `role`
+ * (SOURCE: the weight; OPT_M, OPT_V: its optimizer state) from every rank's
+ * boxes. Every rank calls it. */
+static pcgc_status gather_weight(rt *R, int node, pcgc_buf_role role, float *whole) {
   const pcgc_ptensor *t = &R->g->nodes[node].out[0];
   int nranks = R->p->n_devices;
   for (int r = 0; r < nranks; r++) {
@@ -421,10 +451,10 @@ static pcgc_status gather_weight(rt *R, int node, float *whole) {
     if (R->rank == r) {
       int b = -1;
       for (int i = 0; i < R->P->n_buf && b < 0; i++)
-        if (R->P->buf[i].role == PCGC_BUF_SOURCE && R->P->buf[i].node == node) b = i;
+        if (R->P->buf[i].role == role && R->P->buf[i].node == node) b = i;
       int has = b >= 0;
       if (r == 0) {
-        if (has) {
+        if (has && whole) {
           pcgc_plan_buf W = whole_desc(t);
           pcgc_box x;
           pcgc_plan_buf_box(&R->P->buf[b], &x);
@@ -465,7 +495,7 @@ static pcgc_status gather_weight(rt *R, int node, float *whole) {
       pcgc_plan_buf W = whole_desc(t);
       pcgc_box x;
       pcgc_plan_buf_box(&B, &x);
-      move(&W, (char *)whole, &B, (const char *)tmp, &x, false);
+      if (whole) move(&W, (char *)whole, &B, (const char *)tmp, &x, false);
       free(tmp);
     }
   }
@@ -486,7 +516,7 @@ static pcgc_status check_against_reference(rt *R, pcgc_run_result *res, float **
   for (int s = 0; s < R->o->steps && st == PCGC_OK; s++) {
     double l;
     st = pcgc_ref_train_step(ref, &l, R->err);
-    if (st || s >= 64) continue;
+    if (st || s >= 64 || s < res->first_step) continue; /* a resumed run compares its own steps */
     double d = fabs(l - res->loss[s]) / fmax(fabs(l), 1e-6);
     if (d > res->max_loss_diff) res->max_loss_diff = d;
   }
@@ -520,6 +550,100 @@ static pcgc_status check_against_reference(rt *R, pcgc_run_result *res, float **
   return st;
 }
 
+/* ---------------------------------------------------------- checkpoints */
+
+/* Optimizer state per weight the run keeps: 1 (plain SGD), 2 (+ m), 3 (+ m, v). */
+static int ckpt_states(const pcgc_optimizer *o) { return o->kind == PCGC_ADAM ? 3 : o->momentum > 0 ? 2 : 1; }
+
+static const char *ckpt_optimizer(const pcgc_optimizer *o) {
+  return o->kind == PCGC_ADAM ? "adam" : o->momentum > 0 ? "momentum" : "sgd";
+}
+
+/* Every rank: the logical weights and state after `step` steps, gathered on
+ * rank 0 and written there atomically. */
+static pcgc_status save_checkpoint(rt *R, int64_t step, char *path, size_t path_size) {
+  int nw = 0, states = ckpt_states(&R->o->opt);
+  for (int i = 0; i < R->g->n_nodes; i++) nw += R->g->nodes[i].kind == PCGC_OP_WEIGHT;
+  pcgc_checkpoint *c = R->rank == 0 ? pcgc_checkpoint_new(nw) : NULL;
+  pcgc_status st = R->rank == 0 && !c ? pcgc_error_set(R->err, PCGC_ERR_NOMEM, "out of memory for a checkpoint") : PCGC_OK;
+  if (c) {
+    snprintf(c->model, sizeof c->model, "%s", R->g->name ? R->g->name : "-");
+    snprintf(c->optimizer, sizeof c->optimizer, "%s", ckpt_optimizer(&R->o->opt));
+    c->step = step;
+    c->seed = R->o->seed;
+  }
+  static const pcgc_buf_role roles[3] = {PCGC_BUF_SOURCE, PCGC_BUF_OPT_M, PCGC_BUF_OPT_V};
+  for (int i = 0, k = 0; i < R->g->n_nodes; i++) {
+    const pcgc_node *n = &R->g->nodes[i];
+    if (n->kind != PCGC_OP_WEIGHT) continue;
+    if (c && st == PCGC_OK) st = pcgc_checkpoint_tensor_init(c, k, n->name, n->out[0].rank, n->out[0].dims, states, R->err);
+    for (int s = 0; s < states; s++) { /* every rank takes part, whatever rank 0's status */
+      pcgc_status s2 = gather_weight(R, i, roles[s], c && st == PCGC_OK ? c->t[k].data[s] : NULL);
+      if (s2 && !st) st = s2;
+    }
+    k++;
+  }
+  if (c && st == PCGC_OK) st = pcgc_checkpoint_save(R->o->checkpoint_dir, c, path, path_size, R->err);
+  pcgc_checkpoint_free(c);
+  int bad = st != PCGC_OK;
+  MPI_Bcast(&bad, 1, MPI_INT, 0, MPI_COMM_WORLD); /* a failed save stops every rank */
+  if (bad && st == PCGC_OK)
+    st = pcgc_error_set(R->err, PCGC_ERR_IO, "rank 0 could not write the checkpoint (see its message)");
+  return st;
+}
+
+/* Every rank: reads the newest checkpoint of the directory and keeps its own
+ * boxes of each weight and its state; *step is the steps it had trained. */
+static pcgc_status load_checkpoint(rt *R, int64_t *step) {
+  char path[4096];
+  pcgc_checkpoint *c = NULL;
+  pcgc_status st = pcgc_checkpoint_latest(R->o->checkpoint_dir, path, sizeof path, R->err);
+  if (st == PCGC_OK) st = pcgc_checkpoint_read(path, &c, R->err);
+  if (st != PCGC_OK) return st;
+  int states = ckpt_states(&R->o->opt);
+  if (strcmp(c->optimizer, ckpt_optimizer(&R->o->opt)) != 0) {
+    pcgc_error_set(R->err, PCGC_ERR_INVALID, "%s holds the state of %s, but this run trains with %s", path,
+                   c->optimizer, ckpt_optimizer(&R->o->opt));
+    pcgc_error_hint(R->err, "resume with --optimizer %s (and the same --momentum), as the run that wrote it",
+                    c->optimizer);
+    st = PCGC_ERR_INVALID;
+  }
+  static const pcgc_buf_role roles[3] = {PCGC_BUF_SOURCE, PCGC_BUF_OPT_M, PCGC_BUF_OPT_V};
+  for (int i = 0; i < R->g->n_nodes && st == PCGC_OK; i++) {
+    const pcgc_node *n = &R->g->nodes[i];
+    if (n->kind != PCGC_OP_WEIGHT) continue;
+    const pcgc_ckpt_tensor *t = pcgc_checkpoint_find(c, n->name);
+    bool same = t && t->rank == n->out[0].rank;
+    for (int d = 0; same && d < t->rank; d++) same = t->dims[d] == n->out[0].dims[d];
+    if (!same) {
+      pcgc_error_set(R->err, PCGC_ERR_INVALID, "%s %s weight '%s' of model '%s'%s", path,
+                     t ? "has another shape for" : "has no", n->name, R->g->name ? R->g->name : "model",
+                     strcmp(c->model, R->g->name ? R->g->name : "-") ? " (it was written for another model)" : "");
+      pcgc_error_hint(R->err, "a checkpoint loads into any plan of the same model and sizes (--set values)");
+      st = PCGC_ERR_INVALID;
+      break;
+    }
+    pcgc_plan_buf W = whole_desc(&n->out[0]);
+    for (int b = 0; b < R->P->n_buf; b++) {
+      const pcgc_plan_buf *B = &R->P->buf[b];
+      if (B->node != i) continue;
+      for (int s = 0; s < states; s++)
+        if (B->role == roles[s]) {
+          pcgc_box x;
+          pcgc_plan_buf_box(B, &x);
+          move(B, data_of(R, b), &W, (const char *)t->data[s], &x, false);
+        }
+    }
+  }
+  if (st == PCGC_OK && R->rank == 0 && c->seed != R->o->seed)
+    fprintf(stderr, "pcgc run: warning: %s was trained with seed %llu, this run draws data with seed %llu: the "
+                    "resumed run will not repeat the original\n",
+            path, (unsigned long long)c->seed, (unsigned long long)R->o->seed);
+  if (st == PCGC_OK) *step = c->step;
+  pcgc_checkpoint_free(c);
+  return st;
+}
+
 static pcgc_status finish(rt *R, pcgc_run_result *res) {
   int n = R->g->n_nodes;
   float **w = calloc((size_t)(n ? n : 1), sizeof *w);
@@ -538,7 +662,7 @@ static pcgc_status finish(rt *R, pcgc_run_result *res) {
       w[i] = calloc((size_t)(N ? N : 1), sizeof **w);
       if (!w[i]) st = PCGC_ERR_NOMEM;
     }
-    pcgc_status s2 = gather_weight(R, i, w[i]);
+    pcgc_status s2 = gather_weight(R, i, PCGC_BUF_SOURCE, w[i]);
     if (s2) st = s2;
     if (f && w[i]) fwrite(w[i], sizeof **w, (size_t)N, f);
   }
@@ -558,7 +682,7 @@ pcgc_status pcgc_run(const pcgc_graph *g, const pcgc_program *p, const pcgc_run_
   R.p = p;
   R.o = o;
   R.err = err;
-  int size = 0;
+  int size = 0, *slot_group = NULL;
   MPI_Comm_rank(MPI_COMM_WORLD, &R.rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   if (size != p->n_devices) {
@@ -610,18 +734,40 @@ pcgc_status pcgc_run(const pcgc_graph *g, const pcgc_program *p, const pcgc_run_
   }
   if (st) goto done;
   init_sources(&R);
+  int64_t first = 0; /* steps already trained (a resumed checkpoint's) */
+  if (o->resume && o->checkpoint_dir) st = load_checkpoint(&R, &first);
+  res->first_step = (int)first;
+  if (st) goto done;
   g_step_rank = R.rank;
+  g_timeout = o->step_timeout;
+  slot_group = calloc((size_t)P->n_requests + 1, sizeof *slot_group); /* a WAIT's group: its START's */
+  g_group_text = calloc((size_t)p->n_groups + 1, sizeof *g_group_text);
+  g_n_groups = p->n_groups;
+  for (int i = 0; slot_group && i < P->n_ins; i++)
+    if (P->ins[i].kind == PCGC_INS_ALLREDUCE_START) slot_group[P->ins[i].tag] = P->ins[i].peer;
+  for (int k = 0; g_group_text && k < p->n_groups; k++) {
+    if (!(g_group_text[k] = malloc(96))) continue;
+    int used = snprintf(g_group_text[k], 96, "devices");
+    for (int j = p->group_off[k]; j < p->group_off[k + 1] && used < 80; j++)
+      used += snprintf(g_group_text[k] + used, (size_t)(96 - used), "%s %d", j > p->group_off[k] ? "," : "",
+                       p->group_dev[j]);
+    if (used >= 80) snprintf(g_group_text[k] + 80, 16, ", ...");
+  }
   if (o->step_timeout > 0) signal(SIGALRM, on_alarm);
   double t0 = now();
   res->step_seconds_min = INFINITY;
-  for (int s = 0; s < o->steps && !st; s++) {
+  for (int s = (int)first; s < o->steps && !st; s++) {
     double ts = now();
     if (o->step_timeout > 0) alarm((unsigned)ceil(o->step_timeout));
     R.step = s + 1;
     R.loss = 0;
     R.n_sends = 0;
     int64_t send_off = 0;
+    g_step = s + 1;
     for (int i = 0; i < P->n_ins && !st; i++) {
+      g_ins = i;
+      g_kind = P->ins[i].kind;
+      g_peer = P->ins[i].kind == PCGC_INS_WAIT && slot_group ? slot_group[P->ins[i].tag] : P->ins[i].peer;
       st = exec_one(&R, &P->ins[i], &send_off);
       if (st && err && !strstr(err->message, "rank ")) {
         char tmp[sizeof err->message];
@@ -631,6 +777,8 @@ pcgc_status pcgc_run(const pcgc_graph *g, const pcgc_program *p, const pcgc_run_
       }
     }
     if (st) break;
+    g_ins = P->n_ins;
+    g_kind = PCGC_INS_KIND_COUNT;
     if (R.n_sends) MPI_Waitall(R.n_sends, R.sends, MPI_STATUSES_IGNORE);
     double total = 0;
     MPI_Reduce(&R.loss, &total, 1, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
@@ -651,10 +799,25 @@ pcgc_status pcgc_run(const pcgc_graph *g, const pcgc_program *p, const pcgc_run_
       }
     }
     res->steps = s + 1;
+    if (o->checkpoint_dir && o->checkpoint_every > 0 && ((s + 1) % o->checkpoint_every == 0 || s + 1 == o->steps)) {
+      char path[4096] = "";
+      st = save_checkpoint(&R, s + 1, path, sizeof path);
+      if (!st && R.rank == 0 && !o->quiet) {
+        printf("           checkpoint %s\n", path);
+        fflush(stdout);
+      }
+    }
   }
   res->seconds = now() - t0;
   if (!st) st = finish(&R, res);
 done:
+  if (o->step_timeout > 0) alarm(0);
+  if (g_group_text)
+    for (int k = 0; k < g_n_groups; k++) free(g_group_text[k]);
+  free(g_group_text);
+  g_group_text = NULL;
+  g_n_groups = 0;
+  free(slot_group);
   if (R.comm)
     for (int k = 0; k < p->n_groups; k++)
       if (R.comm[k] != MPI_COMM_NULL) MPI_Comm_free(&R.comm[k]);

@@ -45,12 +45,17 @@ typedef struct pcgc_run_options {
   double step_timeout;     /* s a step may take before the run is aborted (0: none) */
   const char *save_weights;/* rank 0 writes the final logical weights here (raw
                               f32, one tensor after another in node order) */
+  const char *checkpoint_dir; /* checkpoints (runtime/checkpoint.h) go here (NULL: none) */
+  int checkpoint_every;    /* after every this many steps, and after the last (0: never) */
+  bool resume;             /* start from checkpoint_dir's newest checkpoint: `steps` is
+                              then the total, so steps after it are trained */
 } pcgc_run_options;
 
 void pcgc_run_options_default(pcgc_run_options *o);
 
 typedef struct pcgc_run_result {
-  int steps;
+  int steps;               /* the last step trained (counting a resumed checkpoint's) */
+  int first_step;          /* steps a resumed checkpoint had trained (0: none) */
   double loss[64];         /* rank 0: the loss of the first 64 steps */
   double last_loss;
   double seconds;          /* wall time of the step loop (rank 0) */

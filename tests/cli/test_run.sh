@@ -102,4 +102,65 @@ expect 0 "$pcgc" run "$tmp/my.json" --steps 1
 expect 0 "$pcgc" plan show "$tmp/mlp4.json"
 has "$tmp/out" "program: 4 devices"
 
+# --- checkpoints: resuming repeats the uninterrupted run bit for bit
+ck="$tmp/ck"; mlpdp=$tmp/mlpdp4.json
+expect 0 "$pcgc" compile "$src/models/mlp.pcg" --machine cpu-4 --choice dp=4 --budget 0 -o "$mlpdp"
+expect 0 "$pcgc" run "$mlpdp" --steps 6 --no-dropout --save-weights "$tmp/w6.bin"
+full=$(awk '/^step/ {print $4}' "$tmp/out" | tr '\n' ' ')
+expect 0 "$pcgc" run "$mlpdp" --steps 4 --no-dropout --checkpoint "$ck" --every 2
+has "$tmp/out" "checkpoint $ck/step-00000002.ckpt"; has "$tmp/out" "checkpoint $ck/step-00000004.ckpt"
+[ "$(cat "$ck/latest")" = "step-00000004.ckpt" ] && ok || bad "latest does not name step 4"
+ls "$ck" | grep -q '\.tmp' && bad "a temporary checkpoint was left behind" || ok
+expect 0 "$pcgc" run "$mlpdp" --steps 6 --no-dropout --checkpoint "$ck" --resume --save-weights "$tmp/w6r.bin" --check
+has "$tmp/out" "resumed after step 4"; has "$tmp/out" ": match"
+resumed=$(awk '/^step/ {print $4}' "$tmp/out" | tr '\n' ' ')
+want=$(echo "$full" | awk '{print $5, $6}')
+[ "$resumed" = "$want " ] && ok || bad "resumed losses [$resumed] != the uninterrupted run's steps 5-6 [$want]"
+cmp -s "$tmp/w6.bin" "$tmp/w6r.bin" && ok || bad "resumed weights differ from the uninterrupted run's"
+# weights are stored whole: a checkpoint of data parallel resumes under tensor parallel
+expect 0 "$pcgc" compile "$src/models/mlp.pcg" --machine cpu-2 --choice tp=2 --budget 0 -o "$tmp/mlptp2.json"
+expect 0 "$pcgc" run "$tmp/mlptp2.json" --steps 6 --no-dropout --checkpoint "$ck" --resume --optimizer adam
+has "$tmp/out" "resumed after step 6"
+cp -r "$ck" "$tmp/ck4"; echo step-00000004.ckpt >"$tmp/ck4/latest"
+expect 0 "$pcgc" run "$tmp/mlptp2.json" --steps 6 --no-dropout --checkpoint "$tmp/ck4" --resume --check
+has "$tmp/out" "resumed after step 4"; has "$tmp/out" ": match"
+got=$(awk '/^step/ {print $4}' "$tmp/out" | tr '\n' ' ')
+[ "$got" = "$want " ] && ok || bad "tensor-parallel resume [$got] != data parallel's steps 5-6 [$want]"
+# refused: another optimizer, another model, a damaged file, nothing to resume
+expect 1 "$pcgc" run "$mlpdp" --steps 8 --checkpoint "$tmp/ck4" --resume --optimizer sgd
+has "$tmp/err" "holds the state of adam, but this run trains with sgd"
+expect 0 "$pcgc" compile "$src/models/cnn.pcg" --machine cpu-2 --choice dp=2 --budget 0 -o "$tmp/cnn2dp.json"
+expect 1 "$pcgc" run "$tmp/cnn2dp.json" --steps 8 --checkpoint "$tmp/ck4" --resume
+has "$tmp/err" "weight"; has "$tmp/err" "written for another model"
+last=$(cat "$tmp/ck4/latest")   # step 6: the tensor-parallel run saved after its last step
+head -c 3000 "$ck/step-00000004.ckpt" >"$tmp/ck4/$last"
+expect 1 "$pcgc" run "$mlpdp" --steps 8 --checkpoint "$tmp/ck4" --resume
+has "$tmp/err" "$last:1: not a usable checkpoint: its checksum does not match"
+expect 3 "$pcgc" run "$mlpdp" --steps 8 --checkpoint "$tmp/none" --resume; has "$tmp/err" "no checkpoint to resume from"
+expect 2 "$pcgc" run "$mlpdp" --resume; has "$tmp/err" "--resume needs --checkpoint DIR"
+
+# --- faults: a killed rank ends the job at once, a hung one within --step-timeout, naming it
+rankpid() { # the pid of rank $1 of a running `pcgc run $2`
+  local p
+  for p in $(pgrep -f "pcgc run $2"); do
+    tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$1" && { echo "$p"; return; }
+  done
+}
+fault() { # fault SIGNAL RANK: run mlpdp for long, send SIGNAL to RANK once it trains; out/err/rc/secs
+  "$pcgc" run "$mlpdp" --steps 100000000 --step-timeout 4 --quiet >"$tmp/out" 2>"$tmp/err" &
+  local job=$! t0=$SECONDS p="" i
+  for i in $(seq 100); do p=$(rankpid "$2" "$mlpdp"); [ -n "$p" ] && break; sleep 0.1; done
+  sleep 2; kill "-$1" "$p"
+  wait "$job"; rc=$?; secs=$((SECONDS - t0))
+  kill -CONT "$p" 2>/dev/null; kill -KILL "$p" 2>/dev/null
+}
+fault KILL 1
+[ "$rc" -ne 0 ] && ok || bad "a killed rank: exit 0"
+has "$tmp/err" "rank 1"
+[ "$secs" -le 20 ] && ok || bad "a killed rank: the job took $secs s to end"
+fault STOP 2
+[ "$rc" -ne 0 ] && ok || bad "a hung rank: exit 0"
+has "$tmp/err" "waited more than 4 s"; has "$tmp/err" "died or hangs"
+[ "$secs" -le 30 ] && ok || bad "a hung rank: the job took $secs s to end"
+
 finish test_run
