@@ -25,7 +25,7 @@ void pcgc_cli_run_help(FILE *f) {
           "usage: pcgc run PLAN [--steps K] [--seed S] [--optimizer O] [--lr X] [--momentum M]\n"
           "                     [--no-dropout] [--check] [--tolerance T] [--threads N]\n"
           "                     [--step-timeout S] [--save-weights FILE] [--quiet]\n"
-          "                     [--checkpoint DIR [--every K] [--resume]]\n"
+          "                     [--checkpoint DIR [--every K] [--resume]] [--data DIR]\n"
           "\n"
           "Trains the model of PLAN (written by `pcgc compile -o PLAN`) as one process per device\n"
           "of the plan, on the CPU backend with MPI. Outside a launcher it starts the processes\n"
@@ -53,6 +53,9 @@ void pcgc_cli_run_help(FILE *f) {
           "                     the last (atomically: DIR/step-N.ckpt, then DIR/latest names it);\n"
           "                     whole logical tensors, so any plan of the same model can resume it\n"
           "  --every K          steps between checkpoints (default 100)\n"
+          "  --data DIR         train on DIR/NAME.npy for every input NAME of the model (first dim:\n"
+          "                     samples); step s takes batch (s-1) mod the batches the files hold,\n"
+          "                     each process reading only its rows (default: seeded synthetic data)\n"
           "  --resume           continue from DIR's newest checkpoint up to --steps in all; the\n"
           "                     same plan, seed and optimizer repeat the uninterrupted run bit for bit\n"
           "  --quiet            no per-step lines\n"
@@ -230,7 +233,7 @@ static int self_launch(int n, int argc, char **argv) {
 }
 
 int pcgc_cli_run(int argc, char **argv) {
-  const char *path = NULL, *save = NULL, *ckpt = NULL;
+  const char *path = NULL, *save = NULL, *ckpt = NULL, *data = NULL;
   bool resume = false;
   double every = 100, steps = 3, seed = 1, lr = -1, momentum = 0, tol = 1e-4, threads = 0, timeout = 300;
   int optim = -1; /* pcgc_optim_kind; -1: the plan's */
@@ -248,6 +251,9 @@ int pcgc_cli_run(int argc, char **argv) {
       quiet = true;
     } else if (strcmp(a, "--resume") == 0) {
       resume = true;
+    } else if (strcmp(a, "--data") == 0) {
+      if (i + 1 >= argc) return pcgc_cli_usage_error("run", "--data needs a directory of .npy files%s", "");
+      data = argv[++i];
     } else if (strcmp(a, "--checkpoint") == 0) {
       if (i + 1 >= argc) return pcgc_cli_usage_error("run", "--checkpoint needs a directory%s", "");
       ckpt = argv[++i];
@@ -295,6 +301,17 @@ int pcgc_cli_run(int argc, char **argv) {
   int need = optim >= 0 && optim != PCGC_OPTIM_SGD ? optim : momentum > 0 ? PCGC_OPTIM_MOMENTUM : -1;
   int code = load_program("run", path, need, &g, &mp, &info, &prog);
   if (code != EXIT_OK) goto out;
+  if (data) { /* inputs that disagree with the plan are refused before any process starts */
+    pcgc_error err;
+    pcgc_error_clear(&err);
+    int64_t batches = 0;
+    if (pcgc_run_check_data(g, data, &batches, &err) != PCGC_OK) {
+      pcgc_error_print(stderr, &err);
+      code = pcgc_cli_exit_code(err.status);
+      goto out;
+    }
+    if (!launched) printf("data: %s, %lld batch%s\n", data, (long long)batches, batches == 1 ? "" : "es");
+  }
   if (optim < 0) optim = info.has_optimizer ? (int)info.optimizer : PCGC_OPTIM_SGD;
   if (optim == PCGC_OPTIM_MOMENTUM && momentum == 0) momentum = 0.9;
   bool adam = optim == PCGC_OPTIM_ADAM;
@@ -348,6 +365,7 @@ int pcgc_cli_run(int argc, char **argv) {
   o.checkpoint_dir = ckpt;
   o.checkpoint_every = (int)every;
   o.resume = resume;
+  o.data_dir = data;
   pcgc_run_result r;
   pcgc_error err;
   pcgc_error_clear(&err);

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "checkpoint.h"
+#include "npy.h"
 #include "reference.h"
 #include "runtime.h"
 
@@ -47,6 +48,9 @@ typedef struct rt {
   MPI_Comm *comm;      /* per group: its communicator, or MPI_COMM_NULL where not a member */
   double loss;
   int64_t step;
+  pcgc_npy **data;     /* --data: per node, its open .npy file (inputs only) */
+  int64_t batches;     /* whole batches the files hold */
+  char *data_tmp;      /* rows read before they are cut to a box */
 } rt;
 
 static double now(void) {
@@ -502,6 +506,8 @@ static pcgc_status gather_weight(rt *R, int node, pcgc_buf_role role, float *who
   return PCGC_OK;
 }
 
+static pcgc_status ref_step_data(rt *R, pcgc_reference *ref, int64_t s);
+
 /* Rank 0: the reference interpreter on the same graph and options; compares. */
 static pcgc_status check_against_reference(rt *R, pcgc_run_result *res, float **weights) {
   pcgc_ref_options ro;
@@ -515,7 +521,8 @@ static pcgc_status check_against_reference(rt *R, pcgc_run_result *res, float **
   res->max_loss_diff = 0;
   for (int s = 0; s < R->o->steps && st == PCGC_OK; s++) {
     double l;
-    st = pcgc_ref_train_step(ref, &l, R->err);
+    if (R->data) st = ref_step_data(R, ref, s + 1);
+    if (st == PCGC_OK) st = pcgc_ref_train_step(ref, &l, R->err);
     if (st || s >= 64 || s < res->first_step) continue; /* a resumed run compares its own steps */
     double d = fabs(l - res->loss[s]) / fmax(fabs(l), 1e-6);
     if (d > res->max_loss_diff) res->max_loss_diff = d;
@@ -548,6 +555,100 @@ static pcgc_status check_against_reference(rt *R, pcgc_run_result *res, float **
   res->checked = true;
   res->check_ok = st == PCGC_OK && res->max_loss_diff <= R->o->tolerance && res->max_weight_diff <= R->o->tolerance;
   return st;
+}
+
+/* ---------------------------------------------------------------- data */
+
+static pcgc_status open_data(const pcgc_graph *g, const char *dir, pcgc_npy **files, int64_t *batches,
+                             pcgc_error *err) {
+  int64_t nb = INT64_MAX;
+  for (int i = 0; i < g->n_nodes; i++) {
+    const pcgc_node *n = &g->nodes[i];
+    if (n->kind != PCGC_OP_INPUT) continue;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s.npy", dir, n->name);
+    pcgc_npy f;
+    pcgc_status st = pcgc_npy_open(path, &f, err);
+    if (st == PCGC_ERR_IO) pcgc_error_hint(err, "--data DIR needs DIR/NAME.npy for every input of the model");
+    if (st == PCGC_OK) st = pcgc_npy_check(&f, n->name, &n->out[0], err);
+    if (st != PCGC_OK) return st;
+    if (f.shape[0] / n->out[0].dims[0] < nb) nb = f.shape[0] / n->out[0].dims[0];
+    if (files && !(files[i] = malloc(sizeof f))) return pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
+    if (files) *files[i] = f;
+  }
+  if (nb == INT64_MAX) return pcgc_error_set(err, PCGC_ERR_INVALID, "the model has no data input to read from %s", dir);
+  if (batches) *batches = nb;
+  return PCGC_OK;
+}
+
+pcgc_status pcgc_run_check_data(const pcgc_graph *g, const char *dir, int64_t *batches, pcgc_error *err) {
+  return open_data(g, dir, NULL, batches, err);
+}
+
+/* The rows of `batch` that buffer B of input `node` holds, into B's box. */
+static pcgc_status load_batch_box(rt *R, int b, int64_t batch) {
+  const pcgc_plan_buf *B = &R->P->buf[b];
+  const pcgc_node *n = &R->g->nodes[B->node];
+  const pcgc_npy *f = R->data[B->node];
+  const pcgc_ptensor *t = &n->out[0];
+  pcgc_plan_buf T = *B; /* the whole rows B's box lies in */
+  for (int d = 1; d < t->rank; d++) {
+    T.offset[d] = 0;
+    T.dims[d] = t->dims[d];
+  }
+  int64_t row0 = batch * t->dims[0] + B->offset[0];
+  pcgc_status st = pcgc_npy_read_rows(f, row0, B->dims[0], B->dtype, pcgc_ref_data_bound(R->g, B->node), R->data_tmp,
+                                      R->err);
+  if (st != PCGC_OK) return st;
+  pcgc_box x;
+  pcgc_plan_buf_box(B, &x);
+  move(B, data_of(R, b), &T, R->data_tmp, &x, false);
+  return PCGC_OK;
+}
+
+static pcgc_status setup_data(rt *R) {
+  if (!(R->data = calloc((size_t)R->g->n_nodes + 1, sizeof *R->data)))
+    return pcgc_error_set(R->err, PCGC_ERR_NOMEM, "out of memory");
+  pcgc_status st = open_data(R->g, R->o->data_dir, R->data, &R->batches, R->err);
+  size_t most = 8;
+  for (int b = 0; b < R->P->n_buf && st == PCGC_OK; b++) {
+    const pcgc_plan_buf *B = &R->P->buf[b];
+    if (B->role != PCGC_BUF_SOURCE || R->g->nodes[B->node].kind != PCGC_OP_INPUT) continue;
+    size_t k = (size_t)(B->dims[0] * R->data[B->node]->row_elems) * 8;
+    if (k > most) most = k;
+  }
+  if (st == PCGC_OK && !(R->data_tmp = malloc(most))) st = pcgc_error_set(R->err, PCGC_ERR_NOMEM, "out of memory");
+  return st;
+}
+
+/* Before step s (from 1): every input box this rank keeps gets batch (s-1) mod batches. */
+static pcgc_status load_step_data(rt *R, int64_t s) {
+  for (int b = 0; b < R->P->n_buf; b++) {
+    const pcgc_plan_buf *B = &R->P->buf[b];
+    if (B->role != PCGC_BUF_SOURCE || R->g->nodes[B->node].kind != PCGC_OP_INPUT) continue;
+    pcgc_status st = load_batch_box(R, b, (s - 1) % R->batches);
+    if (st != PCGC_OK) return st;
+  }
+  return PCGC_OK;
+}
+
+/* The reference's inputs for step s: the whole batch. */
+static pcgc_status ref_step_data(rt *R, pcgc_reference *ref, int64_t s) {
+  for (int i = 0; i < R->g->n_nodes; i++) {
+    const pcgc_node *n = &R->g->nodes[i];
+    if (n->kind != PCGC_OP_INPUT) continue;
+    const pcgc_ptensor *t = &n->out[0];
+    int64_t N = pcgc_ptensor_numel(t);
+    pcgc_dtype dt = pcgc_dtype_is_float(t->dtype) ? PCGC_F32 : PCGC_I64;
+    void *buf = malloc((size_t)(N ? N : 1) * 8);
+    if (!buf) return pcgc_error_set(R->err, PCGC_ERR_NOMEM, "out of memory");
+    pcgc_status st = pcgc_npy_read_rows(R->data[i], ((s - 1) % R->batches) * t->dims[0], t->dims[0], dt,
+                                        pcgc_ref_data_bound(R->g, i), buf, R->err);
+    if (st == PCGC_OK) st = pcgc_ref_set(ref, n->name, dt, buf, N, R->err);
+    free(buf);
+    if (st != PCGC_OK) return st;
+  }
+  return PCGC_OK;
 }
 
 /* ---------------------------------------------------------- checkpoints */
@@ -734,6 +835,8 @@ pcgc_status pcgc_run(const pcgc_graph *g, const pcgc_program *p, const pcgc_run_
   }
   if (st) goto done;
   init_sources(&R);
+  if (o->data_dir) st = setup_data(&R);
+  if (st) goto done;
   int64_t first = 0; /* steps already trained (a resumed checkpoint's) */
   if (o->resume && o->checkpoint_dir) st = load_checkpoint(&R, &first);
   res->first_step = (int)first;
@@ -764,6 +867,7 @@ pcgc_status pcgc_run(const pcgc_graph *g, const pcgc_program *p, const pcgc_run_
     R.n_sends = 0;
     int64_t send_off = 0;
     g_step = s + 1;
+    if (R.data) st = load_step_data(&R, s + 1);
     for (int i = 0; i < P->n_ins && !st; i++) {
       g_ins = i;
       g_kind = P->ins[i].kind;
@@ -818,6 +922,9 @@ done:
   g_group_text = NULL;
   g_n_groups = 0;
   free(slot_group);
+  for (int i = 0; R.data && i < g->n_nodes; i++) free(R.data[i]);
+  free(R.data);
+  free(R.data_tmp);
   if (R.comm)
     for (int k = 0; k < p->n_groups; k++)
       if (R.comm[k] != MPI_COMM_NULL) MPI_Comm_free(&R.comm[k]);

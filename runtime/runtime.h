@@ -49,6 +49,9 @@ typedef struct pcgc_run_options {
   int checkpoint_every;    /* after every this many steps, and after the last (0: never) */
   bool resume;             /* start from checkpoint_dir's newest checkpoint: `steps` is
                               then the total, so steps after it are trained */
+  const char *data_dir;    /* NULL: seeded synthetic data; else DIR/NAME.npy per input
+                              (runtime/npy.h): step s trains on batch (s-1) mod the
+                              batches the files hold, each rank reading its rows only */
 } pcgc_run_options;
 
 void pcgc_run_options_default(pcgc_run_options *o);
@@ -64,6 +67,12 @@ typedef struct pcgc_run_result {
   char worst_tensor[128];  /* with check: the weight with the largest difference */
   bool checked, check_ok;
 } pcgc_run_result;
+
+/* Checks that DIR holds a .npy file for every data input of g that fits it
+ * (dtype kind, dims after the first, at least one batch); *batches (may be
+ * NULL) receives how many whole batches the files hold (the smallest over
+ * the inputs). Errors name the file and the fix. */
+pcgc_status pcgc_run_check_data(const pcgc_graph *g, const char *dir, int64_t *batches, pcgc_error *err);
 
 /* Runs o->steps training steps of program p (lowered from g) on this rank's
  * device. Every rank calls it; MPI must be initialised and the world's size

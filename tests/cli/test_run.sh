@@ -139,6 +139,39 @@ has "$tmp/err" "$last:1: not a usable checkpoint: its checksum does not match"
 expect 3 "$pcgc" run "$mlpdp" --steps 8 --checkpoint "$tmp/none" --resume; has "$tmp/err" "no checkpoint to resume from"
 expect 2 "$pcgc" run "$mlpdp" --resume; has "$tmp/err" "--resume needs --checkpoint DIR"
 
+# --- --data DIR: .npy files, each rank reading its rows; step s takes batch (s-1) mod batches
+/usr/bin/python3 - "$tmp" <<'PY'
+import sys, numpy as np
+t = sys.argv[1]; rng = np.random.default_rng(7)
+x = rng.standard_normal((150, 784)).astype(np.float32); y = rng.integers(0, 10, 150)
+def save(d, xx, yy):
+    import os; os.makedirs(f"{t}/{d}", exist_ok=True)
+    np.save(f"{t}/{d}/x.npy", xx); np.save(f"{t}/{d}/labels.npy", yy)
+save("d2", x[:128], y[:128].astype(np.int64))          # two batches of 64
+save("d1", x[64:128].astype(np.float64), y[64:128].astype(np.int32))  # the second alone, other dtypes
+save("short", x[:10], y[:10])
+save("shape", x[:, :700], y)
+save("badlabel", x[:64], np.where(np.arange(64) == 5, 12, y[:64]))
+save("ints", x[:64].astype(np.int32), y[:64])
+open(f"{t}/d1/x.txt", "w").write("not data")
+PY
+expect 0 "$pcgc" run "$mlpdp" --steps 3 --data "$tmp/d2" --no-dropout --check
+has "$tmp/out" "data: $tmp/d2, 2 batches"; has "$tmp/out" ": match"
+# with a learning rate too small to move a weight, step 2 sees batch 1 exactly as step 1 of d1 does
+expect 0 "$pcgc" run "$mlpdp" --steps 2 --data "$tmp/d2" --no-dropout --lr 1e-30
+l2=$(awk '/^step +2/ {print $4}' "$tmp/out")
+expect 0 "$pcgc" run "$mlpdp" --steps 1 --data "$tmp/d1" --no-dropout --lr 1e-30
+l1=$(awk '/^step +1/ {print $4}' "$tmp/out")
+[ -n "$l1" ] && [ "$l1" = "$l2" ] && ok || bad "--data: step 2 of d2 ($l2) != step 1 of its second batch alone ($l1)"
+# data that disagrees with the plan: refused before any process starts
+expect 1 "$pcgc" run "$mlpdp" --data "$tmp/short"; has "$tmp/err" "10 samples, fewer than one batch of input 'x' (64)"
+expect 1 "$pcgc" run "$mlpdp" --data "$tmp/shape"; has "$tmp/err" "shape (150, 700) does not fit input 'x', which needs (SAMPLES, 784)"
+expect 1 "$pcgc" run "$mlpdp" --data "$tmp/ints"; has "$tmp/err" "input 'x' is f32, but the file holds <i4"
+expect 3 "$pcgc" run "$mlpdp" --data "$tmp/nowhere"; has "$tmp/err" "x.npy"; has "$tmp/err" "DIR/NAME.npy"
+cp "$tmp/d1/x.txt" "$tmp/short/x.npy"
+expect 1 "$pcgc" run "$mlpdp" --data "$tmp/short"; has "$tmp/err" "not a .npy file"
+expect 1 "$pcgc" run "$mlpdp" --steps 1 --data "$tmp/badlabel"; has "$tmp/err" "sample 5 holds 12, outside 0..9"
+
 # --- faults: a killed rank ends the job at once, a hung one within --step-timeout, naming it
 rankpid() { # the pid of rank $1 of a running `pcgc run $2`
   local p
