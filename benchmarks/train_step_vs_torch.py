@@ -38,6 +38,30 @@ def cnn():
     return net, torch.randn(32, 3, 32, 32), torch.randint(0, 10, (32,))
 
 
+class TransformerBlock(nn.Module):
+    # models/transformer-block.pcg: post-LN encoder block, E=512, 8 heads (q, k, v, out projections with
+    # biases), FFN 2048 with exact GELU, layernorm eps 1e-5; its three dropouts are off (--no-dropout)
+    def __init__(self, e=512, heads=8, ffn=2048):
+        super().__init__()
+        self.attn = nn.MultiheadAttention(e, heads, batch_first=True)
+        self.n1, self.n2 = nn.LayerNorm(e), nn.LayerNorm(e)
+        self.f1, self.f2 = nn.Linear(e, ffn), nn.Linear(ffn, e)
+
+    def forward(self, x):
+        n1 = self.n1(x + self.attn(x, x, x, need_weights=False)[0])
+        return self.n2(n1 + self.f2(nn.functional.gelu(self.f1(n1))))
+
+
+def transformer_block():
+    # B=16, S=128, E=512; mse loss against a target of the output's shape
+    return TransformerBlock(), torch.randn(16, 128, 512), torch.randn(16, 128, 512)
+
+
+# model name (models/NAME.pcg) -> (builder, loss class)
+MODELS = {"mlp": (mlp, nn.CrossEntropyLoss), "cnn": (cnn, nn.CrossEntropyLoss),
+          "transformer-block": (transformer_block, nn.MSELoss)}
+
+
 def torch_step_ms(make, steps):
     torch.manual_seed(0)
     net, x, y = make()
