@@ -38,6 +38,13 @@
  * receive always follows its send in that order, and with non-blocking sends
  * no stream can wait for another in a cycle: a plan cannot deadlock.
  *
+ * Recomputation (options.recompute): the kernels pcgc_recomputed_nodes
+ * names keep their outputs only through forward; before the first backward
+ * that reads such a piece, its device runs the piece's FORWARD again into a
+ * RECOMPUTE buffer (and, first, those of its inputs that are recomputed on
+ * the same device), so a unit is made again from its kept cut tensor and
+ * lives only while its backward runs. Pieces received from other devices,
+ * sharded batch norms and inputs of other units stay kept.
  * Memory. After ordering, each buffer lives from its first to its last
  * instruction in the step (weights, their gradients and optimizer state, and
  * input data all the time); buffers whose lifetimes do not overlap share
@@ -79,6 +86,7 @@ typedef enum pcgc_buf_role {
   PCGC_BUF_STAGE,       /* a piece of another device's tensor, received */
   PCGC_BUF_STAGE_GRAD,  /* the gradient to send back */
   PCGC_BUF_SCRATCH,     /* partial sums to reduce, batch-norm statistics (f64) */
+  PCGC_BUF_RECOMPUTE,   /* a piece computed again before backward (recomputation) */
   PCGC_BUF_ROLE_COUNT
 } pcgc_buf_role;
 
@@ -168,7 +176,8 @@ typedef struct pcgc_program {
   int micro;                   /* micro-batches (1: none) */
   int stages;
   pcgc_schedule schedule;
-  bool recompute_requested;    /* the strategy asked for recomputation (not lowered: see docs/plan-format.md) */
+  bool recompute;              /* activations recomputed (pcgc_recomputed_nodes) */
+  int64_t recomputed_pieces;   /* FORWARD instructions run again in backward, over all devices */
   uint64_t digest;             /* xxHash of every stream and buffer table */
   int64_t n_tasks;
 } pcgc_program;
@@ -176,7 +185,7 @@ typedef struct pcgc_program {
 typedef struct pcgc_codegen_options {
   pcgc_schedule schedule;      /* order of micro-batches (default GPipe) */
   pcgc_optim_kind optimizer;   /* state buffers kept (default Adam: m and v) */
-  bool recompute;              /* recorded; activations are kept (see above) */
+  bool recompute;              /* activation recomputation, as the simulator's (see above) */
 } pcgc_codegen_options;
 
 void pcgc_codegen_options_default(pcgc_codegen_options *o);

@@ -74,6 +74,8 @@ typedef struct cg {
   pcgc_status st;      /* sticky */
   int *order, *topo;
   bool *resident, *needg, *reach;
+  bool *recomp;        /* recomputation: outputs made again before backward (NULL: none) */
+  int64_t n_recomputed;
   int8_t *pipe_pos;    /* 0: before any pipelined op, 1: pipelined, 2: after */
   int *stage;          /* per device, -1: no pipelined op */
   int stages, M, loss;

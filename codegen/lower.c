@@ -698,6 +698,42 @@ static void lower_ordinary_fwd(cg *C, const pcgc_node *n) {
     }
 }
 
+/* Recomputation: piece (q, mu) of output `slot` of recomputed node `node`
+ * on its device X, made again by the piece's FORWARD into RECOMPUTE buffers
+ * (once per step), its recomputed inputs on X first. */
+static int read_bwd(cg *C, pcgc_ref r, int64_t q, int mi, int X);
+
+static int recomp_buf(cg *C, int node, int slot, int64_t q, int mu, int X) {
+  int id = buf_find(C, mkkey(X, PCGC_BUF_RECOMPUTE, node, slot, q, mu));
+  if (id >= 0 || C->st) return id;
+  const pcgc_node *n = &C->g->nodes[node];
+  int64_t inp[PCGC_VARIADIC];
+  int args[PCGC_VARIADIC + PCGC_MAX_INTS];
+  if ((C->st = piece_inputs(C, n, q, inp))) return -1;
+  for (int i = 0; i < n->n_in; i++) args[i] = read_bwd(C, n->in[i], inp[i], in_mu(C, n->in[i], mu), X);
+  for (int j = 0; j < n->n_out; j++) {
+    pcgc_box b;
+    int om = out_mu(n, j, mu);
+    pcgc__cg_piece_box(&n->out[j], q, om, &b);
+    args[n->n_in + j] = buf_add(C, mkkey(X, PCGC_BUF_RECOMPUTE, node, j, q, om), storage(n->out[j].dtype), &b, false);
+  }
+  int t = task_begin(C, 1); /* in the context of the backward that needs it */
+  pcgc_ins I = ins_new(C, PCGC_INS_FORWARD);
+  I.node = node;
+  I.piece = q;
+  I.micro = mu;
+  emit(C, t, X, I, args, n->n_in + n->n_out, NULL, args + n->n_in, n->n_out);
+  if (t >= 0) C->t[t].compute = true;
+  C->n_recomputed++;
+  return C->st ? -1 : args[n->n_in + slot];
+}
+
+static int read_bwd(cg *C, pcgc_ref r, int64_t q, int mi, int X) {
+  if (C->recomp && C->recomp[r.node] && pcgc__cg_home(C, r.node, q) == X)
+    return recomp_buf(C, r.node, r.slot, q, mi, X);
+  return read_piece(C, r, q, mi, X);
+}
+
 static void lower_ordinary_bwd(cg *C, const pcgc_node *n) {
   int64_t P = pcgc_ptensor_pieces(&n->out[0]), inp[PCGC_VARIADIC];
   int m = op_micro(C, n);
@@ -713,13 +749,14 @@ static void lower_ordinary_bwd(cg *C, const pcgc_node *n) {
       C->ctx_micro = mu;
       for (int i = 0; i < ni; i++) {
         int mi = in_mu(C, n->in[i], mu);
-        args[i] = read_piece(C, n->in[i], inp[i], mi, X);
+        args[i] = read_bwd(C, n->in[i], inp[i], mi, X);
         args[ni + 2 * no + i] = grad_of(C, n->in[i], inp[i], mi, X, args[i]);
         touch(C, X, args[ni + 2 * no + i], 3);
       }
       for (int j = 0; j < no; j++) {
         int om = out_mu(n, j, mu);
-        args[ni + j] = value_buf(C, PCGC_BUF_VALUE, n->id, j, p, om, X);
+        args[ni + j] = C->recomp && C->recomp[n->id] ? recomp_buf(C, n->id, j, p, om, X)
+                                                     : value_buf(C, PCGC_BUF_VALUE, n->id, j, p, om, X);
         args[ni + no + j] = value_buf(C, PCGC_BUF_GRAD, n->id, j, p, om, X);
         if (loss) {
           C->dv[X].acc[args[ni + no + j]].zeroed = true;
@@ -1316,6 +1353,16 @@ static pcgc_status analyse(cg *C) {
   C->stages = u > 0 ? u : 1;
   free(sorted);
   free(first);
+  if (C->o.recompute) { /* the simulator's choice, less what is not one FORWARD per piece */
+    if (!(C->recomp = calloc((size_t)(n ? n : 1), sizeof *C->recomp))) return PCGC_ERR_NOMEM;
+    if ((st = pcgc_recomputed_nodes(g, C->recomp, C->err)) != PCGC_OK) return st;
+    for (int k = 0; k < n; k++) {
+      const pcgc_node *x = &g->nodes[k];
+      bool one_micro = false; /* its micro-batches are its outputs' */
+      for (int j = 0; j < x->n_out; j++) one_micro |= value_m(&x->out[j]) != op_micro(C, x);
+      if (C->resident[k] || bn_sharded(x) || one_micro || !C->reach[k]) C->recomp[k] = false;
+    }
+  }
   return PCGC_OK;
 }
 
@@ -1424,6 +1471,7 @@ static void free_cg(cg *C) {
   free(C->resident);
   free(C->needg);
   free(C->reach);
+  free(C->recomp);
   free(C->pipe_pos);
   free(C->stage);
   free(C->tf);
@@ -1552,7 +1600,8 @@ pcgc_status pcgc_codegen(const pcgc_graph *g, const pcgc_mapping *mp, int n_devi
     pcgc_program_free(p);
     return st;
   }
-  p->recompute_requested = C.o.recompute;
+  p->recompute = C.o.recompute;
+  p->recomputed_pieces = C.n_recomputed;
   *out = p;
   return PCGC_OK;
 }

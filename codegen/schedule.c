@@ -380,7 +380,8 @@ void pcgc_plan_buf_box(const pcgc_plan_buf *b, pcgc_box *box) {
 
 const char *pcgc_buf_role_name(pcgc_buf_role r) {
   static const char *const names[] = {"value", "grad",  "source",     "source-grad", "opt-m", "opt-v",
-                                      "view",  "view-grad", "stage", "stage-grad", "scratch"};
+                                      "view",  "view-grad", "stage", "stage-grad", "scratch", "recompute"};
+  _Static_assert(sizeof names / sizeof *names == PCGC_BUF_ROLE_COUNT, "one name per buffer role");
   return (unsigned)r < PCGC_BUF_ROLE_COUNT ? names[r] : "?";
 }
 
@@ -424,6 +425,8 @@ void pcgc_program_print(FILE *f, const pcgc_program *p, const pcgc_graph *g, int
   fprintf(f, "program: %d devices, %d device groups, %d micro-batch%s (%s), %d stage%s, digest %016llx\n",
           p->n_devices, p->n_groups, p->micro, p->micro == 1 ? "" : "es", pcgc_schedule_name(p->schedule), p->stages,
           p->stages == 1 ? "" : "s", (unsigned long long)p->digest);
+  if (p->recompute)
+    fprintf(f, "activations recomputed: %lld kernel pieces run again before backward\n", (long long)p->recomputed_pieces);
   fprintf(f, "%-7s %8s %10s %10s %10s %10s %6s %6s %6s %6s\n", "device", "instrs", "arena", "persistent", "peak",
           "no-reuse", "kernel", "p2p", "coll", "bufs");
   for (int d = 0; d < p->n_devices; d++) {

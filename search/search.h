@@ -567,6 +567,13 @@ typedef struct pcgc_sim_result {
  * first and owns memory after PCGC_OK (pcgc_sim_result_destroy). */
 pcgc_status pcgc_simulate(const pcgc_graph *g, const pcgc_mapping *mp, const pcgc_machine *m,
                           const pcgc_sim_options *o, pcgc_sim_result *r, pcgc_error *err);
+
+/* Activation recomputation (o->recompute above): recomputed[x] is true for
+ * the kernels (not the loss) whose outputs are not kept but computed again
+ * before backward: those inside a unit that are not the unit's cut tensor.
+ * What the simulator costs is what codegen lowers. recomputed has n_nodes
+ * entries. */
+pcgc_status pcgc_recomputed_nodes(const pcgc_graph *g, bool *recomputed, pcgc_error *err);
 void pcgc_sim_result_destroy(pcgc_sim_result *r);
 
 /* Prints the result: iteration time, compute and idle per device (min,

@@ -215,6 +215,21 @@ int *pcgc__checkpoint_units(const pcgc_graph *g, int *n_units, bool **checkpoint
   return unit;
 }
 
+pcgc_status pcgc_recomputed_nodes(const pcgc_graph *g, bool *recomputed, pcgc_error *err) {
+  int n_units = 0;
+  bool *ck = NULL;
+  int *unit = pcgc__checkpoint_units(g, &n_units, &ck);
+  if (!unit) return pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory cutting the graph into recomputation units");
+  for (int x = 0; x < g->n_nodes; x++) {
+    const pcgc_node *n = &g->nodes[x];
+    bool kernel = pcgc_cost_efficiency(n->kind)->kernel && pcgc_op_class_of(n->kind) != PCGC_CLASS_LOSS;
+    recomputed[x] = kernel && unit[x] >= 0 && !ck[x];
+  }
+  free(unit);
+  free(ck);
+  return PCGC_OK;
+}
+
 /* ------------------------------------------------------ one segment */
 
 #define STUB_PREFIX "__seg"

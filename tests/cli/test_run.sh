@@ -76,6 +76,24 @@ b0=$(grep -n "backward  *h1 .* mb0" "$tmp/out" | head -1 | cut -d: -f1)
 f3=$(grep -n "forward  *h1 .* mb3" "$tmp/out" | head -1 | cut -d: -f1)
 if [ -n "$b0" ] && [ -n "$f3" ] && [ "$f3" -lt "$b0" ]; then ok; else bad "GPipe: every forward before any backward"; fi
 
+# --- activation recomputation: units made again before backward; less memory, the same training
+tb="$src/models/transformer-block.pcg"
+expect 0 "$pcgc" compile "$tb" --machine cpu-2 --choice dp=2 --budget 0 --optimizer sgd -o "$tmp/keep.json"
+expect 0 "$pcgc" compile "$tb" --machine cpu-2 --choice dp=2,recompute --budget 0 --optimizer sgd -o "$tmp/rc.json"
+has "$tmp/out" "activations recomputed"
+arena() { "$pcgc" plan show "$1" --device 0 | awk '$1 == "0" {print $3}'; }
+a_keep=$(arena "$tmp/keep.json"); a_rc=$(arena "$tmp/rc.json")
+awk -v a="$a_rc" -v b="$a_keep" 'BEGIN { exit !(a > 0 && a < b) }' && ok || bad "recomputation: arena $a_rc MiB not below $a_keep MiB"
+expect 0 "$pcgc" plan show "$tmp/rc.json" --device 0 --streams
+has "$tmp/out" "kernel pieces run again before backward"; has "$tmp/out" " recompute "
+check_plan "$tmp/rc.json" "$tb" "transformer block, recomputed"
+expect 0 "$pcgc" compile "$src/models/mlp.pcg" --machine cpu-4 --choice pp=2,micro=4,schedule=1f1b,recompute --budget 0 \
+  --optimizer sgd -o "$tmp/rc1f1b.json"
+check_plan "$tmp/rc1f1b.json" "$src/models/mlp.pcg" "pipeline 1F1B, recomputed"
+expect 0 "$pcgc" compile "$src/models/cnn.pcg" --machine cpu-2 --choice dp=2,recompute --budget 0 --optimizer sgd \
+  -o "$tmp/rccnn.json"
+check_plan "$tmp/rccnn.json" "$src/models/cnn.pcg" "CNN data parallel, recomputed (batch norm kept)"
+
 # --- plans pcgc compile finds, on 2, 4 and 8 processes
 for m in mlp cnn transformer-block embedding-bag; do
   for n in 2 4 8; do
