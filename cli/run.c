@@ -224,6 +224,8 @@ static int self_launch(int n, int argc, char **argv) {
   setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
   setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
   setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 0);
+  /* more ranks than cores: a rank waiting for a message yields its core to one that computes */
+  if (n > sysconf(_SC_NPROCESSORS_ONLN)) setenv("OMPI_MCA_mpi_yield_when_idle", "1", 0);
   setenv("PCGC_LAUNCHED", "1", 1);
   fflush(stdout);
   execvp(mpirun, av);
