@@ -37,41 +37,35 @@ static const char *value_of(const char *h, const char *key) {
   return p;
 }
 
-pcgc_status pcgc_npy_open(const char *path, pcgc_npy *f, pcgc_error *err) {
+pcgc_status pcgc_npy_parse(const char *b, size_t n, int64_t file_size, const char *path, pcgc_npy *f,
+                           pcgc_error *err) {
   memset(f, 0, sizeof *f);
   snprintf(f->path, sizeof f->path, "%s", path);
-  int fd = open(path, O_RDONLY);
-  if (fd < 0) return pcgc_error_set(err, PCGC_ERR_IO, "cannot read '%s': %s", path, strerror(errno));
-  struct stat sb;
-  unsigned char pre[12];
-  ssize_t got = fstat(fd, &sb) == 0 ? pread(fd, pre, sizeof pre, 0) : -1;
-  pcgc_status st = PCGC_OK;
-  char *h = NULL;
+  const unsigned char *pre = (const unsigned char *)b;
   uint32_t hlen = 0;
-  int pre_len = 0;
-  if (got < 10 || memcmp(pre, "\x93NUMPY", 6) != 0) {
-    st = bad(err, path, "not a .npy file (no \\x93NUMPY magic)");
-  } else if (pre[6] < 1 || pre[6] > 3) {
-    st = bad(err, path, "unsupported .npy format version (1.0 to 3.0 are read)");
-  } else if (pre[6] == 1) {
+  size_t pre_len = 0;
+  if (n < 10 || memcmp(pre, "\x93NUMPY", 6) != 0) return bad(err, path, "not a .npy file (no \\x93NUMPY magic)");
+  if (pre[6] < 1 || pre[6] > 3) return bad(err, path, "unsupported .npy format version (1.0 to 3.0 are read)");
+  if (pre[6] == 1) {
     hlen = (uint32_t)pre[8] | (uint32_t)pre[9] << 8;
     pre_len = 10;
-  } else if (got < 12) {
-    st = bad(err, path, "the file is cut off in its header");
+  } else if (n < 12) {
+    return bad(err, path, "the file is cut off in its header");
   } else {
     hlen = (uint32_t)pre[8] | (uint32_t)pre[9] << 8 | (uint32_t)pre[10] << 16 | (uint32_t)pre[11] << 24;
     pre_len = 12;
   }
-  if (st == PCGC_OK && (hlen > 1u << 20 || (int64_t)pre_len + hlen > (int64_t)sb.st_size))
-    st = bad(err, path, "the header length is larger than the file");
-  if (st == PCGC_OK && !(h = calloc(hlen + 1, 1))) st = pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
-  if (st == PCGC_OK && pread(fd, h, hlen, pre_len) != (ssize_t)hlen) st = bad(err, path, "the header cannot be read");
-  close(fd);
-  if (st != PCGC_OK) {
+  if (hlen > 1u << 20 || (int64_t)pre_len + hlen > file_size || pre_len + hlen > n)
+    return bad(err, path, "the header length is larger than the file");
+  char *h = calloc(hlen + 1, 1);
+  if (!h) return pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
+  memcpy(h, b + pre_len, hlen);
+  if (memchr(h, '\0', hlen)) {
     free(h);
-    return st;
+    return bad(err, path, "the header holds a NUL byte");
   }
-  f->data_offset = pre_len + (int64_t)hlen;
+  pcgc_status st = PCGC_OK;
+  f->data_offset = (int64_t)pre_len + hlen;
   const char *d = value_of(h, "descr"), *fo = value_of(h, "fortran_order"), *sh = value_of(h, "shape");
   char what[256];
   if (!d || !fo || !sh || *d != '\'') {
@@ -79,16 +73,16 @@ pcgc_status pcgc_npy_open(const char *path, pcgc_npy *f, pcgc_error *err) {
   } else if (strncmp(fo, "False", 5) != 0) {
     st = bad(err, path, "the array is in Fortran order; save a C-ordered array (numpy.ascontiguousarray)");
   } else {
-    size_t n = strcspn(d + 1, "'");
-    snprintf(f->descr, sizeof f->descr, "%.*s", (int)(n < 7 ? n : 7), d + 1);
+    size_t k = strcspn(d + 1, "'");
+    snprintf(f->descr, sizeof f->descr, "%.*s", (int)(k < 7 ? k : 7), d + 1);
     static const struct { const char *d; int elem; bool fl, un; } ok[] = {
         {"<f4", 4, true, false}, {"<f8", 8, true, false}, {"<i4", 4, false, false},
         {"<i8", 8, false, false}, {"|u1", 1, false, true}, {"<u1", 1, false, true}};
-    for (size_t k = 0; k < sizeof ok / sizeof ok[0] && !f->elem; k++)
-      if (strcmp(f->descr, ok[k].d) == 0) {
-        f->elem = ok[k].elem;
-        f->is_float = ok[k].fl;
-        f->is_unsigned = ok[k].un;
+    for (size_t j = 0; j < sizeof ok / sizeof ok[0] && !f->elem; j++)
+      if (strcmp(f->descr, ok[j].d) == 0) {
+        f->elem = ok[j].elem;
+        f->is_float = ok[j].fl;
+        f->is_unsigned = ok[j].un;
       }
     if (!f->elem) {
       snprintf(what, sizeof what, "its dtype '%s' is not one pcgc reads (<f4, <f8, <i4, <i8, |u1)", f->descr);
@@ -102,8 +96,9 @@ pcgc_status pcgc_npy_open(const char *path, pcgc_npy *f, pcgc_error *err) {
       while (*p == ' ') p++;
       if (*p == ')') break;
       char *end;
+      errno = 0;
       long long x = strtoll(p, &end, 10);
-      if (end == p || x < 0 || f->rank >= PCGC_MAX_RANK) {
+      if (end == p || errno || x < 0 || x > ((int64_t)1 << 48) || f->rank >= PCGC_MAX_RANK) {
         st = bad(err, path, "'shape' is not a tuple of at most 8 sizes");
         break;
       }
@@ -116,15 +111,32 @@ pcgc_status pcgc_npy_open(const char *path, pcgc_npy *f, pcgc_error *err) {
   free(h);
   if (st == PCGC_OK && f->rank < 1) st = bad(err, path, "the array is a scalar; its first dim must be the samples");
   if (st != PCGC_OK) return st;
-  f->row_elems = 1;
-  for (int i = 1; i < f->rank; i++) f->row_elems *= f->shape[i];
-  double need = (double)f->data_offset + (double)f->shape[0] * (double)f->row_elems * f->elem;
-  if (need > (double)sb.st_size) {
+  double elems = 1;
+  for (int i = 1; i < f->rank; i++) elems *= (double)f->shape[i];
+  if (elems > 1e15) return bad(err, path, "a sample is larger than any file");
+  f->row_elems = (int64_t)elems;
+  double need = (double)f->data_offset + (double)f->shape[0] * elems * f->elem;
+  if (need > (double)file_size) {
     snprintf(what, sizeof what, "the file is cut off: its header promises %lld samples (%.0f bytes), it has %lld bytes",
-             (long long)f->shape[0], need, (long long)sb.st_size);
+             (long long)f->shape[0], need, (long long)file_size);
     return bad(err, path, what);
   }
   return PCGC_OK;
+}
+
+pcgc_status pcgc_npy_open(const char *path, pcgc_npy *f, pcgc_error *err) {
+  memset(f, 0, sizeof *f);
+  int fd = open(path, O_RDONLY);
+  if (fd < 0) return pcgc_error_set(err, PCGC_ERR_IO, "cannot read '%s': %s", path, strerror(errno));
+  struct stat sb;
+  size_t cap = (1u << 20) + 12;
+  char *head = malloc(cap);
+  ssize_t got = head && fstat(fd, &sb) == 0 ? pread(fd, head, cap, 0) : -1;
+  close(fd);
+  pcgc_status st = got < 0 ? pcgc_error_set(err, PCGC_ERR_IO, "cannot read '%s'", path)
+                           : pcgc_npy_parse(head, (size_t)got, (int64_t)sb.st_size, path, f, err);
+  free(head);
+  return st;
 }
 
 pcgc_status pcgc_npy_check(const pcgc_npy *f, const char *name, const pcgc_ptensor *t, pcgc_error *err) {

@@ -41,6 +41,11 @@ typedef struct pcgc_npy {
  * file is shorter than its header says. */
 pcgc_status pcgc_npy_open(const char *path, pcgc_npy *f, pcgc_error *err);
 
+/* The same from the first n bytes of a file of file_size bytes (at most
+ * 1 MiB + 12 are looked at); what pcgc_npy_open and the fuzzer call. */
+pcgc_status pcgc_npy_parse(const char *bytes, size_t n, int64_t file_size, const char *path, pcgc_npy *f,
+                           pcgc_error *err);
+
 /* Checks that f can feed a model input of tensor type t: dtype kind, the
  * dims after the first equal to t's, at least t's dim 0 samples. name is
  * the input's name, for messages. */

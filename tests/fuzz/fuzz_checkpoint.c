@@ -1,6 +1,7 @@
 /*
- * fuzz_checkpoint.c — libFuzzer target for the checkpoint reader
- * (pcgc_checkpoint_parse, docs/checkpoint-format.md). Besides memory
+ * fuzz_checkpoint.c — libFuzzer target for the readers of `pcgc run`'s
+ * files: checkpoints (pcgc_checkpoint_parse, docs/checkpoint-format.md)
+ * and, on the same bytes, .npy headers (pcgc_npy_parse, --data). Besides memory
  * safety it checks that an accepted checkpoint is consistent (every
  * tensor's arrays allocated, sizes matching its dims), and that a file
  * refused says which line. The checksum makes almost every mutation a
@@ -19,6 +20,7 @@
 #include <xxhash.h>
 
 #include "checkpoint.h"
+#include "npy.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -45,6 +47,12 @@ static void one(const char *b, size_t n) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   one((const char *)data, size);
+  pcgc_npy f;
+  pcgc_error err;
+  pcgc_error_clear(&err);
+  if (pcgc_npy_parse((const char *)data, size, (int64_t)size, "fuzz.npy", &f, &err) == PCGC_OK &&
+      (f.rank < 1 || f.elem < 1 || f.data_offset + f.shape[0] * f.row_elems * f.elem > (int64_t)size))
+    abort(); /* an accepted header promises no more than the file holds */
   if (size >= 8) { /* the same bytes with a valid checksum */
     char *b = malloc(size);
     if (!b) return 0;
