@@ -1,6 +1,7 @@
 /*
- * cli.h — what the files of the `pcgc` command share: exit codes, usage
- * errors and model loading.
+ * cli.h — what the files of the `pcgc` command share (common.c): exit
+ * codes, usage errors, model loading and report formats; and each
+ * command's entry point (main.c dispatches to them).
  */
 #ifndef PCGC_CLI_H
 #define PCGC_CLI_H
@@ -48,6 +49,10 @@ int pcgc_cli_loss_kind(const char *cmd, const char *name, int *kind);
 
 /* "dp 2 x tp 4 x pp 2, 8 micro-batches in 1F1B order, activations recomputed" */
 void pcgc_cli_format_choice(char *buf, size_t n, pcgc_expert_choice c);
+/* "12.3 ms": seconds with four significant digits in s, ms, us or ns; returns b. */
+const char *pcgc_cli_fmt_time(char *b, size_t n, double s);
+/* "8.29 MiB": bytes with three significant digits in B, KiB ... TiB; returns b. */
+const char *pcgc_cli_fmt_bytes(char *b, size_t n, double x);
 #define PCGC_CLI_LOSS_HELP                                                                          \
   "  --loss KIND        softmax_cross_entropy | mse: add this loss on the model's one output,\n"    \
   "                     against a new input 'labels' (for ONNX inference graphs, which have none)\n"

@@ -81,29 +81,6 @@ void pcgc_cli_compile_help(FILE *f) {
           "exit codes: 0 ok, 1 invalid model or no strategy fits, 2 usage, 3 I/O\n");
 }
 
-/* "12.3 ms" with four significant digits. */
-static const char *fmt_time(char *b, size_t n, double s) {
-  const char *u[] = {"s", "ms", "us", "ns"};
-  int i = 0;
-  while (i < 3 && s != 0 && s < 1) {
-    s *= 1000;
-    i++;
-  }
-  snprintf(b, n, "%.4g %s", s, u[i]);
-  return b;
-}
-
-static const char *fmt_bytes(char *b, size_t n, double x) {
-  const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int i = 0;
-  while (i < 4 && x >= 1024) {
-    x /= 1024;
-    i++;
-  }
-  snprintf(b, n, "%.3g %s", x, u[i]);
-  return b;
-}
-
 /* The devices of a node's pieces: "3", "0..7", "0..6 step 2". */
 static void fmt_devices(char *b, size_t n, pcgc_view v, int64_t pieces, int D) {
   if (pieces <= 1 || v.stride == 0) {
@@ -218,8 +195,8 @@ static void print_bound(const pcgc_graph *g, const pcgc_machine *m, const pcgc_c
   }
   double bound = seq / D;
   if (o->log) fprintf(o->log, "perfect-scaling bound: sequential simulated in %.3g ms\n", seconds * 1e3);
-  printf("  %-26s %s = sequential %s / %d device%s; the chosen time is %.2fx it", label, fmt_time(a, sizeof a, bound),
-         fmt_time(b, sizeof b, seq), D, D == 1 ? "" : "s", best / bound);
+  printf("  %-26s %s = sequential %s / %d device%s; the chosen time is %.2fx it", label, pcgc_cli_fmt_time(a, sizeof a, bound),
+         pcgc_cli_fmt_time(b, sizeof b, seq), D, D == 1 ? "" : "s", best / bound);
   if (best < bound * (1 - 1e-9))
     printf(" (rewrites of the joint search removed work the bound counts)");
   else if (r->data_parallel.feasible)
@@ -238,7 +215,7 @@ static void print_ref(const char *label, const pcgc_compile_ref *f, double best)
     return;
   }
   pcgc_cli_format_choice(c, sizeof c, f->choice);
-  printf("  %-26s %-10s %6.2fx the chosen time  (%s)\n", label, fmt_time(a, sizeof a, f->time),
+  printf("  %-26s %-10s %6.2fx the chosen time  (%s)\n", label, pcgc_cli_fmt_time(a, sizeof a, f->time),
          best > 0 ? f->time / best : 0, c);
 }
 
@@ -404,13 +381,13 @@ int pcgc_cli_compile(int argc, char **argv) {
   double best = r.sim.iteration_time, mem = 0;
   for (int d = 0; d < r.sim.n_devices; d++)
     if (r.sim.device[d].memory.total > mem) mem = r.sim.device[d].memory.total;
-  printf("\n%-28s %s\n", "predicted iteration time", fmt_time(a, sizeof a, best));
+  printf("\n%-28s %s\n", "predicted iteration time", pcgc_cli_fmt_time(a, sizeof a, best));
   print_ref("data parallel", &r.data_parallel, best);
   print_ref("best pure Megatron", &r.megatron, best);
   print_ref("best pure pipeline", &r.pipeline, best);
   print_bound(g, &m, &o, &r, best);
-  printf("%-28s %s of %s usable\n", "memory per device (max)", fmt_bytes(a, sizeof a, mem),
-         fmt_bytes(b, sizeof b, r.sim.capacity));
+  printf("%-28s %s of %s usable\n", "memory per device (max)", pcgc_cli_fmt_bytes(a, sizeof a, mem),
+         pcgc_cli_fmt_bytes(b, sizeof b, r.sim.capacity));
   /* what the plan lowers to: the program pcgc run executes, its memory planned */
   pcgc_codegen_options co;
   pcgc_codegen_options_default(&co);
@@ -428,7 +405,7 @@ int pcgc_cli_compile(int argc, char **argv) {
       instructions += prog->dev[d].n_ins;
     }
     printf("%-28s %s peak on the busiest device (arena %s), %+.1f%% against the simulator's; %lld instructions\n",
-           "planned memory (codegen)", fmt_bytes(a, sizeof a, (double)planned), fmt_bytes(b, sizeof b, (double)arena),
+           "planned memory (codegen)", pcgc_cli_fmt_bytes(a, sizeof a, (double)planned), pcgc_cli_fmt_bytes(b, sizeof b, (double)arena),
            mem > 0 ? 100.0 * ((double)planned - mem) / mem : 0.0, (long long)instructions);
   } else {
     printf("%-28s cannot be lowered yet: %s (pcgc run will refuse this plan)\n", "planned memory (codegen)",
@@ -450,8 +427,8 @@ int pcgc_cli_compile(int argc, char **argv) {
              "", j->segments, j->segments_searched, j->segments_improved,
              j->splice_rejected ? " (the whole graph was not faster: kept the start)" : "");
     printf("%-28s %s the expert strategy's %s", "", j->improvements ? "improved on" : "no rewrite improved on",
-           fmt_time(a, sizeof a, r.expert_time));
-    if (j->improvements) printf(" to %s (%d improvements, the last by %s)", fmt_time(b, sizeof b, j->time), j->improvements, j->last_rule);
+           pcgc_cli_fmt_time(a, sizeof a, r.expert_time));
+    if (j->improvements) printf(" to %s (%d improvements, the last by %s)", pcgc_cli_fmt_time(b, sizeof b, j->time), j->improvements, j->last_rule);
     printf("\n");
   }
   if (output) {

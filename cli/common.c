@@ -1,0 +1,139 @@
+/*
+ * common.c — what the commands of `pcgc` share (cli.h): usage errors and
+ * exit codes, --set and --loss, loading a model file or an ONNX file, and
+ * the formats of times, sizes and strategy choices in their reports.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "onnx_import.h"
+
+static const char *prog = "pcgc";
+
+int pcgc_cli_usage_error(const char *cmd, const char *fmt, const char *arg) {
+  fprintf(stderr, "%s%s%s: error: ", prog, cmd ? " " : "", cmd ? cmd : "");
+  fprintf(stderr, fmt, arg);
+  fprintf(stderr, "\nhint: run '%s %s%s--help' for usage\n", prog, cmd ? cmd : "", cmd ? " " : "");
+  return EXIT_USAGE;
+}
+
+int pcgc_cli_add_set(const char *cmd, const char *kv, pcgc_cli_sets *s) {
+  const char *eq = strchr(kv, '=');
+  if (!eq || eq == kv || !eq[1]) return pcgc_cli_usage_error(cmd, "--set expects NAME=VALUE, got '%s'", kv);
+  if (s->n >= PCGC_CLI_MAX_SETS) return pcgc_cli_usage_error(cmd, "too many --set options (at most 64)%s", "");
+  size_t nl = (size_t)(eq - kv);
+  if (nl >= sizeof s->buf[0]) return pcgc_cli_usage_error(cmd, "--set name too long: '%s'", kv);
+  memcpy(s->buf[s->n], kv, nl);
+  s->buf[s->n][nl] = '\0';
+  s->names[s->n] = s->buf[s->n];
+  s->values[s->n] = eq + 1;
+  s->n++;
+  return -1;
+}
+
+int pcgc_cli_exit_code(pcgc_status s) {
+  switch (s) {
+  case PCGC_OK: return EXIT_OK;
+  case PCGC_ERR_IO: return EXIT_IO;
+  case PCGC_ERR_NOMEM: return EXIT_INTERNAL;
+  default: return EXIT_INVALID;
+  }
+}
+
+void pcgc_cli_format_choice(char *b, size_t n, pcgc_expert_choice c) {
+  snprintf(b, n, "dp %d x tp %d x pp %d, %d micro-batch%s%s%s", c.dp, c.tp, c.pp, c.micro, c.micro == 1 ? "" : "es",
+           c.schedule == PCGC_SCHEDULE_1F1B ? " in 1F1B order" : "", c.recompute ? ", activations recomputed" : "");
+}
+
+int pcgc_cli_loss_kind(const char *cmd, const char *name, int *kind) {
+  int k = pcgc_op_from_name(name);
+  if (k != PCGC_OP_SOFTMAX_CROSS_ENTROPY && k != PCGC_OP_MSE)
+    return pcgc_cli_usage_error(cmd, "--loss must be softmax_cross_entropy or mse, not '%s'", name);
+  *kind = k;
+  return -1;
+}
+
+/* --loss: the loss put on the model's output; EXIT_OK or the printed error's code. */
+static int add_loss(pcgc_graph *g, int kind) {
+  pcgc_error err;
+  pcgc_error_clear(&err);
+  pcgc_status st = pcgc_graph_add_loss(g, (pcgc_op_kind)kind, &err);
+  if (st == PCGC_OK) return EXIT_OK;
+  fprintf(stderr, "pcgc: ");
+  pcgc_error_print(stderr, &err);
+  return pcgc_cli_exit_code(st);
+}
+
+pcgc_graph *pcgc_cli_load(const char *path, int n_set, const char *const *names, const char *const *values,
+                          int64_t batch, int loss, int *code) {
+  pcgc_error err;
+  pcgc_error_clear(&err);
+  pcgc_graph *g;
+  if (pcgc_onnx_is_onnx_path(path)) {
+    if (n_set > 0) {
+      fprintf(stderr, "pcgc: error: --set applies to model files; an ONNX model takes only --batch\n");
+      *code = EXIT_USAGE;
+      return NULL;
+    }
+    pcgc_onnx_options oo = {batch};
+    g = pcgc_onnx_load(path, &oo, &err);
+  } else {
+    const char *nm[66], *vl[66];
+    char bbuf[32];
+    int n = 0;
+    for (; n < n_set && n < 64; n++) {
+      nm[n] = names[n];
+      vl[n] = values[n];
+    }
+    if (batch > 0) {
+      snprintf(bbuf, sizeof bbuf, "%lld", (long long)batch);
+      nm[n] = "B";
+      vl[n++] = bbuf;
+    }
+    pcgc_model_options mo = {n, nm, vl};
+    g = pcgc_model_load(path, &mo, &err);
+  }
+  if (!g) {
+    pcgc_error_print(stderr, &err);
+    *code = pcgc_cli_exit_code(err.status ? err.status : PCGC_ERR_INVALID);
+    return NULL;
+  }
+  if (pcgc_graph_validate(g, &err) != PCGC_OK) {
+    pcgc_error_print(stderr, &err);
+    pcgc_graph_free(g);
+    *code = EXIT_INVALID;
+    return NULL;
+  }
+  if (loss >= 0 && (*code = add_loss(g, loss)) != EXIT_OK) {
+    pcgc_graph_free(g);
+    return NULL;
+  }
+  return g;
+}
+
+/* "12.3 ms" with four significant digits. */
+const char *pcgc_cli_fmt_time(char *b, size_t n, double s) {
+  const char *u[] = {"s", "ms", "us", "ns"};
+  int i = 0;
+  while (i < 3 && s != 0 && s < 1) {
+    s *= 1000;
+    i++;
+  }
+  snprintf(b, n, "%.4g %s", s, u[i]);
+  return b;
+}
+
+const char *pcgc_cli_fmt_bytes(char *b, size_t n, double x) {
+  const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int i = 0;
+  while (i < 4 && x >= 1024) {
+    x /= 1024;
+    i++;
+  }
+  snprintf(b, n, "%.3g %s", x, u[i]);
+  return b;
+}
+
