@@ -447,6 +447,12 @@ pcgc_graph *pcgc_model_load(const char *path, const pcgc_model_options *opts,
 
 /* Reads a whole file into a NUL-terminated buffer (caller frees). */
 char *pcgc_read_file(const char *path, size_t *len, pcgc_error *err);
+/* What a JSON file pcgc reads must not hold although JSON parsers let it
+ * through (pcg/json_strict.c): a NUL character, bytes that are not UTF-8,
+ * an object member given twice. PCGC_ERR_PARSE at path:line:col naming the
+ * problem; a syntax error is left to the JSON parser (PCGC_OK). */
+pcgc_status pcgc_json_check_strict(const char *text, size_t len, const char *path, pcgc_error *err);
+
 /* Writes len bytes as the whole of `path`, atomically (pcg/fileio.c): a
  * temporary file beside it, fsync, rename. PCGC_ERR_IO naming the file. */
 pcgc_status pcgc_write_file_atomic(const char *path, const char *data, size_t len, pcgc_error *err);

@@ -317,6 +317,15 @@ pcgc_status pcgc_strategy_file_parse(const char *text, size_t len, const char *p
   if (info) memset(info, 0, sizeof *info);
   if (!text || !out || !mp) return pcgc_error_set(err, PCGC_ERR_INVALID, "pcgc_strategy_file_parse: bad argument");
   jtext J = {text, len, path ? path : "<strategy>"};
+  pcgc_status strict = pcgc_json_check_strict(text, len, J.path, err);
+  if (strict != PCGC_OK) {
+    if (strict == PCGC_ERR_PARSE) {
+      char msg[sizeof err->message];
+      snprintf(msg, sizeof msg, "plan: %.1000s", err->message);
+      memcpy(err->message, msg, sizeof msg);
+    }
+    return strict;
+  }
   cJSON *root = cJSON_ParseWithLength(text, len);
   if (!root) {
     const char *at = cJSON_GetErrorPtr();
@@ -348,7 +357,7 @@ pcgc_status pcgc_strategy_file_parse(const char *text, size_t len, const char *p
                 "unsupported \"version\": this pcgc reads plans of version 2 (and strategy files of version 1); "
                 "a newer pcgc wrote it, or it is damaged%s", "");
   } else if (ver->valuedouble == 2 && !is_int(devs, 1)) {
-    st = bad_at(err, &J, top_at(&J, "devices"), "\"devices\" must be the plan's device count, an integer >= 1%s", "");
+    st = bad_at(err, &J, top_at(&J, "devices"), "\"devices\" must be the plan's device count, an integer from 1 to 1000000000%s", "");
   } else if (ver->valuedouble == 2 && n_devices > 0 && devs->valuedouble != n_devices) {
     char msg[200];
     snprintf(msg, sizeof msg, "the plan was lowered for %d devices, but the machine has %d: compile it again for this "
@@ -408,7 +417,7 @@ pcgc_status pcgc_strategy_file_parse(const char *text, size_t len, const char *p
       size_t k, vo;
       if (!is_int(v, 1))
         st = bad_at(err, &J, member_at(&J, co, keys[i], &k, &vo) ? vo : co,
-                    "\"choice\".\"%s\" must be a positive integer", keys[i]);
+                    "\"choice\".\"%s\" must be an integer from 1 to 1000000000", keys[i]);
       else vals[i] = (int)v->valuedouble;
     }
     /* the schedule is optional (files before it say nothing: GPipe) */
@@ -445,7 +454,7 @@ pcgc_status pcgc_strategy_file_parse(const char *text, size_t len, const char *p
       const cJSON *v = cJSON_GetObjectItemCaseSensitive(prog, keys[i]);
       if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble > 9e18 || v->valuedouble != floor(v->valuedouble))
         st = bad_at(err, &J, member_at(&J, po, keys[i], &k, &vo) ? vo : po,
-                    "\"program\".\"%s\" must be an integer >= 0", keys[i]);
+                    "\"program\".\"%s\" must be an integer from 0 to 9e18", keys[i]);
       else *dst[i] = (int64_t)v->valuedouble;
     }
     in.has_program = st == PCGC_OK;
@@ -488,7 +497,7 @@ pcgc_status pcgc_strategy_file_parse(const char *text, size_t len, const char *p
       if (id < 0) {
         st = bad_at(err, &J, ko, "\"views\" names '%s', which is no node of the model", v->string);
       } else if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) != 2 || !is_int(a0, 0) || !is_int(a1, 0)) {
-        st = bad_at(err, &J, va, "the view of '%s' must be [start, stride], integers >= 0", v->string);
+        st = bad_at(err, &J, va, "the view of '%s' must be [start, stride], integers from 0 to 1000000000", v->string);
       } else if (nd > 0 && a0->valuedouble >= nd) {
         char msg[400];
         snprintf(msg, sizeof msg, "the view of '%.200s' starts at device %d, but the %s has %d devices",

@@ -210,6 +210,16 @@ tac "$tmp/mlp.json" | grep -v '"checksum"' | sed '0,/^\t},$/s//\t}/' | tac >"$tm
 expect 1 "$pcgc" simulate "$tmp/nosum.json" --machine dgx-h100; has "$tmp/err" 'no "checksum"'
 expect 1 "$pcgc" simulate "$tmp/mlp.json" --machine cpu-4; has "$tmp/err" "uses 8 devices, but machine 'cpu-4' has 4"
 
+# --- strict JSON: a member given twice, a NUL, bytes that are not UTF-8: named, with the place
+sed 's/^\t"machine":\t"dgx-h100",$/&\n\t"machine":\t"cpu-4",/' "$tmp/mlp.json" >"$tmp/dup.json"
+expect 1 "$pcgc" simulate "$tmp/dup.json" --machine dgx-h100
+has "$tmp/err" 'dup.json:5:2: error: plan: the member "machine" is given twice (first at line 4, column 2)'
+/usr/bin/python3 -c 'import sys; d = open(sys.argv[1], "rb").read(); i = d.index(b"relu")
+open(sys.argv[2], "wb").write(d[:i] + b"\0" + d[i + 1:]); open(sys.argv[3], "wb").write(d[:i] + b"\xc3(" + d[i + 2:])' \
+  "$tmp/mlp.json" "$tmp/nul.json" "$tmp/latin.json"
+expect 1 "$pcgc" simulate "$tmp/nul.json" --machine dgx-h100; has "$tmp/err" "holds a NUL character"
+expect 1 "$pcgc" simulate "$tmp/latin.json" --machine dgx-h100; has "$tmp/err" "byte 0xC3 is not valid UTF-8"
+
 # --- -o into a folder that does not exist: I/O error, nothing written
 expect 3 "$pcgc" compile "$mlp" --machine dgx-h100 -o "$tmp/nope/s.json"; has "$tmp/err" "nope/s.json"
 

@@ -563,6 +563,10 @@ typedef struct bad_case {
 static const bad_case bad_cases[] = {
     {"{\"format\": \"pcgc-strategy\",\n \"version\": 1,,\n}", 2, 16, "malformed JSON"},
     {"[1, 2]", 1, 1, "expected a JSON object"},
+    {"{\"format\": \"pcgc-plan\",\n \"views\": {\"a\": 1, \"b\": 2,\n  \"a\": 3}}", 3, 3,
+     "the member \"a\" is given twice (first at line 2, column 12)"},
+    {"{\"format\": \"pcgc-\xff\"}", 1, 18, "byte 0xFF is not valid UTF-8"},
+    {"{\"format\": \"\xed\xa0\x80\"}", 1, 13, "byte 0xED is not valid UTF-8"},
     {"{\"format\": \"pcgc-plot\", \"version\": 1}", 1, 12, "not a pcgc plan"},
     {"{\"format\": \"pcgc-plan\", \"version\": 1}", 1, 36, "unsupported \"version\""},
     {"{\"format\": \"pcgc-plan\", \"version\": 2, \"machine\": \"m\",\n \"devices\": 0}", 2, 13, "\"devices\" must be"},

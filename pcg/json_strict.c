@@ -1,0 +1,197 @@
+/*
+ * json_strict.c — what cJSON lets through and pcgc's JSON files must not
+ * hold (pcg.h, pcgc_json_check_strict): a NUL character, bytes that are not
+ * UTF-8, and an object member named twice (cJSON would silently use the
+ * first). One pass over the text with a small tokenizer; a syntax error
+ * ends the pass quietly, since the JSON parser that runs next reports it
+ * with its position.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "uthash.h"
+
+typedef struct jkey {
+  const char *s; /* the raw member name between its quotes (escapes as written) */
+  size_t n;
+  size_t at;     /* offset of its opening quote */
+  UT_hash_handle hh;
+} jkey;
+
+typedef struct jscan {
+  const char *t;
+  size_t n, i;
+  const char *path;
+  pcgc_error *err;
+  pcgc_status st;
+  int depth;
+} jscan;
+
+static pcgc_srcloc loc(const jscan *J, size_t off) {
+  pcgc_srcloc l = {J->path, 1, 1};
+  for (size_t k = 0; k < off && k < J->n; k++) {
+    if (J->t[k] == '\n') {
+      l.line++;
+      l.col = 1;
+    } else {
+      l.col++; /* bytes, as every other position pcgc reports */
+    }
+  }
+  return l;
+}
+
+static void fail(jscan *J, size_t off, const char *msg) {
+  if (J->st) return;
+  J->st = pcgc_error_set(J->err, PCGC_ERR_PARSE, "%s", msg);
+  pcgc_error_at(J->err, loc(J, off), 1, J->t, J->n);
+}
+
+/* Length of the UTF-8 sequence at t[i] (1..4), or 0 when it is not one:
+ * overlong forms, surrogates and code points above U+10FFFF are refused. */
+static int utf8_len(const unsigned char *t, size_t n, size_t i) {
+  unsigned c = t[i];
+  if (c < 0x80) return 1;
+  int len = c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+  if (!len || i + (size_t)len > n) return 0;
+  for (int k = 1; k < len; k++)
+    if ((t[i + (size_t)k] & 0xC0) != 0x80) return 0;
+  unsigned c1 = t[i + 1];
+  if ((c == 0xE0 && c1 < 0xA0) || (c == 0xED && c1 > 0x9F) || (c == 0xF0 && c1 < 0x90) || (c == 0xF4 && c1 > 0x8F))
+    return 0;
+  return len;
+}
+
+static void ws(jscan *J) {
+  while (J->i < J->n && (J->t[J->i] == ' ' || J->t[J->i] == '\t' || J->t[J->i] == '\n' || J->t[J->i] == '\r')) J->i++;
+}
+
+/* At '"': past the closing quote; false on a syntax error. */
+static bool string(jscan *J) {
+  for (J->i++; J->i < J->n; J->i++) {
+    char c = J->t[J->i];
+    if (c == '"') {
+      J->i++;
+      return true;
+    }
+    if (c == '\\') J->i++;
+  }
+  return false;
+}
+
+static bool value(jscan *J);
+
+static bool object(jscan *J) {
+  jkey *keys = NULL, *e, *tmp;
+  bool ok = false;
+  J->i++; /* '{' */
+  ws(J);
+  if (J->i < J->n && J->t[J->i] == '}') {
+    J->i++;
+    return true;
+  }
+  for (;;) {
+    ws(J);
+    if (J->i >= J->n || J->t[J->i] != '"') break;
+    size_t at = J->i;
+    if (!string(J)) break;
+    jkey *k = malloc(sizeof *k);
+    if (!k) {
+      J->st = pcgc_error_set(J->err, PCGC_ERR_NOMEM, "out of memory checking %s", J->path);
+      break;
+    }
+    k->s = J->t + at + 1;
+    k->n = J->i - at - 2;
+    k->at = at;
+    HASH_FIND(hh, keys, k->s, k->n, e);
+    if (e) {
+      char msg[400];
+      pcgc_srcloc first = loc(J, e->at);
+      snprintf(msg, sizeof msg, "the member \"%.*s\" is given twice (first at line %d, column %d); keep one",
+               (int)(k->n < 200 ? k->n : 200), k->s, first.line, first.col);
+      free(k);
+      fail(J, at, msg);
+      break;
+    }
+    HASH_ADD_KEYPTR(hh, keys, k->s, k->n, k);
+    ws(J);
+    if (J->i >= J->n || J->t[J->i] != ':') break;
+    J->i++;
+    if (!value(J) || J->st) break;
+    ws(J);
+    if (J->i < J->n && J->t[J->i] == ',') {
+      J->i++;
+      continue;
+    }
+    if (J->i < J->n && J->t[J->i] == '}') {
+      J->i++;
+      ok = true;
+    }
+    break;
+  }
+  HASH_ITER(hh, keys, e, tmp) {
+    HASH_DEL(keys, e);
+    free(e);
+  }
+  return ok;
+}
+
+static bool value(jscan *J) {
+  ws(J);
+  if (J->i >= J->n) return false;
+  char c = J->t[J->i];
+  if (c == '"') return string(J);
+  if (c == '{' || c == '[') {
+    if (++J->depth > 1000) return false; /* the parser refuses such nesting itself */
+    bool ok;
+    if (c == '{') {
+      ok = object(J);
+    } else {
+      J->i++;
+      ws(J);
+      ok = true;
+      if (J->i < J->n && J->t[J->i] == ']') {
+        J->i++;
+      } else {
+        for (;;) {
+          if (!value(J) || J->st) {
+            ok = false;
+            break;
+          }
+          ws(J);
+          if (J->i < J->n && J->t[J->i] == ',') {
+            J->i++;
+            continue;
+          }
+          ok = J->i < J->n && J->t[J->i] == ']';
+          if (ok) J->i++;
+          break;
+        }
+      }
+    }
+    J->depth--;
+    return ok;
+  }
+  while (J->i < J->n && !strchr(",}] \t\r\n", J->t[J->i])) J->i++; /* number, true, false, null */
+  return true;
+}
+
+pcgc_status pcgc_json_check_strict(const char *text, size_t len, const char *path, pcgc_error *err) {
+  jscan J = {text, len, 0, path ? path : "<json>", err, PCGC_OK, 0};
+  for (size_t i = 0; i < len;) {
+    if (text[i] == '\0') {
+      fail(&J, i, "the file holds a NUL character; a JSON text never does (a damaged or binary file?)");
+      return J.st;
+    }
+    int k = utf8_len((const unsigned char *)text, len, i);
+    if (!k) {
+      char msg[160];
+      snprintf(msg, sizeof msg, "byte 0x%02X is not valid UTF-8; JSON files are UTF-8 text", (unsigned char)text[i]);
+      fail(&J, i, msg);
+      return J.st;
+    }
+    i += (size_t)k;
+  }
+  value(&J);
+  return J.st;
+}
