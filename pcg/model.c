@@ -179,6 +179,21 @@ pcgc_graph *pcgc_model_load(const char *path, const pcgc_model_options *opts, pc
   char *text = pcgc_read_file(path, &len, err);
   if (!text) return NULL;
   pcgc_graph *g = pcgc_model_parse(text, len, path, opts, err);
+  if (g) { /* a model file must compute something (a text snippet parsed by a program may not) */
+    int ops = 0;
+    for (int i = 0; i < g->n_nodes; i++) ops += pcgc_op_class_of(g->nodes[i].kind) != PCGC_CLASS_SOURCE;
+    if (ops == 0) {
+      bool blank = true;
+      for (size_t i = 0; i < len && blank; i++) blank = text[i] == ' ' || text[i] == '\t' || text[i] == '\n' || text[i] == '\r';
+      pcgc_error_set(err, PCGC_ERR_INVALID, blank ? "the model file is empty" : "the model computes nothing: it has %s",
+                     g->n_nodes ? "no operator, only inputs and weights" : "no input, weight or operator");
+      pcgc_error_at(err, (pcgc_srcloc){path, 1, 1}, 0, NULL, 0);
+      pcgc_error_hint(err, "a model declares its inputs and computes from them, e.g.\n"
+                           "  input x: f32[B, 784]\n  h = linear(x, out=10)\n(docs/model-format.md; models/mlp.pcg)");
+      pcgc_graph_free(g);
+      g = NULL;
+    }
+  }
   free(text);
   return g;
 }

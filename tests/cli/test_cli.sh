@@ -27,6 +27,13 @@ expect 2 "$pcgc" check "$src/models/mlp.pcg" --set B; has "$tmp/err" "--set expe
 # --- I/O errors
 expect 3 "$pcgc" check "$tmp/does-not-exist.pcg"; has "$tmp/err" "does-not-exist.pcg"
 
+# --- an empty model, or one that computes nothing: an error with a hint, not a valid model
+: >"$tmp/empty.pcg"
+expect 1 "$pcgc" check "$tmp/empty.pcg"; has "$tmp/err" "empty.pcg:1:1: error: the model file is empty"
+has "$tmp/err" "hint: a model declares its inputs"
+printf '# inputs only\nmodel m\ninput x: f32[2, 3]\n' >"$tmp/noop.pcg"
+expect 1 "$pcgc" compile "$tmp/noop.pcg" --machine cpu-2; has "$tmp/err" "no operator, only inputs and weights"
+
 # --- invalid model: position, caret and hint, exit 1
 printf 'const B = 4\ninput x: f32[B, 8]\nh = lineer(x, out=10)\n' >"$tmp/bad.pcg"
 expect 1 "$pcgc" check "$tmp/bad.pcg"
