@@ -80,7 +80,9 @@ typedef struct pcgc_error {
   char file[256];
   int line, col, len;     /* len: characters to underline (0 = 1) */
   char message[1024];
-  char source_line[512];  /* the offending source line, if known */
+  char source_line[512];  /* the offending source line, if known: of a long
+                             line only the part around col, "..." marking cuts */
+  int caret;              /* column of col in source_line (0: col itself) */
   char hint[512];         /* what to do about it, if known */
 } pcgc_error;
 

@@ -52,14 +52,29 @@ void pcgc_error_at(pcgc_error *err, pcgc_srcloc loc, int len, const char *source
     if (source[i] == '\n') line++;
   size_t j = i;
   while (j < source_len && source[j] != '\n' && source[j] != '\r') j++;
-  size_t n = j - i;
-  if (n >= sizeof err->source_line) n = sizeof err->source_line - 1;
-  /* tabs become spaces so the caret lines up */
-  for (size_t k = 0; k < n; k++) {
-    char c = source[i + k];
-    err->source_line[k] = (c == '\t' || (unsigned char)c < 32) ? ' ' : c;
+  err->caret = 0;
+  size_t n = j - i, from = 0, shown = n, at = 0;
+  if (n > 160) { /* a long line: 150 characters around the column, "..." where cut */
+    size_t c = loc.col > 0 ? (size_t)loc.col - 1 : 0;
+    from = c > 70 ? c - 70 : 0;
+    if (from + 150 > n) from = n > 150 ? n - 150 : 0;
+    shown = n - from < 150 ? n - from : 150;
+    if (from) {
+      memcpy(err->source_line, "...", 3);
+      at = 3;
+    }
+    err->caret = (int)(c - from + at) + 1;
   }
-  err->source_line[n] = '\0';
+  /* tabs become spaces so the caret lines up */
+  for (size_t k = 0; k < shown && at < sizeof err->source_line - 4; k++) {
+    char c = source[i + from + k];
+    err->source_line[at++] = (c == '\t' || (unsigned char)c < 32) ? ' ' : c;
+  }
+  if (from + shown < n) {
+    memcpy(err->source_line + at, "...", 3);
+    at += 3;
+  }
+  err->source_line[at] = '\0';
 }
 
 void pcgc_error_hint(pcgc_error *err, const char *fmt, ...) {
@@ -82,10 +97,12 @@ void pcgc_error_print(FILE *f, const pcgc_error *err) {
     int w = snprintf(num, sizeof num, "%d", err->line);
     fprintf(f, " %s | %s\n", num, err->source_line);
     fprintf(f, " %*s | ", w, "");
-    int col = err->col > 0 ? err->col : 1;
+    int col = err->caret > 0 ? err->caret : err->col > 0 ? err->col : 1;
+    int width = (int)strlen(err->source_line);
+    if (col > width + 1) col = width + 1;
     for (int i = 1; i < col; i++) fputc(' ', f);
     fputc('^', f);
-    for (int i = 1; i < err->len; i++) fputc('~', f);
+    for (int i = 1; i < err->len && col + i <= width; i++) fputc('~', f);
     fputc('\n', f);
   }
   if (err->hint[0]) fprintf(f, "hint: %s\n", err->hint);
