@@ -28,18 +28,7 @@ typedef struct jscan {
   int depth;
 } jscan;
 
-static pcgc_srcloc loc(const jscan *J, size_t off) {
-  pcgc_srcloc l = {J->path, 1, 1};
-  for (size_t k = 0; k < off && k < J->n; k++) {
-    if (J->t[k] == '\n') {
-      l.line++;
-      l.col = 1;
-    } else {
-      l.col++; /* bytes, as every other position pcgc reports */
-    }
-  }
-  return l;
-}
+static pcgc_srcloc loc(const jscan *J, size_t off) { return pcgc_srcloc_at(J->t, J->n, off, J->path); }
 
 static void fail(jscan *J, size_t off, const char *msg) {
   if (J->st) return;

@@ -449,6 +449,9 @@ pcgc_graph *pcgc_model_load(const char *path, const pcgc_model_options *opts,
 
 /* Reads a whole file into a NUL-terminated buffer (caller frees). */
 char *pcgc_read_file(const char *path, size_t *len, pcgc_error *err);
+/* The line and column (from 1, in bytes) of byte `off` of text[0..len). */
+pcgc_srcloc pcgc_srcloc_at(const char *text, size_t len, size_t off, const char *file);
+
 /* What a JSON file pcgc reads must not hold although JSON parsers let it
  * through (pcg/json_strict.c): a NUL character, bytes that are not UTF-8,
  * an object member given twice. PCGC_ERR_PARSE at path:line:col naming the

@@ -37,6 +37,19 @@ pcgc_status pcgc_error_set(pcgc_error *err, pcgc_status s, const char *fmt, ...)
   return s;
 }
 
+pcgc_srcloc pcgc_srcloc_at(const char *text, size_t len, size_t off, const char *file) {
+  pcgc_srcloc l = {file, 1, 1};
+  for (size_t i = 0; i < off && i < len; i++) {
+    if (text[i] == '\n') {
+      l.line++;
+      l.col = 1;
+    } else {
+      l.col++;
+    }
+  }
+  return l;
+}
+
 void pcgc_error_at(pcgc_error *err, pcgc_srcloc loc, int len, const char *source,
                    size_t source_len) {
   if (!err) return;

@@ -253,18 +253,7 @@ static bool member_at(const jtext *J, size_t obj, const char *key, size_t *key_a
   }
 }
 
-static pcgc_srcloc loc_of(const jtext *J, size_t off) {
-  pcgc_srcloc l = {J->path, 1, 1};
-  for (size_t i = 0; i < off && i < J->n; i++) {
-    if (J->t[i] == '\n') {
-      l.line++;
-      l.col = 1;
-    } else {
-      l.col++;
-    }
-  }
-  return l;
-}
+static pcgc_srcloc loc_of(const jtext *J, size_t off) { return pcgc_srcloc_at(J->t, J->n, off, J->path); }
 
 static pcgc_status bad_at(pcgc_error *err, const jtext *J, size_t off, const char *fmt, const char *arg) {
   char msg[768];
