@@ -385,10 +385,10 @@ int pcgc_cli_run(int argc, char **argv) {
       printf("%d steps in %.3f s (fastest step %.2f ms)\n", r.steps - r.first_step, r.seconds,
              1e3 * r.step_seconds_min);
     if (r.checked) {
-      printf("check against the reference interpreter: losses differ by at most %.2e, weights by %.2e (%s); "
+      printf("check against the reference interpreter: losses differ by at most %.2e, weights by %.2e (%s)%s; "
              "tolerance %.0e: %s\n",
-             r.max_loss_diff, r.max_weight_diff, r.worst_tensor[0] ? r.worst_tensor : "-", tol,
-             r.check_ok ? "match" : "MISMATCH");
+             r.max_loss_diff, r.max_weight_diff, r.worst_tensor[0] ? r.worst_tensor : "-",
+             adam ? " beyond adam's allowance of 2 x lr x steps" : "", tol, r.check_ok ? "match" : "MISMATCH");
       if (!r.check_ok) code = EXIT_INVALID;
     }
   }
