@@ -31,12 +31,4 @@ pcgc_status pcgc__joint_segmented(const pcgc_graph *start, const pcgc_mapping *s
                                   const pcgc_machine *m, const pcgc_rule_inst *insts, int n_insts,
                                   const pcgc_joint_options *o, pcgc_joint_result *r, bool *done, pcgc_error *err);
 
-/* The recomputation units of g (search/segment.c, for the simulator): g cut
- * at bottleneck tensors as the segmented search cuts it, into segments of
- * about sqrt(n) of its n computed nodes. Returns unit[node] (-1: resident, or computed
- * from weights alone and read in several units), *n_units, and
- * (*checkpoint)[node]: its output is the one tensor crossing a cut. One unit
- * when there is no bottleneck. NULL on out of memory; the caller frees both. */
-int *pcgc__checkpoint_units(const pcgc_graph *g, int *n_units, bool **checkpoint);
-
 #endif

@@ -50,7 +50,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "joint_internal.h"
+#include "cuts_internal.h"
 #include "sim_internal.h"
 
 /* ------------------------------------------------------------- names */

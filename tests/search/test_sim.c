@@ -33,7 +33,7 @@
 #include <unistd.h>
 
 #include "search.h"
-#include "joint_internal.h"
+#include "cuts_internal.h"
 #include "sim_internal.h"
 
 #ifndef PCGC_SOURCE_DIR
