@@ -33,7 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels_internal.h"
+#include "k_common_impl.h"
 
 #define TRY(x)                     \
   do {                             \
@@ -82,18 +82,34 @@ typedef struct attn_geo {
   bool bias, bias_o;                    /* bq/bk/bv (10 or 11 inputs), bo (11) */
   bool causal, dropout_on;
   double p, scale;
-  uint64_t seed, node;
+  uint64_t key, thr;                    /* dropout: pcgc__rng_key(seed, node), pcgc__rng_threshold(p) */
 } attn_geo;
 
 static int64_t get_id(const pcgc_buf *b, int64_t i) {
   return b->dtype == PCGC_I32 ? (int64_t)((const int32_t *)b->data)[i] : ((const int64_t *)b->data)[i];
 }
 
-/* Whether attention keeps probability (b, h, i, j) (local indices). */
-static bool attn_keep(const attn_geo *g, int64_t b, int64_t h, int64_t i, int64_t j) {
-  uint64_t c = ((((uint64_t)(g->b0 + b) * (uint64_t)g->heads + (uint64_t)(g->h0 + h)) * (uint64_t)g->Sq_g +
-                 (uint64_t)(g->q0 + i)) * (uint64_t)g->Sk) + (uint64_t)j;
-  return pcgc_rng_uniform(g->seed, g->node, c) >= g->p;
+/* The dropout counter of probability (b, h, i, 0) (local indices); key j of
+ * that row is kept iff (pcgc__rng_u64_at(g->key, row + j) >> 11) >= g->thr,
+ * i.e. pcgc_rng_uniform(seed, node, row + j) >= p. */
+static uint64_t attn_row(const attn_geo *g, int64_t b, int64_t h, int64_t i) {
+  return (((uint64_t)(g->b0 + b) * (uint64_t)g->heads + (uint64_t)(g->h0 + h)) * (uint64_t)g->Sq_g +
+          (uint64_t)(g->q0 + i)) * (uint64_t)g->Sk;
+}
+
+/* The window of output o along one dim clipped to the plane: [*lo, *hi). */
+static inline void pool_span(int64_t o, int64_t stride, int64_t pad, int64_t k, int64_t n, int64_t *lo, int64_t *hi) {
+  int64_t s = o * stride - pad;
+  *lo = s < 0 ? 0 : s;
+  *hi = s + k < n ? s + k : n;
+}
+
+/* Outputs [*lo, *hi) of a row whose windows lie inside the columns. */
+static void pool_inner_cols(const pool_geo *g, int64_t *lo, int64_t *hi) {
+  *lo = (g->pw + g->sw - 1) / g->sw;                       /* ow * sw >= pw */
+  *hi = g->W + g->pw < g->KW ? 0 : (g->W + g->pw - g->KW) / g->sw + 1; /* ow * sw - pw + KW <= W */
+  if (*hi > g->OW) *hi = g->OW;
+  if (*lo > *hi) *lo = *hi;
 }
 
 /* Scratch: n elements of `size` bytes (at least one), or NULL with an error set. */
@@ -113,17 +129,17 @@ static void *kalloc(const pcgc__kargs *k, int64_t n, size_t size) {
 
 /* The arithmetic, once per float type. */
 #define REAL float
+#define UREAL uint32_t
 #define SFX(name) name##_f32
 #define GEMM cblas_sgemm
 #define RX(fn) fn##f
 #include "k_dense_impl.h"
 #define REAL double
+#define UREAL uint64_t
 #define SFX(name) name##_f64
 #define GEMM cblas_dgemm
 #define RX(fn) fn
 #include "k_dense_impl.h"
-
-#define BY_DTYPE(dt, fn, ...) ((dt) == PCGC_F32 ? fn##_f32(__VA_ARGS__) : fn##_f64(__VA_ARGS__))
 
 /* ---------------------------------------------------- buffer checking */
 
@@ -293,7 +309,7 @@ static pcgc_status dense_kernel(const pcgc__kargs *k, bool bwd) {
   dense_geo g;
   TRY(prepare(k, bwd, &dt));
   TRY(dense_check(k, &g));
-  return bwd ? BY_DTYPE(dt, dense_bwd, k, &g) : BY_DTYPE(dt, dense_fwd, k, &g);
+  return bwd ? KX_BY_DTYPE(dt, dense_bwd, k, &g) : KX_BY_DTYPE(dt, dense_fwd, k, &g);
 }
 
 pcgc_status pcgc__cpu_fwd_linear(const pcgc__kargs *k) { return dense_kernel(k, false); }
@@ -327,7 +343,7 @@ static pcgc_status bmm_kernel(const pcgc__kargs *k, bool bwd) {
   bmm_geo g;
   TRY(prepare(k, bwd, &dt));
   TRY(bmm_check(k, &g));
-  return bwd ? BY_DTYPE(dt, bmm_bwd, k, &g) : BY_DTYPE(dt, bmm_fwd, k, &g);
+  return bwd ? KX_BY_DTYPE(dt, bmm_bwd, k, &g) : KX_BY_DTYPE(dt, bmm_fwd, k, &g);
 }
 
 pcgc_status pcgc__cpu_fwd_bmm(const pcgc__kargs *k) { return bmm_kernel(k, false); }
@@ -379,7 +395,7 @@ static pcgc_status conv_kernel(const pcgc__kargs *k, bool bwd) {
   conv_geo g;
   TRY(prepare(k, bwd, &dt));
   TRY(conv_check(k, &g));
-  return bwd ? BY_DTYPE(dt, conv_bwd, k, &g) : BY_DTYPE(dt, conv_fwd, k, &g);
+  return bwd ? KX_BY_DTYPE(dt, conv_bwd, k, &g) : KX_BY_DTYPE(dt, conv_fwd, k, &g);
 }
 
 pcgc_status pcgc__cpu_fwd_conv2d(const pcgc__kargs *k) { return conv_kernel(k, false); }
@@ -426,9 +442,9 @@ static pcgc_status pool_kernel(const pcgc__kargs *k, bool bwd) {
   TRY(prepare(k, bwd, &dt));
   TRY(pool_check(k, &g));
   if (bwd) {
-    if (k->din[0].data) BY_DTYPE(dt, pool_bwd, k, &g);
+    if (k->din[0].data) KX_BY_DTYPE(dt, pool_bwd, k, &g);
   } else {
-    BY_DTYPE(dt, pool_fwd, k, &g);
+    KX_BY_DTYPE(dt, pool_fwd, k, &g);
   }
   return PCGC_OK;
 }
@@ -484,9 +500,9 @@ static pcgc_status emb_kernel(const pcgc__kargs *k, bool bwd) {
   TRY(prepare(k, bwd, &dt));
   TRY(emb_check(k, &g));
   if (bwd) {
-    if (k->din[1].data) BY_DTYPE(dt, emb_bwd, k, &g);
+    if (k->din[1].data) KX_BY_DTYPE(dt, emb_bwd, k, &g);
   } else {
-    BY_DTYPE(dt, emb_fwd, k, &g);
+    KX_BY_DTYPE(dt, emb_fwd, k, &g);
   }
   return PCGC_OK;
 }
@@ -549,8 +565,8 @@ static pcgc_status attn_check(const pcgc__kargs *k, attn_geo *g) {
                        (long long)g->Sk);
   g->scale = 1.0 / sqrt((double)g->hd);
   g->dropout_on = k->ctx->training && g->p > 0;
-  g->seed = k->ctx->seed;
-  g->node = k->ctx->node;
+  g->key = pcgc__rng_key(k->ctx->seed, k->ctx->node);
+  g->thr = pcgc__rng_threshold(g->p);
   TRY(blas_fits(k, 9, (int64_t[]){g->B * g->Sq, g->B * g->Sk, g->Sq, g->Sk, g->Eq, g->Ek, g->Ev, g->E, g->Eo}));
   return need_out(k, 3, (int64_t[]){g->B, g->Sq, g->Eo});
 }
@@ -560,7 +576,7 @@ static pcgc_status attn_kernel(const pcgc__kargs *k, bool bwd) {
   attn_geo g;
   TRY(prepare(k, bwd, &dt));
   TRY(attn_check(k, &g));
-  return bwd ? BY_DTYPE(dt, attn_bwd, k, &g) : BY_DTYPE(dt, attn_fwd, k, &g);
+  return bwd ? KX_BY_DTYPE(dt, attn_bwd, k, &g) : KX_BY_DTYPE(dt, attn_fwd, k, &g);
 }
 
 pcgc_status pcgc__cpu_fwd_attention(const pcgc__kargs *k) { return attn_kernel(k, false); }

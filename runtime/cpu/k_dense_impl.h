@@ -5,6 +5,7 @@
  *   SFX(name)  name##_f32 or name##_f64
  *   GEMM       cblas_sgemm or cblas_dgemm
  *   RX(fn)     the libm function of that type (expf or exp, ...)
+ *   UREAL      the unsigned integer of REAL's width
  * Buffers arrive checked (shapes, dtypes, ids in range): these functions
  * only compute. Backward ADDS into every wanted input gradient.
  */
@@ -23,29 +24,33 @@ static void SFX(gemm)(bool ta, bool tb, int64_t m, int64_t n, int64_t kk, REAL a
        A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
 }
 
-static inline REAL SFX(act)(int act, REAL z) {
+/* y[n] = act(y[n]) in place, one loop per activation. */
+static void SFX(act_apply)(int act, int64_t n, REAL *restrict y) {
   switch (act) {
-  case PCGC_ACT_RELU: return z < 0 ? 0 : z; /* NaN propagates, as in PyTorch */
-  case PCGC_ACT_GELU: return (REAL)0.5 * z * (1 + RX(erf)(z * (REAL)0.70710678118654752440));
-  case PCGC_ACT_SIGMOID: return 1 / (1 + RX(exp)(-z));
-  case PCGC_ACT_TANH: return RX(tanh)(z);
-  default: return z;
+  case PCGC_ACT_RELU: KX_FOR(i, n, REAL z = y[i]; y[i] = z < 0 ? 0 : z); break; /* NaN propagates, as in PyTorch */
+  case PCGC_ACT_GELU:
+    for (int64_t i = 0; i < n; i++) {
+      REAL z = y[i];
+      y[i] = (REAL)0.5 * z * (1 + RX(erf)(z * (REAL)0.70710678118654752440));
+    }
+    break;
+  case PCGC_ACT_SIGMOID:
+    for (int64_t i = 0; i < n; i++) y[i] = 1 / (1 + RX(exp)(-y[i]));
+    break;
+  case PCGC_ACT_TANH:
+    for (int64_t i = 0; i < n; i++) y[i] = RX(tanh)(y[i]);
+    break;
+  default: break;
   }
 }
 
 /* dz = dy * act'(.): from the output y for relu, sigmoid and tanh; for GELU
  * dz must hold the pre-activation on entry. */
-static void SFX(act_bwd)(int act, int64_t n, const REAL *dy, const REAL *y, REAL *dz) {
+static void SFX(act_bwd)(int act, int64_t n, const REAL *restrict dy, const REAL *restrict y, REAL *restrict dz) {
   switch (act) {
-  case PCGC_ACT_RELU:
-    for (int64_t i = 0; i < n; i++) dz[i] = y[i] > 0 ? dy[i] : 0;
-    break;
-  case PCGC_ACT_SIGMOID:
-    for (int64_t i = 0; i < n; i++) dz[i] = dy[i] * y[i] * (1 - y[i]);
-    break;
-  case PCGC_ACT_TANH:
-    for (int64_t i = 0; i < n; i++) dz[i] = dy[i] * (1 - y[i] * y[i]);
-    break;
+  case PCGC_ACT_RELU: KX_FOR(i, n, dz[i] = y[i] > 0 ? dy[i] : 0); break;
+  case PCGC_ACT_SIGMOID: KX_FOR(i, n, dz[i] = dy[i] * y[i] * (1 - y[i])); break;
+  case PCGC_ACT_TANH: KX_FOR(i, n, dz[i] = dy[i] * (1 - y[i] * y[i])); break;
   case PCGC_ACT_GELU:
     for (int64_t i = 0; i < n; i++) {
       REAL z = dz[i];
@@ -60,22 +65,33 @@ static void SFX(act_bwd)(int act, int64_t n, const REAL *dy, const REAL *y, REAL
   }
 }
 
-/* y[rows, n] += bias (per column), then the activation, in place. */
-static void SFX(bias_act)(int64_t rows, int64_t n, const REAL *b, int act, REAL *y) {
+/* y[n] += c */
+static void SFX(add_const)(int64_t n, REAL c, REAL *restrict y) { KX_FOR(i, n, y[i] += c); }
+
+/* y[rows, n] += bias (per column), then the activation, in place, row by row. */
+static void SFX(bias_act)(int64_t rows, int64_t n, const REAL *restrict b, int act, REAL *restrict y) {
   if (!b && act == PCGC_ACT_NONE) return;
   for (int64_t r = 0; r < rows; r++) {
     REAL *yr = y + r * n;
-    if (b)
-      for (int64_t j = 0; j < n; j++) yr[j] += b[j];
-    if (act != PCGC_ACT_NONE)
-      for (int64_t j = 0; j < n; j++) yr[j] = SFX(act)(act, yr[j]);
+    if (b) KX_FOR(j, n, yr[j] += b[j]);
+    SFX(act_apply)(act, n, yr);
   }
 }
 
-/* db[n] += column sums of dz[rows, n] */
-static void SFX(colsum_add)(int64_t rows, int64_t n, const REAL *dz, REAL *db) {
-  for (int64_t r = 0; r < rows; r++)
-    for (int64_t j = 0; j < n; j++) db[j] += dz[r * n + j];
+/* db[n] += column sums of dz[rows, n], each column summed in row order */
+static void SFX(colsum_add)(int64_t rows, int64_t n, const REAL *restrict dz, REAL *restrict db) {
+  for (int64_t r = 0; r < rows; r++) {
+    const REAL *dr = dz + r * n;
+    KX_FOR(j, n, db[j] += dr[j]);
+  }
+}
+
+/* *acc += x[0] + ... in order, in a register (the same additions as adding
+ * into *acc one by one) */
+static void SFX(sum_into)(int64_t n, const REAL *restrict x, REAL *restrict acc) {
+  REAL s = *acc;
+  for (int64_t i = 0; i < n; i++) s += x[i];
+  *acc = s;
 }
 
 /* ------------------------------------------------------ linear, matmul */
@@ -142,12 +158,26 @@ static pcgc_status SFX(bmm_bwd)(const pcgc__kargs *k, const bmm_geo *g) {
 
 /* ----------------------------------------------------------------- conv2d */
 
+/* Outputs ow of a row whose input column ow * sw - pw + kj * dw lies in
+ * [0, W): [*lo, *hi). */
+static void SFX(conv_cols)(const conv_geo *g, int64_t kj, int64_t *lo, int64_t *hi) {
+  int64_t first = g->pw - kj * g->dw; /* ow * sw >= first */
+  *lo = first <= 0 ? 0 : (first + g->sw - 1) / g->sw;
+  int64_t last = g->W - 1 + g->pw - kj * g->dw; /* ow * sw <= last */
+  *hi = last < 0 ? 0 : last / g->sw + 1;
+  if (*hi > g->OW) *hi = g->OW;
+  if (*lo > *hi) *lo = *hi;
+}
+
 /* col[Cg*KH*KW, OH*OW] from one group's channels x[Cg, H, W]; zeros where a
  * window reaches into the padding. */
-static void SFX(im2col)(const conv_geo *g, const REAL *x, REAL *col) {
-  for (int64_t c = 0; c < g->Cg; c++)
-    for (int64_t ki = 0; ki < g->KH; ki++)
-      for (int64_t kj = 0; kj < g->KW; kj++) {
+static void SFX(im2col)(const conv_geo *g, const REAL *restrict x, REAL *restrict col) {
+  for (int64_t kj = 0; kj < g->KW; kj++) {
+    int64_t lo, hi;
+    SFX(conv_cols)(g, kj, &lo, &hi);
+    int64_t c0 = lo * g->sw - g->pw + kj * g->dw; /* input column of output lo */
+    for (int64_t c = 0; c < g->Cg; c++)
+      for (int64_t ki = 0; ki < g->KH; ki++) {
         REAL *row = col + ((c * g->KH + ki) * g->KW + kj) * g->ohw;
         for (int64_t oh = 0; oh < g->OH; oh++) {
           REAL *r = row + oh * g->OW;
@@ -156,30 +186,36 @@ static void SFX(im2col)(const conv_geo *g, const REAL *x, REAL *col) {
             memset(r, 0, sizeof *r * (size_t)g->OW);
             continue;
           }
-          const REAL *xr = x + (c * g->H + ih) * g->W;
-          for (int64_t ow = 0; ow < g->OW; ow++) {
-            int64_t iw = ow * g->sw - g->pw + kj * g->dw;
-            r[ow] = iw >= 0 && iw < g->W ? xr[iw] : 0;
-          }
+          const REAL *xr = x + (c * g->H + ih) * g->W + c0;
+          for (int64_t ow = 0; ow < lo; ow++) r[ow] = 0;
+          if (g->sw == 1) memcpy(r + lo, xr, sizeof *r * (size_t)(hi - lo));
+          else
+            for (int64_t ow = lo; ow < hi; ow++) r[ow] = xr[(ow - lo) * g->sw];
+          for (int64_t ow = hi; ow < g->OW; ow++) r[ow] = 0;
         }
       }
+  }
 }
 
-/* dx[Cg, H, W] += the columns scattered back (the adjoint of im2col). */
-static void SFX(col2im)(const conv_geo *g, const REAL *col, REAL *dx) {
+/* dx[Cg, H, W] += the columns scattered back (the adjoint of im2col), in
+ * the order of im2col's loops: channel, kernel row, kernel column, output
+ * row, output column. */
+static void SFX(col2im)(const conv_geo *g, const REAL *restrict col, REAL *restrict dx) {
   for (int64_t c = 0; c < g->Cg; c++)
     for (int64_t ki = 0; ki < g->KH; ki++)
       for (int64_t kj = 0; kj < g->KW; kj++) {
+        int64_t lo, hi;
+        SFX(conv_cols)(g, kj, &lo, &hi);
+        int64_t c0 = lo * g->sw - g->pw + kj * g->dw;
         const REAL *row = col + ((c * g->KH + ki) * g->KW + kj) * g->ohw;
         for (int64_t oh = 0; oh < g->OH; oh++) {
           int64_t ih = oh * g->sh - g->ph + ki * g->dh;
           if (ih < 0 || ih >= g->H) continue;
-          const REAL *r = row + oh * g->OW;
-          REAL *dr = dx + (c * g->H + ih) * g->W;
-          for (int64_t ow = 0; ow < g->OW; ow++) {
-            int64_t iw = ow * g->sw - g->pw + kj * g->dw;
-            if (iw >= 0 && iw < g->W) dr[iw] += r[ow];
-          }
+          const REAL *r = row + oh * g->OW + lo;
+          REAL *dr = dx + (c * g->H + ih) * g->W + c0;
+          if (g->sw == 1) KX_FOR(i, hi - lo, dr[i] += r[i]);
+          else
+            for (int64_t i = 0; i < hi - lo; i++) dr[i * g->sw] += r[i];
         }
       }
 }
@@ -207,10 +243,8 @@ static pcgc_status SFX(conv_fwd)(const pcgc__kargs *k, const conv_geo *g) {
     SFX(conv_image)(g, x + n * g->C * g->H * g->W, w, col, yn);
     for (int64_t o = 0; o < g->O; o++) {
       REAL *yo = yn + o * g->ohw;
-      if (b)
-        for (int64_t p = 0; p < g->ohw; p++) yo[p] += b[o];
-      if (g->act != PCGC_ACT_NONE)
-        for (int64_t p = 0; p < g->ohw; p++) yo[p] = SFX(act)(g->act, yo[p]);
+      if (b) SFX(add_const)(g->ohw, b[o], yo);
+      SFX(act_apply)(g->act, g->ohw, yo);
     }
   }
   free(col);
@@ -233,15 +267,13 @@ static pcgc_status SFX(conv_bwd)(const pcgc__kargs *k, const conv_geo *g) {
     if (dzbuf) {
       if (g->act == PCGC_ACT_GELU) { /* recompute the pre-activation */
         SFX(conv_image)(g, xn, w, col, dzbuf);
-        for (int64_t o = 0; b && o < g->O; o++)
-          for (int64_t p = 0; p < g->ohw; p++) dzbuf[o * g->ohw + p] += b[o];
+        for (int64_t o = 0; b && o < g->O; o++) SFX(add_const)(g->ohw, b[o], dzbuf + o * g->ohw);
       }
       SFX(act_bwd)(g->act, osz, dz, y + n * osz, dzbuf);
       dz = dzbuf;
     }
     if (db)
-      for (int64_t o = 0; o < g->O; o++)
-        for (int64_t p = 0; p < g->ohw; p++) db[o] += dz[o * g->ohw + p];
+      for (int64_t o = 0; o < g->O; o++) SFX(sum_into)(g->ohw, dz + o * g->ohw, db + o);
     for (int64_t gi = 0; gi < g->groups; gi++) {
       const REAL *xg = xn + gi * g->Cg * g->H * g->W, *dzg = dz + gi * g->Og * g->ohw;
       const REAL *wg = w + gi * g->Og * g->ckk;
@@ -270,61 +302,257 @@ static pcgc_status SFX(conv_bwd)(const pcgc__kargs *k, const conv_geo *g) {
 
 /* ----------------------------------------------------------------- pool2d */
 
-/* Index in the plane x[H, W] of the max of window (oh, ow): the first
- * maximum, NaN winning (as PyTorch); padding never wins. */
-static int64_t SFX(pool_argmax)(const pool_geo *g, const REAL *x, int64_t oh, int64_t ow) {
-  int64_t h0 = oh * g->sh - g->ph, w0 = ow * g->sw - g->pw;
-  int64_t hs = h0 < 0 ? 0 : h0, ws = w0 < 0 ? 0 : w0;
-  int64_t he = h0 + g->KH < g->H ? h0 + g->KH : g->H, we = w0 + g->KW < g->W ? w0 + g->KW : g->W;
-  int64_t best = hs * g->W + ws;
+/* Max pooling picks, per window, the first maximum in row-major window
+ * order, NaN winning (as PyTorch; a later NaN over an earlier one) and
+ * padding never; forward writes its value, backward adds dy to it. The two
+ * helpers below are that rule without a data-dependent branch: the value
+ * as a max (maxss) and a NaN select, the choice as an integer mask. */
+KX_INLINE REAL SFX(pool_max)(REAL v, REAL m) {
+  m = v > m ? v : m;
+  return v != v ? v : m;
+}
+KX_INLINE int64_t SFX(pool_pick)(REAL v, REAL m, int64_t c, int64_t k) {
+  int64_t t = (v > m) | (v != v);
+  return c + ((k - c) & -t);
+}
+
+/* The pick of window rows [hs, he) x columns [ws, we) of plane x[H, W]:
+ * returns its offset in the plane, *val its value. */
+static int64_t SFX(maxpool_window)(const REAL *x, int64_t W, int64_t hs, int64_t he, int64_t ws, int64_t we,
+                                   REAL *val) {
+  int64_t best = hs * W + ws;
+  REAL m = x[best];
   for (int64_t ih = hs; ih < he; ih++)
     for (int64_t iw = ws; iw < we; iw++) {
-      REAL v = x[ih * g->W + iw];
-      if (v > x[best] || isnan(v)) best = ih * g->W + iw;
+      REAL v = x[ih * W + iw];
+      best = SFX(pool_pick)(v, m, best, ih * W + iw);
+      m = SFX(pool_max)(v, m);
     }
+  *val = m;
   return best;
+}
+
+/* n whole windows kh x kw, stride sw along the row, the first at x (rows W
+ * apart): y[i] their maxima, or (y NULL) e[i] the offset of each pick from
+ * its window's start. Constant kh, kw, sw unroll the window, and the loop
+ * over the windows vectorises. */
+KX_INLINE void SFX(maxpool_run)(int64_t kh, int64_t kw, int64_t sw, int64_t n, const REAL *restrict x, int64_t W,
+                                REAL *restrict y, int32_t *restrict e) {
+  /* the window's first element is visited twice: as the start and in the
+   * loop, where it changes nothing (it is not greater than itself, and a NaN
+   * picks itself again) */
+  if (y) {
+    KX_FOR(i, n, {
+      const REAL *w = x + i * sw;
+      REAL m = w[0];
+      _Pragma("GCC unroll 9") for (int64_t a = 0; a < kh; a++)
+        _Pragma("GCC unroll 9") for (int64_t b = 0; b < kw; b++) m = SFX(pool_max)(w[a * W + b], m);
+      y[i] = m;
+    });
+  } else {
+    KX_FOR(i, n, {
+      const REAL *w = x + i * sw;
+      REAL m = w[0];
+      int32_t c = 0;
+      _Pragma("GCC unroll 9") for (int64_t a = 0; a < kh; a++)
+        _Pragma("GCC unroll 9") for (int64_t b = 0; b < kw; b++) {
+          REAL v = w[a * W + b];
+          c = (int32_t)SFX(pool_pick)(v, m, c, a * W + b);
+          m = SFX(pool_max)(v, m);
+        }
+      e[i] = c;
+    });
+  }
+}
+
+/* n whole windows summed in REAL in row-major window order, times inv. */
+KX_INLINE void SFX(avgpool_run)(int64_t kh, int64_t kw, int64_t sw, int64_t n, const REAL *restrict x, int64_t W,
+                                REAL *restrict y, REAL inv) {
+  KX_FOR(i, n, {
+    const REAL *w = x + i * sw;
+    REAL s = 0;
+    _Pragma("GCC unroll 9") for (int64_t a = 0; a < kh; a++)
+      _Pragma("GCC unroll 9") for (int64_t b = 0; b < kw; b++) s += w[a * W + b];
+    y[i] = s * inv;
+  });
+}
+
+/* The runs above for the windows of the zoo (2x2 stride 2, 3x3 stride 1
+ * and 2) with constant shapes; any other window with the same loops. */
+static void SFX(pool_run)(const pool_geo *g, int64_t n, const REAL *restrict x, REAL *restrict y,
+                          int32_t *restrict e, REAL inv) {
+  int64_t kh = g->KH, kw = g->KW, sw = g->sw, W = g->W;
+#define POOL_RUN(KH_, KW_, SW_)                                                  \
+  do {                                                                           \
+    if (g->is_max) SFX(maxpool_run)(KH_, KW_, SW_, n, x, W, y, e);               \
+    else SFX(avgpool_run)(KH_, KW_, SW_, n, x, W, y, inv);                        \
+  } while (0)
+  if (kh == 2 && kw == 2 && sw == 2) POOL_RUN(2, 2, 2);
+  else if (kh == 3 && kw == 3 && sw == 1) POOL_RUN(3, 3, 1);
+  else if (kh == 3 && kw == 3 && sw == 2) POOL_RUN(3, 3, 2);
+  else POOL_RUN(kh, kw, sw);
+#undef POOL_RUN
+}
+
+#define POOL_CHUNK 256
+
+/* Forward of one plane x[H, W] into y[OH, OW] (y NULL: backward of max
+ * pooling, adding dy[OH, OW] into dx at the picks, in output order). A row
+ * of outputs is its clipped windows at both ends, one at a time, and the
+ * whole windows between them as runs. */
+static void SFX(pool_plane)(const pool_geo *g, const REAL *x, REAL *y, const REAL *dy, REAL *dx, REAL inv) {
+  int64_t lo, hi;
+  pool_inner_cols(g, &lo, &hi);
+  if ((g->KH - 1) * g->W + g->KW > INT32_MAX) lo = hi = 0; /* picks past int32: one window at a time */
+  int32_t e[POOL_CHUNK];
+  for (int64_t oh = 0; oh < g->OH; oh++) {
+    int64_t hs, he;
+    pool_span(oh, g->sh, g->ph, g->KH, g->H, &hs, &he);
+    int64_t a = lo, b = hi;
+    if (he - hs != g->KH) a = b = g->OW; /* clipped rows: every window one at a time */
+    for (int64_t ow = 0; ow < g->OW; ow++) {
+      if (ow == a && a < b) { /* whole windows [a, b) */
+        for (int64_t o = a; o < b; o += POOL_CHUNK) {
+          int64_t n = b - o < POOL_CHUNK ? b - o : POOL_CHUNK, c0 = o * g->sw - g->pw;
+          const REAL *xw = x + hs * g->W + c0;
+          if (y) {
+            SFX(pool_run)(g, n, xw, y + oh * g->OW + o, NULL, inv);
+            continue;
+          }
+          SFX(pool_run)(g, n, xw, NULL, e, inv);
+          REAL *dxw = dx + hs * g->W + c0;
+          const REAL *dyo = dy + oh * g->OW + o;
+          for (int64_t i = 0; i < n; i++) dxw[i * g->sw + e[i]] += dyo[i];
+        }
+        ow = b - 1;
+        continue;
+      }
+      int64_t ws, we;
+      pool_span(ow, g->sw, g->pw, g->KW, g->W, &ws, &we);
+      if (g->is_max) {
+        REAL v;
+        int64_t at = SFX(maxpool_window)(x, g->W, hs, he, ws, we, &v);
+        if (y) y[oh * g->OW + ow] = v;
+        else dx[at] += dy[oh * g->OW + ow];
+      } else {
+        REAL s = 0;
+        for (int64_t ih = hs; ih < he; ih++)
+          for (int64_t iw = ws; iw < we; iw++) s += x[ih * g->W + iw];
+        y[oh * g->OW + ow] = s * inv;
+      }
+    }
+  }
+}
+
+/* Backward of average pooling: dx += dy * (1/div) over each clipped window,
+ * every dx element receiving its terms in (oh, ow) order as windows are
+ * visited in row-major order. Windows that overlap along a row at stride 1
+ * (3x3 stride 1, say) go row by row of dx: the row is copied into a padded
+ * scratch row where window column kj of output ow sits at ow + kj, the
+ * outputs whose windows hold the row are added in oh order and, within one
+ * oh, by kj from last to first (so that ow rises for every element), each
+ * pass one vectorised loop over the outputs; then the row is copied back.
+ * Other windows are added one at a time. */
+#define POOL_ROW 4096
+static void SFX(avgpool_plane_bwd)(const pool_geo *g, const REAL *restrict dy, REAL *restrict dx, REAL inv) {
+  int64_t len = (g->OW - 1) + g->KW;
+  if (len < g->pw + g->W) len = g->pw + g->W;
+  if (g->sw != 1 || g->KW == 1 || g->OW == 1 || len > POOL_ROW) {
+    for (int64_t oh = 0; oh < g->OH; oh++) {
+      int64_t hs, he;
+      pool_span(oh, g->sh, g->ph, g->KH, g->H, &hs, &he);
+      for (int64_t ow = 0; ow < g->OW; ow++) {
+        int64_t ws, we;
+        pool_span(ow, g->sw, g->pw, g->KW, g->W, &ws, &we);
+        REAL d = dy[oh * g->OW + ow];
+        for (int64_t ih = hs; ih < he; ih++) {
+          REAL *xr = dx + ih * g->W;
+          for (int64_t iw = ws; iw < we; iw++) xr[iw] += d * inv;
+        }
+      }
+    }
+    return;
+  }
+  REAL row[POOL_ROW];
+  memset(row, 0, sizeof *row * (size_t)len);
+  for (int64_t ih = 0; ih < g->H; ih++) {
+    /* outputs oh with oh*sh - ph <= ih < oh*sh - ph + KH */
+    int64_t lo = ih + g->ph - g->KH + 1, hi = (ih + g->ph) / g->sh;
+    lo = lo <= 0 ? 0 : (lo + g->sh - 1) / g->sh;
+    if (hi > g->OH - 1) hi = g->OH - 1;
+    if (lo > hi) continue;
+    REAL *xr = dx + ih * g->W;
+    memcpy(row + g->pw, xr, sizeof *xr * (size_t)g->W);
+    for (int64_t oh = lo; oh <= hi; oh++) {
+      const REAL *d = dy + oh * g->OW;
+      for (int64_t kj = g->KW - 1; kj >= 0; kj--) {
+        REAL *p = row + kj;
+        KX_FOR(ow, g->OW, p[ow] += d[ow] * inv);
+      }
+    }
+    memcpy(xr, row + g->pw, sizeof *xr * (size_t)g->W);
+  }
+}
+
+/* Sums of whole planes (global pooling, or a window that is the plane), four
+ * planes at a time so that four sums' additions overlap; each sum is in
+ * row-major order. */
+static void SFX(plane_sums)(int64_t planes, int64_t n, const REAL *restrict x, REAL *restrict y, REAL inv) {
+  int64_t c = 0;
+  for (; c + 4 <= planes; c += 4) {
+    const REAL *x0 = x + c * n, *x1 = x0 + n, *x2 = x1 + n, *x3 = x2 + n;
+    REAL s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    for (int64_t i = 0; i < n; i++) {
+      s0 += x0[i];
+      s1 += x1[i];
+      s2 += x2[i];
+      s3 += x3[i];
+    }
+    y[c] = s0 * inv, y[c + 1] = s1 * inv, y[c + 2] = s2 * inv, y[c + 3] = s3 * inv;
+  }
+  for (; c < planes; c++) {
+    REAL s = 0;
+    for (int64_t i = 0; i < n; i++) s += x[c * n + i];
+    y[c] = s * inv;
+  }
+}
+
+/* dx[planes, n] += dy[plane] * inv: backward of plane_sums */
+static void SFX(plane_sums_bwd)(int64_t planes, int64_t n, const REAL *restrict dy, REAL *restrict dx, REAL inv) {
+  for (int64_t c = 0; c < planes; c++) {
+    REAL d = dy[c] * inv, *xc = dx + c * n;
+    KX_FOR(i, n, xc[i] += d);
+  }
+}
+
+static bool SFX(pool_is_plane)(const pool_geo *g) {
+  return !g->is_max && g->OH == 1 && g->OW == 1 && g->KH == g->H && g->KW == g->W && g->ph == 0 && g->pw == 0;
 }
 
 static void SFX(pool_fwd)(const pcgc__kargs *k, const pool_geo *g) {
   const REAL *x = k->in[0].data;
   REAL *y = k->out[0].data;
   REAL inv = (REAL)(1 / g->div);
-  for (int64_t c = 0; c < g->NC; c++) {
-    const REAL *xc = x + c * g->H * g->W;
-    REAL *yc = y + c * g->OH * g->OW;
-    for (int64_t oh = 0; oh < g->OH; oh++)
-      for (int64_t ow = 0; ow < g->OW; ow++) {
-        if (g->is_max) {
-          yc[oh * g->OW + ow] = xc[SFX(pool_argmax)(g, xc, oh, ow)];
-          continue;
-        }
-        int64_t h0 = oh * g->sh - g->ph, w0 = ow * g->sw - g->pw;
-        REAL s = 0;
-        for (int64_t ih = h0 < 0 ? 0 : h0; ih < h0 + g->KH && ih < g->H; ih++)
-          for (int64_t iw = w0 < 0 ? 0 : w0; iw < w0 + g->KW && iw < g->W; iw++) s += xc[ih * g->W + iw];
-        yc[oh * g->OW + ow] = s * inv;
-      }
+  int64_t hw = g->H * g->W, ohw = g->OH * g->OW;
+  if (SFX(pool_is_plane)(g)) {
+    SFX(plane_sums)(g->NC, hw, x, y, inv);
+    return;
   }
+  for (int64_t c = 0; c < g->NC; c++) SFX(pool_plane)(g, x + c * hw, y + c * ohw, NULL, NULL, inv);
 }
 
 static void SFX(pool_bwd)(const pcgc__kargs *k, const pool_geo *g) {
   const REAL *x = k->in[0].data, *dy = k->dout[0].data;
   REAL *dx = k->din[0].data;
   REAL inv = (REAL)(1 / g->div);
+  int64_t hw = g->H * g->W, ohw = g->OH * g->OW;
+  if (SFX(pool_is_plane)(g)) {
+    SFX(plane_sums_bwd)(g->NC, hw, dy, dx, inv);
+    return;
+  }
   for (int64_t c = 0; c < g->NC; c++) {
-    const REAL *xc = x + c * g->H * g->W, *dyc = dy + c * g->OH * g->OW;
-    REAL *dxc = dx + c * g->H * g->W;
-    for (int64_t oh = 0; oh < g->OH; oh++)
-      for (int64_t ow = 0; ow < g->OW; ow++) {
-        REAL d = dyc[oh * g->OW + ow];
-        if (g->is_max) {
-          dxc[SFX(pool_argmax)(g, xc, oh, ow)] += d;
-          continue;
-        }
-        int64_t h0 = oh * g->sh - g->ph, w0 = ow * g->sw - g->pw;
-        for (int64_t ih = h0 < 0 ? 0 : h0; ih < h0 + g->KH && ih < g->H; ih++)
-          for (int64_t iw = w0 < 0 ? 0 : w0; iw < w0 + g->KW && iw < g->W; iw++) dxc[ih * g->W + iw] += d * inv;
-      }
+    if (g->is_max) SFX(pool_plane)(g, x + c * hw, NULL, dy + c * ohw, dx + c * hw, inv);
+    else SFX(avgpool_plane_bwd)(g, dy + c * ohw, dx + c * hw, inv);
   }
 }
 
@@ -371,23 +599,37 @@ static void SFX(attn_probs)(const attn_geo *g, int64_t b, int64_t h, const REAL 
   const REAL *Qh = Qp + b * g->Sq * g->E + h * g->hd, *Kh = Kp + b * g->Sk * g->E + h * g->hd;
   SFX(gemm)(false, true, g->Sq, g->Sk, g->hd, (REAL)g->scale, Qh, g->E, Kh, g->E, 0, P, g->Sk);
   for (int64_t i = 0; i < g->Sq; i++) {
-    REAL *row = P + i * g->Sk;
+    REAL *restrict row = P + i * g->Sk;
     int64_t lim = g->causal ? g->q0 + i + 1 : g->Sk; /* keys j < lim are visible */
     if (lim > g->Sk) lim = g->Sk;
     REAL mx = row[0], sum = 0;
     for (int64_t j = 1; j < lim; j++) mx = row[j] > mx ? row[j] : mx;
     for (int64_t j = 0; j < lim; j++) sum += row[j] = RX(exp)(row[j] - mx);
-    for (int64_t j = 0; j < lim; j++) row[j] /= sum;
+    KX_FOR(j, lim, row[j] /= sum);
     for (int64_t j = lim; j < g->Sk; j++) row[j] = 0;
   }
 }
 
+/* v where kept, else +0 (through the bits: the draw decides, so a branch
+ * would mispredict) */
+KX_INLINE REAL SFX(kept_or_0)(bool kept, REAL v) {
+  UREAL bits;
+  memcpy(&bits, &v, sizeof bits);
+  bits &= (UREAL)0 - (UREAL)kept;
+  memcpy(&v, &bits, sizeof v);
+  return v;
+}
+
 /* Pd = P with dropout applied (kept entries scaled by 1/(1-p)). */
-static void SFX(attn_dropout)(const attn_geo *g, int64_t b, int64_t h, const REAL *P, REAL *Pd) {
+static void SFX(attn_dropout)(const attn_geo *g, int64_t b, int64_t h, const REAL *restrict P, REAL *restrict Pd) {
   REAL keep = (REAL)(1 / (1 - g->p));
-  for (int64_t i = 0; i < g->Sq; i++)
+  for (int64_t i = 0; i < g->Sq; i++) {
+    uint64_t c = attn_row(g, b, h, i);
+    const REAL *pr = P + i * g->Sk;
+    REAL *dr = Pd + i * g->Sk;
     for (int64_t j = 0; j < g->Sk; j++)
-      Pd[i * g->Sk + j] = attn_keep(g, b, h, i, j) ? P[i * g->Sk + j] * keep : 0;
+      dr[j] = SFX(kept_or_0)((pcgc__rng_u64_at(g->key, c + (uint64_t)j) >> 11) >= g->thr, pr[j] * keep);
+  }
 }
 
 /* Y[rows, n] = X[rows, m] W[m, n] + b */
@@ -472,13 +714,17 @@ static pcgc_status SFX(attn_bwd)(const pcgc__kargs *k, const attn_geo *g) {
       /* dPd = dC_h V_h^T (Sq, Sk), through dropout, then softmax: dS = P (dP - rowsum(dP P)) */
       SFX(gemm)(false, true, g->Sq, g->Sk, g->hd, 1, dC + oq, g->E, Vp + ok, g->E, 0, dP, g->Sk);
       for (int64_t i = 0; i < g->Sq; i++) {
-        REAL *dr = dP + i * g->Sk;
-        const REAL *pr = P + i * g->Sk;
-        if (g->dropout_on)
-          for (int64_t j = 0; j < g->Sk; j++) dr[j] = attn_keep(g, b, h, i, j) ? dr[j] * keep : 0;
+        REAL *restrict dr = dP + i * g->Sk;
+        const REAL *restrict pr = P + i * g->Sk;
+        if (g->dropout_on) {
+          uint64_t c = attn_row(g, b, h, i);
+          for (int64_t j = 0; j < g->Sk; j++)
+            dr[j] = SFX(kept_or_0)((pcgc__rng_u64_at(g->key, c + (uint64_t)j) >> 11) >= g->thr, dr[j] * keep);
+        }
         REAL dot = 0;
         for (int64_t j = 0; j < g->Sk; j++) dot += dr[j] * pr[j];
-        for (int64_t j = 0; j < g->Sk; j++) dr[j] = pr[j] * (dr[j] - dot) * (REAL)g->scale;
+        REAL sc = (REAL)g->scale;
+        KX_FOR(j, g->Sk, dr[j] = pr[j] * (dr[j] - dot) * sc);
       }
       if (want_q) /* dQ_h += dS K_h */
         SFX(gemm)(false, false, g->Sq, g->hd, g->Sk, 1, dP, g->Sk, Kp + ok, g->E, 1, dQ + oq, g->E);
@@ -497,3 +743,4 @@ static pcgc_status SFX(attn_bwd)(const pcgc__kargs *k, const attn_geo *g) {
 #undef SFX
 #undef GEMM
 #undef RX
+#undef UREAL

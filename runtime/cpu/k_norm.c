@@ -3,19 +3,38 @@
  * and normalisation (batchnorm, layernorm), plus the batch-norm entry points
  * for a batch sharded over pieces.
  *
- * Every statistic and sum is accumulated in double. Softmax subtracts the
- * maximum before exponentiating. A reduction visits its input with the
- * reduced dims innermost, so each output element is one contiguous run.
- * Batch norm works channel by channel (training-mode statistics over every
- * dim but 1, biased variance from the sums of x and x^2): the whole-tensor
- * kernels call the same per-channel functions as the split entry points, so
- * the two agree bit for bit. Layer norm normalises each row of the last
- * `axes` dims with two passes (mean, then squared deviations).
+ * Every statistic and sum is accumulated in double, each in a fixed order.
+ * Softmax subtracts the maximum before exponentiating. A reduction visits
+ * its input with the reduced dims innermost, so each output element is one
+ * contiguous run. Batch norm works channel by channel (training-mode
+ * statistics over every dim but 1, biased variance from the sums of x and
+ * x^2): the whole-tensor kernels call the same channel-group functions as
+ * the split entry points, so the two agree bit for bit. Layer norm
+ * normalises each row of the last `axes` dims with two passes (mean, then
+ * squared deviations). The typed loops are in k_norm_impl.h: sums of
+ * NORM_G channels or rows side by side (each still in its own order), the
+ * rest one vectorised loop per channel or row.
  */
 #include <assert.h>
 #include <math.h>
+#include <stdlib.h>
 
 #include "k_common_impl.h"
+
+/* x [N, C, S...] as [N, C, S] (batch norm) */
+typedef struct bn_shape {
+  int64_t N, C, S;
+} bn_shape;
+
+/* Channels (batch norm) and rows (layer norm) whose sums run side by side. */
+#define NORM_G 4
+
+#define REAL float
+#define SFX(name) name##_f32
+#include "k_norm_impl.h"
+#define REAL double
+#define SFX(name) name##_f64
+#include "k_norm_impl.h"
 
 /* ---------------------------------------------------------------- softmax */
 
@@ -34,6 +53,11 @@ pcgc_status pcgc__cpu_fwd_softmax(const pcgc__kargs *k) {
   const pcgc_buf *x = &k->in[0];
   pcgc_buf *y = &k->out[0];
   axis_view v = view_axis(x, pcgc_attrs_int(k->a, "axis"));
+  if (v.inner == 1 && kx_disjoint(x, y)) {
+    double row[4096]; /* the exponentials of a row, computed once */
+    KX_BY_DTYPE(x->dtype, softmax_rows, v.outer, v.n, x->data, y->data, v.n <= 4096 ? row : NULL);
+    return PCGC_OK;
+  }
   for (int64_t o = 0; o < v.outer; o++)
     for (int64_t t = 0; t < v.inner; t++) {
       int64_t base = o * v.n * v.inner + t;
@@ -53,6 +77,10 @@ pcgc_status pcgc__cpu_bwd_softmax(const pcgc__kargs *k) {
   pcgc_buf *dx = &k->din[0];
   if (!kx_want(dx)) return PCGC_OK;
   axis_view v = view_axis(y, pcgc_attrs_int(k->a, "axis"));
+  if (v.inner == 1 && kx_disjoint(dx, y) && kx_disjoint(dx, dy)) {
+    KX_BY_DTYPE(y->dtype, softmax_rows_bwd, v.outer, v.n, y->data, dy->data, dx->data);
+    return PCGC_OK;
+  }
   for (int64_t o = 0; o < v.outer; o++)
     for (int64_t t = 0; t < v.inner; t++) {
       int64_t base = o * v.n * v.inner + t;
@@ -133,12 +161,8 @@ pcgc_status pcgc__cpu_bwd_reduce(const pcgc__kargs *k) {
 
 /* ------------------------------------------------------------- batch norm
  * x is [N, C, S...]; element (n, c, s) of the flattened [N, C, S] sits at
- * (n * C + c) * S + s. The per-channel functions below are the only place
- * the arithmetic happens. */
-
-typedef struct bn_shape {
-  int64_t N, C, S;
-} bn_shape;
+ * (n * C + c) * S + s. The channel-group functions below (their loops in
+ * k_norm_impl.h) are the only place the arithmetic happens. */
 
 static bn_shape bn_shape_of(const pcgc_buf *x) {
   return (bn_shape){x->dims[0], x->dims[1], kx_prod(x->dims, 2, x->rank)};
@@ -155,65 +179,53 @@ static double opt_get(const pcgc_buf *b, int64_t c, double dflt) {
   return b && b->data ? kx_get(b, c) : dflt;
 }
 
-static void bn_chan_stats(const pcgc_buf *x, int64_t c, double *sum, double *sumsq) {
-  bn_shape sh = bn_shape_of(x);
-  double s1 = 0, s2 = 0;
-  for (int64_t n = 0; n < sh.N; n++)
-    for (int64_t i = (n * sh.C + c) * sh.S, e = i + sh.S; i < e; i++) {
-      double v = kx_get(x, i);
-      s1 += v;
-      s2 += v * v;
-    }
-  *sum = s1;
-  *sumsq = s2;
+/* The groups of NORM_G of C channels (rows): [c0, c0 + nc), the last one
+ * shorter where NORM_G does not divide C. */
+#define FOR_GROUPS(c0, nc, C)                                        \
+  for (int64_t c0 = 0, nc = (C) < NORM_G ? (C) : NORM_G; c0 < (C); \
+       c0 += NORM_G, nc = (C) - c0 < NORM_G ? (C) - c0 : NORM_G)
+
+static void bn_group_stats(const pcgc_buf *x, int64_t c0, int nc, double *sum, double *sumsq) {
+  KX_BY_DTYPE(x->dtype, bn_stats, bn_shape_of(x), x->data, c0, nc, sum, sumsq);
 }
 
 static void bn_chan_apply(double eps, const pcgc_buf *x, const pcgc_buf *scale, const pcgc_buf *bias,
                           int64_t c, double sum, double sumsq, double count, pcgc_buf *y) {
-  bn_shape sh = bn_shape_of(x);
   double mean, invstd;
   bn_moments(sum, sumsq, count, eps, &mean, &invstd);
   double g = opt_get(scale, c, 1) * invstd, b = opt_get(bias, c, 0);
-  for (int64_t n = 0; n < sh.N; n++)
-    for (int64_t i = (n * sh.C + c) * sh.S, e = i + sh.S; i < e; i++) kx_set(y, i, (kx_get(x, i) - mean) * g + b);
+  KX_BY_DTYPE(x->dtype, bn_apply, bn_shape_of(x), x->data, c, mean, g, b, y->data);
 }
 
-/* sum(dy) and sum(dy * xhat) of a channel over x's elements */
-static void bn_chan_bwd_stats(double eps, const pcgc_buf *x, const pcgc_buf *dy, int64_t c, double sum,
-                              double sumsq, double count, double *dsum, double *dxsum) {
-  bn_shape sh = bn_shape_of(x);
-  double mean, invstd;
-  bn_moments(sum, sumsq, count, eps, &mean, &invstd);
-  double s1 = 0, s2 = 0;
-  for (int64_t n = 0; n < sh.N; n++)
-    for (int64_t i = (n * sh.C + c) * sh.S, e = i + sh.S; i < e; i++) {
-      double g = kx_get(dy, i);
-      s1 += g;
-      s2 += g * (kx_get(x, i) - mean) * invstd;
-    }
-  *dsum = s1;
-  *dxsum = s2;
+/* sum(dy) and sum(dy * xhat) of channels [c0, c0 + nc) over x's elements */
+static void bn_group_bwd_stats(double eps, const pcgc_buf *x, const pcgc_buf *dy, int64_t c0, int nc,
+                               const double *sum, const double *sumsq, double count, double *dsum, double *dxsum) {
+  double mean[NORM_G], invstd[NORM_G];
+  for (int k = 0; k < nc; k++) bn_moments(sum[k], sumsq[k], count, eps, &mean[k], &invstd[k]);
+  KX_BY_DTYPE(x->dtype, bn_bwd_stats, bn_shape_of(x), x->data, dy->data, c0, nc, mean, invstd, dsum, dxsum);
 }
 
-/* dx = scale * invstd * (dy - dsum/count - xhat * dxsum/count) */
-static void bn_chan_bwd_apply(double eps, const pcgc_buf *x, const pcgc_buf *scale, const pcgc_buf *dy,
-                              int64_t c, double sum, double sumsq, double count, double dsum, double dxsum,
-                              pcgc_buf *dx, pcgc_buf *dscale, pcgc_buf *dbias) {
+/* dx = scale * invstd * (dy - dsum/count - xhat * dxsum/count) over channels
+ * [c0, c0 + nc), and this piece's share of dscale and dbias */
+static void bn_group_bwd_apply(double eps, const pcgc_buf *x, const pcgc_buf *scale, const pcgc_buf *dy,
+                               int64_t c0, int nc, const double *sum, const double *sumsq, double count,
+                               const double *dsum, const double *dxsum, pcgc_buf *dx, pcgc_buf *dscale,
+                               pcgc_buf *dbias) {
   bn_shape sh = bn_shape_of(x);
-  double mean, invstd;
-  bn_moments(sum, sumsq, count, eps, &mean, &invstd);
-  double g = opt_get(scale, c, 1) * invstd, mdy = dsum / count, mdx = dxsum / count;
-  double ls1 = 0, ls2 = 0; /* this piece's share of dbias and dscale */
-  bool want_dx = kx_want(dx);
-  for (int64_t n = 0; n < sh.N; n++)
-    for (int64_t i = (n * sh.C + c) * sh.S, e = i + sh.S; i < e; i++) {
-      double d = kx_get(dy, i), xhat = (kx_get(x, i) - mean) * invstd;
-      if (want_dx) kx_add(dx, i, g * (d - mdy - xhat * mdx));
-      ls1 += d;
-      ls2 += d * xhat;
+  double mean[NORM_G], invstd[NORM_G];
+  for (int k = 0; k < nc; k++) bn_moments(sum[k], sumsq[k], count, eps, &mean[k], &invstd[k]);
+  if (kx_want(dx))
+    for (int k = 0; k < nc; k++) {
+      double g = opt_get(scale, c0 + k, 1) * invstd[k], mdy = dsum[k] / count, mdx = dxsum[k] / count;
+      KX_BY_DTYPE(x->dtype, bn_bwd_dx, sh, x->data, dy->data, c0 + k, mean[k], invstd[k], g, mdy, mdx, dx->data);
     }
-  if (kx_want(dscale)) kx_add(dscale, c, ls2);
-  if (kx_want(dbias)) kx_add(dbias, c, ls1);
+  if (!kx_want(dscale) && !kx_want(dbias)) return;
+  double ls1[NORM_G], ls2[NORM_G];
+  KX_BY_DTYPE(x->dtype, bn_bwd_shares, sh, x->data, dy->data, c0, nc, mean, invstd, ls1, ls2);
+  for (int k = 0; k < nc; k++) {
+    if (kx_want(dscale)) kx_add(dscale, c0 + k, ls2[k]);
+    if (kx_want(dbias)) kx_add(dbias, c0 + k, ls1[k]);
+  }
 }
 
 /* The split entry points return nothing: the interpreter checked the call
@@ -227,7 +239,7 @@ static void bn_assert(const pcgc_buf *x, const pcgc_buf *other) {
 
 void pcgc_cpu_batchnorm_stats(const pcgc_buf *x, double *sum, double *sumsq) {
   bn_assert(x, NULL);
-  for (int64_t c = 0; c < x->dims[1]; c++) bn_chan_stats(x, c, &sum[c], &sumsq[c]);
+  FOR_GROUPS(c0, nc, x->dims[1]) bn_group_stats(x, c0, (int)nc, sum + c0, sumsq + c0);
 }
 
 void pcgc_cpu_batchnorm_apply(const pcgc_attrs *a, const pcgc_buf *x, const pcgc_buf *scale,
@@ -243,8 +255,8 @@ void pcgc_cpu_batchnorm_bwd_stats(const pcgc_attrs *a, const pcgc_buf *x, const 
                                   double *dsum, double *dxsum) {
   bn_assert(x, dy);
   double eps = pcgc_attrs_float(a, "eps");
-  for (int64_t c = 0; c < x->dims[1]; c++)
-    bn_chan_bwd_stats(eps, x, dy, c, sum[c], sumsq[c], count, &dsum[c], &dxsum[c]);
+  FOR_GROUPS(c0, nc, x->dims[1])
+    bn_group_bwd_stats(eps, x, dy, c0, (int)nc, sum + c0, sumsq + c0, count, dsum + c0, dxsum + c0);
 }
 
 void pcgc_cpu_batchnorm_bwd_apply(const pcgc_attrs *a, const pcgc_buf *x, const pcgc_buf *scale,
@@ -253,8 +265,9 @@ void pcgc_cpu_batchnorm_bwd_apply(const pcgc_attrs *a, const pcgc_buf *x, const 
                                   pcgc_buf *dx, pcgc_buf *dscale, pcgc_buf *dbias) {
   bn_assert(x, dy);
   double eps = pcgc_attrs_float(a, "eps");
-  for (int64_t c = 0; c < x->dims[1]; c++)
-    bn_chan_bwd_apply(eps, x, scale, dy, c, sum[c], sumsq[c], count, dsum[c], dxsum[c], dx, dscale, dbias);
+  FOR_GROUPS(c0, nc, x->dims[1])
+    bn_group_bwd_apply(eps, x, scale, dy, c0, (int)nc, sum + c0, sumsq + c0, count, dsum + c0, dxsum + c0, dx,
+                       dscale, dbias);
 }
 
 /* The whole-tensor kernels see every element of their channels: a piece
@@ -279,10 +292,10 @@ pcgc_status pcgc__cpu_fwd_batchnorm(const pcgc__kargs *k) {
   const pcgc_buf *x = &k->in[0];
   const pcgc_buf *scale = k->n_in == 3 ? &k->in[1] : NULL, *bias = k->n_in == 3 ? &k->in[2] : NULL;
   double eps = pcgc_attrs_float(k->a, "eps"), count = (double)(pcgc_buf_numel(x) / x->dims[1]);
-  for (int64_t c = 0; c < x->dims[1]; c++) {
-    double sum, sumsq;
-    bn_chan_stats(x, c, &sum, &sumsq);
-    bn_chan_apply(eps, x, scale, bias, c, sum, sumsq, count, &k->out[0]);
+  FOR_GROUPS(c0, nc, x->dims[1]) {
+    double sum[NORM_G], sumsq[NORM_G];
+    bn_group_stats(x, c0, (int)nc, sum, sumsq);
+    for (int j = 0; j < nc; j++) bn_chan_apply(eps, x, scale, bias, c0 + j, sum[j], sumsq[j], count, &k->out[0]);
   }
   return PCGC_OK;
 }
@@ -294,19 +307,16 @@ pcgc_status pcgc__cpu_bwd_batchnorm(const pcgc__kargs *k) {
   const pcgc_buf *scale = k->n_in == 3 ? &k->in[1] : NULL;
   pcgc_buf *dscale = k->n_in == 3 ? &k->din[1] : NULL, *dbias = k->n_in == 3 ? &k->din[2] : NULL;
   double eps = pcgc_attrs_float(k->a, "eps"), count = (double)(pcgc_buf_numel(x) / x->dims[1]);
-  for (int64_t c = 0; c < x->dims[1]; c++) {
-    double sum, sumsq, dsum, dxsum;
-    bn_chan_stats(x, c, &sum, &sumsq);
-    bn_chan_bwd_stats(eps, x, dy, c, sum, sumsq, count, &dsum, &dxsum);
-    bn_chan_bwd_apply(eps, x, scale, dy, c, sum, sumsq, count, dsum, dxsum, &k->din[0], dscale, dbias);
+  FOR_GROUPS(c0, nc, x->dims[1]) {
+    double sum[NORM_G], sumsq[NORM_G], dsum[NORM_G], dxsum[NORM_G];
+    bn_group_stats(x, c0, (int)nc, sum, sumsq);
+    bn_group_bwd_stats(eps, x, dy, c0, (int)nc, sum, sumsq, count, dsum, dxsum);
+    bn_group_bwd_apply(eps, x, scale, dy, c0, (int)nc, sum, sumsq, count, dsum, dxsum, &k->din[0], dscale, dbias);
   }
   return PCGC_OK;
 }
 
 /* ------------------------------------------------------------- layer norm */
-
-/* Columns of dscale/dbias summed over rows at a time, in double. */
-#define LN_CHUNK 256
 
 typedef struct ln_view {
   int64_t rows, n;
@@ -321,75 +331,72 @@ static ln_view ln_view_of(const pcgc__kargs *k) {
                    k->n_in == 3 ? &k->in[1] : NULL, k->n_in == 3 ? &k->in[2] : NULL};
 }
 
-static void ln_row_stats(const pcgc_buf *x, int64_t base, int64_t n, double eps, double *mean, double *invstd) {
-  double s = 0, q = 0;
-  for (int64_t j = 0; j < n; j++) s += kx_get(x, base + j);
-  *mean = s / (double)n;
-  for (int64_t j = 0; j < n; j++) {
-    double d = kx_get(x, base + j) - *mean;
-    q += d * d;
-  }
-  *invstd = 1 / sqrt(q / (double)n + eps);
-}
+static const void *opt_data(const pcgc_buf *b) { return b ? b->data : NULL; }
+
+/* The address of element i of b. */
+static void *elem(const pcgc_buf *b, int64_t i) { return (char *)b->data + (size_t)i * pcgc_dtype_size(b->dtype); }
+
 
 pcgc_status pcgc__cpu_fwd_layernorm(const pcgc__kargs *k) {
   KX_TRY(kx_check(k, false, 0));
   const pcgc_buf *x = &k->in[0];
   pcgc_buf *y = &k->out[0];
   ln_view v = ln_view_of(k);
-  for (int64_t r = 0; r < v.rows; r++) {
-    int64_t base = r * v.n;
-    double mean, invstd;
-    ln_row_stats(x, base, v.n, v.eps, &mean, &invstd);
-    for (int64_t j = 0; j < v.n; j++)
-      kx_set(y, base + j, (kx_get(x, base + j) - mean) * invstd * opt_get(v.scale, j, 1) + opt_get(v.bias, j, 0));
+  FOR_GROUPS(r0, nr, v.rows) {
+    double mean[NORM_G], invstd[NORM_G];
+    KX_BY_DTYPE(x->dtype, ln_stats, v.n, v.eps, x->data, r0, (int)nr, mean, invstd);
+    for (int j = 0; j < nr; j++) {
+      int64_t o = (r0 + j) * v.n;
+      KX_BY_DTYPE(x->dtype, ln_apply, v.n, elem(x, o), mean[j], invstd[j], opt_data(v.scale), opt_data(v.bias),
+               elem(y, o));
+    }
   }
   return PCGC_OK;
 }
 
+/* dx = invstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * scale;
+ * dscale += sum over rows of dy * xhat, dbias += sum over rows of dy, each
+ * column summed in double in row order. */
 pcgc_status pcgc__cpu_bwd_layernorm(const pcgc__kargs *k) {
   KX_TRY(kx_check(k, true, 0));
   const pcgc_buf *x = &k->in[0], *dy = &k->dout[0];
   pcgc_buf *dx = &k->din[0];
   pcgc_buf *dscale = k->n_in == 3 ? &k->din[1] : NULL, *dbias = k->n_in == 3 ? &k->din[2] : NULL;
   ln_view v = ln_view_of(k);
-  /* dx = invstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * scale */
-  if (kx_want(dx))
-    for (int64_t r = 0; r < v.rows; r++) {
-      int64_t base = r * v.n;
-      double mean, invstd, m1 = 0, m2 = 0;
-      ln_row_stats(x, base, v.n, v.eps, &mean, &invstd);
-      for (int64_t j = 0; j < v.n; j++) {
-        double g = kx_get(dy, base + j) * opt_get(v.scale, j, 1);
-        m1 += g;
-        m2 += g * (kx_get(x, base + j) - mean) * invstd;
-      }
-      m1 /= (double)v.n;
-      m2 /= (double)v.n;
-      for (int64_t j = 0; j < v.n; j++) {
-        double g = kx_get(dy, base + j) * opt_get(v.scale, j, 1);
-        double xhat = (kx_get(x, base + j) - mean) * invstd;
-        kx_add(dx, base + j, invstd * (g - m1 - xhat * m2));
-      }
-    }
-  if (!kx_want(dscale) && !kx_want(dbias)) return PCGC_OK;
-  for (int64_t j0 = 0; j0 < v.n; j0 += LN_CHUNK) {
-    int64_t w = v.n - j0 < LN_CHUNK ? v.n - j0 : LN_CHUNK;
-    double as[LN_CHUNK] = {0}, ab[LN_CHUNK] = {0};
-    for (int64_t r = 0; r < v.rows; r++) {
-      int64_t base = r * v.n;
-      double mean, invstd;
-      ln_row_stats(x, base, v.n, v.eps, &mean, &invstd);
-      for (int64_t j = 0; j < w; j++) {
-        double d = kx_get(dy, base + j0 + j);
-        as[j] += d * (kx_get(x, base + j0 + j) - mean) * invstd;
-        ab[j] += d;
+  bool want_dx = kx_want(dx), want_cols = kx_want(dscale) || kx_want(dbias);
+  if (!want_dx && !want_cols) return PCGC_OK;
+  double small[2 * 1024], *as = NULL, *ab = NULL;
+  if (want_cols) {
+    as = v.n <= 1024 ? small : malloc((size_t)v.n * 2 * sizeof *as);
+    if (!as)
+      return pcgc_error_set(k->err, PCGC_ERR_NOMEM, "layernorm: out of memory (%zu bytes of scratch)",
+                            (size_t)v.n * 2 * sizeof *as);
+    ab = as + v.n;
+    memset(as, 0, (size_t)v.n * 2 * sizeof *as);
+  }
+  const void *scale = opt_data(v.scale);
+  FOR_GROUPS(r0, nr, v.rows) {
+    double mean[NORM_G], invstd[NORM_G], m1[NORM_G], m2[NORM_G];
+    KX_BY_DTYPE(x->dtype, ln_stats, v.n, v.eps, x->data, r0, (int)nr, mean, invstd);
+    if (want_dx) {
+      KX_BY_DTYPE(x->dtype, ln_bwd_means, v.n, x->data, dy->data, scale, r0, (int)nr, mean, invstd, m1, m2);
+      for (int j = 0; j < nr; j++) {
+        int64_t o = (r0 + j) * v.n;
+        KX_BY_DTYPE(x->dtype, ln_bwd_dx, v.n, elem(x, o), elem(dy, o), scale, mean[j], invstd[j], m1[j], m2[j],
+                 elem(dx, o));
       }
     }
-    for (int64_t j = 0; j < w; j++) {
-      if (kx_want(dscale)) kx_add(dscale, j0 + j, as[j]);
-      if (kx_want(dbias)) kx_add(dbias, j0 + j, ab[j]);
+    for (int j = 0; want_cols && j < nr; j++) {
+      int64_t o = (r0 + j) * v.n;
+      KX_BY_DTYPE(x->dtype, ln_bwd_cols, v.n, elem(x, o), elem(dy, o), mean[j], invstd[j], as, ab);
     }
+  }
+  if (want_cols) {
+    for (int64_t j = 0; j < v.n; j++) {
+      if (kx_want(dscale)) kx_add(dscale, j, as[j]);
+      if (kx_want(dbias)) kx_add(dbias, j, ab[j]);
+    }
+    if (as != small) free(as);
   }
   return PCGC_OK;
 }

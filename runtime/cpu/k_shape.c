@@ -16,9 +16,19 @@ static int axis_of(const pcgc__kargs *k, int rank) {
   return (int)(a < 0 ? a + rank : a);
 }
 
-/* dst[i] += src[i] for n elements of float buffers at element offsets. */
+static void add_f32(int64_t n, const float *restrict s, float *restrict d) { KX_FOR(i, n, d[i] += s[i]); }
+static void add_f64(int64_t n, const double *restrict s, double *restrict d) { KX_FOR(i, n, d[i] += s[i]); }
+
+/* dst[i] += src[i] for n elements of float buffers (of one dtype) at
+ * element offsets; the runs of concat, split, reshape and flatten never
+ * overlap (else: one element at a time). */
 static void add_run(pcgc_buf *dst, int64_t di, const pcgc_buf *src, int64_t si, int64_t n) {
-  for (int64_t e = 0; e < n; e++) kx_add(dst, di + e, kx_get(src, si + e));
+  if (!kx_disjoint(dst, src)) {
+    for (int64_t e = 0; e < n; e++) kx_add(dst, di + e, kx_get(src, si + e));
+    return;
+  }
+  if (dst->dtype == PCGC_F32) add_f32(n, (const float *)src->data + si, (float *)dst->data + di);
+  else add_f64(n, (const double *)src->data + si, (double *)dst->data + di);
 }
 
 static void copy_run(pcgc_buf *dst, int64_t di, const pcgc_buf *src, int64_t si, int64_t n) {

@@ -8,36 +8,32 @@
 #include <math.h>
 #include <string.h>
 
-#include "kernels.h"
-
-static uint64_t mix(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
+#include "kernels_internal.h"
 
 uint64_t pcgc_rng_u64(uint64_t seed, uint64_t stream, uint64_t counter) {
-  uint64_t z = mix(seed + 0x9e3779b97f4a7c15ULL);
-  z = mix(z ^ (stream + 0x6a09e667f3bcc909ULL));
-  return mix(z ^ (counter * 0x9e3779b97f4a7c15ULL + 0xbb67ae8584caa73bULL));
+  return pcgc__rng_u64_at(pcgc__rng_key(seed, stream), counter);
 }
 
 double pcgc_rng_uniform(uint64_t seed, uint64_t stream, uint64_t counter) {
-  return (double)(pcgc_rng_u64(seed, stream, counter) >> 11) * 0x1.0p-53;
+  return pcgc__rng_uniform_at(pcgc__rng_key(seed, stream), counter);
 }
 
-double pcgc_rng_normal(uint64_t seed, uint64_t stream, uint64_t counter) {
-  uint64_t r = pcgc_rng_u64(seed, stream, counter);
-  /* two 32-bit uniforms in (0, 1] and [0, 1) */
+/* The normal variate of a draw r: Box-Muller on two 32-bit uniforms in
+ * (0, 1] and [0, 1). */
+static double normal_of(uint64_t r) {
   double u1 = ((double)(r >> 32) + 1.0) * 0x1.0p-32;
   double u2 = (double)(r & 0xffffffffu) * 0x1.0p-32;
   return sqrt(-2.0 * log(u1)) * cos(6.283185307179586476925286766559 * u2);
 }
 
+double pcgc_rng_normal(uint64_t seed, uint64_t stream, uint64_t counter) {
+  return normal_of(pcgc_rng_u64(seed, stream, counter));
+}
+
 uint64_t pcgc_rng_stream(const char *name) {
   uint64_t h = 0xcbf29ce484222325ULL; /* FNV-1a, then mixed */
   for (const unsigned char *p = (const unsigned char *)name; *p; p++) h = (h ^ *p) * 0x100000001b3ULL;
-  return mix(h);
+  return pcgc__rng_mix(h);
 }
 
 int64_t pcgc_buf_numel(const pcgc_buf *b) {
@@ -72,14 +68,15 @@ static void put(pcgc_buf *b, int64_t i, double v) {
 void pcgc_cpu_init_weight(pcgc_buf *w, pcgc_init init, double scale, uint64_t seed, uint64_t stream,
                           const pcgc_piece *piece) {
   int64_t n = pcgc_buf_numel(w);
+  uint64_t key = pcgc__rng_key(seed, stream);
   for (int64_t i = 0; i < n; i++) {
     uint64_t c = logical_index(w, piece, i);
     double v;
     switch (init) {
     case PCGC_INIT_ZEROS: v = 0; break;
     case PCGC_INIT_ONES: v = 1; break;
-    case PCGC_INIT_UNIFORM: v = (2 * pcgc_rng_uniform(seed, stream, c) - 1) * scale; break;
-    default: v = pcgc_rng_normal(seed, stream, c) * scale; break;
+    case PCGC_INIT_UNIFORM: v = (2 * pcgc__rng_uniform_at(key, c) - 1) * scale; break;
+    default: v = normal_of(pcgc__rng_u64_at(key, c)) * scale; break;
     }
     put(w, i, v);
   }
@@ -89,9 +86,10 @@ void pcgc_cpu_fill_random(pcgc_buf *b, int64_t bound, uint64_t seed, uint64_t st
                           const pcgc_piece *piece) {
   int64_t n = pcgc_buf_numel(b);
   bool is_float = b->dtype == PCGC_F32 || b->dtype == PCGC_F64;
+  uint64_t key = pcgc__rng_key(seed, stream);
   for (int64_t i = 0; i < n; i++) {
     uint64_t c = logical_index(b, piece, i);
-    if (is_float) put(b, i, pcgc_rng_normal(seed, stream, c));
-    else put(b, i, bound > 0 ? (double)(pcgc_rng_u64(seed, stream, c) % (uint64_t)bound) : 0);
+    if (is_float) put(b, i, normal_of(pcgc__rng_u64_at(key, c)));
+    else put(b, i, bound > 0 ? (double)(pcgc__rng_u64_at(key, c) % (uint64_t)bound) : 0);
   }
 }
