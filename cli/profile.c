@@ -17,29 +17,46 @@
  * adam (op "weight", attrs "optimizer=NAME"). The
  * measuring lives here, not in search/, so that the search library stays
  * free of runtime dependencies.
+ *
+ * The database records what the kernels ran as (pcgc_profile_thread_device):
+ * --machine M describes this host, its devices sharing the host's cores, so
+ * `threads` BLAS threads (1 by default) had M's per-node rates × threads /
+ * cores. The simulator carries the times from that device to the one it
+ * simulates. --append adds to an existing database of the same device
+ * (another batch size, another model), measuring only what it lacks.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <cblas.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "search.h"
 
 void pcgc_cli_profile_help(FILE *f) {
   fprintf(f,
-          "usage: pcgc profile MODEL --machine M -o DB [--repeat N] [--no-dropout] [--all-gradients] [--batch B]\n"
-          "                    [--set NAME=VALUE]...\n"
+          "usage: pcgc profile MODEL --machine M -o DB [--append] [--repeat N] [--rounds R] [--threads N] [--cores N]\n"
+          "                    [--no-dropout] [--all-gradients] [--batch B] [--set NAME=VALUE]...\n"
           "\n"
           "Measures the local CPU backend's kernels (f32, one BLAS thread) for every distinct\n"
           "operator, attributes and input shapes MODEL needs: a warm-up call, then the median of N\n"
           "calls, forward and backward. Writes the profile database DB (JSON, atomically) that\n"
-          "`pcgc simulate --profile DB` uses in place of the roofline estimate.\n"
+          "`pcgc simulate --profile DB` uses in place of the roofline estimate, with the device the\n"
+          "kernels ran as: M's per-node rates x threads / cores (M describes this host), from which\n"
+          "the simulator carries the times to the device it simulates.\n"
           "\n"
           "options:\n"
-          "  --machine M        the machine the database is for (preset or file); required\n"
+          "  --machine M        the machine this host is (preset or file); required\n"
           "  -o, --output DB    database file to write; required\n"
+          "  --append           keep DB's entries (it must be for the same device) and measure only\n"
+          "                     the kernels it lacks: profiles of several batch sizes in one file\n"
           "  --repeat N         timed calls per kernel (default 10); the median is kept\n"
+          "  --rounds R         measure every kernel in R passes over the model and keep its fastest\n"
+          "                     median (default 1): a pass slowed by other load does not count\n"
+          "  --threads N        BLAS threads (default 1)\n"
+          "  --cores N          cores of this host that M's devices share (default: the online CPUs)\n"
           "  --no-dropout       time dropout as at inference (as `pcgc train --no-dropout`)\n"
           "  --all-gradients    backward computes the gradient of every float input, data inputs\n"
           "                     included, as the reference trainer does (default: only what\n"
@@ -94,11 +111,52 @@ static pcgc_status profile_graph(const pcgc_graph *g, pcgc_profile *p, bool trai
   return st;
 }
 
+/* One pass over g measuring what p's first `kept` entries (those --append
+ * kept) lack, into a scratch profile; each time measured goes into p, or
+ * lowers p's time of the same kernel (from an earlier round): a round slowed
+ * by other load on the machine does not count. */
+static pcgc_status measure_round(const pcgc_graph *g, const pcgc_machine *m, pcgc_profile *p, int kept, bool training,
+                                 bool all_grads, int repeat, pcgc_error *err) {
+  pcgc_profile *q = pcgc_profile_new(m->name);
+  if (!q) return pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
+  pcgc_status st = PCGC_OK;
+  for (int i = 0; i < kept && st == PCGC_OK; i++) st = pcgc_profile_add(q, pcgc_profile_entry_at(p, i), err);
+  if (st == PCGC_OK) st = profile_graph(g, q, training, all_grads, repeat, err);
+  for (int i = kept; i < pcgc_profile_size(q) && st == PCGC_OK; i++) {
+    pcgc_profile_entry e = *pcgc_profile_entry_at(q, i);
+    const pcgc_profile_entry *old = pcgc_profile_find(p, &e);
+    if (old && old->fwd < e.fwd) e.fwd = old->fwd;
+    if (old && old->bwd < e.bwd) e.bwd = old->bwd;
+    st = pcgc_profile_add(p, &e, err);
+  }
+  pcgc_profile_free(q);
+  return st;
+}
+
+/* --append: DB's entries, when DB exists; it must be for the same device. */
+static pcgc_status open_append(const char *path, const pcgc_machine *m, const pcgc_profile_device *dev, pcgc_profile **p,
+                               pcgc_error *err) {
+  if (access(path, F_OK) != 0 && errno == ENOENT) return PCGC_OK; /* a new database */
+  pcgc_status st = pcgc_profile_load(path, p, err);
+  if (st != PCGC_OK) return st;
+  const pcgc_profile_device *d = pcgc_profile_device_of(*p);
+  bool same = d && d->kind == dev->kind && d->threads == dev->threads && d->cores == dev->cores &&
+              d->memory_bandwidth == dev->memory_bandwidth;
+  for (int t = 0; same && t < PCGC_DTYPE_COUNT; t++) same = d->flops[t] == dev->flops[t];
+  if (strcmp(pcgc_profile_machine(*p), m->name) == 0 && (m->device.kind == PCGC_DEVICE_CPU ? same : !d)) return PCGC_OK;
+  pcgc_error_set(err, PCGC_ERR_INVALID, "--append: %s was measured on '%s'%s, not as this run would measure ('%s', %d of %d cores)",
+                 path, pcgc_profile_machine(*p), d ? "" : " with no device record", m->name, dev->threads, dev->cores);
+  pcgc_error_hint(err, "append with the machine, --threads and --cores the database was written with, or write a new one");
+  pcgc_profile_free(*p);
+  *p = NULL;
+  return PCGC_ERR_INVALID;
+}
+
 int pcgc_cli_profile(int argc, char **argv) {
   const char *model = NULL, *machine = NULL, *output = NULL;
   pcgc_cli_sets sets = {0};
-  int repeat = 10;
-  bool training = true, all_grads = false;
+  int repeat = 10, threads = 1, cores = 0, rounds = 1;
+  bool training = true, all_grads = false, append = false;
   long long batch = 0;
   for (int i = 0; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -109,20 +167,27 @@ int pcgc_cli_profile(int argc, char **argv) {
       training = false;
     } else if (strcmp(a, "--all-gradients") == 0) {
       all_grads = true;
+    } else if (strcmp(a, "--append") == 0) {
+      append = true;
     } else if (a[0] == '-' && a[1] && !v) {
       return pcgc_cli_usage_error("profile", "%s needs a value", a);
     } else if (strcmp(a, "--machine") == 0) {
       machine = argv[++i];
     } else if (strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0) {
       output = argv[++i];
-    } else if (strcmp(a, "--repeat") == 0 || strcmp(a, "--batch") == 0) {
+    } else if (strcmp(a, "--repeat") == 0 || strcmp(a, "--batch") == 0 || strcmp(a, "--threads") == 0 ||
+               strcmp(a, "--cores") == 0 || strcmp(a, "--rounds") == 0) {
       char *end;
       long long x = strtoll(argv[++i], &end, 10);
       if (!*argv[i] || *end || x < 1 || x > 1000000000LL)
         return pcgc_cli_usage_error("profile", "expected a positive integer, not '%s'", argv[i]);
       if (a[2] == 'r') {
-        if (x > 100000) return pcgc_cli_usage_error("profile", "--repeat %s is too many (at most 100000)", argv[i]);
-        repeat = (int)x;
+        if (x > 100000)
+          return pcgc_cli_usage_error("profile", "--repeat and --rounds take at most 100000, not %s", argv[i]);
+        *(a[3] == 'e' ? &repeat : &rounds) = (int)x;
+      } else if (a[2] == 't' || a[2] == 'c') {
+        if (x > 65536) return pcgc_cli_usage_error("profile", "--threads and --cores take at most 65536, not %s", argv[i]);
+        *(a[2] == 't' ? &threads : &cores) = (int)x;
       } else {
         batch = x;
       }
@@ -150,13 +215,33 @@ int pcgc_cli_profile(int argc, char **argv) {
   pcgc_status st = pcgc_machine_load(machine, &m, &err);
   if (st == PCGC_OK && m.device.kind != PCGC_DEVICE_CPU)
     fprintf(stderr, "pcgc profile: warning: machine '%s' is not a CPU; measuring this machine's CPU anyway\n", m.name);
-  if (st == PCGC_OK && !(p = pcgc_profile_new(m.name))) st = pcgc_error_set(&err, PCGC_ERR_NOMEM, "out of memory");
-  /* One BLAS thread: a profile measures one core's kernels, and the
-   * calibration runs the reference trainer with OPENBLAS_NUM_THREADS=1. */
-  openblas_set_num_threads(1);
-  if (st == PCGC_OK) st = profile_graph(g, p, training, all_grads, repeat, &err);
+  if (!cores) {
+    long c = sysconf(_SC_NPROCESSORS_ONLN); /* what `pcgc run` divides among its processes */
+    cores = c > 0 && c <= 65536 ? (int)c : 1;
+  }
+  if (threads > cores)
+    fprintf(stderr, "pcgc profile: warning: %d BLAS threads on %d cores; the device recorded has %d\n", threads, cores,
+            cores);
+  pcgc_profile_device dev = {0};
+  if (st == PCGC_OK) dev = pcgc_profile_thread_device(&m, threads, cores);
+  if (st == PCGC_OK && append) st = open_append(output, &m, &dev, &p, &err);
+  if (st == PCGC_OK && !p && !(p = pcgc_profile_new(m.name))) st = pcgc_error_set(&err, PCGC_ERR_NOMEM, "out of memory");
+  /* A non-CPU machine does not describe the CPU measured: no device record,
+   * so the times are used as measured (version 1's rule). */
+  if (st == PCGC_OK && m.device.kind == PCGC_DEVICE_CPU) pcgc_profile_set_device(p, &dev);
+  /* One BLAS thread by default: a profile measures one core's kernels, and
+   * the calibration runs the reference trainer with OPENBLAS_NUM_THREADS=1. */
+  openblas_set_num_threads(threads);
+  int before = pcgc_profile_size(p);
+  for (int r = 0; r < rounds && st == PCGC_OK; r++) {
+    if (rounds > 1) printf("round %d of %d\n", r + 1, rounds);
+    st = measure_round(g, &m, p, before, training, all_grads, repeat, &err);
+  }
   if (st == PCGC_OK) st = pcgc_profile_write(p, output, &err);
-  if (st == PCGC_OK) printf("wrote %s (%d entries, machine %s)\n", output, pcgc_profile_size(p), m.name);
+  if (st == PCGC_OK)
+    printf("wrote %s (%d entries%s, machine %s, measured as %.3g GFLOP/s f32 and %.3g GB/s: %d of %d cores)\n", output,
+           pcgc_profile_size(p), append && before ? ", some kept" : "", m.name, dev.flops[PCGC_F32] / 1e9,
+           dev.memory_bandwidth / 1e9, dev.threads, dev.cores);
   else pcgc_error_print(stderr, &err);
   pcgc_profile_free(p);
   pcgc_graph_free(g);

@@ -347,3 +347,14 @@ pcgc_memory pcgc_cost_memory(pcgc_optim_kind opt, double weight_bytes, double ac
   r.total = r.weights + r.gradients + r.optimizer + r.activations + r.comm;
   return r;
 }
+
+pcgc_op_cost pcgc_cost_update(pcgc_optim_kind opt, const pcgc_ptensor *t) {
+  /* per element: FLOPs, and streams of element size (read w, g, state; write w, state) */
+  double flops = opt == PCGC_OPTIM_ADAM ? 12 : opt == PCGC_OPTIM_MOMENTUM ? 4 : 2;
+  double streams = opt == PCGC_OPTIM_ADAM ? 7 : opt == PCGC_OPTIM_MOMENTUM ? 5 : 3;
+  double bytes = pcgc_cost_piece_bytes(t), es = (double)pcgc_dtype_size(t->dtype);
+  pcgc_op_cost c = {0};
+  c.fwd_flops = flops * bytes / es;
+  c.fwd_bytes = streams * bytes;
+  return c;
+}

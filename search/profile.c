@@ -1,18 +1,35 @@
 /*
  * profile.c — the profile database: measured forward and backward times of
  * operator kernels, keyed by (op kind, attribute text, input piece shapes,
- * dtype), read and written as JSON (cJSON). `pcgc profile` (cli/profile.c)
- * measures the entries with the CPU backend; the simulator looks every task
- * up here before falling back to the roofline (pcgc_sim_options.profile).
+ * dtype), with the device they were measured as, read and written as JSON
+ * (cJSON). `pcgc profile` (cli/profile.c) measures the entries with the CPU
+ * backend; the simulator asks here for every task's time before falling
+ * back to the roofline (pcgc_sim_options.profile).
  *
  * This file only stores, loads, writes and looks up; it measures nothing, so
  * search/ stays free of runtime dependencies. Lookup is a linear scan: a
  * database holds the few dozen distinct kernels of a model, and the
  * simulator looks each node up once per simulation, not per task.
  *
- * Format (version 1):
- *   {"format": "pcgc-profile", "version": 1, "machine": "cpu-local",
- *    "entries": [{"op": "linear", "attrs": "out=512 act=relu bias=true",
+ * Times on a machine (search.h states the rule): a measured time is a
+ * slowdown over the roofline of the device it was measured as, carried to
+ * the simulated device, t = L + (t_k - L) × R_m(x) / R_p(k). k is the node's
+ * own entry, or the nearest measured kernel of its kind: candidates ranked
+ * by (tier, distance, entry index), tier 0 for the same attributes and input
+ * ranks, 1 for the same input ranks, 2 for the rest; distance the sum over
+ * the inputs they share of |log| size ratios. k's counts come from its
+ * input shapes and the node's attributes (pcgc_op_infer, pcgc_op_cost_of); a
+ * candidate they do not type is passed over for the next in rank order. A
+ * linear or conv2d with a fused activation nobody measured (compile's fusion
+ * rules make them) is first taken apart as the CPU backend runs it: the op
+ * without the activation, plus the activation over its output.
+ *
+ * Format (version 2; version 1 is the same without "device"):
+ *   {"format": "pcgc-profile", "version": 2, "machine": "cpu-local",
+ *    "device": {"kind": "cpu", "threads": 1, "cores": 2,
+ *               "flops": {"f32": 1.05e11, "f16": 1.05e11, "bf16": 1.05e11, "f64": 5.25e10},
+ *               "memory_bandwidth": 1.9e10},
+ *    "entries": [{"op": "linear", "attrs": "act=relu",
  *                 "inputs": [[64, 784], [784, 512], [512]], "dtype": "f32",
  *                 "forward": 1.2e-4, "backward": 2.5e-4}, ...]}
  */
@@ -32,6 +49,8 @@
 
 struct pcgc_profile {
   char machine[PCGC_MACHINE_NAME_MAX];
+  bool has_device;
+  pcgc_profile_device device;
   int n, cap;
   pcgc_profile_entry *e;
 };
@@ -52,6 +71,28 @@ const char *pcgc_profile_machine(const pcgc_profile *p) { return p ? p->machine 
 int pcgc_profile_size(const pcgc_profile *p) { return p ? p->n : 0; }
 const pcgc_profile_entry *pcgc_profile_entry_at(const pcgc_profile *p, int i) {
   return p && i >= 0 && i < p->n ? &p->e[i] : NULL;
+}
+
+const pcgc_profile_device *pcgc_profile_device_of(const pcgc_profile *p) {
+  return p && p->has_device ? &p->device : NULL;
+}
+
+void pcgc_profile_set_device(pcgc_profile *p, const pcgc_profile_device *d) {
+  if (!p) return;
+  p->has_device = d != NULL;
+  if (d) p->device = *d;
+}
+
+pcgc_profile_device pcgc_profile_thread_device(const pcgc_machine *m, int threads, int cores) {
+  pcgc_profile_device d;
+  memset(&d, 0, sizeof d);
+  d.kind = m->device.kind;
+  d.cores = cores > 0 ? cores : 1;
+  d.threads = threads < 1 ? 1 : threads > d.cores ? d.cores : threads;
+  double share = (double)m->devices_per_node * d.threads / d.cores;
+  for (int t = 0; t < PCGC_DTYPE_COUNT; t++) d.flops[t] = m->device.flops[t] * share;
+  d.memory_bandwidth = m->device.memory_bandwidth * share;
+  return d;
 }
 
 void pcgc_profile_attrs_text(char *buf, size_t n, const pcgc_attrs *a) {
@@ -139,17 +180,6 @@ pcgc_status pcgc_profile_add(pcgc_profile *p, const pcgc_profile_entry *e, pcgc_
   return PCGC_OK;
 }
 
-bool pcgc_profile_node_time(const pcgc_profile *p, const pcgc_graph *g, int node, pcgc_op_time *t) {
-  if (!p || !p->n) return false;
-  pcgc_profile_entry key;
-  if (pcgc_profile_key(g, node, &key, NULL) != PCGC_OK) return false;
-  const pcgc_profile_entry *e = pcgc_profile_find(p, &key);
-  if (!e) return false;
-  t->fwd = e->fwd;
-  t->bwd = e->bwd;
-  return true;
-}
-
 void pcgc_profile_update_key(pcgc_optim_kind o, const pcgc_ptensor *t, pcgc_profile_entry *key) {
   memset(key, 0, sizeof *key);
   key->kind = PCGC_OP_WEIGHT;
@@ -160,13 +190,264 @@ void pcgc_profile_update_key(pcgc_optim_kind o, const pcgc_ptensor *t, pcgc_prof
   pcgc_profile_piece_dims(t, key->dims[0]);
 }
 
-bool pcgc_profile_update_time(const pcgc_profile *p, pcgc_optim_kind o, const pcgc_ptensor *t, double *seconds) {
-  if (!p || !p->n || !t) return false;
+/* ------------------------------------------------ times on a machine */
+
+/* Rates a kernel runs at: peak FLOP/s per dtype and memory bandwidth. */
+typedef struct rates {
+  pcgc_device_kind kind;
+  const double *flops;
+  double bw;
+} rates;
+
+/* The roofline without launch overhead of a kernel doing F FLOPs and moving
+ * B bytes at rates r (pcgc_cost_roofline's rule). */
+static double roof(const rates *r, pcgc_op_kind kind, pcgc_dtype dtype, double F, double B) {
+  const pcgc_op_efficiency *e = pcgc_cost_efficiency(kind);
+  if (!e->kernel) return 0;
+  double peak = r->flops[(unsigned)dtype < PCGC_DTYPE_COUNT ? dtype : PCGC_F32];
+  if (!e->matrix && r->flops[PCGC_F32] < peak) peak = r->flops[PCGC_F32];
+  double eff = r->kind == PCGC_DEVICE_CPU ? e->cpu : e->gpu;
+  double tc = F > 0 && peak > 0 && eff > 0 ? F / (peak * eff) : 0;
+  double tm = B > 0 && r->bw > 0 ? B / r->bw : 0;
+  return tc > tm ? tc : tm;
+}
+
+/* Where a time is carried from (p) and to (m). Without a device record the
+ * profile counts as measured on m. From a CPU to a CPU, m's rates are taken
+ * at most at the profile's (`capped`): a device that is a smaller share of
+ * a core than measured slows a kernel in proportion (time slicing), but
+ * more cores than the measurement had are not assumed to speed it up, since
+ * how well BLAS and the threaded vector kernels use them depends on the
+ * shapes (2 threads against 1 on the 2-core box: ×1.0-1.1 for the CNN's
+ * convolutions and the MLP's 64-row GEMMs, ×1.8-2.0 for the transformer's
+ * 2048-row ones). */
+static void carry_rates(const pcgc_profile *p, const pcgc_machine *m, rates *from, rates *to, double *capped) {
+  *to = (rates){m->device.kind, m->device.flops, m->device.memory_bandwidth};
+  if (!p->has_device) {
+    *from = *to;
+    return;
+  }
+  const pcgc_profile_device *d = &p->device;
+  *from = (rates){d->kind, d->flops, d->memory_bandwidth};
+  if (d->kind != PCGC_DEVICE_CPU || m->device.kind != PCGC_DEVICE_CPU) return;
+  for (int t = 0; t < PCGC_DTYPE_COUNT; t++)
+    capped[t] = m->device.flops[t] < d->flops[t] ? m->device.flops[t] : d->flops[t];
+  to->flops = capped;
+  if (d->memory_bandwidth < to->bw) to->bw = d->memory_bandwidth;
+}
+
+/* t measured for counts whose roofline was rp, carried to counts whose
+ * roofline is rm: L + (t - L) × rm / rp; t itself when the rooflines agree. */
+static double carry(double t, double rp, double rm, double L) {
+  if (rm == rp || !(rp > 0)) return t;
+  double s = t > L ? t - L : 0;
+  return L + s * rm / rp;
+}
+
+/* Rank of entry e as a stand-in for key x: (tier, distance); false when it
+ * cannot stand in (another op, dtype, or update of another optimizer). */
+static bool rank_of(const pcgc_profile_entry *e, const pcgc_profile_entry *x, int *tier, double *dist) {
+  if (e->kind != x->kind || e->dtype != x->dtype) return false;
+  bool same_attrs = strcmp(e->attrs, x->attrs) == 0;
+  if (x->kind == PCGC_OP_WEIGHT && !same_attrs) return false; /* an update of another optimizer */
+  bool ranks = e->n_in == x->n_in;
+  double d = 0;
+  int n = e->n_in < x->n_in ? e->n_in : x->n_in;
+  for (int i = 0; i < n; i++) {
+    if (e->rank[i] != x->rank[i]) {
+      ranks = false;
+      double ne = 1, nx = 1;
+      for (int k = 0; k < e->rank[i]; k++) ne *= e->dims[i][k] > 1 ? (double)e->dims[i][k] : 1;
+      for (int k = 0; k < x->rank[i]; k++) nx *= x->dims[i][k] > 1 ? (double)x->dims[i][k] : 1;
+      d += fabs(log(nx / ne));
+      continue;
+    }
+    for (int k = 0; k < e->rank[i]; k++) {
+      double a = e->dims[i][k] > 1 ? (double)e->dims[i][k] : 1, b = x->dims[i][k] > 1 ? (double)x->dims[i][k] : 1;
+      d += fabs(log(b / a));
+    }
+  }
+  *tier = !ranks ? 2 : same_attrs ? 0 : 1;
+  *dist = d;
+  return true;
+}
+
+/* The best-ranked entry for x ranked after (tier, dist, index) `after`
+ * (index -1: from the start), or -1. */
+static int next_nearest(const pcgc_profile *p, const pcgc_profile_entry *x, int after_tier, double after_dist,
+                        int after) {
+  int best = -1, bt = 0;
+  double bd = 0;
+  for (int i = 0; i < p->n; i++) {
+    int t;
+    double d;
+    if (!rank_of(&p->e[i], x, &t, &d)) continue;
+    if (after >= 0 && (t < after_tier || (t == after_tier && (d < after_dist || (d == after_dist && i <= after)))))
+      continue; /* ranked at or before `after` */
+    if (best < 0 || t < bt || (t == bt && d < bd)) {
+      best = i;
+      bt = t;
+      bd = d;
+    }
+  }
+  return best;
+}
+
+/* Per-task counts of node n of g with attributes a (pcgc_cost_node_time's:
+ * its logical counts cut to one piece); its input types and dtype. */
+static bool node_counts(const pcgc_graph *g, const pcgc_node *n, const pcgc_attrs *a, pcgc_ptensor *in,
+                        pcgc_op_cost *piece, pcgc_dtype *dtype) {
+  if (!n->typed || n->n_in > PCGC_VARIADIC) return false;
+  for (int i = 0; i < n->n_in; i++) {
+    const pcgc_ptensor *t = pcgc_graph_ref_type(g, n->in[i]);
+    if (!t) return false;
+    in[i] = *t;
+  }
+  pcgc_op_cost logical;
+  pcgc_op_cost_of(n->kind, a, n->n_in, in, n->n_out, n->out, &logical);
+  pcgc_cost_op_piece(n->n_in, in, n->n_out, n->out, &logical, piece);
+  *dtype = pcgc_cost_op_dtype(n->n_in, in, n->n_out, n->out);
+  return true;
+}
+
+/* Counts of entry e run as op `kind` with attributes a: its input shapes as
+ * whole tensors (dtypes of `in`, n_in of them, else e's), outputs inferred.
+ * False when they do not type. */
+static bool entry_counts(const pcgc_profile_entry *e, pcgc_op_kind kind, const pcgc_attrs *a, int n_in,
+                         const pcgc_ptensor *in, pcgc_op_cost *c) {
+  pcgc_ptensor ein[PCGC_PROFILE_MAX_INPUTS], out[PCGC_VARIADIC];
+  int n_out = pcgc_op_num_outputs(kind, a);
+  if (n_out < 1 || n_out > PCGC_VARIADIC) return false;
+  for (int i = 0; i < e->n_in; i++)
+    pcgc_ptensor_init(&ein[i], i < n_in ? in[i].dtype : e->dtype, e->rank[i], e->dims[i]);
+  if (pcgc_op_infer(kind, a, e->n_in, ein, out, NULL) != PCGC_OK) return false;
+  pcgc_op_cost_of(kind, a, e->n_in, ein, n_out, out, c);
+  return true;
+}
+
+/* A kernel to time on m: its key, op, attributes, input types (dtypes) and
+ * per-task counts x. */
+typedef struct kernel {
+  const pcgc_profile_entry *key;
+  pcgc_op_kind kind;
+  const pcgc_attrs *a;
+  int n_in;
+  const pcgc_ptensor *in;
+  pcgc_op_cost x;
+  pcgc_dtype dtype;
+} kernel;
+
+/* The kernel's time on m from its own entry or (nearest) the nearest one
+ * whose counts can be had. */
+static pcgc_profile_source kernel_time(const pcgc_profile *p, const pcgc_machine *m, const kernel *x, bool nearest,
+                                       pcgc_op_time *t) {
+  const pcgc_profile_entry *e = pcgc_profile_find(p, x->key);
+  pcgc_op_cost k = x->x;
+  pcgc_profile_source src = PCGC_PROFILE_MEASURED;
+  if (!e) {
+    if (!nearest || !pcgc_cost_efficiency(x->kind)->kernel) return PCGC_PROFILE_NONE;
+    int i = -1, tier = 0;
+    double dist = 0;
+    while ((i = next_nearest(p, x->key, tier, dist, i)) >= 0) {
+      rank_of(&p->e[i], x->key, &tier, &dist);
+      if (entry_counts(&p->e[i], x->kind, x->a, x->n_in, x->in, &k)) break;
+    }
+    if (i < 0) return PCGC_PROFILE_NONE;
+    e = &p->e[i];
+    src = PCGC_PROFILE_NEAREST;
+  }
+  rates from, to;
+  double capped[PCGC_DTYPE_COUNT], L = m->device.launch_overhead;
+  carry_rates(p, m, &from, &to, capped);
+  t->fwd = carry(e->fwd, roof(&from, x->kind, x->dtype, k.fwd_flops, k.fwd_bytes),
+                 roof(&to, x->kind, x->dtype, x->x.fwd_flops, x->x.fwd_bytes), L);
+  t->bwd = carry(e->bwd, roof(&from, x->kind, x->dtype, k.bwd_flops, k.bwd_bytes),
+                 roof(&to, x->kind, x->dtype, x->x.bwd_flops, x->x.bwd_bytes), L);
+  return src;
+}
+
+/* A linear or conv2d with a fused activation nobody measured, as the CPU
+ * backend runs it (runtime/cpu/k_dense.c): the op without it, then the
+ * activation over its output; backward recomputes the pre-activation of a
+ * fused GELU, one more forward GEMM. Each part from its own entry or the
+ * nearest; false when either has none. */
+static bool fused_time(const pcgc_profile *p, const pcgc_machine *m, const pcgc_graph *g, const pcgc_node *n,
+                       const pcgc_profile_entry *key, pcgc_op_time *t) {
+  int ai = -1;
+  for (int i = 0; i < pcgc_op_num_attrs(n->kind); i++)
+    if (strcmp(pcgc_op_attr(n->kind, i)->name, "act") == 0) ai = i;
+  if (ai < 0 || n->attrs.v[ai].i == PCGC_ACT_NONE || n->n_out != 1) return false;
+  static const pcgc_op_kind act_op[] = {[PCGC_ACT_RELU] = PCGC_OP_RELU, [PCGC_ACT_GELU] = PCGC_OP_GELU,
+                                        [PCGC_ACT_SIGMOID] = PCGC_OP_SIGMOID, [PCGC_ACT_TANH] = PCGC_OP_TANH};
+  int64_t act = n->attrs.v[ai].i;
+  if (act < PCGC_ACT_RELU || act > PCGC_ACT_TANH) return false;
+
+  pcgc_attrs plain = n->attrs; /* the op alone */
+  plain.v[ai].i = PCGC_ACT_NONE;
+  pcgc_profile_entry bkey = *key;
+  pcgc_profile_attrs_text(bkey.attrs, sizeof bkey.attrs, &plain);
+  pcgc_ptensor in[PCGC_VARIADIC];
+  kernel b = {.key = &bkey, .kind = n->kind, .a = &plain, .n_in = n->n_in, .in = in, .dtype = PCGC_F32};
+  if (!node_counts(g, n, &plain, in, &b.x, &b.dtype)) return false;
+
+  pcgc_attrs aa; /* the activation over the output piece */
+  pcgc_attrs_init(&aa, act_op[act]);
+  pcgc_profile_entry akey;
+  memset(&akey, 0, sizeof akey);
+  akey.kind = act_op[act];
+  akey.dtype = b.dtype;
+  akey.n_in = 1;
+  akey.rank[0] = n->out[0].rank;
+  pcgc_profile_piece_dims(&n->out[0], akey.dims[0]);
+  pcgc_profile_attrs_text(akey.attrs, sizeof akey.attrs, &aa);
+  pcgc_ptensor y;
+  pcgc_ptensor_init(&y, n->out[0].dtype, akey.rank[0], akey.dims[0]);
+  kernel a = {.key = &akey, .kind = akey.kind, .a = &aa, .n_in = 1, .in = &y, .dtype = b.dtype};
+  pcgc_op_cost_of(akey.kind, &aa, 1, &y, 1, &y, &a.x);
+
+  pcgc_op_time tb, ta;
+  if (!kernel_time(p, m, &b, true, &tb) || !kernel_time(p, m, &a, true, &ta)) return false;
+  t->fwd = tb.fwd + ta.fwd;
+  t->bwd = tb.bwd + ta.bwd + (act == PCGC_ACT_GELU ? tb.fwd : 0);
+  return true;
+}
+
+pcgc_profile_source pcgc_profile_node_time(const pcgc_profile *p, const pcgc_machine *m, const pcgc_graph *g,
+                                           int node, pcgc_op_time *t) {
+  if (!p || !p->n || !m || !g || !t) return PCGC_PROFILE_NONE;
+  pcgc_profile_entry key;
+  if (pcgc_profile_key(g, node, &key, NULL) != PCGC_OK) return PCGC_PROFILE_NONE;
+  const pcgc_node *n = &g->nodes[node];
+  pcgc_ptensor in[PCGC_VARIADIC];
+  kernel x = {.key = &key, .kind = n->kind, .a = &n->attrs, .n_in = n->n_in, .in = in, .dtype = PCGC_F32};
+  if (!node_counts(g, n, &n->attrs, in, &x.x, &x.dtype)) return PCGC_PROFILE_NONE;
+  if (kernel_time(p, m, &x, false, t) == PCGC_PROFILE_MEASURED) return PCGC_PROFILE_MEASURED;
+  if (fused_time(p, m, g, n, &key, t)) return PCGC_PROFILE_NEAREST;
+  return kernel_time(p, m, &x, true, t);
+}
+
+pcgc_profile_source pcgc_profile_update_time(const pcgc_profile *p, const pcgc_machine *m, pcgc_optim_kind o,
+                                             const pcgc_ptensor *t, double *seconds) {
+  if (!p || !p->n || !m || !t || !seconds) return PCGC_PROFILE_NONE;
   pcgc_profile_entry key;
   pcgc_profile_update_key(o, t, &key);
   const pcgc_profile_entry *e = pcgc_profile_find(p, &key);
-  if (e) *seconds = e->fwd;
-  return e != NULL;
+  pcgc_profile_source src = PCGC_PROFILE_MEASURED;
+  if (!e) {
+    int i = next_nearest(p, &key, 0, 0, -1);
+    if (i < 0 || p->e[i].n_in != 1) return PCGC_PROFILE_NONE;
+    e = &p->e[i];
+    src = PCGC_PROFILE_NEAREST;
+  }
+  pcgc_ptensor w; /* the entry's piece as a whole tensor */
+  pcgc_ptensor_init(&w, e->dtype, e->rank[0], e->dims[0]);
+  pcgc_op_cost x = pcgc_cost_update(o, t), k = src == PCGC_PROFILE_MEASURED ? x : pcgc_cost_update(o, &w);
+  rates from, to;
+  double capped[PCGC_DTYPE_COUNT];
+  carry_rates(p, m, &from, &to, capped);
+  *seconds = carry(e->fwd, roof(&from, PCGC_OP_MUL, t->dtype, k.fwd_flops, k.fwd_bytes),
+                   roof(&to, PCGC_OP_MUL, t->dtype, x.fwd_flops, x.fwd_bytes), m->device.launch_overhead);
+  return src;
 }
 
 /* ------------------------------------------------------------- loading */
@@ -219,6 +500,36 @@ static pcgc_status parse_entry(const cJSON *j, const char *path, int i, pcgc_pro
   return PCGC_OK;
 }
 
+/* The "device" record of a version 2 file: null, or an object. */
+static pcgc_status parse_device(const cJSON *j, const char *path, pcgc_profile *p, pcgc_error *err) {
+  if (cJSON_IsNull(j)) return PCGC_OK;
+  const char *need = "\"device\" must be null or {\"kind\": \"cpu\" or \"gpu\", \"threads\": N >= 1, "
+                     "\"cores\": N >= 1, \"flops\": {\"f32\": FLOP/s > 0, ...}, \"memory_bandwidth\": bytes/s > 0}";
+  const cJSON *kind = cJSON_GetObjectItemCaseSensitive(j, "kind"), *th = cJSON_GetObjectItemCaseSensitive(j, "threads"),
+              *co = cJSON_GetObjectItemCaseSensitive(j, "cores"), *fl = cJSON_GetObjectItemCaseSensitive(j, "flops"),
+              *bw = cJSON_GetObjectItemCaseSensitive(j, "memory_bandwidth");
+  if (!cJSON_IsObject(j) || !cJSON_IsString(kind) || (strcmp(kind->valuestring, "cpu") && strcmp(kind->valuestring, "gpu")) ||
+      !cJSON_IsNumber(th) || !(th->valuedouble >= 1 && th->valuedouble <= 1e6) || th->valuedouble != floor(th->valuedouble) ||
+      !cJSON_IsNumber(co) || !(co->valuedouble >= 1 && co->valuedouble <= 1e6) || co->valuedouble != floor(co->valuedouble) ||
+      !cJSON_IsObject(fl) || !cJSON_IsNumber(bw) || !(bw->valuedouble > 0) || !isfinite(bw->valuedouble))
+    return bad(err, path, -1, need);
+  pcgc_profile_device d;
+  memset(&d, 0, sizeof d);
+  d.kind = strcmp(kind->valuestring, "cpu") == 0 ? PCGC_DEVICE_CPU : PCGC_DEVICE_GPU;
+  d.threads = (int)th->valuedouble;
+  d.cores = (int)co->valuedouble;
+  d.memory_bandwidth = bw->valuedouble;
+  const cJSON *f32 = cJSON_GetObjectItemCaseSensitive(fl, "f32");
+  if (!cJSON_IsNumber(f32) || !(f32->valuedouble > 0) || !isfinite(f32->valuedouble)) return bad(err, path, -1, need);
+  for (int t = 0; t < PCGC_DTYPE_COUNT; t++) { /* a float dtype left out, and the integers, as f32 */
+    const cJSON *v = pcgc_dtype_is_float((pcgc_dtype)t) ? cJSON_GetObjectItemCaseSensitive(fl, pcgc_dtype_name((pcgc_dtype)t)) : NULL;
+    if (v && (!cJSON_IsNumber(v) || !(v->valuedouble > 0) || !isfinite(v->valuedouble))) return bad(err, path, -1, need);
+    d.flops[t] = v ? v->valuedouble : f32->valuedouble;
+  }
+  pcgc_profile_set_device(p, &d);
+  return PCGC_OK;
+}
+
 pcgc_status pcgc_profile_parse(const char *text, size_t len, const char *path, pcgc_profile **out,
                                pcgc_error *err) {
   if (out) *out = NULL;
@@ -240,19 +551,22 @@ pcgc_status pcgc_profile_parse(const char *text, size_t len, const char *path, p
   const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(root, "format"),
               *ver = cJSON_GetObjectItemCaseSensitive(root, "version"),
               *mach = cJSON_GetObjectItemCaseSensitive(root, "machine"),
-              *ents = cJSON_GetObjectItemCaseSensitive(root, "entries");
+              *ents = cJSON_GetObjectItemCaseSensitive(root, "entries"),
+              *dev = cJSON_GetObjectItemCaseSensitive(root, "device");
   pcgc_profile *p = NULL;
   if (!cJSON_IsObject(root) || !cJSON_IsString(fmt) || strcmp(fmt->valuestring, "pcgc-profile") != 0) {
     st = bad(err, path, -1, "not a profile database (no \"format\": \"pcgc-profile\")");
-  } else if (!cJSON_IsNumber(ver) || ver->valueint != 1) {
-    st = bad(err, path, -1, "unsupported \"version\" (this build reads version 1)");
+  } else if (!cJSON_IsNumber(ver) || (ver->valuedouble != 1 && ver->valuedouble != 2)) {
+    st = bad(err, path, -1, "unsupported \"version\" (this build reads versions 1 and 2)");
+  } else if (ver->valuedouble == 2 && !dev) {
+    st = bad(err, path, -1, "version 2 needs \"device\": what the kernels were measured as, or null");
   } else if (!cJSON_IsString(mach) || strlen(mach->valuestring) >= PCGC_MACHINE_NAME_MAX) {
     st = bad(err, path, -1, "\"machine\" must be a machine name");
   } else if (!cJSON_IsArray(ents)) {
     st = bad(err, path, -1, "\"entries\" must be an array");
   } else if (!(p = pcgc_profile_new(mach->valuestring))) {
     st = pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory reading %s", path);
-  } else {
+  } else if (ver->valuedouble == 1 || (st = parse_device(dev, path, p, err)) == PCGC_OK) {
     int i = 0;
     const cJSON *j;
     cJSON_ArrayForEach(j, ents) {
@@ -305,11 +619,34 @@ pcgc_status pcgc_profile_load(const char *path, pcgc_profile **out, pcgc_error *
 
 /* ------------------------------------------------------------- writing */
 
-static cJSON *to_json(const pcgc_profile *p) {
-  cJSON *root = cJSON_CreateObject(), *ents = NULL;
-  if (!root || !cJSON_AddStringToObject(root, "format", "pcgc-profile") || !cJSON_AddNumberToObject(root, "version", 1) ||
-      !cJSON_AddStringToObject(root, "machine", p->machine) || !(ents = cJSON_AddArrayToObject(root, "entries")))
+static cJSON *device_json(const pcgc_profile *p) {
+  if (!p->has_device) return cJSON_CreateNull();
+  const pcgc_profile_device *d = &p->device;
+  cJSON *j = cJSON_CreateObject(), *fl;
+  if (!j || !cJSON_AddStringToObject(j, "kind", d->kind == PCGC_DEVICE_CPU ? "cpu" : "gpu") ||
+      !cJSON_AddNumberToObject(j, "threads", d->threads) || !cJSON_AddNumberToObject(j, "cores", d->cores) ||
+      !(fl = cJSON_AddObjectToObject(j, "flops")))
     goto fail;
+  for (int t = 0; t < PCGC_DTYPE_COUNT; t++)
+    if (pcgc_dtype_is_float((pcgc_dtype)t) && !cJSON_AddNumberToObject(fl, pcgc_dtype_name((pcgc_dtype)t), d->flops[t]))
+      goto fail;
+  if (!cJSON_AddNumberToObject(j, "memory_bandwidth", d->memory_bandwidth)) goto fail;
+  return j;
+fail:
+  cJSON_Delete(j);
+  return NULL;
+}
+
+static cJSON *to_json(const pcgc_profile *p) {
+  cJSON *root = cJSON_CreateObject(), *ents = NULL, *dev = NULL;
+  if (!root || !cJSON_AddStringToObject(root, "format", "pcgc-profile") || !cJSON_AddNumberToObject(root, "version", 2) ||
+      !cJSON_AddStringToObject(root, "machine", p->machine))
+    goto fail;
+  if (!(dev = device_json(p)) || !cJSON_AddItemToObject(root, "device", dev)) {
+    cJSON_Delete(dev);
+    goto fail;
+  }
+  if (!(ents = cJSON_AddArrayToObject(root, "entries"))) goto fail;
   for (int i = 0; i < p->n; i++) {
     const pcgc_profile_entry *e = &p->e[i];
     cJSON *j = cJSON_CreateObject(), *ins;

@@ -313,21 +313,63 @@ typedef struct pcgc_memory {
 pcgc_memory pcgc_cost_memory(pcgc_optim_kind opt, double weight_bytes, double activation_bytes,
                              double comm_bytes);
 
+/* Counts of one optimizer update of the piece of weight type t on one
+ * device, in fwd_flops and fwd_bytes (the rest 0): per element 2 FLOPs
+ * (sgd), 4 (momentum), 12 (adam), and bytes of 3, 5, 7 element-sized
+ * streams (read w, g and the state; write w and the state). It is timed
+ * as a vector op: pcgc_cost_roofline(m, PCGC_OP_MUL, t->dtype, ...). */
+pcgc_op_cost pcgc_cost_update(pcgc_optim_kind opt, const pcgc_ptensor *t);
+
 /* ------------------------------------------------------ profile database
  * Measured kernel times (search/profile.c), written by `pcgc profile` and
  * read by `pcgc simulate --profile DB`. An entry is keyed by op kind, the
  * text of every attribute (pcgc_profile_attrs_text: the pcgc_attr_format
  * strings joined by spaces), the op's dtype (pcgc_cost_op_dtype) and the
  * shape of every input *piece* (pcgc_profile_piece_dims), and holds forward
- * and backward seconds of one call on one device. JSON, version 1:
+ * and backward seconds of one call on one device. JSON, version 2:
  *
- *   {"format": "pcgc-profile", "version": 1, "machine": "cpu-local",
- *    "entries": [{"op": "linear", "attrs": "out=512 act=relu bias=true",
+ *   {"format": "pcgc-profile", "version": 2, "machine": "cpu-local",
+ *    "device": {"kind": "cpu", "threads": 1, "cores": 2,
+ *               "flops": {"f32": 1.05e11, "f16": 1.05e11, "bf16": 1.05e11, "f64": 5.25e10},
+ *               "memory_bandwidth": 1.9e10},
+ *    "entries": [{"op": "linear", "attrs": "act=relu",
  *                 "inputs": [[64, 784], [784, 512], [512]], "dtype": "f32",
  *                 "forward": 1.2e-4, "backward": 2.5e-4}]}
  *
- * The database records the machine it was measured on; using it with
- * another machine is allowed (the caller may warn). */
+ * "device" is what the kernels were measured *as*: the share of the
+ * measuring host that `threads` BLAS threads had (pcgc_profile_thread_device:
+ * the machine's per-node rates × threads / cores), or null when unknown.
+ * Version 1 files (no "device") are read as measured on the simulated
+ * device itself.
+ *
+ * Using a database on a machine (pcgc_profile_node_time), every time is a
+ * measured slowdown over the roofline carried to the simulated device:
+ *
+ *   t(x on m) = L + (t(k) - L) × R_m(x) / R_p(k)
+ *
+ * k is x's own entry when the database has it, else the nearest measured
+ * kernel of x's op kind and dtype (same attributes and input ranks first,
+ * then the same input ranks, then the rest; within a tier the smallest sum
+ * of |log| ratios of input sizes, then the earliest entry). R_p(k) is the
+ * roofline without launch of k's counts (its input shapes, x's attributes)
+ * at the rates the measurement had, R_m(x) that of x's piece on m's device,
+ * L m's launch overhead. A linear or conv2d with a fused activation
+ * (act=gelu) and no entry of its own takes the time of the op with act=none
+ * plus that of the activation op over its output (for GELU, backward one
+ * more forward of the op: the CPU backend recomputes the pre-activation),
+ * each part measured or from its nearest.
+ *
+ * Rates, from a CPU to a CPU: R_m takes m's device's rates but at most the
+ * profile's. So a kernel keeps its time on a device like the one measured;
+ * takes twice as long on half of it (cpu-4: 4 processes on 2 cores, half a
+ * core each), compute- or memory-bound alike; and is not assumed faster on
+ * more cores than it was measured with, since how well BLAS (and the
+ * threaded vector kernels) use them depends on the shapes: measure with
+ * `pcgc profile --threads N` where the run uses N threads (cpu-local's one
+ * process has 2). A tensor-parallel slice nobody measured takes its
+ * neighbour's measured efficiency instead of the ideal roofline's. Other
+ * device kinds: R_p on the profile's device, R_m on m's, uncapped. Without
+ * a device record, R_p is taken on m. */
 
 #define PCGC_PROFILE_MAX_INPUTS 16
 #define PCGC_PROFILE_ATTRS_MAX 512
@@ -344,11 +386,31 @@ typedef struct pcgc_profile_entry {
   double fwd, bwd;   /* s */
 } pcgc_profile_entry;
 
+/* What a database's kernels ran as: device kind, peak FLOP/s per dtype
+ * (i32/i64 copy f32, as in pcgc_device) and memory bandwidth of the share
+ * of the host the measurement had, its BLAS threads and the host's cores. */
+typedef struct pcgc_profile_device {
+  pcgc_device_kind kind;
+  int threads, cores;
+  double flops[PCGC_DTYPE_COUNT];   /* FLOP/s */
+  double memory_bandwidth;          /* bytes/s */
+} pcgc_profile_device;
+
 pcgc_profile *pcgc_profile_new(const char *machine);   /* NULL on out of memory */
 void pcgc_profile_free(pcgc_profile *p);               /* accepts NULL */
 const char *pcgc_profile_machine(const pcgc_profile *p);
 int pcgc_profile_size(const pcgc_profile *p);
 const pcgc_profile_entry *pcgc_profile_entry_at(const pcgc_profile *p, int i);
+/* The device record: NULL when the database has none (version 1, or null). */
+const pcgc_profile_device *pcgc_profile_device_of(const pcgc_profile *p);
+void pcgc_profile_set_device(pcgc_profile *p, const pcgc_profile_device *d);   /* NULL: none */
+
+/* The share of machine m's node that `threads` threads of a host with
+ * `cores` cores have, m describing that host (its devices_per_node devices
+ * share the cores): every rate × devices_per_node × threads / cores. One
+ * thread on the 2 cores of cpu-local (one device of 210 GFLOP/s, 38 GB/s),
+ * or of cpu-2 or cpu-4: 105 GFLOP/s, 19 GB/s. */
+pcgc_profile_device pcgc_profile_thread_device(const pcgc_machine *m, int threads, int cores);
 
 /* Key parts: attribute text of a node, piece dims of a tensor type (logical
  * dims divided by shard degree and, on the pipelined dim, by micro, rounded
@@ -358,18 +420,31 @@ void pcgc_profile_piece_dims(const pcgc_ptensor *t, int64_t *dims);
 pcgc_status pcgc_profile_key(const pcgc_graph *g, int node, pcgc_profile_entry *key, pcgc_error *err);
 
 /* Adds an entry (replacing one with the same key); the entry with `key`'s
- * key, or NULL; for node `node` of g, sets *t and returns true when the
- * profile has its entry. */
+ * key, or NULL. */
 pcgc_status pcgc_profile_add(pcgc_profile *p, const pcgc_profile_entry *e, pcgc_error *err);
 const pcgc_profile_entry *pcgc_profile_find(const pcgc_profile *p, const pcgc_profile_entry *key);
-bool pcgc_profile_node_time(const pcgc_profile *p, const pcgc_graph *g, int node, pcgc_op_time *t);
+
+/* How a time came from a database. */
+typedef enum pcgc_profile_source {
+  PCGC_PROFILE_NONE,       /* nothing of the kind measured: the caller keeps the roofline */
+  PCGC_PROFILE_MEASURED,   /* the kernel's own entry */
+  PCGC_PROFILE_NEAREST,    /* estimated from the nearest measured kernel of its kind */
+  PCGC_PROFILE_SOURCE_COUNT
+} pcgc_profile_source;
+
+/* Forward and backward time of node `node` of g (one task) on machine m's
+ * device by the rule above; *t is left alone when PCGC_PROFILE_NONE. */
+pcgc_profile_source pcgc_profile_node_time(const pcgc_profile *p, const pcgc_machine *m, const pcgc_graph *g,
+                                           int node, pcgc_op_time *t);
 /* Optimizer updates are entries too: op "weight", attrs "optimizer=NAME"
  * (pcgc_optimizer_name), the weight's dtype and piece dims as its one input;
  * `fwd` holds the seconds of one update of that piece (bwd is 0). The key of
- * the update of a piece of weight type t; and the measured time of it, true
- * when the profile has it. */
+ * the update of a piece of weight type t; and its time on m by the rule
+ * above (counts from pcgc_cost_update; the nearest is an update of the same
+ * optimizer and dtype), *seconds left alone when PCGC_PROFILE_NONE. */
 void pcgc_profile_update_key(pcgc_optim_kind o, const pcgc_ptensor *t, pcgc_profile_entry *key);
-bool pcgc_profile_update_time(const pcgc_profile *p, pcgc_optim_kind o, const pcgc_ptensor *t, double *seconds);
+pcgc_profile_source pcgc_profile_update_time(const pcgc_profile *p, const pcgc_machine *m, pcgc_optim_kind o,
+                                             const pcgc_ptensor *t, double *seconds);
 
 /* Reads a database (text of length len; `path` names it in messages).
  * Malformed JSON or a bad entry is PCGC_ERR_PARSE with a message that starts
@@ -509,6 +584,11 @@ typedef struct pcgc_sim_result {
   pcgc_optim_kind optimizer;
   pcgc_schedule schedule;
   bool recompute;
+  bool profiled;              /* o->profile was set: then by pcgc_profile_source (NONE: the
+                                 roofline), the nodes with kernels and the weight pieces
+                                 whose updates took each kind of time */
+  int profile_kernels[PCGC_PROFILE_SOURCE_COUNT];
+  int profile_updates[PCGC_PROFILE_SOURCE_COUNT];
   pcgc_sim_device *device;    /* [n_devices], owned */
   int64_t n_tasks, n_edges;
   int64_t tasks_by_kind[PCGC_TASK_KIND_COUNT];

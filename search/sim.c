@@ -174,6 +174,8 @@ typedef struct sim {
   int *order;
   int loss;
   int mb_max;              /* largest micro-batch count of any op */
+  int prof[PCGC_PROFILE_SOURCE_COUNT];  /* o.profile: kernels (nodes) and updates (weight pieces) */
+  int uprof[PCGC_PROFILE_SOURCE_COUNT]; /* by where their times came from */
   pcgc__sim_tasks T;
   int32_t *ef, *et;        /* edges */
   int64_t ne, cape;
@@ -884,9 +886,6 @@ static void gen_weights(sim *S) {
   for (int64_t k = 0; k < K; k++) cnt[k + 1] += cnt[k];
   for (int64_t i = 0; i < S->nw; i++) sorted[cnt[S->w[i].key]++] = S->w[i];
   const pcgc_optim_kind opt = S->o.optimizer;
-  /* per element: flops, and bytes in element sizes (read w, g, state; write w, state) */
-  double flops = opt == PCGC_OPTIM_ADAM ? 12 : opt == PCGC_OPTIM_MOMENTUM ? 4 : 2;
-  double elems = opt == PCGC_OPTIM_ADAM ? 7 : opt == PCGC_OPTIM_MOMENTUM ? 5 : 3;
   for (int64_t i = 0; i < S->nw && !S->st;) {
     int64_t j = i;
     int32_t gen = next_stamp(S);
@@ -902,13 +901,13 @@ static void gen_weights(sim *S) {
     int node = sorted[i].node, src = node; /* the tensor read; the weight it comes from */
     while (pcgc_op_class_of(S->g->nodes[src].kind) == PCGC_CLASS_PARALLEL) src = S->g->nodes[src].in[0].node;
     const pcgc_ptensor *t = &S->g->nodes[node].out[0];
-    double bytes = pcgc_cost_piece_bytes(t), es = (double)pcgc_dtype_size(t->dtype);
+    double bytes = pcgc_cost_piece_bytes(t);
     int64_t box = sorted[i].key - S->nd[node].ts;
     for (int k = 0; k < ng; k++) S->wbytes[S->grp[k]] += bytes;
     if (nd) {
-      double tu;
-      if (!pcgc_profile_update_time(S->o.profile, opt, t, &tu))
-        tu = pcgc_cost_roofline(S->m, PCGC_OP_MUL, t->dtype, flops * bytes / es, elems * bytes);
+      pcgc_op_cost uc = pcgc_cost_update(opt, t);
+      double tu = pcgc_cost_roofline(S->m, PCGC_OP_MUL, t->dtype, uc.fwd_flops, uc.fwd_bytes);
+      if (S->o.profile) S->uprof[pcgc_profile_update_time(S->o.profile, S->m, opt, t, &tu)]++;
       int32_t ar = -1;
       if (ng > 1) {
         ar = collective(S, PCGC__SIM_BWD, src, box, 0, PCGC_COLL_ALL_REDUCE, ng, S->grp, bytes);
@@ -1035,7 +1034,10 @@ static pcgc_status analyse(sim *S) {
       N->grad = any && flt;
       N->has_bwd = any; /* and reach, below */
       if ((st = pcgc_cost_node_time(S->m, g, x->id, &N->t, S->err)) != PCGC_OK) return st;
-      pcgc_profile_node_time(S->o.profile, g, x->id, &N->t); /* measured, if profiled */
+      if (S->o.profile) { /* measured, or estimated from a measured kernel of its kind */
+        pcgc_profile_source src = pcgc_profile_node_time(S->o.profile, S->m, g, x->id, &N->t);
+        if (pcgc_cost_efficiency(x->kind)->kernel) S->prof[src]++;
+      }
       if (cls == PCGC_CLASS_LOSS) {
         if (S->loss >= 0) {
           pcgc_error_set(S->err, PCGC_ERR_INVALID, "the graph has two losses, '%s' and '%s'; training needs exactly one",
@@ -1447,6 +1449,11 @@ pcgc_status pcgc_simulate(const pcgc_graph *g, const pcgc_mapping *mp, const pcg
   r->optimizer = S->o.optimizer;
   r->schedule = S->o.schedule;
   r->recompute = S->o.recompute;
+  r->profiled = S->o.profile != NULL;
+  for (int k = 0; k < PCGC_PROFILE_SOURCE_COUNT; k++) {
+    r->profile_kernels[k] = S->prof[k];
+    r->profile_updates[k] = S->uprof[k];
+  }
   for (int d = 0; d < D; d++) {
     pcgc_sim_device *dv = &r->device[d];
     dv->idle = r->iteration_time - dv->compute;

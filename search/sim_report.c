@@ -69,6 +69,13 @@ void pcgc_sim_report(FILE *f, const pcgc_sim_result *r, const pcgc_machine *m, c
   fprintf(f, "\n");
   fprintf(f, "  iteration      %s (forward done at %s; critical path %s)\n", fmt_time(a, sizeof a, r->iteration_time),
           fmt_time(b, sizeof b, r->forward_time), fmt_time(c, sizeof c, r->critical_path));
+  if (r->profiled) {
+    const int *k = r->profile_kernels, *u = r->profile_updates;
+    fprintf(f, "  profile        kernels: %d measured, %d from the nearest measured, %d roofline; "
+               "updates: %d measured, %d from the nearest, %d roofline\n",
+            k[PCGC_PROFILE_MEASURED], k[PCGC_PROFILE_NEAREST], k[PCGC_PROFILE_NONE], u[PCGC_PROFILE_MEASURED],
+            u[PCGC_PROFILE_NEAREST], u[PCGC_PROFILE_NONE]);
+  }
   if (D < 1 || !r->device) return;
   double imin = INFINITY, imax = 0, imean = 0;
   int busiest = 0, used = r->used_devices > 0 ? r->used_devices : D;

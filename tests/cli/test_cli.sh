@@ -31,7 +31,10 @@ expect 3 "$pcgc" check "$tmp/does-not-exist.pcg"; has "$tmp/err" "does-not-exist
 : >"$tmp/empty.pcg"
 expect 1 "$pcgc" check "$tmp/empty.pcg"; has "$tmp/err" "empty.pcg:1:1: error: the model file is empty"
 has "$tmp/err" "hint: a model declares its inputs"
-printf '# inputs only\nmodel m\ninput x: f32[2, 3]\n' >"$tmp/noop.pcg"
+printf '# inputs only
+model m
+input x: f32[2, 3]
+' >"$tmp/noop.pcg"
 expect 1 "$pcgc" compile "$tmp/noop.pcg" --machine cpu-2; has "$tmp/err" "no operator, only inputs and weights"
 
 # --- invalid model: position, caret and hint, exit 1
@@ -124,15 +127,49 @@ expect 2 "$pcgc" simulate "$src/models/mlp.pcg"; has "$tmp/err" "--machine"
 # --- profile: measure a tiny model's kernels, then simulate with the database
 printf 'model tiny\ninput x: f32[4, 8]\ninput t: f32[4, 3]\ny = linear(x, out=3)\nloss = mse(y, t)\n' >"$tmp/tiny.pcg"
 expect 0 "$pcgc" profile --help; has "$tmp/out" "usage: pcgc profile"
-expect 0 "$pcgc" profile "$tmp/tiny.pcg" --machine cpu-local -o "$tmp/tiny.json" --repeat 3
+# --cores 2: the device recorded is one thread of the 2 cores cpu-local describes, on any host
+expect 0 "$pcgc" profile "$tmp/tiny.pcg" --machine cpu-local -o "$tmp/tiny.json" --repeat 3 --cores 2
 has "$tmp/out" "2 kernels and 6 optimizer updates measured"; has "$tmp/tiny.json" '"format":'; has "$tmp/tiny.json" '"op":	"linear"'
+has "$tmp/out" "measured as 105 GFLOP/s f32 and 19 GB/s: 1 of 2 cores"
+has "$tmp/tiny.json" '"version":	2'; has "$tmp/tiny.json" '"threads":	1'; has "$tmp/tiny.json" '"memory_bandwidth":	19000000000'
 expect 0 "$pcgc" simulate "$tmp/tiny.pcg" --machine cpu-local --strategy sequential --profile "$tmp/tiny.json"
-has "$tmp/out" "iteration"
+has "$tmp/out" "iteration"; has "$tmp/out" "profile        kernels: 2 measured, 0 from the nearest measured, 0 roofline"
+# --append measures only what the database lacks; another device is refused
+expect 0 "$pcgc" profile "$tmp/tiny.pcg" --machine cpu-local -o "$tmp/tiny.json" --repeat 3 --cores 2 --append
+has "$tmp/out" "0 kernels and 0 optimizer updates measured"; has "$tmp/out" "(8 entries, some kept"
+printf 'model tiny\ninput x: f32[2, 8]\ninput t: f32[2, 3]\ny = linear(x, out=3)\nloss = mse(y, t)\n' >"$tmp/tiny2.pcg"
+expect 0 "$pcgc" profile "$tmp/tiny2.pcg" --machine cpu-local -o "$tmp/tiny.json" --repeat 3 --cores 2 --append
+has "$tmp/out" "2 kernels and 0 optimizer updates measured"; has "$tmp/out" "(10 entries, some kept"
+expect 0 "$pcgc" profile "$tmp/tiny2.pcg" --machine cpu-local -o "$tmp/rounds.json" --repeat 3 --rounds 3
+has "$tmp/out" "round 3 of 3"; has "$tmp/out" "(8 entries, machine cpu-local"
+expect 2 "$pcgc" profile "$tmp/tiny.pcg" --machine cpu-local -o "$tmp/x.json" --rounds 0
+expect 1 "$pcgc" profile "$tmp/tiny.pcg" --machine cpu-local -o "$tmp/tiny.json" --cores 4 --append
+has "$tmp/err" "--append:"; has "$tmp/err" "1 of 4 cores"
 # every kernel 0.5 s forward and 0.25 s backward, every update 0.5 s (its
-# "forward"): the iteration is their sum, 1.5 s of kernels + 2 updates
+# "forward"): on cpu-2, whose device is the one measured (a core), the
+# iteration is their sum, 1.5 s of kernels + 2 updates
 sed -E 's/"forward":[^,]*/"forward": 0.5/; s/"backward":[^,}]*/"backward": 0.25/' "$tmp/tiny.json" >"$tmp/slow.json"
+expect 0 "$pcgc" simulate "$tmp/tiny.pcg" --machine cpu-2 --strategy sequential --optimizer sgd --profile "$tmp/slow.json"
+has "$tmp/out" "iteration      2.5 s"
+# on cpu-4 a device is half a core: twice as long (less the launch counted twice)
+expect 0 "$pcgc" simulate "$tmp/tiny.pcg" --machine cpu-4 --strategy sequential --optimizer sgd --profile "$tmp/slow.json"
+has "$tmp/out" "iteration      5 s"; has "$tmp/err" "times carried to 'cpu-4''s device, 52 GFLOP/s, 9.5 GB/s"
+# on cpu-local (both cores, 2 BLAS threads) nothing is assumed faster than measured on one
 expect 0 "$pcgc" simulate "$tmp/tiny.pcg" --machine cpu-local --strategy sequential --optimizer sgd --profile "$tmp/slow.json"
 has "$tmp/out" "iteration      2.5 s"
+# measured as the whole CPU (--threads 2): exact on cpu-local; on half a core (cpu-4) every
+# kernel and update takes 4 times as long
+expect 0 "$pcgc" profile "$tmp/tiny.pcg" --machine cpu-local -o "$tmp/tiny2t.json" --repeat 3 --cores 2 --threads 2
+has "$tmp/out" "measured as 210 GFLOP/s f32 and 38 GB/s: 2 of 2 cores"
+sed -E 's/"forward":[^,]*/"forward": 0.5/; s/"backward":[^,}]*/"backward": 0.25/' "$tmp/tiny2t.json" >"$tmp/slow2t.json"
+expect 0 "$pcgc" simulate "$tmp/tiny.pcg" --machine cpu-local --strategy sequential --optimizer sgd --profile "$tmp/slow2t.json"
+has "$tmp/out" "iteration      2.5 s"
+expect 0 "$pcgc" simulate "$tmp/tiny.pcg" --machine cpu-4 --strategy sequential --optimizer sgd --profile "$tmp/slow2t.json"
+has "$tmp/out" "iteration      10 s"
+# a version 1 database (no device) is used as measured, with a warning on another machine
+sed -E 's/"version":[^,]*/"version": 1/' "$tmp/slow.json" | awk '/"device":/ {skip = 1} !skip; skip && /^\t},$/ {skip = 0}' >"$tmp/v1.json"
+expect 0 "$pcgc" simulate "$tmp/tiny.pcg" --machine cpu-4 --strategy sequential --optimizer sgd --profile "$tmp/v1.json"
+has "$tmp/out" "iteration      2.5 s"; has "$tmp/err" "times are used as measured"
 printf '{"format": "pcgc-profile",' >"$tmp/bad.json"
 expect 1 "$pcgc" simulate "$tmp/tiny.pcg" --machine cpu-local --profile "$tmp/bad.json"; has "$tmp/err" "bad.json:1:"
 expect 3 "$pcgc" simulate "$tmp/tiny.pcg" --machine cpu-local --profile "$tmp/none.json"; has "$tmp/err" "none.json"

@@ -9,7 +9,14 @@
  *     with a message naming the file; a missing file is PCGC_ERR_IO;
  *   - with --profile (pcgc_sim_options.profile) a one-op model's simulated
  *     time moves from the roofline to the profiled value, exactly; so does
- *     a weight's optimizer update, and only for its own optimizer.
+ *     a weight's optimizer update, and only for its own optimizer;
+ *   - the device record: one thread's share of a machine, its round trip,
+ *     version 1 files without it, malformed records;
+ *   - times carried between devices: L + (t - L) × R_m / R_p, on a CPU at
+ *     most at the rates measured; a kernel nobody
+ *     measured (a tensor-parallel slice, an update of a slice) estimated
+ *     from the nearest measured kernel of its kind, by rank (attributes,
+ *     shapes, entry order), and the simulator's counts of each.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <check.h>
@@ -105,11 +112,13 @@ START_TEST(write_load_find) {
   miss.dims[1][1] = 5;
   ck_assert(pcgc_profile_find(q, &miss) == NULL);
 
+  pcgc_machine m;
+  ck_assert_int_eq(pcgc_machine_load("cpu-local", &m, &err), PCGC_OK);
   pcgc_op_time t = {0, 0};
-  ck_assert(pcgc_profile_node_time(q, g, y, &t));
+  ck_assert_int_eq(pcgc_profile_node_time(q, &m, g, y, &t), PCGC_PROFILE_MEASURED); /* no device: as measured */
   ck_assert(t.fwd == 1.25e-3 && t.bwd == 2.5e-3);
-  ck_assert(!pcgc_profile_node_time(q, g, pcgc_graph_find(g, "loss"), &t));
-  ck_assert(!pcgc_profile_node_time(NULL, g, y, &t));
+  ck_assert_int_eq(pcgc_profile_node_time(q, &m, g, pcgc_graph_find(g, "loss"), &t), PCGC_PROFILE_NONE);
+  ck_assert_int_eq(pcgc_profile_node_time(NULL, &m, g, y, &t), PCGC_PROFILE_NONE);
 
   unlink(path);
   pcgc_profile_free(p);
@@ -149,7 +158,17 @@ static void expect_parse_error(const char *text, const char *want, int line) {
 START_TEST(malformed) {
   expect_parse_error("{\"format\": \"pcgc-profile\", \"version\": 1,\n \"machine\": ", "malformed JSON", 2);
   expect_parse_error("[1, 2]", "not a profile database", 0);
-  expect_parse_error("{\"format\": \"pcgc-profile\", \"version\": 2, \"machine\": \"m\", \"entries\": []}", "version", 0);
+  expect_parse_error("{\"format\": \"pcgc-profile\", \"version\": 3, \"machine\": \"m\", \"entries\": []}", "version", 0);
+  expect_parse_error("{\"format\": \"pcgc-profile\", \"version\": 2, \"machine\": \"m\", \"entries\": []}",
+                     "version 2 needs \"device\"", 0);
+  expect_parse_error("{\"format\": \"pcgc-profile\", \"version\": 2, \"machine\": \"m\", \"device\": {\"kind\": "
+                     "\"cpu\", \"threads\": 0, \"cores\": 2, \"flops\": {\"f32\": 1e9}, \"memory_bandwidth\": 1e9}, "
+                     "\"entries\": []}",
+                     "\"device\" must be null or", 0);
+  expect_parse_error("{\"format\": \"pcgc-profile\", \"version\": 2, \"machine\": \"m\", \"device\": {\"kind\": "
+                     "\"cpu\", \"threads\": 1, \"cores\": 2, \"flops\": {\"f16\": 1e9}, \"memory_bandwidth\": 1e9}, "
+                     "\"entries\": []}",
+                     "\"device\" must be null or", 0);
   expect_parse_error("{\"format\": \"pcgc-profile\", \"version\": 1, \"machine\": \"m\", \"entries\": "
                      "[{\"op\": \"linaer\", \"attrs\": \"\", \"inputs\": [], \"dtype\": \"f32\", \"forward\": 1, "
                      "\"backward\": 1}]}",
@@ -210,9 +229,9 @@ START_TEST(simulate_uses_profile) {
   ck_assert_msg(fabs(prof - want) <= 1e-12, "got %.17g, want %.17g", prof, want);
   ck_assert(fabs(iteration(g, &m, NULL) - base) == 0); /* NULL: today's behaviour */
 
-  /* an entry for other shapes does not apply */
+  /* an entry of another op kind does not apply */
   pcgc_profile *q = pcgc_profile_new("cpu-local");
-  e.dims[0][0] = 9;
+  e.kind = PCGC_OP_MATMUL;
   ck_assert_int_eq(pcgc_profile_add(q, &e, &err), PCGC_OK);
   ck_assert(iteration(g, &m, q) == base);
   pcgc_profile_free(p);
@@ -230,6 +249,10 @@ START_TEST(simulate_uses_update_profile) {
   ck_assert_int_ge(w, 0);
   pcgc_profile *p = pcgc_profile_new("cpu-local");
   pcgc_profile_entry e;
+  /* the bias's update measured too (else it is estimated from the weight's) */
+  pcgc_profile_update_key(PCGC_OPTIM_SGD, &g->nodes[pcgc_graph_find(g, "y.bias")].out[0], &e);
+  e.fwd = 1e-6;
+  ck_assert_int_eq(pcgc_profile_add(p, &e, &err), PCGC_OK);
   pcgc_profile_update_key(PCGC_OPTIM_SGD, &g->nodes[w].out[0], &e);
   ck_assert_str_eq(e.attrs, "optimizer=sgd");
   ck_assert_int_eq(e.dims[0][0], 16);
@@ -243,8 +266,9 @@ START_TEST(simulate_uses_update_profile) {
   ck_assert_msg(fabs(t6 - t5 - 1e-3) <= 1e-12, "update 5 ms -> 6 ms moved the iteration by %.17g", t6 - t5);
   ck_assert(t5 > 5e-3);
   double sec = 0;
-  ck_assert(pcgc_profile_update_time(p, PCGC_OPTIM_SGD, &g->nodes[w].out[0], &sec) && sec == 6e-3);
-  ck_assert(!pcgc_profile_update_time(p, PCGC_OPTIM_ADAM, &g->nodes[w].out[0], &sec));
+  ck_assert(pcgc_profile_update_time(p, &m, PCGC_OPTIM_SGD, &g->nodes[w].out[0], &sec) == PCGC_PROFILE_MEASURED &&
+            sec == 6e-3);
+  ck_assert_int_eq(pcgc_profile_update_time(p, &m, PCGC_OPTIM_ADAM, &g->nodes[w].out[0], &sec), PCGC_PROFILE_NONE);
 
   /* an Adam entry does not apply to an SGD simulation; it round-trips */
   pcgc_profile *q = pcgc_profile_new("cpu-local");
@@ -257,11 +281,264 @@ START_TEST(simulate_uses_update_profile) {
   ck_assert_int_eq(pcgc_profile_write(q, path, &err), PCGC_OK);
   pcgc_profile *r = NULL;
   ck_assert_int_eq(pcgc_profile_load(path, &r, &err), PCGC_OK);
-  ck_assert(pcgc_profile_update_time(r, PCGC_OPTIM_ADAM, &g->nodes[w].out[0], &sec) && sec == 5e-3);
+  ck_assert(pcgc_profile_update_time(r, &m, PCGC_OPTIM_ADAM, &g->nodes[w].out[0], &sec) == PCGC_PROFILE_MEASURED &&
+            sec == 5e-3);
   unlink(path);
   pcgc_profile_free(r);
   pcgc_profile_free(q);
   pcgc_profile_free(p);
+  pcgc_graph_free(g);
+}
+END_TEST
+
+
+/* m with its rates × f and launch overhead `launch`; with launch 0,
+ * pcgc_cost_node_time gives R, the roofline without launch. */
+static pcgc_machine scaled(const pcgc_machine *m, double f, double launch) {
+  pcgc_machine s = *m;
+  for (int t = 0; t < PCGC_DTYPE_COUNT; t++) s.device.flops[t] *= f;
+  s.device.memory_bandwidth *= f;
+  s.device.launch_overhead = launch;
+  return s;
+}
+
+/* A machine whose device has the rates of profile device d. */
+static pcgc_machine as_device(const pcgc_machine *m, const pcgc_profile_device *d, double launch) {
+  pcgc_machine s = *m;
+  for (int t = 0; t < PCGC_DTYPE_COUNT; t++) s.device.flops[t] = d->flops[t];
+  s.device.memory_bandwidth = d->memory_bandwidth;
+  s.device.launch_overhead = launch;
+  return s;
+}
+
+static bool close_to(double got, double want) { return fabs(got - want) <= 1e-12 * fabs(want) + 1e-18; }
+
+START_TEST(thread_device) {
+  pcgc_error err = {0};
+  pcgc_machine local, four;
+  ck_assert_int_eq(pcgc_machine_load("cpu-local", &local, &err), PCGC_OK);
+  ck_assert_int_eq(pcgc_machine_load("cpu-4", &four, &err), PCGC_OK);
+  /* one thread of the 2 cores: half of cpu-local's one device, twice a cpu-4 device */
+  pcgc_profile_device d = pcgc_profile_thread_device(&local, 1, 2);
+  ck_assert_int_eq(d.kind, PCGC_DEVICE_CPU);
+  ck_assert_int_eq(d.threads, 1);
+  ck_assert_int_eq(d.cores, 2);
+  ck_assert(d.flops[PCGC_F32] == 105e9 && d.flops[PCGC_F64] == 52.5e9 && d.memory_bandwidth == 19e9);
+  pcgc_profile_device d4 = pcgc_profile_thread_device(&four, 1, 2);
+  ck_assert(d4.flops[PCGC_F32] == 104e9 && d4.memory_bandwidth == 19e9);
+  pcgc_profile_device both = pcgc_profile_thread_device(&local, 2, 2), many = pcgc_profile_thread_device(&local, 8, 2);
+  ck_assert(both.flops[PCGC_F32] == 210e9 && both.memory_bandwidth == 38e9);
+  ck_assert(many.threads == 2 && many.flops[PCGC_F32] == 210e9); /* no more threads than cores */
+
+  /* the record round-trips; version 1 and null have none */
+  pcgc_profile *p = pcgc_profile_new("cpu-local");
+  ck_assert(pcgc_profile_device_of(p) == NULL);
+  pcgc_profile_set_device(p, &d);
+  char path[256];
+  temp_path(path, sizeof path);
+  ck_assert_int_eq(pcgc_profile_write(p, path, &err), PCGC_OK);
+  pcgc_profile *q = NULL;
+  ck_assert_msg(pcgc_profile_load(path, &q, &err) == PCGC_OK, "%s", err.message);
+  const pcgc_profile_device *e = pcgc_profile_device_of(q);
+  ck_assert(e != NULL);
+  ck_assert(e->kind == d.kind && e->threads == 1 && e->cores == 2 && e->memory_bandwidth == d.memory_bandwidth);
+  for (int t = 0; t < PCGC_DTYPE_COUNT; t++) ck_assert(e->flops[t] == d.flops[t]);
+  pcgc_profile_free(q);
+  pcgc_profile_set_device(p, NULL);
+  ck_assert_int_eq(pcgc_profile_write(p, path, &err), PCGC_OK);
+  ck_assert_int_eq(pcgc_profile_load(path, &q, &err), PCGC_OK);
+  ck_assert(pcgc_profile_device_of(q) == NULL);
+  pcgc_profile_free(q);
+  const char *v1 = "{\"format\": \"pcgc-profile\", \"version\": 1, \"machine\": \"cpu-local\", \"entries\": []}";
+  ck_assert_int_eq(pcgc_profile_parse(v1, strlen(v1), "v1.json", &q, &err), PCGC_OK);
+  ck_assert(pcgc_profile_device_of(q) == NULL);
+  pcgc_profile_free(q);
+  const char *f32only = "{\"format\": \"pcgc-profile\", \"version\": 2, \"machine\": \"x\", \"device\": {\"kind\": \"cpu\", "
+                        "\"threads\": 1, \"cores\": 4, \"flops\": {\"f32\": 2e9}, \"memory_bandwidth\": 3e9}, \"entries\": []}";
+  ck_assert_int_eq(pcgc_profile_parse(f32only, strlen(f32only), "x.json", &q, &err), PCGC_OK);
+  e = pcgc_profile_device_of(q);
+  ck_assert(e && e->cores == 4 && e->flops[PCGC_F64] == 2e9 && e->flops[PCGC_I32] == 2e9); /* as f32 */
+  pcgc_profile_free(q);
+  unlink(path);
+  pcgc_profile_free(p);
+}
+END_TEST
+
+START_TEST(carried_between_devices) {
+  pcgc_graph *g = model_text(ONE_OP);
+  pcgc_error err = {0};
+  pcgc_machine local;
+  ck_assert_int_eq(pcgc_machine_load("cpu-local", &local, &err), PCGC_OK);
+  int y = pcgc_graph_find(g, "y"), loss = pcgc_graph_find(g, "loss");
+  pcgc_profile *p = pcgc_profile_new("cpu-local");
+  pcgc_profile_device d = pcgc_profile_thread_device(&local, 1, 2); /* 105 GFLOP/s, 19 GB/s */
+  pcgc_profile_set_device(p, &d);
+  pcgc_profile_entry e;
+  ck_assert_int_eq(pcgc_profile_key(g, y, &e, &err), PCGC_OK);
+  e.fwd = 7e-3;
+  e.bwd = 11e-3;
+  ck_assert_int_eq(pcgc_profile_add(p, &e, &err), PCGC_OK);
+  ck_assert_int_eq(pcgc_profile_key(g, loss, &e, &err), PCGC_OK);
+  e.fwd = 2e-3;
+  e.bwd = 3e-3;
+  ck_assert_int_eq(pcgc_profile_add(p, &e, &err), PCGC_OK);
+  pcgc_op_time rp, rm, t;
+  pcgc_machine from = as_device(&local, &d, 0);
+  ck_assert_int_eq(pcgc_cost_node_time(&from, g, y, &rp, &err), PCGC_OK);
+
+  /* on the device it was measured as (cpu-2's): exactly as measured */
+  pcgc_machine same = as_device(&local, &d, local.device.launch_overhead);
+  ck_assert_int_eq(pcgc_profile_node_time(p, &same, g, y, &t), PCGC_PROFILE_MEASURED);
+  ck_assert(t.fwd == 7e-3 && t.bwd == 11e-3);
+
+  /* half a core (cpu-4: a quarter of the node): the rooflines double, compute- or memory-bound */
+  pcgc_machine quarter = scaled(&local, 0.25, local.device.launch_overhead), q0 = scaled(&local, 0.25, 0);
+  double L = quarter.device.launch_overhead;
+  ck_assert_int_eq(pcgc_cost_node_time(&q0, g, y, &rm, &err), PCGC_OK);
+  ck_assert(close_to(rm.fwd, 2 * rp.fwd) && close_to(rm.bwd, 2 * rp.bwd));
+  ck_assert_int_eq(pcgc_profile_node_time(p, &quarter, g, y, &t), PCGC_PROFILE_MEASURED);
+  ck_assert_msg(close_to(t.fwd, L + (7e-3 - L) * rm.fwd / rp.fwd), "fwd %.17g", t.fwd);
+  ck_assert(close_to(t.bwd, L + (11e-3 - L) * rm.bwd / rp.bwd));
+  ck_assert(close_to(t.fwd, 2 * 7e-3 - L));
+  ck_assert_int_eq(pcgc_profile_node_time(p, &quarter, g, loss, &t), PCGC_PROFILE_MEASURED); /* a vector op alike */
+  ck_assert(close_to(t.fwd, 2 * 2e-3 - L) && close_to(t.bwd, 2 * 3e-3 - L));
+
+  /* the whole 2-core CPU (cpu-local, one process with 2 BLAS threads): no
+   * faster than measured on one core (how BLAS would use the second core
+   * depends on the shapes) */
+  ck_assert_int_eq(pcgc_profile_node_time(p, &local, g, y, &t), PCGC_PROFILE_MEASURED);
+  ck_assert(t.fwd == 7e-3 && t.bwd == 11e-3);
+  ck_assert_int_eq(pcgc_profile_node_time(p, &local, g, loss, &t), PCGC_PROFILE_MEASURED);
+  ck_assert(t.fwd == 2e-3 && t.bwd == 3e-3);
+
+  /* measured with 2 threads as the whole CPU: exact there, 4 times as long
+   * on half a core */
+  pcgc_profile_device d2 = pcgc_profile_thread_device(&local, 2, 2);
+  pcgc_profile_set_device(p, &d2);
+  ck_assert_int_eq(pcgc_profile_node_time(p, &local, g, y, &t), PCGC_PROFILE_MEASURED);
+  ck_assert(t.fwd == 7e-3 && t.bwd == 11e-3);
+  ck_assert_int_eq(pcgc_profile_node_time(p, &local, g, loss, &t), PCGC_PROFILE_MEASURED);
+  ck_assert(t.fwd == 2e-3 && t.bwd == 3e-3);
+  ck_assert_int_eq(pcgc_profile_node_time(p, &quarter, g, y, &t), PCGC_PROFILE_MEASURED);
+  ck_assert(close_to(t.fwd, 4 * 7e-3 - 3 * quarter.device.launch_overhead));
+  ck_assert_int_eq(pcgc_profile_node_time(p, &quarter, g, loss, &t), PCGC_PROFILE_MEASURED);
+  ck_assert(close_to(t.fwd, 4 * 2e-3 - 3 * quarter.device.launch_overhead));
+
+  /* updates follow the same rule */
+  pcgc_profile_set_device(p, &d);
+  int w = pcgc_graph_find(g, "y.weight");
+  pcgc_profile_update_key(PCGC_OPTIM_SGD, &g->nodes[w].out[0], &e);
+  e.fwd = 5e-3;
+  ck_assert_int_eq(pcgc_profile_add(p, &e, &err), PCGC_OK);
+  double sec = 0;
+  ck_assert_int_eq(pcgc_profile_update_time(p, &quarter, PCGC_OPTIM_SGD, &g->nodes[w].out[0], &sec),
+                   PCGC_PROFILE_MEASURED);
+  ck_assert(close_to(sec, 2 * 5e-3 - quarter.device.launch_overhead));
+  ck_assert_int_eq(pcgc_profile_update_time(p, &local, PCGC_OPTIM_SGD, &g->nodes[w].out[0], &sec),
+                   PCGC_PROFILE_MEASURED);
+  ck_assert(sec == 5e-3);
+  pcgc_profile_free(p);
+  pcgc_graph_free(g);
+}
+END_TEST
+
+static const char *SLICE = /* ONE_OP's linear as a tensor-parallel slice would be: half its outputs */
+    "model slice\n"
+    "input x: f32[8, 16]\n"
+    "input t: f32[8, 2]\n"
+    "y = linear(x, out=2, act=relu)\n"
+    "loss = mse(y, t)\n";
+
+START_TEST(nearest_kernel) {
+  pcgc_graph *g = model_text(ONE_OP), *s = model_text(SLICE);
+  pcgc_error err = {0};
+  pcgc_machine m;
+  ck_assert_int_eq(pcgc_machine_load("cpu-local", &m, &err), PCGC_OK);
+  pcgc_machine m0 = scaled(&m, 1, 0);
+  double L = m.device.launch_overhead;
+  int y = pcgc_graph_find(g, "y"), ys = pcgc_graph_find(s, "y");
+  pcgc_profile *p = pcgc_profile_new("cpu-local"); /* no device record: measured on m */
+  pcgc_profile_entry e, four;
+  ck_assert_int_eq(pcgc_profile_key(g, y, &four, &err), PCGC_OK);
+  four.fwd = 7e-3;
+  four.bwd = 11e-3;
+  ck_assert_int_eq(pcgc_profile_add(p, &four, &err), PCGC_OK);
+
+  /* the slice takes the measured kernel's slowdown over its roofline */
+  pcgc_op_time rk, rx, t;
+  ck_assert_int_eq(pcgc_cost_node_time(&m0, g, y, &rk, &err), PCGC_OK);
+  ck_assert_int_eq(pcgc_cost_node_time(&m0, s, ys, &rx, &err), PCGC_OK);
+  ck_assert(rx.fwd < rk.fwd);
+  ck_assert_int_eq(pcgc_profile_node_time(p, &m, s, ys, &t), PCGC_PROFILE_NEAREST);
+  pcgc_op_time want = {L + (7e-3 - L) * rx.fwd / rk.fwd, L + (11e-3 - L) * rx.bwd / rk.bwd};
+  ck_assert_msg(close_to(t.fwd, want.fwd) && close_to(t.bwd, want.bwd), "%.17g %.17g", t.fwd, t.bwd);
+
+  /* rank: other attributes after the same ones, however close their shapes */
+  ck_assert_int_eq(pcgc_profile_key(s, ys, &e, &err), PCGC_OK);
+  snprintf(e.attrs, sizeof e.attrs, "act=none");
+  e.fwd = e.bwd = 1;
+  ck_assert_int_eq(pcgc_profile_add(p, &e, &err), PCGC_OK);
+  ck_assert_int_eq(pcgc_profile_node_time(p, &m, s, ys, &t), PCGC_PROFILE_NEAREST);
+  ck_assert(close_to(t.fwd, want.fwd));
+  /* then closer shapes; a tie goes to the earlier entry */
+  e = four;
+  e.dims[1][1] = e.dims[2][0] = 8; /* out=8: twice as far */
+  e.fwd = e.bwd = 2;
+  ck_assert_int_eq(pcgc_profile_add(p, &e, &err), PCGC_OK);
+  e.dims[1][1] = e.dims[2][0] = 1; /* out=1: as far as out=4, later */
+  ck_assert_int_eq(pcgc_profile_add(p, &e, &err), PCGC_OK);
+  ck_assert_int_eq(pcgc_profile_node_time(p, &m, s, ys, &t), PCGC_PROFILE_NEAREST);
+  ck_assert(close_to(t.fwd, want.fwd));
+  /* its own entry beats them all */
+  ck_assert_int_eq(pcgc_profile_key(s, ys, &e, &err), PCGC_OK);
+  e.fwd = 3e-3;
+  e.bwd = 4e-3;
+  ck_assert_int_eq(pcgc_profile_add(p, &e, &err), PCGC_OK);
+  ck_assert_int_eq(pcgc_profile_node_time(p, &m, s, ys, &t), PCGC_PROFILE_MEASURED);
+  ck_assert(t.fwd == 3e-3 && t.bwd == 4e-3);
+  /* nothing of the kind: the roofline stays */
+  ck_assert_int_eq(pcgc_profile_node_time(p, &m, s, pcgc_graph_find(s, "loss"), &t), PCGC_PROFILE_NONE);
+
+  /* the update of a slice of a weight, from the update measured of the whole */
+  pcgc_profile *u = pcgc_profile_new("cpu-local");
+  int w = pcgc_graph_find(g, "y.weight"), ws = pcgc_graph_find(s, "y.weight");
+  pcgc_profile_update_key(PCGC_OPTIM_SGD, &g->nodes[w].out[0], &e);
+  e.fwd = 5e-3;
+  ck_assert_int_eq(pcgc_profile_add(u, &e, &err), PCGC_OK);
+  pcgc_op_cost ck = pcgc_cost_update(PCGC_OPTIM_SGD, &g->nodes[w].out[0]),
+               cx = pcgc_cost_update(PCGC_OPTIM_SGD, &s->nodes[ws].out[0]);
+  double rku = pcgc_cost_roofline(&m0, PCGC_OP_MUL, PCGC_F32, ck.fwd_flops, ck.fwd_bytes),
+         rxu = pcgc_cost_roofline(&m0, PCGC_OP_MUL, PCGC_F32, cx.fwd_flops, cx.fwd_bytes);
+  ck_assert(close_to(rxu, rku / 2)); /* half the bytes, memory-bound */
+  double sec = 0;
+  ck_assert_int_eq(pcgc_profile_update_time(u, &m, PCGC_OPTIM_SGD, &s->nodes[ws].out[0], &sec), PCGC_PROFILE_NEAREST);
+  ck_assert_msg(close_to(sec, L + (5e-3 - L) / 2), "%.17g", sec);
+  ck_assert_int_eq(pcgc_profile_update_time(u, &m, PCGC_OPTIM_ADAM, &s->nodes[ws].out[0], &sec), PCGC_PROFILE_NONE);
+
+  /* the simulator counts where its times came from */
+  pcgc_graph *pg = NULL;
+  pcgc_mapping mp;
+  ck_assert_int_eq(pcgc_strategy_build(PCGC_STRATEGY_SEQUENTIAL, s, &m, 0, &pg, &mp, &err), PCGC_OK);
+  pcgc_sim_options o;
+  pcgc_sim_options_default(&o);
+  o.optimizer = PCGC_OPTIM_SGD;
+  o.profile = u;
+  pcgc_sim_result r;
+  ck_assert_int_eq(pcgc_simulate(pg, &mp, &m, &o, &r, &err), PCGC_OK);
+  ck_assert(r.profiled);
+  ck_assert_int_eq(r.profile_kernels[PCGC_PROFILE_NONE], 2); /* linear, mse: no kernel of theirs measured */
+  ck_assert_int_eq(r.profile_kernels[PCGC_PROFILE_MEASURED] + r.profile_kernels[PCGC_PROFILE_NEAREST], 0);
+  ck_assert_int_eq(r.profile_updates[PCGC_PROFILE_NEAREST], 2); /* the weight's and the bias's */
+  pcgc_sim_result_destroy(&r);
+  o.profile = NULL;
+  ck_assert_int_eq(pcgc_simulate(pg, &mp, &m, &o, &r, &err), PCGC_OK);
+  ck_assert(!r.profiled && r.profile_updates[PCGC_PROFILE_NEAREST] == 0);
+  pcgc_sim_result_destroy(&r);
+  pcgc_mapping_destroy(&mp);
+  pcgc_graph_free(pg);
+  pcgc_profile_free(u);
+  pcgc_profile_free(p);
+  pcgc_graph_free(s);
   pcgc_graph_free(g);
 }
 END_TEST
@@ -274,6 +551,9 @@ static Suite *suite(void) {
   tcase_add_test(tc, malformed);
   tcase_add_test(tc, simulate_uses_profile);
   tcase_add_test(tc, simulate_uses_update_profile);
+  tcase_add_test(tc, thread_device);
+  tcase_add_test(tc, carried_between_devices);
+  tcase_add_test(tc, nearest_kernel);
   suite_add_tcase(s, tc);
   return s;
 }
