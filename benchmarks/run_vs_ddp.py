@@ -158,21 +158,15 @@ def pcgc_step_ms(pcgc, plan, n, warmup, steps):
     return statistics.median(ms[warmup:]), min(ms[warmup:])
 
 
-def make_profile(pcgc, model, batches, out, tmp):
-    """One database for the model: `pcgc profile` at each per-process batch, merged."""
-    entries, seen = [], set()
+def make_profile(pcgc, model, batches, out, tmp, threads=1):
+    """One database for the model: `pcgc profile --append` at each per-process batch (the
+    device it was measured as is recorded, so simulate carries the times to cpu-N)."""
+    if os.path.exists(out):
+        os.unlink(out)
     for b in sorted(set(batches), reverse=True):
-        db = os.path.join(tmp, f"{model}-B{b}.prof.json")
         pcgc_cmd([pcgc, "profile", os.path.join(ROOT, "models", model + ".pcg"), "--machine", "cpu-local",
-                  "-o", db, "--no-dropout", "--all-gradients", "--set", f"B={b}"])
-        d = json.load(open(db))
-        for e in d["entries"]:
-            key = (e["op"], e["attrs"], json.dumps(e["inputs"]), e["dtype"])
-            if key not in seen:
-                seen.add(key)
-                entries.append(e)
-    json.dump({"format": d["format"], "version": d["version"], "machine": d["machine"], "entries": entries},
-              open(out, "w"), indent=1)
+                  "-o", out, "--append", "--threads", str(threads), "--no-dropout", "--all-gradients",
+                  "--set", f"B={b}"])
 
 
 def simulate_ms(pcgc, plan, n, profile):
