@@ -51,6 +51,7 @@ typedef struct rt {
   pcgc_npy **data;     /* --data: per node, its open .npy file (inputs only) */
   int64_t batches;     /* whole batches the files hold */
   char *data_tmp;      /* rows read before they are cut to a box */
+  char *data_raw;      /* their bytes as the file holds them */
 } rt;
 
 static double now(void) {
@@ -571,9 +572,13 @@ static pcgc_status open_data(const pcgc_graph *g, const char *dir, pcgc_npy **fi
     pcgc_status st = pcgc_npy_open(path, &f, err);
     if (st == PCGC_ERR_IO) pcgc_error_hint(err, "--data DIR needs DIR/NAME.npy for every input of the model");
     if (st == PCGC_OK) st = pcgc_npy_check(&f, n->name, &n->out[0], err);
+    if (st != PCGC_OK || !files) pcgc_npy_close(&f); /* kept open for the step loop only */
     if (st != PCGC_OK) return st;
     if (f.shape[0] / n->out[0].dims[0] < nb) nb = f.shape[0] / n->out[0].dims[0];
-    if (files && !(files[i] = malloc(sizeof f))) return pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
+    if (files && !(files[i] = malloc(sizeof f))) {
+      pcgc_npy_close(&f);
+      return pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
+    }
     if (files) *files[i] = f;
   }
   if (nb == INT64_MAX) return pcgc_error_set(err, PCGC_ERR_INVALID, "the model has no data input to read from %s", dir);
@@ -598,7 +603,7 @@ static pcgc_status load_batch_box(rt *R, int b, int64_t batch) {
   }
   int64_t row0 = batch * t->dims[0] + B->offset[0];
   pcgc_status st = pcgc_npy_read_rows(f, row0, B->dims[0], B->dtype, pcgc_ref_data_bound(R->g, B->node), R->data_tmp,
-                                      R->err);
+                                      R->data_raw, R->err);
   if (st != PCGC_OK) return st;
   pcgc_box x;
   pcgc_plan_buf_box(B, &x);
@@ -617,7 +622,8 @@ static pcgc_status setup_data(rt *R) {
     size_t k = (size_t)(B->dims[0] * R->data[B->node]->row_elems) * 8;
     if (k > most) most = k;
   }
-  if (st == PCGC_OK && !(R->data_tmp = malloc(most))) st = pcgc_error_set(R->err, PCGC_ERR_NOMEM, "out of memory");
+  if (st == PCGC_OK && (!(R->data_tmp = malloc(most)) || !(R->data_raw = malloc(most))))
+    st = pcgc_error_set(R->err, PCGC_ERR_NOMEM, "out of memory");
   return st;
 }
 
@@ -643,7 +649,7 @@ static pcgc_status ref_step_data(rt *R, pcgc_reference *ref, int64_t s) {
     void *buf = malloc((size_t)(N ? N : 1) * 8);
     if (!buf) return pcgc_error_set(R->err, PCGC_ERR_NOMEM, "out of memory");
     pcgc_status st = pcgc_npy_read_rows(R->data[i], ((s - 1) % R->batches) * t->dims[0], t->dims[0], dt,
-                                        pcgc_ref_data_bound(R->g, i), buf, R->err);
+                                        pcgc_ref_data_bound(R->g, i), buf, NULL, R->err);
     if (st == PCGC_OK) st = pcgc_ref_set(ref, n->name, dt, buf, N, R->err);
     free(buf);
     if (st != PCGC_OK) return st;
@@ -922,9 +928,13 @@ done:
   g_group_text = NULL;
   g_n_groups = 0;
   free(slot_group);
-  for (int i = 0; R.data && i < g->n_nodes; i++) free(R.data[i]);
+  for (int i = 0; R.data && i < g->n_nodes; i++) {
+    pcgc_npy_close(R.data[i]);
+    free(R.data[i]);
+  }
   free(R.data);
   free(R.data_tmp);
+  free(R.data_raw);
   if (R.comm)
     for (int k = 0; k < p->n_groups; k++)
       if (R.comm[k] != MPI_COMM_NULL) MPI_Comm_free(&R.comm[k]);

@@ -40,6 +40,7 @@ static const char *value_of(const char *h, const char *key) {
 pcgc_status pcgc_npy_parse(const char *b, size_t n, int64_t file_size, const char *path, pcgc_npy *f,
                            pcgc_error *err) {
   memset(f, 0, sizeof *f);
+  f->fd = -1;
   snprintf(f->path, sizeof f->path, "%s", path);
   const unsigned char *pre = (const unsigned char *)b;
   uint32_t hlen = 0;
@@ -126,17 +127,24 @@ pcgc_status pcgc_npy_parse(const char *b, size_t n, int64_t file_size, const cha
 
 pcgc_status pcgc_npy_open(const char *path, pcgc_npy *f, pcgc_error *err) {
   memset(f, 0, sizeof *f);
+  f->fd = -1;
   int fd = open(path, O_RDONLY);
   if (fd < 0) return pcgc_error_set(err, PCGC_ERR_IO, "cannot read '%s': %s", path, strerror(errno));
   struct stat sb;
   size_t cap = (1u << 20) + 12;
   char *head = malloc(cap);
   ssize_t got = head && fstat(fd, &sb) == 0 ? pread(fd, head, cap, 0) : -1;
-  close(fd);
   pcgc_status st = got < 0 ? pcgc_error_set(err, PCGC_ERR_IO, "cannot read '%s'", path)
                            : pcgc_npy_parse(head, (size_t)got, (int64_t)sb.st_size, path, f, err);
   free(head);
+  if (st == PCGC_OK) f->fd = fd;
+  else close(fd);
   return st;
+}
+
+void pcgc_npy_close(pcgc_npy *f) {
+  if (f && f->fd >= 0) close(f->fd);
+  if (f) f->fd = -1;
 }
 
 pcgc_status pcgc_npy_check(const pcgc_npy *f, const char *name, const pcgc_ptensor *t, pcgc_error *err) {
@@ -168,15 +176,15 @@ pcgc_status pcgc_npy_check(const pcgc_npy *f, const char *name, const pcgc_ptens
 }
 
 pcgc_status pcgc_npy_read_rows(const pcgc_npy *f, int64_t row0, int64_t n, pcgc_dtype want, int64_t bound, void *dst,
-                               pcgc_error *err) {
+                               void *scratch, pcgc_error *err) {
   if (row0 < 0 || n < 0 || row0 + n > f->shape[0])
     return pcgc_error_set(err, PCGC_ERR_INVALID, "%s: samples %lld..%lld are outside its %lld", f->path,
                           (long long)row0, (long long)(row0 + n - 1), (long long)f->shape[0]);
   int64_t count = n * f->row_elems;
   size_t bytes = (size_t)count * (size_t)f->elem;
-  unsigned char *raw = malloc(bytes ? bytes : 1);
+  unsigned char *raw = scratch ? scratch : malloc(bytes ? bytes : 1);
   if (!raw) return pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory reading %s", f->path);
-  int fd = open(f->path, O_RDONLY);
+  int fd = f->fd >= 0 ? f->fd : open(f->path, O_RDONLY);
   pcgc_status st = PCGC_OK;
   size_t done = 0;
   off_t at = (off_t)(f->data_offset + row0 * f->row_elems * f->elem);
@@ -188,7 +196,7 @@ pcgc_status pcgc_npy_read_rows(const pcgc_npy *f, int64_t row0, int64_t n, pcgc_
   if (fd < 0 || done < bytes)
     st = pcgc_error_set(err, PCGC_ERR_IO, "cannot read samples %lld.. of '%s'%s%s", (long long)row0, f->path,
                         fd < 0 ? ": " : " (the file shrank?)", fd < 0 ? strerror(errno) : "");
-  if (fd >= 0) close(fd);
+  if (fd >= 0 && fd != f->fd) close(fd);
   for (int64_t i = 0; i < count && st == PCGC_OK; i++) {
     const unsigned char *p = raw + (size_t)i * (size_t)f->elem;
     if (f->is_float) {
@@ -222,6 +230,6 @@ pcgc_status pcgc_npy_read_rows(const pcgc_npy *f, int64_t row0, int64_t n, pcgc_
     if (want == PCGC_I32) ((int32_t *)dst)[i] = (int32_t)v;
     else ((int64_t *)dst)[i] = v;
   }
-  free(raw);
+  if (raw != scratch) free(raw);
   return st;
 }

@@ -11,7 +11,8 @@
  *
  *     pcgc_npy f;
  *     if (pcgc_npy_open("data/x.npy", &f, &err) == PCGC_OK)
- *       pcgc_npy_read_rows(&f, 64, 32, PCGC_F32, buf, &err);   // samples 64..95
+ *       pcgc_npy_read_rows(&f, 64, 32, PCGC_F32, 0, buf, NULL, &err);   // samples 64..95
+ *     pcgc_npy_close(&f);
  */
 #ifndef PCGC_NPY_H
 #define PCGC_NPY_H
@@ -33,15 +34,19 @@ typedef struct pcgc_npy {
   int64_t shape[PCGC_MAX_RANK];
   int64_t data_offset;  /* where the array starts in the file */
   int64_t row_elems;    /* elements per sample (product of shape[1..]) */
+  int fd;               /* open for reading rows (pcgc_npy_open), -1: none */
 } pcgc_npy;
 
-/* Reads and checks the header of path. PCGC_ERR_IO when the file cannot be
+/* Reads and checks the header of path and keeps the file open for
+ * pcgc_npy_read_rows until pcgc_npy_close. PCGC_ERR_IO when the file cannot be
  * read; PCGC_ERR_PARSE naming the file when it is no .npy file this reader
  * takes (the message says what it holds and what is accepted), or when the
  * file is shorter than its header says. */
 pcgc_status pcgc_npy_open(const char *path, pcgc_npy *f, pcgc_error *err);
 
-/* The same from the first n bytes of a file of file_size bytes (at most
+void pcgc_npy_close(pcgc_npy *f);
+
+/* The header from the first n bytes of a file of file_size bytes (at most
  * 1 MiB + 12 are looked at); what pcgc_npy_open and the fuzzer call. */
 pcgc_status pcgc_npy_parse(const char *bytes, size_t n, int64_t file_size, const char *path, pcgc_npy *f,
                            pcgc_error *err);
@@ -51,11 +56,13 @@ pcgc_status pcgc_npy_parse(const char *bytes, size_t n, int64_t file_size, const
  * the input's name, for messages. */
 pcgc_status pcgc_npy_check(const pcgc_npy *f, const char *name, const pcgc_ptensor *t, pcgc_error *err);
 
-/* Reads samples [row0, row0 + n) converted to `want` (F32, I32, I64) into
- * dst (n * row_elems elements). Integers out of range of `want`, or below
- * 0 / at least `bound` when bound > 0, are an error naming the sample. */
+/* Reads samples [row0, row0 + n) converted to `want` (F32, F64, I32, I64)
+ * into dst (n * row_elems elements), through `scratch` (n * row_elems * 8
+ * bytes; NULL: allocated here), so a caller in a step loop allocates
+ * nothing. Integers out of range of `want`, or below 0 / at least `bound`
+ * when bound > 0, are an error naming the sample. */
 pcgc_status pcgc_npy_read_rows(const pcgc_npy *f, int64_t row0, int64_t n, pcgc_dtype want, int64_t bound, void *dst,
-                               pcgc_error *err);
+                               void *scratch, pcgc_error *err);
 
 #ifdef __cplusplus
 }
