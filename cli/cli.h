@@ -71,17 +71,19 @@ int pcgc_cli_plan(int argc, char **argv);
 void pcgc_cli_plan_help(FILE *f);
 int pcgc_cli_profile(int argc, char **argv);
 void pcgc_cli_profile_help(FILE *f);
-/* cli/profile_kernels.c: times the CPU kernels of node `id` of the typed
+/* cli/profile_kernels.c: times the kernels of node `id` of the typed
  * sequential graph g, forward and backward (backward with its gradient
  * zeroing; only inputs whose producer has grad[producer] get a gradient;
- * bwd = 0 when none does): a warm-up call, then the median of `repeat`. */
+ * bwd = 0 when none does): a warm-up call, then the median of `repeat`.
+ * be: the backend whose kernels run (NULL or a host backend: the CPU's). */
 #define PCGC_CLI_PROFILE_MAX_INPUTS 16
+struct pcgc_backend;
 pcgc_status pcgc__cli_profile_measure(const pcgc_graph *g, int id, const bool *grad, bool training, int repeat,
-                                      double *fwd, double *bwd, pcgc_error *err);
+                                      struct pcgc_backend *be, double *fwd, double *bwd, pcgc_error *err);
 /* Times one optimizer update of a weight of type t (f32): `optimizer` is 0
  * plain SGD, 1 SGD with momentum 0.9, 2 Adam (the order of search.h's
  * pcgc_optim_kind); a warm-up call, then the median of `repeat`. */
-pcgc_status pcgc__cli_profile_update(const pcgc_ptensor *t, int optimizer, int repeat, double *seconds,
-                                     pcgc_error *err);
+pcgc_status pcgc__cli_profile_update(const pcgc_ptensor *t, int optimizer, int repeat, struct pcgc_backend *be,
+                                     double *seconds, pcgc_error *err);
 
 #endif

@@ -441,6 +441,8 @@ int pcgc_cli_compile(int argc, char **argv) {
     info.has_choice = true;
     info.choice = r.choice;
     info.devices = D;
+    info.has_device_kind = true;
+    info.device_kind = m.device.kind;
     info.has_optimizer = true;
     info.optimizer = o.sim.optimizer;
     info.predicted_peak_bytes = mem;

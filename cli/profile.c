@@ -18,7 +18,9 @@
  * measuring lives here, not in search/, so that the search library stays
  * free of runtime dependencies.
  *
- * The database records what the kernels ran as (pcgc_profile_thread_device):
+ * For a GPU machine M the kernels run on this host's GPU (the CUDA backend,
+ * device 0) and the database records one of M's GPUs as the device.
+ * For a CPU machine it records what the kernels ran as (pcgc_profile_thread_device):
  * --machine M describes this host, its devices sharing the host's cores, so
  * `threads` BLAS threads (1 by default) had M's per-node rates × threads /
  * cores. The simulator carries the times from that device to the one it
@@ -32,6 +34,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "backend.h"
 #include "cli.h"
 #include "search.h"
 
@@ -67,7 +70,7 @@ void pcgc_cli_profile_help(FILE *f) {
 }
 
 static pcgc_status profile_graph(const pcgc_graph *g, pcgc_profile *p, bool training, bool all_grads, int repeat,
-                                 pcgc_error *err) {
+                                 pcgc_backend *be, pcgc_error *err) {
   int *order = malloc((size_t)g->n_nodes * sizeof *order);
   bool *grad = calloc((size_t)g->n_nodes, sizeof *grad);
   pcgc_status st = order && grad ? pcgc_graph_topo_order(g, order, err)
@@ -86,7 +89,7 @@ static pcgc_status profile_graph(const pcgc_graph *g, pcgc_profile *p, bool trai
       for (int o = PCGC_OPTIM_SGD; o <= PCGC_OPTIM_ADAM && st == PCGC_OK; o++) {
         pcgc_profile_update_key((pcgc_optim_kind)o, &n->out[0], &e);
         if (pcgc_profile_find(p, &e)) continue;
-        if ((st = pcgc__cli_profile_update(&n->out[0], o, repeat, &e.fwd, err)) != PCGC_OK) break;
+        if ((st = pcgc__cli_profile_update(&n->out[0], o, repeat, be, &e.fwd, err)) != PCGC_OK) break;
         if ((st = pcgc_profile_add(p, &e, err)) != PCGC_OK) break;
         updates++;
       }
@@ -98,7 +101,7 @@ static pcgc_status profile_graph(const pcgc_graph *g, pcgc_profile *p, bool trai
       reused++;
       continue;
     }
-    if ((st = pcgc__cli_profile_measure(g, n->id, grad, training, repeat, &e.fwd, &e.bwd, err)) != PCGC_OK) break;
+    if ((st = pcgc__cli_profile_measure(g, n->id, grad, training, repeat, be, &e.fwd, &e.bwd, err)) != PCGC_OK) break;
     if ((st = pcgc_profile_add(p, &e, err)) != PCGC_OK) break;
     measured++;
     printf("%-22s %-24s fwd %10.3f us  bwd %10.3f us\n", pcgc_op_name(n->kind), n->name, e.fwd * 1e6, e.bwd * 1e6);
@@ -116,12 +119,12 @@ static pcgc_status profile_graph(const pcgc_graph *g, pcgc_profile *p, bool trai
  * lowers p's time of the same kernel (from an earlier round): a round slowed
  * by other load on the machine does not count. */
 static pcgc_status measure_round(const pcgc_graph *g, const pcgc_machine *m, pcgc_profile *p, int kept, bool training,
-                                 bool all_grads, int repeat, pcgc_error *err) {
+                                 bool all_grads, int repeat, pcgc_backend *be, pcgc_error *err) {
   pcgc_profile *q = pcgc_profile_new(m->name);
   if (!q) return pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
   pcgc_status st = PCGC_OK;
   for (int i = 0; i < kept && st == PCGC_OK; i++) st = pcgc_profile_add(q, pcgc_profile_entry_at(p, i), err);
-  if (st == PCGC_OK) st = profile_graph(g, q, training, all_grads, repeat, err);
+  if (st == PCGC_OK) st = profile_graph(g, q, training, all_grads, repeat, be, err);
   for (int i = kept; i < pcgc_profile_size(q) && st == PCGC_OK; i++) {
     pcgc_profile_entry e = *pcgc_profile_entry_at(q, i);
     const pcgc_profile_entry *old = pcgc_profile_find(p, &e);
@@ -143,7 +146,7 @@ static pcgc_status open_append(const char *path, const pcgc_machine *m, const pc
   bool same = d && d->kind == dev->kind && d->threads == dev->threads && d->cores == dev->cores &&
               d->memory_bandwidth == dev->memory_bandwidth;
   for (int t = 0; same && t < PCGC_DTYPE_COUNT; t++) same = d->flops[t] == dev->flops[t];
-  if (strcmp(pcgc_profile_machine(*p), m->name) == 0 && (m->device.kind == PCGC_DEVICE_CPU ? same : !d)) return PCGC_OK;
+  if (strcmp(pcgc_profile_machine(*p), m->name) == 0 && same) return PCGC_OK;
   pcgc_error_set(err, PCGC_ERR_INVALID, "--append: %s was measured on '%s'%s, not as this run would measure ('%s', %d of %d cores)",
                  path, pcgc_profile_machine(*p), d ? "" : " with no device record", m->name, dev->threads, dev->cores);
   pcgc_error_hint(err, "append with the machine, --threads and --cores the database was written with, or write a new one");
@@ -213,36 +216,50 @@ int pcgc_cli_profile(int argc, char **argv) {
   pcgc_machine m;
   pcgc_profile *p = NULL;
   pcgc_status st = pcgc_machine_load(machine, &m, &err);
-  if (st == PCGC_OK && m.device.kind != PCGC_DEVICE_CPU)
-    fprintf(stderr, "pcgc profile: warning: machine '%s' is not a CPU; measuring this machine's CPU anyway\n", m.name);
+  bool gpu = st == PCGC_OK && m.device.kind == PCGC_DEVICE_GPU;
+  pcgc_backend be;
+  memset(&be, 0, sizeof be);
+  if (gpu && (st = pcgc_backend_open(&be, "cuda", 0, &err)) != PCGC_OK)
+    pcgc_error_hint(&err, "machine '%s' has GPUs: its kernels are measured on this host's GPU (profile a CPU "
+                          "machine such as cpu-local to measure this host's CPU)", m.name);
   if (!cores) {
     long c = sysconf(_SC_NPROCESSORS_ONLN); /* what `pcgc run` divides among its processes */
     cores = c > 0 && c <= 65536 ? (int)c : 1;
   }
-  if (threads > cores)
+  if (threads > cores && !gpu)
     fprintf(stderr, "pcgc profile: warning: %d BLAS threads on %d cores; the device recorded has %d\n", threads, cores,
             cores);
   pcgc_profile_device dev = {0};
-  if (st == PCGC_OK) dev = pcgc_profile_thread_device(&m, threads, cores);
+  if (st == PCGC_OK && !gpu) dev = pcgc_profile_thread_device(&m, threads, cores);
+  if (st == PCGC_OK && gpu) { /* one of M's GPUs, as the machine file rates it */
+    dev.kind = PCGC_DEVICE_GPU;
+    dev.threads = dev.cores = 1;
+    memcpy(dev.flops, m.device.flops, sizeof dev.flops);
+    dev.memory_bandwidth = m.device.memory_bandwidth;
+  }
   if (st == PCGC_OK && append) st = open_append(output, &m, &dev, &p, &err);
   if (st == PCGC_OK && !p && !(p = pcgc_profile_new(m.name))) st = pcgc_error_set(&err, PCGC_ERR_NOMEM, "out of memory");
-  /* A non-CPU machine does not describe the CPU measured: no device record,
-   * so the times are used as measured (version 1's rule). */
-  if (st == PCGC_OK && m.device.kind == PCGC_DEVICE_CPU) pcgc_profile_set_device(p, &dev);
+  if (st == PCGC_OK) pcgc_profile_set_device(p, &dev);
+  if (st == PCGC_OK && gpu) printf("measuring on %s\n", be.desc);
   /* One BLAS thread by default: a profile measures one core's kernels, and
    * the calibration runs the reference trainer with OPENBLAS_NUM_THREADS=1. */
   openblas_set_num_threads(threads);
   int before = pcgc_profile_size(p);
   for (int r = 0; r < rounds && st == PCGC_OK; r++) {
     if (rounds > 1) printf("round %d of %d\n", r + 1, rounds);
-    st = measure_round(g, &m, p, before, training, all_grads, repeat, &err);
+    st = measure_round(g, &m, p, before, training, all_grads, repeat, gpu ? &be : NULL, &err);
   }
   if (st == PCGC_OK) st = pcgc_profile_write(p, output, &err);
-  if (st == PCGC_OK)
+  if (st == PCGC_OK && gpu)
+    printf("wrote %s (%d entries%s, machine %s, measured on one GPU rated %.3g TFLOP/s f32 and %.3g TB/s)\n", output,
+           pcgc_profile_size(p), append && before ? ", some kept" : "", m.name, dev.flops[PCGC_F32] / 1e12,
+           dev.memory_bandwidth / 1e12);
+  else if (st == PCGC_OK)
     printf("wrote %s (%d entries%s, machine %s, measured as %.3g GFLOP/s f32 and %.3g GB/s: %d of %d cores)\n", output,
            pcgc_profile_size(p), append && before ? ", some kept" : "", m.name, dev.flops[PCGC_F32] / 1e9,
            dev.memory_bandwidth / 1e9, dev.threads, dev.cores);
   else pcgc_error_print(stderr, &err);
+  pcgc_backend_close(&be);
   pcgc_profile_free(p);
   pcgc_graph_free(g);
   return pcgc_cli_exit_code(st);

@@ -1,6 +1,8 @@
 /*
  * profile_kernels.c — the measuring half of `pcgc profile` (cli/profile.c):
- * times one node's CPU kernels, and the optimizer update of one weight. It
+ * times one node's kernels, and the optimizer update of one weight, on the
+ * CPU or on a backend's device (runtime/backend.h: the CUDA backend for GPU
+ * machines, where each timed call ends by waiting for the device). It
  * speaks runtime/cpu/kernels.h; cli/profile.c speaks search/search.h.
  *
  * Buffers of the input and output shapes are filled with seeded synthetic
@@ -12,6 +14,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "backend.h"
 #include "cli.h"
 #include "kernels.h"
 
@@ -66,8 +69,27 @@ static void bench_free(bench *b) {
   for (int i = 0; i < PCGC_VARIADIC; i++) free(b->out[i].data), free(b->dout[i].data);
 }
 
-pcgc_status pcgc__cli_profile_measure(const pcgc_graph *g, int id, const bool *grad, bool training, int repeat, double *fwd,
-                           double *bwd, pcgc_error *err) {
+/* A device backend's copy of host buffer h (contents uploaded); NULL data: none. */
+static pcgc_status dev_copy(pcgc_backend *be, const pcgc_buf *h, pcgc_buf *d, pcgc_error *err) {
+  *d = *h;
+  if (!h->data) return PCGC_OK;
+  size_t bytes = (size_t)pcgc_buf_numel(h) * pcgc_dtype_size(h->dtype);
+  if (!(d->data = be->alloc(be, bytes, err))) return PCGC_ERR_NOMEM;
+  return be->upload(be, d->data, h->data, bytes, err);
+}
+
+static void dev_free(pcgc_backend *be, bench *d) {
+  for (int i = 0; i < PCGC_CLI_PROFILE_MAX_INPUTS; i++) be->release(be, d->in[i].data), be->release(be, d->din[i].data);
+  for (int i = 0; i < PCGC_VARIADIC; i++) be->release(be, d->out[i].data), be->release(be, d->dout[i].data);
+}
+
+static pcgc_status dev_zero_buf(pcgc_backend *be, pcgc_buf *b, pcgc_error *err) {
+  if (!b->data) return PCGC_OK;
+  return be->zero(be, b->data, (size_t)pcgc_buf_numel(b) * pcgc_dtype_size(b->dtype), err);
+}
+
+pcgc_status pcgc__cli_profile_measure(const pcgc_graph *g, int id, const bool *grad, bool training, int repeat,
+                                      pcgc_backend *be, double *fwd, double *bwd, pcgc_error *err) {
   const pcgc_node *n = &g->nodes[id];
   bench b;
   memset(&b, 0, sizeof b);
@@ -98,20 +120,38 @@ pcgc_status pcgc__cli_profile_measure(const pcgc_graph *g, int id, const bool *g
   pcgc_kernel_ctx ctx = {.seed = 1, .node = pcgc_rng_stream(n->name), .training = training};
   double *ft = calloc((size_t)repeat, sizeof *ft), *bt = calloc((size_t)repeat, sizeof *bt);
   if (st == PCGC_OK && (!ft || !bt)) st = pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory profiling '%s'", n->name);
+  bool dev = be && !be->host;
+  bench d; /* the device's copies (dev), else the host's buffers */
+  memset(&d, 0, sizeof d);
+  if (!dev) d = b;
+  for (int i = 0; dev && i < n->n_in && st == PCGC_OK; i++)
+    if (!(st = dev_copy(be, &b.in[i], &d.in[i], err))) st = dev_copy(be, &b.din[i], &d.din[i], err);
+  for (int j = 0; dev && j < n->n_out && st == PCGC_OK; j++)
+    if (!(st = dev_copy(be, &b.out[j], &d.out[j], err))) st = dev_copy(be, &b.dout[j], &d.dout[j], err);
   /* warm-up (-1), then the timed calls */
   for (int r = -1; r < repeat && st == PCGC_OK; r++) {
+    if (dev && (st = be->sync(be, err))) break;
     double t0 = now();
-    st = pcgc_cpu_forward(n->kind, &n->attrs, n->n_in, b.in, n->n_out, b.out, &ctx, err);
+    st = dev ? be->forward(be, n->kind, &n->attrs, n->n_in, d.in, n->n_out, d.out, &ctx, err)
+             : pcgc_cpu_forward(n->kind, &n->attrs, n->n_in, b.in, n->n_out, b.out, &ctx, err);
+    if (dev && st == PCGC_OK) st = be->sync(be, err);
     double t1 = now();
     if (st != PCGC_OK) break;
     if (r >= 0) ft[r] = t1 - t0;
     if (!has_bwd) continue;
+    for (int i = 0; i < n->n_in && st == PCGC_OK; i++)
+      if (dev) st = dev_zero_buf(be, &d.din[i], err);
+      else zero_buf(&b.din[i]);
+    if (dev && st == PCGC_OK) st = be->sync(be, err);
     t0 = now();
-    for (int i = 0; i < n->n_in; i++) zero_buf(&b.din[i]);
-    st = pcgc_cpu_backward(n->kind, &n->attrs, n->n_in, b.in, n->n_out, b.out, b.dout, b.din, &ctx, err);
+    if (st == PCGC_OK)
+      st = dev ? be->backward(be, n->kind, &n->attrs, n->n_in, d.in, n->n_out, d.out, d.dout, d.din, &ctx, err)
+               : pcgc_cpu_backward(n->kind, &n->attrs, n->n_in, b.in, n->n_out, b.out, b.dout, b.din, &ctx, err);
+    if (dev && st == PCGC_OK) st = be->sync(be, err);
     t1 = now();
     if (r >= 0) bt[r] = t1 - t0;
   }
+  if (dev) dev_free(be, &d);
   if (st == PCGC_OK) {
     *fwd = median(ft, repeat);
     *bwd = has_bwd ? median(bt, repeat) : 0;
@@ -123,8 +163,8 @@ pcgc_status pcgc__cli_profile_measure(const pcgc_graph *g, int id, const bool *g
 }
 
 
-pcgc_status pcgc__cli_profile_update(const pcgc_ptensor *t, int optimizer, int repeat, double *seconds,
-                                     pcgc_error *err) {
+pcgc_status pcgc__cli_profile_update(const pcgc_ptensor *t, int optimizer, int repeat, pcgc_backend *be,
+                                     double *seconds, pcgc_error *err) {
   pcgc_buf b[4];
   bool ok = true;
   for (int k = 0; k < 4; k++) {
@@ -138,12 +178,23 @@ pcgc_status pcgc__cli_profile_update(const pcgc_ptensor *t, int optimizer, int r
   pcgc_optimizer o;
   pcgc_optimizer_default(&o, optimizer == 2 ? PCGC_ADAM : PCGC_SGD);
   if (optimizer == 1) o.momentum = 0.9;
+  bool dev = be && !be->host;
+  pcgc_buf d[4];
+  memset(d, 0, sizeof d);
+  for (int k = 0; k < 4 && st == PCGC_OK; k++) {
+    d[k] = b[k];
+    if (dev) st = dev_copy(be, &b[k], &d[k], err);
+  }
   for (int r = -1; r < repeat && st == PCGC_OK; r++) {
+    if (dev && (st = be->sync(be, err))) break;
     double t0 = now();
-    st = pcgc_cpu_optimizer_step(&o, &b[0], &b[1], &b[2], &b[3], r + 2, err);
+    st = dev ? be->update(be, &o, &d[0], &d[1], &d[2], &d[3], r + 2, err)
+             : pcgc_cpu_optimizer_step(&o, &b[0], &b[1], &b[2], &b[3], r + 2, err);
+    if (dev && st == PCGC_OK) st = be->sync(be, err);
     double t1 = now();
     if (r >= 0) ts[r] = t1 - t0;
   }
+  for (int k = 0; dev && k < 4; k++) be->release(be, d[k].data);
   if (st == PCGC_OK) *seconds = median(ts, repeat);
   free(ts);
   for (int k = 0; k < 4; k++) free(b[k].data);

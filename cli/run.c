@@ -4,7 +4,12 @@
  *
  * `pcgc run` outside a launcher starts the plan's N processes itself by
  * executing mpirun on its own binary (allowed as root, oversubscribed where
- * the machine has fewer cores); under mpirun or srun it is one rank.
+ * the machine has fewer cores); under mpirun or srun it is one rank. A plan
+ * of one device runs in this process, without MPI.
+ *
+ * The backend: --backend, else the plan's device kind (a GPU machine: cuda,
+ * which fails clearly where this node has no GPU or pcgc was built without
+ * CUDA); each process takes GPU (local rank mod GPUs of the node).
  */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
@@ -16,6 +21,7 @@
 
 #include "cli.h"
 #include "codegen.h"
+#include "backend.h"
 #include "runtime.h"
 
 void openblas_set_num_threads(int n); /* OpenBLAS */
@@ -26,10 +32,12 @@ void pcgc_cli_run_help(FILE *f) {
           "                     [--no-dropout] [--check] [--tolerance T] [--threads N]\n"
           "                     [--step-timeout S] [--save-weights FILE] [--quiet]\n"
           "                     [--checkpoint DIR [--every K] [--resume]] [--data DIR]\n"
+          "                     [--backend cpu|cuda]\n"
           "\n"
           "Trains the model of PLAN (written by `pcgc compile -o PLAN`) as one process per device\n"
-          "of the plan, on the CPU backend with MPI. Outside a launcher it starts the processes\n"
-          "itself through mpirun; under `mpirun -np N` or `srun` each process is one device.\n"
+          "of the plan, communicating with MPI. Outside a launcher it starts the processes\n"
+          "itself through mpirun (a one-device plan runs in this process, without MPI); under\n"
+          "`mpirun -np N` or `srun` each process is one device.\n"
           "Rank 0 prints the loss of every step. Weights and synthetic data are drawn as\n"
           "`pcgc train` draws them, so the two runs compare.\n"
           "\n"
@@ -58,6 +66,9 @@ void pcgc_cli_run_help(FILE *f) {
           "                     each process reading only its rows (default: seeded synthetic data)\n"
           "  --resume           continue from DIR's newest checkpoint up to --steps in all; the\n"
           "                     same plan, seed and optimizer repeat the uninterrupted run bit for bit\n"
+          "  --backend B        cpu (OpenBLAS) or cuda (one GPU per process: local rank mod the\n"
+          "                     node's GPUs); default: cuda for plans compiled for a GPU machine,\n"
+          "                     cpu otherwise\n"
           "  --quiet            no per-step lines\n"
           "\n"
           "Exit codes: 0 trained (and matched with --check), 1 invalid plan or mismatch,\n"
@@ -235,7 +246,7 @@ static int self_launch(int n, int argc, char **argv) {
 }
 
 int pcgc_cli_run(int argc, char **argv) {
-  const char *path = NULL, *save = NULL, *ckpt = NULL, *data = NULL;
+  const char *path = NULL, *save = NULL, *ckpt = NULL, *data = NULL, *backend = NULL;
   bool resume = false;
   double every = 100, steps = 3, seed = 1, lr = -1, momentum = 0, tol = 1e-4, threads = 0, timeout = 300;
   int optim = -1; /* pcgc_optim_kind; -1: the plan's */
@@ -256,6 +267,11 @@ int pcgc_cli_run(int argc, char **argv) {
     } else if (strcmp(a, "--data") == 0) {
       if (i + 1 >= argc) return pcgc_cli_usage_error("run", "--data needs a directory of .npy files%s", "");
       data = argv[++i];
+    } else if (strcmp(a, "--backend") == 0) {
+      if (i + 1 >= argc) return pcgc_cli_usage_error("run", "--backend needs cpu or cuda%s", "");
+      backend = argv[++i];
+      if (strcmp(backend, "cpu") != 0 && strcmp(backend, "cuda") != 0)
+        return pcgc_cli_usage_error("run", "--backend must be cpu or cuda, not '%s'", backend);
     } else if (strcmp(a, "--checkpoint") == 0) {
       if (i + 1 >= argc) return pcgc_cli_usage_error("run", "--checkpoint needs a directory%s", "");
       ckpt = argv[++i];
@@ -317,7 +333,31 @@ int pcgc_cli_run(int argc, char **argv) {
   if (optim < 0) optim = info.has_optimizer ? (int)info.optimizer : PCGC_OPTIM_SGD;
   if (optim == PCGC_OPTIM_MOMENTUM && momentum == 0) momentum = 0.9;
   bool adam = optim == PCGC_OPTIM_ADAM;
-  if (!launched) {
+  if (!backend) { /* the plan's device kind; older plans: their machine's, where it loads */
+    pcgc_machine m;
+    pcgc_error e2;
+    pcgc_error_clear(&e2);
+    int kind = info.has_device_kind ? (int)info.device_kind
+               : info.machine[0] && pcgc_machine_load(info.machine, &m, &e2) == PCGC_OK ? (int)m.device.kind
+                                                                                       : PCGC_DEVICE_CPU;
+    backend = kind == PCGC_DEVICE_GPU ? "cuda" : "cpu";
+  }
+  int n_gpus = 1;
+  { /* a backend this node cannot run is refused once, before any process starts */
+    pcgc_error err;
+    pcgc_error_clear(&err);
+    if ((n_gpus = pcgc_backend_devices(backend, &err)) <= 0) {
+      if (says_notes()) {
+        fprintf(stderr, "pcgc run: %s (machine %s) on the %s backend: ", path, info.machine[0] ? info.machine : "?",
+                backend);
+        pcgc_error_print(stderr, &err);
+      }
+      code = pcgc_cli_exit_code(err.status);
+      goto out;
+    }
+  }
+  bool mpi = launched || prog->n_devices > 1;
+  if (!launched && mpi) {
     int n = prog->n_devices;
     pcgc_program_free(prog);
     pcgc_mapping_destroy(&mp);
@@ -325,10 +365,12 @@ int pcgc_cli_run(int argc, char **argv) {
     printf("pcgc run: starting %d process%s with %s\n", n, n == 1 ? "" : "es", PCGC_MPIRUN);
     return self_launch(n, argc, argv);
   }
-  MPI_Init(NULL, NULL);
-  int rank = 0, size = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  int rank = 0, size = 1, local_rank = 0, local_size = 1;
+  if (mpi) {
+    MPI_Init(NULL, NULL);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+  }
   if (size != prog->n_devices) { /* every rank sees the same sizes: all leave, rank 0 says why */
     if (rank == 0)
       fprintf(stderr, "pcgc run: error: %s is a plan for %d devices, but %d processes were started\n"
@@ -338,18 +380,38 @@ int pcgc_cli_run(int argc, char **argv) {
     code = EXIT_INVALID;
     goto out;
   }
-  {
+  if (mpi) {
     MPI_Comm local;
-    int local_size = 1;
     MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local);
     MPI_Comm_size(local, &local_size);
+    MPI_Comm_rank(local, &local_rank);
     MPI_Comm_free(&local);
+  }
+  pcgc_backend be;
+  {
+    pcgc_error err;
+    pcgc_error_clear(&err);
+    if (pcgc_backend_open(&be, backend, local_rank % n_gpus, &err) != PCGC_OK) {
+      fprintf(stderr, "pcgc run: rank %d: ", rank);
+      pcgc_error_print(stderr, &err);
+      if (mpi) MPI_Abort(MPI_COMM_WORLD, pcgc_cli_exit_code(err.status));
+      code = pcgc_cli_exit_code(err.status);
+      goto out;
+    }
+  }
+  {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     int t = threads > 0 ? (int)threads : (int)(cores / local_size > 0 ? cores / local_size : 1);
     openblas_set_num_threads(t);
-    if (rank == 0 && !quiet)
-      printf("running %s on %d process%s (%d BLAS thread%s each): %s, %d step%s\n", path, size, size == 1 ? "" : "es", t,
-             t == 1 ? "" : "s", adam ? "adam" : momentum > 0 ? "sgd with momentum" : "sgd", (int)steps, steps == 1 ? "" : "s");
+    if (rank == 0 && !quiet) {
+      if (be.host)
+        printf("running %s on %d process%s (%d BLAS thread%s each): %s, %d step%s\n", path, size,
+               size == 1 ? "" : "es", t, t == 1 ? "" : "s", adam ? "adam" : momentum > 0 ? "sgd with momentum" : "sgd",
+               (int)steps, steps == 1 ? "" : "s");
+      else
+        printf("running %s on %d process%s (rank 0: %s): %s, %d step%s\n", path, size, size == 1 ? "" : "es",
+               be.desc, adam ? "adam" : momentum > 0 ? "sgd with momentum" : "sgd", (int)steps, steps == 1 ? "" : "s");
+    }
   }
   pcgc_run_options o;
   pcgc_run_options_default(&o);
@@ -368,6 +430,7 @@ int pcgc_cli_run(int argc, char **argv) {
   o.checkpoint_every = (int)every;
   o.resume = resume;
   o.data_dir = data;
+  o.backend = &be;
   pcgc_run_result r;
   pcgc_error err;
   pcgc_error_clear(&err);
@@ -376,7 +439,7 @@ int pcgc_cli_run(int argc, char **argv) {
     fprintf(stderr, "pcgc run: rank %d: ", rank);
     pcgc_error_print(stderr, &err);
     fflush(stderr);
-    MPI_Abort(MPI_COMM_WORLD, pcgc_cli_exit_code(st));
+    if (mpi) MPI_Abort(MPI_COMM_WORLD, pcgc_cli_exit_code(st));
     code = pcgc_cli_exit_code(st);
   } else if (rank == 0) {
     if (r.first_step > 0)
@@ -392,8 +455,11 @@ int pcgc_cli_run(int argc, char **argv) {
       if (!r.check_ok) code = EXIT_INVALID;
     }
   }
-  MPI_Bcast(&code, 1, MPI_INT, 0, MPI_COMM_WORLD);
-  MPI_Finalize();
+  pcgc_backend_close(&be);
+  if (mpi) {
+    MPI_Bcast(&code, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    MPI_Finalize();
+  }
 out:
   pcgc_program_free(prog);
   pcgc_mapping_destroy(&mp);

@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "backend.h"
 #include "checkpoint.h"
 #include "npy.h"
 #include "reference.h"
@@ -42,7 +43,11 @@ typedef struct rt {
   const pcgc_run_options *o;
   pcgc_error *err;
   int rank;
-  char *arena, *send_stage, *recv_stage, **req_stage;
+  pcgc_backend *be, cpu;  /* be: the run's backend (cpu: the default, when the options name none) */
+  bool mpi;               /* MPI is initialised (a one-device plan may run without) */
+  char *arena, *send_stage, *recv_stage, **req_stage;  /* the backend's memory */
+  char *send_h, *recv_h, **req_h; /* their host mirrors (the same pointers on the CPU backend) */
+  char *host_tmp;         /* one buffer's bytes on the host (GPU backends) */
   MPI_Request *sends, *reqs;
   int n_sends;
   MPI_Comm *comm;      /* per group: its communicator, or MPI_COMM_NULL where not a member */
@@ -96,39 +101,29 @@ static pcgc_piece kpiece(const rt *R, int b) {
   return q;
 }
 
-/* dst (+)= src over box x: both described by their position in the logical tensor. */
-static void move(const pcgc_plan_buf *D, char *dd, const pcgc_plan_buf *S, const char *sd, const pcgc_box *x,
-                 bool add) {
-  int r = x->rank;
-  size_t es = pcgc_dtype_size(D->dtype);
-  int64_t inner = r ? x->len[r - 1] : 1, outer = 1;
-  for (int d = 0; d + 1 < r; d++) outer *= x->len[d];
-  int64_t idx[PCGC_MAX_RANK] = {0};
-  for (int64_t o = 0; o < outer; o++) {
-    int64_t di = 0, si = 0;
-    for (int d = 0; d < r; d++) {
-      int64_t at = x->lo[d] + (d + 1 < r ? idx[d] : 0);
-      di = di * D->dims[d] + (at - D->offset[d]);
-      si = si * S->dims[d] + (at - S->offset[d]);
-    }
-    char *dp = dd + di * (int64_t)es;
-    const char *sp = sd + si * (int64_t)es;
-    if (!add) {
-      memcpy(dp, sp, (size_t)inner * es);
-    } else if (D->dtype == PCGC_F64) {
-      double *a = (double *)dp;
-      const double *b = (const double *)sp;
-      for (int64_t i = 0; i < inner; i++) a[i] += b[i];
-    } else {
-      float *a = (float *)dp;
-      const float *b = (const float *)sp;
-      for (int64_t i = 0; i < inner; i++) a[i] += b[i];
-    }
-    for (int d = r - 2; d >= 0; d--) {
-      if (++idx[d] < x->len[d]) break;
-      idx[d] = 0;
-    }
-  }
+/* dst (+)= src over box x in host memory. */
+
+/* Host memory holding buffer b: the buffer itself on the CPU backend, else
+ * R->host_tmp, filled with the buffer's contents when `fetch`. */
+static void *host_of(rt *R, int b, bool fetch, pcgc_status *st) {
+  *st = PCGC_OK;
+  if (R->be->host) return data_of(R, b);
+  if (fetch) *st = R->be->download(R->be, R->host_tmp, data_of(R, b), (size_t)R->P->buf[b].bytes, R->err);
+  return R->host_tmp;
+}
+
+/* After host_of(R, b, ...) was written: the backend's buffer gets it. */
+static pcgc_status host_done(rt *R, int b) {
+  if (R->be->host) return PCGC_OK;
+  return R->be->upload(R->be, data_of(R, b), R->host_tmp, (size_t)R->P->buf[b].bytes, R->err);
+}
+
+/* Staging between the backend's memory and MPI's host buffers. */
+static pcgc_status to_host(rt *R, char *h, const char *d, int64_t bytes) {
+  return R->be->host || bytes <= 0 ? PCGC_OK : R->be->download(R->be, h, d, (size_t)bytes, R->err);
+}
+static pcgc_status from_host(rt *R, char *d, const char *h, int64_t bytes) {
+  return R->be->host || bytes <= 0 ? PCGC_OK : R->be->upload(R->be, d, h, (size_t)bytes, R->err);
 }
 
 /* The whole logical tensor of type t, held contiguously in f32. */
@@ -200,64 +195,47 @@ static pcgc_status kernel(rt *R, const pcgc_ins *I) {
   pcgc_attrs attrs = n->attrs;
   pcgc_ref_localize(n->kind, &attrs, tin, ni, in, no, out);
   pcgc_kernel_ctx ctx = {pin, pout, R->o->seed, pcgc_rng_stream(n->name), R->o->training};
-  if (I->kind == PCGC_INS_FORWARD) return pcgc_cpu_forward(n->kind, &attrs, ni, in, no, out, &ctx, R->err);
+  pcgc_backend *be = R->be;
+  if (I->kind == PCGC_INS_FORWARD) return be->forward(be, n->kind, &attrs, ni, in, no, out, &ctx, R->err);
   for (int j = 0; j < no; j++) dout[j] = kbuf(R, a[ni + no + j]);
   for (int i = 0; i < ni; i++) {
     int b = a[ni + 2 * no + i];
     din[i] = b >= 0 ? kbuf(R, b) : in[i];
     if (b < 0) din[i].data = NULL;
   }
-  return pcgc_cpu_backward(n->kind, &attrs, ni, in, no, out, dout, din, &ctx, R->err);
+  return be->backward(be, n->kind, &attrs, ni, in, no, out, dout, din, &ctx, R->err);
 }
 
 static pcgc_status batchnorm(rt *R, const pcgc_ins *I) {
   const pcgc_node *n = &R->g->nodes[I->node];
   const int *a = R->P->args + I->args;
   const pcgc_ptensor *o = &n->out[0];
-  int64_t C = o->dims[1] / o->degree[1];
   double count = (double)pcgc_ptensor_numel(o) / (double)o->dims[1];
   pcgc_buf x = kbuf(R, a[0]);
-  double tmp1[4096], tmp2[4096];
-  if (C > 4096)
-    return pcgc_error_set(R->err, PCGC_ERR_UNSUPPORTED, "batchnorm '%s': more than 4096 channels per piece", n->name);
+  pcgc_backend *be = R->be;
   switch ((pcgc_ins_kind)I->kind) {
-  case PCGC_INS_BN_STATS: {
-    double *s = data_of(R, a[1]);
-    pcgc_cpu_batchnorm_stats(&x, tmp1, tmp2);
-    for (int64_t k = 0; k < C; k++) {
-      s[k] += tmp1[k];
-      s[C + k] += tmp2[k];
-    }
-    return PCGC_OK;
-  }
+  case PCGC_INS_BN_STATS: return be->bn_stats(be, &x, data_of(R, a[1]), R->err);
   case PCGC_INS_BN_APPLY: {
     pcgc_buf sc = kbuf(R, a[1]), bi = kbuf(R, a[2]), y = kbuf(R, a[3]);
-    const double *s = data_of(R, a[4]);
-    pcgc_cpu_batchnorm_apply(&n->attrs, &x, a[1] >= 0 ? &sc : NULL, a[2] >= 0 ? &bi : NULL, s, s + C, count, &y);
-    return PCGC_OK;
+    return be->bn_apply(be, &n->attrs, &x, a[1] >= 0 ? &sc : NULL, a[2] >= 0 ? &bi : NULL, data_of(R, a[4]), count,
+                        &y, R->err);
   }
   case PCGC_INS_BN_BWD_STATS: {
     pcgc_buf dy = kbuf(R, a[1]);
-    double *s = data_of(R, a[2]);
-    pcgc_cpu_batchnorm_bwd_stats(&n->attrs, &x, &dy, s, s + C, count, tmp1, tmp2);
-    for (int64_t k = 0; k < C; k++) {
-      s[2 * C + k] += tmp1[k];
-      s[3 * C + k] += tmp2[k];
-    }
-    return PCGC_OK;
+    return be->bn_bwd_stats(be, &n->attrs, &x, &dy, data_of(R, a[2]), count, R->err);
   }
   default: {
     pcgc_buf sc = kbuf(R, a[1]), dy = kbuf(R, a[2]), dx = kbuf(R, a[3]), dsc = kbuf(R, a[4]), dbi = kbuf(R, a[5]);
-    const double *s = data_of(R, a[6]);
-    pcgc_cpu_batchnorm_bwd_apply(&n->attrs, &x, a[1] >= 0 ? &sc : NULL, &dy, s, s + C, count, s + 2 * C, s + 3 * C,
-                                 a[3] >= 0 ? &dx : NULL, a[4] >= 0 ? &dsc : NULL, a[5] >= 0 ? &dbi : NULL);
-    return PCGC_OK;
+    return be->bn_bwd_apply(be, &n->attrs, &x, a[1] >= 0 ? &sc : NULL, &dy, data_of(R, a[6]), count,
+                            a[3] >= 0 ? &dx : NULL, a[4] >= 0 ? &dsc : NULL, a[5] >= 0 ? &dbi : NULL, R->err);
   }
   }
 }
 
 static pcgc_status exec_one(rt *R, const pcgc_ins *I, int64_t *send_off) {
   const pcgc_device_program *P = R->P;
+  pcgc_backend *be = R->be;
+  pcgc_status st = PCGC_OK;
   int rc = MPI_SUCCESS;
   switch ((pcgc_ins_kind)I->kind) {
   case PCGC_INS_FORWARD:
@@ -278,84 +256,101 @@ static pcgc_status exec_one(rt *R, const pcgc_ins *I, int64_t *send_off) {
         x.len[d] = hi - lo;
       }
     }
-    move(&P->buf[I->dst], data_of(R, I->dst), &P->buf[I->src], data_of(R, I->src), &x, I->add);
-    return PCGC_OK;
+    return be->move(be, &P->buf[I->dst], data_of(R, I->dst), &P->buf[I->src], data_of(R, I->src), &x, I->add, R->err);
   }
-  case PCGC_INS_ZERO: memset(data_of(R, I->dst), 0, (size_t)P->buf[I->dst].bytes); return PCGC_OK;
+  case PCGC_INS_ZERO: return be->zero(be, data_of(R, I->dst), (size_t)P->buf[I->dst].bytes, R->err);
   case PCGC_INS_SEED: {
-    float *d = data_of(R, I->dst);
-    d[0] = (float)I->tag;
-    return PCGC_OK;
+    float one = (float)I->tag;
+    return be->upload(be, data_of(R, I->dst), &one, sizeof one, R->err);
   }
   case PCGC_INS_LOSS: {
     pcgc_buf b = kbuf(R, I->src);
-    R->loss += b.dtype == PCGC_F64 ? ((double *)b.data)[0] : ((float *)b.data)[0];
-    return PCGC_OK;
+    double v[1] = {0};
+    float f[1] = {0};
+    bool f64 = b.dtype == PCGC_F64;
+    st = be->download(be, f64 ? (void *)v : (void *)f, b.data, f64 ? sizeof v : sizeof f, R->err);
+    R->loss += f64 ? v[0] : f[0];
+    return st;
   }
   case PCGC_INS_SEND: {
     pcgc_box x = region(R, I, I->src);
     const pcgc_plan_buf *S = &P->buf[I->src];
-    pcgc_plan_buf st = stage_desc(&x, S->dtype);
-    char *buf = R->send_stage + *send_off;
-    move(&st, buf, S, data_of(R, I->src), &x, false);
-    int64_t n = box_numel(&x);
-    *send_off += (n * (int64_t)pcgc_dtype_size(S->dtype) + 63) & ~(int64_t)63;
-    rc = MPI_Isend(buf, (int)n, mpi_type(S->dtype), I->peer, I->tag, MPI_COMM_WORLD, &R->sends[R->n_sends++]);
+    pcgc_plan_buf sd = stage_desc(&x, S->dtype);
+    int64_t n = box_numel(&x), bytes = n * (int64_t)pcgc_dtype_size(S->dtype);
+    char *buf = R->send_stage + *send_off, *h = R->send_h + *send_off;
+    *send_off += (bytes + 63) & ~(int64_t)63;
+    if ((st = be->move(be, &sd, buf, S, data_of(R, I->src), &x, false, R->err)) || (st = to_host(R, h, buf, bytes)))
+      return st;
+    rc = MPI_Isend(h, (int)n, mpi_type(S->dtype), I->peer, I->tag, MPI_COMM_WORLD, &R->sends[R->n_sends++]);
     return rc == MPI_SUCCESS ? PCGC_OK : mpi_fail(R, rc, "send", I);
   }
   case PCGC_INS_RECV: {
     pcgc_box x = region(R, I, I->dst);
     const pcgc_plan_buf *D = &P->buf[I->dst];
-    pcgc_plan_buf st = stage_desc(&x, D->dtype);
-    rc = MPI_Recv(R->recv_stage, (int)box_numel(&x), mpi_type(D->dtype), I->peer, I->tag, MPI_COMM_WORLD,
-                  MPI_STATUS_IGNORE);
+    pcgc_plan_buf sd = stage_desc(&x, D->dtype);
+    int64_t n = box_numel(&x);
+    rc = MPI_Recv(R->recv_h, (int)n, mpi_type(D->dtype), I->peer, I->tag, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
     if (rc != MPI_SUCCESS) return mpi_fail(R, rc, "receive", I);
-    move(D, data_of(R, I->dst), &st, R->recv_stage, &x, I->add);
-    return PCGC_OK;
+    if ((st = from_host(R, R->recv_stage, R->recv_h, n * (int64_t)pcgc_dtype_size(D->dtype)))) return st;
+    return be->move(be, D, data_of(R, I->dst), &sd, R->recv_stage, &x, I->add, R->err);
   }
   case PCGC_INS_BCAST: {
     int b = I->src >= 0 ? I->src : I->dst;
     pcgc_box x = region(R, I, b);
     const pcgc_plan_buf *B = &P->buf[b];
-    pcgc_plan_buf st = stage_desc(&x, B->dtype);
-    if (I->src >= 0) move(&st, R->recv_stage, B, data_of(R, b), &x, false);
-    rc = MPI_Bcast(R->recv_stage, (int)box_numel(&x), mpi_type(B->dtype), group_index(R, I->peer, I->root),
-                   R->comm[I->peer]);
+    pcgc_plan_buf sd = stage_desc(&x, B->dtype);
+    int64_t n = box_numel(&x), bytes = n * (int64_t)pcgc_dtype_size(B->dtype);
+    if (I->src >= 0 && ((st = be->move(be, &sd, R->recv_stage, B, data_of(R, b), &x, false, R->err)) ||
+                        (st = to_host(R, R->recv_h, R->recv_stage, bytes))))
+      return st;
+    rc = MPI_Bcast(R->recv_h, (int)n, mpi_type(B->dtype), group_index(R, I->peer, I->root), R->comm[I->peer]);
     if (rc != MPI_SUCCESS) return mpi_fail(R, rc, "broadcast", I);
-    if (I->dst >= 0) move(B, data_of(R, b), &st, R->recv_stage, &x, I->add);
+    if (I->dst >= 0 && ((st = from_host(R, R->recv_stage, R->recv_h, bytes)) ||
+                        (st = be->move(be, B, data_of(R, b), &sd, R->recv_stage, &x, I->add, R->err))))
+      return st;
     return PCGC_OK;
   }
   case PCGC_INS_REDUCE: {
     int b = I->src >= 0 ? I->src : I->dst;
     pcgc_box x = region(R, I, b);
     pcgc_dtype t = P->buf[b].dtype;
-    pcgc_plan_buf st = stage_desc(&x, t);
-    int64_t n = box_numel(&x);
-    if (I->src >= 0) move(&st, R->recv_stage, &P->buf[I->src], data_of(R, I->src), &x, false);
-    else memset(R->recv_stage, 0, (size_t)n * pcgc_dtype_size(t));
+    pcgc_plan_buf sd = stage_desc(&x, t);
+    int64_t n = box_numel(&x), bytes = n * (int64_t)pcgc_dtype_size(t);
+    if (I->src >= 0) {
+      if ((st = be->move(be, &sd, R->recv_stage, &P->buf[I->src], data_of(R, I->src), &x, false, R->err)) ||
+          (st = to_host(R, R->recv_h, R->recv_stage, bytes)))
+        return st;
+    } else {
+      memset(R->recv_h, 0, (size_t)bytes);
+    }
     bool root = I->root == R->rank;
     int ri = group_index(R, I->peer, I->root);
-    rc = root ? MPI_Reduce(MPI_IN_PLACE, R->recv_stage, (int)n, mpi_type(t), MPI_SUM, ri, R->comm[I->peer])
-              : MPI_Reduce(R->recv_stage, NULL, (int)n, mpi_type(t), MPI_SUM, ri, R->comm[I->peer]);
+    rc = root ? MPI_Reduce(MPI_IN_PLACE, R->recv_h, (int)n, mpi_type(t), MPI_SUM, ri, R->comm[I->peer])
+              : MPI_Reduce(R->recv_h, NULL, (int)n, mpi_type(t), MPI_SUM, ri, R->comm[I->peer]);
     if (rc != MPI_SUCCESS) return mpi_fail(R, rc, "reduce", I);
-    if (root) move(&P->buf[I->dst], data_of(R, I->dst), &st, R->recv_stage, &x, I->add);
+    if (root && ((st = from_host(R, R->recv_stage, R->recv_h, bytes)) ||
+                 (st = be->move(be, &P->buf[I->dst], data_of(R, I->dst), &sd, R->recv_stage, &x, I->add, R->err))))
+      return st;
     return PCGC_OK;
   }
   case PCGC_INS_ALLREDUCE:
   case PCGC_INS_ALLREDUCE_START: {
     pcgc_box x = region(R, I, I->dst);
     const pcgc_plan_buf *D = &P->buf[I->dst];
-    pcgc_plan_buf st = stage_desc(&x, D->dtype);
-    char *stage = I->kind == PCGC_INS_ALLREDUCE ? R->recv_stage : R->req_stage[I->tag];
-    move(&st, stage, D, data_of(R, I->dst), &x, false);
-    int n = (int)box_numel(&x);
-    if (I->kind == PCGC_INS_ALLREDUCE) {
-      rc = MPI_Allreduce(MPI_IN_PLACE, stage, n, mpi_type(D->dtype), MPI_SUM, R->comm[I->peer]);
+    pcgc_plan_buf sd = stage_desc(&x, D->dtype);
+    bool now_ = I->kind == PCGC_INS_ALLREDUCE;
+    char *stage = now_ ? R->recv_stage : R->req_stage[I->tag], *h = now_ ? R->recv_h : R->req_h[I->tag];
+    int64_t n = box_numel(&x), bytes = n * (int64_t)pcgc_dtype_size(D->dtype);
+    if ((st = be->move(be, &sd, stage, D, data_of(R, I->dst), &x, false, R->err)) ||
+        (st = to_host(R, h, stage, bytes)))
+      return st;
+    if (now_) {
+      rc = MPI_Allreduce(MPI_IN_PLACE, h, (int)n, mpi_type(D->dtype), MPI_SUM, R->comm[I->peer]);
       if (rc != MPI_SUCCESS) return mpi_fail(R, rc, "all-reduce", I);
-      move(D, data_of(R, I->dst), &st, stage, &x, false);
-      return PCGC_OK;
+      if ((st = from_host(R, stage, h, bytes))) return st;
+      return be->move(be, D, data_of(R, I->dst), &sd, stage, &x, false, R->err);
     }
-    rc = MPI_Iallreduce(MPI_IN_PLACE, stage, n, mpi_type(D->dtype), MPI_SUM, R->comm[I->peer], &R->reqs[I->tag]);
+    rc = MPI_Iallreduce(MPI_IN_PLACE, h, (int)n, mpi_type(D->dtype), MPI_SUM, R->comm[I->peer], &R->reqs[I->tag]);
     return rc == MPI_SUCCESS ? PCGC_OK : mpi_fail(R, rc, "all-reduce", I);
   }
   case PCGC_INS_WAIT: {
@@ -363,35 +358,37 @@ static pcgc_status exec_one(rt *R, const pcgc_ins *I, int64_t *send_off) {
     if (rc != MPI_SUCCESS) return mpi_fail(R, rc, "all-reduce", I);
     /* a WAIT names the buffer and box of its START */
     pcgc_box x = region(R, I, I->dst);
-    pcgc_plan_buf st = stage_desc(&x, P->buf[I->dst].dtype);
-    move(&P->buf[I->dst], data_of(R, I->dst), &st, R->req_stage[I->tag], &x, false);
-    return PCGC_OK;
+    pcgc_plan_buf sd = stage_desc(&x, P->buf[I->dst].dtype);
+    if ((st = from_host(R, R->req_stage[I->tag], R->req_h[I->tag], box_numel(&x) * (int64_t)pcgc_dtype_size(sd.dtype))))
+      return st;
+    return be->move(be, &P->buf[I->dst], data_of(R, I->dst), &sd, R->req_stage[I->tag], &x, false, R->err);
   }
   case PCGC_INS_UPDATE: {
     const int *a = P->args + I->args;
     pcgc_buf w = kbuf(R, I->dst), gr = kbuf(R, I->src), m = kbuf(R, a[0]), v = kbuf(R, a[1]);
-    return pcgc_cpu_optimizer_step(&R->o->opt, &w, &gr, a[0] >= 0 ? &m : NULL, a[1] >= 0 ? &v : NULL, R->step,
-                                   R->err);
+    return be->update(be, &R->o->opt, &w, &gr, a[0] >= 0 ? &m : NULL, a[1] >= 0 ? &v : NULL, R->step, R->err);
   }
   default: return pcgc_error_set(R->err, PCGC_ERR_INVALID, "unknown instruction kind %d", I->kind);
   }
 }
 
 /* Weights and data: each rank initialises exactly its boxes, as the reference would. */
-static void init_sources(rt *R) {
+static pcgc_status init_sources(rt *R) {
   const pcgc_device_program *P = R->P;
-  for (int b = 0; b < P->n_buf; b++) {
+  pcgc_status st = PCGC_OK;
+  for (int b = 0; b < P->n_buf && !st; b++) {
     const pcgc_plan_buf *B = &P->buf[b];
     if (B->role != PCGC_BUF_SOURCE) continue;
     const pcgc_node *n = &R->g->nodes[B->node];
     pcgc_buf k = kbuf(R, b);
+    k.data = host_of(R, b, false, &st);
     pcgc_piece q = kpiece(R, b);
     uint64_t stream = pcgc_rng_stream(n->name);
     if (n->kind == PCGC_OP_WEIGHT && n->value) {
       pcgc_plan_buf whole = whole_desc(&n->out[0]);
       pcgc_box x;
       pcgc_plan_buf_box(B, &x);
-      move(B, k.data, &whole, (const char *)n->value, &x, false);
+      pcgc_box_move_host(B, k.data, &whole, (const char *)n->value, &x, false);
     } else if (n->kind == PCGC_OP_WEIGHT) {
       pcgc_cpu_init_weight(&k, (pcgc_init)pcgc_attrs_int(&n->attrs, "init"), pcgc_attrs_float(&n->attrs, "scale"),
                            R->o->seed, stream, &q);
@@ -399,7 +396,9 @@ static void init_sources(rt *R) {
       int64_t bound = pcgc_dtype_is_float(n->out[0].dtype) ? 0 : pcgc_ref_data_bound(R->g, n->id);
       pcgc_cpu_fill_random(&k, bound, R->o->seed, stream, &q);
     }
+    st = host_done(R, b);
   }
+  return st;
 }
 
 /* Where this rank is, for the step timeout's message: signal-safe globals. */
@@ -463,7 +462,10 @@ static pcgc_status gather_weight(rt *R, int node, pcgc_buf_role role, float *who
           pcgc_plan_buf W = whole_desc(t);
           pcgc_box x;
           pcgc_plan_buf_box(&R->P->buf[b], &x);
-          move(&W, (char *)whole, &R->P->buf[b], data_of(R, b), &x, false);
+          pcgc_status st;
+          const void *h = host_of(R, b, true, &st);
+          if (st) return st;
+          pcgc_box_move_host(&W, (char *)whole, &R->P->buf[b], h, &x, false);
         }
       } else {
         MPI_Send(&has, 1, MPI_INT, 0, 1 << 20, MPI_COMM_WORLD);
@@ -475,7 +477,10 @@ static pcgc_status gather_weight(rt *R, int node, pcgc_buf_role role, float *who
             box[PCGC_MAX_RANK + d] = B->dims[d];
           }
           MPI_Send(box, 2 * PCGC_MAX_RANK, MPI_INT64_T, 0, (1 << 20) + 1, MPI_COMM_WORLD);
-          MPI_Send(data_of(R, b), (int)(B->bytes / 4), MPI_FLOAT, 0, (1 << 20) + 2, MPI_COMM_WORLD);
+          pcgc_status st;
+          const void *h = host_of(R, b, true, &st);
+          if (st) return st; /* rank 0 then waits: the caller aborts the job */
+          MPI_Send(h, (int)(B->bytes / 4), MPI_FLOAT, 0, (1 << 20) + 2, MPI_COMM_WORLD);
         }
       }
     } else if (R->rank == 0) {
@@ -500,7 +505,7 @@ static pcgc_status gather_weight(rt *R, int node, pcgc_buf_role role, float *who
       pcgc_plan_buf W = whole_desc(t);
       pcgc_box x;
       pcgc_plan_buf_box(&B, &x);
-      if (whole) move(&W, (char *)whole, &B, (const char *)tmp, &x, false);
+      if (whole) pcgc_box_move_host(&W, (char *)whole, &B, (const char *)tmp, &x, false);
       free(tmp);
     }
   }
@@ -607,8 +612,9 @@ static pcgc_status load_batch_box(rt *R, int b, int64_t batch) {
   if (st != PCGC_OK) return st;
   pcgc_box x;
   pcgc_plan_buf_box(B, &x);
-  move(B, data_of(R, b), &T, R->data_tmp, &x, false);
-  return PCGC_OK;
+  void *h = host_of(R, b, false, &st);
+  pcgc_box_move_host(B, h, &T, R->data_tmp, &x, false);
+  return host_done(R, b);
 }
 
 static pcgc_status setup_data(rt *R) {
@@ -693,7 +699,7 @@ static pcgc_status save_checkpoint(rt *R, int64_t step, char *path, size_t path_
   if (c && st == PCGC_OK) st = pcgc_checkpoint_save(R->o->checkpoint_dir, c, path, path_size, R->err);
   pcgc_checkpoint_free(c);
   int bad = st != PCGC_OK;
-  MPI_Bcast(&bad, 1, MPI_INT, 0, MPI_COMM_WORLD); /* a failed save stops every rank */
+  if (R->mpi) MPI_Bcast(&bad, 1, MPI_INT, 0, MPI_COMM_WORLD); /* a failed save stops every rank */
   if (bad && st == PCGC_OK)
     st = pcgc_error_set(R->err, PCGC_ERR_IO, "rank 0 could not write the checkpoint (see its message)");
   return st;
@@ -734,11 +740,13 @@ static pcgc_status load_checkpoint(rt *R, int64_t *step) {
     for (int b = 0; b < R->P->n_buf; b++) {
       const pcgc_plan_buf *B = &R->P->buf[b];
       if (B->node != i) continue;
-      for (int s = 0; s < states; s++)
+      for (int s = 0; s < states && st == PCGC_OK; s++)
         if (B->role == roles[s]) {
           pcgc_box x;
           pcgc_plan_buf_box(B, &x);
-          move(B, data_of(R, b), &W, (const char *)t->data[s], &x, false);
+          void *h = host_of(R, b, false, &st);
+          pcgc_box_move_host(B, h, &W, (const char *)t->data[s], &x, false);
+          st = host_done(R, b);
         }
     }
   }
@@ -789,47 +797,83 @@ pcgc_status pcgc_run(const pcgc_graph *g, const pcgc_program *p, const pcgc_run_
   R.p = p;
   R.o = o;
   R.err = err;
-  int size = 0, *slot_group = NULL;
-  MPI_Comm_rank(MPI_COMM_WORLD, &R.rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  int size = 1, *slot_group = NULL, inited = 0;
+  MPI_Initialized(&inited);
+  R.mpi = inited != 0;
+  if (o->backend) {
+    R.be = o->backend;
+  } else {
+    pcgc_backend_open(&R.cpu, "cpu", 0, err);
+    R.be = &R.cpu;
+  }
+  pcgc_backend *be = R.be;
+  if (R.mpi) {
+    MPI_Comm_rank(MPI_COMM_WORLD, &R.rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+  }
   if (size != p->n_devices) {
     pcgc_error_set(err, PCGC_ERR_INVALID, "the plan is for %d devices but %d processes run it", p->n_devices, size);
     pcgc_error_hint(err, "start it with mpirun -np %d, or let `pcgc run` start the processes itself", p->n_devices);
     return PCGC_ERR_INVALID;
   }
-  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   R.P = &p->dev[R.rank];
   const pcgc_device_program *P = R.P;
   int *tag_ub = NULL, flag = 0;
-  MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tag_ub, &flag);
+  if (R.mpi) {
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tag_ub, &flag);
+  }
   pcgc_status st = PCGC_OK;
-  R.arena = aligned_alloc(64, (size_t)((P->arena_bytes + 63) & ~63) + 64);
-  R.send_stage = malloc((size_t)P->send_bytes + 64);
-  R.recv_stage = aligned_alloc(64, (size_t)((P->max_message_bytes + 63) & ~63) + 64);
+  int64_t most = 64; /* the largest buffer: host staging of one buffer */
+  for (int b = 0; b < P->n_buf; b++)
+    if (P->buf[b].bytes > most) most = P->buf[b].bytes;
   R.sends = malloc((size_t)(P->count_by_kind[PCGC_INS_SEND] + 1) * sizeof *R.sends);
   R.reqs = malloc((size_t)(P->n_requests + 1) * sizeof *R.reqs);
   R.req_stage = calloc((size_t)P->n_requests + 1, sizeof *R.req_stage);
+  R.req_h = calloc((size_t)P->n_requests + 1, sizeof *R.req_h);
   R.comm = malloc((size_t)(p->n_groups + 1) * sizeof *R.comm);
-  if (!R.arena || !R.send_stage || !R.recv_stage || !R.sends || !R.reqs || !R.req_stage || !R.comm) {
-    st = pcgc_error_set(err, PCGC_ERR_NOMEM, "rank %d: cannot allocate the plan's %lld-byte arena", R.rank,
-                        (long long)P->arena_bytes);
+  if (!R.sends || !R.reqs || !R.req_stage || !R.req_h || !R.comm) {
+    st = pcgc_error_set(err, PCGC_ERR_NOMEM, "rank %d: out of memory", R.rank);
     goto done;
   }
-  memset(R.arena, 0, (size_t)P->arena_bytes);
+  for (int k = 0; k < p->n_groups; k++) R.comm[k] = MPI_COMM_NULL;
+  if (!(R.arena = be->alloc(be, (size_t)P->arena_bytes, err)) ||
+      !(R.send_stage = be->alloc(be, (size_t)P->send_bytes + 64, err)) ||
+      !(R.recv_stage = be->alloc(be, (size_t)P->max_message_bytes + 64, err))) {
+    pcgc_error_set(err, PCGC_ERR_NOMEM, "rank %d: cannot allocate the plan's %lld-byte arena on %s: %.300s", R.rank,
+                   (long long)P->arena_bytes, be->desc, err->message);
+    st = PCGC_ERR_NOMEM;
+    goto done;
+  }
+  if (be->host) {
+    R.send_h = R.send_stage;
+    R.recv_h = R.recv_stage;
+  } else if (!(R.send_h = malloc((size_t)P->send_bytes + 64)) ||
+             !(R.recv_h = malloc((size_t)P->max_message_bytes + 64)) || !(R.host_tmp = malloc((size_t)most))) {
+    st = pcgc_error_set(err, PCGC_ERR_NOMEM, "rank %d: out of host memory for staging", R.rank);
+    goto done;
+  }
+  if ((st = be->zero(be, R.arena, (size_t)P->arena_bytes, err))) goto done;
   for (int i = 0; i < P->n_ins && !st; i++) {
     const pcgc_ins *I = &P->ins[i];
     if (I->kind == PCGC_INS_ALLREDUCE_START) {
       pcgc_box x = R.P->boxes[I->box];
-      R.req_stage[I->tag] = malloc((size_t)(box_numel(&x) * (int64_t)pcgc_dtype_size(P->buf[I->dst].dtype)) + 8);
-      if (!R.req_stage[I->tag]) st = pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
+      size_t bytes = (size_t)(box_numel(&x) * (int64_t)pcgc_dtype_size(P->buf[I->dst].dtype)) + 8;
+      if (!(R.req_stage[I->tag] = be->alloc(be, bytes, err))) st = PCGC_ERR_NOMEM;
+      else if (be->host) R.req_h[I->tag] = R.req_stage[I->tag];
+      else if (!(R.req_h[I->tag] = malloc(bytes))) st = pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
     }
     if ((I->kind == PCGC_INS_SEND || I->kind == PCGC_INS_RECV) && flag && tag_ub && I->tag > *tag_ub)
       st = pcgc_error_set(err, PCGC_ERR_UNSUPPORTED, "the plan needs message tag %d; this MPI allows %d", I->tag,
                           *tag_ub);
+    bool talks = I->kind == PCGC_INS_SEND || I->kind == PCGC_INS_RECV || I->kind == PCGC_INS_BCAST ||
+                 I->kind == PCGC_INS_REDUCE || I->kind == PCGC_INS_ALLREDUCE || I->kind == PCGC_INS_ALLREDUCE_START;
+    if (talks && !R.mpi && !st)
+      st = pcgc_error_set(err, PCGC_ERR_INVALID, "instruction %d (%s) communicates, but MPI is not initialised", i,
+                          pcgc_ins_kind_name((pcgc_ins_kind)I->kind));
   }
   /* one communicator per group, created in group order by its members only */
-  for (int k = 0; k < p->n_groups; k++) {
-    R.comm[k] = MPI_COMM_NULL;
+  for (int k = 0; k < p->n_groups && R.mpi; k++) {
     if (group_index(&R, k, R.rank) < 0) continue;
     MPI_Group world, grp;
     MPI_Comm_group(MPI_COMM_WORLD, &world);
@@ -839,9 +883,18 @@ pcgc_status pcgc_run(const pcgc_graph *g, const pcgc_program *p, const pcgc_run_
     MPI_Group_free(&world);
     if (rc != MPI_SUCCESS && !st) st = pcgc_error_set(err, PCGC_ERR_IO, "rank %d: creating the communicator of group %d failed", R.rank, k);
   }
+  /* kernel workspace: every kernel measured once, then fixed for the step loop */
+  if (!st && be->measure) {
+    be->measure(be, true);
+    for (int i = 0; i < P->n_ins && !st; i++)
+      if (P->ins[i].kind == PCGC_INS_FORWARD || P->ins[i].kind == PCGC_INS_BACKWARD) st = kernel(&R, &P->ins[i]);
+    be->measure(be, false);
+    if (!st) st = be->reserve(be, err);
+    be->freeze(be);
+  }
   if (st) goto done;
-  init_sources(&R);
-  if (o->data_dir) st = setup_data(&R);
+  st = init_sources(&R);
+  if (o->data_dir && !st) st = setup_data(&R);
   if (st) goto done;
   int64_t first = 0; /* steps already trained (a resumed checkpoint's) */
   if (o->resume && o->checkpoint_dir) st = load_checkpoint(&R, &first);
@@ -890,8 +943,9 @@ pcgc_status pcgc_run(const pcgc_graph *g, const pcgc_program *p, const pcgc_run_
     g_ins = P->n_ins;
     g_kind = PCGC_INS_KIND_COUNT;
     if (R.n_sends) MPI_Waitall(R.n_sends, R.sends, MPI_STATUSES_IGNORE);
-    double total = 0;
-    MPI_Reduce(&R.loss, &total, 1, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
+    if ((st = be->sync(be, err))) break;
+    double total = R.loss;
+    if (R.mpi) MPI_Reduce(&R.loss, &total, 1, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
     if (o->step_timeout > 0) alarm(0);
     double dt = now() - ts;
     if (dt < res->step_seconds_min) res->step_seconds_min = dt;
@@ -935,16 +989,26 @@ done:
   free(R.data);
   free(R.data_tmp);
   free(R.data_raw);
-  if (R.comm)
+  if (R.comm && R.mpi)
     for (int k = 0; k < p->n_groups; k++)
       if (R.comm[k] != MPI_COMM_NULL) MPI_Comm_free(&R.comm[k]);
-  for (int k = 0; R.req_stage && k < P->n_requests; k++) free(R.req_stage[k]);
+  for (int k = 0; R.req_stage && k < P->n_requests; k++) {
+    be->release(be, R.req_stage[k]);
+    if (!be->host) free(R.req_h[k]);
+  }
   free(R.req_stage);
+  free(R.req_h);
   free(R.reqs);
   free(R.sends);
   free(R.comm);
-  free(R.arena);
-  free(R.send_stage);
-  free(R.recv_stage);
+  be->release(be, R.arena);
+  be->release(be, R.send_stage);
+  be->release(be, R.recv_stage);
+  if (!be->host) {
+    free(R.send_h);
+    free(R.recv_h);
+  }
+  free(R.host_tmp);
+  if (be == &R.cpu) pcgc_backend_close(&R.cpu);
   return st;
 }

@@ -49,6 +49,7 @@ typedef struct pcgc_run_options {
   int checkpoint_every;    /* after every this many steps, and after the last (0: never) */
   bool resume;             /* start from checkpoint_dir's newest checkpoint: `steps` is
                               then the total, so steps after it are trained */
+  struct pcgc_backend *backend; /* kernels and memory (backend.h); NULL: the CPU backend */
   const char *data_dir;    /* NULL: seeded synthetic data; else DIR/NAME.npy per input
                               (runtime/npy.h): step s trains on batch (s-1) mod the
                               batches the files hold, each rank reading its rows only */
@@ -76,7 +77,8 @@ pcgc_status pcgc_run_check_data(const pcgc_graph *g, const char *dir, int64_t *b
 
 /* Runs o->steps training steps of program p (lowered from g) on this rank's
  * device. Every rank calls it; MPI must be initialised and the world's size
- * must equal p->n_devices. Errors leave a message; the caller should then
+ * must equal p->n_devices; a one-device plan also runs without MPI (no
+ * MPI_Init). Errors leave a message; the caller should then
  * abort the job (MPI_Abort) so that no rank waits forever. */
 pcgc_status pcgc_run(const pcgc_graph *g, const pcgc_program *p, const pcgc_run_options *o, pcgc_run_result *r,
                      pcgc_error *err);

@@ -1106,6 +1106,8 @@ typedef struct pcgc_strategy_info {
   int version;                           /* 1 or 2 (reading); writing always writes 2 */
   char machine[PCGC_MACHINE_NAME_MAX];
   int devices;                           /* device count lowered for (0: not recorded) */
+  bool has_device_kind;                  /* plans before it was recorded: false */
+  pcgc_device_kind device_kind;          /* the machine's: `pcgc run` picks its backend by it */
   bool has_optimizer;
   pcgc_optim_kind optimizer;             /* what the plan's memory assumes */
   bool has_predicted;

@@ -7,9 +7,9 @@
  * linkage. This header is only usable when the build found CUDA
  * (PCGC_HAVE_CUDA is defined for code that links pcgc_cuda).
  *
- * So far the backend is a probe: it checks that the toolkit, cuBLAS, cuDNN and
- * NCCL load and that a kernel runs. The executor backend comes with the
- * runtime issue.
+ * This header is the probe: it checks that the toolkit, cuBLAS, cuDNN and NCCL
+ * load and that a kernel runs. The backend's kernels and memory are in
+ * cuda_kernels.h; the runtime reaches them through runtime/backend.h.
  *
  * Example:
  *

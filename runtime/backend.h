@@ -1,0 +1,93 @@
+/*
+ * backend.h — what differs between the runtime's backends: kernels, memory
+ * and where communication buffers live. The step loop (exec.c), its buffer
+ * plan, schedules, recomputation, checkpoints, data and fault handling are
+ * shared; a backend only supplies the operations below on its memory.
+ *
+ *   - cpu: buffers are host memory, kernels are runtime/cpu's (OpenBLAS);
+ *   - cuda: buffers are device memory of one GPU, kernels are runtime/cuda's
+ *     (cuBLAS, cuDNN, our own), all on one stream; MPI messages go through
+ *     host staging (download before a send or collective, upload after).
+ *
+ *     pcgc_backend be;
+ *     if (pcgc_backend_open(&be, "cuda", local_rank, &err) != PCGC_OK) ...;
+ *     o.backend = &be;            // pcgc_run_options
+ *     pcgc_run(g, p, &o, &r, &err);
+ *     pcgc_backend_close(&be);
+ */
+#ifndef PCGC_RUNTIME_BACKEND_H
+#define PCGC_RUNTIME_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "codegen.h"
+#include "kernels.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct pcgc_backend pcgc_backend;
+struct pcgc_backend {
+  const char *name;       /* "cpu", "cuda" */
+  bool host;              /* buffers are host memory: no copies around MPI */
+  void *ctx;
+  char desc[256];         /* "CPU (OpenBLAS)", "NVIDIA H100 ... (device 0, ...)" */
+  void *(*alloc)(pcgc_backend *b, size_t bytes, pcgc_error *err);
+  void (*release)(pcgc_backend *b, void *p);
+  pcgc_status (*zero)(pcgc_backend *b, void *p, size_t bytes, pcgc_error *err);
+  pcgc_status (*upload)(pcgc_backend *b, void *dst, const void *host, size_t bytes, pcgc_error *err);
+  /* waits for every earlier operation */
+  pcgc_status (*download)(pcgc_backend *b, void *host, const void *src, size_t bytes, pcgc_error *err);
+  /* dst (+)= src over box x, both described by their place in the logical tensor */
+  pcgc_status (*move)(pcgc_backend *b, const pcgc_plan_buf *D, void *dd, const pcgc_plan_buf *S, const void *sd,
+                      const pcgc_box *x, bool add, pcgc_error *err);
+  pcgc_status (*forward)(pcgc_backend *b, pcgc_op_kind k, const pcgc_attrs *a, int n_in, const pcgc_buf *in,
+                         int n_out, pcgc_buf *out, const pcgc_kernel_ctx *ctx, pcgc_error *err);
+  pcgc_status (*backward)(pcgc_backend *b, pcgc_op_kind k, const pcgc_attrs *a, int n_in, const pcgc_buf *in,
+                          int n_out, const pcgc_buf *out, const pcgc_buf *dout, pcgc_buf *din,
+                          const pcgc_kernel_ctx *ctx, pcgc_error *err);
+  /* sharded batch norm: s = [sum, sumsq, dsum, dxsum] of C doubles each, in
+   * the backend's memory; the stats steps add this piece's sums into s */
+  pcgc_status (*bn_stats)(pcgc_backend *b, const pcgc_buf *x, double *s, pcgc_error *err);
+  pcgc_status (*bn_apply)(pcgc_backend *b, const pcgc_attrs *a, const pcgc_buf *x, const pcgc_buf *scale,
+                          const pcgc_buf *bias, const double *s, double count, pcgc_buf *y, pcgc_error *err);
+  pcgc_status (*bn_bwd_stats)(pcgc_backend *b, const pcgc_attrs *a, const pcgc_buf *x, const pcgc_buf *dy, double *s,
+                              double count, pcgc_error *err);
+  pcgc_status (*bn_bwd_apply)(pcgc_backend *b, const pcgc_attrs *a, const pcgc_buf *x, const pcgc_buf *scale,
+                              const pcgc_buf *dy, const double *s, double count, pcgc_buf *dx, pcgc_buf *dscale,
+                              pcgc_buf *dbias, pcgc_error *err);
+  pcgc_status (*update)(pcgc_backend *b, const pcgc_optimizer *o, pcgc_buf *w, const pcgc_buf *g, pcgc_buf *m,
+                        pcgc_buf *v, int64_t step, pcgc_error *err);
+  /* Kernel workspace (NULL where a backend needs none): measure(true), every
+   * kernel of the program called once, measure(false) sizes the workspace,
+   * freeze() forbids growing it (the step loop allocates nothing). */
+  void (*measure)(pcgc_backend *b, bool on);
+  pcgc_status (*reserve)(pcgc_backend *b, pcgc_error *err);
+  void (*freeze)(pcgc_backend *b);
+  size_t (*workspace)(const pcgc_backend *b);
+  pcgc_status (*sync)(pcgc_backend *b, pcgc_error *err);
+  void (*close)(pcgc_backend *b);
+};
+
+/* name "cpu" or "cuda"; device: the GPU of this process (cuda). Errors: an
+ * unknown name, a pcgc built without CUDA, no usable GPU (each with a hint). */
+pcgc_status pcgc_backend_open(pcgc_backend *b, const char *name, int device, pcgc_error *err);
+void pcgc_backend_close(pcgc_backend *b);
+/* How many devices of the backend this node has (cpu: 1), or a negative
+ * status with a message (cuda: not built, no driver, no GPU). */
+int pcgc_backend_devices(const char *name, pcgc_error *err);
+
+/* Whether this build has the backend (cuda needs the toolkit at build time). */
+bool pcgc_backend_built(const char *name);
+
+/* dst (+)= src over box x in host memory (the CPU backend's move): the
+ * runtime also uses it to stage whole tensors, checkpoints and data. */
+void pcgc_box_move_host(const pcgc_plan_buf *D, void *dd, const pcgc_plan_buf *S, const void *sd, const pcgc_box *x,
+                        bool add);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

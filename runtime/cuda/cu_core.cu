@@ -1,0 +1,348 @@
+/*
+ * cu_core.cu — the CUDA backend's context, device memory, box moves, the
+ * workspace and the dispatch of pcgc_cuda_forward/backward to the family
+ * functions (one per ops.def `fn`, in cu_dense.cu, cu_elementwise.cu,
+ * cu_shape.cu, cu_loss.cu, cu_norm.cu).
+ *
+ * Each kernel call runs its family function twice: measuring (it only asks
+ * for workspace), then for real once the workspace is large enough. Before
+ * pcgc_cuda_freeze the workspace grows on demand; after it, a call that
+ * needs more fails, so the runtime's step loop never allocates.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cu_internal.h"
+
+static pcgc_status cuda_fail(pcgc_error *err, cudaError_t e, const char *what) {
+  return pcgc_error_set(err, e == cudaErrorMemoryAllocation ? PCGC_ERR_NOMEM : PCGC_ERR_IO, "CUDA: %s: %s", what,
+                        cudaGetErrorString(e));
+}
+
+pcgc_cuda *pcgc_cuda_open(int device, pcgc_error *err) {
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess || n == 0) {
+    pcgc_error_set(err, PCGC_ERR_UNSUPPORTED, "no usable CUDA device: %s",
+                   e != cudaSuccess ? cudaGetErrorString(e) : "the driver reports none");
+    pcgc_error_hint(err, "run the plan on CPU processes with --backend cpu, or on a machine with NVIDIA GPUs");
+    return NULL;
+  }
+  if (device < 0 || device >= n) {
+    pcgc_error_set(err, PCGC_ERR_INVALID, "CUDA device %d does not exist (this node has %d)", device, n);
+    return NULL;
+  }
+  pcgc_cuda *cu = (pcgc_cuda *)calloc(1, sizeof *cu);
+  if (!cu) {
+    pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
+    return NULL;
+  }
+  cu->device = device;
+  cudaDeviceProp prop;
+  if ((e = cudaSetDevice(device)) != cudaSuccess || (e = cudaGetDeviceProperties(&prop, device)) != cudaSuccess ||
+      (e = cudaStreamCreateWithFlags(&cu->stream, cudaStreamNonBlocking)) != cudaSuccess) {
+    cuda_fail(err, e, "opening the device");
+    free(cu);
+    return NULL;
+  }
+  snprintf(cu->desc, sizeof cu->desc, "%.200s (device %d, sm_%d%d, %.1f GiB)", prop.name, device, prop.major, prop.minor,
+           (double)prop.totalGlobalMem / (1 << 30));
+  if (cublasCreate(&cu->blas) != CUBLAS_STATUS_SUCCESS) {
+    pcgc_error_set(err, PCGC_ERR_IO, "cuBLAS: cannot create a handle on %s", cu->desc);
+    cudaStreamDestroy(cu->stream);
+    free(cu);
+    return NULL;
+  }
+  cublasSetStream(cu->blas, cu->stream);
+  cublasSetMathMode(cu->blas, CUBLAS_DEFAULT_MATH); /* no TF32: f32 results match the CPU's */
+  cudnnStatus_t ds = cudnnCreate(&cu->dnn);
+  if (ds != CUDNN_STATUS_SUCCESS) {
+    pcgc_error_set(err, PCGC_ERR_IO, "cuDNN: cannot create a handle on %s: %s", cu->desc, cudnnGetErrorString(ds));
+    cublasDestroy(cu->blas);
+    cudaStreamDestroy(cu->stream);
+    free(cu);
+    return NULL;
+  }
+  cudnnSetStream(cu->dnn, cu->stream);
+  return cu;
+}
+
+void pcgc_cuda_close(pcgc_cuda *cu) {
+  if (!cu) return;
+  cudaSetDevice(cu->device);
+  cudaStreamSynchronize(cu->stream);
+  cudaFree(cu->ws);
+  cudnnDestroy(cu->dnn);
+  cublasDestroy(cu->blas);
+  cudaStreamDestroy(cu->stream);
+  free(cu);
+}
+
+const char *pcgc_cuda_describe(const pcgc_cuda *cu) { return cu->desc; }
+
+/* ------------------------------------------------------------ memory */
+
+void *pcgc_cuda_alloc(pcgc_cuda *cu, size_t bytes, pcgc_error *err) {
+  void *p = NULL;
+  cudaError_t e = cudaMalloc(&p, bytes ? bytes : 256);
+  if (e != cudaSuccess) {
+    pcgc_error_set(err, PCGC_ERR_NOMEM, "CUDA: cannot allocate %.1f MiB on %s: %s", (double)bytes / (1 << 20),
+                   cu->desc, cudaGetErrorString(e));
+    return NULL;
+  }
+  return p;
+}
+
+void pcgc_cuda_free(pcgc_cuda *cu, void *p) {
+  (void)cu;
+  if (p) cudaFree(p);
+}
+
+pcgc_status pcgc_cuda_zero(pcgc_cuda *cu, void *p, size_t bytes, pcgc_error *err) {
+  cudaError_t e = cudaMemsetAsync(p, 0, bytes, cu->stream);
+  return e == cudaSuccess ? PCGC_OK : cuda_fail(err, e, "zeroing a buffer");
+}
+
+pcgc_status pcgc_cuda_upload(pcgc_cuda *cu, void *dev, const void *host, size_t bytes, pcgc_error *err) {
+  /* synchronous with respect to the host buffer: the caller may reuse it at once */
+  cudaError_t e = cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, cu->stream);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(cu->stream);
+  return e == cudaSuccess ? PCGC_OK : cuda_fail(err, e, "copying to the device");
+}
+
+pcgc_status pcgc_cuda_download(pcgc_cuda *cu, void *host, const void *dev, size_t bytes, pcgc_error *err) {
+  cudaError_t e = cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, cu->stream);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(cu->stream);
+  return e == cudaSuccess ? PCGC_OK : cuda_fail(err, e, "copying from the device");
+}
+
+pcgc_status pcgc_cuda_sync(pcgc_cuda *cu, pcgc_error *err) {
+  cudaError_t e = cudaStreamSynchronize(cu->stream);
+  return e == cudaSuccess ? PCGC_OK : cuda_fail(err, e, "running the device's stream");
+}
+
+/* Box moves: one thread per element of the box, dims collapsed to rank <= 6. */
+typedef struct move_geom {
+  int rank;
+  int64_t len[PCGC_MAX_RANK];
+  int64_t dstride[PCGC_MAX_RANK], sstride[PCGC_MAX_RANK];
+  int64_t dbase, sbase, n;
+} move_geom;
+
+template <typename T, bool ADD>
+__global__ void move_kernel(move_geom g, T *__restrict__ d, const T *__restrict__ s) {
+  int64_t stride = (int64_t)gridDim.x * blockDim.x;
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < g.n; i += stride) {
+    int64_t r = i, di = g.dbase, si = g.sbase;
+    for (int k = g.rank - 1; k >= 0; k--) {
+      int64_t c = r % g.len[k];
+      r /= g.len[k];
+      di += c * g.dstride[k];
+      si += c * g.sstride[k];
+    }
+    if (ADD) d[di] += s[si];
+    else d[di] = s[si];
+  }
+}
+
+pcgc_status pcgc_cuda_move(pcgc_cuda *cu, pcgc_dtype t, int rank, void *dst, const int64_t *ddims,
+                           const int64_t *doff, const void *src, const int64_t *sdims, const int64_t *soff,
+                           const int64_t *lo, const int64_t *len, bool add, pcgc_error *err) {
+  move_geom g;
+  memset(&g, 0, sizeof g);
+  g.rank = rank;
+  g.n = 1;
+  int64_t ds = 1, ss = 1;
+  for (int k = rank - 1; k >= 0; k--) {
+    g.len[k] = len[k];
+    g.dstride[k] = ds;
+    g.sstride[k] = ss;
+    g.dbase += (lo[k] - doff[k]) * ds;
+    g.sbase += (lo[k] - soff[k]) * ss;
+    ds *= ddims[k];
+    ss *= sdims[k];
+    g.n *= len[k];
+  }
+  if (g.n <= 0) return PCGC_OK;
+  size_t es = pcgc_dtype_size(t);
+  if (rank == 0) g.rank = 0;
+  /* a contiguous run in both: one copy */
+  bool contiguous = true;
+  for (int k = 1; k < rank; k++)
+    if (len[k] != ddims[k] || len[k] != sdims[k]) contiguous = false;
+  if (!add && (contiguous || rank <= 1)) {
+    cudaError_t e = cudaMemcpyAsync((char *)dst + g.dbase * es, (const char *)src + g.sbase * es, (size_t)g.n * es,
+                                    cudaMemcpyDeviceToDevice, cu->stream);
+    return e == cudaSuccess ? PCGC_OK : cuda_fail(err, e, "moving a box");
+  }
+  unsigned blocks = pcgc__cu_blocks(g.n);
+  if (add && t == PCGC_F32) move_kernel<float, true><<<blocks, PCGC_CU_THREADS, 0, cu->stream>>>(g, (float *)dst, (const float *)src);
+  else if (add && t == PCGC_F64)
+    move_kernel<double, true><<<blocks, PCGC_CU_THREADS, 0, cu->stream>>>(g, (double *)dst, (const double *)src);
+  else if (add)
+    return pcgc_error_set(err, PCGC_ERR_UNSUPPORTED, "adding boxes of %s is not supported", pcgc_dtype_name(t));
+  else if (es == 8)
+    move_kernel<int64_t, false><<<blocks, PCGC_CU_THREADS, 0, cu->stream>>>(g, (int64_t *)dst, (const int64_t *)src);
+  else if (es == 4)
+    move_kernel<int32_t, false><<<blocks, PCGC_CU_THREADS, 0, cu->stream>>>(g, (int32_t *)dst, (const int32_t *)src);
+  else if (es == 2)
+    move_kernel<int16_t, false><<<blocks, PCGC_CU_THREADS, 0, cu->stream>>>(g, (int16_t *)dst, (const int16_t *)src);
+  else
+    move_kernel<int8_t, false><<<blocks, PCGC_CU_THREADS, 0, cu->stream>>>(g, (int8_t *)dst, (const int8_t *)src);
+  cudaError_t e = cudaGetLastError();
+  return e == cudaSuccess ? PCGC_OK : cuda_fail(err, e, "moving a box");
+}
+
+/* ---------------------------------------------------------- workspace */
+
+void pcgc_cuda_measure(pcgc_cuda *cu, bool on) { cu->measuring = on; }
+
+pcgc_status pcgc_cuda_reserve(pcgc_cuda *cu, pcgc_error *err) {
+  if (cu->ws_need <= cu->ws_cap) return PCGC_OK;
+  if (cu->frozen)
+    return pcgc_error_set(err, PCGC_ERR_NOMEM, "CUDA: a kernel needs %zu bytes of workspace; %zu were planned",
+                          cu->ws_need, cu->ws_cap);
+  cudaError_t e = cudaStreamSynchronize(cu->stream);
+  if (e != cudaSuccess) return cuda_fail(err, e, "growing the workspace");
+  cudaFree(cu->ws);
+  cu->ws = NULL;
+  cu->ws_cap = 0;
+  size_t want = (cu->ws_need + 4095) & ~(size_t)4095;
+  if ((e = cudaMalloc((void **)&cu->ws, want)) != cudaSuccess) return cuda_fail(err, e, "allocating the workspace");
+  cu->ws_cap = want;
+  /* cuBLAS takes its own workspace from ours from now on */
+  return PCGC_OK;
+}
+
+void pcgc_cuda_freeze(pcgc_cuda *cu) { cu->frozen = true; }
+
+size_t pcgc_cuda_workspace_bytes(const pcgc_cuda *cu) { return cu->ws_cap; }
+
+void *pcgc__cu_scratch(const pcgc__cukargs *k, size_t bytes) {
+  pcgc_cuda *cu = k->cu;
+  size_t at = (cu->ws_used + 255) & ~(size_t)255;
+  cu->ws_used = at + (bytes ? bytes : 1);
+  if (cu->measuring) {
+    if (cu->ws_used > cu->ws_need) cu->ws_need = cu->ws_used;
+    return NULL;
+  }
+  if (cu->ws_used > cu->ws_cap) { /* the dispatcher reserved the measured need: a kernel asked for more */
+    pcgc_error_set(k->err, PCGC_ERR_NOMEM, "%s: asked for more workspace than it measured (%zu > %zu bytes)",
+                   pcgc_op_name(k->kind), cu->ws_used, cu->ws_cap);
+    return NULL;
+  }
+  return cu->ws + at;
+}
+
+/* ------------------------------------------------------------- errors */
+
+static pcgc_status vfail(const pcgc__cukargs *k, pcgc_status st, const char *fmt, va_list ap) {
+  char msg[900];
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  return pcgc_error_set(k->err, st, "%s: %s", pcgc_op_name(k->kind), msg);
+}
+
+pcgc_status pcgc__cu_fail(const pcgc__cukargs *k, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  pcgc_status st = vfail(k, PCGC_ERR_INVALID, fmt, ap);
+  va_end(ap);
+  return st;
+}
+
+pcgc_status pcgc__cu_fail_st(const pcgc__cukargs *k, pcgc_status s, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  pcgc_status st = vfail(k, s, fmt, ap);
+  va_end(ap);
+  return st;
+}
+
+pcgc_status pcgc__cu_check(const pcgc__cukargs *k, cudaError_t e, const char *what) {
+  if (e == cudaSuccess) return PCGC_OK;
+  return pcgc__cu_fail_st(k, e == cudaErrorMemoryAllocation ? PCGC_ERR_NOMEM : PCGC_ERR_IO, "%s: %s", what,
+                          cudaGetErrorString(e));
+}
+
+pcgc_status pcgc__cu_check_blas(const pcgc__cukargs *k, cublasStatus_t s, const char *what) {
+  if (s == CUBLAS_STATUS_SUCCESS) return PCGC_OK;
+  return pcgc__cu_fail_st(k, PCGC_ERR_IO, "%s: cuBLAS status %d (%s)", what, (int)s, cublasGetStatusString(s));
+}
+
+pcgc_status pcgc__cu_check_dnn(const pcgc__cukargs *k, cudnnStatus_t s, const char *what) {
+  if (s == CUDNN_STATUS_SUCCESS) return PCGC_OK;
+  return pcgc__cu_fail_st(k, PCGC_ERR_IO, "%s: %s", what, cudnnGetErrorString(s));
+}
+
+static pcgc_piece whole(const pcgc_buf *b) {
+  pcgc_piece p;
+  memset(&p, 0, sizeof p);
+  for (int d = 0; d < b->rank; d++) p.global[d] = b->dims[d];
+  return p;
+}
+
+pcgc_piece pcgc__cu_in_piece(const pcgc__cukargs *k, int i) { return k->ctx->in ? k->ctx->in[i] : whole(&k->in[i]); }
+pcgc_piece pcgc__cu_out_piece(const pcgc__cukargs *k, int i) {
+  return k->ctx->out ? k->ctx->out[i] : whole(&k->out[i]);
+}
+
+/* ----------------------------------------------------------- dispatch */
+
+#define NOT_A_KERNEL(fn)                                                                        \
+  pcgc_status pcgc__cu_fwd_##fn(const pcgc__cukargs *k) {                                      \
+    return pcgc__cu_fail(k, "not a kernel: the runtime executes this operator itself");        \
+  }                                                                                             \
+  pcgc_status pcgc__cu_bwd_##fn(const pcgc__cukargs *k) { return pcgc__cu_fwd_##fn(k); }
+NOT_A_KERNEL(source)
+NOT_A_KERNEL(partition)
+NOT_A_KERNEL(combine)
+NOT_A_KERNEL(replicate)
+NOT_A_KERNEL(reduce_p)
+NOT_A_KERNEL(pipeline)
+NOT_A_KERNEL(unpipeline)
+
+typedef pcgc_status (*cukfn)(const pcgc__cukargs *);
+static const cukfn fwd_table[PCGC_OP_COUNT] = {
+#define PCGC_OP(id, name, fn, min_in, max_in, n_out, schema) pcgc__cu_fwd_##fn,
+#include "ops.def"
+#undef PCGC_OP
+};
+static const cukfn bwd_table[PCGC_OP_COUNT] = {
+#define PCGC_OP(id, name, fn, min_in, max_in, n_out, schema) pcgc__cu_bwd_##fn,
+#include "ops.def"
+#undef PCGC_OP
+};
+
+static const pcgc_kernel_ctx default_ctx = {NULL, NULL, 0, 0, false};
+
+/* measure, reserve, run */
+static pcgc_status run_family(cukfn f, pcgc__cukargs *k) {
+  pcgc_cuda *cu = k->cu;
+  bool outer = cu->measuring; /* the runtime's measuring pass: record only */
+  cu->ws_used = 0;
+  cu->measuring = true;
+  pcgc_status st = f(k);
+  cu->measuring = outer;
+  if (st != PCGC_OK || outer) return st;
+  if ((st = pcgc_cuda_reserve(cu, k->err)) != PCGC_OK) return st;
+  cu->ws_used = 0;
+  return f(k);
+}
+
+pcgc_status pcgc_cuda_forward(pcgc_cuda *cu, pcgc_op_kind kind, const pcgc_attrs *a, int n_in, const pcgc_buf *in,
+                              int n_out, pcgc_buf *out, const pcgc_kernel_ctx *ctx, pcgc_error *err) {
+  if ((unsigned)kind >= PCGC_OP_COUNT)
+    return pcgc_error_set(err, PCGC_ERR_INVALID, "unknown operator kind %d", (int)kind);
+  pcgc__cukargs k = {cu, kind, a, n_in, in, n_out, out, NULL, NULL, ctx ? ctx : &default_ctx, err};
+  return run_family(fwd_table[kind], &k);
+}
+
+pcgc_status pcgc_cuda_backward(pcgc_cuda *cu, pcgc_op_kind kind, const pcgc_attrs *a, int n_in, const pcgc_buf *in,
+                               int n_out, const pcgc_buf *out, const pcgc_buf *dout, pcgc_buf *din,
+                               const pcgc_kernel_ctx *ctx, pcgc_error *err) {
+  if ((unsigned)kind >= PCGC_OP_COUNT)
+    return pcgc_error_set(err, PCGC_ERR_INVALID, "unknown operator kind %d", (int)kind);
+  pcgc__cukargs k = {cu, kind, a, n_in, in, n_out, (pcgc_buf *)out, dout, din, ctx ? ctx : &default_ctx, err};
+  return run_family(bwd_table[kind], &k);
+}

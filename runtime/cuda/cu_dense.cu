@@ -1,0 +1,1547 @@
+/*
+ * cu_dense.cu — CUDA kernels of the dense families: linear, matmul,
+ * batch_matmul, conv2d, pool2d, embedding and attention; forward and
+ * backward, f32. runtime/cpu/k_dense.c is the reference: the same checks,
+ * the same geometry, the same formulas.
+ *
+ * Matrix products are cuBLAS SGEMMs with plain f32 math (no TF32). cuBLAS is
+ * column-major and a row-major matrix is its column-major transpose, so a
+ * row-major C = op(A) op(B) is computed as C^T = op(B)^T op(A)^T: the operands
+ * swap and so do m and n. conv2d is cuDNN's convolution with FMA math and the
+ * first deterministic algorithm of the v7 heuristics (or a fixed
+ * deterministic one); bias and fused activation are one elementwise kernel.
+ * Pooling and embedding are hand-written gathers that add the same terms in
+ * the same order as the CPU, so their results are bit-identical; embedding's
+ * backward sorts the ids stably (CUB radix sort) so each table row adds its
+ * gradients in id order. Attention composes strided-batched GEMMs with row
+ * kernels (softmax with causal mask and dropout; softmax backward), a chunk
+ * of batch entries at a time so the score tensors stay bounded.
+ *
+ * No reduction uses atomics: bias gradients reduce over fixed chunks in a
+ * fixed tree, so every result is the same from run to run.
+ */
+#include <cub/cub.cuh>
+#include <initializer_list>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cu_internal.h"
+
+#define TRY(x)                    \
+  do {                            \
+    pcgc_status s_ = (x);         \
+    if (s_ != PCGC_OK) return s_; \
+  } while (0)
+
+/* Largest score chunk of attention, in floats per buffer (P, Pd, dP). */
+#define ATTN_CHUNK ((int64_t)1 << 24)
+/* cuDNN algorithms needing more workspace than this are passed over. */
+#define CONV_WS_MAX ((size_t)1 << 30)
+
+/* ----------------------------------------------------------- geometries */
+
+typedef struct dense_geo { /* linear, matmul: y[rows, N] = x[rows, K] w[K, N] (+ b) */
+  int64_t rows, K, N;
+  bool bias;
+  int act;
+} dense_geo;
+
+typedef struct bmm_geo { /* batch x ([M, K] by [K, N] or [N, K]) */
+  int64_t batch, M, K, N;
+  bool tb;
+} bmm_geo;
+
+typedef struct conv_geo {
+  int64_t N, C, H, W, O, KH, KW, OH, OW;
+  int64_t sh, sw, ph, pw, dh, dw;
+  int64_t groups, Cg, Og, ohw;
+  bool bias, direct; /* direct: cuDNN runs (x not empty); else the convolution is 0 */
+  int act;
+} conv_geo;
+
+typedef struct pool_geo { /* global pooling is a window of the whole (local) plane */
+  int64_t NC, H, W, OH, OW, KH, KW, sh, sw, ph, pw;
+  bool is_max;
+  double div; /* divisor of the window sum for averages */
+} pool_geo;
+
+typedef struct emb_geo {
+  int64_t n_bags, L, D;  /* bag none: n_bags = number of ids, L = 1 */
+  int64_t rows, row0, V; /* the table piece holds logical rows [row0, row0 + rows) of V */
+  double scale;          /* 1, or 1 / logical bag length for bag=mean */
+} emb_geo;
+
+typedef struct attn_geo {
+  int64_t B, Sq, Sk, Eq, Ek, Ev, E, Eo; /* local sizes; E = this piece's projection width */
+  int64_t hd, nh;                       /* head size, heads in this piece */
+  int64_t heads, Sq_g, b0, q0, h0;      /* logical head count, query length, offsets */
+  int64_t bc, hc;                       /* batch entries and heads per score chunk */
+  bool bias, bias_o, causal, dropout_on;
+  double p, scale;
+  uint64_t key, thr;
+} attn_geo;
+
+/* ---------------------------------------------------- buffer checking */
+
+typedef struct shape_str {
+  char s[160];
+} shape_str;
+
+/* "f32[2, 3]" */
+static shape_str shp(const pcgc_buf *b) {
+  shape_str r;
+  const char *dn = (unsigned)b->dtype < PCGC_DTYPE_COUNT ? pcgc_dtype_name(b->dtype) : "?";
+  int n = snprintf(r.s, sizeof r.s, "%s[", dn);
+  for (int d = 0; d < b->rank && d < PCGC_MAX_RANK && n < (int)sizeof r.s; d++)
+    n += snprintf(r.s + n, sizeof r.s - (size_t)n, "%s%lld", d ? ", " : "", (long long)b->dims[d]);
+  if (n < (int)sizeof r.s) snprintf(r.s + n, sizeof r.s - (size_t)n, "]");
+  return r;
+}
+
+static const char *slot(pcgc_op_kind kind, int i) {
+  static const char *const lin[] = {"input", "weight", "bias"};
+  static const char *const two[] = {"a", "b"};
+  static const char *const emb[] = {"indices", "table"};
+  static const char *const att[] = {"q", "k", "v", "wq", "wk", "wv", "wo", "bq", "bk", "bv", "bo"};
+  switch (kind) {
+  case PCGC_OP_LINEAR:
+  case PCGC_OP_CONV2D: return i < 3 ? lin[i] : "?";
+  case PCGC_OP_MATMUL:
+  case PCGC_OP_BATCH_MATMUL: return i < 2 ? two[i] : "?";
+  case PCGC_OP_EMBEDDING: return i < 2 ? emb[i] : "?";
+  case PCGC_OP_ATTENTION: return i < 11 ? att[i] : "?";
+  default: return "input";
+  }
+}
+
+static int64_t prod(const int64_t *d, int from, int to) {
+  int64_t p = 1;
+  for (int i = from; i < to; i++) p *= d[i];
+  return p;
+}
+
+static pcgc_status buf_ok(const pcgc__cukargs *k, const pcgc_buf *b, const char *what) {
+  if (b->rank < 0 || b->rank > PCGC_MAX_RANK) return pcgc__cu_fail(k, "%s has invalid rank %d", what, b->rank);
+  if ((unsigned)b->dtype >= PCGC_DTYPE_COUNT) return pcgc__cu_fail(k, "%s has invalid dtype %d", what, (int)b->dtype);
+  int64_t n = 1;
+  for (int d = 0; d < b->rank; d++) {
+    if (b->dims[d] < 0) return pcgc__cu_fail(k, "%s has a negative dim: %s", what, shp(b).s);
+    if (b->dims[d] && n > INT64_MAX / b->dims[d]) return pcgc__cu_fail(k, "%s is too large: %s", what, shp(b).s);
+    n *= b->dims[d];
+  }
+  if (n > 0 && !b->data) return pcgc__cu_fail(k, "%s %s has no data", what, shp(b).s);
+  return PCGC_OK;
+}
+
+static bool same_shape(const pcgc_buf *a, const pcgc_buf *b) {
+  if (a->dtype != b->dtype || a->rank != b->rank) return false;
+  for (int d = 0; d < a->rank; d++)
+    if (a->dims[d] != b->dims[d]) return false;
+  return true;
+}
+
+/* Arity, attributes, well-formed buffers, every float tensor f32; for
+ * backward also dout and din against out and in. */
+static pcgc_status prepare(const pcgc__cukargs *k, bool bwd) {
+  if (!k->a || k->a->kind != k->kind) return pcgc__cu_fail(k, "the attributes belong to another operator");
+  int lo = pcgc_op_min_inputs(k->kind), hi = pcgc_op_max_inputs(k->kind);
+  if (k->n_in < lo || k->n_in > hi || !k->in) return pcgc__cu_fail(k, "takes %d to %d inputs, got %d", lo, hi, k->n_in);
+  if (k->n_out != 1 || !k->out) return pcgc__cu_fail(k, "has one output, got %d", k->n_out);
+  for (int i = 0; i < k->n_in; i++) TRY(buf_ok(k, &k->in[i], slot(k->kind, i)));
+  TRY(buf_ok(k, &k->out[0], "output"));
+  if (bwd) {
+    if (!k->dout || !k->din) return pcgc__cu_fail(k, "backward needs the output gradient and the input gradients");
+    TRY(buf_ok(k, &k->dout[0], "output gradient"));
+    if (!same_shape(&k->dout[0], &k->out[0]))
+      return pcgc__cu_fail(k, "output gradient is %s but the output is %s", shp(&k->dout[0]).s, shp(&k->out[0]).s);
+    for (int i = 0; i < k->n_in; i++) {
+      if (!k->din[i].data) continue;
+      TRY(buf_ok(k, &k->din[i], "gradient"));
+      if (!same_shape(&k->din[i], &k->in[i]))
+        return pcgc__cu_fail(k, "the gradient of %s is %s but %s is %s", slot(k->kind, i), shp(&k->din[i]).s,
+                             slot(k->kind, i), shp(&k->in[i]).s);
+    }
+  }
+  int first = k->kind == PCGC_OP_EMBEDDING ? 1 : 0; /* the first float input */
+  pcgc_dtype dt = k->in[first].dtype;
+  if (dt == PCGC_F64 || dt == PCGC_F16 || dt == PCGC_BF16)
+    return pcgc__cu_fail_st(k, PCGC_ERR_UNSUPPORTED, "%s is %s; the CUDA kernels compute in f32", slot(k->kind, first),
+                            shp(&k->in[first]).s);
+  if (dt != PCGC_F32) return pcgc__cu_fail(k, "%s must be f32, got %s", slot(k->kind, first), shp(&k->in[first]).s);
+  for (int i = first + 1; i < k->n_in; i++)
+    if (k->in[i].dtype != PCGC_F32)
+      return pcgc__cu_fail(k, "%s is %s but %s is %s", slot(k->kind, i), shp(&k->in[i]).s, slot(k->kind, first),
+                           shp(&k->in[first]).s);
+  if (k->out[0].dtype != PCGC_F32)
+    return pcgc__cu_fail(k, "output is %s but %s is %s", shp(&k->out[0]).s, slot(k->kind, first), shp(&k->in[first]).s);
+  return PCGC_OK;
+}
+
+/* The output must be f32 [dims]. */
+static pcgc_status need_out(const pcgc__cukargs *k, int rank, const int64_t *dims) {
+  pcgc_buf want = k->out[0];
+  want.rank = rank;
+  memset(want.dims, 0, sizeof want.dims);
+  memcpy(want.dims, dims, sizeof *dims * (size_t)rank);
+  if (!same_shape(&want, &k->out[0]))
+    return pcgc__cu_fail(k, "output is %s but the inputs give %s", shp(&k->out[0]).s, shp(&want).s);
+  return PCGC_OK;
+}
+
+static pcgc_status need_rank(const pcgc__cukargs *k, int i, int lo, int hi) {
+  const pcgc_buf *b = &k->in[i];
+  if (b->rank >= lo && b->rank <= hi) return PCGC_OK;
+  if (lo == hi) return pcgc__cu_fail(k, "%s must have rank %d, got %s", slot(k->kind, i), lo, shp(b).s);
+  return pcgc__cu_fail(k, "%s must have rank %d to %d, got %s", slot(k->kind, i), lo, hi, shp(b).s);
+}
+
+/* Input j's dim dj must equal input i's dim di. */
+static pcgc_status need_match(const pcgc__cukargs *k, int j, int dj, int i, int di) {
+  if (k->in[j].dims[dj] == k->in[i].dims[di]) return PCGC_OK;
+  return pcgc__cu_fail(k, "%s %s does not fit %s %s: its dim %d must be %lld", slot(k->kind, j), shp(&k->in[j]).s,
+                       slot(k->kind, i), shp(&k->in[i]).s, dj, (long long)k->in[i].dims[di]);
+}
+
+static pcgc_status need_out(const pcgc__cukargs *k, int rank, std::initializer_list<int64_t> dims) {
+  return need_out(k, rank, dims.begin());
+}
+
+/* cuBLAS and cuDNN take int sizes. */
+static pcgc_status int_fits(const pcgc__cukargs *k, std::initializer_list<int64_t> v) {
+  for (int64_t x : v)
+    if (x > INT_MAX) return pcgc__cu_fail(k, "a dimension of %lld is too large for cuBLAS/cuDNN", (long long)x);
+  return PCGC_OK;
+}
+
+static pcgc_status act_attr(const pcgc__cukargs *k, int *act) {
+  *act = k->kind == PCGC_OP_MATMUL ? PCGC_ACT_NONE : (int)pcgc_attrs_int(k->a, "act");
+  if (*act < PCGC_ACT_NONE || *act > PCGC_ACT_TANH) return pcgc__cu_fail(k, "unknown activation %d", *act);
+  return PCGC_OK;
+}
+
+/* ------------------------------------------------------------ workspace */
+
+/* n elements of T from the workspace into *p (NULL when n is 0, and while
+ * measuring). */
+template <typename T> static pcgc_status take(const pcgc__cukargs *k, int64_t n, T **p) {
+  *p = NULL;
+  if (n <= 0) return PCGC_OK;
+  if ((uint64_t)n > SIZE_MAX / sizeof(T))
+    return pcgc__cu_fail_st(k, PCGC_ERR_NOMEM, "scratch of %lld elements is too large", (long long)n);
+  *p = (T *)pcgc__cu_scratch(k, (size_t)n * sizeof(T));
+  if (!*p && !pcgc__cu_measuring(k)) return PCGC_ERR_NOMEM; /* the message is in k->err */
+  return PCGC_OK;
+}
+
+/* ------------------------------------------------------------- cuBLAS */
+
+static pcgc_status blas_ready(const pcgc__cukargs *k) {
+  TRY(pcgc__cu_check_blas(k, cublasSetMathMode(k->cu->blas, CUBLAS_DEFAULT_MATH), "cublasSetMathMode"));
+  return pcgc__cu_check_blas(k, cublasSetPointerMode(k->cu->blas, CUBLAS_POINTER_MODE_HOST), "cublasSetPointerMode");
+}
+
+/* C_i[m, n] = 0 at C + i * sc, rows ldc apart, i < count. */
+static __global__ void zero_blocks_kernel(int64_t count, int64_t m, int64_t n, float *__restrict__ C, int64_t ldc,
+                                          int64_t sc) {
+  int64_t total = count * m * n, stride = (int64_t)gridDim.x * blockDim.x;
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
+    int64_t b = i / (m * n), r = i / n % m, c = i % n;
+    C[b * sc + r * ldc + c] = 0;
+  }
+}
+
+/* Row-major C_i = alpha op(A_i) op(B_i) + beta C_i for i < count, with
+ * X_i = X + i * sx; beta is 0 or 1. An empty inner dimension gives beta C. */
+static pcgc_status gemmb(const pcgc__cukargs *k, bool ta, bool tb, int64_t m, int64_t n, int64_t kk, float alpha,
+                         const float *A, int64_t lda, int64_t sa, const float *B, int64_t ldb, int64_t sb, float beta,
+                         float *C, int64_t ldc, int64_t sc, int64_t count) {
+  if (m <= 0 || n <= 0 || count <= 0) return PCGC_OK;
+  if (kk <= 0) {
+    if (beta != 0) return PCGC_OK;
+    zero_blocks_kernel<<<pcgc__cu_blocks(count * m * n), PCGC_CU_THREADS, 0, k->cu->stream>>>(count, m, n, C, ldc, sc);
+    return pcgc__cu_launched(k, "zero");
+  }
+  TRY(int_fits(k, {m, n, kk, lda, ldb, ldc, count}));
+  cublasOperation_t oa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, ob = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+  if (count == 1)
+    return pcgc__cu_check_blas(k,
+                               cublasSgemm(k->cu->blas, ob, oa, (int)n, (int)m, (int)kk, &alpha, B, (int)ldb, A,
+                                           (int)lda, &beta, C, (int)ldc),
+                               "cublasSgemm");
+  return pcgc__cu_check_blas(k,
+                             cublasSgemmStridedBatched(k->cu->blas, ob, oa, (int)n, (int)m, (int)kk, &alpha, B,
+                                                       (int)ldb, sb, A, (int)lda, sa, &beta, C, (int)ldc, sc,
+                                                       (int)count),
+                             "cublasSgemmStridedBatched");
+}
+
+static pcgc_status gemm(const pcgc__cukargs *k, bool ta, bool tb, int64_t m, int64_t n, int64_t kk, float alpha,
+                        const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
+  return gemmb(k, ta, tb, m, n, kk, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1);
+}
+
+/* --------------------------------------------- activations and biases */
+
+static __device__ __forceinline__ float act_fwd(int act, float z) {
+  switch (act) {
+  case PCGC_ACT_RELU: return z < 0 ? 0.0f : z; /* NaN propagates */
+  case PCGC_ACT_GELU: return 0.5f * z * (1 + erff(z * 0.70710678118654752440f));
+  case PCGC_ACT_SIGMOID: return 1 / (1 + expf(-z));
+  case PCGC_ACT_TANH: return tanhf(z);
+  default: return z;
+  }
+}
+
+/* y[i] = act(y[i] + b[(i / inner) % C]) (b may be NULL) */
+static __global__ void bias_act_kernel(int64_t n, int64_t C, int64_t inner, const float *__restrict__ b, int act,
+                                       float *__restrict__ y) {
+  int64_t stride = (int64_t)gridDim.x * blockDim.x;
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+    float v = y[i];
+    if (b) v += b[i / inner % C];
+    y[i] = act_fwd(act, v);
+  }
+}
+
+static pcgc_status bias_act(const pcgc__cukargs *k, int64_t n, int64_t C, int64_t inner, const float *b, int act,
+                            float *y) {
+  if (n <= 0 || (!b && act == PCGC_ACT_NONE)) return PCGC_OK;
+  bias_act_kernel<<<pcgc__cu_blocks(n), PCGC_CU_THREADS, 0, k->cu->stream>>>(n, C, inner, b, act, y);
+  return pcgc__cu_launched(k, "bias and activation");
+}
+
+/* dz = dy * act'(.): from the output y for relu, sigmoid and tanh; for GELU
+ * dz holds the pre-activation on entry. */
+static __global__ void act_bwd_kernel(int64_t n, int act, const float *__restrict__ dy, const float *__restrict__ y,
+                                      float *__restrict__ dz) {
+  int64_t stride = (int64_t)gridDim.x * blockDim.x;
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+    float d = dy[i];
+    switch (act) {
+    case PCGC_ACT_RELU: dz[i] = y[i] > 0 ? d : 0.0f; break;
+    case PCGC_ACT_SIGMOID: dz[i] = d * y[i] * (1 - y[i]); break;
+    case PCGC_ACT_TANH: dz[i] = d * (1 - y[i] * y[i]); break;
+    case PCGC_ACT_GELU: {
+      float z = dz[i];
+      float cdf = 0.5f * (1 + erff(z * 0.70710678118654752440f));
+      float pdf = expf(-0.5f * z * z) * 0.39894228040143267794f;
+      dz[i] = d * (cdf + z * pdf);
+      break;
+    }
+    default: dz[i] = d; break;
+    }
+  }
+}
+
+static pcgc_status act_bwd(const pcgc__cukargs *k, int act, int64_t n, const float *dy, const float *y, float *dz) {
+  if (n <= 0) return PCGC_OK;
+  act_bwd_kernel<<<pcgc__cu_blocks(n), PCGC_CU_THREADS, 0, k->cu->stream>>>(n, act, dy, y, dz);
+  return pcgc__cu_launched(k, "activation backward");
+}
+
+/* ------------------------------------------------------------ reductions
+ * db[c] += sum over a < A, p < P of src[(a * C + c) * P + p]: the bias
+ * gradient of linear (P = 1: columns of a row-major matrix) and of conv2d
+ * (channels of NCHW). The (a, p) range of each channel is cut into a fixed
+ * number of chunks; each chunk's sum goes to part[chunk * C + c], and a last
+ * kernel adds the chunk sums in order. Deterministic; not the CPU's order. */
+
+static int64_t red_chunks(int64_t A, int64_t C, int64_t P) {
+  int64_t per = A * P, n;
+  if (C < 1 || per < 1) return 1;
+  if (P == 1) { /* one thread per (chunk, column): 64k threads, 16 rows each at least */
+    int64_t want = (65536 + C - 1) / C, most = (A + 15) / 16;
+    n = want < most ? want : most;
+  } else { /* one block per (channel, chunk): 512 blocks, 4096 elements each at least */
+    int64_t want = (512 + C - 1) / C, most = (per + 4095) / 4096;
+    n = want < most ? want : most;
+  }
+  return n < 1 ? 1 : n > 1024 ? 1024 : n;
+}
+
+/* The scratch floats red_add needs. */
+static int64_t red_scratch(int64_t A, int64_t C, int64_t P) {
+  int64_t n = red_chunks(A, C, P);
+  return n > 1 ? n * C : 0;
+}
+
+static __device__ __forceinline__ float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+static __device__ __forceinline__ float warp_max(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+/* The block's sum (or max), returned to every thread; blockDim.x a multiple
+ * of 32. Every warp reduces the same partials in the same order. */
+static __device__ float block_sum(float v) {
+  __shared__ float sh[32];
+  int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  v = warp_sum(v);
+  __syncthreads(); /* sh is free again after an earlier call */
+  if (lane == 0) sh[w] = v;
+  __syncthreads();
+  return warp_sum(lane < nw ? sh[lane] : 0.0f);
+}
+
+static __device__ float block_max(float v) {
+  __shared__ float sh[32];
+  int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  v = warp_max(v);
+  __syncthreads();
+  if (lane == 0) sh[w] = v;
+  __syncthreads();
+  return warp_max(lane < nw ? sh[lane] : -INFINITY);
+}
+
+/* P == 1: thread (chunk, c) sums rows [chunk * L, chunk * L + L) of column c. */
+static __global__ void colsum_kernel(int64_t A, int64_t C, int64_t chunks, int64_t L, const float *__restrict__ src,
+                                     float *__restrict__ out, bool add) {
+  int64_t total = chunks * C, stride = (int64_t)gridDim.x * blockDim.x;
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
+    int64_t ch = i / C, c = i % C, a1 = (ch + 1) * L < A ? (ch + 1) * L : A;
+    float s = 0;
+    for (int64_t a = ch * L; a < a1; a++) s += src[a * C + c];
+    if (add) out[c] += s;
+    else out[ch * C + c] = s;
+  }
+}
+
+/* Block (c, chunk) sums elements [chunk * L, chunk * L + L) of channel c's
+ * A * P elements. */
+static __global__ void chansum_kernel(int64_t A, int64_t C, int64_t P, int64_t L, const float *__restrict__ src,
+                                      float *__restrict__ out, bool add) {
+  int64_t c = blockIdx.x, ch = blockIdx.y, per = A * P;
+  int64_t e0 = ch * L, e1 = e0 + L < per ? e0 + L : per;
+  float s = 0;
+  for (int64_t e = e0 + threadIdx.x; e < e1; e += blockDim.x) s += src[(e / P * C + c) * P + e % P];
+  s = block_sum(s);
+  if (threadIdx.x == 0) {
+    if (add) out[c] += s;
+    else out[ch * C + c] = s;
+  }
+}
+
+static __global__ void chunksum_kernel(int64_t chunks, int64_t C, const float *__restrict__ part,
+                                       float *__restrict__ db) {
+  int64_t stride = (int64_t)gridDim.x * blockDim.x;
+  for (int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; c < C; c += stride) {
+    float s = 0;
+    for (int64_t ch = 0; ch < chunks; ch++) s += part[ch * C + c];
+    db[c] += s;
+  }
+}
+
+/* db[C] += the sums above; part: red_scratch(A, C, P) floats. */
+static pcgc_status red_add(const pcgc__cukargs *k, int64_t A, int64_t C, int64_t P, const float *src, float *part,
+                           float *db) {
+  if (A * P <= 0 || C <= 0) return PCGC_OK;
+  int64_t chunks = red_chunks(A, C, P);
+  bool direct = chunks == 1;
+  float *out = direct ? db : part;
+  cudaStream_t st = k->cu->stream;
+  if (P == 1) {
+    int64_t L = (A + chunks - 1) / chunks;
+    colsum_kernel<<<pcgc__cu_blocks(chunks * C), PCGC_CU_THREADS, 0, st>>>(A, C, chunks, L, src, out, direct);
+  } else {
+    if (C > INT_MAX) return pcgc__cu_fail(k, "%lld channels are too many", (long long)C);
+    int64_t L = (A * P + chunks - 1) / chunks;
+    chansum_kernel<<<dim3((unsigned)C, (unsigned)chunks), PCGC_CU_THREADS, 0, st>>>(A, C, P, L, src, out, direct);
+  }
+  TRY(pcgc__cu_launched(k, "bias gradient"));
+  if (direct) return PCGC_OK;
+  chunksum_kernel<<<pcgc__cu_blocks(C), PCGC_CU_THREADS, 0, st>>>(chunks, C, part, db);
+  return pcgc__cu_launched(k, "bias gradient");
+}
+
+/* --------------------------------------------------------- linear, matmul */
+
+static pcgc_status dense_check(const pcgc__cukargs *k, dense_geo *g) {
+  const pcgc_buf *x = &k->in[0], *w = &k->in[1];
+  TRY(need_rank(k, 0, 1, PCGC_MAX_RANK));
+  TRY(need_rank(k, 1, 2, 2));
+  int r = x->rank;
+  TRY(need_match(k, 1, 0, 0, r - 1));
+  g->rows = prod(x->dims, 0, r - 1);
+  g->K = w->dims[0];
+  g->N = w->dims[1];
+  g->bias = k->n_in == 3;
+  if (g->bias) {
+    TRY(need_rank(k, 2, 1, 1));
+    TRY(need_match(k, 2, 0, 1, 1));
+  }
+  TRY(act_attr(k, &g->act));
+  TRY(int_fits(k, {g->rows, g->K, g->N}));
+  int64_t dims[PCGC_MAX_RANK];
+  memcpy(dims, x->dims, sizeof dims);
+  dims[r - 1] = g->N;
+  return need_out(k, r, dims);
+}
+
+static pcgc_status dense_fwd(const pcgc__cukargs *k) {
+  dense_geo g;
+  TRY(prepare(k, false));
+  TRY(dense_check(k, &g));
+  if (pcgc__cu_measuring(k)) return PCGC_OK;
+  const float *x = (const float *)k->in[0].data, *w = (const float *)k->in[1].data;
+  const float *b = g.bias ? (const float *)k->in[2].data : NULL;
+  float *y = (float *)k->out[0].data;
+  TRY(blas_ready(k));
+  TRY(gemm(k, false, false, g.rows, g.N, g.K, 1, x, g.K, w, g.N, 0, y, g.N)); /* (rows, N) */
+  return bias_act(k, g.rows * g.N, g.N, 1, b, g.act, y);
+}
+
+static pcgc_status dense_bwd(const pcgc__cukargs *k) {
+  dense_geo g;
+  TRY(prepare(k, true));
+  TRY(dense_check(k, &g));
+  const float *x = (const float *)k->in[0].data, *w = (const float *)k->in[1].data;
+  const float *b = g.bias ? (const float *)k->in[2].data : NULL;
+  const float *y = (const float *)k->out[0].data, *dy = (const float *)k->dout[0].data;
+  float *dx = (float *)k->din[0].data, *dw = (float *)k->din[1].data;
+  float *db = g.bias ? (float *)k->din[2].data : NULL;
+  float *dz = NULL, *part = NULL;
+  if (g.act != PCGC_ACT_NONE && (dx || dw || db)) TRY(take(k, g.rows * g.N, &dz));
+  if (db) TRY(take(k, red_scratch(g.rows, g.N, 1), &part));
+  if (pcgc__cu_measuring(k) || !(dx || dw || db)) return PCGC_OK;
+  TRY(blas_ready(k));
+  const float *dzp = dy;
+  if (g.act != PCGC_ACT_NONE) {
+    if (g.act == PCGC_ACT_GELU) { /* GELU' needs the pre-activation: recompute it */
+      TRY(gemm(k, false, false, g.rows, g.N, g.K, 1, x, g.K, w, g.N, 0, dz, g.N));
+      TRY(bias_act(k, g.rows * g.N, g.N, 1, b, PCGC_ACT_NONE, dz));
+    }
+    TRY(act_bwd(k, g.act, g.rows * g.N, dy, y, dz));
+    dzp = dz;
+  }
+  if (dx) TRY(gemm(k, false, true, g.rows, g.K, g.N, 1, dzp, g.N, w, g.N, 1, dx, g.K)); /* dz w^T */
+  if (dw) TRY(gemm(k, true, false, g.K, g.N, g.rows, 1, x, g.K, dzp, g.N, 1, dw, g.N)); /* x^T dz */
+  if (db) TRY(red_add(k, g.rows, g.N, 1, dzp, part, db));
+  return PCGC_OK;
+}
+
+pcgc_status pcgc__cu_fwd_linear(const pcgc__cukargs *k) { return dense_fwd(k); }
+pcgc_status pcgc__cu_bwd_linear(const pcgc__cukargs *k) { return dense_bwd(k); }
+pcgc_status pcgc__cu_fwd_matmul(const pcgc__cukargs *k) { return dense_fwd(k); }
+pcgc_status pcgc__cu_bwd_matmul(const pcgc__cukargs *k) { return dense_bwd(k); }
+
+/* ----------------------------------------------------------- batch_matmul */
+
+static pcgc_status bmm_check(const pcgc__cukargs *k, bmm_geo *g) {
+  const pcgc_buf *a = &k->in[0], *b = &k->in[1];
+  TRY(need_rank(k, 0, 2, PCGC_MAX_RANK));
+  TRY(need_rank(k, 1, a->rank, a->rank));
+  int r = a->rank;
+  g->tb = pcgc_attrs_int(k->a, "transpose_b") != 0;
+  for (int d = 0; d < r - 2; d++) TRY(need_match(k, 1, d, 0, d));
+  TRY(need_match(k, 1, g->tb ? r - 1 : r - 2, 0, r - 1));
+  g->batch = prod(a->dims, 0, r - 2);
+  g->M = a->dims[r - 2];
+  g->K = a->dims[r - 1];
+  g->N = b->dims[g->tb ? r - 2 : r - 1];
+  TRY(int_fits(k, {g->M, g->K, g->N, g->batch}));
+  int64_t dims[PCGC_MAX_RANK];
+  memcpy(dims, a->dims, sizeof dims);
+  dims[r - 1] = g->N;
+  return need_out(k, r, dims);
+}
+
+pcgc_status pcgc__cu_fwd_bmm(const pcgc__cukargs *k) {
+  bmm_geo g;
+  TRY(prepare(k, false));
+  TRY(bmm_check(k, &g));
+  if (pcgc__cu_measuring(k)) return PCGC_OK;
+  const float *a = (const float *)k->in[0].data, *b = (const float *)k->in[1].data;
+  int64_t M = g.M, K = g.K, N = g.N;
+  TRY(blas_ready(k));
+  return gemmb(k, false, g.tb, M, N, K, 1, a, K, M * K, b, g.tb ? K : N, K * N, 0, (float *)k->out[0].data, N, M * N,
+               g.batch);
+}
+
+pcgc_status pcgc__cu_bwd_bmm(const pcgc__cukargs *k) {
+  bmm_geo g;
+  TRY(prepare(k, true));
+  TRY(bmm_check(k, &g));
+  if (pcgc__cu_measuring(k)) return PCGC_OK;
+  const float *a = (const float *)k->in[0].data, *b = (const float *)k->in[1].data;
+  const float *dc = (const float *)k->dout[0].data;
+  float *da = (float *)k->din[0].data, *db = (float *)k->din[1].data;
+  int64_t M = g.M, K = g.K, N = g.N, n = g.batch;
+  if (!da && !db) return PCGC_OK;
+  TRY(blas_ready(k));
+  if (da) { /* da = dc b^T, or dc b when b is [N, K] */
+    if (g.tb) TRY(gemmb(k, false, false, M, K, N, 1, dc, N, M * N, b, K, K * N, 1, da, K, M * K, n));
+    else TRY(gemmb(k, false, true, M, K, N, 1, dc, N, M * N, b, N, K * N, 1, da, K, M * K, n));
+  }
+  if (db) { /* db = a^T dc [K, N], or dc^T a [N, K] */
+    if (g.tb) TRY(gemmb(k, true, false, N, K, M, 1, dc, N, M * N, a, K, M * K, 1, db, K, K * N, n));
+    else TRY(gemmb(k, true, false, K, N, M, 1, a, K, M * K, dc, N, M * N, 1, db, N, K * N, n));
+  }
+  return PCGC_OK;
+}
+
+/* ----------------------------------------------------------------- conv2d */
+
+static pcgc_status conv_check(const pcgc__cukargs *k, conv_geo *g) {
+  const pcgc_buf *x = &k->in[0], *w = &k->in[1];
+  TRY(need_rank(k, 0, 4, 4));
+  TRY(need_rank(k, 1, 4, 4));
+  const pcgc_attr_value *st = pcgc_attrs_get(k->a, "stride"), *pad = pcgc_attrs_get(k->a, "padding"),
+                        *dil = pcgc_attrs_get(k->a, "dilation");
+  g->sh = st->v[0], g->sw = st->v[1], g->ph = pad->v[0], g->pw = pad->v[1], g->dh = dil->v[0], g->dw = dil->v[1];
+  if (g->sh < 1 || g->sw < 1 || g->dh < 1 || g->dw < 1 || g->ph < 0 || g->pw < 0)
+    return pcgc__cu_fail(k, "stride and dilation must be at least 1 and padding not negative");
+  g->groups = pcgc_attrs_int(k->a, "groups");
+  TRY(act_attr(k, &g->act));
+  g->N = x->dims[0], g->C = x->dims[1], g->H = x->dims[2], g->W = x->dims[3];
+  g->O = w->dims[0], g->KH = w->dims[2], g->KW = w->dims[3];
+  if (g->groups < 1 || g->C % g->groups || g->O % g->groups)
+    return pcgc__cu_fail(k, "groups=%lld must divide the channels of input %s and weight %s", (long long)g->groups,
+                         shp(x).s, shp(w).s);
+  g->Cg = g->C / g->groups;
+  g->Og = g->O / g->groups;
+  if (w->dims[1] != g->Cg)
+    return pcgc__cu_fail(k, "weight %s does not fit input %s with groups=%lld: its dim 1 must be %lld", shp(w).s,
+                         shp(x).s, (long long)g->groups, (long long)g->Cg);
+  if (g->KH < 1 || g->KW < 1 || g->H + 2 * g->ph < g->dh * (g->KH - 1) + 1 ||
+      g->W + 2 * g->pw < g->dw * (g->KW - 1) + 1)
+    return pcgc__cu_fail(k, "weight %s does not fit input %s (padding %lldx%lld, dilation %lldx%lld)", shp(w).s,
+                         shp(x).s, (long long)g->ph, (long long)g->pw, (long long)g->dh, (long long)g->dw);
+  g->OH = (g->H + 2 * g->ph - g->dh * (g->KH - 1) - 1) / g->sh + 1;
+  g->OW = (g->W + 2 * g->pw - g->dw * (g->KW - 1) - 1) / g->sw + 1;
+  g->bias = k->n_in == 3;
+  if (g->bias) {
+    TRY(need_rank(k, 2, 1, 1));
+    TRY(need_match(k, 2, 0, 1, 0));
+  }
+  g->ohw = g->OH * g->OW;
+  g->direct = g->N > 0 && g->C > 0 && g->H > 0 && g->W > 0 && g->O > 0;
+  TRY(int_fits(k, {g->N, g->C, g->H, g->W, g->O, g->KH, g->KW, g->OH, g->OW, g->sh, g->sw, g->ph,
+                                        g->pw, g->dh, g->dw, g->groups}));
+  return need_out(k, 4, {g->N, g->O, g->OH, g->OW});
+}
+
+static pcgc_status dnn(const pcgc__cukargs *k, cudnnStatus_t s, const char *what) {
+  return pcgc__cu_check_dnn(k, s, what);
+}
+
+/* cuDNN's descriptors of one convolution, destroyed on every way out. */
+struct conv_dnn {
+  cudnnTensorDescriptor_t x = NULL, y = NULL;
+  cudnnFilterDescriptor_t w = NULL;
+  cudnnConvolutionDescriptor_t c = NULL;
+  conv_dnn() = default;
+  conv_dnn(const conv_dnn &) = delete;
+  conv_dnn &operator=(const conv_dnn &) = delete;
+  ~conv_dnn() {
+    if (c) cudnnDestroyConvolutionDescriptor(c);
+    if (w) cudnnDestroyFilterDescriptor(w);
+    if (y) cudnnDestroyTensorDescriptor(y);
+    if (x) cudnnDestroyTensorDescriptor(x);
+  }
+};
+
+static pcgc_status conv_setup(const pcgc__cukargs *k, const conv_geo *g, conv_dnn *d) {
+  TRY(dnn(k, cudnnCreateTensorDescriptor(&d->x), "cudnnCreateTensorDescriptor"));
+  TRY(dnn(k, cudnnCreateTensorDescriptor(&d->y), "cudnnCreateTensorDescriptor"));
+  TRY(dnn(k, cudnnCreateFilterDescriptor(&d->w), "cudnnCreateFilterDescriptor"));
+  TRY(dnn(k, cudnnCreateConvolutionDescriptor(&d->c), "cudnnCreateConvolutionDescriptor"));
+  TRY(dnn(k,
+          cudnnSetTensor4dDescriptor(d->x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, (int)g->N, (int)g->C, (int)g->H,
+                                     (int)g->W),
+          "cudnnSetTensor4dDescriptor (input)"));
+  TRY(dnn(k,
+          cudnnSetTensor4dDescriptor(d->y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, (int)g->N, (int)g->O, (int)g->OH,
+                                     (int)g->OW),
+          "cudnnSetTensor4dDescriptor (output)"));
+  TRY(dnn(k,
+          cudnnSetFilter4dDescriptor(d->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, (int)g->O, (int)g->Cg, (int)g->KH,
+                                     (int)g->KW),
+          "cudnnSetFilter4dDescriptor"));
+  TRY(dnn(k,
+          cudnnSetConvolution2dDescriptor(d->c, (int)g->ph, (int)g->pw, (int)g->sh, (int)g->sw, (int)g->dh, (int)g->dw,
+                                          CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
+          "cudnnSetConvolution2dDescriptor"));
+  TRY(dnn(k, cudnnSetConvolutionGroupCount(d->c, (int)g->groups), "cudnnSetConvolutionGroupCount"));
+  /* FMA math: no TF32 tensor cores, so results stay f32 like the CPU's */
+  TRY(dnn(k, cudnnSetConvolutionMathType(d->c, CUDNN_FMA_MATH), "cudnnSetConvolutionMathType"));
+  int n, c, h, w;
+  TRY(dnn(k, cudnnGetConvolution2dForwardOutputDim(d->c, d->x, d->w, &n, &c, &h, &w),
+          "cudnnGetConvolution2dForwardOutputDim"));
+  if (n != g->N || c != g->O || h != g->OH || w != g->OW)
+    return pcgc__cu_fail(k, "cuDNN gives an output of [%d, %d, %d, %d], expected [%lld, %lld, %lld, %lld]", n, c, h, w,
+                         (long long)g->N, (long long)g->O, (long long)g->OH, (long long)g->OW);
+  return PCGC_OK;
+}
+
+/* The first heuristic result that succeeds, is deterministic, uses no
+ * tensor-op math and fits CONV_WS_MAX; -1 if none. The heuristics do not
+ * time anything, so the measuring and the real call pick the same. */
+template <typename Perf> static int pick_algo(const Perf *perf, int n) {
+  for (int i = 0; i < n; i++) {
+    const Perf &p = perf[i];
+    if (p.status != CUDNN_STATUS_SUCCESS || p.determinism != CUDNN_DETERMINISTIC || p.memory > CONV_WS_MAX) continue;
+    if (p.mathType == CUDNN_TENSOR_OP_MATH || p.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION) continue;
+    return i;
+  }
+  return -1;
+}
+
+/* The heuristics' choice per convolution geometry and direction, remembered:
+ * asking cuDNN costs host time on every call (a CNN step calls each
+ * convolution's three directions twice: measuring, then running). One
+ * process drives one device, so the table is the process's. */
+typedef struct algo_memo {
+  int64_t key[16];
+  int dir, algo;
+  size_t ws;
+} algo_memo;
+#define ALGO_MEMO 128
+static algo_memo memo[ALGO_MEMO];
+static int n_memo;
+
+static void memo_key(const conv_geo *g, int64_t *key) {
+  const int64_t v[16] = {g->N, g->C, g->H, g->W, g->O, g->KH, g->KW, g->OH, g->OW, g->sh, g->sw, g->ph, g->pw, g->dh, g->dw, g->groups};
+  memcpy(key, v, sizeof v);
+}
+
+static const algo_memo *memo_find(const conv_geo *g, int dir) {
+  int64_t key[16];
+  memo_key(g, key);
+  for (int i = 0; i < n_memo; i++)
+    if (memo[i].dir == dir && memcmp(memo[i].key, key, sizeof key) == 0) return &memo[i];
+  return NULL;
+}
+
+static void memo_add(const conv_geo *g, int dir, int algo, size_t ws) {
+  algo_memo *m = &memo[n_memo < ALGO_MEMO ? n_memo++ : (dir + (int)g->N + (int)g->C) % ALGO_MEMO];
+  memo_key(g, m->key);
+  m->dir = dir;
+  m->algo = algo;
+  m->ws = ws;
+}
+
+static pcgc_status fwd_algo(const pcgc__cukargs *k, const conv_geo *g, const conv_dnn *d,
+                            cudnnConvolutionFwdAlgo_t *algo, size_t *ws) {
+  const algo_memo *m = memo_find(g, 0);
+  if (m) {
+    *algo = (cudnnConvolutionFwdAlgo_t)m->algo;
+    *ws = m->ws;
+    return PCGC_OK;
+  }
+  cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+  int n = 0;
+  TRY(dnn(k,
+          cudnnGetConvolutionForwardAlgorithm_v7(k->cu->dnn, d->x, d->w, d->c, d->y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
+                                                 &n, perf),
+          "cudnnGetConvolutionForwardAlgorithm_v7"));
+  int i = pick_algo(perf, n);
+  *algo = i >= 0 ? perf[i].algo : CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
+  TRY(dnn(k, cudnnGetConvolutionForwardWorkspaceSize(k->cu->dnn, d->x, d->w, d->c, d->y, *algo, ws),
+          "cudnnGetConvolutionForwardWorkspaceSize"));
+  memo_add(g, 0, (int)*algo, *ws);
+  return PCGC_OK;
+}
+
+static pcgc_status bwd_data_algo(const pcgc__cukargs *k, const conv_geo *g, const conv_dnn *d,
+                                 cudnnConvolutionBwdDataAlgo_t *algo, size_t *ws) {
+  const algo_memo *m = memo_find(g, 1);
+  if (m) {
+    *algo = (cudnnConvolutionBwdDataAlgo_t)m->algo;
+    *ws = m->ws;
+    return PCGC_OK;
+  }
+  cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+  int n = 0;
+  TRY(dnn(k,
+          cudnnGetConvolutionBackwardDataAlgorithm_v7(k->cu->dnn, d->w, d->y, d->c, d->x,
+                                                      CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, perf),
+          "cudnnGetConvolutionBackwardDataAlgorithm_v7"));
+  int i = pick_algo(perf, n);
+  *algo = i >= 0 ? perf[i].algo : CUDNN_CONVOLUTION_BWD_DATA_ALGO_1;
+  TRY(dnn(k, cudnnGetConvolutionBackwardDataWorkspaceSize(k->cu->dnn, d->w, d->y, d->c, d->x, *algo, ws),
+          "cudnnGetConvolutionBackwardDataWorkspaceSize"));
+  memo_add(g, 1, (int)*algo, *ws);
+  return PCGC_OK;
+}
+
+static pcgc_status bwd_filter_algo(const pcgc__cukargs *k, const conv_geo *g, const conv_dnn *d,
+                                   cudnnConvolutionBwdFilterAlgo_t *algo, size_t *ws) {
+  const algo_memo *m = memo_find(g, 2);
+  if (m) {
+    *algo = (cudnnConvolutionBwdFilterAlgo_t)m->algo;
+    *ws = m->ws;
+    return PCGC_OK;
+  }
+  cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+  int n = 0;
+  TRY(dnn(k,
+          cudnnGetConvolutionBackwardFilterAlgorithm_v7(k->cu->dnn, d->x, d->y, d->c, d->w,
+                                                        CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, perf),
+          "cudnnGetConvolutionBackwardFilterAlgorithm_v7"));
+  int i = pick_algo(perf, n);
+  *algo = i >= 0 ? perf[i].algo : CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1;
+  TRY(dnn(k, cudnnGetConvolutionBackwardFilterWorkspaceSize(k->cu->dnn, d->x, d->y, d->c, d->w, *algo, ws),
+          "cudnnGetConvolutionBackwardFilterWorkspaceSize"));
+  memo_add(g, 2, (int)*algo, *ws);
+  return PCGC_OK;
+}
+
+/* z = the convolution of x by w (no bias, no activation); zeros when x is
+ * empty (every window in the padding). */
+static pcgc_status conv_z(const pcgc__cukargs *k, const conv_geo *g, const conv_dnn *d, cudnnConvolutionFwdAlgo_t algo,
+                          void *ws, size_t wsb, float *z) {
+  if (!g->direct)
+    return pcgc__cu_check(k, cudaMemsetAsync(z, 0, sizeof(float) * (size_t)(g->N * g->O * g->ohw), k->cu->stream),
+                          "cudaMemsetAsync");
+  const float one = 1, zero = 0;
+  return dnn(k,
+             cudnnConvolutionForward(k->cu->dnn, &one, d->x, k->in[0].data, d->w, k->in[1].data, d->c, algo, ws, wsb,
+                                     &zero, d->y, z),
+             "cudnnConvolutionForward");
+}
+
+pcgc_status pcgc__cu_fwd_conv2d(const pcgc__cukargs *k) {
+  conv_geo g;
+  TRY(prepare(k, false));
+  TRY(conv_check(k, &g));
+  if (g.N * g.O == 0) return PCGC_OK; /* an empty output */
+  conv_dnn d;
+  cudnnConvolutionFwdAlgo_t fa = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
+  size_t wsb = 0;
+  if (g.direct) {
+    TRY(conv_setup(k, &g, &d));
+    TRY(fwd_algo(k, &g, &d, &fa, &wsb));
+  }
+  char *ws;
+  TRY(take(k, (int64_t)wsb, &ws));
+  if (pcgc__cu_measuring(k)) return PCGC_OK;
+  float *y = (float *)k->out[0].data;
+  TRY(conv_z(k, &g, &d, fa, ws, wsb, y));
+  return bias_act(k, g.N * g.O * g.ohw, g.O, g.ohw, g.bias ? (const float *)k->in[2].data : NULL, g.act, y);
+}
+
+pcgc_status pcgc__cu_bwd_conv2d(const pcgc__cukargs *k) {
+  conv_geo g;
+  TRY(prepare(k, true));
+  TRY(conv_check(k, &g));
+  const float *b = g.bias ? (const float *)k->in[2].data : NULL;
+  const float *y = (const float *)k->out[0].data, *dy = (const float *)k->dout[0].data;
+  float *dx = (float *)k->din[0].data, *dw = (float *)k->din[1].data;
+  float *db = g.bias ? (float *)k->din[2].data : NULL;
+  if (g.N * g.O == 0 || !(dx || dw || db)) return PCGC_OK; /* nothing flows back */
+  int64_t osz = g.N * g.O * g.ohw;
+  conv_dnn d;
+  cudnnConvolutionFwdAlgo_t fa = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
+  cudnnConvolutionBwdDataAlgo_t da = CUDNN_CONVOLUTION_BWD_DATA_ALGO_1;
+  cudnnConvolutionBwdFilterAlgo_t fla = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1;
+  size_t wsb = 0, s = 0;
+  if (g.direct) { /* (without it dx and dw are empty) */
+    TRY(conv_setup(k, &g, &d));
+    if (g.act == PCGC_ACT_GELU) {
+      TRY(fwd_algo(k, &g, &d, &fa, &s));
+      wsb = s > wsb ? s : wsb;
+    }
+    if (dx) {
+      TRY(bwd_data_algo(k, &g, &d, &da, &s));
+      wsb = s > wsb ? s : wsb;
+    }
+    if (dw) {
+      TRY(bwd_filter_algo(k, &g, &d, &fla, &s));
+      wsb = s > wsb ? s : wsb;
+    }
+  }
+  char *ws;
+  float *dz = NULL, *part = NULL;
+  TRY(take(k, (int64_t)wsb, &ws)); /* one workspace: the calls run one after another */
+  if (g.act != PCGC_ACT_NONE) TRY(take(k, osz, &dz));
+  if (db) TRY(take(k, red_scratch(g.N, g.O, g.ohw), &part));
+  if (pcgc__cu_measuring(k)) return PCGC_OK;
+  const float *dzp = dy;
+  if (dz) {
+    if (g.act == PCGC_ACT_GELU) { /* recompute the pre-activation */
+      TRY(conv_z(k, &g, &d, fa, ws, wsb, dz));
+      TRY(bias_act(k, osz, g.O, g.ohw, b, PCGC_ACT_NONE, dz));
+    }
+    TRY(act_bwd(k, g.act, osz, dy, y, dz));
+    dzp = dz;
+  }
+  if (db) TRY(red_add(k, g.N, g.O, g.ohw, dzp, part, db));
+  if (!g.direct) return PCGC_OK;
+  const float one = 1;
+  if (dx)
+    TRY(dnn(k,
+            cudnnConvolutionBackwardData(k->cu->dnn, &one, d.w, k->in[1].data, d.y, dzp, d.c, da, ws, wsb, &one, d.x,
+                                         dx),
+            "cudnnConvolutionBackwardData"));
+  if (dw)
+    TRY(dnn(k,
+            cudnnConvolutionBackwardFilter(k->cu->dnn, &one, d.x, k->in[0].data, d.y, dzp, d.c, fla, ws, wsb, &one,
+                                           d.w, dw),
+            "cudnnConvolutionBackwardFilter"));
+  return PCGC_OK;
+}
+
+/* ----------------------------------------------------------------- pool2d
+ * Max pooling picks, per window, the first maximum in row-major window
+ * order, a NaN winning (a later NaN over an earlier one), padding never:
+ * the CPU's rule, step for step. Backward gathers: each input element adds
+ * its terms in (oh, ow) order, as the CPU's loops do, so every result is the
+ * CPU's bit for bit (products are __fmul_rn so that no FMA merges them). */
+
+static pcgc_status pool_check(const pcgc__cukargs *k, pool_geo *g) {
+  const pcgc_buf *x = &k->in[0];
+  TRY(need_rank(k, 0, 4, 4));
+  int64_t kind = pcgc_attrs_int(k->a, "kind");
+  if (kind != PCGC_POOL_MAX && kind != PCGC_POOL_AVG)
+    return pcgc__cu_fail(k, "unknown pooling kind %lld", (long long)kind);
+  g->is_max = kind == PCGC_POOL_MAX;
+  g->NC = x->dims[0] * x->dims[1];
+  g->H = x->dims[2], g->W = x->dims[3];
+  if (g->NC > 0 && (g->H < 1 || g->W < 1)) return pcgc__cu_fail(k, "input %s has an empty plane", shp(x).s);
+  if (pcgc_attrs_int(k->a, "global")) {
+    pcgc_piece p = pcgc__cu_in_piece(k, 0);
+    g->KH = g->H, g->KW = g->W, g->sh = g->sw = 1, g->ph = g->pw = 0, g->OH = g->OW = 1;
+    if (p.global[2] < g->H || p.global[3] < g->W)
+      return pcgc__cu_fail(k, "input piece %s is larger than its logical plane %lldx%lld", shp(x).s,
+                           (long long)p.global[2], (long long)p.global[3]);
+    g->div = (double)p.global[2] * (double)p.global[3]; /* logical area: pieces add up */
+  } else {
+    const pcgc_attr_value *kk = pcgc_attrs_get(k->a, "kernel"), *st = pcgc_attrs_get(k->a, "stride"),
+                          *pad = pcgc_attrs_get(k->a, "padding");
+    g->KH = kk->v[0], g->KW = kk->v[1], g->sh = st->v[0], g->sw = st->v[1], g->ph = pad->v[0], g->pw = pad->v[1];
+    if (g->KH < 1 || g->KW < 1 || g->sh < 1 || g->sw < 1 || g->ph < 0 || g->pw < 0 || 2 * g->ph > g->KH ||
+        2 * g->pw > g->KW)
+      return pcgc__cu_fail(k, "kernel and stride must be at least 1, padding not negative and at most half the kernel");
+    if (g->H + 2 * g->ph < g->KH || g->W + 2 * g->pw < g->KW)
+      return pcgc__cu_fail(k, "the %lldx%lld window does not fit input %s", (long long)g->KH, (long long)g->KW,
+                           shp(x).s);
+    g->OH = (g->H + 2 * g->ph - g->KH) / g->sh + 1;
+    g->OW = (g->W + 2 * g->pw - g->KW) / g->sw + 1;
+    g->div = (double)(g->KH * g->KW); /* count_include_pad */
+  }
+  return need_out(k, 4, {x->dims[0], x->dims[1], g->OH, g->OW});
+}
+
+/* The window of output o along one dim clipped to the plane: [*lo, *hi). */
+static __device__ __forceinline__ void pool_span(int64_t o, int64_t stride, int64_t pad, int64_t kk, int64_t n,
+                                                 int64_t *lo, int64_t *hi) {
+  int64_t s = o * stride - pad;
+  *lo = s < 0 ? 0 : s;
+  *hi = s + kk < n ? s + kk : n;
+}
+
+/* The pick of window rows [hs, he) x columns [ws, we) of plane x[H, W]:
+ * its offset in the plane; *val its value. */
+static __device__ int64_t max_pick(const float *__restrict__ x, int64_t W, int64_t hs, int64_t he, int64_t ws,
+                                   int64_t we, float *val) {
+  int64_t best = hs * W + ws;
+  float m = x[best];
+  for (int64_t ih = hs; ih < he; ih++)
+    for (int64_t iw = ws; iw < we; iw++) {
+      float v = x[ih * W + iw];
+      if (v > m || v != v) best = ih * W + iw;
+      m = v > m ? v : m;
+      m = v != v ? v : m;
+    }
+  *val = m;
+  return best;
+}
+
+/* One thread per output (plane, oh, ow). */
+static __global__ void pool_fwd_kernel(pool_geo g, float inv, const float *__restrict__ x, float *__restrict__ y) {
+  int64_t ohw = g.OH * g.OW, total = g.NC * ohw, stride = (int64_t)gridDim.x * blockDim.x;
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
+    int64_t c = i / ohw, oh = i / g.OW % g.OH, ow = i % g.OW, hs, he, ws, we;
+    const float *xp = x + c * g.H * g.W;
+    pool_span(oh, g.sh, g.ph, g.KH, g.H, &hs, &he);
+    pool_span(ow, g.sw, g.pw, g.KW, g.W, &ws, &we);
+    if (g.is_max) {
+      float v;
+      max_pick(xp, g.W, hs, he, ws, we, &v);
+      y[i] = v;
+    } else {
+      float s = 0;
+      for (int64_t ih = hs; ih < he; ih++)
+        for (int64_t iw = ws; iw < we; iw++) s += xp[ih * g.W + iw];
+      y[i] = s * inv;
+    }
+  }
+}
+
+/* Max pooling backward when no two windows share an element: one thread
+ * per output adds dy at its pick (no element is written twice). */
+static __global__ void maxpool_scatter_kernel(pool_geo g, const float *__restrict__ x, const float *__restrict__ dy,
+                                              float *__restrict__ dx) {
+  int64_t ohw = g.OH * g.OW, total = g.NC * ohw, stride = (int64_t)gridDim.x * blockDim.x;
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
+    int64_t c = i / ohw, oh = i / g.OW % g.OH, ow = i % g.OW, hs, he, ws, we;
+    pool_span(oh, g.sh, g.ph, g.KH, g.H, &hs, &he);
+    pool_span(ow, g.sw, g.pw, g.KW, g.W, &ws, &we);
+    float v;
+    int64_t at = max_pick(x + c * g.H * g.W, g.W, hs, he, ws, we, &v);
+    dx[c * g.H * g.W + at] += dy[i];
+  }
+}
+
+/* Outputs [*lo, *hi] along one dim whose windows hold input index i. */
+static __device__ __forceinline__ void pool_outs(int64_t i, int64_t stride, int64_t pad, int64_t kk, int64_t n_out,
+                                                 int64_t *lo, int64_t *hi) {
+  int64_t l = i + pad - kk + 1; /* o * stride - pad + kk > i */
+  *lo = l <= 0 ? 0 : (l + stride - 1) / stride;
+  *hi = (i + pad) / stride; /* o * stride - pad <= i */
+  if (*hi > n_out - 1) *hi = n_out - 1;
+}
+
+/* One thread per input element: dx += each window's share, in (oh, ow)
+ * order; for max pooling a window's share is dy where it picked this
+ * element. */
+static __global__ void pool_gather_kernel(pool_geo g, float inv, const float *__restrict__ x,
+                                          const float *__restrict__ dy, float *__restrict__ dx) {
+  int64_t hw = g.H * g.W, total = g.NC * hw, stride = (int64_t)gridDim.x * blockDim.x;
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
+    int64_t c = i / hw, at = i % hw, ih = at / g.W, iw = at % g.W;
+    int64_t oh0, oh1, ow0, ow1;
+    pool_outs(ih, g.sh, g.ph, g.KH, g.OH, &oh0, &oh1);
+    pool_outs(iw, g.sw, g.pw, g.KW, g.OW, &ow0, &ow1);
+    if (oh0 > oh1 || ow0 > ow1) continue;
+    const float *dyp = dy + c * g.OH * g.OW, *xp = x + c * hw;
+    float acc = dx[i];
+    for (int64_t oh = oh0; oh <= oh1; oh++)
+      for (int64_t ow = ow0; ow <= ow1; ow++) {
+        float d = dyp[oh * g.OW + ow];
+        if (g.is_max) {
+          int64_t hs, he, ws, we;
+          float v;
+          pool_span(oh, g.sh, g.ph, g.KH, g.H, &hs, &he);
+          pool_span(ow, g.sw, g.pw, g.KW, g.W, &ws, &we);
+          if (max_pick(xp, g.W, hs, he, ws, we, &v) == at) acc += d;
+        } else {
+          acc += __fmul_rn(d, inv);
+        }
+      }
+    dx[i] = acc;
+  }
+}
+
+pcgc_status pcgc__cu_fwd_pool2d(const pcgc__cukargs *k) {
+  pool_geo g;
+  TRY(prepare(k, false));
+  TRY(pool_check(k, &g));
+  if (pcgc__cu_measuring(k)) return PCGC_OK;
+  int64_t n = g.NC * g.OH * g.OW;
+  if (n == 0) return PCGC_OK;
+  pool_fwd_kernel<<<pcgc__cu_blocks(n), PCGC_CU_THREADS, 0, k->cu->stream>>>(
+      g, (float)(1 / g.div), (const float *)k->in[0].data, (float *)k->out[0].data);
+  return pcgc__cu_launched(k, "pool2d forward");
+}
+
+pcgc_status pcgc__cu_bwd_pool2d(const pcgc__cukargs *k) {
+  pool_geo g;
+  TRY(prepare(k, true));
+  TRY(pool_check(k, &g));
+  float *dx = (float *)k->din[0].data;
+  if (pcgc__cu_measuring(k) || !dx || g.NC * g.OH * g.OW == 0) return PCGC_OK;
+  const float *x = (const float *)k->in[0].data, *dy = (const float *)k->dout[0].data;
+  bool disjoint = (g.OH == 1 || g.sh >= g.KH) && (g.OW == 1 || g.sw >= g.KW);
+  if (g.is_max && disjoint) {
+    int64_t n = g.NC * g.OH * g.OW;
+    maxpool_scatter_kernel<<<pcgc__cu_blocks(n), PCGC_CU_THREADS, 0, k->cu->stream>>>(g, x, dy, dx);
+  } else {
+    int64_t n = g.NC * g.H * g.W;
+    pool_gather_kernel<<<pcgc__cu_blocks(n), PCGC_CU_THREADS, 0, k->cu->stream>>>(g, (float)(1 / g.div), x, dy, dx);
+  }
+  return pcgc__cu_launched(k, "pool2d backward");
+}
+
+/* -------------------------------------------------------------- embedding */
+
+static pcgc_status emb_check(const pcgc__cukargs *k, emb_geo *g) {
+  const pcgc_buf *idx = &k->in[0], *tab = &k->in[1];
+  if (idx->dtype != PCGC_I32 && idx->dtype != PCGC_I64)
+    return pcgc__cu_fail(k, "indices must be i32 or i64, got %s", shp(idx).s);
+  TRY(need_rank(k, 1, 2, 2));
+  int bag = (int)pcgc_attrs_int(k->a, "bag");
+  if (bag < PCGC_BAG_NONE || bag > PCGC_BAG_MEAN) return pcgc__cu_fail(k, "unknown bag mode %d", bag);
+  int r = idx->rank;
+  if (bag != PCGC_BAG_NONE) TRY(need_rank(k, 0, 1, PCGC_MAX_RANK));
+  else TRY(need_rank(k, 0, 0, PCGC_MAX_RANK - 1));
+  int keep = bag != PCGC_BAG_NONE ? r - 1 : r;
+  g->L = bag != PCGC_BAG_NONE ? idx->dims[r - 1] : 1;
+  g->n_bags = prod(idx->dims, 0, keep);
+  g->D = tab->dims[1];
+  g->rows = tab->dims[0];
+  pcgc_piece tp = pcgc__cu_in_piece(k, 1);
+  g->row0 = tp.offset[0];
+  g->V = tp.global[0];
+  if (g->row0 < 0 || g->row0 + g->rows > g->V)
+    return pcgc__cu_fail(k, "table piece %s at row offset %lld does not fit a logical table of %lld rows", shp(tab).s,
+                         (long long)g->row0, (long long)g->V);
+  g->scale = 1;
+  if (bag == PCGC_BAG_MEAN) {
+    int64_t len = pcgc__cu_in_piece(k, 0).global[r - 1]; /* logical bag length: pieces add up */
+    g->scale = len > 0 ? 1.0 / (double)len : 0;
+  }
+  /* the backward's sort keys and positions are 32-bit */
+  if (g->rows >= INT32_MAX || g->n_bags * g->L >= INT32_MAX)
+    return pcgc__cu_fail(k, "indices %s or table %s too large (2^31 ids or rows at most)", shp(idx).s, shp(tab).s);
+  int64_t dims[PCGC_MAX_RANK];
+  memcpy(dims, idx->dims, sizeof dims);
+  dims[keep] = g->D;
+  return need_out(k, keep + 1, dims);
+}
+
+/* One thread per (bag, d): the bag's rows of this piece added in order,
+ * then scaled (when s != 1), as the CPU. */
+template <typename I>
+static __global__ void emb_fwd_kernel(emb_geo g, float s, const I *__restrict__ ids, const float *__restrict__ t,
+                                      float *__restrict__ y) {
+  int64_t total = g.n_bags * g.D, stride = (int64_t)gridDim.x * blockDim.x;
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
+    int64_t bag = i / g.D, d = i % g.D;
+    float acc = 0;
+    for (int64_t l = 0; l < g.L; l++) {
+      int64_t r = (int64_t)ids[bag * g.L + l] - g.row0;
+      if (r < 0 || r >= g.rows) continue; /* another piece's row */
+      acc += t[r * g.D + d];
+    }
+    if (s != 1) acc *= s;
+    y[i] = acc;
+  }
+}
+
+/* Sort keys: the local row of id i, or `rows` when another piece holds it. */
+template <typename I>
+static __global__ void emb_keys_kernel(int64_t n, int64_t rows, int64_t row0, const I *__restrict__ ids,
+                                       uint32_t *__restrict__ keys, uint32_t *__restrict__ pos) {
+  int64_t stride = (int64_t)gridDim.x * blockDim.x;
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+    int64_t r = (int64_t)ids[i] - row0;
+    keys[i] = (uint32_t)(r < 0 || r >= rows ? rows : r);
+    pos[i] = (uint32_t)i;
+  }
+}
+
+/* After the stable sort, thread (p, d) at the first id p of each run of
+ * equal rows adds the run's gradients into the row, in id order. */
+static __global__ void emb_bwd_kernel(int64_t n, int64_t L, int64_t D, int64_t rows, float s,
+                                      const uint32_t *__restrict__ keys, const uint32_t *__restrict__ pos,
+                                      const float *__restrict__ dy, float *__restrict__ dt) {
+  int64_t total = n * D, stride = (int64_t)gridDim.x * blockDim.x;
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
+    int64_t p = i / D, d = i % D;
+    uint32_t r = keys[p];
+    if (r == (uint32_t)rows || (p > 0 && keys[p - 1] == r)) continue;
+    float acc = dt[(int64_t)r * D + d];
+    for (int64_t q = p; q < n && keys[q] == r; q++) acc += __fmul_rn(dy[(int64_t)pos[q] / L * D + d], s);
+    dt[(int64_t)r * D + d] = acc;
+  }
+}
+
+pcgc_status pcgc__cu_fwd_embedding(const pcgc__cukargs *k) {
+  emb_geo g;
+  TRY(prepare(k, false));
+  TRY(emb_check(k, &g));
+  if (pcgc__cu_measuring(k)) return PCGC_OK;
+  int64_t n = g.n_bags * g.D;
+  if (n == 0) return PCGC_OK;
+  unsigned nb = pcgc__cu_blocks(n);
+  const float *t = (const float *)k->in[1].data;
+  float *y = (float *)k->out[0].data;
+  float s = (float)g.scale;
+  if (k->in[0].dtype == PCGC_I32)
+    emb_fwd_kernel<int32_t><<<nb, PCGC_CU_THREADS, 0, k->cu->stream>>>(g, s, (const int32_t *)k->in[0].data, t, y);
+  else emb_fwd_kernel<int64_t><<<nb, PCGC_CU_THREADS, 0, k->cu->stream>>>(g, s, (const int64_t *)k->in[0].data, t, y);
+  return pcgc__cu_launched(k, "embedding forward");
+}
+
+pcgc_status pcgc__cu_bwd_embedding(const pcgc__cukargs *k) {
+  emb_geo g;
+  TRY(prepare(k, true));
+  TRY(emb_check(k, &g));
+  float *dt = (float *)k->din[1].data;
+  int64_t n = g.n_bags * g.L;
+  if (!dt || n == 0 || g.D == 0) return PCGC_OK;
+  int end_bit = 1; /* keys are at most `rows` */
+  while (end_bit < 32 && ((int64_t)1 << end_bit) <= g.rows) end_bit++;
+  size_t sort_bytes = 0;
+  TRY(pcgc__cu_check(k,
+                     cub::DeviceRadixSort::SortPairs(NULL, sort_bytes, (const uint32_t *)NULL, (uint32_t *)NULL,
+                                                     (const uint32_t *)NULL, (uint32_t *)NULL, (int)n, 0, end_bit,
+                                                     k->cu->stream),
+                     "cub::DeviceRadixSort::SortPairs (size)"));
+  uint32_t *keys, *pos; /* [4n]: keys, positions, sorted keys, sorted positions */
+  char *sort_ws;
+  TRY(take(k, 4 * n, &keys));
+  TRY(take(k, (int64_t)(sort_bytes ? sort_bytes : 1), &sort_ws));
+  if (pcgc__cu_measuring(k)) return PCGC_OK;
+  pos = keys + n;
+  uint32_t *skeys = keys + 2 * n, *spos = keys + 3 * n;
+  cudaStream_t st = k->cu->stream;
+  if (k->in[0].dtype == PCGC_I32)
+    emb_keys_kernel<int32_t><<<pcgc__cu_blocks(n), PCGC_CU_THREADS, 0, st>>>(n, g.rows, g.row0,
+                                                                              (const int32_t *)k->in[0].data, keys, pos);
+  else
+    emb_keys_kernel<int64_t><<<pcgc__cu_blocks(n), PCGC_CU_THREADS, 0, st>>>(n, g.rows, g.row0,
+                                                                              (const int64_t *)k->in[0].data, keys, pos);
+  TRY(pcgc__cu_launched(k, "embedding backward (keys)"));
+  /* stable: ids of one row keep their order, the CPU's order of additions */
+  TRY(pcgc__cu_check(k,
+                     cub::DeviceRadixSort::SortPairs(sort_ws, sort_bytes, (const uint32_t *)keys, skeys,
+                                                     (const uint32_t *)pos, spos, (int)n, 0, end_bit, st),
+                     "cub::DeviceRadixSort::SortPairs"));
+  emb_bwd_kernel<<<pcgc__cu_blocks(n * g.D), PCGC_CU_THREADS, 0, st>>>(n, g.L, g.D, g.rows, (float)g.scale, skeys,
+                                                                        spos, (const float *)k->dout[0].data, dt);
+  return pcgc__cu_launched(k, "embedding backward");
+}
+
+/* -------------------------------------------------------------- attention
+ * Projections are GEMMs over all rows; scores, softmax and the context run
+ * a chunk of g->bc batch entries at a time: S[bc, nh, Sq, Sk] = scale Q K^T
+ * per (b, h) as strided-batched GEMMs (batched over heads, or over batch
+ * entries when those are fewer), a row kernel for the causal softmax and the
+ * dropout mask, and the context GEMMs. Backward recomputes the probabilities
+ * as the CPU does. Dropout keeps probability (b, h, i, j) iff
+ *     pcgc__curng_u64_at(key, ((b*heads + h)*Sq + i)*Sk + j) >> 11 >= thr
+ * with logical indices (kernels.h), kept values scaled by 1 / (1 - p). */
+
+static pcgc_status attn_check(const pcgc__cukargs *k, attn_geo *g) {
+  if (k->n_in != 7 && k->n_in != 10 && k->n_in != 11)
+    return pcgc__cu_fail(k,
+                         "takes 7 inputs (q, k, v, wq, wk, wv, wo), 10 (plus bq, bk, bv) or 11 (plus bq, bk, bv, bo), "
+                         "got %d",
+                         k->n_in);
+  const pcgc_buf *in = k->in;
+  for (int i = 0; i < 3; i++) TRY(need_rank(k, i, 3, 3));
+  for (int i = 3; i < 7; i++) TRY(need_rank(k, i, 2, 2));
+  TRY(need_match(k, 1, 0, 0, 0)); /* batch */
+  TRY(need_match(k, 2, 0, 0, 0));
+  TRY(need_match(k, 2, 1, 1, 1)); /* key length */
+  TRY(need_match(k, 3, 0, 0, 2)); /* wq [Eq, E] */
+  TRY(need_match(k, 4, 0, 1, 2)); /* wk [Ek, E] */
+  TRY(need_match(k, 5, 0, 2, 2)); /* wv [Ev, E] */
+  TRY(need_match(k, 4, 1, 3, 1));
+  TRY(need_match(k, 5, 1, 3, 1));
+  TRY(need_match(k, 6, 0, 3, 1)); /* wo [E, Eo] */
+  g->bias = k->n_in >= 10;
+  g->bias_o = k->n_in == 11;
+  if (g->bias) {
+    for (int i = 7; i < k->n_in; i++) TRY(need_rank(k, i, 1, 1));
+    for (int i = 7; i < 10; i++) TRY(need_match(k, i, 0, 3, 1));
+  }
+  if (g->bias_o) TRY(need_match(k, 10, 0, 6, 1));
+  g->B = in[0].dims[0], g->Sq = in[0].dims[1], g->Sk = in[1].dims[1];
+  g->Eq = in[0].dims[2], g->Ek = in[1].dims[2], g->Ev = in[2].dims[2];
+  g->E = in[3].dims[1], g->Eo = in[6].dims[1];
+  if (g->Sk < 1) return pcgc__cu_fail(k, "k %s has no positions to attend to", shp(&in[1]).s);
+  g->heads = pcgc_attrs_int(k->a, "heads");
+  g->causal = pcgc_attrs_int(k->a, "causal") != 0;
+  g->p = pcgc_attrs_float(k->a, "dropout");
+  if (!(g->p >= 0 && g->p < 1)) return pcgc__cu_fail(k, "dropout must be in [0, 1), got %g", g->p);
+  /* heads may be split across pieces: the head size comes from the logical width */
+  pcgc_piece pw = pcgc__cu_in_piece(k, 3), pq = pcgc__cu_in_piece(k, 0);
+  int64_t Eg = pw.global[1];
+  if (g->heads < 1 || Eg < 1 || Eg % g->heads)
+    return pcgc__cu_fail(k, "heads=%lld must divide the projection size %lld", (long long)g->heads, (long long)Eg);
+  g->hd = Eg / g->heads;
+  if (g->E % g->hd || pw.offset[1] % g->hd || pw.offset[1] < 0 || pw.offset[1] + g->E > Eg)
+    return pcgc__cu_fail(k, "wq piece %s at column %lld does not hold whole heads of size %lld", shp(&in[3]).s,
+                         (long long)pw.offset[1], (long long)g->hd);
+  g->nh = g->E / g->hd;
+  g->h0 = pw.offset[1] / g->hd;
+  g->Sq_g = pq.global[1];
+  g->b0 = pq.offset[0];
+  g->q0 = pq.offset[1];
+  if (g->q0 < 0 || g->q0 + g->Sq > g->Sq_g || g->b0 < 0)
+    return pcgc__cu_fail(k, "q piece %s at offset %lld does not fit a logical length of %lld", shp(&in[0]).s,
+                         (long long)g->q0, (long long)g->Sq_g);
+  if (g->causal && g->Sq_g != g->Sk)
+    return pcgc__cu_fail(k, "a causal mask needs equal query and key lengths (%lld vs %lld)", (long long)g->Sq_g,
+                         (long long)g->Sk);
+  g->scale = 1.0 / sqrt((double)g->hd);
+  g->dropout_on = k->ctx->training && g->p > 0;
+  g->key = pcgc__curng_key(k->ctx->seed, k->ctx->node);
+  g->thr = pcgc__curng_threshold(g->p);
+  /* score chunks: several batch entries of all heads, or heads of one entry */
+  int64_t ss = g->Sq * g->Sk;
+  g->bc = 1, g->hc = g->nh;
+  if (g->nh * ss <= ATTN_CHUNK) g->bc = g->nh * ss > 0 ? ATTN_CHUNK / (g->nh * ss) : g->B;
+  else g->hc = ATTN_CHUNK / ss;
+  if (g->bc > g->B) g->bc = g->B;
+  if (g->bc < 1) g->bc = 1;
+  if (g->hc < 1) g->hc = 1;
+  TRY(int_fits(k, {g->B * g->Sq, g->B * g->Sk, g->Sq, g->Sk, g->Eq, g->Ek, g->Ev, g->E, g->Eo,
+                                         g->nh, g->bc, g->hc}));
+  return need_out(k, 3, {g->B, g->Sq, g->Eo});
+}
+
+/* Where the rows of a score chunk sit: row r = (bl * nh + h) * Sq + i. */
+typedef struct attn_rows {
+  int64_t nh, Sq, Sk, b_first; /* nh: the chunk's heads; b_first: logical batch index of its first entry */
+  int64_t heads, h0, Sq_g, q0; /* h0: logical index of the chunk's first head */
+  bool causal, drop;
+  uint64_t key, thr;
+  float keep, scale;
+} attn_rows;
+
+/* The chunk of nh heads from local head h of local batch entry b on. */
+static attn_rows rows_of(const attn_geo *g, int64_t b, int64_t h, int64_t nh) {
+  attn_rows r;
+  r.nh = nh, r.Sq = g->Sq, r.Sk = g->Sk, r.b_first = g->b0 + b;
+  r.heads = g->heads, r.h0 = g->h0 + h, r.Sq_g = g->Sq_g, r.q0 = g->q0;
+  r.causal = g->causal, r.drop = g->dropout_on;
+  r.key = g->key, r.thr = g->thr;
+  r.keep = (float)(1 / (1 - g->p));
+  r.scale = (float)g->scale;
+  return r;
+}
+
+/* The dropout counter of (row r, key 0). */
+static __device__ __forceinline__ uint64_t drop_row(const attn_rows &a, int64_t r) {
+  int64_t bl = r / (a.nh * a.Sq), h = r / a.Sq % a.nh, i = r % a.Sq;
+  return (((uint64_t)(a.b_first + bl) * (uint64_t)a.heads + (uint64_t)(a.h0 + h)) * (uint64_t)a.Sq_g +
+          (uint64_t)(a.q0 + i)) *
+         (uint64_t)a.Sk;
+}
+
+static __device__ __forceinline__ bool kept(const attn_rows &a, uint64_t c) {
+  return (pcgc__curng_u64_at(a.key, c) >> 11) >= a.thr;
+}
+
+/* One block per row of P: softmax over the visible keys (j < q0 + i + 1
+ * when causal), zeros beyond; with dropout also Pd = P masked and scaled.
+ * (The max ignores NaN scores, where the CPU's keeps a leading one: both
+ * then give NaN rows.) */
+static __global__ void attn_softmax_kernel(attn_rows a, int64_t n_rows, float *__restrict__ P, float *__restrict__ Pd) {
+  for (int64_t r = blockIdx.x; r < n_rows; r += gridDim.x) {
+    float *row = P + r * a.Sk;
+    int64_t lim = a.Sk;
+    if (a.causal) {
+      int64_t q = a.q0 + r % a.Sq + 1;
+      lim = q < a.Sk ? q : a.Sk;
+    }
+    float mx = -INFINITY;
+    for (int64_t j = threadIdx.x; j < lim; j += blockDim.x) mx = fmaxf(mx, row[j]);
+    mx = block_max(mx);
+    float s = 0;
+    for (int64_t j = threadIdx.x; j < lim; j += blockDim.x) {
+      float e = expf(row[j] - mx);
+      row[j] = e;
+      s += e;
+    }
+    s = block_sum(s);
+    for (int64_t j = threadIdx.x; j < a.Sk; j += blockDim.x) {
+      float v = j < lim ? row[j] / s : 0.0f; /* each thread rereads only what it wrote */
+      row[j] = v;
+      if (Pd) Pd[r * a.Sk + j] = kept(a, drop_row(a, r) + (uint64_t)j) ? v * a.keep : 0.0f;
+    }
+  }
+}
+
+/* One block per row: dP through the dropout mask, then through softmax:
+ * dS = P (dP - sum_j dP P) * scale, in place. */
+static __global__ void attn_softmax_bwd_kernel(attn_rows a, int64_t n_rows, const float *__restrict__ P,
+                                               float *__restrict__ dP) {
+  for (int64_t r = blockIdx.x; r < n_rows; r += gridDim.x) {
+    float *dr = dP + r * a.Sk;
+    const float *pr = P + r * a.Sk;
+    float dot = 0;
+    for (int64_t j = threadIdx.x; j < a.Sk; j += blockDim.x) {
+      float d = dr[j];
+      if (a.drop) d = kept(a, drop_row(a, r) + (uint64_t)j) ? d * a.keep : 0.0f;
+      dr[j] = d;
+      dot += d * pr[j];
+    }
+    dot = block_sum(dot);
+    for (int64_t j = threadIdx.x; j < a.Sk; j += blockDim.x) dr[j] = pr[j] * (dr[j] - dot) * a.scale;
+  }
+}
+
+static unsigned row_threads(int64_t Sk) {
+  int64_t t = Sk < 256 ? (Sk + 31) / 32 * 32 : 256;
+  return (unsigned)(t < 32 ? 32 : t);
+}
+
+static unsigned row_blocks(int64_t n_rows) { return (unsigned)(n_rows < (1 << 20) ? n_rows : (1 << 20)); }
+
+/* One GEMM per (b, h) of nb batch entries and nh heads, operand X of (b, h)
+ * at X + b * xb + h * xh: strided batches over the heads, or over the batch
+ * entries when those are fewer. */
+static pcgc_status gemm_bh(const pcgc__cukargs *k, bool ta, bool tb, int64_t m, int64_t n, int64_t kk, float alpha,
+                           const float *A, int64_t lda, int64_t ab, int64_t ah, const float *B, int64_t ldb, int64_t bb,
+                           int64_t bh, float beta, float *C, int64_t ldc, int64_t cb, int64_t ch, int64_t nb,
+                           int64_t nh) {
+  if (nb <= nh) {
+    for (int64_t b = 0; b < nb; b++)
+      TRY(gemmb(k, ta, tb, m, n, kk, alpha, A + b * ab, lda, ah, B + b * bb, ldb, bh, beta, C + b * cb, ldc, ch, nh));
+  } else {
+    for (int64_t h = 0; h < nh; h++)
+      TRY(gemmb(k, ta, tb, m, n, kk, alpha, A + h * ah, lda, ab, B + h * bh, ldb, bb, beta, C + h * ch, ldc, cb, nb));
+  }
+  return PCGC_OK;
+}
+
+/* Y[rows, n] = X[rows, m] W[m, n] (+ b) */
+static pcgc_status proj(const pcgc__cukargs *k, int64_t rows, int64_t m, int64_t n, const void *X, const void *W,
+                        const void *b, float *Y) {
+  TRY(gemm(k, false, false, rows, n, m, 1, (const float *)X, m, (const float *)W, n, 0, Y, n));
+  return bias_act(k, rows * n, n, 1, (const float *)b, PCGC_ACT_NONE, Y);
+}
+
+/* Gradients of Y = X W + b given dY: dX += dY W^T, dW += X^T dY, db += sum dY. */
+static pcgc_status proj_bwd(const pcgc__cukargs *k, int64_t rows, int64_t m, int64_t n, const void *X, const void *W,
+                            const float *dY, void *dX, void *dW, void *db, float *part) {
+  if (dX) TRY(gemm(k, false, true, rows, m, n, 1, dY, n, (const float *)W, n, 1, (float *)dX, m));
+  if (dW) TRY(gemm(k, true, false, m, n, rows, 1, (const float *)X, m, dY, n, 1, (float *)dW, n));
+  if (db) TRY(red_add(k, rows, n, 1, dY, part, (float *)db));
+  return PCGC_OK;
+}
+
+/* S = scale Q K^T for batch entries [b, b + nb) and local heads [h, h + nh),
+ * then the softmax rows: P (and Pd) hold the chunk's [nb, nh, Sq, Sk]
+ * probabilities. */
+static pcgc_status attn_probs(const pcgc__cukargs *k, const attn_geo *g, int64_t b, int64_t nb, int64_t h, int64_t nh,
+                              const float *Qp, const float *Kp, float *P, float *Pd) {
+  int64_t Sq = g->Sq, Sk = g->Sk, E = g->E, hd = g->hd, ss = Sq * Sk;
+  TRY(gemm_bh(k, false, true, Sq, Sk, hd, (float)g->scale, Qp + b * Sq * E + h * hd, E, Sq * E, hd,
+              Kp + b * Sk * E + h * hd, E, Sk * E, hd, 0, P, Sk, nh * ss, ss, nb, nh));
+  int64_t n_rows = nb * nh * Sq;
+  if (n_rows == 0) return PCGC_OK;
+  attn_softmax_kernel<<<row_blocks(n_rows), row_threads(Sk), 0, k->cu->stream>>>(rows_of(g, b, h, nh), n_rows, P,
+                                                                                   g->dropout_on ? Pd : NULL);
+  return pcgc__cu_launched(k, "attention softmax");
+}
+
+pcgc_status pcgc__cu_fwd_attention(const pcgc__cukargs *k) {
+  attn_geo g;
+  TRY(prepare(k, false));
+  TRY(attn_check(k, &g));
+  const pcgc_buf *in = k->in;
+  const void *bq = g.bias ? in[7].data : NULL, *bk = g.bias ? in[8].data : NULL;
+  const void *bv = g.bias ? in[9].data : NULL, *bo = g.bias_o ? in[10].data : NULL;
+  int64_t nq = g.B * g.Sq * g.E, nk = g.B * g.Sk * g.E, np = g.bc * g.hc * g.Sq * g.Sk;
+  float *Qp, *Cx, *Kp, *Vp, *P, *Pd = NULL;
+  TRY(take(k, nq, &Qp));
+  TRY(take(k, nq, &Cx));
+  TRY(take(k, nk, &Kp));
+  TRY(take(k, nk, &Vp));
+  TRY(take(k, np, &P));
+  if (g.dropout_on) TRY(take(k, np, &Pd));
+  if (pcgc__cu_measuring(k)) return PCGC_OK;
+  TRY(blas_ready(k));
+  int64_t Sq = g.Sq, Sk = g.Sk, E = g.E, hd = g.hd, ss = Sq * Sk;
+  TRY(proj(k, g.B * Sq, g.Eq, E, in[0].data, in[3].data, bq, Qp)); /* (B*Sq, E) */
+  TRY(proj(k, g.B * Sk, g.Ek, E, in[1].data, in[4].data, bk, Kp)); /* (B*Sk, E) */
+  TRY(proj(k, g.B * Sk, g.Ev, E, in[2].data, in[5].data, bv, Vp));
+  for (int64_t b = 0; b < g.B; b += g.bc)
+    for (int64_t h = 0; h < g.nh; h += g.hc) {
+      int64_t nb = g.B - b < g.bc ? g.B - b : g.bc, nh = g.nh - h < g.hc ? g.nh - h : g.hc;
+      int64_t oq = b * Sq * E + h * hd, ok = b * Sk * E + h * hd;
+      TRY(attn_probs(k, &g, b, nb, h, nh, Qp, Kp, P, Pd)); /* (nb, nh, Sq, Sk) */
+      const float *Pu = g.dropout_on ? Pd : P;
+      TRY(gemm_bh(k, false, false, Sq, hd, Sk, 1, Pu, Sk, nh * ss, ss, Vp + ok, E, Sk * E, hd, 0, Cx + oq, E, Sq * E,
+                  hd, nb, nh));
+    }
+  return proj(k, g.B * Sq, E, g.Eo, Cx, in[6].data, bo, (float *)k->out[0].data); /* (B*Sq, Eo) */
+}
+
+/* The backward's intermediates (NULL where not wanted). */
+typedef struct attn_bufs {
+  float *Qp, *Kp, *Vp, *Cx, *dC, *dQ, *dK, *dV; /* (B*Sq or B*Sk, E) */
+  float *P, *Pd, *dP;                           /* one chunk's (nb, nh, Sq, Sk) */
+} attn_bufs;
+
+/* Backward through scores, softmax and context for batch entries
+ * [b, b + nb) and local heads [h, h + nh): the chunk's part of Cx (for dwo),
+ * dV, dQ and dK. Each (b, h) block of those is written once (beta 0). */
+static pcgc_status attn_bwd_chunk(const pcgc__cukargs *k, const attn_geo *g, const attn_bufs *u, int64_t b,
+                                  int64_t nb, int64_t h, int64_t nh) {
+  int64_t Sq = g->Sq, Sk = g->Sk, E = g->E, hd = g->hd, ss = Sq * Sk, bs = nh * ss;
+  int64_t oq = b * Sq * E + h * hd, ok = b * Sk * E + h * hd;
+  TRY(attn_probs(k, g, b, nb, h, nh, u->Qp, u->Kp, u->P, u->Pd));
+  const float *Pu = g->dropout_on ? u->Pd : u->P;
+  if (u->Cx) /* the context, for dwo */
+    TRY(gemm_bh(k, false, false, Sq, hd, Sk, 1, Pu, Sk, bs, ss, u->Vp + ok, E, Sk * E, hd, 0, u->Cx + oq, E, Sq * E,
+                hd, nb, nh));
+  if (u->dV) /* dV_h = Pd^T dC_h */
+    TRY(gemm_bh(k, true, false, Sk, hd, Sq, 1, Pu, Sk, bs, ss, u->dC + oq, E, Sq * E, hd, 0, u->dV + ok, E, Sk * E, hd,
+                nb, nh));
+  if (!u->dQ && !u->dK) return PCGC_OK;
+  /* dPd = dC_h V_h^T (Sq, Sk), then back through dropout and softmax */
+  TRY(gemm_bh(k, false, true, Sq, Sk, hd, 1, u->dC + oq, E, Sq * E, hd, u->Vp + ok, E, Sk * E, hd, 0, u->dP, Sk, bs,
+              ss, nb, nh));
+  int64_t n_rows = nb * nh * Sq;
+  if (n_rows > 0) {
+    attn_softmax_bwd_kernel<<<row_blocks(n_rows), row_threads(Sk), 0, k->cu->stream>>>(rows_of(g, b, h, nh), n_rows,
+                                                                                        u->P, u->dP);
+    TRY(pcgc__cu_launched(k, "attention softmax backward"));
+  }
+  if (u->dQ) /* dQ_h = dS K_h */
+    TRY(gemm_bh(k, false, false, Sq, hd, Sk, 1, u->dP, Sk, bs, ss, u->Kp + ok, E, Sk * E, hd, 0, u->dQ + oq, E, Sq * E,
+                hd, nb, nh));
+  if (u->dK) /* dK_h = dS^T Q_h */
+    TRY(gemm_bh(k, true, false, Sk, hd, Sq, 1, u->dP, Sk, bs, ss, u->Qp + oq, E, Sq * E, hd, 0, u->dK + ok, E, Sk * E,
+                hd, nb, nh));
+  return PCGC_OK;
+}
+
+pcgc_status pcgc__cu_bwd_attention(const pcgc__cukargs *k) {
+  attn_geo g;
+  TRY(prepare(k, true));
+  TRY(attn_check(k, &g));
+  const pcgc_buf *in = k->in, *din = k->din;
+  const void *bq = g.bias ? in[7].data : NULL, *bk = g.bias ? in[8].data : NULL;
+  const void *bv = g.bias ? in[9].data : NULL;
+  const float *dy = (const float *)k->dout[0].data;
+  void *dbias[4] = {NULL, NULL, NULL, NULL};
+  for (int i = 0; g.bias && i < 3; i++) dbias[i] = din[7 + i].data;
+  if (g.bias_o) dbias[3] = din[10].data;
+  bool want_q = din[0].data || din[3].data || dbias[0], want_k = din[1].data || din[4].data || dbias[1];
+  bool want_v = din[2].data || din[5].data || dbias[2], want_o = din[6].data != NULL;
+  bool want_p = want_q || want_k || want_v || want_o; /* the probabilities are needed */
+  int64_t E = g.E, rq = g.B * g.Sq, rk = g.B * g.Sk;
+  int64_t nq = rq * E, nk = rk * E, np = g.bc * g.hc * g.Sq * g.Sk;
+  attn_bufs u;
+  memset(&u, 0, sizeof u);
+  float *part;
+  if (want_p) {
+    TRY(take(k, nq, &u.Qp));
+    TRY(take(k, nk, &u.Kp));
+    TRY(take(k, nk, &u.Vp));
+    TRY(take(k, np, &u.P));
+    if (g.dropout_on) TRY(take(k, np, &u.Pd));
+  }
+  if (want_o) TRY(take(k, nq, &u.Cx));
+  if (want_q || want_k || want_v) TRY(take(k, nq, &u.dC));
+  if (want_q || want_k) TRY(take(k, np, &u.dP));
+  if (want_q) TRY(take(k, nq, &u.dQ));
+  if (want_k) TRY(take(k, nk, &u.dK));
+  if (want_v) TRY(take(k, nk, &u.dV));
+  int64_t npart = 0, s; /* one partial-sum buffer for the bias gradients, used one after another */
+  if (dbias[3] && (s = red_scratch(rq, g.Eo, 1)) > npart) npart = s;
+  if (dbias[0] && (s = red_scratch(rq, E, 1)) > npart) npart = s;
+  if ((dbias[1] || dbias[2]) && (s = red_scratch(rk, E, 1)) > npart) npart = s;
+  TRY(take(k, npart, &part));
+  if (pcgc__cu_measuring(k) || !(want_p || dbias[3])) return PCGC_OK;
+  TRY(blas_ready(k));
+  if (want_p) {
+    TRY(proj(k, rq, g.Eq, E, in[0].data, in[3].data, bq, u.Qp));
+    TRY(proj(k, rk, g.Ek, E, in[1].data, in[4].data, bk, u.Kp));
+    TRY(proj(k, rk, g.Ev, E, in[2].data, in[5].data, bv, u.Vp));
+  }
+  if (u.dC) /* output projection: dC = dy wo^T (B*Sq, E) */
+    TRY(gemm(k, false, true, rq, E, g.Eo, 1, dy, g.Eo, (const float *)in[6].data, g.Eo, 0, u.dC, E));
+  for (int64_t b = 0; want_p && b < g.B; b += g.bc)
+    for (int64_t h = 0; h < g.nh; h += g.hc)
+      TRY(attn_bwd_chunk(k, &g, &u, b, g.B - b < g.bc ? g.B - b : g.bc, h, g.nh - h < g.hc ? g.nh - h : g.hc));
+  TRY(proj_bwd(k, rq, E, g.Eo, u.Cx, in[6].data, dy, NULL, din[6].data, dbias[3], part));
+  if (want_q) TRY(proj_bwd(k, rq, g.Eq, E, in[0].data, in[3].data, u.dQ, din[0].data, din[3].data, dbias[0], part));
+  if (want_k) TRY(proj_bwd(k, rk, g.Ek, E, in[1].data, in[4].data, u.dK, din[1].data, din[4].data, dbias[1], part));
+  if (want_v) TRY(proj_bwd(k, rk, g.Ev, E, in[2].data, in[5].data, u.dV, din[2].data, din[5].data, dbias[2], part));
+  return PCGC_OK;
+}

@@ -1,0 +1,100 @@
+/*
+ * cuda_kernels.h — the CUDA backend's kernels and device memory, in plain C.
+ *
+ * The same contract as the CPU kernels (runtime/cpu/kernels.h), on device
+ * memory: a pcgc_buf's `data` is a device pointer; forward writes every
+ * output; backward ADDS each input's gradient into din[i] (skipped where
+ * din[i].data == NULL); a kernel on a piece uses pcgc_kernel_ctx exactly as
+ * the CPU kernel does (embedding row offsets, logical means, dropout masks
+ * drawn from logical indices with the same counter-based generator, causal
+ * attention by logical positions). Floating-point tensors are F32; indices
+ * I32 or I64. Any other dtype is refused with a message naming the operator.
+ *
+ * Everything runs in order on the context's one stream. No call allocates
+ * device memory once pcgc_cuda_freeze() has been called: kernels take their
+ * temporary memory from the context's workspace, which grows (only) before
+ * that, so the runtime runs every instruction once in a measuring pass
+ * (pcgc_cuda_measure) and freezes before the first step.
+ *
+ *     pcgc_cuda *cu = pcgc_cuda_open(0, &err);
+ *     float *x = pcgc_cuda_alloc(cu, n * 4, &err);
+ *     pcgc_cuda_upload(cu, x, host, n * 4, &err);
+ *     pcgc_cuda_forward(cu, PCGC_OP_RELU, &attrs, 1, &in, 1, &out, NULL, &err);
+ *     pcgc_cuda_download(cu, host, y, n * 4, &err);  // waits for the stream
+ *     pcgc_cuda_close(cu);
+ */
+#ifndef PCGC_CUDA_KERNELS_H
+#define PCGC_CUDA_KERNELS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "kernels.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct pcgc_cuda pcgc_cuda;
+
+/* Opens device `device` (cudaSetDevice), creates its stream, cuBLAS and
+ * cuDNN handles. NULL with a message when there is no such device. */
+pcgc_cuda *pcgc_cuda_open(int device, pcgc_error *err);
+void pcgc_cuda_close(pcgc_cuda *cu);
+/* "NVIDIA H100 80GB HBM3 (device 0, sm_90, 79.2 GiB)" */
+const char *pcgc_cuda_describe(const pcgc_cuda *cu);
+
+/* ------------------------------------------------------------ memory */
+void *pcgc_cuda_alloc(pcgc_cuda *cu, size_t bytes, pcgc_error *err);  /* 256-byte aligned */
+void pcgc_cuda_free(pcgc_cuda *cu, void *p);
+pcgc_status pcgc_cuda_zero(pcgc_cuda *cu, void *p, size_t bytes, pcgc_error *err);
+pcgc_status pcgc_cuda_upload(pcgc_cuda *cu, void *dev, const void *host, size_t bytes, pcgc_error *err);
+/* Waits for the stream, then copies: the host sees every earlier kernel's result. */
+pcgc_status pcgc_cuda_download(pcgc_cuda *cu, void *host, const void *dev, size_t bytes, pcgc_error *err);
+pcgc_status pcgc_cuda_sync(pcgc_cuda *cu, pcgc_error *err);
+/* dst (+)= src over the box (lo, len) of a logical tensor of `rank` dims;
+ * dst and src are row-major blocks of dims ddims/sdims starting at logical
+ * index doff/soff. add: only F32 and F64. */
+pcgc_status pcgc_cuda_move(pcgc_cuda *cu, pcgc_dtype t, int rank, void *dst, const int64_t *ddims,
+                           const int64_t *doff, const void *src, const int64_t *sdims, const int64_t *soff,
+                           const int64_t *lo, const int64_t *len, bool add, pcgc_error *err);
+
+/* ---------------------------------------------------------- workspace
+ * measure(true): following kernel calls only record the workspace they would
+ * take (nothing runs); measure(false) grows the workspace to the largest
+ * recorded need. freeze(): from now on a kernel that needs more fails
+ * instead of allocating. */
+void pcgc_cuda_measure(pcgc_cuda *cu, bool on);
+pcgc_status pcgc_cuda_reserve(pcgc_cuda *cu, pcgc_error *err); /* grows to the recorded need */
+void pcgc_cuda_freeze(pcgc_cuda *cu);
+size_t pcgc_cuda_workspace_bytes(const pcgc_cuda *cu);
+
+/* ----------------------------------------------------------- kernels */
+pcgc_status pcgc_cuda_forward(pcgc_cuda *cu, pcgc_op_kind k, const pcgc_attrs *a, int n_in, const pcgc_buf *in,
+                              int n_out, pcgc_buf *out, const pcgc_kernel_ctx *ctx, pcgc_error *err);
+pcgc_status pcgc_cuda_backward(pcgc_cuda *cu, pcgc_op_kind k, const pcgc_attrs *a, int n_in, const pcgc_buf *in,
+                               int n_out, const pcgc_buf *out, const pcgc_buf *dout, pcgc_buf *din,
+                               const pcgc_kernel_ctx *ctx, pcgc_error *err);
+
+/* Batch norm over a sharded batch, as kernels.h's split entry points, with
+ * the statistics in device memory (f64): s[0,C) sum, s[C,2C) sumsq,
+ * s[2C,3C) dsum, s[3C,4C) dxsum; C = x's dims[1]. stats and bwd_stats ADD
+ * this piece's sums into s. */
+pcgc_status pcgc_cuda_batchnorm_stats(pcgc_cuda *cu, const pcgc_buf *x, double *s, pcgc_error *err);
+pcgc_status pcgc_cuda_batchnorm_apply(pcgc_cuda *cu, const pcgc_attrs *a, const pcgc_buf *x, const pcgc_buf *scale,
+                                      const pcgc_buf *bias, const double *s, double count, pcgc_buf *y,
+                                      pcgc_error *err);
+pcgc_status pcgc_cuda_batchnorm_bwd_stats(pcgc_cuda *cu, const pcgc_attrs *a, const pcgc_buf *x, const pcgc_buf *dy,
+                                          double *s, double count, pcgc_error *err);
+pcgc_status pcgc_cuda_batchnorm_bwd_apply(pcgc_cuda *cu, const pcgc_attrs *a, const pcgc_buf *x,
+                                          const pcgc_buf *scale, const pcgc_buf *dy, const double *s, double count,
+                                          pcgc_buf *dx, pcgc_buf *dscale, pcgc_buf *dbias, pcgc_error *err);
+
+/* One optimizer update, pcgc_cpu_optimizer_step's semantics (m, v may be NULL). */
+pcgc_status pcgc_cuda_optimizer_step(pcgc_cuda *cu, const pcgc_optimizer *o, pcgc_buf *w, const pcgc_buf *g,
+                                     pcgc_buf *m, pcgc_buf *v, int64_t step, pcgc_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

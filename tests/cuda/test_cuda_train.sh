@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# test_cuda_train.sh — plans trained on the CUDA backend (`pcgc run --backend
+# cuda`) against the single-process CPU reference interpreter (--check):
+#   - every small model compiled for one GPU, 3 steps of SGD (and Adam, and
+#     activation recomputation once);
+#   - checkpoint and resume on the GPU repeat the uninterrupted run bit for bit;
+#   - with mpirun: a 2-device data-parallel and tensor-parallel plan as two
+#     processes (on two GPUs where the node has them, else sharing one);
+#   - a GPU plan where no GPU is present is refused with a clear message.
+# ctest runs: bash test_cuda_train.sh PCGC SOURCE_DIR SMOKE (test_cuda_smoke,
+# which exits 77 without a GPU). Exit 0 = pass, 77 = skipped.
+set -uo pipefail
+pcgc=${1:?usage: test_cuda_train.sh PCGC SOURCE_DIR SMOKE}
+src=${2:?usage: test_cuda_train.sh PCGC SOURCE_DIR SMOKE}
+smoke=${3:?usage: test_cuda_train.sh PCGC SOURCE_DIR SMOKE}
+source "$src/tests/common/cli.sh"
+export ASAN_OPTIONS=${ASAN_OPTIONS:-protect_shadow_gap=0}:detect_leaks=0
+
+# a machine of one H100 (the dgx-h100 preset cut down), and of two
+sed 's/^name .*/name h100-1/; s/^devices_per_node .*/devices_per_node 1/' "$src/machines/dgx-h100.machine" >"$tmp/h100-1.machine"
+sed 's/^name .*/name h100-2/; s/^devices_per_node .*/devices_per_node 2/' "$src/machines/dgx-h100.machine" >"$tmp/h100-2.machine"
+
+"$smoke" >"$tmp/smoke" 2>&1
+if [ $? -eq 77 ]; then
+  # no GPU: a GPU plan says so and fails; --backend cpu runs it
+  expect 0 "$pcgc" compile "$src/models/mlp.pcg" --machine "$tmp/h100-1.machine" --budget 0 -o "$tmp/g.json"
+  expect 1 "$pcgc" run "$tmp/g.json";       has "$tmp/err" "on the cuda backend"
+  grep -q "built without the CUDA backend\|no usable CUDA device" "$tmp/err" && ok || bad "no reason given: $(cat "$tmp/err")"
+  expect 0 "$pcgc" run "$tmp/g.json" --backend cpu --check
+  finish test_cuda_train
+  echo "no GPU: the GPU runs were skipped"
+  exit 77
+fi
+head -3 "$tmp/smoke"
+
+tol=1e-3   # f32 on the GPU against f32 on the CPU, 3 steps: summation order differs
+for m in mlp cnn transformer-block embedding-bag unity-mlp; do
+  expect 0 "$pcgc" compile "$src/models/$m.pcg" --machine "$tmp/h100-1.machine" --budget 0 --optimizer sgd -o "$tmp/$m.json"
+  expect 0 "$pcgc" run "$tmp/$m.json" --steps 3 --check --tolerance $tol
+  has "$tmp/out" "NVIDIA"
+  has "$tmp/out" "match"
+  grep -E "^running|check against" "$tmp/out" | sed "s/^/  $m: /"
+done
+# adam, and recomputation
+expect 0 "$pcgc" run "$tmp/transformer-block.json" --optimizer adam --steps 3 --check --tolerance $tol
+has "$tmp/out" "match"
+expect 0 "$pcgc" compile "$src/models/cnn.pcg" --machine "$tmp/h100-1.machine" --choice dp=1,recompute --budget 0 \
+  --optimizer sgd -o "$tmp/cnn-rc.json"
+expect 0 "$pcgc" run "$tmp/cnn-rc.json" --steps 3 --check --tolerance $tol
+has "$tmp/out" "match"
+
+# checkpoint after 2 of 4 steps, resume: the same weights as 4 steps at once
+expect 0 "$pcgc" run "$tmp/mlp.json" --steps 4 --save-weights "$tmp/w4"
+expect 0 "$pcgc" run "$tmp/mlp.json" --steps 2 --checkpoint "$tmp/ck" --every 2
+expect 0 "$pcgc" run "$tmp/mlp.json" --steps 4 --checkpoint "$tmp/ck" --resume --save-weights "$tmp/w4r"
+cmp -s "$tmp/w4" "$tmp/w4r" && ok || bad "resumed GPU run differs from the uninterrupted one"
+
+# two processes over MPI (host-staged messages)
+if command -v mpirun >/dev/null; then
+  for c in dp=2 tp=2; do
+    expect 0 "$pcgc" compile "$src/models/mlp.pcg" --machine "$tmp/h100-2.machine" --choice $c --budget 0 \
+      --optimizer sgd -o "$tmp/two.json"
+    expect 0 "$pcgc" run "$tmp/two.json" --steps 3 --check --tolerance $tol
+    has "$tmp/out" "match"
+    grep -E "check against" "$tmp/out" | sed "s/^/  mlp $c: /"
+  done
+else
+  echo "mpirun not found: the two-process runs were skipped"
+fi
+finish test_cuda_train
