@@ -64,6 +64,9 @@ void pcgc_cli_compile_help(FILE *f) {
           "  --time-limit S     stop trying candidates after S seconds (default 60; 0: no limit);\n"
           "                     the search is deterministic unless the limit cuts it short\n"
           "  --optimizer O      sgd | momentum | adam (default adam): memory and update cost\n"
+          "  --precision P      f32 | tf32 | bf16 (GPU machines; default f32): the arithmetic of GEMMs\n"
+          "                     and convolutions, costed at the tensor cores' rate and recorded in the\n"
+          "                     plan for `pcgc run` (weights, optimizer state and activations stay f32)\n"
           "  --verbose          one line per candidate, and what the bound cost (on standard error)\n"
           "  --budget N         graphs the joint search expands (default 4; 0: expert strategies only)\n"
           "  --alpha A          the joint search keeps candidates up to A x the best (default 1.05)\n"
@@ -266,6 +269,7 @@ int pcgc_cli_compile(int argc, char **argv) {
   pcgc_compile_options_default(&o);
   o.time_limit = 60;
   pcgc_expert_choice only;
+  pcgc_precision precision = PCGC_PREC_F32;
   for (int i = 0; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     int k;
@@ -300,6 +304,10 @@ int pcgc_cli_compile(int argc, char **argv) {
       if ((k = pcgc_optimizer_from_name(argv[++i])) < 0)
         return pcgc_cli_usage_error("compile", "unknown optimizer '%s' (sgd, momentum, adam)", argv[i]);
       o.sim.optimizer = (pcgc_optim_kind)k;
+    } else if (strcmp(a, "--precision") == 0) {
+      if ((k = pcgc_precision_from_name(argv[++i])) < 0)
+        return pcgc_cli_usage_error("compile", "unknown precision '%s' (f32, tf32, bf16)", argv[i]);
+      precision = (pcgc_precision)k;
     } else if (strcmp(a, "--loss") == 0) {
       int r = pcgc_cli_loss_kind("compile", argv[++i], &loss);
       if (r >= 0) return r;
@@ -350,11 +358,16 @@ int pcgc_cli_compile(int argc, char **argv) {
   pcgc_compile_result r;
   memset(&r, 0, sizeof r);
   pcgc_status st = pcgc_machine_load(machine, &m, &err);
+  if (st == PCGC_OK && precision != PCGC_PREC_F32 && m.device.kind != PCGC_DEVICE_GPU) {
+    st = pcgc_error_set(&err, PCGC_ERR_INVALID, "--precision %s needs a GPU machine; '%s' has CPUs, which compute in f32",
+                        pcgc_precision_name(precision), m.name);
+  }
   if (st != PCGC_OK) {
     pcgc_error_print(stderr, &err);
     pcgc_graph_free(g);
     return pcgc_cli_exit_code(st);
   }
+  pcgc_machine_set_precision(&m, precision);
   int D = pcgc_machine_num_devices(&m);
   bool tty = !o.log && isatty(fileno(stderr));
   if (tty) {
@@ -442,6 +455,7 @@ int pcgc_cli_compile(int argc, char **argv) {
     info.choice = r.choice;
     info.devices = D;
     info.has_device_kind = true;
+    info.precision = precision;
     info.device_kind = m.device.kind;
     info.has_optimizer = true;
     info.optimizer = o.sim.optimizer;

@@ -32,7 +32,7 @@ void pcgc_cli_run_help(FILE *f) {
           "                     [--no-dropout] [--check] [--tolerance T] [--threads N]\n"
           "                     [--step-timeout S] [--save-weights FILE] [--quiet]\n"
           "                     [--checkpoint DIR [--every K] [--resume]] [--data DIR]\n"
-          "                     [--backend cpu|cuda]\n"
+          "                     [--backend cpu|cuda] [--comm auto|nccl|mpi] [--precision P]\n"
           "\n"
           "Trains the model of PLAN (written by `pcgc compile -o PLAN`) as one process per device\n"
           "of the plan, communicating with MPI. Outside a launcher it starts the processes\n"
@@ -69,6 +69,13 @@ void pcgc_cli_run_help(FILE *f) {
           "  --backend B        cpu (OpenBLAS) or cuda (one GPU per process: local rank mod the\n"
           "                     node's GPUs); default: cuda for plans compiled for a GPU machine,\n"
           "                     cpu otherwise\n"
+          "  --precision P      f32, tf32 or bf16: the arithmetic of GEMMs and convolutions on GPUs\n"
+          "                     (default: the plan's, `pcgc compile --precision`; the CPU backend\n"
+          "                     computes in f32 only)\n"
+          "  --comm C           how GPUs exchange messages: nccl (NCCL communicators, one per device\n"
+          "                     group and per direction of point-to-point messages, bootstrapped over\n"
+          "                     MPI), mpi (staged through host memory) or auto (default: nccl when every\n"
+          "                     process of a node has a GPU of its own, else mpi)\n"
           "  --quiet            no per-step lines\n"
           "\n"
           "Exit codes: 0 trained (and matched with --check), 1 invalid plan or mismatch,\n"
@@ -246,7 +253,8 @@ static int self_launch(int n, int argc, char **argv) {
 }
 
 int pcgc_cli_run(int argc, char **argv) {
-  const char *path = NULL, *save = NULL, *ckpt = NULL, *data = NULL, *backend = NULL;
+  const char *path = NULL, *save = NULL, *ckpt = NULL, *data = NULL, *backend = NULL, *comm = "auto",
+             *precision = NULL;
   bool resume = false;
   double every = 100, steps = 3, seed = 1, lr = -1, momentum = 0, tol = 1e-4, threads = 0, timeout = 300;
   int optim = -1; /* pcgc_optim_kind; -1: the plan's */
@@ -272,6 +280,16 @@ int pcgc_cli_run(int argc, char **argv) {
       backend = argv[++i];
       if (strcmp(backend, "cpu") != 0 && strcmp(backend, "cuda") != 0)
         return pcgc_cli_usage_error("run", "--backend must be cpu or cuda, not '%s'", backend);
+    } else if (strcmp(a, "--precision") == 0) {
+      if (i + 1 >= argc) return pcgc_cli_usage_error("run", "--precision needs f32, tf32 or bf16%s", "");
+      precision = argv[++i];
+      if (pcgc_precision_from_name(precision) < 0)
+        return pcgc_cli_usage_error("run", "--precision must be f32, tf32 or bf16, not '%s'", precision);
+    } else if (strcmp(a, "--comm") == 0) {
+      if (i + 1 >= argc) return pcgc_cli_usage_error("run", "--comm needs auto, nccl or mpi%s", "");
+      comm = argv[++i];
+      if (strcmp(comm, "auto") != 0 && strcmp(comm, "nccl") != 0 && strcmp(comm, "mpi") != 0)
+        return pcgc_cli_usage_error("run", "--comm must be auto, nccl or mpi, not '%s'", comm);
     } else if (strcmp(a, "--checkpoint") == 0) {
       if (i + 1 >= argc) return pcgc_cli_usage_error("run", "--checkpoint needs a directory%s", "");
       ckpt = argv[++i];
@@ -342,6 +360,15 @@ int pcgc_cli_run(int argc, char **argv) {
                                                                                        : PCGC_DEVICE_CPU;
     backend = kind == PCGC_DEVICE_GPU ? "cuda" : "cpu";
   }
+  if (!precision) precision = pcgc_precision_name(info.precision);
+  if (strcmp(precision, "f32") != 0 && strcmp(backend, "cpu") == 0) {
+    if (says_notes())
+      fprintf(stderr, "pcgc run: error: %s computes in %s, but the cpu backend computes in f32 only\n"
+                      "  hint: run it with --precision f32 (the CPU reference is f32), or on GPUs\n",
+              path, precision);
+    code = EXIT_INVALID;
+    goto out;
+  }
   int n_gpus = 1;
   { /* a backend this node cannot run is refused once, before any process starts */
     pcgc_error err;
@@ -399,6 +426,34 @@ int pcgc_cli_run(int argc, char **argv) {
       goto out;
     }
   }
+  if (strcmp(precision, "f32") != 0) {
+    pcgc_error err;
+    pcgc_error_clear(&err);
+    pcgc_status ps = be.set_precision ? be.set_precision(&be, precision, &err)
+                                      : pcgc_error_set(&err, PCGC_ERR_UNSUPPORTED, "the %s backend computes in f32 only, "
+                                                       "not %s", be.name, precision);
+    if (ps != PCGC_OK) {
+      if (rank == 0) {
+        fprintf(stderr, "pcgc run: ");
+        pcgc_error_print(stderr, &err);
+        fprintf(stderr, "  hint: run it with --precision f32, or on GPUs\n");
+      }
+      pcgc_backend_close(&be);
+      if (mpi) MPI_Finalize();
+      code = pcgc_cli_exit_code(ps);
+      goto out;
+    }
+  }
+  /* NCCL where every process of the node has a GPU of its own (NCCL refuses two ranks on one GPU) */
+  bool dcomm = be.comm_open && mpi && size > 1 &&
+               (strcmp(comm, "nccl") == 0 || (strcmp(comm, "auto") == 0 && local_size <= n_gpus));
+  if (dcomm) {
+    /* connect every communicator when it is opened (in one global order),
+     * not at its first collective, where ranks meeting different groups first
+     * would wait for each other; keep NCCL's kernels in the order of the calls */
+    setenv("NCCL_RUNTIME_CONNECT", "0", 0);
+    setenv("NCCL_LAUNCH_ORDER_IMPLICIT", "1", 0);
+  }
   {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     int t = threads > 0 ? (int)threads : (int)(cores / local_size > 0 ? cores / local_size : 1);
@@ -409,8 +464,9 @@ int pcgc_cli_run(int argc, char **argv) {
                size == 1 ? "" : "es", t, t == 1 ? "" : "s", adam ? "adam" : momentum > 0 ? "sgd with momentum" : "sgd",
                (int)steps, steps == 1 ? "" : "s");
       else
-        printf("running %s on %d process%s (rank 0: %s): %s, %d step%s\n", path, size, size == 1 ? "" : "es",
-               be.desc, adam ? "adam" : momentum > 0 ? "sgd with momentum" : "sgd", (int)steps, steps == 1 ? "" : "s");
+        printf("running %s on %d process%s (rank 0: %s, %s%s): %s, %d step%s\n", path, size, size == 1 ? "" : "es",
+               be.desc, precision, size == 1 ? "" : dcomm ? "; messages over NCCL" : "; messages staged through host MPI",
+               adam ? "adam" : momentum > 0 ? "sgd with momentum" : "sgd", (int)steps, steps == 1 ? "" : "s");
     }
   }
   pcgc_run_options o;
@@ -431,6 +487,7 @@ int pcgc_cli_run(int argc, char **argv) {
   o.resume = resume;
   o.data_dir = data;
   o.backend = &be;
+  o.device_comm = dcomm;
   pcgc_run_result r;
   pcgc_error err;
   pcgc_error_clear(&err);

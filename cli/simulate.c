@@ -93,6 +93,7 @@ static int simulate_file(const char *path, const char *machine, const char *prof
     if (strcmp(info.machine, m.name) != 0)
       fprintf(stderr, "pcgc simulate: warning: %s was compiled for '%s', not '%s'\n", path, info.machine, m.name);
     pcgc_sim_result r;
+    pcgc_machine_set_precision(&m, info.precision); /* the plan's GEMM arithmetic */
     if (info.has_choice && !schedule_given) o->schedule = info.choice.schedule;
     if (info.has_choice && info.choice.recompute) o->recompute = true;
     st = pcgc_simulate(g, &mp, &m, o, &r, &err);

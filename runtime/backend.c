@@ -205,6 +205,48 @@ static pcgc_status cu_reserve(pcgc_backend *b, pcgc_error *err) { return pcgc_cu
 static void cu_freeze(pcgc_backend *b) { pcgc_cuda_freeze(CU(b)); }
 static size_t cu_workspace(const pcgc_backend *b) { return pcgc_cuda_workspace_bytes((const pcgc_cuda *)b->ctx); }
 static pcgc_status cu_sync(pcgc_backend *b, pcgc_error *err) { return pcgc_cuda_sync(CU(b), err); }
+static pcgc_status cu_set_precision(pcgc_backend *b, const char *p, pcgc_error *err) {
+  pcgc_cuda_math m = strcmp(p, "f32") == 0 ? PCGC_CUDA_MATH_F32 : strcmp(p, "tf32") == 0 ? PCGC_CUDA_MATH_TF32
+                     : strcmp(p, "bf16") == 0 ? PCGC_CUDA_MATH_BF16 : (pcgc_cuda_math)-1;
+  if ((int)m < 0) return pcgc_error_set(err, PCGC_ERR_INVALID, "unknown precision '%s' (f32, tf32, bf16)", p);
+  pcgc_cuda_set_math(CU(b), m);
+  return PCGC_OK;
+}
+/* communicators: the runtime's void * is a pcgc_cuda_comm * */
+#define COMM(c) ((pcgc_cuda_comm *)(c))
+static pcgc_status cu_comm_id(pcgc_backend *b, void *id, pcgc_error *err) { return pcgc_cuda_comm_id(id, err); }
+static pcgc_status cu_comm_open(pcgc_backend *b, const void *id, int n, int rank, void **comm, pcgc_error *err) {
+  pcgc_cuda_comm *c = NULL;
+  pcgc_status st = pcgc_cuda_comm_open(CU(b), id, n, rank, &c, err);
+  *comm = c;
+  return st;
+}
+static void cu_comm_close(pcgc_backend *b, void *comm) { pcgc_cuda_comm_close(CU(b), COMM(comm)); }
+static pcgc_status cu_comm_slots(pcgc_backend *b, int n, pcgc_error *err) { return pcgc_cuda_comm_slots(CU(b), n, err); }
+static pcgc_status cu_allreduce(pcgc_backend *b, void *comm, void *buf, int64_t n, pcgc_dtype t, pcgc_error *err) {
+  return pcgc_cuda_allreduce(CU(b), COMM(comm), buf, n, t, err);
+}
+static pcgc_status cu_allreduce_start(pcgc_backend *b, void *comm, void *buf, int64_t n, pcgc_dtype t, int slot,
+                                      pcgc_error *err) {
+  return pcgc_cuda_allreduce_start(CU(b), COMM(comm), buf, n, t, slot, err);
+}
+static pcgc_status cu_comm_wait(pcgc_backend *b, int slot, pcgc_error *err) { return pcgc_cuda_comm_wait(CU(b), slot, err); }
+static pcgc_status cu_broadcast(pcgc_backend *b, void *comm, void *buf, int64_t n, pcgc_dtype t, int root,
+                                pcgc_error *err) {
+  return pcgc_cuda_broadcast(CU(b), COMM(comm), buf, n, t, root, err);
+}
+static pcgc_status cu_reduce(pcgc_backend *b, void *comm, void *buf, int64_t n, pcgc_dtype t, int root,
+                             pcgc_error *err) {
+  return pcgc_cuda_reduce(CU(b), COMM(comm), buf, n, t, root, err);
+}
+static pcgc_status cu_send(pcgc_backend *b, void *comm, const void *buf, int64_t n, pcgc_dtype t, int peer,
+                           pcgc_error *err) {
+  return pcgc_cuda_send(CU(b), COMM(comm), buf, n, t, peer, err);
+}
+static pcgc_status cu_recv(pcgc_backend *b, void *comm, void *buf, int64_t n, pcgc_dtype t, int peer,
+                           pcgc_error *err) {
+  return pcgc_cuda_recv(CU(b), COMM(comm), buf, n, t, peer, err);
+}
 static void cu_close(pcgc_backend *b) {
   pcgc_cuda_close(CU(b));
   b->ctx = NULL;
@@ -236,6 +278,19 @@ static pcgc_status open_cuda(pcgc_backend *b, int device, pcgc_error *err) {
   b->workspace = cu_workspace;
   b->sync = cu_sync;
   b->close = cu_close;
+  b->comm_id_bytes = PCGC_CUDA_COMM_ID_BYTES;
+  b->comm_id = cu_comm_id;
+  b->comm_open = cu_comm_open;
+  b->comm_close = cu_comm_close;
+  b->comm_slots = cu_comm_slots;
+  b->allreduce = cu_allreduce;
+  b->allreduce_start = cu_allreduce_start;
+  b->comm_wait = cu_comm_wait;
+  b->broadcast = cu_broadcast;
+  b->reduce = cu_reduce;
+  b->send = cu_send;
+  b->recv = cu_recv;
+  b->set_precision = cu_set_precision;
   return PCGC_OK;
 }
 #endif

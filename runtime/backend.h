@@ -69,6 +69,29 @@ struct pcgc_backend {
   size_t (*workspace)(const pcgc_backend *b);
   pcgc_status (*sync)(pcgc_backend *b, pcgc_error *err);
   void (*close)(pcgc_backend *b);
+
+  /* Arithmetic of GEMMs and convolutions: "f32", "tf32", "bf16" (NULL: f32 only). */
+  pcgc_status (*set_precision)(pcgc_backend *b, const char *precision, pcgc_error *err);
+
+  /* Communication on the backend's own memory (NULL: the runtime stages
+   * messages through host MPI). Communicators: one member makes the id
+   * (comm_id_bytes long), the runtime sends it to the others over MPI,
+   * every member opens it. The semantics are cuda_kernels.h's NCCL section;
+   * a send's buffer stays untouched until sync. */
+  size_t comm_id_bytes;
+  pcgc_status (*comm_id)(pcgc_backend *b, void *id, pcgc_error *err);
+  pcgc_status (*comm_open)(pcgc_backend *b, const void *id, int n, int rank, void **comm, pcgc_error *err);
+  void (*comm_close)(pcgc_backend *b, void *comm);
+  pcgc_status (*comm_slots)(pcgc_backend *b, int n, pcgc_error *err);
+  pcgc_status (*allreduce)(pcgc_backend *b, void *comm, void *buf, int64_t n, pcgc_dtype t, pcgc_error *err);
+  pcgc_status (*allreduce_start)(pcgc_backend *b, void *comm, void *buf, int64_t n, pcgc_dtype t, int slot,
+                                 pcgc_error *err);
+  pcgc_status (*comm_wait)(pcgc_backend *b, int slot, pcgc_error *err);
+  pcgc_status (*broadcast)(pcgc_backend *b, void *comm, void *buf, int64_t n, pcgc_dtype t, int root, pcgc_error *err);
+  pcgc_status (*reduce)(pcgc_backend *b, void *comm, void *buf, int64_t n, pcgc_dtype t, int root, pcgc_error *err);
+  pcgc_status (*send)(pcgc_backend *b, void *comm, const void *buf, int64_t n, pcgc_dtype t, int peer,
+                      pcgc_error *err);
+  pcgc_status (*recv)(pcgc_backend *b, void *comm, void *buf, int64_t n, pcgc_dtype t, int peer, pcgc_error *err);
 };
 
 /* name "cpu" or "cuda"; device: the GPU of this process (cuda). Errors: an

@@ -51,6 +51,9 @@ typedef struct rt {
   MPI_Request *sends, *reqs;
   int n_sends;
   MPI_Comm *comm;      /* per group: its communicator, or MPI_COMM_NULL where not a member */
+  bool dev_comm;       /* messages through the backend's communicators (NCCL), not host MPI */
+  void **dcomm;        /* per group: the backend's communicator (NULL where not a member) */
+  void **to, **from;   /* per device: the two-member communicator of messages to / from it */
   double loss;
   int64_t step;
   pcgc_npy **data;     /* --data: per node, its open .npy file (inputs only) */
@@ -279,8 +282,9 @@ static pcgc_status exec_one(rt *R, const pcgc_ins *I, int64_t *send_off) {
     int64_t n = box_numel(&x), bytes = n * (int64_t)pcgc_dtype_size(S->dtype);
     char *buf = R->send_stage + *send_off, *h = R->send_h + *send_off;
     *send_off += (bytes + 63) & ~(int64_t)63;
-    if ((st = be->move(be, &sd, buf, S, data_of(R, I->src), &x, false, R->err)) || (st = to_host(R, h, buf, bytes)))
-      return st;
+    if ((st = be->move(be, &sd, buf, S, data_of(R, I->src), &x, false, R->err))) return st;
+    if (R->dev_comm) return be->send(be, R->to[I->peer], buf, n, S->dtype, 1, R->err);
+    if ((st = to_host(R, h, buf, bytes))) return st;
     rc = MPI_Isend(h, (int)n, mpi_type(S->dtype), I->peer, I->tag, MPI_COMM_WORLD, &R->sends[R->n_sends++]);
     return rc == MPI_SUCCESS ? PCGC_OK : mpi_fail(R, rc, "send", I);
   }
@@ -289,6 +293,10 @@ static pcgc_status exec_one(rt *R, const pcgc_ins *I, int64_t *send_off) {
     const pcgc_plan_buf *D = &P->buf[I->dst];
     pcgc_plan_buf sd = stage_desc(&x, D->dtype);
     int64_t n = box_numel(&x);
+    if (R->dev_comm) {
+      if ((st = be->recv(be, R->from[I->peer], R->recv_stage, n, D->dtype, 0, R->err))) return st;
+      return be->move(be, D, data_of(R, I->dst), &sd, R->recv_stage, &x, I->add, R->err);
+    }
     rc = MPI_Recv(R->recv_h, (int)n, mpi_type(D->dtype), I->peer, I->tag, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
     if (rc != MPI_SUCCESS) return mpi_fail(R, rc, "receive", I);
     if ((st = from_host(R, R->recv_stage, R->recv_h, n * (int64_t)pcgc_dtype_size(D->dtype)))) return st;
@@ -300,6 +308,13 @@ static pcgc_status exec_one(rt *R, const pcgc_ins *I, int64_t *send_off) {
     const pcgc_plan_buf *B = &P->buf[b];
     pcgc_plan_buf sd = stage_desc(&x, B->dtype);
     int64_t n = box_numel(&x), bytes = n * (int64_t)pcgc_dtype_size(B->dtype);
+    if (R->dev_comm) {
+      if ((I->src >= 0 && (st = be->move(be, &sd, R->recv_stage, B, data_of(R, b), &x, false, R->err))) ||
+          (st = be->broadcast(be, R->dcomm[I->peer], R->recv_stage, n, B->dtype, group_index(R, I->peer, I->root),
+                              R->err)))
+        return st;
+      return I->dst >= 0 ? be->move(be, B, data_of(R, b), &sd, R->recv_stage, &x, I->add, R->err) : PCGC_OK;
+    }
     if (I->src >= 0 && ((st = be->move(be, &sd, R->recv_stage, B, data_of(R, b), &x, false, R->err)) ||
                         (st = to_host(R, R->recv_h, R->recv_stage, bytes))))
       return st;
@@ -316,6 +331,14 @@ static pcgc_status exec_one(rt *R, const pcgc_ins *I, int64_t *send_off) {
     pcgc_dtype t = P->buf[b].dtype;
     pcgc_plan_buf sd = stage_desc(&x, t);
     int64_t n = box_numel(&x), bytes = n * (int64_t)pcgc_dtype_size(t);
+    if (R->dev_comm) {
+      bool root = I->root == R->rank;
+      if ((st = I->src >= 0 ? be->move(be, &sd, R->recv_stage, &P->buf[I->src], data_of(R, I->src), &x, false, R->err)
+                            : be->zero(be, R->recv_stage, (size_t)bytes, R->err)) ||
+          (st = be->reduce(be, R->dcomm[I->peer], R->recv_stage, n, t, group_index(R, I->peer, I->root), R->err)))
+        return st;
+      return root ? be->move(be, &P->buf[I->dst], data_of(R, I->dst), &sd, R->recv_stage, &x, I->add, R->err) : PCGC_OK;
+    }
     if (I->src >= 0) {
       if ((st = be->move(be, &sd, R->recv_stage, &P->buf[I->src], data_of(R, I->src), &x, false, R->err)) ||
           (st = to_host(R, R->recv_h, R->recv_stage, bytes)))
@@ -341,9 +364,12 @@ static pcgc_status exec_one(rt *R, const pcgc_ins *I, int64_t *send_off) {
     bool now_ = I->kind == PCGC_INS_ALLREDUCE;
     char *stage = now_ ? R->recv_stage : R->req_stage[I->tag], *h = now_ ? R->recv_h : R->req_h[I->tag];
     int64_t n = box_numel(&x), bytes = n * (int64_t)pcgc_dtype_size(D->dtype);
-    if ((st = be->move(be, &sd, stage, D, data_of(R, I->dst), &x, false, R->err)) ||
-        (st = to_host(R, h, stage, bytes)))
-      return st;
+    if ((st = be->move(be, &sd, stage, D, data_of(R, I->dst), &x, false, R->err))) return st;
+    if (R->dev_comm && now_)
+      return (st = be->allreduce(be, R->dcomm[I->peer], stage, n, D->dtype, R->err))
+                 ? st : be->move(be, D, data_of(R, I->dst), &sd, stage, &x, false, R->err);
+    if (R->dev_comm) return be->allreduce_start(be, R->dcomm[I->peer], stage, n, D->dtype, I->tag, R->err);
+    if ((st = to_host(R, h, stage, bytes))) return st;
     if (now_) {
       rc = MPI_Allreduce(MPI_IN_PLACE, h, (int)n, mpi_type(D->dtype), MPI_SUM, R->comm[I->peer]);
       if (rc != MPI_SUCCESS) return mpi_fail(R, rc, "all-reduce", I);
@@ -354,6 +380,12 @@ static pcgc_status exec_one(rt *R, const pcgc_ins *I, int64_t *send_off) {
     return rc == MPI_SUCCESS ? PCGC_OK : mpi_fail(R, rc, "all-reduce", I);
   }
   case PCGC_INS_WAIT: {
+    if (R->dev_comm) {
+      pcgc_box x = region(R, I, I->dst);
+      pcgc_plan_buf sd = stage_desc(&x, P->buf[I->dst].dtype);
+      if ((st = be->comm_wait(be, I->tag, R->err))) return st;
+      return be->move(be, &P->buf[I->dst], data_of(R, I->dst), &sd, R->req_stage[I->tag], &x, false, R->err);
+    }
     rc = MPI_Wait(&R->reqs[I->tag], MPI_STATUS_IGNORE);
     if (rc != MPI_SUCCESS) return mpi_fail(R, rc, "all-reduce", I);
     /* a WAIT names the buffer and box of its START */
@@ -788,6 +820,62 @@ static pcgc_status finish(rt *R, pcgc_run_result *res) {
   return st;
 }
 
+/* The backend's communicators (NCCL): one per group, the id made by the
+ * group's first member and broadcast on the group's MPI communicator; and
+ * one two-member communicator per direction in which messages go (device s
+ * sends to r), opened in the order of (s, r) on every rank, so that every
+ * rank meets them in the same order. Collectives of a group and messages of
+ * a direction then keep the program's order on their own streams. */
+static pcgc_status open_device_comms(rt *R) {
+  const pcgc_program *p = R->p;
+  pcgc_backend *be = R->be;
+  pcgc_status st = PCGC_OK;
+  int N = p->n_devices;
+  char id[256];
+  if (be->comm_id_bytes > sizeof id) return pcgc_error_set(R->err, PCGC_ERR_INVALID, "communicator ids too long");
+  R->dcomm = calloc((size_t)p->n_groups + 1, sizeof *R->dcomm);
+  R->to = calloc((size_t)N, sizeof *R->to);
+  R->from = calloc((size_t)N, sizeof *R->from);
+  bool *pair = calloc((size_t)N * (size_t)N, sizeof *pair);
+  if (!R->dcomm || !R->to || !R->from || !pair) {
+    free(pair);
+    return pcgc_error_set(R->err, PCGC_ERR_NOMEM, "out of memory");
+  }
+  for (int k = 0; k < p->n_groups && !st; k++) {
+    int me = group_index(R, k, R->rank);
+    if (me < 0) continue;
+    if (me == 0) st = be->comm_id(be, id, R->err);
+    int bad = st != PCGC_OK;
+    MPI_Bcast(&bad, 1, MPI_INT, 0, R->comm[k]);
+    if (bad) return st ? st : pcgc_error_set(R->err, PCGC_ERR_IO, "group %d could not make a communicator id", k);
+    MPI_Bcast(id, (int)be->comm_id_bytes, MPI_BYTE, 0, R->comm[k]);
+    st = be->comm_open(be, id, p->group_off[k + 1] - p->group_off[k], me, &R->dcomm[k], R->err);
+  }
+  for (int d = 0; d < N; d++) /* every device's program is known to every rank */
+    for (int i = 0; i < p->dev[d].n_ins; i++)
+      if (p->dev[d].ins[i].kind == PCGC_INS_SEND) pair[(size_t)d * (size_t)N + (size_t)p->dev[d].ins[i].peer] = true;
+  for (int s = 0; s < N && !st; s++)
+    for (int r = 0; r < N && !st; r++) {
+      if (!pair[(size_t)s * (size_t)N + (size_t)r] || (R->rank != s && R->rank != r)) continue;
+      if (R->rank == s) {
+        int ok = (st = be->comm_id(be, id, R->err)) == PCGC_OK;
+        MPI_Send(&ok, 1, MPI_INT, r, (1 << 20) + 8, MPI_COMM_WORLD);
+        if (ok) MPI_Send(id, (int)be->comm_id_bytes, MPI_BYTE, r, (1 << 20) + 9, MPI_COMM_WORLD);
+        if (ok) st = be->comm_open(be, id, 2, 0, &R->to[r], R->err);
+      } else {
+        int ok = 0;
+        MPI_Recv(&ok, 1, MPI_INT, s, (1 << 20) + 8, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        if (!ok) st = pcgc_error_set(R->err, PCGC_ERR_IO, "device %d could not make a communicator id", s);
+        else MPI_Recv(id, (int)be->comm_id_bytes, MPI_BYTE, s, (1 << 20) + 9, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        if (ok) st = be->comm_open(be, id, 2, 1, &R->from[s], R->err);
+      }
+    }
+  free(pair);
+  if (!st && R->P->n_requests) st = be->comm_slots(be, R->P->n_requests, R->err);
+  if (!st) R->dev_comm = true;
+  return st;
+}
+
 pcgc_status pcgc_run(const pcgc_graph *g, const pcgc_program *p, const pcgc_run_options *o, pcgc_run_result *res,
                      pcgc_error *err) {
   memset(res, 0, sizeof *res);
@@ -883,6 +971,7 @@ pcgc_status pcgc_run(const pcgc_graph *g, const pcgc_program *p, const pcgc_run_
     MPI_Group_free(&world);
     if (rc != MPI_SUCCESS && !st) st = pcgc_error_set(err, PCGC_ERR_IO, "rank %d: creating the communicator of group %d failed", R.rank, k);
   }
+  if (!st && o->device_comm && R.mpi && be->comm_open) st = open_device_comms(&R);
   /* kernel workspace: every kernel measured once, then fixed for the step loop */
   if (!st && be->measure) {
     be->measure(be, true);
@@ -989,6 +1078,15 @@ done:
   free(R.data);
   free(R.data_tmp);
   free(R.data_raw);
+  for (int k = 0; R.dcomm && k < p->n_groups; k++)
+    if (R.dcomm[k]) be->comm_close(be, R.dcomm[k]);
+  for (int d = 0; R.to && d < p->n_devices; d++) {
+    if (R.to[d]) be->comm_close(be, R.to[d]);
+    if (R.from[d]) be->comm_close(be, R.from[d]);
+  }
+  free(R.dcomm);
+  free(R.to);
+  free(R.from);
   if (R.comm && R.mpi)
     for (int k = 0; k < p->n_groups; k++)
       if (R.comm[k] != MPI_COMM_NULL) MPI_Comm_free(&R.comm[k]);

@@ -50,6 +50,8 @@ typedef struct pcgc_run_options {
   bool resume;             /* start from checkpoint_dir's newest checkpoint: `steps` is
                               then the total, so steps after it are trained */
   struct pcgc_backend *backend; /* kernels and memory (backend.h); NULL: the CPU backend */
+  bool device_comm;        /* messages through the backend's communicators (NCCL) where it
+                              has them; false: staged through host MPI */
   const char *data_dir;    /* NULL: seeded synthetic data; else DIR/NAME.npy per input
                               (runtime/npy.h): step s trains on batch (s-1) mod the
                               batches the files hold, each rank reading its rows only */

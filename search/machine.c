@@ -1010,3 +1010,10 @@ int pcgc_machine_num_devices(const pcgc_machine *m) { return m->nodes * m->devic
 double pcgc_machine_usable_memory(const pcgc_machine *m) {
   return m->device.memory - m->device.memory_reserved;
 }
+
+void pcgc_machine_set_precision(pcgc_machine *m, pcgc_precision p) {
+  if (m->device.kind != PCGC_DEVICE_GPU || p == PCGC_PREC_F32) return;
+  double tensor = m->device.flops[PCGC_BF16] / (p == PCGC_PREC_TF32 ? 2 : 1);
+  if (tensor > m->device.flops[PCGC_F32]) m->device.flops[PCGC_F32] = tensor;
+  m->device.flops[PCGC_I32] = m->device.flops[PCGC_I64] = m->device.flops[PCGC_F32];
+}

@@ -526,6 +526,20 @@ int pcgc_schedule_from_name(const char *name);             /* -1 if unknown */
 const char *pcgc_optimizer_name(pcgc_optim_kind o);          /* "sgd", "momentum", "adam" */
 int pcgc_optimizer_from_name(const char *name);            /* -1 if unknown */
 
+/* The arithmetic of GEMMs and convolutions on GPUs (`compile --precision`,
+ * recorded in the plan, run by the CUDA backend): f32; tf32 (tensor cores,
+ * f32 storage); bf16 (operands rounded to bf16, f32 accumulation; weights,
+ * optimizer state and activations stay f32, so memory is f32's). */
+typedef enum pcgc_precision { PCGC_PREC_F32, PCGC_PREC_TF32, PCGC_PREC_BF16 } pcgc_precision;
+const char *pcgc_precision_name(pcgc_precision p);        /* "f32", "tf32", "bf16" */
+int pcgc_precision_from_name(const char *name);            /* -1 if unknown */
+/* m's GPUs computing in precision p: their f32 FLOP rate becomes the tensor
+ * cores' (bf16: device.flops.bf16; tf32: half of it, as on A100 and H100),
+ * which is what GEMMs and convolutions reach; every other f32 kernel is
+ * bandwidth-bound on these devices, so its roofline time does not move.
+ * CPUs and f32 leave m as it is. */
+void pcgc_machine_set_precision(pcgc_machine *m, pcgc_precision p);
+
 typedef struct pcgc_sim_options {
   pcgc_optim_kind optimizer;  /* state kept per weight, update cost (default Adam) */
   pcgc_schedule schedule;    /* default GPipe */
@@ -1110,6 +1124,7 @@ typedef struct pcgc_strategy_info {
   pcgc_device_kind device_kind;          /* the machine's: `pcgc run` picks its backend by it */
   bool has_optimizer;
   pcgc_optim_kind optimizer;             /* what the plan's memory assumes */
+  pcgc_precision precision;              /* GEMM arithmetic (absent: f32) */
   bool has_predicted;
   double iteration_s, data_parallel_s;   /* data_parallel_s < 0: DP infeasible */
   double predicted_peak_bytes;           /* the simulator's largest device memory (0: not recorded) */

@@ -85,6 +85,21 @@ int pcgc_optimizer_from_name(const char *name) {
   return -1;
 }
 
+const char *pcgc_precision_name(pcgc_precision p) {
+  switch (p) {
+  case PCGC_PREC_F32: return "f32";
+  case PCGC_PREC_TF32: return "tf32";
+  case PCGC_PREC_BF16: return "bf16";
+  }
+  return "?";
+}
+
+int pcgc_precision_from_name(const char *name) {
+  for (int p = PCGC_PREC_F32; name && p <= PCGC_PREC_BF16; p++)
+    if (strcmp(name, pcgc_precision_name((pcgc_precision)p)) == 0) return p;
+  return -1;
+}
+
 const char *pcgc_task_kind_name(pcgc_task_kind k) {
   switch (k) {
   case PCGC_TASK_FORWARD: return "forward";

@@ -107,6 +107,8 @@ static cJSON *to_json(const pcgc_graph *g, const pcgc_mapping *mp, const pcgc_st
   if (!root || !cJSON_AddStringToObject(root, "format", "pcgc-plan") || !cJSON_AddNumberToObject(root, "version", 2) ||
       !cJSON_AddStringToObject(root, "machine", info ? info->machine : "") ||
       !cJSON_AddNumberToObject(root, "devices", info ? info->devices : 0) ||
+      (info && info->precision != PCGC_PREC_F32 &&
+       !cJSON_AddStringToObject(root, "precision", pcgc_precision_name(info->precision))) ||
       (info && info->has_device_kind &&
        !cJSON_AddStringToObject(root, "device_kind", info->device_kind == PCGC_DEVICE_GPU ? "gpu" : "cpu")) ||
       !cJSON_AddStringToObject(root, "optimizer",
@@ -335,6 +337,7 @@ pcgc_status pcgc_strategy_file_parse(const char *text, size_t len, const char *p
               *devs = cJSON_GetObjectItemCaseSensitive(root, "devices"),
               *optim = cJSON_GetObjectItemCaseSensitive(root, "optimizer"),
               *dkind = cJSON_GetObjectItemCaseSensitive(root, "device_kind"),
+              *prec = cJSON_GetObjectItemCaseSensitive(root, "precision"),
               *prog = cJSON_GetObjectItemCaseSensitive(root, "program"),
               *sum = cJSON_GetObjectItemCaseSensitive(root, "checksum");
   pcgc_strategy_info in;
@@ -364,6 +367,8 @@ pcgc_status pcgc_strategy_file_parse(const char *text, size_t len, const char *p
                 "one): it is truncated or was edited%s", "");
   } else if (!cJSON_IsString(mach) || strlen(mach->valuestring) >= sizeof in.machine) {
     st = bad_at(err, &J, top_at(&J, "machine"), "\"machine\" must be a machine name%s", "");
+  } else if (prec && (!cJSON_IsString(prec) || pcgc_precision_from_name(prec->valuestring) < 0)) {
+    st = bad_at(err, &J, top_at(&J, "precision"), "\"precision\" must be \"f32\", \"tf32\" or \"bf16\"%s", "");
   } else if (dkind && (!cJSON_IsString(dkind) || (strcmp(dkind->valuestring, "gpu") && strcmp(dkind->valuestring, "cpu")))) {
     st = bad_at(err, &J, top_at(&J, "device_kind"), "\"device_kind\" must be \"gpu\" or \"cpu\"%s", "");
   } else if (!cJSON_IsString(model)) {
@@ -379,6 +384,7 @@ pcgc_status pcgc_strategy_file_parse(const char *text, size_t len, const char *p
     snprintf(in.machine, sizeof in.machine, "%s", mach->valuestring);
     in.version = (int)ver->valuedouble;
     in.has_device_kind = dkind != NULL;
+    in.precision = prec ? (pcgc_precision)pcgc_precision_from_name(prec->valuestring) : PCGC_PREC_F32;
     in.device_kind = dkind && strcmp(dkind->valuestring, "gpu") == 0 ? PCGC_DEVICE_GPU : PCGC_DEVICE_CPU;
     if (in.version == 2) {
       in.devices = (int)devs->valuedouble;

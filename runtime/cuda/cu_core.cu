@@ -71,7 +71,8 @@ pcgc_cuda *pcgc_cuda_open(int device, pcgc_error *err) {
 void pcgc_cuda_close(pcgc_cuda *cu) {
   if (!cu) return;
   cudaSetDevice(cu->device);
-  cudaStreamSynchronize(cu->stream);
+  pcgc_cuda_sync(cu, NULL);
+  pcgc__cu_comm_close_all(cu);
   cudaFree(cu->ws);
   cudnnDestroy(cu->dnn);
   cublasDestroy(cu->blas);
@@ -80,6 +81,10 @@ void pcgc_cuda_close(pcgc_cuda *cu) {
 }
 
 const char *pcgc_cuda_describe(const pcgc_cuda *cu) { return cu->desc; }
+
+/* cu_dense.cu reads it at every GEMM and convolution; the cuBLAS handle keeps
+ * CUBLAS_DEFAULT_MATH throughout (TF32 and BF16 are asked for per call). */
+void pcgc_cuda_set_math(pcgc_cuda *cu, pcgc_cuda_math m) { cu->math = (int)m; }
 
 /* ------------------------------------------------------------ memory */
 
@@ -117,7 +122,10 @@ pcgc_status pcgc_cuda_download(pcgc_cuda *cu, void *host, const void *dev, size_
   return e == cudaSuccess ? PCGC_OK : cuda_fail(err, e, "copying from the device");
 }
 
+/* With communicators open, the compute stream and theirs wait for one
+ * another: cu_comm.cu polls them all and NCCL's errors. */
 pcgc_status pcgc_cuda_sync(pcgc_cuda *cu, pcgc_error *err) {
+  if (cu->n_comms > 0) return pcgc__cu_comm_sync(cu, err);
   cudaError_t e = cudaStreamSynchronize(cu->stream);
   return e == cudaSuccess ? PCGC_OK : cuda_fail(err, e, "running the device's stream");
 }

@@ -4,12 +4,16 @@
  * backward, f32. runtime/cpu/k_dense.c is the reference: the same checks,
  * the same geometry, the same formulas.
  *
- * Matrix products are cuBLAS SGEMMs with plain f32 math (no TF32). cuBLAS is
- * column-major and a row-major matrix is its column-major transpose, so a
- * row-major C = op(A) op(B) is computed as C^T = op(B)^T op(A)^T: the operands
- * swap and so do m and n. conv2d is cuDNN's convolution with FMA math and the
- * first deterministic algorithm of the v7 heuristics (or a fixed
- * deterministic one); bias and fused activation are one elementwise kernel.
+ * Matrix products are cuBLAS GEMMs in the context's precision (cu->math,
+ * pcgc_cuda_set_math): SGEMMs with plain f32 math by default (no TF32), TF32
+ * tensor cores, or bf16 copies of the operands with f32 accumulation (see
+ * gemmb). cuBLAS is column-major and a row-major matrix is its column-major
+ * transpose, so a row-major C = op(A) op(B) is computed as
+ * C^T = op(B)^T op(A)^T: the operands swap and so do m and n. conv2d is
+ * cuDNN's convolution with FMA math (TF32 tensor-op math in the TF32 and
+ * BF16 modes) and the first deterministic algorithm of the v7 heuristics
+ * (or a fixed deterministic one); bias and fused activation are one
+ * elementwise kernel.
  * Pooling and embedding are hand-written gathers that add the same terms in
  * the same order as the CPU, so their results are bit-identical; embedding's
  * backward sorts the ids stably (CUB radix sort) so each table row adds its
@@ -21,6 +25,7 @@
  * fixed tree, so every result is the same from run to run.
  */
 #include <cub/cub.cuh>
+#include <cuda_bf16.h>
 #include <initializer_list>
 #include <limits.h>
 #include <math.h>
@@ -235,7 +240,46 @@ template <typename T> static pcgc_status take(const pcgc__cukargs *k, int64_t n,
   return PCGC_OK;
 }
 
-/* ------------------------------------------------------------- cuBLAS */
+/* ------------------------------------------------------------- cuBLAS
+ * Every GEMM is a gemmb, in the context's precision:
+ *   F32   cublasSgemm(StridedBatched) with CUBLAS_DEFAULT_MATH: f32 FMAs,
+ *         the CPU's results to rounding;
+ *   TF32  cublasGemm(StridedBatched)Ex on the f32 operands with
+ *         CUBLAS_COMPUTE_32F_FAST_TF32: tensor cores read the operands as
+ *         TF32 (10-bit mantissa) and accumulate in f32;
+ *   BF16  the operands rounded to nearest bf16 (7-bit mantissa), packed into
+ *         the family's GEMM room, then cublasGemm(StridedBatched)Ex with bf16
+ *         A and B, f32 C and CUBLAS_COMPUTE_32F (f32 accumulation).
+ * alpha and beta keep their meaning in every mode (backward adds into din).
+ * The room is workspace, so a family that runs GEMMs takes it with gemm_room
+ * before its measuring return, as large as its largest GEMM's copies
+ * (gemm_elems); its GEMMs reuse it one after another on the stream. */
+
+static bool bf16_math(const pcgc__cukargs *k) { return k->cu->math == PCGC_CUDA_MATH_BF16; }
+
+/* bf16 elements of the copies of op(A)[m, kk] and op(B)[kk, n], count times;
+ * B starts 256 bytes aligned, as cuBLAS's tensor-op kernels like it. */
+static int64_t gemm_elems(int64_t m, int64_t n, int64_t kk, int64_t count) {
+  if (m <= 0 || n <= 0 || kk <= 0 || count <= 0) return 0;
+  return (count * m * kk + 127) / 128 * 128 + count * kk * n;
+}
+
+/* The family's GEMM room: the largest of `need` (gemm_elems of each of its
+ * GEMMs) in BF16 mode, none otherwise. Every GEMM family calls it, so no
+ * family sees another's room. */
+static pcgc_status gemm_room(const pcgc__cukargs *k, std::initializer_list<int64_t> need) {
+  pcgc_cuda *cu = k->cu;
+  cu->gemm_room = NULL;
+  cu->gemm_room_n = 0;
+  int64_t n = 0;
+  for (int64_t x : need) n = x > n ? x : n;
+  if (!bf16_math(k) || n == 0) return PCGC_OK;
+  __nv_bfloat16 *p;
+  TRY(take(k, n, &p));
+  cu->gemm_room = p;
+  cu->gemm_room_n = n;
+  return PCGC_OK;
+}
 
 static pcgc_status blas_ready(const pcgc__cukargs *k) {
   TRY(pcgc__cu_check_blas(k, cublasSetMathMode(k->cu->blas, CUBLAS_DEFAULT_MATH), "cublasSetMathMode"));
@@ -252,8 +296,57 @@ static __global__ void zero_blocks_kernel(int64_t count, int64_t m, int64_t n, f
   }
 }
 
+/* dst[i][r][c] = bf16(src[i * stride + r * ld + c]), rounded to nearest, for
+ * i < count, r < rows, c < cols: a packed copy. */
+static __global__ void to_bf16_kernel(int64_t count, int64_t rows, int64_t cols, const float *__restrict__ src,
+                                      int64_t ld, int64_t stride, __nv_bfloat16 *__restrict__ dst) {
+  int64_t total = count * rows * cols, gs = (int64_t)gridDim.x * blockDim.x;
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gs) {
+    int64_t b = i / (rows * cols), r = i / cols % rows, c = i % cols;
+    dst[i] = __float2bfloat16_rn(src[b * stride + r * ld + c]);
+  }
+}
+
+static pcgc_status to_bf16(const pcgc__cukargs *k, int64_t count, int64_t rows, int64_t cols, const float *src,
+                           int64_t ld, int64_t stride, __nv_bfloat16 *dst) {
+  to_bf16_kernel<<<pcgc__cu_blocks(count * rows * cols), PCGC_CU_THREADS, 0, k->cu->stream>>>(count, rows, cols, src,
+                                                                                             ld, stride, dst);
+  return pcgc__cu_launched(k, "rounding GEMM operands to bf16");
+}
+
+/* gemmb's BF16 mode: A and B (as stored: row-major, op() applied by cuBLAS)
+ * packed into the room as bf16, then one GEMM with f32 accumulation into
+ * the f32 C. Arguments as gemmb's, already checked. */
+static pcgc_status gemmb_bf16(const pcgc__cukargs *k, bool ta, bool tb, int64_t m, int64_t n, int64_t kk,
+                              float alpha, const float *A, int64_t lda, int64_t sa, const float *B, int64_t ldb,
+                              int64_t sb, float beta, float *C, int64_t ldc, int64_t sc, int64_t count) {
+  int64_t ra = ta ? kk : m, ca = ta ? m : kk, rb = tb ? n : kk, cb = tb ? kk : n; /* stored rows, columns */
+  int64_t need = gemm_elems(m, n, kk, count);
+  if (!k->cu->gemm_room || need > k->cu->gemm_room_n)
+    return pcgc__cu_fail(k, "internal: a bf16 GEMM needs %lld elements of room, the kernel took %lld", (long long)need,
+                         (long long)k->cu->gemm_room_n);
+  __nv_bfloat16 *Ah = (__nv_bfloat16 *)k->cu->gemm_room;
+  __nv_bfloat16 *Bh = Ah + (count * ra * ca + 127) / 128 * 128;
+  TRY(to_bf16(k, count, ra, ca, A, lda, sa, Ah));
+  TRY(to_bf16(k, count, rb, cb, B, ldb, sb, Bh));
+  cublasOperation_t oa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, ob = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+  if (count == 1)
+    return pcgc__cu_check_blas(k,
+                               cublasGemmEx(k->cu->blas, ob, oa, (int)n, (int)m, (int)kk, &alpha, Bh, CUDA_R_16BF,
+                                            (int)cb, Ah, CUDA_R_16BF, (int)ca, &beta, C, CUDA_R_32F, (int)ldc,
+                                            CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                               "cublasGemmEx (bf16)");
+  return pcgc__cu_check_blas(k,
+                             cublasGemmStridedBatchedEx(k->cu->blas, ob, oa, (int)n, (int)m, (int)kk, &alpha, Bh,
+                                                        CUDA_R_16BF, (int)cb, rb * cb, Ah, CUDA_R_16BF, (int)ca,
+                                                        ra * ca, &beta, C, CUDA_R_32F, (int)ldc, sc, (int)count,
+                                                        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                             "cublasGemmStridedBatchedEx (bf16)");
+}
+
 /* Row-major C_i = alpha op(A_i) op(B_i) + beta C_i for i < count, with
- * X_i = X + i * sx; beta is 0 or 1. An empty inner dimension gives beta C. */
+ * X_i = X + i * sx; beta is 0 or 1. An empty inner dimension gives beta C.
+ * In the context's precision (above). */
 static pcgc_status gemmb(const pcgc__cukargs *k, bool ta, bool tb, int64_t m, int64_t n, int64_t kk, float alpha,
                          const float *A, int64_t lda, int64_t sa, const float *B, int64_t ldb, int64_t sb, float beta,
                          float *C, int64_t ldc, int64_t sc, int64_t count) {
@@ -264,7 +357,22 @@ static pcgc_status gemmb(const pcgc__cukargs *k, bool ta, bool tb, int64_t m, in
     return pcgc__cu_launched(k, "zero");
   }
   TRY(int_fits(k, {m, n, kk, lda, ldb, ldc, count}));
+  if (bf16_math(k)) return gemmb_bf16(k, ta, tb, m, n, kk, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, sc, count);
   cublasOperation_t oa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, ob = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+  if (k->cu->math == PCGC_CUDA_MATH_TF32) {
+    if (count == 1)
+      return pcgc__cu_check_blas(k,
+                                 cublasGemmEx(k->cu->blas, ob, oa, (int)n, (int)m, (int)kk, &alpha, B, CUDA_R_32F,
+                                              (int)ldb, A, CUDA_R_32F, (int)lda, &beta, C, CUDA_R_32F, (int)ldc,
+                                              CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_GEMM_DEFAULT),
+                                 "cublasGemmEx (tf32)");
+    return pcgc__cu_check_blas(k,
+                               cublasGemmStridedBatchedEx(k->cu->blas, ob, oa, (int)n, (int)m, (int)kk, &alpha, B,
+                                                          CUDA_R_32F, (int)ldb, sb, A, CUDA_R_32F, (int)lda, sa,
+                                                          &beta, C, CUDA_R_32F, (int)ldc, sc, (int)count,
+                                                          CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_GEMM_DEFAULT),
+                               "cublasGemmStridedBatchedEx (tf32)");
+  }
   if (count == 1)
     return pcgc__cu_check_blas(k,
                                cublasSgemm(k->cu->blas, ob, oa, (int)n, (int)m, (int)kk, &alpha, B, (int)ldb, A,
@@ -487,6 +595,7 @@ static pcgc_status dense_fwd(const pcgc__cukargs *k) {
   dense_geo g;
   TRY(prepare(k, false));
   TRY(dense_check(k, &g));
+  TRY(gemm_room(k, {gemm_elems(g.rows, g.N, g.K, 1)}));
   if (pcgc__cu_measuring(k)) return PCGC_OK;
   const float *x = (const float *)k->in[0].data, *w = (const float *)k->in[1].data;
   const float *b = g.bias ? (const float *)k->in[2].data : NULL;
@@ -508,6 +617,8 @@ static pcgc_status dense_bwd(const pcgc__cukargs *k) {
   float *dz = NULL, *part = NULL;
   if (g.act != PCGC_ACT_NONE && (dx || dw || db)) TRY(take(k, g.rows * g.N, &dz));
   if (db) TRY(take(k, red_scratch(g.rows, g.N, 1), &part));
+  TRY(gemm_room(k, {g.act == PCGC_ACT_GELU ? gemm_elems(g.rows, g.N, g.K, 1) : 0,
+                    dx ? gemm_elems(g.rows, g.K, g.N, 1) : 0, dw ? gemm_elems(g.K, g.N, g.rows, 1) : 0}));
   if (pcgc__cu_measuring(k) || !(dx || dw || db)) return PCGC_OK;
   TRY(blas_ready(k));
   const float *dzp = dy;
@@ -555,6 +666,7 @@ pcgc_status pcgc__cu_fwd_bmm(const pcgc__cukargs *k) {
   bmm_geo g;
   TRY(prepare(k, false));
   TRY(bmm_check(k, &g));
+  TRY(gemm_room(k, {gemm_elems(g.M, g.N, g.K, g.batch)}));
   if (pcgc__cu_measuring(k)) return PCGC_OK;
   const float *a = (const float *)k->in[0].data, *b = (const float *)k->in[1].data;
   int64_t M = g.M, K = g.K, N = g.N;
@@ -567,12 +679,13 @@ pcgc_status pcgc__cu_bwd_bmm(const pcgc__cukargs *k) {
   bmm_geo g;
   TRY(prepare(k, true));
   TRY(bmm_check(k, &g));
-  if (pcgc__cu_measuring(k)) return PCGC_OK;
   const float *a = (const float *)k->in[0].data, *b = (const float *)k->in[1].data;
   const float *dc = (const float *)k->dout[0].data;
   float *da = (float *)k->din[0].data, *db = (float *)k->din[1].data;
   int64_t M = g.M, K = g.K, N = g.N, n = g.batch;
-  if (!da && !db) return PCGC_OK;
+  int64_t room_db = !db ? 0 : g.tb ? gemm_elems(N, K, M, n) : gemm_elems(K, N, M, n); /* [N, K] or [K, N] */
+  TRY(gemm_room(k, {da ? gemm_elems(M, K, N, n) : 0, room_db}));
+  if (pcgc__cu_measuring(k) || (!da && !db)) return PCGC_OK;
   TRY(blas_ready(k));
   if (da) { /* da = dc b^T, or dc b when b is [N, K] */
     if (g.tb) TRY(gemmb(k, false, false, M, K, N, 1, dc, N, M * N, b, K, K * N, 1, da, K, M * K, n));
@@ -646,6 +759,23 @@ struct conv_dnn {
   }
 };
 
+/* The convolutions' math in the context's precision. F32: FMA math, no
+ * TF32 tensor cores, so results stay f32 like the CPU's. TF32 and BF16:
+ * CUDNN_DEFAULT_MATH, which cuDNN documents as permitting TF32 tensor-core
+ * operations on f32 tensors (Ampere on), and the heuristics' algorithms may
+ * bring CUDNN_TENSOR_OP_MATH (pick_algo); never
+ * CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION, which would down-convert the f32
+ * tensors to f16 (5-bit exponent: overflow past 65504). So BF16 convolutions
+ * run in TF32, a little more precise than asked: true bf16 would need bf16
+ * copies of x, w and dy in the workspace and bf16 descriptors. */
+static cudnnMathType_t base_math(const pcgc__cukargs *k) {
+  return k->cu->math == PCGC_CUDA_MATH_F32 ? CUDNN_FMA_MATH : CUDNN_DEFAULT_MATH;
+}
+
+static pcgc_status conv_math(const pcgc__cukargs *k, const conv_dnn *d, cudnnMathType_t mt) {
+  return dnn(k, cudnnSetConvolutionMathType(d->c, mt), "cudnnSetConvolutionMathType");
+}
+
 static pcgc_status conv_setup(const pcgc__cukargs *k, const conv_geo *g, conv_dnn *d) {
   TRY(dnn(k, cudnnCreateTensorDescriptor(&d->x), "cudnnCreateTensorDescriptor"));
   TRY(dnn(k, cudnnCreateTensorDescriptor(&d->y), "cudnnCreateTensorDescriptor"));
@@ -668,8 +798,7 @@ static pcgc_status conv_setup(const pcgc__cukargs *k, const conv_geo *g, conv_dn
                                           CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
           "cudnnSetConvolution2dDescriptor"));
   TRY(dnn(k, cudnnSetConvolutionGroupCount(d->c, (int)g->groups), "cudnnSetConvolutionGroupCount"));
-  /* FMA math: no TF32 tensor cores, so results stay f32 like the CPU's */
-  TRY(dnn(k, cudnnSetConvolutionMathType(d->c, CUDNN_FMA_MATH), "cudnnSetConvolutionMathType"));
+  TRY(conv_math(k, d, base_math(k)));
   int n, c, h, w;
   TRY(dnn(k, cudnnGetConvolution2dForwardOutputDim(d->c, d->x, d->w, &n, &c, &h, &w),
           "cudnnGetConvolution2dForwardOutputDim"));
@@ -679,58 +808,79 @@ static pcgc_status conv_setup(const pcgc__cukargs *k, const conv_geo *g, conv_dn
   return PCGC_OK;
 }
 
-/* The first heuristic result that succeeds, is deterministic, uses no
- * tensor-op math and fits CONV_WS_MAX; -1 if none. The heuristics do not
- * time anything, so the measuring and the real call pick the same. */
-template <typename Perf> static int pick_algo(const Perf *perf, int n) {
+/* The first heuristic result that succeeds, is deterministic, fits
+ * CONV_WS_MAX and uses math the context's precision allows: no tensor-op
+ * math in F32, TF32 tensor ops (CUDNN_TENSOR_OP_MATH on f32 tensors) in TF32
+ * and BF16, f16 down-conversion never (base_math); -1 if none. The
+ * heuristics do not time anything, so the measuring and the real call pick
+ * the same. */
+template <typename Perf> static int pick_algo(const pcgc__cukargs *k, const Perf *perf, int n) {
+  bool tensor_ok = k->cu->math != PCGC_CUDA_MATH_F32;
   for (int i = 0; i < n; i++) {
     const Perf &p = perf[i];
     if (p.status != CUDNN_STATUS_SUCCESS || p.determinism != CUDNN_DETERMINISTIC || p.memory > CONV_WS_MAX) continue;
-    if (p.mathType == CUDNN_TENSOR_OP_MATH || p.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION) continue;
+    if (p.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION || (p.mathType == CUDNN_TENSOR_OP_MATH && !tensor_ok))
+      continue;
     return i;
   }
   return -1;
 }
 
-/* The heuristics' choice per convolution geometry and direction, remembered:
- * asking cuDNN costs host time on every call (a CNN step calls each
- * convolution's three directions twice: measuring, then running). One
+/* The math to run the picked algorithm with: the heuristics' own in TF32
+ * and BF16 (an algorithm runs with the descriptor's math type), the
+ * descriptor's FMA math in F32, as before precision modes. */
+template <typename Perf> static cudnnMathType_t picked_math(const pcgc__cukargs *k, const Perf *perf, int i) {
+  return i >= 0 && k->cu->math != PCGC_CUDA_MATH_F32 ? perf[i].mathType : base_math(k);
+}
+
+/* The heuristics' choice per convolution geometry, precision and direction,
+ * remembered: asking cuDNN costs host time on every call (a CNN step calls
+ * each convolution's three directions twice: measuring, then running). One
  * process drives one device, so the table is the process's. */
 typedef struct algo_memo {
-  int64_t key[16];
+  int64_t key[17];
   int dir, algo;
+  cudnnMathType_t math;
   size_t ws;
 } algo_memo;
 #define ALGO_MEMO 128
 static algo_memo memo[ALGO_MEMO];
 static int n_memo;
 
-static void memo_key(const conv_geo *g, int64_t *key) {
-  const int64_t v[16] = {g->N, g->C, g->H, g->W, g->O, g->KH, g->KW, g->OH, g->OW, g->sh, g->sw, g->ph, g->pw, g->dh, g->dw, g->groups};
+static void memo_key(const pcgc__cukargs *k, const conv_geo *g, int64_t *key) {
+  /* the precision too: each mode has its own picks (pick_algo) */
+  const int64_t v[17] = {g->N,  g->C,  g->H,  g->W,  g->O,  g->KH, g->KW,  g->OH,     g->OW,
+                         g->sh, g->sw, g->ph, g->pw, g->dh, g->dw, g->groups, k->cu->math};
   memcpy(key, v, sizeof v);
 }
 
-static const algo_memo *memo_find(const conv_geo *g, int dir) {
-  int64_t key[16];
-  memo_key(g, key);
+static const algo_memo *memo_find(const pcgc__cukargs *k, const conv_geo *g, int dir) {
+  int64_t key[17];
+  memo_key(k, g, key);
   for (int i = 0; i < n_memo; i++)
     if (memo[i].dir == dir && memcmp(memo[i].key, key, sizeof key) == 0) return &memo[i];
   return NULL;
 }
 
-static void memo_add(const conv_geo *g, int dir, int algo, size_t ws) {
+static void memo_add(const pcgc__cukargs *k, const conv_geo *g, int dir, int algo, cudnnMathType_t math,
+                     size_t ws) {
   algo_memo *m = &memo[n_memo < ALGO_MEMO ? n_memo++ : (dir + (int)g->N + (int)g->C) % ALGO_MEMO];
-  memo_key(g, m->key);
+  memo_key(k, g, m->key);
   m->dir = dir;
   m->algo = algo;
+  m->math = math;
   m->ws = ws;
 }
 
+/* The algorithms of the three directions: the choice, the math to run it
+ * with (set on the descriptor before every cuDNN call: the directions share
+ * one) and its workspace. */
 static pcgc_status fwd_algo(const pcgc__cukargs *k, const conv_geo *g, const conv_dnn *d,
-                            cudnnConvolutionFwdAlgo_t *algo, size_t *ws) {
-  const algo_memo *m = memo_find(g, 0);
+                            cudnnConvolutionFwdAlgo_t *algo, cudnnMathType_t *mt, size_t *ws) {
+  const algo_memo *m = memo_find(k, g, 0);
   if (m) {
     *algo = (cudnnConvolutionFwdAlgo_t)m->algo;
+    *mt = m->math;
     *ws = m->ws;
     return PCGC_OK;
   }
@@ -740,19 +890,22 @@ static pcgc_status fwd_algo(const pcgc__cukargs *k, const conv_geo *g, const con
           cudnnGetConvolutionForwardAlgorithm_v7(k->cu->dnn, d->x, d->w, d->c, d->y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
                                                  &n, perf),
           "cudnnGetConvolutionForwardAlgorithm_v7"));
-  int i = pick_algo(perf, n);
+  int i = pick_algo(k, perf, n);
   *algo = i >= 0 ? perf[i].algo : CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
+  *mt = picked_math(k, perf, i);
+  TRY(conv_math(k, d, *mt));
   TRY(dnn(k, cudnnGetConvolutionForwardWorkspaceSize(k->cu->dnn, d->x, d->w, d->c, d->y, *algo, ws),
           "cudnnGetConvolutionForwardWorkspaceSize"));
-  memo_add(g, 0, (int)*algo, *ws);
+  memo_add(k, g, 0, (int)*algo, *mt, *ws);
   return PCGC_OK;
 }
 
 static pcgc_status bwd_data_algo(const pcgc__cukargs *k, const conv_geo *g, const conv_dnn *d,
-                                 cudnnConvolutionBwdDataAlgo_t *algo, size_t *ws) {
-  const algo_memo *m = memo_find(g, 1);
+                                 cudnnConvolutionBwdDataAlgo_t *algo, cudnnMathType_t *mt, size_t *ws) {
+  const algo_memo *m = memo_find(k, g, 1);
   if (m) {
     *algo = (cudnnConvolutionBwdDataAlgo_t)m->algo;
+    *mt = m->math;
     *ws = m->ws;
     return PCGC_OK;
   }
@@ -762,19 +915,22 @@ static pcgc_status bwd_data_algo(const pcgc__cukargs *k, const conv_geo *g, cons
           cudnnGetConvolutionBackwardDataAlgorithm_v7(k->cu->dnn, d->w, d->y, d->c, d->x,
                                                       CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, perf),
           "cudnnGetConvolutionBackwardDataAlgorithm_v7"));
-  int i = pick_algo(perf, n);
+  int i = pick_algo(k, perf, n);
   *algo = i >= 0 ? perf[i].algo : CUDNN_CONVOLUTION_BWD_DATA_ALGO_1;
+  *mt = picked_math(k, perf, i);
+  TRY(conv_math(k, d, *mt));
   TRY(dnn(k, cudnnGetConvolutionBackwardDataWorkspaceSize(k->cu->dnn, d->w, d->y, d->c, d->x, *algo, ws),
           "cudnnGetConvolutionBackwardDataWorkspaceSize"));
-  memo_add(g, 1, (int)*algo, *ws);
+  memo_add(k, g, 1, (int)*algo, *mt, *ws);
   return PCGC_OK;
 }
 
 static pcgc_status bwd_filter_algo(const pcgc__cukargs *k, const conv_geo *g, const conv_dnn *d,
-                                   cudnnConvolutionBwdFilterAlgo_t *algo, size_t *ws) {
-  const algo_memo *m = memo_find(g, 2);
+                                   cudnnConvolutionBwdFilterAlgo_t *algo, cudnnMathType_t *mt, size_t *ws) {
+  const algo_memo *m = memo_find(k, g, 2);
   if (m) {
     *algo = (cudnnConvolutionBwdFilterAlgo_t)m->algo;
+    *mt = m->math;
     *ws = m->ws;
     return PCGC_OK;
   }
@@ -784,21 +940,24 @@ static pcgc_status bwd_filter_algo(const pcgc__cukargs *k, const conv_geo *g, co
           cudnnGetConvolutionBackwardFilterAlgorithm_v7(k->cu->dnn, d->x, d->y, d->c, d->w,
                                                         CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, perf),
           "cudnnGetConvolutionBackwardFilterAlgorithm_v7"));
-  int i = pick_algo(perf, n);
+  int i = pick_algo(k, perf, n);
   *algo = i >= 0 ? perf[i].algo : CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1;
+  *mt = picked_math(k, perf, i);
+  TRY(conv_math(k, d, *mt));
   TRY(dnn(k, cudnnGetConvolutionBackwardFilterWorkspaceSize(k->cu->dnn, d->x, d->y, d->c, d->w, *algo, ws),
           "cudnnGetConvolutionBackwardFilterWorkspaceSize"));
-  memo_add(g, 2, (int)*algo, *ws);
+  memo_add(k, g, 2, (int)*algo, *mt, *ws);
   return PCGC_OK;
 }
 
 /* z = the convolution of x by w (no bias, no activation); zeros when x is
  * empty (every window in the padding). */
 static pcgc_status conv_z(const pcgc__cukargs *k, const conv_geo *g, const conv_dnn *d, cudnnConvolutionFwdAlgo_t algo,
-                          void *ws, size_t wsb, float *z) {
+                          cudnnMathType_t mt, void *ws, size_t wsb, float *z) {
   if (!g->direct)
     return pcgc__cu_check(k, cudaMemsetAsync(z, 0, sizeof(float) * (size_t)(g->N * g->O * g->ohw), k->cu->stream),
                           "cudaMemsetAsync");
+  TRY(conv_math(k, d, mt));
   const float one = 1, zero = 0;
   return dnn(k,
              cudnnConvolutionForward(k->cu->dnn, &one, d->x, k->in[0].data, d->w, k->in[1].data, d->c, algo, ws, wsb,
@@ -813,16 +972,17 @@ pcgc_status pcgc__cu_fwd_conv2d(const pcgc__cukargs *k) {
   if (g.N * g.O == 0) return PCGC_OK; /* an empty output */
   conv_dnn d;
   cudnnConvolutionFwdAlgo_t fa = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
+  cudnnMathType_t fm = base_math(k);
   size_t wsb = 0;
   if (g.direct) {
     TRY(conv_setup(k, &g, &d));
-    TRY(fwd_algo(k, &g, &d, &fa, &wsb));
+    TRY(fwd_algo(k, &g, &d, &fa, &fm, &wsb));
   }
   char *ws;
   TRY(take(k, (int64_t)wsb, &ws));
   if (pcgc__cu_measuring(k)) return PCGC_OK;
   float *y = (float *)k->out[0].data;
-  TRY(conv_z(k, &g, &d, fa, ws, wsb, y));
+  TRY(conv_z(k, &g, &d, fa, fm, ws, wsb, y));
   return bias_act(k, g.N * g.O * g.ohw, g.O, g.ohw, g.bias ? (const float *)k->in[2].data : NULL, g.act, y);
 }
 
@@ -840,19 +1000,20 @@ pcgc_status pcgc__cu_bwd_conv2d(const pcgc__cukargs *k) {
   cudnnConvolutionFwdAlgo_t fa = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
   cudnnConvolutionBwdDataAlgo_t da = CUDNN_CONVOLUTION_BWD_DATA_ALGO_1;
   cudnnConvolutionBwdFilterAlgo_t fla = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1;
+  cudnnMathType_t fm = base_math(k), dm = fm, flm = fm;
   size_t wsb = 0, s = 0;
   if (g.direct) { /* (without it dx and dw are empty) */
     TRY(conv_setup(k, &g, &d));
     if (g.act == PCGC_ACT_GELU) {
-      TRY(fwd_algo(k, &g, &d, &fa, &s));
+      TRY(fwd_algo(k, &g, &d, &fa, &fm, &s));
       wsb = s > wsb ? s : wsb;
     }
     if (dx) {
-      TRY(bwd_data_algo(k, &g, &d, &da, &s));
+      TRY(bwd_data_algo(k, &g, &d, &da, &dm, &s));
       wsb = s > wsb ? s : wsb;
     }
     if (dw) {
-      TRY(bwd_filter_algo(k, &g, &d, &fla, &s));
+      TRY(bwd_filter_algo(k, &g, &d, &fla, &flm, &s));
       wsb = s > wsb ? s : wsb;
     }
   }
@@ -865,7 +1026,7 @@ pcgc_status pcgc__cu_bwd_conv2d(const pcgc__cukargs *k) {
   const float *dzp = dy;
   if (dz) {
     if (g.act == PCGC_ACT_GELU) { /* recompute the pre-activation */
-      TRY(conv_z(k, &g, &d, fa, ws, wsb, dz));
+      TRY(conv_z(k, &g, &d, fa, fm, ws, wsb, dz));
       TRY(bias_act(k, osz, g.O, g.ohw, b, PCGC_ACT_NONE, dz));
     }
     TRY(act_bwd(k, g.act, osz, dy, y, dz));
@@ -874,16 +1035,20 @@ pcgc_status pcgc__cu_bwd_conv2d(const pcgc__cukargs *k) {
   if (db) TRY(red_add(k, g.N, g.O, g.ohw, dzp, part, db));
   if (!g.direct) return PCGC_OK;
   const float one = 1;
-  if (dx)
+  if (dx) {
+    TRY(conv_math(k, &d, dm));
     TRY(dnn(k,
             cudnnConvolutionBackwardData(k->cu->dnn, &one, d.w, k->in[1].data, d.y, dzp, d.c, da, ws, wsb, &one, d.x,
                                          dx),
             "cudnnConvolutionBackwardData"));
-  if (dw)
+  }
+  if (dw) {
+    TRY(conv_math(k, &d, flm));
     TRY(dnn(k,
             cudnnConvolutionBackwardFilter(k->cu->dnn, &one, d.x, k->in[0].data, d.y, dzp, d.c, fla, ws, wsb, &one,
                                            d.w, dw),
             "cudnnConvolutionBackwardFilter"));
+  }
   return PCGC_OK;
 }
 
@@ -1386,6 +1551,26 @@ static pcgc_status gemm_bh(const pcgc__cukargs *k, bool ta, bool tb, int64_t m, 
   return PCGC_OK;
 }
 
+/* gemm_elems of the largest GEMM of a projection Y[rows, n] = X[rows, m] W[m, n]:
+ * Y itself, or (backward) dX = dY W^T and dW = X^T dY. */
+static int64_t proj_elems(int64_t rows, int64_t m, int64_t n, bool bwd) {
+  int64_t e = gemm_elems(rows, n, m, 1);
+  if (!bwd) return e;
+  int64_t dx = gemm_elems(rows, m, n, 1), dw = gemm_elems(m, n, rows, 1);
+  e = dx > e ? dx : e;
+  return dw > e ? dw : e;
+}
+
+/* ... of the per-head GEMMs of a score chunk: gemm_bh batches at most
+ * max(bc, hc) of them in one call. S and dP are (Sq, hd) by (hd, Sk); the
+ * context and dQ (Sq, Sk) by (Sk, hd); dV and dK (Sk, Sq) by (Sq, hd). */
+static int64_t heads_elems(const attn_geo *g, bool bwd) {
+  int64_t c = g->bc > g->hc ? g->bc : g->hc;
+  int64_t s = gemm_elems(g->Sq, g->Sk, g->hd, c), x = gemm_elems(g->Sq, g->hd, g->Sk, c);
+  int64_t e = s > x ? s : x, v = bwd ? gemm_elems(g->Sk, g->hd, g->Sq, c) : 0;
+  return v > e ? v : e;
+}
+
 /* Y[rows, n] = X[rows, m] W[m, n] (+ b) */
 static pcgc_status proj(const pcgc__cukargs *k, int64_t rows, int64_t m, int64_t n, const void *X, const void *W,
                         const void *b, float *Y) {
@@ -1432,6 +1617,9 @@ pcgc_status pcgc__cu_fwd_attention(const pcgc__cukargs *k) {
   TRY(take(k, nk, &Vp));
   TRY(take(k, np, &P));
   if (g.dropout_on) TRY(take(k, np, &Pd));
+  TRY(gemm_room(k, {proj_elems(g.B * g.Sq, g.Eq, g.E, false), proj_elems(g.B * g.Sk, g.Ek, g.E, false),
+                    proj_elems(g.B * g.Sk, g.Ev, g.E, false), proj_elems(g.B * g.Sq, g.E, g.Eo, false),
+                    heads_elems(&g, false)}));
   if (pcgc__cu_measuring(k)) return PCGC_OK;
   TRY(blas_ready(k));
   int64_t Sq = g.Sq, Sk = g.Sk, E = g.E, hd = g.hd, ss = Sq * Sk;
@@ -1527,6 +1715,8 @@ pcgc_status pcgc__cu_bwd_attention(const pcgc__cukargs *k) {
   if (dbias[0] && (s = red_scratch(rq, E, 1)) > npart) npart = s;
   if ((dbias[1] || dbias[2]) && (s = red_scratch(rk, E, 1)) > npart) npart = s;
   TRY(take(k, npart, &part));
+  TRY(gemm_room(k, {proj_elems(rq, g.Eq, E, true), proj_elems(rk, g.Ek, E, true), proj_elems(rk, g.Ev, E, true),
+                    proj_elems(rq, E, g.Eo, true), heads_elems(&g, true)}));
   if (pcgc__cu_measuring(k) || !(want_p || dbias[3])) return PCGC_OK;
   TRY(blas_ready(k));
   if (want_p) {

@@ -25,7 +25,14 @@
 
 struct pcgc_cuda {
   int device;
-  cudaStream_t stream;
+  cudaStream_t stream;   /* the compute stream: kernels, copies, blocking receives */
+  int math;              /* pcgc_cuda_math of GEMMs and convolutions (default F32) */
+  void *gemm_room;       /* BF16: the running family's workspace for bf16 GEMM operands (cu_dense.cu) */
+  int64_t gemm_room_n;   /* its size in bf16 elements */
+  cudaEvent_t *slot_done;/* per non-blocking all-reduce slot: its end (pcgc_cuda_comm_slots) */
+  int n_slots;
+  struct pcgc_cuda_comm **comms; /* every open communicator (each has its own stream), for sync */
+  int n_comms, cap_comms;
   cublasHandle_t blas;
   cudnnHandle_t dnn;
   char *ws;              /* workspace */
@@ -72,6 +79,12 @@ pcgc_status pcgc__cu_check_dnn(const pcgc__cukargs *k, cudnnStatus_t s, const ch
 static inline pcgc_status pcgc__cu_launched(const pcgc__cukargs *k, const char *what) {
   return pcgc__cu_check(k, cudaGetLastError(), what);
 }
+
+/* cu_comm.cu, for cu_core.cu: pcgc_cuda_sync while communicators are open
+ * (every stream, aborting a communicator NCCL reports failed), and
+ * pcgc_cuda_close's teardown of the communicators and all-reduce slots. */
+pcgc_status pcgc__cu_comm_sync(pcgc_cuda *cu, pcgc_error *err);
+void pcgc__cu_comm_close_all(pcgc_cuda *cu);
 
 pcgc_piece pcgc__cu_in_piece(const pcgc__cukargs *k, int i);
 pcgc_piece pcgc__cu_out_piece(const pcgc__cukargs *k, int i);

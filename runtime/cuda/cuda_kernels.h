@@ -94,6 +94,53 @@ pcgc_status pcgc_cuda_batchnorm_bwd_apply(pcgc_cuda *cu, const pcgc_attrs *a, co
 pcgc_status pcgc_cuda_optimizer_step(pcgc_cuda *cu, const pcgc_optimizer *o, pcgc_buf *w, const pcgc_buf *g,
                                      pcgc_buf *m, pcgc_buf *v, int64_t step, pcgc_error *err);
 
+/* -------------------------------------------------------- precision
+ * The arithmetic of GEMMs (linear, matmul, batch matmul, attention's
+ * products) and convolutions. F32 (default): plain f32, results match the CPU
+ * to rounding. TF32: tensor cores with TF32 inputs, f32 accumulation and
+ * storage. BF16: operands rounded to bf16, products accumulated in f32, f32
+ * results; every other kernel, the weights and the optimizer state stay f32. */
+typedef enum pcgc_cuda_math { PCGC_CUDA_MATH_F32, PCGC_CUDA_MATH_TF32, PCGC_CUDA_MATH_BF16 } pcgc_cuda_math;
+void pcgc_cuda_set_math(pcgc_cuda *cu, pcgc_cuda_math m);
+
+/* ------------------------------------------------------------- NCCL
+ * Communicators are bootstrapped by the caller: one member makes the id
+ * (pcgc_cuda_comm_id), the caller sends its PCGC_CUDA_COMM_ID_BYTES bytes to
+ * the other members (over MPI), and every member opens the communicator with
+ * its rank in it (a collective call: it returns when all members joined).
+ * Each communicator has its own stream; every operation on it is queued
+ * there after the compute stream's work so far (an event), so the
+ * operations of one communicator run in the order they were issued, which
+ * the runtime keeps the same on every member. Blocking operations make the
+ * compute stream wait for their end; a send never holds the compute stream
+ * (its buffer must stay untouched until pcgc_cuda_sync, which also waits for
+ * every communicator's stream). Sums in place; F32, F64, I32, I64. */
+#define PCGC_CUDA_COMM_ID_BYTES 128
+typedef struct pcgc_cuda_comm pcgc_cuda_comm;
+pcgc_status pcgc_cuda_comm_id(void *id, pcgc_error *err);
+pcgc_status pcgc_cuda_comm_open(pcgc_cuda *cu, const void *id, int n, int rank, pcgc_cuda_comm **out,
+                                pcgc_error *err);
+void pcgc_cuda_comm_close(pcgc_cuda *cu, pcgc_cuda_comm *c);
+/* n non-blocking all-reduce slots (events), made once before the first step */
+pcgc_status pcgc_cuda_comm_slots(pcgc_cuda *cu, int n, pcgc_error *err);
+pcgc_status pcgc_cuda_allreduce(pcgc_cuda *cu, pcgc_cuda_comm *c, void *buf, int64_t n, pcgc_dtype t, pcgc_error *err);
+/* the same without the compute stream waiting: slot's event marks the end */
+pcgc_status pcgc_cuda_allreduce_start(pcgc_cuda *cu, pcgc_cuda_comm *c, void *buf, int64_t n, pcgc_dtype t, int slot,
+                                      pcgc_error *err);
+/* the compute stream waits for slot's all-reduce */
+pcgc_status pcgc_cuda_comm_wait(pcgc_cuda *cu, int slot, pcgc_error *err);
+pcgc_status pcgc_cuda_broadcast(pcgc_cuda *cu, pcgc_cuda_comm *c, void *buf, int64_t n, pcgc_dtype t, int root,
+                                pcgc_error *err);
+/* the sum of every member's buf into root's buf */
+pcgc_status pcgc_cuda_reduce(pcgc_cuda *cu, pcgc_cuda_comm *c, void *buf, int64_t n, pcgc_dtype t, int root,
+                             pcgc_error *err);
+/* point to point: peer is a rank of c (the runtime opens one two-member
+ * communicator per direction, so a direction's messages keep their order) */
+pcgc_status pcgc_cuda_send(pcgc_cuda *cu, pcgc_cuda_comm *c, const void *buf, int64_t n, pcgc_dtype t, int peer,
+                           pcgc_error *err);
+pcgc_status pcgc_cuda_recv(pcgc_cuda *cu, pcgc_cuda_comm *c, void *buf, int64_t n, pcgc_dtype t, int peer,
+                           pcgc_error *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -13,7 +13,10 @@
  * mismatch counts as infinite); each case has a bound by the kind of
  * arithmetic: 1e-5 where each element is a short expression or a sum in
  * double, 1e-4 where f32 GEMMs add up many products (linear, matmul, conv,
- * attention). One line per case:
+ * attention). The GEMM-class cases then run again in the reduced precisions
+ * of pcgc_cuda_set_math, TF32 and BF16, against the same f32 CPU results,
+ * with the bounds of `precisions` below (their labels start "tf32"/"bf16").
+ * One line per case:
  *
  *     op case fwd <maxrel> bwd <maxrel> ok|FAIL
  *
@@ -32,6 +35,42 @@
 
 #define TOL_EW 1e-5   /* elementwise, data movement, norms, reductions, losses */
 #define TOL_GEMM 1e-4 /* linear, matmul, conv, attention */
+
+/* Reduced precisions of GEMMs and convolutions, against the f32 CPU.
+ * Rounding an operand to TF32 (10-bit mantissa) perturbs it by up to 2^-11
+ * = 4.9e-4 relative (2^-10 where the hardware truncates), to bf16 (7-bit
+ * mantissa) by up to 2^-8 = 3.9e-3. A product then errs by about twice
+ * that, and a sum of K products with random signs by about sqrt(K) times
+ * the product's error, as does the sum itself, so the error over max |ref|
+ * stays near the unit roundoff, growing only where GEMMs chain (attention:
+ * projections, scores, softmax, context, output; its backward five deep).
+ * A model of these cases in double with the operands rounded to nearest
+ * (3 seeds) gave, TF32 / bf16: one GEMM (K 65 and 144) 3e-4 / 2.6e-3;
+ * attention forward 7e-4 / 5e-3, backward 1.5e-3 / 8e-3. Bounds with a
+ * margin of 3 (TF32, leaving room for truncation) and 5: */
+#define TOL_TF32 5e-3
+#define TOL_BF16 4e-2
+
+/* A precision of the GEMM-class cases. floor: each gradient is measured
+ * against at least floor times the case's largest gradient (run_case_to):
+ * a gradient that is zero in exact arithmetic (attention's key bias) is the
+ * rounding noise of its terms, about the unit roundoff times the size of
+ * the other gradients, so the floor grows with the roundoff: 1e-2 leaves f32
+ * noise far below 1e-4; in the model above it left the key bias at 8e-3
+ * (TF32) and 4.8e-2 (bf16), past the bounds, and 1e-1 leaves it below
+ * 1e-3 and 8e-3. */
+typedef struct precision {
+  pcgc_cuda_math math;
+  const char *name;
+  double tol, floor;
+} precision;
+
+static const precision precisions[] = {
+    {PCGC_CUDA_MATH_F32, "f32", TOL_GEMM, 1e-2},
+    {PCGC_CUDA_MATH_TF32, "tf32", TOL_TF32, 1e-1},
+    {PCGC_CUDA_MATH_BF16, "bf16", TOL_BF16, 1e-1},
+};
+static const precision *prec = &precisions[0]; /* the one under test */
 
 #define DIMS(...) (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (int64_t[]){__VA_ARGS__}
 
@@ -205,7 +244,11 @@ static void report(const char *op, const char *what, double fwd, double bwd, dou
 static void run_case_to(pcgc_op_kind k, const pcgc_attrs *a, const char *what, int n_in, const pcgc_buf *in,
                         const pcgc_kernel_ctx *ctx, double tol, int n_out, const pcgc_ptensor *tout) {
   const char *op = pcgc_op_name(k);
-  char note[1200];
+  char note[1200], label[160];
+  if (prec->math != PCGC_CUDA_MATH_F32) { /* the reduced-precision runs say so */
+    snprintf(label, sizeof label, "%s %s", prec->name, what);
+    what = label;
+  }
   pcgc_error err;
   pcgc_error_clear(&err);
   pcgc_buf out[MAX_OUT], dout[MAX_OUT], din[MAX_IN];
@@ -236,21 +279,29 @@ static void run_case_to(pcgc_op_kind k, const pcgc_attrs *a, const char *what, i
     pcgc_buf got = to_host(&d_out[j]);
     fwd = fmax(fwd, maxrel(&out[j], &got));
   }
-  /* each backend's backward reads its own forward outputs */
+  /* each backend's backward reads its own forward outputs; in TF32 and BF16
+   * the GPU's backward reads the CPU's, since a rounded output can cross an
+   * activation's kink (relu's sign) and change the mask, which no tolerance
+   * on the arithmetic describes */
+  for (int j = 0; j < n_out && prec->math != PCGC_CUDA_MATH_F32; j++)
+    if (pcgc_cuda_upload(cu, d_out[j].data, out[j].data,
+                         (size_t)numel(&out[j]) * pcgc_dtype_size(out[j].dtype), &err) != PCGC_OK)
+      goto fail;
   stage = "cpu backward";
   if (pcgc_cpu_backward(k, a, n_in, in, n_out, out, dout, din, ctx, &err) != PCGC_OK) goto fail;
   stage = "cuda backward";
   if (pcgc_cuda_backward(cu, k, a, n_in, d_in, n_out, d_out, d_dout, d_din, ctx, &err) != PCGC_OK) goto fail;
   /* A gradient that is zero in exact arithmetic (attention's key bias: softmax
    * ignores a constant added to a row) is rounding noise on both backends:
-   * every gradient is measured against at least 1e-2 of the case's largest. */
+   * every gradient is measured against at least prec->floor (1e-2 in f32)
+   * of the case's largest. */
   double largest = 0;
   for (int i = 0; i < n_in; i++)
     if (din[i].data) largest = fmax(largest, maxabs(&din[i]));
   for (int i = 0; i < n_in; i++) {
     if (!din[i].data) continue;
     pcgc_buf got = to_host(&d_din[i]);
-    double r = maxrel_floor(&din[i], &got, 1e-2 * largest);
+    double r = maxrel_floor(&din[i], &got, prec->floor * largest);
     if (r > tol && bwd <= tol) fprintf(stderr, "  %s %s: gradient of input %d off by %.3g\n", op, what, i, r);
     bwd = fmax(bwd, r);
   }
@@ -322,31 +373,31 @@ static void test_linear(void) {
       pcgc_buf in[3] = {frand(DIMS(3, 5, 16)), frand(DIMS(16, 24)), frand(DIMS(24))};
       char what[64];
       snprintf(what, sizeof what, "x[3,5,16] w[16,24]%s act=%s", bias ? " b" : "", act_names[act]);
-      run_case(PCGC_OP_LINEAR, &a, what, bias ? 3 : 2, in, NULL, TOL_GEMM);
+      run_case(PCGC_OP_LINEAR, &a, what, bias ? 3 : 2, in, NULL, prec->tol);
     }
   pcgc_attrs a = attrs(PCGC_OP_LINEAR);
   pcgc_buf in[3] = {frand(DIMS(37, 65)), frand(DIMS(65, 33)), frand(DIMS(33))};
-  run_case(PCGC_OP_LINEAR, &a, "x[37,65] w[65,33] b (odd sizes)", 3, in, NULL, TOL_GEMM);
+  run_case(PCGC_OP_LINEAR, &a, "x[37,65] w[65,33] b (odd sizes)", 3, in, NULL, prec->tol);
 }
 
 static void test_matmul(void) {
   pcgc_attrs a = attrs(PCGC_OP_MATMUL);
   pcgc_buf in[2] = {frand(DIMS(4, 6, 10)), frand(DIMS(10, 7))};
-  run_case(PCGC_OP_MATMUL, &a, "a[4,6,10] b[10,7]", 2, in, NULL, TOL_GEMM);
+  run_case(PCGC_OP_MATMUL, &a, "a[4,6,10] b[10,7]", 2, in, NULL, prec->tol);
   pcgc_buf in2[2] = {frand(DIMS(5, 12)), frand(DIMS(12, 9))};
-  run_case(PCGC_OP_MATMUL, &a, "a[5,12] b[12,9]", 2, in2, NULL, TOL_GEMM);
+  run_case(PCGC_OP_MATMUL, &a, "a[5,12] b[12,9]", 2, in2, NULL, prec->tol);
 
   for (int tb = 0; tb < 2; tb++) {
     a = attrs(PCGC_OP_BATCH_MATMUL);
     seti(&a, "transpose_b", tb);
     pcgc_buf b4[2] = {frand(DIMS(2, 3, 5, 7)), tb ? frand(DIMS(2, 3, 6, 7)) : frand(DIMS(2, 3, 7, 6))};
     run_case(PCGC_OP_BATCH_MATMUL, &a, tb ? "a[2,3,5,7] b[2,3,6,7] transpose_b" : "a[2,3,5,7] b[2,3,7,6]", 2, b4,
-             NULL, TOL_GEMM);
+             NULL, prec->tol);
     pcgc_buf b3[2] = {frand(DIMS(4, 9, 16)), tb ? frand(DIMS(4, 11, 16)) : frand(DIMS(4, 16, 11))};
     run_case(PCGC_OP_BATCH_MATMUL, &a, tb ? "a[4,9,16] b[4,11,16] transpose_b" : "a[4,9,16] b[4,16,11]", 2, b3,
-             NULL, TOL_GEMM);
+             NULL, prec->tol);
     pcgc_buf b2[2] = {frand(DIMS(6, 5)), tb ? frand(DIMS(3, 5)) : frand(DIMS(5, 3))};
-    run_case(PCGC_OP_BATCH_MATMUL, &a, tb ? "a[6,5] b[3,5] transpose_b" : "a[6,5] b[5,3]", 2, b2, NULL, TOL_GEMM);
+    run_case(PCGC_OP_BATCH_MATMUL, &a, tb ? "a[6,5] b[3,5] transpose_b" : "a[6,5] b[5,3]", 2, b2, NULL, prec->tol);
   }
 }
 
@@ -381,7 +432,7 @@ static void test_conv2d(void) {
     seti(&a, "act", c->act);
     pcgc_buf in[3] = {frand(DIMS(c->N, c->C, c->H, c->W)), frand(DIMS(c->O, c->C / c->groups, c->KH, c->KW)),
                       frand(DIMS(c->O))};
-    run_case(PCGC_OP_CONV2D, &a, c->what, c->bias ? 3 : 2, in, NULL, TOL_GEMM);
+    run_case(PCGC_OP_CONV2D, &a, c->what, c->bias ? 3 : 2, in, NULL, prec->tol);
   }
 }
 
@@ -704,7 +755,7 @@ static void test_attention(void) {
     pcgc_buf in[MAX_IN];
     attn_inputs(c, in);
     pcgc_kernel_ctx ctx = {NULL, NULL, 11, 99, c->dropout > 0};
-    run_case(PCGC_OP_ATTENTION, &a, c->what, c->bias ? 11 : 7, in, &ctx, TOL_GEMM);
+    run_case(PCGC_OP_ATTENTION, &a, c->what, c->bias ? 11 : 7, in, &ctx, prec->tol);
   }
   /* query rows 2..3 of 4 (causal masks by logical position), dropout by
    * logical indices */
@@ -719,7 +770,7 @@ static void test_attention(void) {
   pcgc_kernel_ctx ctx = {p, NULL, 5, 17, true};
   pcgc_ptensor rows_out; /* inference of local shapes refuses a causal Sq != Sk */
   pcgc_ptensor_init(&rows_out, PCGC_F32, 3, (int64_t[]){2, 2, 3});
-  run_case_to(PCGC_OP_ATTENTION, &a, "causal, dropout 0.4, query rows 2..3 of 4", 11, in, &ctx, TOL_GEMM, 1,
+  run_case_to(PCGC_OP_ATTENTION, &a, "causal, dropout 0.4, query rows 2..3 of 4", 11, in, &ctx, prec->tol, 1,
               &rows_out);
   /* heads 2..3 of 4: wq/wk/wv columns 4..7 of 8, wo rows 4..7 */
   const attn_case h = {2, 3, 4, 3, 4, 5, 8, 3, 4, false, false, 0.25, "heads"};
@@ -735,7 +786,7 @@ static void test_attention(void) {
     p[i].global[dim] = 8, p[i].offset[dim] = 4;
   }
   pcgc_kernel_ctx hctx = {p, NULL, 3, 23, true};
-  run_case(PCGC_OP_ATTENTION, &a, "dropout 0.25, heads 2..3 of 4 (a head piece)", 7, in, &hctx, TOL_GEMM);
+  run_case(PCGC_OP_ATTENTION, &a, "dropout 0.25, heads 2..3 of 4 (a head piece)", 7, in, &hctx, prec->tol);
 }
 
 /* --------------------------------------------------------------- losses */
@@ -980,6 +1031,17 @@ int main(void) {
   test_batchnorm_split(true);
   test_batchnorm_split(false);
   test_optimizers();
+  /* the GEMM-class cases again in each reduced precision, then back to f32 */
+  for (size_t p = 1; p < sizeof precisions / sizeof precisions[0]; p++) {
+    prec = &precisions[p];
+    pcgc_cuda_set_math(cu, prec->math);
+    test_linear();
+    test_matmul();
+    test_conv2d();
+    test_attention();
+  }
+  prec = &precisions[0];
+  pcgc_cuda_set_math(cu, PCGC_CUDA_MATH_F32);
   pcgc_cuda_close(cu);
   printf("%d cases, %d failed\n", n_cases, n_failed);
   return n_failed ? EXIT_FAILURE : EXIT_SUCCESS;

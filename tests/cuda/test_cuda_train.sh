@@ -49,6 +49,18 @@ expect 0 "$pcgc" compile "$src/models/cnn.pcg" --machine "$tmp/h100-1.machine" -
 expect 0 "$pcgc" run "$tmp/cnn-rc.json" --steps 3 --check --tolerance $tol
 has "$tmp/out" "match"
 
+# tensor-core arithmetic against the f32 reference: TF32 keeps 10 mantissa bits, bf16 7
+for pt in tf32:1e-2 bf16:5e-2; do
+  p=${pt%%:*} t=${pt#*:}
+  expect 0 "$pcgc" compile "$src/models/transformer-block.pcg" --machine "$tmp/h100-1.machine" --budget 0 \
+    --optimizer sgd --precision $p -o "$tmp/tb-$p.json"
+  has "$tmp/tb-$p.json" "\"precision\""
+  expect 0 "$pcgc" run "$tmp/tb-$p.json" --steps 3 --check --tolerance $t
+  has "$tmp/out" "match"
+  has "$tmp/out" ", $p"
+  grep -E "check against" "$tmp/out" | sed "s/^/  transformer-block $p: /"
+done
+
 # checkpoint after 2 of 4 steps, resume: the same weights as 4 steps at once
 expect 0 "$pcgc" run "$tmp/mlp.json" --steps 4 --save-weights "$tmp/w4"
 expect 0 "$pcgc" run "$tmp/mlp.json" --steps 2 --checkpoint "$tmp/ck" --every 2
@@ -64,6 +76,18 @@ if command -v mpirun >/dev/null; then
     has "$tmp/out" "match"
     grep -E "check against" "$tmp/out" | sed "s/^/  mlp $c: /"
   done
+  # NCCL refuses two processes on one GPU: forced onto one, the run fails clearly
+  gpus=$(nvidia-smi -L 2>/dev/null | grep -c "^GPU")
+  if [ "${gpus:-0}" -lt 2 ]; then
+    "$pcgc" run "$tmp/two.json" --steps 1 --comm nccl >"$tmp/out" 2>"$tmp/err"
+    [ $? -ne 0 ] && ok || bad "two processes forced onto one GPU with NCCL did not fail"
+    grep -qi "nccl" "$tmp/err" && ok || bad "a refused NCCL communicator does not say so: $(head -5 "$tmp/err")"
+    grep -i "nccl" "$tmp/err" | head -2 | sed "s/^/  two processes on one GPU, --comm nccl: /"
+  else
+    expect 0 "$pcgc" run "$tmp/two.json" --steps 3 --check --tolerance $tol --comm nccl
+    has "$tmp/out" "messages over NCCL"
+    has "$tmp/out" "match"
+  fi
 else
   echo "mpirun not found: the two-process runs were skipped"
 fi
