@@ -535,6 +535,16 @@ pcgc_status pcgc_profile_parse(const char *text, size_t len, const char *path, p
   if (out) *out = NULL;
   if (!text || !out) return pcgc_error_set(err, PCGC_ERR_INVALID, "pcgc_profile_parse: bad argument");
   if (!path) path = "<profile>";
+  /* duplicated members, invalid UTF-8 and NUL characters: file:line:col */
+  pcgc_status strict = pcgc_json_check_strict(text, len, path, err);
+  if (strict != PCGC_OK) {
+    if (strict == PCGC_ERR_PARSE && err) {
+      char msg[sizeof err->message];
+      snprintf(msg, sizeof msg, "profile database: %.1000s", err->message);
+      memcpy(err->message, msg, sizeof msg);
+    }
+    return strict;
+  }
   cJSON *root = cJSON_ParseWithLength(text, len);
   if (!root) {
     const char *at = cJSON_GetErrorPtr();

@@ -172,6 +172,14 @@ expect 0 "$pcgc" simulate "$tmp/tiny.pcg" --machine cpu-4 --strategy sequential 
 has "$tmp/out" "iteration      2.5 s"; has "$tmp/err" "times are used as measured"
 printf '{"format": "pcgc-profile",' >"$tmp/bad.json"
 expect 1 "$pcgc" simulate "$tmp/tiny.pcg" --machine cpu-local --profile "$tmp/bad.json"; has "$tmp/err" "bad.json:1:"
+# strict JSON: a duplicated member, invalid UTF-8 and a NUL byte, each with its position
+printf '{"format": "pcgc-profile", "version": 2, "version": 2, "machine": "cpu-local", "entries": []}' >"$tmp/dup.json"
+expect 1 "$pcgc" simulate "$tmp/tiny.pcg" --machine cpu-local --profile "$tmp/dup.json"
+has "$tmp/err" "dup.json:1:42: error: profile database: the member \"version\" is given twice"
+printf '{"format": "pcgc-profile", "version": 2, "machine": "cpu-\xff", "entries": []}' >"$tmp/utf.json"
+expect 1 "$pcgc" simulate "$tmp/tiny.pcg" --machine cpu-local --profile "$tmp/utf.json"; has "$tmp/err" "not valid UTF-8"
+printf '{"format": "pcgc-profile", "version": 2,\n "machine": "cpu-local\0", "entries": []}' >"$tmp/nul.json"
+expect 1 "$pcgc" simulate "$tmp/tiny.pcg" --machine cpu-local --profile "$tmp/nul.json"; has "$tmp/err" "nul.json:2:"
 expect 3 "$pcgc" simulate "$tmp/tiny.pcg" --machine cpu-local --profile "$tmp/none.json"; has "$tmp/err" "none.json"
 expect 2 "$pcgc" profile "$tmp/tiny.pcg" --machine cpu-local; has "$tmp/err" "missing -o"
 expect 2 "$pcgc" profile "$tmp/tiny.pcg" --machine cpu-local -o "$tmp/x.json" --repeat 0
