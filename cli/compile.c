@@ -28,6 +28,7 @@
 
 #include "cli.h"
 #include "codegen.h"
+#include "onnx_import.h"
 #include "search.h"
 
 void pcgc_cli_compile_help(FILE *f) {
@@ -64,6 +65,11 @@ void pcgc_cli_compile_help(FILE *f) {
           "  --time-limit S     stop trying candidates after S seconds (default 60; 0: no limit);\n"
           "                     the search is deterministic unless the limit cuts it short\n"
           "  --optimizer O      sgd | momentum | adam (default adam): memory and update cost\n"
+          );
+  fprintf(f,
+          "  --verify           before writing the plan, check it by execution (pcgc verify): the same\n"
+          "                     strategy derived for the smallest sizes, trained as one process per\n"
+          "                     device against the reference; the plan is written only if it matches\n"
           "  --precision P      f32 | tf32 | bf16 (GPU machines; default f32): the arithmetic of GEMMs\n"
           "                     and convolutions, costed at the tensor cores' rate and recorded in the\n"
           "                     plan for `pcgc run` (weights, optimizer state and activations stay f32)\n"
@@ -270,6 +276,7 @@ int pcgc_cli_compile(int argc, char **argv) {
   o.time_limit = 60;
   pcgc_expert_choice only;
   pcgc_precision precision = PCGC_PREC_F32;
+  bool verify = false;
   for (int i = 0; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     int k;
@@ -282,6 +289,8 @@ int pcgc_cli_compile(int argc, char **argv) {
       o.rules_report = stderr;
     } else if (strcmp(a, "--allow-unsound") == 0) {
       o.allow_unsound = true;
+    } else if (strcmp(a, "--verify") == 0) {
+      verify = true;
     } else if (a[0] == '-' && a[1] && !v) {
       return pcgc_cli_usage_error("compile", "%s needs a value", a);
     } else if (strcmp(a, "--machine") == 0) {
@@ -468,7 +477,44 @@ int pcgc_cli_compile(int argc, char **argv) {
       info.planned_peak_bytes = planned;
       info.planned_arena_bytes = arena;
     }
-    st = pcgc_strategy_file_write(output, r.graph, &r.mapping, &info, &err);
+    /* how it was derived, for pcgc verify */
+    pcgc_derivation d;
+    memset(&d, 0, sizeof d);
+    snprintf(d.file, sizeof d.file, "%s", model);
+    if (!pcgc_onnx_is_onnx_path(model)) d.source = pcgc_read_file(model, NULL, NULL);
+    for (int i = 0; i < sets.n && d.n_set < PCGC_DERIVATION_MAX_SETS; i++, d.n_set++) {
+      snprintf(d.set_names[d.n_set], sizeof d.set_names[0], "%s", sets.names[i]);
+      snprintf(d.set_values[d.n_set], sizeof d.set_values[0], "%s", sets.values[i]);
+    }
+    if (batch > 0 && d.n_set < PCGC_DERIVATION_MAX_SETS) {
+      snprintf(d.set_names[d.n_set], sizeof d.set_names[0], "B");
+      snprintf(d.set_values[d.n_set++], sizeof d.set_values[0], "%lld", batch);
+    }
+    d.loss = loss;
+    d.rewrites = r.joint_ran ? r.joint.improvements : 0;
+    info.derivation = &d;
+    if (verify) { /* checked by execution before the plan is written */
+      char tmp[4200];
+      snprintf(tmp, sizeof tmp, "%s.verify.tmp", output);
+      st = pcgc_strategy_file_write(tmp, r.graph, &r.mapping, &info, &err);
+      int vc = st == PCGC_OK ? pcgc__cli_verify_plan(tmp, machine, 0, NULL, NULL, 3, 1e-4) : EXIT_IO;
+      if (st == PCGC_OK && vc == EXIT_OK) {
+        if (rename(tmp, output) != 0) st = pcgc_error_set(&err, PCGC_ERR_IO, "cannot rename %s to %s", tmp, output);
+      } else {
+        remove(tmp);
+        if (st == PCGC_OK) {
+          fprintf(stderr, "pcgc compile: error: the plan failed verification; %s was not written\n", output);
+          pcgc_derivation_free(&d);
+          pcgc_program_free(prog);
+          pcgc_compile_result_destroy(&r);
+          pcgc_graph_free(g);
+          return vc;
+        }
+      }
+    } else {
+      st = pcgc_strategy_file_write(output, r.graph, &r.mapping, &info, &err);
+    }
+    pcgc_derivation_free(&d);
     if (st != PCGC_OK) {
       fprintf(stderr, "pcgc compile: ");
       pcgc_error_print(stderr, &err);

@@ -45,12 +45,15 @@ static void print_main_help(FILE *f) {
           "                simulate one training iteration of a baseline strategy (sequential,\n"
           "                data-parallel) or of a strategy file on a machine: time, idle, bytes\n"
           "                moved, memory\n"
-          "  run PLAN      train a compiled plan as one process per device (CPU backend, MPI);\n"
-          "                --check compares it with the single-process reference\n"
+          "  run PLAN      train a compiled plan as one process per device (CPU or CUDA backend,\n"
+          "                MPI); --check compares it with the single-process reference\n"
+          "  verify PLAN   check a plan by execution: the same strategy at the smallest sizes, one\n"
+          "                CPU process per device, against the single-device reference\n"
           "  plan show PLAN\n"
           "                print the lowered per-device programs: buffers, memory, instructions\n"
           "  profile MODEL --machine M -o DB\n"
-          "                measure the CPU kernels MODEL needs into a profile database for\n"
+          "                measure the kernels MODEL needs (CPU, or the GPU for GPU machines) into a\n"
+          "                profile database for\n"
           "                `simulate --profile DB`\n"
           "  rules check|list [PATH...]\n"
           "                check substitution rules by execution, or list them with their\n"
@@ -118,6 +121,8 @@ static void print_cmd_help(FILE *f, const char *cmd) {
     pcgc_cli_rules_help(f);
   } else if (strcmp(cmd, "run") == 0) {
     pcgc_cli_run_help(f);
+  } else if (strcmp(cmd, "verify") == 0) {
+    pcgc_cli_verify_help(f);
   } else if (strcmp(cmd, "plan") == 0) {
     pcgc_cli_plan_help(f);
   } else {
@@ -324,7 +329,8 @@ int main(int argc, char **argv) {
   if (strcmp(cmd, "profile") == 0) return pcgc_cli_profile(argc - 2, argv + 2);
   if (strcmp(cmd, "rules") == 0) return pcgc_cli_rules(argc - 2, argv + 2);
   if (strcmp(cmd, "run") == 0) return pcgc_cli_run(argc - 2, argv + 2);
+  if (strcmp(cmd, "verify") == 0) return pcgc_cli_verify(argc - 2, argv + 2);
   if (strcmp(cmd, "plan") == 0) return pcgc_cli_plan(argc - 2, argv + 2);
-  return pcgc_cli_usage_error(NULL, "unknown command '%s' (commands: check, show, dot, train, compile, simulate, profile, rules, help)",
+  return pcgc_cli_usage_error(NULL, "unknown command '%s' (commands: check, show, dot, train, compile, simulate, profile, rules, run, verify, plan, help)",
                               cmd);
 }

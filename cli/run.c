@@ -53,6 +53,8 @@ void pcgc_cli_run_help(FILE *f) {
           "                     turns rounding noise in a zero gradient into a whole step; check\n"
           "                     plans with sgd for the strictest comparison)\n"
           "  --tolerance T      relative tolerance of --check (default 1e-4)\n"
+          "  --check-report     --check, printing the weights that differ most and, on a mismatch,\n"
+          "                     the first weight in the model's order beyond tolerance and its reader\n"
           "  --threads N        BLAS threads per process (default: cores / processes on this machine)\n"
           "  --step-timeout S   abort the job when a step takes longer than S seconds (default 300):\n"
           "                     a rank that died or hangs never leaves the others waiting forever\n"
@@ -258,7 +260,7 @@ int pcgc_cli_run(int argc, char **argv) {
   bool resume = false;
   double every = 100, steps = 3, seed = 1, lr = -1, momentum = 0, tol = 1e-4, threads = 0, timeout = 300;
   int optim = -1; /* pcgc_optim_kind; -1: the plan's */
-  bool dropout = true, check = false, quiet = false;
+  bool dropout = true, check = false, quiet = false, check_report = false;
   for (int i = 0; i < argc; i++) {
     const char *a = argv[i];
     if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
@@ -268,6 +270,8 @@ int pcgc_cli_run(int argc, char **argv) {
       dropout = false;
     } else if (strcmp(a, "--check") == 0) {
       check = true;
+    } else if (strcmp(a, "--check-report") == 0) {
+      check = check_report = true;
     } else if (strcmp(a, "--quiet") == 0) {
       quiet = true;
     } else if (strcmp(a, "--resume") == 0) {
@@ -478,6 +482,7 @@ int pcgc_cli_run(int argc, char **argv) {
   if (lr > 0) o.opt.lr = lr;
   o.opt.momentum = momentum;
   o.check = check;
+  o.check_report = check_report;
   o.tolerance = tol;
   o.quiet = quiet;
   o.step_timeout = timeout;

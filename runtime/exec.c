@@ -546,6 +546,58 @@ static pcgc_status gather_weight(rt *R, int node, pcgc_buf_role role, float *who
 
 static pcgc_status ref_step_data(rt *R, pcgc_reference *ref, int64_t s);
 
+/* The operator that reads node w first ("linear 'h1'"), looking through
+ * the parallel operators that distribute it, for messages. */
+static void reader_of(const pcgc_graph *g, int w, char *buf, size_t n) {
+  for (int hops = 0; hops < 16; hops++) {
+    int next = -1;
+    for (int i = 0; i < g->n_nodes && next < 0; i++)
+      for (int j = 0; j < g->nodes[i].n_in; j++)
+        if (g->nodes[i].in[j].node == w) {
+          next = i;
+          break;
+        }
+    if (next < 0) break;
+    if (pcgc_op_class_of(g->nodes[next].kind) != PCGC_CLASS_PARALLEL) {
+      snprintf(buf, n, "%s '%s'", pcgc_op_name(g->nodes[next].kind), g->nodes[next].name);
+      return;
+    }
+    w = next;
+  }
+  snprintf(buf, n, "no operator");
+}
+
+/* --check-report: the largest differences per weight, and the first weight
+ * beyond tolerance in the model's order with the operator that reads it. */
+static void report_check(rt *R, const pcgc_run_result *res, const double *wd, int n_w, int first_bad) {
+  const pcgc_graph *g = R->g;
+  printf("check: losses of %d steps differ by at most %.2e; %d weights, the largest relative differences:\n",
+         R->o->steps, res->max_loss_diff, n_w);
+  bool *shown = calloc((size_t)g->n_nodes + 1, sizeof *shown);
+  for (int k = 0; shown && k < 8 && k < n_w; k++) {
+    int best = -1;
+    for (int i = 0; i < g->n_nodes; i++)
+      if (g->nodes[i].kind == PCGC_OP_WEIGHT && !shown[i] && (best < 0 || wd[i] > wd[best])) best = i;
+    if (best < 0) break;
+    shown[best] = true;
+    char r[256];
+    reader_of(g, best, r, sizeof r);
+    printf("  %10.2e  %-32s read by %s%s\n", wd[best], g->nodes[best].name, r,
+           wd[best] > R->o->tolerance ? "  MISMATCH" : "");
+  }
+  free(shown);
+  if (first_bad >= 0) {
+    char r[256];
+    reader_of(g, first_bad, r, sizeof r);
+    printf("first difference in the model's order: weight '%s' (read by %s) differs by %.2e > %g\n",
+           g->nodes[first_bad].name, r, wd[first_bad], R->o->tolerance);
+  } else if (res->max_loss_diff > R->o->tolerance) {
+    printf("first difference: the loss (%.2e > %g); every weight is within tolerance\n", res->max_loss_diff,
+           R->o->tolerance);
+  }
+  fflush(stdout);
+}
+
 /* Rank 0: the reference interpreter on the same graph and options; compares. */
 static pcgc_status check_against_reference(rt *R, pcgc_run_result *res, float **weights) {
   pcgc_ref_options ro;
@@ -566,6 +618,9 @@ static pcgc_status check_against_reference(rt *R, pcgc_run_result *res, float **
     if (d > res->max_loss_diff) res->max_loss_diff = d;
   }
   res->max_weight_diff = 0;
+  int n_w = 0, first_bad = -1;
+  double *wd = calloc((size_t)R->g->n_nodes + 1, sizeof *wd); /* per weight node: its difference */
+  if (!wd) st = PCGC_ERR_NOMEM;
   for (int i = 0; i < R->g->n_nodes && st == PCGC_OK; i++) {
     const pcgc_node *n = &R->g->nodes[i];
     if (n->kind != PCGC_OP_WEIGHT || !weights[i]) continue;
@@ -587,8 +642,13 @@ static pcgc_status check_against_reference(rt *R, pcgc_run_result *res, float **
       res->max_weight_diff = worst;
       snprintf(res->worst_tensor, sizeof res->worst_tensor, "%s", n->name);
     }
+    wd[i] = worst;
+    n_w++;
+    if (worst > R->o->tolerance && first_bad < 0) first_bad = i;
     free(want);
   }
+  if (st == PCGC_OK && R->o->check_report) report_check(R, res, wd, n_w, first_bad);
+  free(wd);
   pcgc_ref_free(ref);
   res->checked = true;
   res->check_ok = st == PCGC_OK && res->max_loss_diff <= R->o->tolerance && res->max_weight_diff <= R->o->tolerance;

@@ -39,6 +39,9 @@ typedef struct pcgc_run_options {
   bool quiet;              /* rank 0 prints no per-step line */
   bool check;              /* rank 0 also runs the reference interpreter on the
                               same graph and compares losses and final weights */
+  bool check_report;       /* with check: rank 0 prints per weight its largest relative
+                              difference (the largest few) and, on a mismatch, the first
+                              weight in the model's order beyond tolerance and its reader */
   double tolerance;        /* relative, for check (default 1e-4); with Adam each weight
                               element may differ by 2 lr steps more, since Adam makes
                               rounding noise in a zero gradient a whole step */

@@ -19,6 +19,7 @@ PACKAGES=(
   openmpi-bin libopenmpi-dev   # the distributed CPU runtime (runtime/, pcgc run)
   python3
   python3-torch python3-torchvision python3-onnx python3-numpy   # tests exporting PyTorch models
+  python3-xxhash                # tests re-sealing edited plans (XXH3-64 checksums)
 )
 
 check_only=0

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # main.sh — install dependencies, build pcgc into build/, check BERT-Large,
 # compile it for a DGX H100 (the fastest data x tensor x pipeline strategy the
-# simulator predicts, written to build/bert-large.plan.json) and simulate
-# that strategy, compile DLRM (where tensor parallelism wins), compile GPT-3
-# 2.7B for 16 GB P100s (it fits only pipelined in 1F1B order with its
-# activations recomputed), train the shipped CNN for a few steps on one
+# simulator predicts, verified by execution at small sizes as 8 MPI processes,
+# written to build/bert-large.plan.json) and simulate that strategy, compile
+# DLRM (where tensor parallelism wins), compile GPT-3 2.7B for 16 GB P100s (it
+# fits only pipelined in 1F1B order with its activations recomputed; verified
+# as 16 processes), train the shipped CNN for a few steps on one
 # CPU device, then compile the transformer block for this machine run as 4
 # CPU devices and run that plan as 4 MPI processes, checked against the
 # single-process reference.
@@ -20,10 +21,10 @@ bash scripts/install-deps.sh
 cmake -S . -B build -DWITH_CUDA=OFF
 cmake --build build -j"$(nproc)"
 build/pcgc check models/bert-large.pcg
-build/pcgc compile models/bert-large.pcg --machine dgx-h100 --batch 64 -o build/bert-large.plan.json
+build/pcgc compile models/bert-large.pcg --machine dgx-h100 --batch 64 --verify -o build/bert-large.plan.json
 build/pcgc simulate build/bert-large.plan.json --machine dgx-h100
 build/pcgc compile models/dlrm.pcg --machine dgx-h100 -o build/dlrm.plan.json
-build/pcgc compile models/gpt-3b.pcg --machine p100-4x4 --batch 16 -o build/gpt-3b.plan.json
+build/pcgc compile models/gpt-3b.pcg --machine p100-4x4 --batch 16 --verify -o build/gpt-3b.plan.json
 build/pcgc train models/cnn.pcg --steps 8 --optimizer adam
 build/pcgc compile models/transformer-block.pcg --machine cpu-4 -o build/transformer-block.cpu-4.json
 build/pcgc run build/transformer-block.cpu-4.json --steps 5 --check

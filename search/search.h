@@ -1116,6 +1116,25 @@ pcgc_status pcgc_views_dp_if_better(const pcgc_graph *g, int block, int t, const
  * Version 1 ("format": "pcgc-strategy", no devices, optimizer, program or
  * checksum) is still read. */
 
+/* How a plan was derived, recorded by `pcgc compile` so that `pcgc verify`
+ * can derive the same strategy again for other values of the model's
+ * constants: the model text and the constants set on the command line
+ * (--batch is B), and how many joint-search rewrites followed the expert
+ * strategy (the choice is the info's). */
+#define PCGC_DERIVATION_MAX_SETS 64
+typedef struct pcgc_derivation {
+  char file[1024];        /* the model file compile read */
+  char *source;           /* its text (owned; NULL: not recorded, e.g. an ONNX model) */
+  int n_set;
+  char set_names[PCGC_DERIVATION_MAX_SETS][64], set_values[PCGC_DERIVATION_MAX_SETS][64];
+  int loss;               /* --loss's op kind, -1: none */
+  int rewrites;           /* joint-search improvements applied after the expert strategy */
+} pcgc_derivation;
+void pcgc_derivation_free(pcgc_derivation *d);   /* frees source; accepts NULL */
+/* The plan's "derivation" member (checked like the rest of the plan):
+ * PCGC_OK with d->source NULL and d->file empty when the plan has none. */
+pcgc_status pcgc_strategy_file_derivation(const char *path, pcgc_derivation *d, pcgc_error *err);
+
 typedef struct pcgc_strategy_info {
   int version;                           /* 1 or 2 (reading); writing always writes 2 */
   char machine[PCGC_MACHINE_NAME_MAX];
@@ -1130,6 +1149,7 @@ typedef struct pcgc_strategy_info {
   double predicted_peak_bytes;           /* the simulator's largest device memory (0: not recorded) */
   bool has_choice;
   pcgc_expert_choice choice;
+  const pcgc_derivation *derivation;     /* writing: recorded when not NULL (borrowed) */
   bool has_program;                      /* codegen's summary */
   uint64_t program_digest;
   int64_t program_tasks, program_instructions, planned_peak_bytes, planned_arena_bytes;

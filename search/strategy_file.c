@@ -141,6 +141,19 @@ static cJSON *to_json(const pcgc_graph *g, const pcgc_mapping *mp, const pcgc_st
         !cJSON_AddBoolToObject(o, "recompute", info->choice.recompute))
       goto fail;
   }
+  if (info && info->derivation) {
+    const pcgc_derivation *d = info->derivation;
+    cJSON *sets;
+    if (!(o = cJSON_AddObjectToObject(root, "derivation")) || !cJSON_AddStringToObject(o, "file", d->file) ||
+        !(d->source ? cJSON_AddStringToObject(o, "source", d->source) : cJSON_AddNullToObject(o, "source")) ||
+        !(sets = cJSON_AddObjectToObject(o, "sets")) ||
+        !(d->loss >= 0 ? cJSON_AddStringToObject(o, "loss", pcgc_op_name((pcgc_op_kind)d->loss))
+                       : cJSON_AddNullToObject(o, "loss")) ||
+        !cJSON_AddNumberToObject(o, "rewrites", d->rewrites))
+      goto fail;
+    for (int i = 0; i < d->n_set; i++)
+      if (!cJSON_AddStringToObject(sets, d->set_names[i], d->set_values[i])) goto fail;
+  }
   if (info && info->has_program) {
     if (!(o = cJSON_AddObjectToObject(root, "program")) || !add_hex(o, "digest", "", info->program_digest) ||
         !cJSON_AddNumberToObject(o, "tasks", (double)info->program_tasks) ||
@@ -566,4 +579,68 @@ bool pcgc_strategy_file_detect(const char *path) {
   size_t i = 0;
   while (i < got && (buf[i] == ' ' || buf[i] == '\t' || buf[i] == '\n' || buf[i] == '\r')) i++;
   return i < got && buf[i] == '{' && (strstr(buf, "pcgc-plan") || strstr(buf, "pcgc-strategy"));
+}
+
+void pcgc_derivation_free(pcgc_derivation *d) {
+  if (!d) return;
+  free(d->source);
+  d->source = NULL;
+}
+
+pcgc_status pcgc_strategy_file_derivation(const char *path, pcgc_derivation *d, pcgc_error *err) {
+  memset(d, 0, sizeof *d);
+  d->loss = -1;
+  size_t len = 0;
+  char *text = pcgc_read_file(path, &len, err);
+  if (!text) return err && err->status ? err->status : PCGC_ERR_IO;
+  /* the whole plan is checked first (checksum, version, members) */
+  pcgc_graph *g = NULL;
+  pcgc_mapping mp;
+  pcgc_status st = pcgc_strategy_file_parse(text, len, path, 0, &g, &mp, NULL, err);
+  if (st == PCGC_OK) {
+    pcgc_mapping_destroy(&mp);
+    pcgc_graph_free(g);
+  }
+  cJSON *root = st == PCGC_OK ? cJSON_ParseWithLength(text, len) : NULL;
+  const cJSON *o = root ? cJSON_GetObjectItemCaseSensitive(root, "derivation") : NULL;
+  jtext J = {text, len, path};
+  if (st == PCGC_OK && o) {
+    const cJSON *file = cJSON_GetObjectItemCaseSensitive(o, "file"), *src = cJSON_GetObjectItemCaseSensitive(o, "source"),
+                *sets = cJSON_GetObjectItemCaseSensitive(o, "sets"), *loss = cJSON_GetObjectItemCaseSensitive(o, "loss"),
+                *rw = cJSON_GetObjectItemCaseSensitive(o, "rewrites");
+    size_t at = top_at(&J, "derivation");
+    if (!cJSON_IsObject(o) || !cJSON_IsString(file) || strlen(file->valuestring) >= sizeof d->file ||
+        !(cJSON_IsString(src) || cJSON_IsNull(src)) || !cJSON_IsObject(sets) ||
+        !(cJSON_IsString(loss) || cJSON_IsNull(loss)) || !cJSON_IsNumber(rw) || !(rw->valuedouble >= 0) ||
+        rw->valuedouble > 1e9) {
+      st = bad_at(err, &J, at, "\"derivation\" must be {\"file\", \"source\" (text or null), \"sets\" {NAME: "
+                  "\"VALUE\"}, \"loss\" (an op name or null), \"rewrites\" (0 to 1e9)}%s", "");
+    } else {
+      snprintf(d->file, sizeof d->file, "%s", file->valuestring);
+      d->rewrites = (int)rw->valuedouble;
+      if (cJSON_IsString(loss) && (d->loss = pcgc_op_from_name(loss->valuestring)) < 0)
+        st = bad_at(err, &J, at, "\"derivation\".\"loss\" names no operator%s", "");
+      const cJSON *it;
+      cJSON_ArrayForEach(it, sets) {
+        if (st != PCGC_OK) break;
+        if (d->n_set >= PCGC_DERIVATION_MAX_SETS || !cJSON_IsString(it) || strlen(it->string) >= sizeof d->set_names[0] ||
+            strlen(it->valuestring) >= sizeof d->set_values[0]) {
+          st = bad_at(err, &J, at, "\"derivation\".\"sets\" holds at most 64 constants, each \"NAME\": \"VALUE\"%s",
+                      "");
+          break;
+        }
+        snprintf(d->set_names[d->n_set], sizeof d->set_names[0], "%s", it->string);
+        snprintf(d->set_values[d->n_set++], sizeof d->set_values[0], "%s", it->valuestring);
+      }
+      size_t n = cJSON_IsString(src) ? strlen(src->valuestring) : 0;
+      if (st == PCGC_OK && cJSON_IsString(src) && !(d->source = malloc(n + 1)))
+        st = pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
+      else if (st == PCGC_OK && d->source)
+        memcpy(d->source, src->valuestring, n + 1);
+    }
+  }
+  cJSON_Delete(root);
+  free(text);
+  if (st != PCGC_OK) pcgc_derivation_free(d);
+  return st;
 }

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# test_verify.sh — `pcgc verify PLAN` and `pcgc compile --verify`: plans are
+# derived again from their record, shrunk to small sizes and trained as one
+# MPI process per device against the single-device reference:
+#   - every small model on cpu-4; BERT-Large and GPT-3 2.7B on dgx-h100 (8
+#     processes); DLRM on p100-4x4 (16); GPT-3 2.7B on p100-4x4 (dp 2 x tp 4
+#     x pp 2, 1F1B, recomputation; 16 processes);
+#   - refused: an edited plan (an operator's attribute, a removed reduce),
+#     a plan without a derivation record, a plan the joint search rewrote;
+#   - compile --verify writes the plan only when it verifies.
+# ctest runs: bash test_verify.sh PCGC SOURCE_DIR. Exit 0 = pass, 77 = skipped.
+set -uo pipefail
+pcgc=${1:?usage: test_verify.sh PCGC SOURCE_DIR}
+src=${2:?usage: test_verify.sh PCGC SOURCE_DIR}
+source "$src/tests/common/cli.sh"
+command -v mpirun >/dev/null || { echo "mpirun not found: skipped"; exit 77; }
+export ASAN_OPTIONS=detect_leaks=0   # Open MPI's own allocations at exit
+reseal="/usr/bin/python3 $src/tests/cli/reseal_plan.py"
+
+expect 0 "$pcgc" verify --help;          has "$tmp/out" "usage: pcgc verify PLAN"
+expect 0 "$pcgc" help verify;            has "$tmp/out" "--tolerance"
+expect 2 "$pcgc" verify;                 has "$tmp/err" "missing PLAN"
+expect 2 "$pcgc" verify x.json --steps 0; has "$tmp/err" "--steps must be a positive integer"
+expect 2 "$pcgc" verify x.json --bogus 1; has "$tmp/err" "unknown option '--bogus'"
+expect 3 "$pcgc" verify "$tmp/missing.json"
+
+# every small model on 4 CPU devices
+for m in mlp cnn transformer-block embedding-bag; do
+  expect 0 "$pcgc" compile "$src/models/$m.pcg" --machine cpu-4 --budget 0 -o "$tmp/$m.json"
+  expect 0 "$pcgc" verify "$tmp/$m.json"
+  has "$tmp/out" "derived again at its sizes: the same"
+  has "$tmp/out" "verified: 3 steps"
+  grep -E "^sizes" "$tmp/out" | sed "s/^/  $m: /"
+done
+# a constant fixed by --set
+expect 0 "$pcgc" verify "$tmp/mlp.json" --set HIDDEN=8; has "$tmp/out" "HIDDEN=8 (was 512)"
+expect 2 "$pcgc" verify "$tmp/mlp.json" --set NOPE=8;  has "$tmp/err" "no integer constant of that name"
+
+# the plans the README compiles for real clusters, at small sizes
+for spec in "bert-large dgx-h100" "gpt-3b dgx-h100" "dlrm p100-4x4" "gpt-3b p100-4x4 --batch 16"; do
+  set -- $spec
+  expect 0 "$pcgc" compile "$src/models/$1.pcg" --machine $2 --budget 0 ${3:-} ${4:-} -o "$tmp/$1-$2.json"
+  expect 0 "$pcgc" verify "$tmp/$1-$2.json"
+  has "$tmp/out" "verified: 3 steps"
+  grep -E "^sizes|^verified" "$tmp/out" | sed "s/^/  $1 on $2: /"
+done
+has "$tmp/out" "LAYERS=32"                  # the layer count is kept
+has "$tmp/out" "on 16 processes"
+
+# an edited plan: an attribute of one operator (the checksum resealed)
+$reseal "$tmp/transformer-block.json" "$tmp/edited.json" 'a = dropout(attn, rate=0.1)' 'a = dropout(attn, rate=0.2)'
+expect 1 "$pcgc" verify "$tmp/edited.json"; has "$tmp/err" "differs at dropout 'a'"
+# a removed reduce: the graph no longer type-checks where the partial sums were used
+expect 0 "$pcgc" compile "$src/models/mlp.pcg" --machine cpu-4 --choice tp=4 --budget 0 -o "$tmp/tp.json"
+red=$(grep -o '[A-Za-z0-9_.]* = reduce([A-Za-z0-9_.]*' "$tmp/tp.json" | head -1)
+if [ -n "$red" ]; then
+  name=${red%% =*}; arg=${red##*reduce(}
+  $reseal "$tmp/tp.json" "$tmp/noreduce.json" "$red, degree=4)" "$name = identity($arg)"
+  expect 1 "$pcgc" verify "$tmp/noreduce.json"    # refused where the partial sums are used, naming it
+  has "$tmp/err" "reduce() the partial sums first"; grep -E "error" "$tmp/err" | head -1 | cut -c1-160 | sed "s/^/  removed reduce: /"
+else
+  bad "the tensor-parallel MLP plan has no reduce"
+fi
+# no derivation record: a plan of version 1
+/usr/bin/python3 "$src/tests/runtime/make_plan.py" "$src/tests/data/parallel/mlp-dp4.pcg" cpu-4 "$tmp/v1.json"
+expect 1 "$pcgc" verify "$tmp/v1.json"; has "$tmp/err" "does not record how it was derived"
+# a plan the joint search rewrote
+expect 0 "$pcgc" compile "$src/models/dlrm.pcg" --machine dgx-h100 -o "$tmp/dlrm-joint.json"
+if grep -q '"rewrites":	0' "$tmp/dlrm-joint.json"; then
+  echo "  (the joint search left DLRM's expert strategy as it was: the refusal is not exercised)"
+else
+  expect 1 "$pcgc" verify "$tmp/dlrm-joint.json"; has "$tmp/err" "the joint search rewrote"
+fi
+
+# compile --verify: written only when verified
+expect 0 "$pcgc" compile "$src/models/cnn.pcg" --machine cpu-2 --budget 0 --verify -o "$tmp/cv.json"
+has "$tmp/out" "verified: 3 steps"; has "$tmp/out" "wrote $tmp/cv.json"
+[ -f "$tmp/cv.json" ] && ok || bad "compile --verify did not write the plan"
+ls "$tmp"/cv.json.verify.tmp >/dev/null 2>&1 && bad "compile --verify left its temporary plan" || ok
+finish test_verify
