@@ -96,13 +96,11 @@ pcgc_graph *pcgc_model_parse(const char *text, size_t len, const char *filename,
     pcgc_error_hint(err, "a model file describes layers, not data; is this the right file?");
     return NULL;
   }
-  pcgc__toks toks = {0};
   pcgc__arena arena = {0};
   pcgc__ast ast = {0};
   num *set_vals = NULL;
   pcgc_graph *g = NULL;
-  pcgc_status rc = pcgc__model_lex(&src, &toks);
-  if (rc == PCGC_OK) rc = pcgc__model_parse_ast(&src, &toks, &arena, &ast);
+  pcgc_status rc = pcgc__model_parse_ast(&src, &arena, &ast);
   if (rc == PCGC_OK && opts && opts->n_set > 0) {
     set_vals = calloc((size_t)opts->n_set, sizeof *set_vals);
     rc = set_vals ? check_options(&src, &ast, opts, set_vals)
@@ -113,7 +111,6 @@ pcgc_graph *pcgc_model_parse(const char *text, size_t len, const char *filename,
   if (rc == PCGC_OK) rc = pcgc__model_build(&src, &ast, opts, set_vals, &g);
   free(set_vals);
   pcgc__arena_free(&arena);
-  free(toks.v);
   if (rc != PCGC_OK) {
     if (err->status == PCGC_OK) err->status = rc;
     return NULL;

@@ -2,7 +2,8 @@
  * model_internal.h — private interface of the model-file reader, shared by
  * its three stages (not public API):
  *
- *   model_lex.c    text -> tokens; also the arena, error reporting at a
+ *   model_lex.c    text -> tokens, one at a time, and the token window both
+ *                  readers parse from; also the arena, error reporting at a
  *                  source span and "did you mean" suggestions
  *   model_parse.c  tokens -> syntax tree (recursive descent, one function
  *                  per grammar rule of docs/model-format.md)
@@ -100,14 +101,63 @@ typedef struct pcgc__tok {
   double f;
 } pcgc__tok;
 
-typedef struct pcgc__toks {
-  pcgc__tok *v;
-  int n, cap;
-} pcgc__toks;
+/* The lexer's state: tokens come one at a time, so no reader holds more
+ * than the few it is looking at (issue 17: memory stays proportional to the
+ * text, not to its tokens). */
+typedef struct pcgc__model_lexer {
+  const pcgc__src *src;
+  size_t i;          /* next byte */
+  size_t line_start; /* offset of the current line's first byte */
+  int line;
+  int depth; /* open ( and [ */
+  int last;  /* kind of the last token, -1 before the first */
+} pcgc__model_lexer;
 
-/* Splits the text into tokens, ending with one PCGC__TK_EOF. The caller frees
- * toks->v (also on error). */
-pcgc_status pcgc__model_lex(const pcgc__src *src, pcgc__toks *toks);
+void pcgc__model_lex_init(pcgc__model_lexer *L, const pcgc__src *src);
+/* The next token; after the end of the text, PCGC__TK_EOF again. */
+pcgc_status pcgc__model_lex_next(pcgc__model_lexer *L, pcgc__tok *tok);
+/* Lexes the whole text, keeping nothing: the first lexical error, if any.
+ * Readers call this before parsing, so that a bad character anywhere is
+ * reported before any syntax error, as when all tokens were read first. */
+pcgc_status pcgc__model_lex_check(const pcgc__src *src);
+
+/* A window on a token stream, shared by the model and rule readers. Tokens
+ * (of any type; `elem` bytes each, starting with their kind) are lexed when
+ * first looked at and kept in chunks of PCGC__TOKWIN_CHUNK; a token's address
+ * stays valid until pcgc__tokwin_drop drops the chunk that holds it, so a
+ * parser may keep pointers to the tokens of the construct it is reading, and
+ * drops what lies before each statement. The lexer must not fail (the text
+ * was checked first) except for lack of memory: then, as when a chunk cannot
+ * be had, the window answers its end-of-file token and sets `status`. */
+#define PCGC__TOKWIN_SHIFT 8
+#define PCGC__TOKWIN_CHUNK (1 << PCGC__TOKWIN_SHIFT)
+
+typedef pcgc_status (*pcgc__lex_fn)(void *lexer, void *tok);
+
+typedef struct pcgc__tokwin {
+  size_t elem;
+  pcgc__lex_fn lex;
+  void *lexer;
+  unsigned char **chunk; /* chunk c holds tokens [c * CHUNK, (c + 1) * CHUNK); NULL once dropped */
+  int n_chunk, cap_chunk;
+  int first;     /* chunks before it are dropped */
+  int n;         /* tokens lexed */
+  bool eof;      /* the last lexed token is the end of the file */
+  pcgc_status status;
+  const void *eof_tok; /* answered on failure */
+} pcgc__tokwin;
+
+void pcgc__tokwin_init(pcgc__tokwin *w, size_t elem, pcgc__lex_fn lex, void *lexer, const void *eof_tok);
+void pcgc__tokwin_free(pcgc__tokwin *w);
+const void *pcgc__tokwin_fill(pcgc__tokwin *w, int k);
+/* Token k (0-based, never a dropped one); past the end of the file, the
+ * end-of-file token. */
+static inline const void *pcgc__tokwin_at(pcgc__tokwin *w, int k) {
+  if (k < w->n) return w->chunk[k >> PCGC__TOKWIN_SHIFT] + (size_t)(k & (PCGC__TOKWIN_CHUNK - 1)) * w->elem;
+  return pcgc__tokwin_fill(w, k);
+}
+/* Frees the chunks that hold only tokens before token k. */
+void pcgc__tokwin_drop(pcgc__tokwin *w, int k);
 
 /* ---------------------------------------------------------- syntax tree */
 
@@ -209,11 +259,11 @@ typedef struct pcgc__ast {
   pcgc__stmt **stmts;
 } pcgc__ast;
 
-/* Parses the tokens into a syntax tree allocated in `arena`. Reports syntax
- * errors and misplaced statements (return outside a block, a second model
- * line, ...); names and shapes are checked later. */
-pcgc_status pcgc__model_parse_ast(const pcgc__src *src, const pcgc__toks *toks, pcgc__arena *arena,
-                                  pcgc__ast *ast);
+/* Parses the text into a syntax tree allocated in `arena`: lexical errors
+ * first (pcgc__model_lex_check), then syntax errors and misplaced statements
+ * (return outside a block, a second model line, ...); names and shapes are
+ * checked later. Tokens are read on demand, a statement's worth at a time. */
+pcgc_status pcgc__model_parse_ast(const pcgc__src *src, pcgc__arena *arena, pcgc__ast *ast);
 
 /* True if s[0..len) is a keyword of the format. */
 bool pcgc__model_is_keyword(const char *s, size_t len);

@@ -3,8 +3,11 @@
  * small utilities the parser and elaborator share: an arena, errors at a
  * source span, and edit-distance suggestions.
  *
- * The lexer turns the whole text into an array of tokens in one pass. It
- * counts the nesting of ( and [ so that newlines inside them vanish (a call
+ * The lexer hands out one token at a time (pcgc__model_lex_next); readers
+ * first run it over the whole text keeping nothing, so that lexical errors
+ * come before syntax errors, then parse from a window of tokens lexed on
+ * demand (pcgc__tokwin, also here), which keeps their memory proportional to
+ * the text rather than to the number of tokens. It counts the nesting of ( and [ so that newlines inside them vanish (a call
  * or a list may span lines). '{' and '}' reset that count: they never occur
  * inside brackets in a valid file, and resetting keeps one missing ')' from
  * swallowing every line of a block. A ';' outside brackets is an end of
@@ -155,14 +158,7 @@ bool pcgc__model_is_keyword(const char *s, size_t len) {
 
 /* ---------------------------------------------------------------- lexer */
 
-typedef struct lexer {
-  const pcgc__src *src;
-  pcgc__toks *toks;
-  size_t i;          /* next byte */
-  size_t line_start; /* offset of the current line's first byte */
-  int line;
-  int depth; /* open ( and [ */
-} lexer;
+typedef pcgc__model_lexer lexer;
 
 static bool is_alpha(unsigned char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
 static bool is_digit(unsigned char c) { return c >= '0' && c <= '9'; }
@@ -173,20 +169,10 @@ static pcgc__span span_at(const lexer *L, size_t off, size_t len) {
   return sp;
 }
 
-static pcgc_status push(lexer *L, pcgc__tok_kind kind, size_t off, size_t len) {
-  pcgc__toks *t = L->toks;
-  if (t->n == t->cap) {
-    int cap = t->cap ? t->cap * 2 : 256;
-    pcgc__tok *v = realloc(t->v, (size_t)cap * sizeof *v);
-    if (!v) return pcgc_error_set(L->src->err, PCGC_ERR_NOMEM, "out of memory reading the model");
-    t->v = v;
-    t->cap = cap;
-  }
-  pcgc__tok *tk = &t->v[t->n++];
+static void make(const lexer *L, pcgc__tok *tk, pcgc__tok_kind kind, size_t off, size_t len) {
   memset(tk, 0, sizeof *tk);
   tk->kind = kind;
   tk->sp = span_at(L, off, len);
-  return PCGC_OK;
 }
 
 /* Decodes one UTF-8 sequence at s[0..n); returns its length and the code
@@ -285,7 +271,7 @@ static pcgc_status lex_comment(lexer *L) {
 }
 
 /* name = (letter | _) {letter | digit | _} {"." (letter | digit | _)+} */
-static pcgc_status lex_name(lexer *L) {
+static pcgc_status lex_name(lexer *L, pcgc__tok *tk) {
   const pcgc__src *src = L->src;
   const unsigned char *t = (const unsigned char *)src->text;
   size_t start = L->i, i = L->i;
@@ -307,13 +293,13 @@ static pcgc_status lex_name(lexer *L) {
     pcgc_error_hint(src->err, "use a shorter name");
     return PCGC_ERR_PARSE;
   }
-  pcgc_status s = push(L, PCGC__TK_NAME, start, i - start);
+  make(L, tk, PCGC__TK_NAME, start, i - start);
   L->i = i;
-  return s;
+  return PCGC_OK;
 }
 
 /* number = digits ["." digits] [("e"|"E") ["+"|"-"] digits] | "." digits [...] */
-static pcgc_status lex_number(lexer *L) {
+static pcgc_status lex_number(lexer *L, pcgc__tok *tk) {
   const pcgc__src *src = L->src;
   const unsigned char *t = (const unsigned char *)src->text;
   size_t start = L->i, i = L->i, n = src->len;
@@ -358,9 +344,8 @@ static pcgc_status lex_number(lexer *L) {
       }
       v = v * 10 + d;
     }
-    pcgc_status s = push(L, PCGC__TK_INT, start, len);
-    if (s) return s;
-    L->toks->v[L->toks->n - 1].i = v;
+    make(L, tk, PCGC__TK_INT, start, len);
+    tk->i = v;
   } else {
     char buf[128];
     char *copy = len < sizeof buf ? buf : malloc(len + 1);
@@ -376,19 +361,11 @@ static pcgc_status lex_number(lexer *L) {
       pcgc_error_hint(src->err, "floats range up to about 1.8e308");
       return PCGC_ERR_PARSE;
     }
-    pcgc_status s = push(L, PCGC__TK_FLOAT, start, len);
-    if (s) return s;
-    L->toks->v[L->toks->n - 1].f = v;
+    make(L, tk, PCGC__TK_FLOAT, start, len);
+    tk->f = v;
   }
   L->i = i;
   return PCGC_OK;
-}
-
-/* One end-of-statement token for a run of newlines and ';'. */
-static pcgc_status push_eol(lexer *L, size_t off) {
-  const pcgc__toks *t = L->toks;
-  if (t->n == 0 || t->v[t->n - 1].kind == PCGC__TK_EOL) return PCGC_OK;
-  return push(L, PCGC__TK_EOL, off, 1);
 }
 
 static pcgc_status stray(lexer *L, unsigned char c) {
@@ -419,43 +396,116 @@ static pcgc_status stray(lexer *L, unsigned char c) {
   return PCGC_ERR_PARSE;
 }
 
-pcgc_status pcgc__model_lex(const pcgc__src *src, pcgc__toks *toks) {
-  lexer L = {src, toks, 0, 0, 1, 0};
+void pcgc__model_lex_init(lexer *L, const pcgc__src *src) {
   const unsigned char *t = (const unsigned char *)src->text;
-  size_t n = src->len;
-  if (n >= 3 && t[0] == 0xEF && t[1] == 0xBB && t[2] == 0xBF) L.i = L.line_start = 3;
+  *L = (lexer){src, 0, 0, 1, 0, -1};
+  if (src->len >= 3 && t[0] == 0xEF && t[1] == 0xBB && t[2] == 0xBF) L->i = L->line_start = 3;
+}
+
+pcgc_status pcgc__model_lex_next(lexer *L, pcgc__tok *tk) {
+  const unsigned char *t = (const unsigned char *)L->src->text;
+  size_t n = L->src->len;
   pcgc_status s = PCGC_OK;
-  while (s == PCGC_OK && L.i < n) {
-    unsigned char c = t[L.i];
+  tk->kind = PCGC__TK_EOF;
+  while (L->i < n) {
+    unsigned char c = t[L->i];
+    bool got = false;
     if (c == '\n') {
-      if (L.depth == 0) s = push_eol(&L, L.i);
-      L.i++;
-      L.line++;
-      L.line_start = L.i;
+      /* one end-of-statement token for a run of newlines and ';' */
+      if (L->depth == 0 && L->last != -1 && L->last != PCGC__TK_EOL) make(L, tk, PCGC__TK_EOL, L->i, 1), got = true;
+      L->i++;
+      L->line++;
+      L->line_start = L->i;
     } else if (c == ' ' || c == '\t' || c == '\r' || c == '\f' || c == '\v') {
-      L.i++;
+      L->i++;
     } else if (c == '#') {
-      s = lex_comment(&L);
+      s = lex_comment(L);
     } else if (c >= 0x80) {
-      s = bad_unicode(&L);
+      s = bad_unicode(L);
     } else if (is_alpha(c)) {
-      s = lex_name(&L);
-    } else if (is_digit(c) || (c == '.' && L.i + 1 < n && is_digit(t[L.i + 1]))) {
-      s = lex_number(&L);
+      s = lex_name(L, tk), got = true;
+    } else if (is_digit(c) || (c == '.' && L->i + 1 < n && is_digit(t[L->i + 1]))) {
+      s = lex_number(L, tk), got = true;
     } else if (strchr("()[]{},=:;+-*/%", c) && c != 0) {
-      if (c == ';' && L.depth == 0) {
-        s = push_eol(&L, L.i);
+      if (c == ';' && L->depth == 0) {
+        if (L->last != -1 && L->last != PCGC__TK_EOL) make(L, tk, PCGC__TK_EOL, L->i, 1), got = true;
       } else {
-        if (c == '(' || c == '[') L.depth++;
-        if ((c == ')' || c == ']') && L.depth > 0) L.depth--;
-        if (c == '{' || c == '}') L.depth = 0;
-        s = push(&L, PCGC__TK_PUNCT, L.i, 1);
+        if (c == '(' || c == '[') L->depth++;
+        if ((c == ')' || c == ']') && L->depth > 0) L->depth--;
+        if (c == '{' || c == '}') L->depth = 0;
+        make(L, tk, PCGC__TK_PUNCT, L->i, 1), got = true;
       }
-      L.i++;
+      L->i++;
     } else {
-      s = stray(&L, c);
+      s = stray(L, c);
+    }
+    if (s) return s;
+    if (got) {
+      L->last = (int)tk->kind;
+      return PCGC_OK;
     }
   }
-  if (s == PCGC_OK) s = push(&L, PCGC__TK_EOF, n, 0);
+  make(L, tk, PCGC__TK_EOF, n, 0);
+  L->last = PCGC__TK_EOF;
+  return PCGC_OK;
+}
+
+pcgc_status pcgc__model_lex_check(const pcgc__src *src) {
+  lexer L;
+  pcgc__tok tk;
+  pcgc__model_lex_init(&L, src);
+  pcgc_status s;
+  while ((s = pcgc__model_lex_next(&L, &tk)) == PCGC_OK && tk.kind != PCGC__TK_EOF) continue;
   return s;
+}
+
+/* --------------------------------------------------------- token window */
+
+void pcgc__tokwin_init(pcgc__tokwin *w, size_t elem, pcgc__lex_fn lex, void *lexer, const void *eof_tok) {
+  *w = (pcgc__tokwin){.elem = elem, .lex = lex, .lexer = lexer, .eof_tok = eof_tok};
+}
+
+void pcgc__tokwin_free(pcgc__tokwin *w) {
+  for (int c = 0; c < w->n_chunk; c++) free(w->chunk[c]);
+  free(w->chunk);
+  w->chunk = NULL;
+  w->n_chunk = w->cap_chunk = w->n = 0;
+}
+
+const void *pcgc__tokwin_fill(pcgc__tokwin *w, int k) {
+  while (!w->eof && w->status == PCGC_OK && w->n <= k) {
+    int c = w->n >> PCGC__TOKWIN_SHIFT;
+    if (c == w->n_chunk) {
+      if (w->n_chunk == w->cap_chunk) {
+        int cap = w->cap_chunk ? w->cap_chunk * 2 : 16;
+        unsigned char **v = realloc(w->chunk, (size_t)cap * sizeof *v);
+        if (!v) {
+          w->status = PCGC_ERR_NOMEM;
+          break;
+        }
+        w->chunk = v;
+        w->cap_chunk = cap;
+      }
+      if (!(w->chunk[c] = malloc(PCGC__TOKWIN_CHUNK * w->elem))) {
+        w->status = PCGC_ERR_NOMEM;
+        break;
+      }
+      w->n_chunk++;
+    }
+    void *tok = w->chunk[c] + (size_t)(w->n & (PCGC__TOKWIN_CHUNK - 1)) * w->elem;
+    if ((w->status = w->lex(w->lexer, tok)) != PCGC_OK) break;
+    w->n++;
+    /* every token type starts with its kind (an enum) */
+    w->eof = *(const int *)tok == *(const int *)w->eof_tok;
+  }
+  if (k < w->n) return pcgc__tokwin_at(w, k);
+  if (w->eof) return pcgc__tokwin_at(w, w->n - 1);
+  return w->eof_tok;
+}
+
+void pcgc__tokwin_drop(pcgc__tokwin *w, int k) {
+  for (; w->first < w->n_chunk && (w->first + 1) * PCGC__TOKWIN_CHUNK <= k; w->first++) {
+    free(w->chunk[w->first]);
+    w->chunk[w->first] = NULL;
+  }
 }

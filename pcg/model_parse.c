@@ -1,7 +1,8 @@
 /*
  * model_parse.c — recursive-descent parser of the model format: tokens from
  * model_lex.c in, a syntax tree (model_internal.h) out, one function per rule
- * of the grammar in docs/model-format.md.
+ * of the grammar in docs/model-format.md. Tokens are lexed as the parser
+ * reaches them, into a window that drops those before each statement.
  *
  * The parser checks syntax and where statements may stand (a second `model`
  * line, `const`/`input`/`block` inside a block, `return` outside one or not
@@ -16,6 +17,7 @@
  * tree height limit for long operator chains) so that neither parsing nor
  * evaluation can exhaust the stack.
  */
+#include <assert.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -24,8 +26,8 @@
 
 typedef struct parser {
   const pcgc__src *src;
-  const pcgc__tok *tk;
-  int n, pos;
+  pcgc__tokwin *win; /* tokens, lexed on demand */
+  int pos;
   pcgc__arena *arena;
   int depth;                 /* open ( and unary minus in the current expression */
   const pcgc__stmt *model;   /* the first `model` statement */
@@ -33,14 +35,16 @@ typedef struct parser {
 
 /* ------------------------------------------------------------- helpers */
 
-static const pcgc__tok *peek(const parser *P) { return &P->tk[P->pos]; }
+/* Token k. Pointers to tokens stay valid until the next statement starts
+ * (parse_stmt drops the tokens before it). */
+static const pcgc__tok *tok_at(const parser *P, int k) { return pcgc__tokwin_at(P->win, k); }
 
-static const pcgc__tok *peek2(const parser *P) {
-  return P->pos + 1 < P->n ? &P->tk[P->pos + 1] : &P->tk[P->n - 1];
-}
+static const pcgc__tok *peek(const parser *P) { return tok_at(P, P->pos); }
+
+static const pcgc__tok *peek2(const parser *P) { return tok_at(P, P->pos + 1); }
 
 static const pcgc__tok *advance(parser *P) {
-  const pcgc__tok *t = &P->tk[P->pos];
+  const pcgc__tok *t = peek(P);
   if (t->kind != PCGC__TK_EOF) P->pos++;
   return t;
 }
@@ -148,8 +152,8 @@ static pcgc_status expect_name(parser *P, const char *what, pcgc__ident *id) {
 /* True if an unmatched `close` follows before the statement ends. */
 static bool closed_later(const parser *P, char close) {
   int d = 0;
-  for (int k = P->pos; k < P->n; k++) {
-    const pcgc__tok *t = &P->tk[k];
+  for (int k = P->pos;; k++) {
+    const pcgc__tok *t = tok_at(P, k);
     if (is_end(t)) return false;
     if (t->kind != PCGC__TK_PUNCT) continue;
     char c = tok_text(P, t)[0];
@@ -517,7 +521,7 @@ static pcgc_status parse_layer(parser *P, pcgc__stmt *st) {
     advance(P);
     pcgc_status s = expect_punct_after(P, '(', "'repeat'", "h = repeat(24) block(x, key=value)");
     if (s) return s;
-    const pcgc__tok *open = &P->tk[P->pos - 1];
+    const pcgc__tok *open = tok_at(P, P->pos - 1);
     if ((s = parse_expr(P, &st->repeat))) return s;
     if (!is_punct(P, peek(P), ')')) return bad_in_list(P, open, ')', "the repeat count", false);
     advance(P);
@@ -618,14 +622,14 @@ static pcgc_status parse_block(parser *P, pcgc__stmt *st) {
     FAIL(P, peek(P)->sp, "expected '{' to open the body of block '%s', found %s", st->name.s, DESC(peek(P)));
     return hint(P, "a block is written: block %s(tensor x) { y = relu(x); return y }", st->name.s);
   }
-  const pcgc__tok *brace = advance(P);
+  const pcgc__tok brace = *advance(P); /* a copy: the body's statements drop the tokens before them */
   cap = 0;
   for (;;) {
     while (peek(P)->kind == PCGC__TK_EOL) advance(P);
     const pcgc__tok *t = peek(P);
     if (is_punct(P, t, '}')) break;
     if (t->kind == PCGC__TK_EOF) {
-      FAIL(P, brace->sp, "block '%s' is never closed", st->name.s);
+      FAIL(P, brace.sp, "block '%s' is never closed", st->name.s);
       return hint(P, "add '}' after its return statement");
     }
     if (st->n_body > 0 && st->body[st->n_body - 1]->kind == PCGC__ST_RETURN) {
@@ -681,6 +685,8 @@ static pcgc_status not_in_block(parser *P, const pcgc__tok *t, const char *block
 
 /* statement = model | const | input | weight | layer | block | return */
 static pcgc_status parse_stmt(parser *P, bool in_block, const char *block_name, pcgc__stmt **out) {
+  /* no token before the statement is looked at again (keep one, as a guard) */
+  pcgc__tokwin_drop(P->win, P->pos - 1);
   const pcgc__tok *t = peek(P);
   pcgc__stmt *st = pcgc__arena_alloc(P->arena, sizeof *st);
   if (!st) return oom(P);
@@ -743,13 +749,21 @@ static pcgc_status parse_stmt(parser *P, bool in_block, const char *block_name, 
   return PCGC_OK;
 }
 
-pcgc_status pcgc__model_parse_ast(const pcgc__src *src, const pcgc__toks *toks, pcgc__arena *arena,
-                                  pcgc__ast *ast) {
-  parser state = {src, toks->v, toks->n, 0, arena, 0, NULL};
-  parser *P = &state;
-  int cap = 0;
+static pcgc_status lex_next(void *lexer, void *tok) { return pcgc__model_lex_next(lexer, tok); }
+
+pcgc_status pcgc__model_parse_ast(const pcgc__src *src, pcgc__arena *arena, pcgc__ast *ast) {
   ast->n = 0;
   ast->stmts = NULL;
+  pcgc_status s = pcgc__model_lex_check(src);
+  if (s) return s;
+  static const pcgc__tok eof = {.kind = PCGC__TK_EOF};
+  pcgc__model_lexer lexer;
+  pcgc__model_lex_init(&lexer, src);
+  pcgc__tokwin win;
+  pcgc__tokwin_init(&win, sizeof(pcgc__tok), lex_next, &lexer, &eof);
+  parser state = {src, &win, 0, arena, 0, NULL};
+  parser *P = &state;
+  int cap = 0;
   for (;;) {
     const pcgc__tok *t = peek(P);
     if (t->kind == PCGC__TK_EOL) {
@@ -758,9 +772,20 @@ pcgc_status pcgc__model_parse_ast(const pcgc__src *src, const pcgc__toks *toks, 
     }
     if (t->kind == PCGC__TK_EOF) break;
     pcgc__stmt *st;
-    pcgc_status s = parse_stmt(P, false, NULL, &st);
-    if (s) return s;
-    PUSH(P, ast->stmts, ast->n, cap, st);
+    if ((s = parse_stmt(P, false, NULL, &st))) break;
+    if (ast->n == cap) {
+      void *v = grow(P, ast->stmts, ast->n, &cap, sizeof *ast->stmts);
+      if (!v) {
+        s = oom(P);
+        break;
+      }
+      ast->stmts = v;
+    }
+    ast->stmts[ast->n++] = st;
   }
-  return PCGC_OK;
+  /* the lexer already read the text once, so only memory can fail it */
+  assert(win.status == PCGC_OK || win.status == PCGC_ERR_NOMEM);
+  if (win.status != PCGC_OK) s = oom(P);
+  pcgc__tokwin_free(&win);
+  return s;
 }

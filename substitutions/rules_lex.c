@@ -2,9 +2,12 @@
  * rules_lex.c — the tokenizer of rule files (docs/rules.md), errors at a
  * source position, and the token-stream helpers of the parser.
  *
- * One pass over the text gives an array of tokens: names (keywords are names
- * the parser recognises), integers, floats, punctuation (the two-character
- * comparisons and `...` are single tokens) and a final end of file. Newlines
+ * The lexer hands out one token at a time: the reader first runs it over
+ * the whole text keeping nothing (so lexical errors come first), then parses
+ * from a window of tokens lexed on demand (pcgc__tokwin). Tokens are: names
+ * (keywords are names the parser recognises), integers, floats, punctuation
+ * (the two-character comparisons and `...` are single tokens) and a final
+ * end of file. Newlines
  * mean nothing: statements end with ';'. `#` starts a comment to the end of
  * the line, which may hold any bytes but NUL. Outside comments only printable
  * ASCII and whitespace are allowed; anything else is an error naming the byte.
@@ -63,13 +66,7 @@ bool pcgc__rules_is_keyword(const char *s, size_t n) {
 
 /* ---------------------------------------------------------------- lexer */
 
-typedef struct lexer {
-  const pcgc__src *src;
-  pcgc__rtoks *toks;
-  size_t i;          /* next byte */
-  size_t line_start; /* offset of the current line's first byte */
-  int line;
-} lexer;
+typedef pcgc__rules_lexer lexer;
 
 static bool is_alpha(unsigned char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
 static bool is_digit(unsigned char c) { return c >= '0' && c <= '9'; }
@@ -91,24 +88,14 @@ static pcgc_status fail_at(const lexer *L, size_t off, size_t len, const char *f
   return pcgc__rules_fail(L->src, loc_at(L, off), (int)(len > 200 ? 200 : len), "%s", msg);
 }
 
-static pcgc_status push(lexer *L, pcgc__rtok_kind kind, int p, size_t off, size_t len) {
-  pcgc__rtoks *t = L->toks;
-  if (t->n == t->cap) {
-    int cap = t->cap ? t->cap * 2 : 256;
-    pcgc__rtok *v = realloc(t->v, (size_t)cap * sizeof *v);
-    if (!v) return pcgc_error_set(L->src->err, PCGC_ERR_NOMEM, "out of memory reading rules");
-    t->v = v;
-    t->cap = cap;
-  }
-  pcgc__rtok *tk = &t->v[t->n++];
+static void make(const lexer *L, pcgc__rtok *tk, pcgc__rtok_kind kind, int p, size_t off, size_t len) {
   memset(tk, 0, sizeof *tk);
   tk->kind = kind;
   tk->p = p;
   tk->sp = (pcgc__span){(int)off, (int)len, L->line, (int)(off - L->line_start) + 1};
-  return PCGC_OK;
 }
 
-static pcgc_status lex_name(lexer *L) {
+static pcgc_status lex_name(lexer *L, pcgc__rtok *tk) {
   const unsigned char *t = (const unsigned char *)L->src->text;
   size_t start = L->i, i = L->i;
   while (i < L->src->len && is_alnum(t[i])) i++;
@@ -117,12 +104,13 @@ static pcgc_status lex_name(lexer *L) {
     pcgc_error_hint(L->src->err, "use a shorter name");
     return PCGC_ERR_PARSE;
   }
+  make(L, tk, PCGC__RT_NAME, 0, start, i - start);
   L->i = i;
-  return push(L, PCGC__RT_NAME, 0, start, i - start);
+  return PCGC_OK;
 }
 
 /* number = digits ["." digits] [("e"|"E") ["+"|"-"] digits] */
-static pcgc_status lex_number(lexer *L) {
+static pcgc_status lex_number(lexer *L, pcgc__rtok *tk) {
   const pcgc__src *src = L->src;
   const unsigned char *t = (const unsigned char *)src->text;
   size_t start = L->i, i = L->i, n = src->len;
@@ -161,10 +149,10 @@ static pcgc_status lex_number(lexer *L) {
       }
       v = v * 10 + d;
     }
-    pcgc_status s = push(L, PCGC__RT_INT, 0, start, len);
-    if (s == PCGC_OK) L->toks->v[L->toks->n - 1].i = v;
+    make(L, tk, PCGC__RT_INT, 0, start, len);
+    tk->i = v;
     L->i = i;
-    return s;
+    return PCGC_OK;
   }
   char buf[64];
   if (len >= sizeof buf) {
@@ -180,10 +168,10 @@ static pcgc_status lex_number(lexer *L) {
     pcgc_error_hint(src->err, "floats range up to about 1.8e308");
     return PCGC_ERR_PARSE;
   }
-  pcgc_status s = push(L, PCGC__RT_FLOAT, 0, start, len);
-  if (s == PCGC_OK) L->toks->v[L->toks->n - 1].f = v;
+  make(L, tk, PCGC__RT_FLOAT, 0, start, len);
+  tk->f = v;
   L->i = i;
-  return s;
+  return PCGC_OK;
 }
 
 static pcgc_status stray(lexer *L, unsigned char c) {
@@ -211,48 +199,64 @@ static pcgc_status stray(lexer *L, unsigned char c) {
   return PCGC_ERR_PARSE;
 }
 
-pcgc_status pcgc__rules_lex(const pcgc__src *src, pcgc__rtoks *toks) {
-  lexer L = {src, toks, 0, 0, 1};
+void pcgc__rules_lex_init(lexer *L, const pcgc__src *src) {
+  const unsigned char *t = (const unsigned char *)src->text;
+  *L = (lexer){src, 0, 0, 1};
+  if (src->len >= 3 && t[0] == 0xEF && t[1] == 0xBB && t[2] == 0xBF) L->i = L->line_start = 3;
+}
+
+pcgc_status pcgc__rules_lex_next(lexer *L, pcgc__rtok *tk) {
+  const pcgc__src *src = L->src;
   const unsigned char *t = (const unsigned char *)src->text;
   size_t n = src->len;
-  if (n >= 3 && t[0] == 0xEF && t[1] == 0xBB && t[2] == 0xBF) L.i = L.line_start = 3;
-  pcgc_status s = PCGC_OK;
-  while (s == PCGC_OK && L.i < n) {
-    unsigned char c = t[L.i];
+  while (L->i < n) {
+    unsigned char c = t[L->i];
     if (c == '\n') {
-      L.i++;
-      L.line++;
-      L.line_start = L.i;
+      L->i++;
+      L->line++;
+      L->line_start = L->i;
     } else if (c == ' ' || c == '\t' || c == '\r' || c == '\f' || c == '\v') {
-      L.i++;
+      L->i++;
     } else if (c == '#') {
-      while (L.i < n && t[L.i] != '\n') {
-        if (t[L.i] == 0) {
-          fail_at(&L, L.i, 1, "NUL byte in a comment");
+      while (L->i < n && t[L->i] != '\n') {
+        if (t[L->i] == 0) {
+          fail_at(L, L->i, 1, "NUL byte in a comment");
           pcgc_error_hint(src->err, "a rules file is text; remove the binary data");
           return PCGC_ERR_PARSE;
         }
-        L.i++;
+        L->i++;
       }
     } else if (is_alpha(c)) {
-      s = lex_name(&L);
+      return lex_name(L, tk);
     } else if (is_digit(c)) {
-      s = lex_number(&L);
-    } else if (c == '.' && L.i + 2 < n && t[L.i + 1] == '.' && t[L.i + 2] == '.') {
-      s = push(&L, PCGC__RT_PUNCT, PCGC__RP_ELLIPSIS, L.i, 3);
-      L.i += 3;
-    } else if ((c == '=' || c == '!' || c == '<' || c == '>') && L.i + 1 < n && t[L.i + 1] == '=') {
+      return lex_number(L, tk);
+    } else if (c == '.' && L->i + 2 < n && t[L->i + 1] == '.' && t[L->i + 2] == '.') {
+      make(L, tk, PCGC__RT_PUNCT, PCGC__RP_ELLIPSIS, L->i, 3);
+      L->i += 3;
+      return PCGC_OK;
+    } else if ((c == '=' || c == '!' || c == '<' || c == '>') && L->i + 1 < n && t[L->i + 1] == '=') {
       int p = c == '=' ? PCGC__RP_EQ : c == '!' ? PCGC__RP_NE : c == '<' ? PCGC__RP_LE : PCGC__RP_GE;
-      s = push(&L, PCGC__RT_PUNCT, p, L.i, 2);
-      L.i += 2;
+      make(L, tk, PCGC__RT_PUNCT, p, L->i, 2);
+      L->i += 2;
+      return PCGC_OK;
     } else if (c != 0 && strchr("()[]{},;:=.*+-/%<>", c)) {
-      s = push(&L, PCGC__RT_PUNCT, c, L.i, 1);
-      L.i++;
+      make(L, tk, PCGC__RT_PUNCT, c, L->i, 1);
+      L->i++;
+      return PCGC_OK;
     } else {
-      s = stray(&L, c);
+      return stray(L, c);
     }
   }
-  if (s == PCGC_OK) s = push(&L, PCGC__RT_EOF, 0, n, 0);
+  make(L, tk, PCGC__RT_EOF, 0, n, 0);
+  return PCGC_OK;
+}
+
+pcgc_status pcgc__rules_lex_check(const pcgc__src *src) {
+  lexer L;
+  pcgc__rtok tk;
+  pcgc__rules_lex_init(&L, src);
+  pcgc_status s;
+  while ((s = pcgc__rules_lex_next(&L, &tk)) == PCGC_OK && tk.kind != PCGC__RT_EOF) continue;
   return s;
 }
 
@@ -320,7 +324,7 @@ void pcgc__rp_close(parser *P) { advance(P), P->n_open--; }
 pcgc_status pcgc__rp_expected(parser *P, const char *what, const char *hint_text) {
   const pcgc__rtok *t = peek(P);
   if (t->kind == PCGC__RT_EOF && P->n_open > 0) {
-    const pcgc__rtok *o = &P->tk[P->open[P->n_open - 1]];
+    const pcgc__rtok *o = tok_at(P, P->open[P->n_open - 1]);
     const char *w = P->open_what[P->n_open - 1];
     if (w)
       FAIL(P, o, "'%c' of %s is never closed", o->p, w);
@@ -340,7 +344,7 @@ pcgc_status pcgc__rp_expect_semi(parser *P, const char *after) {
     return PCGC_OK;
   }
   if (peek(P)->kind == PCGC__RT_EOF && P->n_open > 0) return pcgc__rp_expected(P, "';'", "");
-  const pcgc__rtok *prev = &P->tk[P->pos - 1];
+  const pcgc__rtok *prev = tok_at(P, P->pos - 1);
   pcgc_srcloc loc = {P->src->file, prev->sp.line, prev->sp.col + prev->sp.len};
   pcgc__rp_fail(P, loc, 1, "expected ';' after %s, found %s", after, DESC(peek(P)));
   return pcgc__rp_hint(P, "every statement ends with ';'");

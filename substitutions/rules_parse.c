@@ -15,6 +15,7 @@
  * stops the parse.
  */
 #define _POSIX_C_SOURCE 200809L /* strndup */
+#include <assert.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -211,8 +212,8 @@ static pcgc_status parse_atom(parser *P, int32_t *out) {
     if (!is_p(peek(P), ')')) return pcgc__rp_expected(P, "')'", "check the parentheses");
     pcgc__rp_close(P);
     P->depth--;
-    P->start[*out] = P->tk[open_tok].sp.off; /* the caret covers the parentheses */
-    P->r->ex[*out].loc = loc_of(P, &P->tk[open_tok]);
+    P->start[*out] = tok_at(P, open_tok)->sp.off; /* the caret covers the parentheses */
+    P->r->ex[*out].loc = loc_of(P, tok_at(P, open_tok));
     end_rx(P, *out);
     return PCGC_OK;
   }
@@ -511,7 +512,7 @@ static pcgc_status parse_attr(parser *P, rnode *nd) {
 static pcgc_status parse_copy(parser *P, rnode *nd) {
   const pcgc__rtok *t = peek(P);
   const char *s = TOKSTR(P, t);
-  if (!is_p(&P->tk[P->pos + 2], '*')) {
+  if (!is_p(tok_at(P, P->pos + 2), '*')) {
     advance(P), advance(P);
     return pcgc__rp_expected(P, "'*' after '.'",
                              "NAME.* copies every attribute of a match node; attributes are KEY=value");
@@ -609,8 +610,8 @@ static pcgc_status parse_node(parser *P, rside *side) {
     const pcgc__rtok *t = peek(P);
     if (!is_under(P, t) && (s = pcgc__rp_check_new_name(P, t, "an output name"))) return s;
     for (int i = 0; i < n_outs && !is_under(P, t); i++)
-      if (P->tk[out_tok[i]].sp.len == t->sp.len &&
-          memcmp(text(P, &P->tk[out_tok[i]]), text(P, t), (size_t)t->sp.len) == 0) {
+      if (tok_at(P, out_tok[i])->sp.len == t->sp.len &&
+          memcmp(text(P, tok_at(P, out_tok[i])), text(P, t), (size_t)t->sp.len) == 0) {
         FAIL(P, t, "'%s' appears twice on the left of '='", TOKSTR(P, t));
         return pcgc__rp_hint(P, "give each output its own name");
       }
@@ -625,7 +626,7 @@ static pcgc_status parse_node(parser *P, rside *side) {
   }
   const pcgc__rtok *t = peek(P);
   if (!is_p(t, '=')) {
-    const pcgc__rtok *first = &P->tk[out_tok[0]];
+    const pcgc__rtok *first = tok_at(P, out_tok[0]);
     if (n_outs == 1 && t->kind == PCGC__RT_NAME) {
       pcgc__suggest sg;
       pcgc__suggest_init(&sg, TOKSTR(P, first));
@@ -667,7 +668,7 @@ static pcgc_status parse_node(parser *P, rside *side) {
   nd->loc = loc_of(P, op_tok);
   nd->len = op_tok->sp.len;
   nd->n_outs = n_outs;
-  for (int i = 0; i < n_outs; i++) nd->outs[i] = is_under(P, &P->tk[out_tok[i]]) ? -1 : 0;
+  for (int i = 0; i < n_outs; i++) nd->outs[i] = is_under(P, tok_at(P, out_tok[i])) ? -1 : 0;
   advance(P);
   if (!is_p(peek(P), '('))
     return pcgc__rp_expected(P, "'(' after the operator", "a node is written NAME = op(tensors..., KEY=value);");
@@ -676,7 +677,7 @@ static pcgc_status parse_node(parser *P, rside *side) {
   int node = side->n_nodes++;
   for (int i = 0; i < n_outs; i++) {
     if (nd->outs[i] < 0) continue;
-    const pcgc__rtok *o = &P->tk[out_tok[i]];
+    const pcgc__rtok *o = tok_at(P, out_tok[i]);
     if ((s = pcgc__rp_check_new_name(P, o, "an output name")) ||
         (s = pcgc__rp_add_tensor(P, o, P->side == SIDE_REWRITE, node, i, &nd->outs[i])))
       return s;
@@ -1027,6 +1028,8 @@ static const pcgc_rule *find_rule(const parser *P, const char *name) {
 
 /* rule = "rule" NAME [ params ] "{" match [ where ] rewrite "}" */
 static pcgc_status parse_rule(parser *P) {
+  /* no token before the rule is looked at again (keep one, as a guard) */
+  pcgc__tokwin_drop(P->win, P->pos - 1);
   advance(P);
   const pcgc__rtok *t = peek(P);
   if (t->kind != PCGC__RT_NAME)
@@ -1097,19 +1100,30 @@ static pcgc_status parse_rule(parser *P) {
   return PCGC_OK;
 }
 
-pcgc_status pcgc__rules_parse(const pcgc__src *src, const pcgc__rtoks *toks, const pcgc_ruleset *rs, pcgc_rule ***out,
-                              int *n_out) {
-  parser state = {.src = src, .tk = toks->v, .n = toks->n, .rs = rs};
-  parser *P = &state;
-  pcgc_status s = PCGC_OK;
+static pcgc_status lex_next(void *lexer, void *tok) { return pcgc__rules_lex_next(lexer, tok); }
+
+pcgc_status pcgc__rules_parse(const pcgc__src *src, const pcgc_ruleset *rs, pcgc_rule ***out, int *n_out) {
   *out = NULL;
   *n_out = 0;
+  pcgc_status s = pcgc__rules_lex_check(src);
+  if (s != PCGC_OK) return s;
+  static const pcgc__rtok eof = {.kind = PCGC__RT_EOF};
+  pcgc__rules_lexer lexer;
+  pcgc__rules_lex_init(&lexer, src);
+  pcgc__tokwin win;
+  pcgc__tokwin_init(&win, sizeof(pcgc__rtok), lex_next, &lexer, &eof);
+  parser state = {.src = src, .win = &win, .rs = rs};
+  parser *P = &state;
   while (s == PCGC_OK && peek(P)->kind != PCGC__RT_EOF) {
     if (is_kw(P, peek(P), "rule"))
       s = parse_rule(P);
     else
       s = pcgc__rp_expected(P, "'rule'", "a rules file holds rules: rule NAME { match { ... } rewrite { ... } }");
   }
+  /* the lexer already read the text once, so only memory can fail it */
+  assert(win.status == PCGC_OK || win.status == PCGC_ERR_NOMEM);
+  if (win.status != PCGC_OK) s = pcgc__rp_oom(P);
+  pcgc__tokwin_free(&win);
   free(P->height);
   free(P->start);
   pcgc__rule_index_clear(&P->names);

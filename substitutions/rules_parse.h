@@ -2,8 +2,9 @@
  * rules_parse.h — private interface of the rule-file reader (not public API),
  * shared by its stages:
  *
- *   rules_lex.c       text -> tokens; errors at a source position; the
- *                     parser's token stream (peek, expect, unclosed brackets)
+ *   rules_lex.c       text -> tokens, one at a time; errors at a source
+ *                     position; the parser's token stream (peek, expect,
+ *                     unclosed brackets)
  *   rules_parse.c     tokens -> struct pcgc_rule (recursive descent, names
  *                     resolved as they are read: a bare unknown name in the
  *                     match creates a variable, elsewhere it is an error)
@@ -45,14 +46,22 @@ typedef struct pcgc__rtok {
   double f;
 } pcgc__rtok;
 
-typedef struct pcgc__rtoks {
-  pcgc__rtok *v;
-  int n, cap;
-} pcgc__rtoks;
+/* The lexer's state: tokens come one at a time, and the parser reads them
+ * through a pcgc__tokwin (model_internal.h), so its memory does not grow with
+ * the number of tokens of the file (issue 17). */
+typedef struct pcgc__rules_lexer {
+  const pcgc__src *src;
+  size_t i;          /* next byte */
+  size_t line_start; /* offset of the current line's first byte */
+  int line;
+} pcgc__rules_lexer;
 
-/* Splits the text into tokens ending with one PCGC__RT_EOF. The caller frees
- * toks->v (also on error). */
-pcgc_status pcgc__rules_lex(const pcgc__src *src, pcgc__rtoks *toks);
+void pcgc__rules_lex_init(pcgc__rules_lexer *L, const pcgc__src *src);
+/* The next token; after the end of the text, PCGC__RT_EOF again. */
+pcgc_status pcgc__rules_lex_next(pcgc__rules_lexer *L, pcgc__rtok *tok);
+/* Lexes the whole text keeping nothing: the first lexical error, if any
+ * (reported before any syntax error, as when all tokens were read first). */
+pcgc_status pcgc__rules_lex_check(const pcgc__src *src);
 
 /* True if s[0..n) is a keyword of the rule language. */
 bool pcgc__rules_is_keyword(const char *s, size_t n);
@@ -62,12 +71,11 @@ bool pcgc__rules_is_keyword(const char *s, size_t n);
 pcgc_status pcgc__rules_fail(const pcgc__src *src, pcgc_srcloc loc, int len, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
-/* Parses every rule of the tokens (names checked against `rs` and each
- * other). On success *out is a malloc'd array of *n_out rules the caller
+/* Parses every rule of the text (lexical errors first, then rule by rule;
+ * names checked against `rs` and each other). On success *out is a malloc'd array of *n_out rules the caller
  * owns; on error nothing is returned. Rule and symbol locations point at
  * src->file, which must outlive the rules. */
-pcgc_status pcgc__rules_parse(const pcgc__src *src, const pcgc__rtoks *toks, const pcgc_ruleset *rs, pcgc_rule ***out,
-                              int *n_out);
+pcgc_status pcgc__rules_parse(const pcgc__src *src, const pcgc_ruleset *rs, pcgc_rule ***out, int *n_out);
 
 /* ------------------------------------------------------------- parser
  * State shared by the parser's files: rules_parse.c (the grammar),
@@ -81,8 +89,8 @@ typedef struct pcgc__rule_name pcgc__rule_name; /* an index of rules by name */
 
 typedef struct pcgc__rparser {
   const pcgc__src *src;
-  const pcgc__rtok *tk;
-  int n, pos;
+  pcgc__tokwin *win; /* tokens, lexed on demand; those before a rule are dropped when it starts */
+  int pos;
   const pcgc_ruleset *rs;
   pcgc_rule **rules; /* finished rules of this file */
   int n_rules, cap_rules;
@@ -98,12 +106,12 @@ typedef struct pcgc__rparser {
   int n_open;
 } pcgc__rparser;
 
-static inline const pcgc__rtok *peek(const pcgc__rparser *P) { return &P->tk[P->pos]; }
-static inline const pcgc__rtok *peek2(const pcgc__rparser *P) {
-  return &P->tk[P->pos + 1 < P->n ? P->pos + 1 : P->n - 1];
-}
+/* Token k of the file (the end of file past it); valid until the next rule starts. */
+static inline const pcgc__rtok *tok_at(const pcgc__rparser *P, int k) { return pcgc__tokwin_at(P->win, k); }
+static inline const pcgc__rtok *peek(const pcgc__rparser *P) { return tok_at(P, P->pos); }
+static inline const pcgc__rtok *peek2(const pcgc__rparser *P) { return tok_at(P, P->pos + 1); }
 static inline const pcgc__rtok *advance(pcgc__rparser *P) {
-  const pcgc__rtok *t = &P->tk[P->pos];
+  const pcgc__rtok *t = peek(P);
   if (t->kind != PCGC__RT_EOF) P->pos++;
   return t;
 }
@@ -126,7 +134,7 @@ static inline pcgc_srcloc loc_of(const pcgc__rparser *P, const pcgc__rtok *t) {
   return (pcgc_srcloc){P->src->file, t->sp.line, t->sp.col};
 }
 static inline int prev_end(const pcgc__rparser *P) {
-  const pcgc__rtok *t = &P->tk[P->pos > 0 ? P->pos - 1 : 0];
+  const pcgc__rtok *t = tok_at(P, P->pos > 0 ? P->pos - 1 : 0);
   return t->sp.off + t->sp.len;
 }
 /* A token's text as a NUL-terminated string (names are at most 64 bytes). */

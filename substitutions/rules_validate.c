@@ -215,7 +215,7 @@ pcgc_status pcgc__rp_check_node(parser *P, rnode *nd, const pcgc__rtok *op_tok, 
     }
   }
   if (want >= 0 && nd->n_outs != want) {
-    const pcgc__rtok *t = &P->tk[out_tok[nd->n_outs > want ? want : 0]];
+    const pcgc__rtok *t = tok_at(P, out_tok[nd->n_outs > want ? want : 0]);
     FAIL(P, t, "%s has %d output%s%s, but %d name%s given", op, want, want == 1 ? "" : "s", why, nd->n_outs,
          nd->n_outs == 1 ? " is" : "s are");
     return pcgc__rp_hint(P, "name each output once; '_' ignores one");

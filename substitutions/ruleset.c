@@ -169,12 +169,9 @@ pcgc_status pcgc_ruleset_parse(pcgc_ruleset *rs, const char *text, size_t len, c
   f.text[len] = '\0';
 
   pcgc__src src = {f.text, len, f.path, err};
-  pcgc__rtoks toks = {0};
   pcgc_rule **rules = NULL;
   int n = 0;
-  pcgc_status s = pcgc__rules_lex(&src, &toks);
-  if (s == PCGC_OK) s = pcgc__rules_parse(&src, &toks, rs, &rules, &n);
-  free(toks.v);
+  pcgc_status s = pcgc__rules_parse(&src, rs, &rules, &n);
   if (s == PCGC_OK && rs->n + n > rs->cap) {
     int cap = rs->cap ? rs->cap : 16;
     while (cap < rs->n + n) cap *= 2;
