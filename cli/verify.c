@@ -9,9 +9,9 @@
  *      graph was edited, or that this pcgc derives differently, is refused,
  *      naming the first operator that differs;
  *   2. shrinks every integer constant of the model that is a plain literal
- *      (not a repeat count: the layer count stays) to the smallest divisor
- *      of its value, 2 at least (a size of 1 would hide a transposed or
- *      swapped dimension), for which the same choice still derives the same
+ *      (not a repeat count: the layer count stays) to the smallest value,
+ *      2 at least (a size of 1 would hide a transposed or swapped
+ *      dimension), among 2..64 and the divisors of its value, for which the same choice still derives the same
  *      operators and lowers on the same devices (every shard degree, head
  *      count and micro-batch count stays valid), greedily, a few passes;
  *      --set fixes a constant instead;
@@ -241,8 +241,10 @@ static void shrink(verify_ctx *v) {
     for (int i = 0; i < v->n_k; i++) {
       if (!v->k[i].shrink) continue;
       int64_t now = v->k[i].value;
-      for (int64_t d = 2; d < now; d++) { /* 2 at least: a transposed or swapped dim still shows */
-        if (now % d) continue;
+      /* every value up to 64, then the divisors of the value: 2 at least, so
+       * that a transposed or swapped dim still shows */
+      for (int64_t d = 2; d < now; d++) {
+        if (d > 64 && now % d) continue;
         v->k[i].value = d;
         if (feasible(v)) {
           moved = true;

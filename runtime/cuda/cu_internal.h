@@ -36,6 +36,7 @@ struct pcgc_cuda {
   cublasHandle_t blas;
   cudnnHandle_t dnn;
   char *ws;              /* workspace */
+  void *blas_ws;         /* cuBLAS's workspace, ours (allocated at open, not by cuBLAS in a step) */
   size_t ws_cap, ws_used, ws_need;
   bool measuring, frozen;
   char desc[256];
