@@ -452,6 +452,9 @@ int pcgc_cli_compile(int argc, char **argv) {
            pcgc_cli_fmt_time(a, sizeof a, r.expert_time));
     if (j->improvements) printf(" to %s (%d improvements, the last by %s)", pcgc_cli_fmt_time(b, sizeof b, j->time), j->improvements, j->last_rule);
     printf("\n");
+    if (j->untraced)
+      printf("%-28s the segments' rewrites could not be recorded as one trace: `pcgc verify` cannot derive this "
+             "plan (--segment-nodes 0 searches the graph whole)\n", "");
   }
   if (output) {
     pcgc_strategy_info info;
@@ -492,6 +495,14 @@ int pcgc_cli_compile(int argc, char **argv) {
     }
     d.loss = loss;
     d.rewrites = r.joint_ran ? r.joint.improvements : 0;
+    /* the rewrites as the joint search's trace (none recorded when a
+     * segmented search's steps did not reproduce its splice) */
+    d.has_trace = !(r.joint_ran && r.joint.untraced);
+    if (d.has_trace && r.joint_ran && r.joint.n_trace > 0) {
+      if (!(d.trace = calloc((size_t)r.joint.n_trace, sizeof *d.trace))) d.has_trace = false;
+      for (int i = 0; d.trace && i < r.joint.n_trace; i++)
+        if (!(d.trace[d.n_trace++] = strdup(r.joint.trace[i]))) d.has_trace = false;
+    }
     info.derivation = &d;
     if (verify) { /* checked by execution before the plan is written */
       char tmp[4200];

@@ -2,7 +2,9 @@
  * verify.c — `pcgc verify PLAN`: checks a plan by execution at small sizes.
  *
  * A plan records how it was derived (search.h, pcgc_derivation): the model
- * text, the constants set on compile's command line and the expert choice.
+ * text, the constants set on compile's command line, the expert choice and
+ * the joint search's rewrites after it (its trace, pcgc_joint_replay).
+ * Deriving is pcgc_expert_build of the choice, then the trace replayed on it.
  * verify
  *   1. derives the strategy again at the plan's own sizes and requires the
  *      plan's graph (same operators, names, parallel types): a plan whose
@@ -21,8 +23,9 @@
  *      the run prints per weight the largest relative difference and either
  *      matches or names the first weight, in the model's order, that
  *      differs and the operator that reads it.
- * Plans whose graph the joint search rewrote after the expert strategy are
- * refused for now: their rewrites are not recorded in a replayable form.
+ * Plans the joint search rewrote without recording its steps (a segmented
+ * search whose splice its steps did not reproduce, or a plan written before
+ * the trace was recorded) are refused.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <ctype.h>
@@ -35,6 +38,7 @@
 #include "cli.h"
 #include "codegen.h"
 #include "search.h"
+#include "substitutions.h"
 
 void pcgc_cli_verify_help(FILE *f) {
   fprintf(f,
@@ -126,6 +130,7 @@ typedef struct verify_ctx {
   pcgc_graph *plan_g;       /* the plan's graph and views */
   pcgc_mapping plan_mp;
   pcgc_machine m;
+  pcgc_ruleset *rules;      /* the rule library, for the trace (NULL: no trace) */
   konst k[MAX_KONST];
   int n_k;
 } verify_ctx;
@@ -162,6 +167,16 @@ static pcgc_status derive(verify_ctx *v, pcgc_graph **out, pcgc_mapping *omp, ch
   if (st == PCGC_OK && v->d.loss >= 0) st = pcgc_graph_add_loss(seq, (pcgc_op_kind)v->d.loss, &err);
   if (st == PCGC_OK) st = pcgc_expert_new(seq, &v->m, NULL, &x, &err);
   if (st == PCGC_OK) st = pcgc_expert_build(x, v->info.choice, &g, &mp, &err);
+  if (st == PCGC_OK && v->d.n_trace > 0) { /* the joint search's rewrites again */
+    pcgc_graph *rg = NULL;
+    st = pcgc_joint_replay(g, v->d.n_trace, (const char *const *)v->d.trace, &v->m, v->rules, &rg, &err);
+    pcgc_mapping_destroy(&mp); /* views come from the plan, by name */
+    if (st == PCGC_OK) {
+      pcgc_graph_free(g);
+      g = rg;
+      st = pcgc_mapping_init(&mp, rg->n_nodes, (pcgc_view){0, 1}, &err);
+    }
+  }
   if (st == PCGC_OK) st = pcgc_strategy_canonical(g, &mp, &c, &cmp, &err);
   if (st == PCGC_OK) st = pcgc_mapping_init(omp, c->n_nodes, (pcgc_view){0, 1}, &err);
   for (int i = 0; st == PCGC_OK && i < c->n_nodes; i++) { /* the plan's views, by name */
@@ -310,14 +325,24 @@ int pcgc__cli_verify_plan(const char *path, const char *machine, int n_fixed, co
     code = EXIT_INVALID;
     goto out;
   }
-  if (v.d.rewrites > 0) {
+  if (v.d.rewrites > 0 && !v.d.has_trace) {
     fprintf(stderr, "pcgc verify: error: the joint search rewrote %s's graph after its expert strategy (%d "
-                    "rewrite%s), which this pcgc cannot derive again yet\n"
-                    "  hint: `pcgc run %s --check` checks it at its own sizes; `pcgc compile --budget 0` makes "
-                    "plans that verify can check\n",
+                    "rewrite%s) and the plan does not record its steps, so it cannot be derived again\n"
+                    "  hint: `pcgc run %s --check` checks it at its own sizes; `pcgc compile --budget 0`, or "
+                    "--segment-nodes 0 for a model the search splits, makes plans that verify can check\n",
             path, v.d.rewrites, v.d.rewrites == 1 ? "" : "s", path);
     code = EXIT_INVALID;
     goto out;
+  }
+  if (v.d.n_trace > 0) {
+    v.rules = pcgc_ruleset_new();
+    st = v.rules ? pcgc_ruleset_load_dir(v.rules, pcgc_rules_default_dir(), &err)
+                 : pcgc_error_set(&err, PCGC_ERR_NOMEM, "out of memory");
+    if (st != PCGC_OK) {
+      pcgc_error_print(stderr, &err);
+      code = pcgc_cli_exit_code(st);
+      goto out;
+    }
   }
   st = pcgc_machine_load(machine ? machine : v.info.machine, &v.m, &err);
   if (st != PCGC_OK) {
@@ -350,8 +375,8 @@ int pcgc__cli_verify_plan(const char *path, const char *machine, int n_fixed, co
     code = EXIT_INVALID;
     goto out;
   }
-  printf("verify %s: %s, %d devices; derived again at its sizes: the same %d operators\n", path,
-         v.d.file, v.info.devices, g0->n_nodes);
+  printf("verify %s: %s, %d devices; derived again at its sizes%s: the same %d operators\n", path,
+         v.d.file, v.info.devices, v.d.n_trace > 0 ? " with the joint search's rewrites" : "", g0->n_nodes);
   /* 2. small sizes */
   for (int f = 0; f < n_fixed; f++) {
     int i = 0;
@@ -423,6 +448,7 @@ out:
   pcgc_mapping_destroy(&v.plan_mp);
   pcgc_graph_free(v.plan_g);
   pcgc_derivation_free(&v.d);
+  pcgc_ruleset_free(v.rules);
   return code;
 }
 

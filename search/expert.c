@@ -662,6 +662,7 @@ void pcgc_compile_result_destroy(pcgc_compile_result *r) {
   r->graph = NULL;
   pcgc_mapping_destroy(&r->mapping);
   pcgc_sim_result_destroy(&r->sim);
+  pcgc_joint_result_destroy(&r->joint); /* its trace (graph and mapping moved out) */
 }
 
 typedef struct cand_list {

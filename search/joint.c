@@ -20,6 +20,10 @@
  *      the new best.
  * Data parallel and the expert strategies are where the search starts, so
  * its result is never worse than they are.
+ *
+ * Every graph carries its trace: the rewrites that made it from the start,
+ * one line each (joint_trace.c writes and replays them); the best's is the
+ * result's, so the same rewrites can be applied again at other sizes.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
@@ -39,6 +43,7 @@ typedef struct cand {
   double cost;
   int64_t seq;
   uint64_t hash;   /* pcgc_graph_hash(g), computed once */
+  char *trace;     /* the rewrites from the start, '\n'-joined (NULL: none) */
 } cand;
 
 typedef struct seen {
@@ -80,6 +85,7 @@ void pcgc_joint_result_destroy(pcgc_joint_result *r) {
   if (!r) return;
   pcgc_graph_free(r->graph);
   pcgc_mapping_destroy(&r->mapping);
+  pcgc__trace_free(r);
   memset(r, 0, sizeof *r);
 }
 
@@ -131,7 +137,9 @@ static cand heap_pop(search *S) {
 static void cand_free(cand *c) {
   pcgc_graph_free(c->g);
   pcgc_mapping_destroy(&c->mp);
+  free(c->trace);
   c->g = NULL;
+  c->trace = NULL;
 }
 
 /* Is g a graph seen before? Its hash decides, except that where graphs
@@ -235,25 +243,34 @@ static void report(const search *S) {
   S->o->progress(S->o->progress_ctx, &p);
 }
 
-/* A rewritten graph g2 (owned) of S->cur: dropped as a duplicate, or given
- * views and simulated, kept when within alpha of the best. */
-static pcgc_status consider(search *S, const pcgc_rule_inst *ri, pcgc_graph *g2, bool wide, pcgc_error *err) {
+/* A rewritten graph g2 (owned) of S->cur, made by the trace lines `step`
+ * (owned; NULL: out of memory): dropped as a duplicate, or given views and
+ * simulated, kept when within alpha of the best. */
+static pcgc_status consider(search *S, const pcgc_rule_inst *ri, pcgc_graph *g2, bool wide, char *step,
+                            pcgc_error *err) {
   pcgc_joint_result *r = S->r;
   pcgc_error e = {0};
   pcgc_status st;
+  if (!step) {
+    pcgc_graph_free(g2);
+    return pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory in the search");
+  }
   uint64_t h = pcgc_graph_hash(g2);
   if (already_seen(S, g2, h)) {
     r->duplicates++;
     pcgc_graph_free(g2);
+    free(step);
     return PCGC_OK;
   }
   if (!remember(S, h)) {
     pcgc_graph_free(g2);
+    free(step);
     return pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory in the search");
   }
   if (S->accept && !S->accept(S->accept_ctx, g2)) {
     r->refused++;
     pcgc_graph_free(g2);
+    free(step);
     return PCGC_OK;
   }
   /* more pieces than devices: several pieces of one tensor share a device,
@@ -264,9 +281,15 @@ static pcgc_status consider(search *S, const pcgc_rule_inst *ri, pcgc_graph *g2,
       if (pcgc_ptensor_pieces(&g2->nodes[i].out[k]) > D) {
         r->refused++;
         pcgc_graph_free(g2);
+        free(step);
         return PCGC_OK;
       }
-  cand c = {.g = g2, .seq = S->seq++, .hash = h};
+  cand c = {.g = g2, .seq = S->seq++, .hash = h, .trace = pcgc__trace_join(S->cur->trace, step)};
+  free(step);
+  if (!c.trace) {
+    cand_free(&c);
+    return pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory in the search");
+  }
   if (pcgc_views_replace(g2, S->cur->g, &S->cur->mp, S->block, S->t, S->m, &c.mp, &e) != PCGC_OK) {
     r->refused++;
     cand_free(&c);
@@ -289,15 +312,17 @@ static pcgc_status consider(search *S, const pcgc_rule_inst *ri, pcgc_graph *g2,
   if (c.cost < S->best.cost) {
     /* the best keeps its own copy: heap entries are freed when expanded */
     pcgc_graph *bg = pcgc_graph_clone(c.g);
+    char *bt = strdup(c.trace);
     pcgc_mapping bm;
-    if (!bg || pcgc_mapping_init(&bm, c.mp.n_nodes, (pcgc_view){0, 1}, &e) != PCGC_OK) {
+    if (!bg || !bt || pcgc_mapping_init(&bm, c.mp.n_nodes, (pcgc_view){0, 1}, &e) != PCGC_OK) {
       pcgc_graph_free(bg);
+      free(bt);
       cand_free(&c);
       return pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory in the search");
     }
     memcpy(bm.view, c.mp.view, (size_t)c.mp.n_nodes * sizeof *bm.view);
     cand_free(&S->best);
-    S->best = (cand){bg, bm, c.cost, c.seq, c.hash};
+    S->best = (cand){bg, bm, c.cost, c.seq, c.hash, bt};
     r->improvements++;
     snprintf(r->last_rule, sizeof r->last_rule, "%s%s", pcgc_rule_name(ri->rule), wide ? " (everywhere)" : "");
   }
@@ -329,10 +354,16 @@ static bool first_only(const pcgc_match *m, void *ctx) {
 
 /* The rule applied everywhere it matches: the first match of the graph
  * rewritten, again and again, at most `limit` times (a rule whose rewrite
- * matches itself stops there). NULL when fewer than two applied. */
-static pcgc_graph *apply_everywhere(const pcgc_graph *g0, const pcgc_rule_inst *ri, int limit, pcgc_error *err) {
+ * matches itself stops there). NULL when fewer than two applied. *step:
+ * its trace, "everywhere N", or with `singles` one line per match applied
+ * (the segmented search translates those into the whole graph's names);
+ * NULL on out of memory. */
+static pcgc_graph *apply_everywhere(const pcgc_graph *g0, const pcgc_rule_inst *ri, int limit, bool singles,
+                                    char **step, pcgc_error *err) {
   pcgc_graph *g = pcgc_graph_clone(g0);
   int applied = 0;
+  char *lines = NULL;
+  bool nomem = false;
   for (int k = 0; g && k < limit; k++) {
     pcgc_graph_index *ix = pcgc_graph_index_new(g, err);
     pcgc_match m;
@@ -345,14 +376,24 @@ static pcgc_graph *apply_everywhere(const pcgc_graph *g0, const pcgc_rule_inst *
     pcgc_graph *g2 = NULL;
     pcgc_error e = {0};
     if (pcgc_rule_apply(g, &m, &g2, &e) != PCGC_OK) break;
+    if (singles) {
+      char *line = pcgc__trace_step(ri, g, &m, 0), *all = line ? pcgc__trace_join(lines, line) : NULL;
+      free(line);
+      free(lines);
+      lines = all;
+      nomem |= !all;
+    }
     pcgc_graph_free(g);
     g = g2;
     applied++;
   }
   if (applied < 2) {
     pcgc_graph_free(g);
+    free(lines);
     return NULL;
   }
+  *step = nomem ? NULL : singles ? lines : pcgc__trace_step(ri, NULL, NULL, applied);
+  if (nomem || !singles) free(lines);
   return g;
 }
 
@@ -361,8 +402,10 @@ static pcgc_graph *apply_everywhere(const pcgc_graph *g0, const pcgc_rule_inst *
 static pcgc_status expand_wide(search *S, const pcgc_rule_inst *ri, const pcgc_graph_index *ix, pcgc_error *err) {
   pcgc_error e = {0};
   if (pcgc_rule_count_matches(ri, S->cur->g, ix, 2, &e) < 2) return PCGC_OK;
-  pcgc_graph *all = apply_everywhere(S->cur->g, ri, S->o->max_matches > 0 ? 4 * S->o->max_matches : 256, &e);
-  return all ? consider(S, ri, all, true, err) : PCGC_OK;
+  char *step = NULL;
+  pcgc_graph *all = apply_everywhere(S->cur->g, ri, S->o->max_matches > 0 ? 4 * S->o->max_matches : 256,
+                                     S->accept != NULL, &step, &e);
+  return all ? consider(S, ri, all, true, step, err) : PCGC_OK;
 }
 
 /* Every match of instance ri in S->cur, applied alone. */
@@ -379,7 +422,7 @@ static pcgc_status expand_inst(search *S, const pcgc_rule_inst *ri, const pcgc_g
       r->refused++;
       continue;
     }
-    st = consider(S, ri, g2, false, err);
+    st = consider(S, ri, g2, false, pcgc__trace_step(ri, S->cur->g, &S->matches[k], 0), err);
   }
   return st;
 }
@@ -405,7 +448,7 @@ pcgc_status pcgc__joint_run(const pcgc_graph *start, const pcgc_mapping *start_m
   memcpy(c0.mp.view, start_mp->view, (size_t)start_mp->n_nodes * sizeof *c0.mp.view);
   c0.cost = cost_of(&S, c0.g, &c0.mp);
   r->start_time = c0.cost;
-  S.best = (cand){pcgc_graph_clone(start), {0}, c0.cost, c0.seq, h0};
+  S.best = (cand){pcgc_graph_clone(start), {0}, c0.cost, c0.seq, h0, NULL};
   if (!S.best.g || pcgc_mapping_init(&bm, start_mp->n_nodes, (pcgc_view){0, 1}, err) != PCGC_OK ||
       !remember(&S, h0) || !heap_push(&S, c0)) {
     st = pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory starting the search");
@@ -453,10 +496,15 @@ done:
     free(e);
   }
   r->seconds = pcgc__now() - S.t0;
+  if (st == PCGC_OK && pcgc__trace_split(S.best.trace, r) != PCGC_OK) {
+    pcgc__trace_free(r);
+    st = pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory in the search");
+  }
   if (st == PCGC_OK) {
     r->graph = S.best.g;
     r->mapping = S.best.mp;
     r->time = S.best.cost;
+    free(S.best.trace);
   } else {
     cand_free(&S.best);
   }

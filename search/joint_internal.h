@@ -31,4 +31,22 @@ pcgc_status pcgc__joint_segmented(const pcgc_graph *start, const pcgc_mapping *s
                                   const pcgc_machine *m, const pcgc_rule_inst *insts, int n_insts,
                                   const pcgc_joint_options *o, pcgc_joint_result *r, bool *done, pcgc_error *err);
 
+/* ------------------------------------------------ trace (joint_trace.c) */
+
+/* The trace line (search.h, pcgc_joint_replay) of match m of ri in g, or,
+ * m NULL, of ri applied everywhere wide_n times. malloc'd; NULL: out of memory. */
+char *pcgc__trace_step(const pcgc_rule_inst *ri, const pcgc_graph *g, const pcgc_match *m, int wide_n);
+/* a, '\n', b (either may be NULL or empty): malloc'd; NULL: out of memory. */
+char *pcgc__trace_join(const char *a, const char *b);
+/* Lines of a '\n'-joined trace into r->trace (r->n_trace set even when
+ * out of memory stops it, so pcgc__trace_free frees what was made). */
+pcgc_status pcgc__trace_split(const char *joined, pcgc_joint_result *r);
+void pcgc__trace_free(pcgc_joint_result *r);
+/* A single-match line with every node name mapped by fn (a rule-wide line
+ * unchanged): malloc'd; NULL on out of memory or a malformed line. */
+char *pcgc__trace_rename(const char *line, void (*fn)(void *ctx, const char *name, char *buf, size_t n), void *ctx);
+/* pcgc_joint_replay over instances already made. */
+pcgc_status pcgc__joint_replay(const pcgc_graph *start, int n_steps, const char *const *steps,
+                               const pcgc_rule_inst *insts, int n_insts, pcgc_graph **out, pcgc_error *err);
+
 #endif

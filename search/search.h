@@ -841,6 +841,14 @@ typedef struct pcgc_joint_result {
   int segments_searched; /* distinct segments searched (the rest are copies) */
   int segments_improved; /* segments replaced by a faster rewrite */
   bool splice_rejected;  /* the spliced graph simulated no faster: start kept */
+  /* How graph was made from the start, one rewrite per line (syntax below;
+   * pcgc_joint_replay applies them again). n_trace 0 and untraced false:
+   * graph is the start. untraced: graph is a rewrite whose steps could not
+   * be recorded (a segmented search whose splice the replay of its
+   * translated steps does not reproduce); trace is then empty. */
+  int n_trace;
+  char **trace;          /* owned, like every line */
+  bool untraced;
 } pcgc_joint_result;
 
 /* start/start_mp: a typed parallel graph and its views; block: devices per
@@ -862,6 +870,42 @@ pcgc_status pcgc_joint_search(const pcgc_graph *start, const pcgc_mapping *start
                               const pcgc_machine *m, const struct pcgc_ruleset *rs, const pcgc_joint_options *o,
                               pcgc_joint_result *r, pcgc_error *err);
 void pcgc_joint_result_destroy(pcgc_joint_result *r);
+
+/* The trace of a joint search: one line per rewrite from the start, in the
+ * order they were applied, each naming the rule instance and where it was
+ * applied:
+ *
+ *   RULE [PARAM=VALUE]... at NODE...       one match: the matched nodes (in
+ *                                          the rule's match order) by name in
+ *                                          the graph it was applied to
+ *   RULE [PARAM=VALUE]... everywhere N     rule-wide: the first match applied
+ *                                          N times, the graph rewritten each time
+ *
+ *   megatron_mlp t=4 at fc1 relu1 fc2
+ *   partition_through_relu dim=0 degree=2 everywhere 12
+ *
+ * PARAM=VALUE are the rule's parameters in declaration order (degrees and
+ * dims, integers). Tokens are separated by one space; a node name holding a
+ * space, '%' or a control character has them written as %XX (two hex
+ * digits). Node names are those of the graph being rewritten (the start is
+ * the expert strategy as pcgc_expert_build makes it, not its canonical form),
+ * so the same steps apply to that strategy at other values of the model's
+ * constants, where sizes change but names do not. The segmented search
+ * records the steps of every segment in the names of the whole graph (copies
+ * of a searched segment get its steps in their own names) and as single
+ * matches only. */
+
+/* Applies trace lines steps[0..n_steps) to start (typed; not changed) with
+ * the rules of rs instantiated for m as the joint search instantiates them:
+ * each step's instance is the rule of that name with those parameter values
+ * (an error when there is none), its match the one whose matched nodes have
+ * the recorded names (rule-wide: the first match, N times). *out (caller
+ * frees) is the typed result. Errors (PCGC_ERR_INVALID, or the status of a
+ * rewrite that fails) name the step, 1-based, and what no longer applies: a
+ * line that does not parse, an unknown rule or parameter binding, a match
+ * that is not there. */
+pcgc_status pcgc_joint_replay(const pcgc_graph *start, int n_steps, const char *const *steps, const pcgc_machine *m,
+                              const struct pcgc_ruleset *rs, pcgc_graph **out, pcgc_error *err);
 
 typedef struct pcgc_compile_options {
   pcgc_sim_options sim;   /* how candidates are simulated (default: pcgc_sim_options_default) */
@@ -1119,8 +1163,9 @@ pcgc_status pcgc_views_dp_if_better(const pcgc_graph *g, int block, int t, const
 /* How a plan was derived, recorded by `pcgc compile` so that `pcgc verify`
  * can derive the same strategy again for other values of the model's
  * constants: the model text and the constants set on the command line
- * (--batch is B), and how many joint-search rewrites followed the expert
- * strategy (the choice is the info's). */
+ * (--batch is B), how many joint-search improvements followed the expert
+ * strategy (the choice is the info's) and the rewrites that lead from the
+ * expert strategy to the plan's graph, as the joint search's trace. */
 #define PCGC_DERIVATION_MAX_SETS 64
 typedef struct pcgc_derivation {
   char file[1024];        /* the model file compile read */
@@ -1129,8 +1174,11 @@ typedef struct pcgc_derivation {
   char set_names[PCGC_DERIVATION_MAX_SETS][64], set_values[PCGC_DERIVATION_MAX_SETS][64];
   int loss;               /* --loss's op kind, -1: none */
   int rewrites;           /* joint-search improvements applied after the expert strategy */
+  bool has_trace;         /* the plan records the rewrites (plans before it did: false) */
+  int n_trace;
+  char **trace;           /* the joint search's trace (pcgc_joint_replay), owned */
 } pcgc_derivation;
-void pcgc_derivation_free(pcgc_derivation *d);   /* frees source; accepts NULL */
+void pcgc_derivation_free(pcgc_derivation *d);   /* frees source and trace; accepts NULL */
 /* The plan's "derivation" member (checked like the rest of the plan):
  * PCGC_OK with d->source NULL and d->file empty when the plan has none. */
 pcgc_status pcgc_strategy_file_derivation(const char *path, pcgc_derivation *d, pcgc_error *err);

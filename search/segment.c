@@ -20,6 +20,12 @@
  *      plus each improved segment's rewrite, named through the isomorphism
  *      for the copies; views re-placed (pcgc_views_replace); kept only when
  *      it simulates faster than the start.
+ *   6. Trace: every improved segment's steps (its group's, rule-wide moves
+ *      as their single matches) with names carried through the isomorphism,
+ *      in segment order, replayed on the start. When that gives the spliced
+ *      graph (pcgc_graph_equal), the replayed graph replaces it, so that the
+ *      trace reproduces the result exactly, names and node order included;
+ *      otherwise the spliced graph stays, untraced (r->untraced).
  */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
@@ -365,6 +371,37 @@ invalid:
   return PCGC_ERR_INVALID;
 }
 
+/* ------------------------------------------------------------ trace */
+
+typedef struct rename_ctx {
+  const segment *lead, *s;
+} rename_ctx;
+
+static void rename_member(void *ctx, const char *name, char *buf, size_t n) {
+  const rename_ctx *c = ctx;
+  member_name(c->lead, c->s, name, buf, n);
+}
+
+/* Step 6: the whole graph's trace into *lines (n of them). */
+static pcgc_status splice_trace(const segment *segs, int n_seg, pcgc_graph *const *best, const pcgc_joint_result *res,
+                                char ***lines, int *n) {
+  int total = 0;
+  for (int k = 0; k < n_seg; k++)
+    if (best[k]) total += res[segs[k].group].n_trace;
+  *n = 0;
+  if (!(*lines = calloc((size_t)(total ? total : 1), sizeof **lines))) return PCGC_ERR_NOMEM;
+  for (int k = 0; k < n_seg; k++) {
+    if (!best[k]) continue;
+    const pcgc_joint_result *lr = &res[segs[k].group];
+    rename_ctx c = {&segs[segs[k].group], &segs[k]};
+    for (int i = 0; i < lr->n_trace; i++) {
+      if (!((*lines)[*n] = pcgc__trace_rename(lr->trace[i], rename_member, &c))) return PCGC_ERR_NOMEM;
+      (*n)++;
+    }
+  }
+  return PCGC_OK;
+}
+
 /* ------------------------------------------------------------ driver */
 
 static void add_stats(pcgc_joint_result *r, const pcgc_joint_result *s) {
@@ -511,9 +548,31 @@ pcgc_status pcgc__joint_segmented(const pcgc_graph *start, const pcgc_mapping *s
     pcgc_status s2 = ok ? splice_build(&S, &ng) : PCGC_ERR_NOMEM;
     if (s2 == PCGC_ERR_NOMEM) st = pcgc_error_set(err, s2, "out of memory splicing the segments");
     pcgc_error e = {0};
-    if (s2 == PCGC_OK && pcgc_graph_infer(ng, &e) == PCGC_OK &&
-        pcgc_views_replace(ng, start, start_mp, block, t, m, &nmp, &e) == PCGC_OK)
-      ntime = pcgc__joint_cost(ng, &nmp, m, o);
+    if (s2 == PCGC_OK && pcgc_graph_infer(ng, &e) == PCGC_OK) {
+      /* step 6: the replayed trace in place of the splice when it gives the same graph */
+      char **lines = NULL;
+      int n_lines = 0;
+      pcgc_graph *rg = NULL;
+      pcgc_status s3 = splice_trace(segs, P.n_seg, best, res, &lines, &n_lines);
+      if (s3 == PCGC_ERR_NOMEM) st = pcgc_error_set(err, s3, "out of memory recording the trace");
+      if (s3 == PCGC_OK &&
+          pcgc__joint_replay(start, n_lines, (const char *const *)lines, insts, n_insts, &rg, &e) == PCGC_OK &&
+          pcgc_graph_equal(rg, ng)) {
+        pcgc_graph_free(ng);
+        ng = rg;
+        rg = NULL;
+        r->trace = lines;
+        r->n_trace = n_lines;
+        lines = NULL;
+      } else {
+        r->untraced = true;
+      }
+      pcgc_graph_free(rg);
+      for (int i = 0; lines && i < n_lines; i++) free(lines[i]);
+      free(lines);
+      if (st == PCGC_OK && pcgc_views_replace(ng, start, start_mp, block, t, m, &nmp, &e) == PCGC_OK)
+        ntime = pcgc__joint_cost(ng, &nmp, m, o);
+    }
     free(S.kid);
     for (int k = 0; S.rid && k < P.n_seg; k++) free(S.rid[k]);
     free(S.rid);
@@ -530,6 +589,8 @@ pcgc_status pcgc__joint_segmented(const pcgc_graph *start, const pcgc_mapping *s
       r->splice_rejected = r->segments_improved > 0;
       r->improvements = 0;
       r->last_rule[0] = 0;
+      pcgc__trace_free(r);
+      r->untraced = false;
       r->graph = pcgc_graph_clone(start);
       if (!r->graph || pcgc_mapping_init(&r->mapping, start_mp->n_nodes, (pcgc_view){0, 1}, err) != PCGC_OK)
         st = pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory in the search");

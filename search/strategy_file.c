@@ -153,6 +153,15 @@ static cJSON *to_json(const pcgc_graph *g, const pcgc_mapping *mp, const pcgc_st
       goto fail;
     for (int i = 0; i < d->n_set; i++)
       if (!cJSON_AddStringToObject(sets, d->set_names[i], d->set_values[i])) goto fail;
+    cJSON *tr;
+    if (d->has_trace && !(tr = cJSON_AddArrayToObject(o, "trace"))) goto fail;
+    for (int i = 0; d->has_trace && i < d->n_trace; i++) {
+      cJSON *line = cJSON_CreateString(d->trace[i]);
+      if (!line || !cJSON_AddItemToArray(tr, line)) {
+        cJSON_Delete(line);
+        goto fail;
+      }
+    }
   }
   if (info && info->has_program) {
     if (!(o = cJSON_AddObjectToObject(root, "program")) || !add_hex(o, "digest", "", info->program_digest) ||
@@ -585,6 +594,11 @@ void pcgc_derivation_free(pcgc_derivation *d) {
   if (!d) return;
   free(d->source);
   d->source = NULL;
+  for (int i = 0; i < d->n_trace; i++) free(d->trace[i]);
+  free(d->trace);
+  d->trace = NULL;
+  d->n_trace = 0;
+  d->has_trace = false;
 }
 
 pcgc_status pcgc_strategy_file_derivation(const char *path, pcgc_derivation *d, pcgc_error *err) {
@@ -607,7 +621,7 @@ pcgc_status pcgc_strategy_file_derivation(const char *path, pcgc_derivation *d, 
   if (st == PCGC_OK && o) {
     const cJSON *file = cJSON_GetObjectItemCaseSensitive(o, "file"), *src = cJSON_GetObjectItemCaseSensitive(o, "source"),
                 *sets = cJSON_GetObjectItemCaseSensitive(o, "sets"), *loss = cJSON_GetObjectItemCaseSensitive(o, "loss"),
-                *rw = cJSON_GetObjectItemCaseSensitive(o, "rewrites");
+                *rw = cJSON_GetObjectItemCaseSensitive(o, "rewrites"), *tr = cJSON_GetObjectItemCaseSensitive(o, "trace");
     size_t at = top_at(&J, "derivation");
     if (!cJSON_IsObject(o) || !cJSON_IsString(file) || strlen(file->valuestring) >= sizeof d->file ||
         !(cJSON_IsString(src) || cJSON_IsNull(src)) || !cJSON_IsObject(sets) ||
@@ -637,6 +651,21 @@ pcgc_status pcgc_strategy_file_derivation(const char *path, pcgc_derivation *d, 
         st = pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
       else if (st == PCGC_OK && d->source)
         memcpy(d->source, src->valuestring, n + 1);
+      if (st == PCGC_OK && tr) { /* the joint search's rewrites, one line each */
+        int nt = cJSON_IsArray(tr) ? cJSON_GetArraySize(tr) : -1;
+        const cJSON *line;
+        if (nt < 0) st = bad_at(err, &J, at, "\"derivation\".\"trace\" must be a list of rewrite lines%s", "");
+        else if (nt > 0 && !(d->trace = calloc((size_t)nt, sizeof *d->trace)))
+          st = pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
+        d->has_trace = st == PCGC_OK;
+        cJSON_ArrayForEach(line, tr) {
+          if (st != PCGC_OK) break;
+          if (!cJSON_IsString(line))
+            st = bad_at(err, &J, at, "\"derivation\".\"trace\" holds a line that is not a string%s", "");
+          else if (!(d->trace[d->n_trace++] = strdup(line->valuestring)))
+            st = pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
+        }
+      }
     }
   }
   cJSON_Delete(root);

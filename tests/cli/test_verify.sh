@@ -6,7 +6,9 @@
 #     processes); DLRM on p100-4x4 (16); GPT-3 2.7B on p100-4x4 (dp 2 x tp 4
 #     x pp 2, 1F1B, recomputation; 16 processes);
 #   - refused: an edited plan (an operator's attribute, a removed reduce),
-#     a plan without a derivation record, a plan the joint search rewrote;
+#     a plan without a derivation record, a plan whose joint-search trace no
+#     longer applies or is missing;
+#   - a plan the joint search rewrote (DLRM on dgx-h100): its trace replayed;
 #   - compile --verify writes the plan only when it verifies.
 # ctest runs: bash test_verify.sh PCGC SOURCE_DIR. Exit 0 = pass, 77 = skipped.
 set -uo pipefail
@@ -64,12 +66,30 @@ fi
 # no derivation record: a plan of version 1
 /usr/bin/python3 "$src/tests/runtime/make_plan.py" "$src/tests/data/parallel/mlp-dp4.pcg" cpu-4 "$tmp/v1.json"
 expect 1 "$pcgc" verify "$tmp/v1.json"; has "$tmp/err" "does not record how it was derived"
-# a plan the joint search rewrote
+# a plan the joint search rewrote: its trace replayed on the expert strategy,
+# at the plan's sizes and at the small ones
 expect 0 "$pcgc" compile "$src/models/dlrm.pcg" --machine dgx-h100 -o "$tmp/dlrm-joint.json"
 if grep -q '"rewrites":	0' "$tmp/dlrm-joint.json"; then
-  echo "  (the joint search left DLRM's expert strategy as it was: the refusal is not exercised)"
+  echo "  (the joint search left DLRM's expert strategy as it was: the replay is not exercised)"
 else
-  expect 1 "$pcgc" verify "$tmp/dlrm-joint.json"; has "$tmp/err" "the joint search rewrote"
+  has "$tmp/dlrm-joint.json" '"trace":'
+  expect 0 "$pcgc" verify "$tmp/dlrm-joint.json"
+  has "$tmp/out" "derived again at its sizes with the joint search's rewrites: the same"
+  has "$tmp/out" "verified: 3 steps"
+  grep -E "^sizes" "$tmp/out" | sed "s/^/  dlrm rewritten: /"
+  # a trace that no longer applies: a first step at a node the graph lacks
+  first=$(grep -o '"trace":	\["[^"]*' "$tmp/dlrm-joint.json" | sed 's/.*\["//')
+  rule=${first%% at *}; rule=${rule%% everywhere *}
+  $reseal "$tmp/dlrm-joint.json" "$tmp/badtrace.json" "\"trace\":	[\"" "\"trace\":	[\"$rule at no_such_node\", \""
+  expect 1 "$pcgc" verify "$tmp/badtrace.json"
+  has "$tmp/err" "cannot be derived again from its record: trace step 1 of"
+  has "$tmp/err" "$rule"
+  # a rule the library does not have
+  $reseal "$tmp/dlrm-joint.json" "$tmp/norule.json" "\"trace\":	[\"" "\"trace\":	[\"no_such_rule d=2 at x\", \""
+  expect 1 "$pcgc" verify "$tmp/norule.json"; has "$tmp/err" "the rule library has no rule 'no_such_rule'"
+  # rewrites without their trace (a plan of an older pcgc): refused
+  $reseal "$tmp/dlrm-joint.json" "$tmp/notrace.json" '"trace":' '"trace_of_another_pcgc":'
+  expect 1 "$pcgc" verify "$tmp/notrace.json"; has "$tmp/err" "does not record its steps"
 fi
 
 # compile --verify: written only when verified

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "search.h"
 #include "substitutions.h"
@@ -174,6 +175,17 @@ START_TEST(never_worse) {
 }
 END_TEST
 
+/* Replays r's trace on start: the result, with its canonical hash r's. */
+static pcgc_graph *replayed(const pcgc_graph *start, const pcgc_joint_result *r, const pcgc_machine *m) {
+  pcgc_error err = {0};
+  pcgc_graph *g = NULL;
+  ck_assert_msg(pcgc_joint_replay(start, r->n_trace, (const char *const *)r->trace, m, rs, &g, &err) == PCGC_OK, "%s",
+                err.message);
+  ck_assert(pcgc_graph_hash(g) == pcgc_graph_hash(r->graph));
+  ck_assert(pcgc_graph_equal(g, r->graph));
+  return g;
+}
+
 /* `layers` layers like ROUND_TRIPS's, over 4 devices; tied: the output
  * goes through the first layer's weight again, transposed, as a tied LM
  * head does (a computed node that reads only a weight). */
@@ -225,6 +237,17 @@ START_TEST(segments) {
   ck_assert_msg(count_kind(r.graph, PCGC_OP_COMBINE) == 0, "%d combines left", count_kind(r.graph, PCGC_OP_COMBINE));
   ck_assert_msg(pcgc_graph_validate(r.graph, &err) == PCGC_OK, "%s", err.message);
   ck_assert_int_eq(r.mapping.n_nodes, r.graph->n_nodes);
+  /* the trace: every segment's steps in the whole graph's names (copies
+   * included), single matches only; replayed, it is the result, names and all */
+  ck_assert(!r.untraced);
+  ck_assert_int_ge(r.n_trace, 6);
+  for (int i = 0; i < r.n_trace; i++) ck_assert_msg(strstr(r.trace[i], " at "), "%s", r.trace[i]);
+  {
+    pcgc_graph *rg = replayed(g, &r, &m);
+    for (int i = 0; i < r.graph->n_nodes; i++)
+      ck_assert_str_eq(rg->nodes[i].name, r.graph->nodes[i].name);
+    pcgc_graph_free(rg);
+  }
   /* every layer keeps its linear under its own name, copies included */
   for (int i = 1; i <= 12; i++) {
     char name[16];
@@ -311,6 +334,164 @@ START_TEST(segments_on_models) {
 }
 END_TEST
 
+/* The trace of a search that improved: one line per rewrite from the start,
+ * which applies again to the same graph and to the same strategy at other
+ * sizes; steps that no longer apply are errors naming the step. */
+START_TEST(trace_replays) {
+  pcgc_machine m;
+  pcgc_error err = {0};
+  ck_assert_int_eq(pcgc_machine_load("dgx-h100", &m, &err), PCGC_OK);
+  pcgc_graph *g = typed(ROUND_TRIPS);
+  pcgc_joint_result r;
+  run(g, &m, 8, &r);
+  ck_assert_int_gt(r.n_trace, 0);
+  ck_assert(!r.untraced);
+  for (int i = 0; i < r.n_trace; i++)
+    ck_assert_msg(strstr(r.trace[i], " at ") || strstr(r.trace[i], " everywhere "), "step %d: %s", i + 1, r.trace[i]);
+  pcgc_graph *g2 = replayed(g, &r, &m);
+  /* names too: every node of the result is there under its name */
+  for (int i = 0; i < r.graph->n_nodes; i++) ck_assert_int_ge(pcgc_graph_find(g2, r.graph->nodes[i].name), 0);
+  pcgc_graph_free(g2);
+  pcgc_joint_result_destroy(&r);
+
+  /* one expansion: the round trips go by a rule-wide move, "everywhere 2" */
+  run(g, &m, 1, &r);
+  ck_assert_int_eq(r.n_trace, 1);
+  ck_assert_msg(strstr(r.trace[0], " everywhere 2"), "%s", r.trace[0]);
+  pcgc_graph_free(replayed(g, &r, &m));
+
+  /* the same strategy at other sizes: the steps apply, no combine is left */
+  static const char *const sizes[][2] = {{"[64, 512]", "[32, 256]"}, {"[512, 512]", "[256, 256]"}};
+  char *text = strdup(ROUND_TRIPS);
+  for (size_t k = 0; k < 2; k++)
+    for (char *p; (p = strstr(text, sizes[k][0]));) memcpy(p, sizes[k][1], strlen(sizes[k][1]));
+  pcgc_graph *other = typed(text), *g3 = NULL;
+  free(text);
+  ck_assert_msg(pcgc_joint_replay(other, r.n_trace, (const char *const *)r.trace, &m, rs, &g3, &err) == PCGC_OK, "%s",
+                err.message);
+  ck_assert_int_eq(count_kind(g3, PCGC_OP_COMBINE), 0);
+  ck_assert_int_eq(g3->n_nodes, r.graph->n_nodes);
+  pcgc_graph_free(g3);
+  pcgc_graph_free(other);
+
+  /* errors name the step and what no longer applies */
+  char rule[200];
+  snprintf(rule, sizeof rule, "%s", r.trace[0]);
+  *strstr(rule, " everywhere") = 0;
+  char bad_node[300], too_many[300];
+  snprintf(bad_node, sizeof bad_node, "%s at nosuch", rule);
+  snprintf(too_many, sizeof too_many, "%s everywhere 3", rule);
+  const char *const cases[][2] = {
+      {"no_such_rule d=2 at h1", "trace step 1 of 1 (no_such_rule d=2 at h1): the rule library has no rule 'no_such_rule'"},
+      {too_many, "matches 2 times, the step applies it 3 times"},
+      {"linear at", "expected 'at NODE...' or 'everywhere N'"},
+  };
+  for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+    const char *line = cases[k][0];
+    pcgc_graph *x = (pcgc_graph *)1;
+    ck_assert_int_ne(pcgc_joint_replay(g, 1, &line, &m, rs, &x, &err), PCGC_OK);
+    ck_assert_ptr_null(x);
+    ck_assert_msg(strstr(err.message, cases[k][1]), "%s: %s", line, err.message);
+  }
+  /* a step after a good one: named as step 2 */
+  const char *two[2] = {r.trace[0], bad_node};
+  pcgc_graph *x = NULL;
+  ck_assert_int_ne(pcgc_joint_replay(g, 2, two, &m, rs, &x, &err), PCGC_OK);
+  ck_assert_msg(strstr(err.message, "trace step 2 of 2"), "%s", err.message);
+  pcgc_joint_result_destroy(&r);
+  pcgc_graph_free(g);
+}
+END_TEST
+
+/* compile on a model whose joint search improves on the expert strategy
+ * (DLRM on a DGX H100, README): the trace replayed on that strategy, as
+ * pcgc_expert_build makes it at the same sizes, gives the compiled graph. */
+START_TEST(trace_of_compile) {
+  pcgc_machine m;
+  pcgc_error err = {0};
+  ck_assert_int_eq(pcgc_machine_load("dgx-h100", &m, &err), PCGC_OK);
+  char path[4096];
+  snprintf(path, sizeof path, "%s/models/dlrm.pcg", PCGC_SOURCE_DIR);
+  pcgc_graph *seq = pcgc_model_load(path, NULL, &err);
+  ck_assert_msg(seq && pcgc_graph_infer(seq, &err) == PCGC_OK, "%s", err.message);
+  pcgc_compile_options o;
+  pcgc_compile_options_default(&o);
+  o.joint.time_limit = 0; /* deterministic */
+  pcgc_compile_result r;
+  ck_assert_msg(pcgc_compile(seq, &m, &o, &r, &err) == PCGC_OK, "%s", err.message);
+  ck_assert(r.joint_ran);
+  ck_assert_msg(r.joint.improvements > 0 && r.joint.n_trace > 0, "the joint search did not improve DLRM");
+  ck_assert(!r.joint.untraced);
+  pcgc_expert *x = NULL;
+  pcgc_graph *g = NULL, *g2 = NULL;
+  pcgc_mapping mp;
+  ck_assert_int_eq(pcgc_expert_new(seq, &m, NULL, &x, &err), PCGC_OK);
+  ck_assert_int_eq(pcgc_expert_build(x, r.choice, &g, &mp, &err), PCGC_OK);
+  ck_assert_msg(pcgc_joint_replay(g, r.joint.n_trace, (const char *const *)r.joint.trace, &m, rs, &g2, &err) ==
+                    PCGC_OK, "%s", err.message);
+  ck_assert(pcgc_graph_hash(g2) == pcgc_graph_hash(r.graph));
+  ck_assert(pcgc_graph_hash(g) != pcgc_graph_hash(r.graph));
+  pcgc_graph_free(g2);
+  pcgc_graph_free(g);
+  pcgc_mapping_destroy(&mp);
+  pcgc_expert_free(x);
+  pcgc_compile_result_destroy(&r);
+  pcgc_graph_free(seq);
+}
+END_TEST
+
+/* The plan's "derivation" keeps the trace: written, read back line by line;
+ * a derivation written without one reads back without one. */
+START_TEST(derivation_trace) {
+  pcgc_error err = {0};
+  pcgc_graph *g = typed(ROUND_TRIPS);
+  pcgc_mapping mp;
+  ck_assert_int_eq(pcgc_mapping_init(&mp, g->n_nodes, (pcgc_view){0, 1}, &err), PCGC_OK);
+  pcgc_graph *c = NULL;
+  pcgc_mapping cmp;
+  ck_assert_int_eq(pcgc_strategy_canonical(g, &mp, &c, &cmp, &err), PCGC_OK);
+  char *lines[2] = {"combine_partition_cancel d=4 k=0 everywhere 2", "some_rule d=2 at a%20b c"};
+  pcgc_derivation d;
+  memset(&d, 0, sizeof d);
+  snprintf(d.file, sizeof d.file, "rt.pcg");
+  d.loss = -1;
+  d.rewrites = 3;
+  d.has_trace = true;
+  d.n_trace = 2;
+  d.trace = lines;
+  pcgc_strategy_info info;
+  memset(&info, 0, sizeof info);
+  snprintf(info.machine, sizeof info.machine, "dgx-h100");
+  info.devices = 4;
+  info.derivation = &d;
+  char path[] = "/tmp/pcgc-test-trace-XXXXXX";
+  int fd = mkstemp(path);
+  ck_assert_int_ge(fd, 0);
+  close(fd);
+  ck_assert_msg(pcgc_strategy_file_write(path, c, &cmp, &info, &err) == PCGC_OK, "%s", err.message);
+  pcgc_derivation back;
+  ck_assert_msg(pcgc_strategy_file_derivation(path, &back, &err) == PCGC_OK, "%s", err.message);
+  ck_assert(back.has_trace);
+  ck_assert_int_eq(back.rewrites, 3);
+  ck_assert_int_eq(back.n_trace, 2);
+  ck_assert_str_eq(back.trace[0], lines[0]);
+  ck_assert_str_eq(back.trace[1], lines[1]);
+  pcgc_derivation_free(&back);
+  ck_assert_ptr_null(back.trace);
+  d.has_trace = false;
+  ck_assert_int_eq(pcgc_strategy_file_write(path, c, &cmp, &info, &err), PCGC_OK);
+  ck_assert_int_eq(pcgc_strategy_file_derivation(path, &back, &err), PCGC_OK);
+  ck_assert(!back.has_trace);
+  ck_assert_int_eq(back.n_trace, 0);
+  pcgc_derivation_free(&back);
+  remove(path);
+  pcgc_mapping_destroy(&cmp);
+  pcgc_mapping_destroy(&mp);
+  pcgc_graph_free(c);
+  pcgc_graph_free(g);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("joint");
   TCase *tc = tcase_create("joint");
@@ -320,6 +501,9 @@ static Suite *suite(void) {
   tcase_add_test(tc, never_worse);
   tcase_add_test(tc, segments);
   tcase_add_test(tc, segments_on_models);
+  tcase_add_test(tc, trace_replays);
+  tcase_add_test(tc, trace_of_compile);
+  tcase_add_test(tc, derivation_trace);
   suite_add_tcase(s, tc);
   return s;
 }
