@@ -2,17 +2,29 @@
  * check.c — soundness of a rule by execution (docs/rules.md, "Checks").
  *
  * For every binding of the rule's parameters (degrees from the options,
- * dims 0..3) the checker draws instances: values for the match variables
- * and ellipses, shapes for inputs the rule leaves unshaped, from small sets
- * (a deterministic generator, so a failure reproduces). A draw is an
- * instance when the match side, built as a graph, type-checks and every
- * condition holds. Inputs with parallel-type constraints are built from
- * sequential sources by parallel operators (a partial sum by a linear over
- * a partitioned contraction dim). The rewrite side is built on the same
- * inputs; it must type-check and give yields of the same types. Both run in
- * the reference interpreter in f64 on random nonzero small integers, forward
- * and then backward from random small-integer yield gradients, and every
- * yield and every source's gradient must agree (relative 1e-9).
+ * dims 0..3) the checker chooses instances: values for the match variables,
+ * ellipsis dims and the shapes of inputs the rule leaves unshaped. An
+ * instance is a choice for which the match side, built as a graph,
+ * type-checks and every condition holds. The choices cover the integer
+ * size space (see "the size space" below): a base instance from a small
+ * set, then for each size its odd, even and prime values, the values around
+ * every bound of a condition and around every step of a `/` or `%` of the
+ * rule, and a seeded random value up to 64, each with the other sizes at
+ * the base, then seeded random combinations, as far as a per-rule budget
+ * goes (deterministic: the generator is seeded by the rule's name).
+ * Attributes the match leaves open are built at their defaults and, in
+ * instances of class "attr", at other values (see attr_values), set
+ * together in rounds and alone. Inputs
+ * with parallel-type constraints are built from sequential sources by
+ * parallel operators (a partial sum by a linear over a partitioned
+ * contraction dim). The rewrite side is built on the same inputs; it must
+ * type-check and give yields of the same types. Both run in the reference
+ * interpreter in f64 on random nonzero small integers, forward and then
+ * backward from random small-integer yield gradients, and every yield and
+ * every source's gradient must agree (relative 1e-9). A rule with a dropout
+ * (or an attention) runs in training mode too: a rewrite dropout that
+ * copies a matched one with y.* takes the matched node's name, so it draws
+ * the same mask wherever its elements sit.
  */
 #include <math.h>
 #include <stdio.h>
@@ -23,6 +35,19 @@
 #include "rules_internal.h"
 
 #define MAX_SRC (3 * PCGC_RULE_MAX_INPUTS)
+#define MAX_ASLOTS 32  /* attributes the match leaves open */
+#define MAX_AVALS 6    /* values tried for one of them besides its default */
+
+/* An attribute of a match node that the match leaves open (neither given
+ * nor bound to a variable): built at its default, and at the values of
+ * vals[] in the instances of class "attr". */
+typedef struct aslot {
+  int node, attr;        /* match node, index in its op's schema */
+  int n_vals;
+  pcgc_attr_value vals[MAX_AVALS];
+  unsigned covered;      /* values (bit v-1 for vals[v-1]) run in this rule */
+  int fails;             /* tries of a value alone that gave no instance */
+} aslot;
 
 /* One instance being built: symbol values, and per side the graph and the
  * graph node of every rule tensor. */
@@ -32,15 +57,34 @@ typedef struct side_graph {
   int node_of[PCGC_RULE_MAX_NODES];     /* graph node of each rule node of this side */
 } side_graph;
 
+/* The free choices of one instance: a value for every match variable, the
+ * dims of every ellipsis, the shape of every input the rule leaves unshaped. */
+typedef struct assign {
+  int64_t sym[PCGC_RULE_MAX_SYMS];
+  int ell_n[PCGC_RULE_MAX_SYMS];
+  int64_t ell[PCGC_RULE_MAX_SYMS][PCGC_MAX_RANK];
+  int rank[PCGC_RULE_MAX_INPUTS];
+  int64_t dims[PCGC_RULE_MAX_INPUTS][PCGC_MAX_RANK];
+  uint8_t av[MAX_ASLOTS];               /* value of each open attribute: 0 its default, v vals[v-1] */
+} assign;
+
 typedef struct inst {
   const pcgc_rule *r;
   rx_env env;
   int64_t ell[PCGC_RULE_MAX_SYMS][PCGC_MAX_RANK];  /* dims of each ellipsis */
   int ell_n[PCGC_RULE_MAX_SYMS];
+  const assign *A;                      /* the instance being built or scanned */
   side_graph m, w;                      /* match, rewrite */
   side_graph *cur;                      /* what the env callbacks read */
   int n_src;                            /* sequential sources (inputs and helpers) */
   char src[MAX_SRC][64];
+  int n_aslots;
+  aslot aslots[MAX_ASLOTS];
+  bool training;                        /* the rule has a dropout (or attention): run in training mode too */
+  /* scanning the size space: input types computed from A alone, no graph */
+  bool fake;
+  bool fake_ok[PCGC_RULE_MAX_INPUTS];
+  pcgc_ptensor fake_t[PCGC_RULE_MAX_INPUTS];
 } inst;
 
 static uint64_t rng_next(uint64_t *s) {
@@ -56,6 +100,10 @@ static const pcgc_ptensor *cb_type(void *ctx, int t) {
   inst *I = ctx;
   const pcgc_rule *r = I->r;
   if (t < 0 || t >= r->n_tensors) return NULL;
+  if (I->fake) {
+    int in = r->tensors[t].input;
+    return r->tensors[t].side == 0 && in >= 0 && in < r->n_inputs && I->fake_ok[in] ? &I->fake_t[in] : NULL;
+  }
   /* match tensors are read from the match graph, whichever side is built */
   side_graph *sg = r->tensors[t].side == 0 ? &I->m : I->cur;
   if (!sg->g || sg->of[t].node < 0 || sg->of[t].node >= sg->g->n_nodes) return NULL;
@@ -66,7 +114,7 @@ static const pcgc_ptensor *cb_type(void *ctx, int t) {
 static const pcgc_attrs *cb_attrs(void *ctx, int t) {
   inst *I = ctx;
   const pcgc_rule *r = I->r;
-  if (t < 0 || t >= r->n_tensors || r->tensors[t].side != 0 || r->tensors[t].node < 0) return NULL;
+  if (I->fake || t < 0 || t >= r->n_tensors || r->tensors[t].side != 0 || r->tensors[t].node < 0) return NULL;
   int gn = I->m.node_of[r->tensors[t].node];
   return I->m.g && gn >= 0 && gn < I->m.g->n_nodes ? &I->m.g->nodes[gn].attrs : NULL;
 }
@@ -105,16 +153,17 @@ static int add_source(inst *I, pcgc_graph *g, const char *name, pcgc_dtype dt, i
   return id;
 }
 
-/* The sequential shape of match input i for this draw; false if it cannot
- * be computed (an expression undefined). */
-static bool input_shape(inst *I, int i, uint64_t *rs, int *rank, int64_t *dims, bool draw) {
+/* The sequential shape of match input i for this instance; false if it
+ * cannot be computed (an expression undefined) or a dim is outside 1..64. */
+static bool input_shape(inst *I, int i, int *rank, int64_t *dims) {
   const pcgc_rule *r = I->r;
   const rtype *ty = &r->tensors[r->inputs[i]].type;
-  static const int64_t small[] = {1, 2, 3, 4, 6, 8};
   if (!ty->has_shape) {
-    if (!draw) return true;
-    *rank = 1 + (int)(rng_next(rs) % 4);
-    for (int d = 0; d < *rank; d++) dims[d] = pick(rs, small, 6);
+    *rank = I->A->rank[i];
+    for (int d = 0; d < *rank; d++) {
+      if (I->A->dims[i][d] < 1 || I->A->dims[i][d] > 64) return false;
+      dims[d] = I->A->dims[i][d];
+    }
     return true;
   }
   int n = 0;
@@ -237,6 +286,14 @@ static bool build_side(inst *I, side_graph *sg, const rside *sd, int side, uint6
         if (!d->required || a.set[i]) continue;
         if (d->type == PCGC_ATTR_FLOAT) pcgc_attrs_set_float(&a, d->name, floats[rng_next(rs) % 4]);
         else if (d->type == PCGC_ATTR_INT) pcgc_attrs_set_int(&a, d->name, (int64_t)(rng_next(rs) % 4));
+        else if (d->type == PCGC_ATTR_ENUM || d->type == PCGC_ATTR_BOOL) pcgc_attrs_set_int(&a, d->name, 0);
+      }
+      /* the open attributes this instance sets to another value */
+      for (int j = 0; j < I->n_aslots; j++) {
+        const aslot *as = &I->aslots[j];
+        if (as->node != k || !I->A->av[j]) continue;
+        a.v[as->attr] = as->vals[I->A->av[j] - 1];
+        a.set[as->attr] = true;
       }
       if (pcgc_attrs_check(&a, err) != PCGC_OK) return false;
     } else if (pcgc__rnode_attrs(&I->env, n, &a, err) != PCGC_OK) {
@@ -250,6 +307,16 @@ static bool build_side(inst *I, side_graph *sg, const rside *sd, int side, uint6
       if (n->outs[j] >= 0) first = n->outs[j];
     if (first >= 0) snprintf(name, sizeof name, "%s", r->tensors[first].name);
     else snprintf(name, sizeof name, "_%c%d", side ? 'w' : 'm', k);
+    /* dropout masks are keyed by the node's name (its random stream) and
+     * the logical element index: a rewrite dropout or attention that copies
+     * a matched one's attributes (y.*) is that node moved, so it draws from
+     * the same stream (the rewrite is its own graph: the name is free) */
+    if (side == 1 && n->copy_from >= 0 && (n->op == PCGC_OP_DROPOUT || n->op == PCGC_OP_ATTENTION)) {
+      const rtensor *mt = &r->tensors[n->copy_from];
+      int mn = mt->side == 0 && mt->node >= 0 ? I->m.node_of[mt->node] : -1;
+      if (mn >= 0 && pcgc_graph_find(sg->g, I->m.g->nodes[mn].name) < 0)
+        snprintf(name, sizeof name, "%s", I->m.g->nodes[mn].name);
+    }
     int id = add(sg->g, n->op, name, &a, n->n_args, in);
     if (id < 0) {
       pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
@@ -297,6 +364,16 @@ static void describe(const inst *I, char *buf, size_t n) {
     if (w > 0) used += (size_t)w;
     if (used >= n) used = n - 1;
   }
+  for (int j = 0; j < I->n_aslots && I->A && used + 1 < n; j++) {
+    const aslot *as = &I->aslots[j];
+    int gn = I->m.node_of[as->node];
+    if (!I->A->av[j] || !I->m.g || gn < 0) continue;
+    char kv[96];
+    pcgc_attr_format(kv, sizeof kv, &I->m.g->nodes[gn].attrs, as->attr);
+    int w = snprintf(buf + used, n - used, "%s%s.%s", used ? ", " : "", I->m.g->nodes[gn].name, kv);
+    if (w > 0) used += (size_t)w;
+    if (used >= n) used = n - 1;
+  }
 }
 
 static void coords(const pcgc_ptensor *t, int64_t e, char *buf, size_t n) {
@@ -321,27 +398,38 @@ static bool close_enough(double a, double b) {
 
 typedef enum run_result { RUN_AGREE, RUN_SKIP, RUN_DIFFER, RUN_NOMEM } run_result;
 
-/* Runs both sides on one seed; on a difference writes why into msg. */
-static run_result run_seed(inst *I, uint64_t seed, char *msg, size_t msg_n) {
-  const pcgc_rule *r = I->r;
+/* Both sides prepared for the reference interpreter, once per instance
+ * (every seed sets all the sources and runs forward and backward anew).
+ * RUN_SKIP when the match side cannot run, RUN_DIFFER (msg) when only the
+ * rewrite cannot. */
+static run_result prepare_runs(inst *I, bool training, uint64_t seed, pcgc_reference **A, pcgc_reference **B,
+                               char *msg, size_t msg_n) {
   pcgc_ref_options o;
   pcgc_ref_options_default(&o);
   o.dtype = PCGC_F64;
-  o.training = false;
+  o.training = training;
   o.allow_no_loss = true;
-  o.seed = seed;
+  o.seed = seed; /* dropout masks */
   pcgc_error e1 = {0}, e2 = {0};
-  pcgc_reference *A = pcgc_ref_new(I->m.g, &o, &e1), *B = A ? pcgc_ref_new(I->w.g, &o, &e2) : NULL;
+  *A = pcgc_ref_new(I->m.g, &o, &e1);
+  *B = *A ? pcgc_ref_new(I->w.g, &o, &e2) : NULL;
+  if (*A && *B) return RUN_AGREE;
+  run_result res = (*A ? e2.status : e1.status) == PCGC_ERR_NOMEM ? RUN_NOMEM : RUN_SKIP;
+  if (res == RUN_SKIP && *A) {
+    snprintf(msg, msg_n, "the rewrite side cannot run: %s", e2.message);
+    res = RUN_DIFFER;
+  }
+  pcgc_ref_free(*A);
+  pcgc_ref_free(*B);
+  *A = *B = NULL;
+  return res;
+}
+
+/* Runs both sides on one seed; on a difference writes why into msg. */
+static run_result run_seed(inst *I, pcgc_reference *A, pcgc_reference *B, uint64_t seed, char *msg, size_t msg_n) {
+  const pcgc_rule *r = I->r;
   run_result res = RUN_AGREE;
   double *buf[3] = {NULL, NULL, NULL};
-  if (!A || !B) {
-    res = (A ? e2.status : e1.status) == PCGC_ERR_NOMEM ? RUN_NOMEM : RUN_SKIP;
-    if (res == RUN_SKIP && A) {
-      snprintf(msg, msg_n, "the rewrite side cannot run: %s", e2.message);
-      res = RUN_DIFFER;
-    }
-    goto done;
-  }
   uint64_t rs = seed * 0x2545F4914F6CDD1Dull + 77;
   /* the same values into both sides' sources */
   for (int s = 0; s < I->n_src && res == RUN_AGREE; s++) {
@@ -479,8 +567,6 @@ static run_result run_seed(inst *I, uint64_t seed, char *msg, size_t msg_n) {
   for (int k = 0; k < ng; k++) free(gbuf[k]);
 done:
   for (int k = 0; k < 3; k++) free(buf[k]);
-  pcgc_ref_free(A);
-  pcgc_ref_free(B);
   return res;
 }
 
@@ -488,6 +574,7 @@ void pcgc_check_options_default(pcgc_check_options *o) {
   memset(o, 0, sizeof *o);
   o->seeds = 3;
   o->instances = 3;
+  o->budget = 24;
   o->degrees[0] = 1;
   o->degrees[1] = 2;
   o->degrees[2] = 4;
@@ -495,24 +582,483 @@ void pcgc_check_options_default(pcgc_check_options *o) {
   o->max_tries = 400;
 }
 
-typedef enum draw_result { DRAW_NONE, DRAW_OK, DRAW_FAIL, DRAW_NOMEM } draw_result;
+/* ------------------------------------------------------- instance classes */
 
-/* One draw: values for the variables, both graphs built. DRAW_NONE when
- * the draw is not an instance; DRAW_FAIL (message in msg) when it is and the
- * rewrite side is wrong. */
-static draw_result draw(inst *I, uint64_t *rs, char *msg, size_t msg_n) {
+#define CLS(c) (1u << (c))
+
+static const char *const class_names[PCGC_CHECK_N_CLASSES] = {
+    [PCGC_CHECK_BASE] = "base",
+    [PCGC_CHECK_EVEN] = "even",
+    [PCGC_CHECK_ODD] = "odd",
+    [PCGC_CHECK_ODD_GT4] = "odd>4",
+    [PCGC_CHECK_PRIME] = "prime",
+    [PCGC_CHECK_BOUND_BELOW] = "where-bound-1",
+    [PCGC_CHECK_BOUND] = "where-bound",
+    [PCGC_CHECK_BOUND_ABOVE] = "where-bound+1",
+    [PCGC_CHECK_DIV_BELOW] = "div-change-1",
+    [PCGC_CHECK_DIV] = "div-change",
+    [PCGC_CHECK_DIV_ABOVE] = "div-change+1",
+    [PCGC_CHECK_RANDOM] = "random",
+    [PCGC_CHECK_MIXED] = "mixed",
+    [PCGC_CHECK_ATTR] = "attr",
+    [PCGC_CHECK_TRAINING] = "training",
+};
+_Static_assert(sizeof class_names / sizeof class_names[0] == PCGC_CHECK_N_CLASSES, "a name for every class");
+
+const char *pcgc_check_class_name(pcgc_check_class c) {
+  return c >= 0 && c < PCGC_CHECK_N_CLASSES ? class_names[c] : "?";
+}
+
+int pcgc_check_classes_format(char *buf, size_t n, unsigned classes) {
+  int want = 0;
+  if (buf && n) buf[0] = '\0';
+  for (int c = 0; c < PCGC_CHECK_N_CLASSES; c++) {
+    if (!(classes & CLS(c))) continue;
+    size_t used = (size_t)want < n ? (size_t)want : n;
+    int w = snprintf(buf && used < n ? buf + used : NULL, buf && used < n ? n - used : 0, "%s%s", want ? ", " : "",
+                     class_names[c]);
+    if (w > 0) want += w;
+  }
+  return want;
+}
+
+/* ---------------------------------------------------------- the size space
+ *
+ * A slot is one integer the checker chooses: a match variable, a dim of an
+ * ellipsis, a dim of an input without a shape. For each parameter binding
+ * the checker first draws a base instance (the old small-set generator),
+ * then scans every slot over lo..SCAN_MAX with the others at the base,
+ * evaluating the rule's conditions and every `/` and `%` of the rule on
+ * input types computed from the sizes alone (no graph): the roots of
+ * a - b for each condition a op b mark where-bound values, the steps of
+ * each quotient mark div-change values. Candidates are those, a few odd,
+ * even and prime values and a seeded random one; a candidate that covers a
+ * class this slot has not covered yet in the rule is tried with the others
+ * at the base (then with them redrawn, if the conditions or the types
+ * refuse it), and what the budget leaves goes to seeded random
+ * combinations of candidates. */
+
+#define MAX_SLOTS 96
+#define SCAN_MAX 64
+#define MAX_MARKS 40
+#define MAX_DIVS 32
+#define MAX_CANDS 56
+#define NUMEL_CAP (1 << 15)  /* elements of all match tensors: keeps an instance cheap to run */
+
+typedef enum slot_kind { SLOT_VAR, SLOT_ELL, SLOT_DIM } slot_kind;
+
+typedef struct slot {
+  slot_kind kind;
+  int a, k;              /* VAR: symbol a; ELL: dim k of ellipsis a; DIM: dim k of unshaped input a */
+  int64_t lo;            /* smallest value: 1 for sizes, -2 for attribute variables (axes) */
+  unsigned covered;      /* classes its values have covered so far in this rule */
+  /* this binding: */
+  int n_marks;
+  int64_t mark_v[MAX_MARKS];
+  unsigned mark_cls[MAX_MARKS];
+  int n_cands;
+  int64_t cand[MAX_CANDS];
+  bool tried[MAX_CANDS];
+  int64_t random_v;      /* the seeded random value of this binding */
+} slot;
+
+typedef struct space {
+  int n_slots;
+  slot slots[MAX_SLOTS];
+  int n_divs;
+  int32_t divs[MAX_DIVS];             /* every `/` and `%` expression of the rule */
+  bool cond_div[PCGC_RULE_MAX_CONDS]; /* the condition contains one */
+  bool div_seen[MAX_DIVS];            /* evaluable on some scanned value */
+  int64_t f[PCGC_RULE_MAX_CONDS][SCAN_MAX + 4];
+  bool fv[PCGC_RULE_MAX_CONDS][SCAN_MAX + 4];
+  int64_t q[MAX_DIVS][SCAN_MAX + 4];
+  bool qv[MAX_DIVS][SCAN_MAX + 4];
+} space;
+
+static bool expr_has_div(const pcgc_rule *r, int32_t e, int depth) {
+  if (e < 0 || e >= r->n_ex || depth > 64) return false;
+  const rx *x = &r->ex[e];
+  if (x->kind == RX_DIV || x->kind == RX_MOD) return true;
+  return expr_has_div(r, x->a, depth + 1) || expr_has_div(r, x->b, depth + 1);
+}
+
+static void expr_syms(const pcgc_rule *r, int32_t e, bool *mask, int depth) {
+  if (e < 0 || e >= r->n_ex || depth > 64) return;
+  const rx *x = &r->ex[e];
+  if (x->kind == RX_SYM && x->sym >= 0 && x->sym < PCGC_RULE_MAX_SYMS) mask[x->sym] = true;
+  expr_syms(r, x->a, mask, depth + 1);
+  expr_syms(r, x->b, mask, depth + 1);
+}
+
+static bool is_prime(int64_t v) {
+  if (v < 2) return false;
+  for (int64_t d = 2; d * d <= v; d++)
+    if (v % d == 0) return false;
+  return true;
+}
+
+static int64_t *slot_val(assign *A, const slot *sl) {
+  switch (sl->kind) {
+  case SLOT_VAR: return &A->sym[sl->a];
+  case SLOT_ELL: return &A->ell[sl->a][sl->k];
+  default: return &A->dims[sl->a][sl->k];
+  }
+}
+
+static bool slot_active(const pcgc_rule *r, const assign *A, const slot *sl) {
+  switch (sl->kind) {
+  case SLOT_VAR: return true;
+  case SLOT_ELL: return sl->k < A->ell_n[sl->a];
+  default: return !r->tensors[r->inputs[sl->a]].type.has_shape && sl->k < A->rank[sl->a];
+  }
+}
+
+static void add_slot(space *sp, slot_kind kind, int a, int k, int64_t lo) {
+  if (sp->n_slots >= MAX_SLOTS) return;
+  slot *sl = &sp->slots[sp->n_slots++];
+  memset(sl, 0, sizeof *sl);
+  sl->kind = kind;
+  sl->a = a;
+  sl->k = k;
+  sl->lo = lo;
+}
+
+static void space_init(space *sp, const pcgc_rule *r) {
+  memset(sp, 0, sizeof *sp);
+  /* a variable that sizes an input (a dim expression, a parallel item) is a
+   * size: >= 1; one bound only by an attribute may be 0 or negative */
+  bool sized[PCGC_RULE_MAX_SYMS] = {false};
+  for (int i = 0; i < r->n_inputs; i++) {
+    const rtype *ty = &r->tensors[r->inputs[i]].type;
+    for (int d = 0; ty->has_shape && d < ty->n_dims; d++) expr_syms(r, ty->dims[d], sized, 0);
+    for (int p = 0; p < ty->n_pitems; p++) expr_syms(r, ty->pitems[p].value, sized, 0);
+  }
+  for (int s = r->n_params; s < r->n_syms; s++) {
+    if (r->syms[s].kind == RS_ELLIPSIS)
+      for (int k = 0; k < 2; k++) add_slot(sp, SLOT_ELL, s, k, 1);
+    else
+      add_slot(sp, SLOT_VAR, s, 0, sized[s] ? 1 : -2);
+  }
+  for (int i = 0; i < r->n_inputs; i++)
+    if (!r->tensors[r->inputs[i]].type.has_shape)
+      for (int k = 0; k < 4; k++) add_slot(sp, SLOT_DIM, i, k, 1);
+  for (int e = 0; e < r->n_ex && sp->n_divs < MAX_DIVS; e++)
+    if (r->ex[e].kind == RX_DIV || r->ex[e].kind == RX_MOD) sp->divs[sp->n_divs++] = e;
+  for (int c = 0; c < r->n_conds; c++)
+    sp->cond_div[c] = expr_has_div(r, r->conds[c].a, 0) || expr_has_div(r, r->conds[c].b, 0);
+}
+
+/* The values an open attribute is tried at besides its default: every
+ * other enum value, the other bool, one other float, an int one above and
+ * one below, a pair one above, both entries or only the first (stride 2,2
+ * and 2,1; padding 1,1 and 1,0; kernel 2,2 and 2,1: the uneven one tells
+ * the two spatial dims apart).
+ * Type inference refuses what an instance cannot take (a kernel larger than
+ * the input, groups 0). */
+static int attr_values(const pcgc_attr_desc *d, pcgc_attr_value *out) {
+  int n = 0;
+  int64_t def = d->required ? 0 : d->def_i;
+  memset(out, 0, MAX_AVALS * sizeof *out);
+  switch (d->type) {
+  case PCGC_ATTR_BOOL: out[n++].i = !def; break;
+  case PCGC_ATTR_ENUM:
+    for (int64_t v = 0; pcgc_enum_value_name(d->enum_type, v) && n < MAX_AVALS; v++)
+      if (v != def) out[n++].i = v;
+    break;
+  case PCGC_ATTR_FLOAT:
+    if (!d->required) out[n++].f = d->def_f != 0.25 ? 0.25 : 0.5;
+    break;
+  case PCGC_ATTR_INT:
+    if (!d->required) {
+      out[n++].i = def + 1;
+      out[n++].i = def - 1;
+    }
+    break;
+  case PCGC_ATTR_INTS2:
+    for (int k = 0; k <= 1; k++) {
+      out[n].n = 2;
+      out[n].v[0] = def + 1;
+      out[n++].v[1] = def + 1 - k;
+    }
+    break;
+  default: break; /* lists (shape, perm, dims) are required: the match gives them */
+  }
+  return n;
+}
+
+/* The open attributes of the match (those no `KEY=...` of the match node
+ * constrains), and whether the rule needs training mode. */
+static void attr_slots_init(inst *I) {
   const pcgc_rule *r = I->r;
-  static const int64_t sizes[] = {1, 2, 3, 4, 6, 8, 12}, small_dims[] = {1, 2, 3, 4};
+  I->n_aslots = 0;
+  for (int k = 0; k < r->match.n_nodes; k++) {
+    const rnode *n = &r->match.nodes[k];
+    for (int i = 0; i < pcgc_op_num_attrs(n->op) && I->n_aslots < MAX_ASLOTS; i++) {
+      bool given = false;
+      for (int q = 0; q < n->n_attrs && !given; q++) given = n->attrs[q].attr == i;
+      if (given) continue;
+      aslot *as = &I->aslots[I->n_aslots];
+      memset(as, 0, sizeof *as);
+      as->node = k;
+      as->attr = i;
+      as->n_vals = attr_values(pcgc_op_attr(n->op, i), as->vals);
+      if (as->n_vals > 0) I->n_aslots++;
+    }
+  }
+  I->training = false;
+  for (int side = 0; side < 2; side++) {
+    const rside *sd = side ? &r->rewrite : &r->match;
+    for (int k = 0; k < sd->n_nodes; k++)
+      if (sd->nodes[k].op == PCGC_OP_DROPOUT || sd->nodes[k].op == PCGC_OP_ATTENTION) I->training = true;
+  }
+}
+
+/* Sets the environment's variables and ellipses from A. */
+static void use_assign(inst *I, const assign *A) {
+  const pcgc_rule *r = I->r;
+  I->A = A;
   for (int s = r->n_params; s < r->n_syms; s++) {
     if (r->syms[s].kind == RS_ELLIPSIS) {
-      I->ell_n[s] = (int)(rng_next(rs) % 3);
-      for (int k = 0; k < I->ell_n[s]; k++) I->ell[s][k] = pick(rs, small_dims, 4);
+      I->ell_n[s] = A->ell_n[s];
+      memcpy(I->ell[s], A->ell[s], sizeof I->ell[s]);
     } else {
-      I->env.sym[s] = pick(rs, sizes, 7);
-      if (rng_next(rs) % 4 == 0) I->env.sym[s] = (int64_t)(rng_next(rs) % 4); /* small ones for axes */
+      I->env.sym[s] = A->sym[s];
     }
     I->env.sym_set[s] = true;
   }
+}
+
+/* The old generator: sizes from {1, 2, 3, 4, 6, 8, 12} (a quarter of the
+ * variables from 0..3, for axes), 0 to 2 ellipsis dims from 1..4, unshaped
+ * inputs of rank 1..4 with dims from {1, 2, 3, 4, 6, 8}. With keep_shape,
+ * ellipsis lengths and unshaped ranks stay those of *A. */
+static void random_assign(const pcgc_rule *r, uint64_t *rs, assign *A, bool keep_shape) {
+  static const int64_t sizes[] = {1, 2, 3, 4, 6, 8, 12}, small_dims[] = {1, 2, 3, 4}, small[] = {1, 2, 3, 4, 6, 8};
+  for (int s = r->n_params; s < r->n_syms; s++) {
+    if (r->syms[s].kind == RS_ELLIPSIS) {
+      if (!keep_shape) A->ell_n[s] = (int)(rng_next(rs) % 3);
+      for (int k = 0; k < A->ell_n[s]; k++) A->ell[s][k] = pick(rs, small_dims, 4);
+    } else {
+      A->sym[s] = pick(rs, sizes, 7);
+      if (rng_next(rs) % 4 == 0) A->sym[s] = (int64_t)(rng_next(rs) % 4);
+    }
+  }
+  for (int i = 0; i < r->n_inputs; i++) {
+    if (r->tensors[r->inputs[i]].type.has_shape) continue;
+    if (!keep_shape) A->rank[i] = 1 + (int)(rng_next(rs) % 4);
+    for (int d = 0; d < A->rank[i]; d++) A->dims[i][d] = pick(rs, small, 6);
+  }
+}
+
+/* The classes a value of sl covers in this binding. */
+static unsigned value_classes(const slot *sl, int64_t v) {
+  unsigned c = 0;
+  if (v >= 1) {
+    c |= v % 2 ? CLS(PCGC_CHECK_ODD) : CLS(PCGC_CHECK_EVEN);
+    if (v % 2 && v > 4) c |= CLS(PCGC_CHECK_ODD_GT4);
+    if (is_prime(v)) c |= CLS(PCGC_CHECK_PRIME);
+  }
+  if (v <= 0 && sl->lo < 1) c |= CLS(PCGC_CHECK_ATTR); /* a variable bound by an attribute: 0 (false, the first axis) */
+  for (int m = 0; m < sl->n_marks; m++)
+    if (sl->mark_v[m] == v) c |= sl->mark_cls[m];
+  if (v == sl->random_v) c |= CLS(PCGC_CHECK_RANDOM);
+  return c;
+}
+
+static void add_mark(slot *sl, int64_t v, unsigned cls) {
+  if (v < sl->lo || v > SCAN_MAX) return;
+  for (int m = 0; m < sl->n_marks; m++)
+    if (sl->mark_v[m] == v) {
+      sl->mark_cls[m] |= cls;
+      return;
+    }
+  if (sl->n_marks >= MAX_MARKS) return;
+  sl->mark_v[sl->n_marks] = v;
+  sl->mark_cls[sl->n_marks++] = cls;
+}
+
+/* Input types from the sizes alone, for conditions and divisions. */
+static void fake_types(inst *I) {
+  const pcgc_rule *r = I->r;
+  for (int i = 0; i < r->n_inputs; i++) {
+    int rank = 0;
+    int64_t dims[PCGC_MAX_RANK];
+    I->fake_ok[i] = input_shape(I, i, &rank, dims);
+    if (I->fake_ok[i]) pcgc_ptensor_init(&I->fake_t[i], input_dtype(&r->tensors[r->inputs[i]].type), rank, dims);
+  }
+}
+
+/* Marks the where-bound and div-change values of every active slot, for the
+ * parameters in I->env and the base instance A0. */
+static void scan_space(inst *I, space *sp, const assign *A0) {
+  const pcgc_rule *r = I->r;
+  assign A;
+  memset(sp->div_seen, 0, sizeof sp->div_seen);
+  I->fake = true;
+  for (int j = 0; j < sp->n_slots; j++) {
+    slot *sl = &sp->slots[j];
+    sl->n_marks = 0;
+    if (!slot_active(r, A0, sl)) continue;
+    int n = (int)(SCAN_MAX - sl->lo + 1);
+    for (int i = 0; i < n; i++) {
+      A = *A0;
+      *slot_val(&A, sl) = sl->lo + i;
+      use_assign(I, &A);
+      fake_types(I);
+      for (int c = 0; c < r->n_conds; c++) {
+        int64_t a, b;
+        sp->fv[c][i] = !r->conds[c].params_only && !sp->cond_div[c] && pcgc__rx_eval(&I->env, r->conds[c].a, &a) == RX_OK &&
+                       pcgc__rx_eval(&I->env, r->conds[c].b, &b) == RX_OK;
+        if (sp->fv[c][i]) sp->f[c][i] = a - b;
+      }
+      for (int k = 0; k < sp->n_divs; k++) {
+        const rx *x = &r->ex[sp->divs[k]];
+        int64_t a, b;
+        sp->qv[k][i] = pcgc__rx_eval(&I->env, x->a, &a) == RX_OK && pcgc__rx_eval(&I->env, x->b, &b) == RX_OK && b != 0 &&
+                       b != 1 && b != -1 && a != INT64_MIN;
+        if (sp->qv[k][i]) {
+          sp->q[k][i] = a / b;
+          sp->div_seen[k] = true;
+        }
+      }
+    }
+    /* roots of a - b: the bound itself, or the two values around a root
+     * between integers */
+    for (int c = 0; c < r->n_conds; c++) {
+      bool varies = false;
+      for (int i = 1; i < n && !varies; i++) varies = sp->fv[c][i] && sp->fv[c][i - 1] && sp->f[c][i] != sp->f[c][i - 1];
+      if (!varies) continue;
+      int roots = 0;
+      for (int i = 0; i < n && roots < 2; i++) {
+        if (!sp->fv[c][i]) continue;
+        int64_t v = sl->lo + i;
+        if (sp->f[c][i] == 0) {
+          add_mark(sl, v - 1, CLS(PCGC_CHECK_BOUND_BELOW));
+          add_mark(sl, v, CLS(PCGC_CHECK_BOUND));
+          add_mark(sl, v + 1, CLS(PCGC_CHECK_BOUND_ABOVE));
+          roots++;
+        } else if (i > 0 && sp->fv[c][i - 1] && sp->f[c][i - 1] != 0 && (sp->f[c][i - 1] < 0) != (sp->f[c][i] < 0)) {
+          add_mark(sl, v - 1, CLS(PCGC_CHECK_BOUND_BELOW));
+          add_mark(sl, v, CLS(PCGC_CHECK_BOUND_ABOVE));
+          roots++;
+        }
+      }
+    }
+    /* steps of each quotient: the first three */
+    for (int k = 0; k < sp->n_divs; k++) {
+      int steps = 0;
+      for (int i = 1; i < n && steps < 3; i++) {
+        if (!sp->qv[k][i] || !sp->qv[k][i - 1] || sp->q[k][i] == sp->q[k][i - 1]) continue;
+        int64_t v = sl->lo + i;
+        add_mark(sl, v - 1, CLS(PCGC_CHECK_DIV_BELOW));
+        add_mark(sl, v, CLS(PCGC_CHECK_DIV));
+        add_mark(sl, v + 1, CLS(PCGC_CHECK_DIV_ABOVE));
+        steps++;
+      }
+    }
+  }
+  /* a division whose dividend is no size of an input (the size of an
+   * intermediate): multiples of its divisor for every size */
+  use_assign(I, A0);
+  fake_types(I);
+  for (int k = 0; k < sp->n_divs; k++) {
+    int64_t m;
+    if (sp->div_seen[k] || pcgc__rx_eval(&I->env, r->ex[sp->divs[k]].b, &m) != RX_OK || m < 2 || m > SCAN_MAX) continue;
+    for (int j = 0; j < sp->n_slots; j++) {
+      slot *sl = &sp->slots[j];
+      if (sl->lo < 1 || !slot_active(r, A0, sl)) continue;
+      for (int64_t t = m; t <= 2 * m; t += m) {
+        add_mark(sl, t - 1, CLS(PCGC_CHECK_DIV_BELOW));
+        add_mark(sl, t, CLS(PCGC_CHECK_DIV));
+        add_mark(sl, t + 1, CLS(PCGC_CHECK_DIV_ABOVE));
+      }
+    }
+  }
+  I->fake = false;
+}
+
+/* Candidate values of every active slot for this binding. */
+static void make_candidates(const pcgc_rule *r, space *sp, const assign *A0, uint64_t *rs) {
+  static const int64_t fixed[] = {3, 5, 6, 7, 0};
+  for (int j = 0; j < sp->n_slots; j++) {
+    slot *sl = &sp->slots[j];
+    sl->n_cands = 0;
+    sl->random_v = INT64_MIN;
+    if (!slot_active(r, A0, sl)) continue;
+    int64_t lo = sl->lo > 1 ? sl->lo : 1;
+    sl->random_v = lo + (int64_t)(rng_next(rs) % (uint64_t)(SCAN_MAX - lo + 1));
+    int64_t base = *slot_val((assign *)A0, sl);
+    int64_t vals[MAX_CANDS];
+    int n = 0;
+    for (size_t f = 0; f < sizeof fixed / sizeof fixed[0] && n < MAX_CANDS; f++) vals[n++] = fixed[f];
+    for (int m = 0; m < sl->n_marks && n < MAX_CANDS; m++) vals[n++] = sl->mark_v[m];
+    if (n < MAX_CANDS) vals[n++] = sl->random_v;
+    for (int i = 0; i < n; i++) {
+      bool dup = vals[i] == base || vals[i] < sl->lo || vals[i] > SCAN_MAX;
+      for (int k = 0; k < sl->n_cands && !dup; k++) dup = sl->cand[k] == vals[i];
+      if (!dup) {
+        sl->tried[sl->n_cands] = false;
+        sl->cand[sl->n_cands++] = vals[i];
+      }
+    }
+  }
+}
+
+static int popcount(unsigned v) {
+  int n = 0;
+  for (; v; v &= v - 1) n++;
+  return n;
+}
+
+/* The untried candidate that covers the most classes its slot has not
+ * covered yet (ties: the earliest slot, the earliest candidate); false when
+ * none covers anything new. */
+static bool next_candidate(const pcgc_rule *r, const space *sp, const assign *A0, int *js, int *ks) {
+  int best = 0;
+  for (int j = 0; j < sp->n_slots; j++) {
+    const slot *sl = &sp->slots[j];
+    if (!slot_active(r, A0, sl)) continue;
+    for (int k = 0; k < sl->n_cands; k++) {
+      if (sl->tried[k]) continue;
+      int gain = popcount(value_classes(sl, sl->cand[k]) & ~sl->covered);
+      if (gain > best) {
+        best = gain;
+        *js = j;
+        *ks = k;
+      }
+    }
+  }
+  return best > 0;
+}
+
+typedef enum draw_result { DRAW_NONE, DRAW_OK, DRAW_FAIL, DRAW_NOMEM } draw_result;
+
+/* Builds instance A: both graphs. DRAW_NONE when it is not an instance (the
+ * match does not type-check, a condition fails, it is too large); DRAW_FAIL
+ * (message in msg) when it is and the rewrite side is wrong. */
+static draw_result try_assign(inst *I, const assign *A, uint64_t *rs, char *msg, size_t msg_n) {
+  const pcgc_rule *r = I->r;
+  use_assign(I, A);
+  /* first without a graph: the inputs' shapes, their size, and the
+   * conditions that read only sizes of inputs (most draws end here) */
+  I->fake = true;
+  fake_types(I);
+  I->fake = false;
+  int64_t in_numel = 0;
+  for (int i = 0; i < r->n_inputs; i++) {
+    if (!I->fake_ok[i]) return DRAW_NONE;
+    in_numel += pcgc_ptensor_numel(&I->fake_t[i]);
+  }
+  if (in_numel > NUMEL_CAP) return DRAW_NONE;
+  I->fake = true;
+  for (int c = 0; c < r->n_conds; c++) {
+    bool holds = true;
+    if (pcgc__rc_eval(&I->env, &r->conds[c], &holds) == RX_OK && !holds) {
+      I->fake = false;
+      return DRAW_NONE;
+    }
+  }
+  I->fake = false;
   side_free(&I->m);
   side_free(&I->w);
   I->n_src = 0;
@@ -520,13 +1066,17 @@ static draw_result draw(inst *I, uint64_t *rs, char *msg, size_t msg_n) {
   int rank[PCGC_RULE_MAX_INPUTS];
   int64_t dims[PCGC_RULE_MAX_INPUTS][PCGC_MAX_RANK];
   for (int i = 0; i < r->n_inputs; i++) {
-    if (!input_shape(I, i, rs, &rank[i], dims[i], true)) return DRAW_NONE;
+    if (!input_shape(I, i, &rank[i], dims[i])) return DRAW_NONE;
     pcgc_dtype dt = input_dtype(&r->tensors[r->inputs[i]].type);
     if (!build_input(I, &I->m, i, rank[i], dims[i], dt)) return DRAW_NONE;
   }
   pcgc_error err = {0};
   if (!build_side(I, &I->m, &r->match, 0, rs, &err)) return DRAW_NONE;
   if (pcgc_graph_infer(I->m.g, &err) != PCGC_OK) return DRAW_NONE;
+  int64_t total = 0;
+  for (int k = 0; k < I->m.g->n_nodes; k++)
+    for (int j = 0; j < I->m.g->nodes[k].n_out; j++) total += pcgc_ptensor_numel(&I->m.g->nodes[k].out[j]);
+  if (total > NUMEL_CAP) return DRAW_NONE;
   I->cur = &I->m;
   for (int c = 0; c < r->n_conds; c++) {
     bool holds = false;
@@ -564,15 +1114,296 @@ static draw_result draw(inst *I, uint64_t *rs, char *msg, size_t msg_n) {
   return DRAW_OK;
 }
 
+/* The state of one rule's check. */
+typedef struct checker {
+  inst *I;
+  space *sp;
+  const pcgc_check_options *o;
+  pcgc_check_result *res;
+  pcgc_error *err;
+  pcgc_status st;
+  uint64_t rs;
+  int n_seen;
+  uint64_t seen[512];    /* instances of this binding (hashes) */
+  int n_pool;
+  assign pool[16];       /* instances of earlier bindings: the first bases tried */
+  int round;             /* attribute rounds so far in this rule */
+} checker;
+
+typedef enum tried { TRY_NONE, TRY_RAN, TRY_STOP } tried;
+
+static void credit(pcgc_check_result *res, unsigned cls) {
+  res->instances++;
+  res->classes |= cls;
+  for (int c = 0; c < PCGC_CHECK_N_CLASSES; c++)
+    if (cls & CLS(c)) res->class_instances[c]++;
+}
+
+/* Tries instance A; when it is one, new and the match side runs, runs every
+ * seed and credits its classes (extra: classes from how it was chosen).
+ * TRY_STOP when the rule failed or the check cannot go on. */
+static tried try_instance(checker *C, const assign *A, unsigned extra) {
+  inst *I = C->I;
+  const pcgc_rule *r = I->r;
+  pcgc_check_result *res = C->res;
+  char msg[sizeof res->message];
+  draw_result d = try_assign(I, A, &C->rs, msg, sizeof msg);
+  if (d == DRAW_NOMEM) {
+    C->st = pcgc_error_set(C->err, PCGC_ERR_NOMEM, "out of memory checking rule '%s'", r->name);
+    return TRY_STOP;
+  }
+  if (d == DRAW_NONE) return TRY_NONE;
+  unsigned cls = extra;
+  for (int j = 0; j < I->n_aslots; j++)
+    if (A->av[j]) cls |= CLS(PCGC_CHECK_ATTR);
+  if (I->training) cls |= CLS(PCGC_CHECK_TRAINING);
+  for (int j = 0; j < C->sp->n_slots; j++)
+    if (slot_active(r, A, &C->sp->slots[j])) cls |= value_classes(&C->sp->slots[j], *slot_val((assign *)A, &C->sp->slots[j]));
+  char cls_text[256];
+  pcgc_check_classes_format(cls_text, sizeof cls_text, cls);
+  if (d == DRAW_FAIL) {
+    res->ok = false;
+    snprintf(res->message, sizeof res->message, "%.1700s (%.300s)", msg, cls_text);
+    credit(res, cls);
+    return TRY_STOP;
+  }
+  /* a new instance? (same symbol values and input shapes = same instance) */
+  uint64_t h = 1469598103934665603ull;
+  for (int s = 0; s < r->n_syms; s++) {
+    h = (h ^ (uint64_t)I->env.sym[s]) * 1099511628211ull;
+    for (int k = 0; k < I->ell_n[s]; k++) h = (h ^ (uint64_t)I->ell[s][k]) * 1099511628211ull;
+  }
+  for (int j = 0; j < I->n_aslots; j++) h = (h ^ A->av[j]) * 1099511628211ull;
+  for (int s = 0; s < I->n_src; s++) {
+    const pcgc_ptensor *tt = &I->m.g->nodes[pcgc_graph_find(I->m.g, I->src[s])].out[0];
+    for (int k = 0; k < tt->rank; k++) h = (h ^ (uint64_t)tt->dims[k]) * 1099511628211ull;
+  }
+  for (int k = 0; k < C->n_seen; k++)
+    if (C->seen[k] == h) return TRY_NONE;
+  if (C->n_seen < (int)(sizeof C->seen / sizeof C->seen[0])) C->seen[C->n_seen++] = h;
+  char inst_text[512];
+  describe(I, inst_text, sizeof inst_text);
+  /* the seeds; a rule with a dropout runs them in training mode, where
+   * equal programs draw equal masks (the dropout seed varies by instance),
+   * and one more in inference mode, where dropout is the identity */
+  int ran = 0;
+  char rmsg[1400];
+  run_result rr = RUN_AGREE;
+  for (int mode = 0; mode < (I->training ? 2 : 1) && rr != RUN_NOMEM && res->ok; mode++) {
+    bool training = I->training && mode == 0;
+    const char *mode_text = !I->training ? "" : training ? "training: " : "inference: ";
+    int want = mode == 0 ? C->o->seeds : 1, got = 0;
+    pcgc_reference *RA, *RB;
+    rr = prepare_runs(I, training, 1 + (uint64_t)res->instances, &RA, &RB, rmsg, sizeof rmsg);
+    if (rr == RUN_DIFFER) {
+      ran++;
+      res->executions++;
+      res->ok = false;
+      snprintf(res->message, sizeof res->message, "instance %s (%s): %s%.1400s", inst_text, cls_text, mode_text, rmsg);
+    }
+    for (int s = 1; rr == RUN_AGREE && got < want && s <= 4 * want && res->ok; s++) {
+      run_result q = run_seed(I, RA, RB, (uint64_t)s, rmsg, sizeof rmsg);
+      if (q == RUN_NOMEM) {
+        rr = RUN_NOMEM;
+        break;
+      }
+      if (q == RUN_SKIP) continue;
+      got++;
+      ran++;
+      res->executions++;
+      if (q == RUN_DIFFER) {
+        res->ok = false;
+        snprintf(res->message, sizeof res->message, "instance %s (%s): %s%.1400s", inst_text, cls_text, mode_text,
+                 rmsg);
+      }
+    }
+    pcgc_ref_free(RA);
+    pcgc_ref_free(RB);
+  }
+  if (rr == RUN_NOMEM) {
+    C->st = pcgc_error_set(C->err, PCGC_ERR_NOMEM, "out of memory checking rule '%s'", r->name);
+    return TRY_STOP;
+  }
+  if (C->o->log)
+    fprintf(C->o->log, "  %s: instance %s: %d seeds %s [%s]\n", r->name, inst_text, ran, res->ok ? "agree" : "DIFFER",
+            cls_text);
+  if (ran == 0 && res->ok) return TRY_NONE; /* the match side never ran (it overflows): not an instance after all */
+  credit(res, cls);
+  if (!res->ok) return TRY_STOP;
+  if (C->n_pool < (int)(sizeof C->pool / sizeof C->pool[0])) {
+    C->pool[C->n_pool] = *A;
+    memset(C->pool[C->n_pool++].av, 0, sizeof A->av); /* bases have default attributes */
+  }
+  for (int j = 0; j < I->n_aslots; j++)
+    if (A->av[j]) I->aslots[j].covered |= 1u << (A->av[j] - 1);
+  for (int j = 0; j < C->sp->n_slots; j++) {
+    slot *sl = &C->sp->slots[j];
+    if (slot_active(r, A, sl)) sl->covered |= value_classes(sl, *slot_val((assign *)A, sl));
+  }
+  return TRY_RAN;
+}
+
+/* The instances of one parameter binding (parameters in I->env): a base
+ * instance, the slots' candidates, seeded random combinations; at most cap.
+ * Returns how many ran. */
+static int check_binding(checker *C, int cap) {
+  inst *I = C->I;
+  const pcgc_rule *r = I->r;
+  space *sp = C->sp;
+  const pcgc_check_options *o = C->o;
+  C->n_seen = 0;
+  assign A0, A;
+  memset(&A0, 0, sizeof A0);
+  int found = 0, tries = 0;
+  tried t = TRY_NONE;
+  for (int j = 0; j < sp->n_slots; j++) { /* no marks until this binding's scan */
+    sp->slots[j].n_marks = 0;
+    sp->slots[j].random_v = INT64_MIN;
+  }
+  /* the base: an instance of an earlier binding if one is an instance of
+   * this one (rules whose instances are rare draws, a reshape's shape), else
+   * the first draw that is */
+  for (int p = 0; found == 0 && p < C->n_pool && tries < o->max_tries; p++) {
+    tries++;
+    A0 = C->pool[p];
+    if ((t = try_instance(C, &A0, CLS(PCGC_CHECK_BASE))) == TRY_STOP) return found;
+    if (t == TRY_RAN) found++;
+  }
+  while (found == 0 && tries < o->max_tries) {
+    tries++;
+    random_assign(r, &C->rs, &A0, false);
+    if ((t = try_instance(C, &A0, CLS(PCGC_CHECK_BASE))) == TRY_STOP) return found;
+    if (t == TRY_RAN) found++;
+  }
+  if (found == 0) return 0;
+  /* the open attributes: rounds that set each to another value or its
+   * default (the first round of the rule every one to its first other
+   * value, later ones a seeded random combination, odd ones on redrawn
+   * sizes; a binding with room for every round runs them all, else one),
+   * then each value no round has run yet alone */
+  int n_rounds = 0;
+  for (int a = 0; a < I->n_aslots; a++)
+    if (I->aslots[a].n_vals + 1 > n_rounds) n_rounds = I->aslots[a].n_vals + 1;
+  if (n_rounds > 1 && cap < 2 * n_rounds + 2) n_rounds = 1;
+  for (int q = 0; q < n_rounds && found < cap && tries < o->max_tries; q++, C->round++) {
+    /* greedily, one attribute at a time: a value the sizes so far refuse
+     * (groups 2 on one channel, causal with unequal lengths) gets redrawn
+     * sizes, or stays at its default */
+    A = A0;
+    for (int rep = 0; rep < 3 && C->round % 2; rep++) { /* odd rounds: other sizes (a kernel above 1) */
+      assign B = A0;
+      random_assign(r, &C->rs, &B, true);
+      char m[256];
+      tries++;
+      if (try_assign(I, &B, &C->rs, m, sizeof m) == DRAW_OK) {
+        A = B;
+        break;
+      }
+    }
+    bool any = false;
+    for (int i = 0; i < I->n_aslots && tries < o->max_tries; i++) {
+      int a = (i + C->round) % I->n_aslots;
+      int v = C->round == 0 || I->n_aslots == 1 ? 1 + C->round % I->aslots[a].n_vals
+                                                 : (int)(rng_next(&C->rs) % (uint64_t)(I->aslots[a].n_vals + 1));
+      if (!v) continue;
+      A.av[a] = (uint8_t)v;
+      int ok = 0;
+      for (int rep = 0; rep < 6 && !ok && tries < o->max_tries; rep++) {
+        assign B = A;
+        if (rep > 0) random_assign(r, &C->rs, &B, true);
+        tries++;
+        char m[256];
+        draw_result d = try_assign(I, &B, &C->rs, m, sizeof m);
+        if (d == DRAW_NOMEM) {
+          C->st = pcgc_error_set(C->err, PCGC_ERR_NOMEM, "out of memory checking rule '%s'", r->name);
+          return found;
+        }
+        if (d != DRAW_NONE) {
+          ok = 1;
+          A = B;
+        }
+      }
+      if (!ok) A.av[a] = 0;
+      any |= ok;
+    }
+    if (!any) continue;
+    tries++;
+    if ((t = try_instance(C, &A, 0)) == TRY_STOP) return found;
+    if (t == TRY_RAN) found++;
+  }
+  int alone = 0;
+  for (int a = 0; a < I->n_aslots && found < cap && alone < 1; a++) {
+    aslot *as = &I->aslots[a];
+    for (int v = 1; v <= as->n_vals && found < cap && alone < 1 && as->fails < 8 && tries < o->max_tries; v++) {
+      if (as->covered & (1u << (v - 1))) continue;
+      for (int rep = 0; rep < 12 && tries < o->max_tries; rep++) {
+        tries++;
+        A = A0;
+        if (rep > 0) random_assign(r, &C->rs, &A, true);
+        A.av[a] = (uint8_t)v;
+        if ((t = try_instance(C, &A, 0)) == TRY_STOP) return found;
+        if (t == TRY_RAN) {
+          found++;
+          alone++;
+          break;
+        }
+        as->fails += rep == 11;
+      }
+    }
+  }
+  scan_space(I, sp, &A0);
+  make_candidates(r, sp, &A0, &C->rs);
+  /* one slot at a time, the others at the base or, when that is no
+   * instance, redrawn (shapes kept) */
+  int j, k;
+  while (found < cap && tries < o->max_tries && next_candidate(r, sp, &A0, &j, &k)) {
+    slot *sl = &sp->slots[j];
+    sl->tried[k] = true;
+    for (int rep = 0; rep < 4 && tries < o->max_tries; rep++) {
+      tries++;
+      A = A0;
+      if (rep > 0) random_assign(r, &C->rs, &A, true);
+      *slot_val(&A, sl) = sl->cand[k];
+      if ((t = try_instance(C, &A, 0)) == TRY_STOP) return found;
+      if (t == TRY_RAN) {
+        found++;
+        break;
+      }
+    }
+  }
+  /* seeded random combinations: each size from its candidates or the old set */
+  while (found < cap && tries < o->max_tries) {
+    tries++;
+    A = A0;
+    random_assign(r, &C->rs, &A, rng_next(&C->rs) % 2 == 0);
+    for (int q = 0; q < sp->n_slots; q++) {
+      slot *sl = &sp->slots[q];
+      if (!slot_active(r, &A, sl) || sl->n_cands == 0 || rng_next(&C->rs) % 2) continue;
+      *slot_val(&A, sl) = sl->cand[rng_next(&C->rs) % (uint64_t)sl->n_cands];
+    }
+    for (int a = 0; a < I->n_aslots; a++)
+      A.av[a] = rng_next(&C->rs) % 2 ? 0 : (uint8_t)(1 + rng_next(&C->rs) % (uint64_t)I->aslots[a].n_vals);
+    if ((t = try_instance(C, &A, CLS(PCGC_CHECK_MIXED))) == TRY_STOP) return found;
+    if (t == TRY_RAN) found++;
+  }
+  return found;
+}
+
 pcgc_status pcgc_rule_check(const pcgc_rule *r, const pcgc_check_options *opt, pcgc_check_result *res,
                             pcgc_error *err) {
   pcgc_check_options o;
   if (opt) o = *opt;
   else pcgc_check_options_default(&o);
+  if (o.instances < 1) o.instances = 1;
   memset(res, 0, sizeof *res);
   res->ok = true;
   inst *I = calloc(1, sizeof *I);
-  if (!I) return pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory checking rule '%s'", r->name);
+  space *sp = calloc(1, sizeof *sp);
+  if (!I || !sp) {
+    free(I);
+    free(sp);
+    return pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory checking rule '%s'", r->name);
+  }
   I->r = r;
   I->env.rule = r;
   I->env.type_of = cb_type;
@@ -580,100 +1411,59 @@ pcgc_status pcgc_rule_check(const pcgc_rule *r, const pcgc_check_options *opt, p
   I->env.ctx = I;
   side_init(&I->m);
   side_init(&I->w);
-  pcgc_status st = PCGC_OK;
+  space_init(sp, r);
+  attr_slots_init(I);
+  checker C = {.I = I, .sp = sp, .o = &o, .res = res, .err = err, .st = PCGC_OK, .rs = 0x5eed ^ o.seed};
+  for (const char *c = r->name; *c; c++) C.rs = C.rs * 131 + (uint8_t)*c;
   int np = r->n_params, idx[PCGC_RULE_MAX_PARAMS] = {0}, len[PCGC_RULE_MAX_PARAMS];
   for (int p = 0; p < np; p++) len[p] = r->syms[p].kind == RS_DEGREE ? o.n_degrees : 4;
+  /* two passes over the bindings: count the ones the parameter-only
+   * conditions keep (to share the budget), then check them */
   int bindings = 0, found_any = 0;
-  uint64_t rs = 0x5eed;
-  for (const char *c = r->name; *c; c++) rs = rs * 131 + (uint8_t)*c;
-  for (;;) {
-    for (int p = 0; p < np; p++) {
-      I->env.sym[p] = r->syms[p].kind == RS_DEGREE ? o.degrees[idx[p]] : idx[p];
-      I->env.sym_set[p] = true;
-    }
-    bool keep = true;
-    for (int c = 0; c < r->n_conds && keep; c++) {
-      bool holds = true;
-      if (r->conds[c].params_only && pcgc__rc_eval(&I->env, &r->conds[c], &holds) == RX_OK && !holds) keep = false;
-    }
-    if (keep) {
-      bindings++;
-      int found = 0;
-      uint64_t seen[64];
-      int n_seen = 0;
-      for (int t = 0; t < o.max_tries && found < o.instances && res->ok; t++) {
-        char msg[sizeof res->message];
-        draw_result d = draw(I, &rs, msg, sizeof msg);
-        if (d == DRAW_NOMEM) {
-          st = pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory checking rule '%s'", r->name);
-          break;
-        }
-        if (d == DRAW_FAIL) {
-          res->ok = false;
-          snprintf(res->message, sizeof res->message, "%s", msg);
-          break;
-        }
-        if (d != DRAW_OK) continue;
-        /* a new instance? (same symbol values and input shapes = same instance) */
-        uint64_t h = 1469598103934665603ull;
-        for (int s = 0; s < r->n_syms; s++) {
-          h = (h ^ (uint64_t)I->env.sym[s]) * 1099511628211ull;
-          for (int k = 0; k < I->ell_n[s]; k++) h = (h ^ (uint64_t)I->ell[s][k]) * 1099511628211ull;
-        }
-        for (int s = 0; s < I->n_src; s++) {
-          const pcgc_ptensor *tt = &I->m.g->nodes[pcgc_graph_find(I->m.g, I->src[s])].out[0];
-          for (int k = 0; k < tt->rank; k++) h = (h ^ (uint64_t)tt->dims[k]) * 1099511628211ull;
-        }
-        bool dup = false;
-        for (int k = 0; k < n_seen; k++) dup |= seen[k] == h;
-        if (dup) continue;
-        if (n_seen < 64) seen[n_seen++] = h;
-        found++;
-        res->instances++;
-        char inst_text[512];
-        describe(I, inst_text, sizeof inst_text);
-        int ran = 0;
-        (void)msg;
-        for (int s = 1; ran < o.seeds && s <= 4 * o.seeds && res->ok; s++) {
-          char rmsg[1400];
-          run_result rr = run_seed(I, (uint64_t)s, rmsg, sizeof rmsg);
-          if (rr == RUN_NOMEM) {
-            st = pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory checking rule '%s'", r->name);
-            break;
-          }
-          if (rr == RUN_SKIP) continue;
-          ran++;
-          res->executions++;
-          if (rr == RUN_DIFFER) {
-            res->ok = false;
-            snprintf(res->message, sizeof res->message, "instance %s: %.1400s", inst_text, rmsg);
-          }
-        }
-        if (o.log) fprintf(o.log, "  %s: instance %s: %d seeds %s\n", r->name, inst_text, ran, res->ok ? "agree" : "DIFFER");
-        if (st != PCGC_OK) break;
-        if (ran == 0 && res->ok) { /* the match side never ran (it overflows): not an instance after all */
-          found--;
-          res->instances--;
-        }
+  for (int pass = 0; pass < 2 && res->ok && C.st == PCGC_OK; pass++) {
+    int cap = o.instances;
+    if (pass == 1 && bindings > 0 && (o.budget + bindings - 1) / bindings > cap) cap = (o.budget + bindings - 1) / bindings;
+    memset(idx, 0, sizeof idx);
+    for (;;) {
+      for (int p = 0; p < np; p++) {
+        I->env.sym[p] = r->syms[p].kind == RS_DEGREE ? o.degrees[idx[p]] : idx[p];
+        I->env.sym_set[p] = true;
       }
-      found_any += found;
+      bool keep = true;
+      for (int c = 0; c < r->n_conds && keep; c++) {
+        bool holds = true;
+        if (r->conds[c].params_only && pcgc__rc_eval(&I->env, &r->conds[c], &holds) == RX_OK && !holds) keep = false;
+      }
+      if (keep && pass == 0) bindings++;
+      if (keep && pass == 1) {
+        int found = check_binding(&C, cap);
+        found_any += found;
+        res->bindings += found > 0;
+      }
+      if (!res->ok || C.st != PCGC_OK) break;
+      int p = np - 1;
+      while (p >= 0 && ++idx[p] == len[p]) idx[p--] = 0;
+      if (p < 0) break;
     }
-    if (!res->ok || st != PCGC_OK) break;
-    int p = np - 1;
-    while (p >= 0 && ++idx[p] == len[p]) idx[p--] = 0;
-    if (p < 0) break;
   }
-  if (st == PCGC_OK && res->ok && found_any == 0) {
+  if (C.st == PCGC_OK && res->ok && found_any == 0) {
     res->ok = false;
     snprintf(res->message, sizeof res->message,
              "no instance found: in %d tries for each of %d parameter bindings no draw type-checked on the match side "
              "and met the conditions; give the inputs shapes, or check the conditions can hold",
              o.max_tries, bindings);
   }
+  if (o.log && C.st == PCGC_OK) {
+    char cls_text[256];
+    pcgc_check_classes_format(cls_text, sizeof cls_text, res->classes);
+    fprintf(o.log, "  %s: %d instances over %d bindings (budget %d), %d runs; classes: %s\n", r->name, res->instances,
+            res->bindings, o.budget, res->executions, cls_text[0] ? cls_text : "none");
+  }
   side_free(&I->m);
   side_free(&I->w);
   free(I);
-  return st;
+  free(sp);
+  return C.st;
 }
 
 pcgc_status pcgc_ruleset_verify(pcgc_ruleset *rs, const pcgc_check_options *o, bool allow_unsound, FILE *report,

@@ -127,13 +127,52 @@ pcgc_status pcgc_rule_apply(const pcgc_graph *g, const pcgc_match *m, pcgc_graph
 
 /* ---------------------------------------------------------- soundness */
 
+/* The behaviours of the integer size space an instance exercises (a value
+ * of some size or variable of the rule): its parity, odd above 4, a prime;
+ * at, just below or just above a bound of a `where` condition; at, just
+ * below or just above a value where an integer division or remainder of the
+ * rule changes; a seeded random value up to 64; the first instance of a
+ * parameter binding; a seeded random combination of several sizes. Besides
+ * sizes: "attr", an attribute the match leaves open (stride, act, keepdims,
+ * approximate...) at a value other than its default; "training", run with
+ * dropout active (rules with a dropout or an attention). */
+typedef enum pcgc_check_class {
+  PCGC_CHECK_BASE,
+  PCGC_CHECK_EVEN,
+  PCGC_CHECK_ODD,
+  PCGC_CHECK_ODD_GT4,
+  PCGC_CHECK_PRIME,
+  PCGC_CHECK_BOUND_BELOW,
+  PCGC_CHECK_BOUND,
+  PCGC_CHECK_BOUND_ABOVE,
+  PCGC_CHECK_DIV_BELOW,
+  PCGC_CHECK_DIV,
+  PCGC_CHECK_DIV_ABOVE,
+  PCGC_CHECK_RANDOM,
+  PCGC_CHECK_MIXED,
+  PCGC_CHECK_ATTR,
+  PCGC_CHECK_TRAINING,
+  PCGC_CHECK_N_CLASSES
+} pcgc_check_class;
+
+/* "base", "even", "odd", "odd>4", "prime", "where-bound-1", "where-bound",
+ * "where-bound+1", "div-change-1", "div-change", "div-change+1", "random",
+ * "mixed", "attr", "training". */
+const char *pcgc_check_class_name(pcgc_check_class c);
+/* The names of the classes in the mask (bit 1 << class), comma-separated,
+ * in enum order; like snprintf, returns the length it wanted. */
+int pcgc_check_classes_format(char *buf, size_t n, unsigned classes);
+
 typedef struct pcgc_check_options {
   int seeds;            /* random inputs per instance (default 3) */
-  int instances;        /* size instances per parameter binding (default 3) */
+  int instances;        /* least instances per parameter binding (default 3) */
+  int budget;           /* instances per rule, spread over its bindings (default 24);
+                           each binding gets max(instances, budget / bindings) */
+  uint64_t seed;        /* varies every draw; 0 (default) is the reproducible library check */
   int64_t degrees[4];   /* degree values tried (default 1, 2, 4) */
   int n_degrees;
-  int max_tries;        /* samples tried to find each instance (default 400) */
-  FILE *log;            /* per-instance lines when not NULL */
+  int max_tries;        /* draws tried per parameter binding (default 400) */
+  FILE *log;            /* per-instance lines and a per-rule summary when not NULL */
 } pcgc_check_options;
 
 void pcgc_check_options_default(pcgc_check_options *o);
@@ -142,15 +181,21 @@ typedef struct pcgc_check_result {
   bool ok;              /* every instance agreed */
   int instances;        /* instances run (parameter bindings x sizes) */
   int executions;       /* instances x seeds */
+  int bindings;         /* parameter bindings with at least one instance */
+  unsigned classes;     /* pcgc_check_class bits the instances covered */
+  int class_instances[PCGC_CHECK_N_CLASSES];  /* instances covering each class */
   char message[2048];   /* on failure: instance, seed, first differing element */
 } pcgc_check_result;
 
 /* Runs both sides of rule r on random small-integer-valued tensors in the
- * reference interpreter (f64), forward and backward, for a spread of small
- * instances that satisfy its conditions, and compares every yield's value
- * and every input's gradient. Returns PCGC_OK with res->ok false when the
- * rule is wrong (res->message says where); an error status only when the
- * check itself could not run (out of memory). */
+ * reference interpreter (f64), forward and backward, for instances that
+ * satisfy its conditions, and compares every yield's value and every
+ * input's gradient. The instances cover the size space: for every size
+ * (match variables, ellipsis dims, dims of unshaped inputs) the values of
+ * every pcgc_check_class, each with the other sizes at a base instance,
+ * then seeded random combinations, within the budget. Returns PCGC_OK with
+ * res->ok false when the rule is wrong (res->message says where); an error
+ * status only when the check itself could not run (out of memory). */
 pcgc_status pcgc_rule_check(const pcgc_rule *r, const pcgc_check_options *o, pcgc_check_result *res,
                             pcgc_error *err);
 
