@@ -54,6 +54,8 @@ typedef struct rt {
   bool dev_comm;       /* messages through the backend's communicators (NCCL), not host MPI */
   void **dcomm;        /* per group: the backend's communicator (NULL where not a member) */
   void **to, **from;   /* per device: the two-member communicator of messages to / from it */
+  bool fault_no_allreduce; /* PCGC_TEST_FAULT=skip-allreduce: a deliberately wrong runtime for
+                              tests of --check and pcgc verify (all-reduces leave data alone) */
   double loss;
   int64_t step;
   pcgc_npy **data;     /* --data: per node, its open .npy file (inputs only) */
@@ -358,6 +360,7 @@ static pcgc_status exec_one(rt *R, const pcgc_ins *I, int64_t *send_off) {
   }
   case PCGC_INS_ALLREDUCE:
   case PCGC_INS_ALLREDUCE_START: {
+    if (R->fault_no_allreduce) return PCGC_OK;
     pcgc_box x = region(R, I, I->dst);
     const pcgc_plan_buf *D = &P->buf[I->dst];
     pcgc_plan_buf sd = stage_desc(&x, D->dtype);
@@ -380,6 +383,7 @@ static pcgc_status exec_one(rt *R, const pcgc_ins *I, int64_t *send_off) {
     return rc == MPI_SUCCESS ? PCGC_OK : mpi_fail(R, rc, "all-reduce", I);
   }
   case PCGC_INS_WAIT: {
+    if (R->fault_no_allreduce) return PCGC_OK;
     if (R->dev_comm) {
       pcgc_box x = region(R, I, I->dst);
       pcgc_plan_buf sd = stage_desc(&x, P->buf[I->dst].dtype);
@@ -569,8 +573,18 @@ static void reader_of(const pcgc_graph *g, int w, char *buf, size_t n) {
 
 /* --check-report: the largest differences per weight, and the first weight
  * beyond tolerance in the model's order with the operator that reads it. */
-static void report_check(rt *R, const pcgc_run_result *res, const double *wd, int n_w, int first_bad) {
+static void report_check(rt *R, const pcgc_run_result *res, const double *wd, const double *gd, int n_w,
+                         int first_bad) {
   const pcgc_graph *g = R->g;
+  if (gd) {
+    double worst = 0;
+    int at = -1;
+    for (int i = 0; i < g->n_nodes; i++)
+      if (g->nodes[i].kind == PCGC_OP_WEIGHT && (at < 0 || gd[i] > worst)) worst = gd[at = i];
+    if (at >= 0)
+      printf("check: the last step's gradients of %d weights differ by at most %.2e (%s), a tenth of the "
+             "relative difference: gradients get 10x the tolerance\n", n_w, worst, g->nodes[at].name);
+  }
   printf("check: losses of %d steps differ by at most %.2e; %d weights, the largest relative differences:\n",
          R->o->steps, res->max_loss_diff, n_w);
   bool *shown = calloc((size_t)g->n_nodes + 1, sizeof *shown);
@@ -589,8 +603,10 @@ static void report_check(rt *R, const pcgc_run_result *res, const double *wd, in
   if (first_bad >= 0) {
     char r[256];
     reader_of(g, first_bad, r, sizeof r);
-    printf("first difference in the model's order: weight '%s' (read by %s) differs by %.2e > %g\n",
-           g->nodes[first_bad].name, r, wd[first_bad], R->o->tolerance);
+    bool grad = gd && gd[first_bad] > R->o->tolerance;
+    printf("first difference in the model's order: %s '%s' (read by %s) differs by %.2e > %g\n",
+           grad ? "the gradient of weight" : "weight", g->nodes[first_bad].name, r,
+           grad ? gd[first_bad] : wd[first_bad], R->o->tolerance);
   } else if (res->max_loss_diff > R->o->tolerance) {
     printf("first difference: the loss (%.2e > %g); every weight is within tolerance\n", res->max_loss_diff,
            R->o->tolerance);
@@ -598,8 +614,9 @@ static void report_check(rt *R, const pcgc_run_result *res, const double *wd, in
   fflush(stdout);
 }
 
-/* Rank 0: the reference interpreter on the same graph and options; compares. */
-static pcgc_status check_against_reference(rt *R, pcgc_run_result *res, float **weights) {
+/* Rank 0: the reference interpreter on the same graph and options; compares
+ * losses and final weights (and, given grads, the last step's gradients). */
+static pcgc_status check_against_reference(rt *R, pcgc_run_result *res, float **weights, float **grads) {
   pcgc_ref_options ro;
   pcgc_ref_options_default(&ro);
   ro.seed = R->o->seed;
@@ -647,7 +664,43 @@ static pcgc_status check_against_reference(rt *R, pcgc_run_result *res, float **
     if (worst > R->o->tolerance && first_bad < 0) first_bad = i;
     free(want);
   }
-  if (st == PCGC_OK && R->o->check_report) report_check(R, res, wd, n_w, first_bad);
+  /* gradients of the last step: a gradient that is zero in exact arithmetic
+   * (a key bias under softmax) is rounding noise on both sides, so each is
+   * measured against at least 1e-3 of the largest gradient of the model */
+  double *gd = grads && st == PCGC_OK ? calloc((size_t)R->g->n_nodes + 1, sizeof *gd) : NULL;
+  double gmax = 0;
+  float **want = gd ? calloc((size_t)R->g->n_nodes + 1, sizeof *want) : NULL;
+  for (int i = 0; want && i < R->g->n_nodes && st == PCGC_OK; i++) {
+    const pcgc_node *n = &R->g->nodes[i];
+    if (n->kind != PCGC_OP_WEIGHT || !grads[i]) continue;
+    int64_t N = pcgc_ptensor_numel(&n->out[0]);
+    if (!(want[i] = malloc((size_t)(N ? N : 1) * sizeof **want))) {
+      st = PCGC_ERR_NOMEM;
+      break;
+    }
+    st = pcgc_ref_get_grad(ref, n->name, PCGC_F32, want[i], N, R->err);
+    for (int64_t e = 0; e < N && st == PCGC_OK; e++) gmax = fmax(gmax, fabs(want[i][e]));
+  }
+  for (int i = 0; want && i < R->g->n_nodes && st == PCGC_OK; i++) {
+    if (!want[i]) continue;
+    int64_t N = pcgc_ptensor_numel(&R->g->nodes[i].out[0]);
+    double scale = 1e-3 * gmax, worst = 0;
+    for (int64_t e = 0; e < N; e++) scale = fmax(scale, fabs(want[i][e]));
+    for (int64_t e = 0; e < N; e++) worst = fmax(worst, fabs((double)want[i][e] - grads[i][e]));
+    /* against 10x the tolerance: a gradient is a sum over devices and
+     * micro-batches, where f32 reassociation shows more than in the weight
+     * it moves by lr (reported in the same units as the weights) */
+    gd[i] = (scale > 0 ? worst / scale : worst) / 10;
+    if (gd[i] > R->o->tolerance && (first_bad < 0 || i < first_bad)) first_bad = i;
+    if (gd[i] > res->max_weight_diff) {
+      res->max_weight_diff = gd[i];
+      snprintf(res->worst_tensor, sizeof res->worst_tensor, "gradient of %s", R->g->nodes[i].name);
+    }
+  }
+  for (int i = 0; want && i < R->g->n_nodes; i++) free(want[i]);
+  free(want);
+  if (st == PCGC_OK && R->o->check_report) report_check(R, res, wd, gd, n_w, first_bad);
+  free(gd);
   free(wd);
   pcgc_ref_free(ref);
   res->checked = true;
@@ -861,6 +914,10 @@ static pcgc_status finish(rt *R, pcgc_run_result *res) {
     f = fopen(R->o->save_weights, "wb");
     if (!f) st = pcgc_error_set(R->err, PCGC_ERR_IO, "cannot write '%s'", R->o->save_weights);
   }
+  /* --check-report also compares the last step's weight gradients (zeroed
+   * only before their first use in a step, so still there) */
+  float **gw = R->o->check && R->o->check_report ? calloc((size_t)(n ? n : 1), sizeof *gw) : NULL;
+  if (R->o->check && R->o->check_report && !gw) st = PCGC_ERR_NOMEM;
   for (int i = 0; i < n; i++) {
     const pcgc_node *x = &R->g->nodes[i];
     if (x->kind != PCGC_OP_WEIGHT) continue;
@@ -868,15 +925,21 @@ static pcgc_status finish(rt *R, pcgc_run_result *res) {
     if (R->rank == 0) {
       w[i] = calloc((size_t)(N ? N : 1), sizeof **w);
       if (!w[i]) st = PCGC_ERR_NOMEM;
+      if (gw && !(gw[i] = calloc((size_t)(N ? N : 1), sizeof **gw))) st = PCGC_ERR_NOMEM;
     }
     pcgc_status s2 = gather_weight(R, i, PCGC_BUF_SOURCE, w[i]);
     if (s2) st = s2;
+    if (gw && (s2 = gather_weight(R, i, PCGC_BUF_SOURCE_GRAD, gw[i]))) st = s2;
     if (f && w[i]) fwrite(w[i], sizeof **w, (size_t)N, f);
   }
   if (f && fclose(f) != 0 && !st) st = pcgc_error_set(R->err, PCGC_ERR_IO, "cannot write '%s'", R->o->save_weights);
-  if (R->rank == 0 && R->o->check && !st) st = check_against_reference(R, res, w);
-  for (int i = 0; i < n; i++) free(w[i]);
+  if (R->rank == 0 && R->o->check && !st) st = check_against_reference(R, res, w, gw);
+  for (int i = 0; i < n; i++) {
+    free(w[i]);
+    if (gw) free(gw[i]);
+  }
   free(w);
+  free(gw);
   return st;
 }
 
@@ -948,6 +1011,8 @@ pcgc_status pcgc_run(const pcgc_graph *g, const pcgc_program *p, const pcgc_run_
   int size = 1, *slot_group = NULL, inited = 0;
   MPI_Initialized(&inited);
   R.mpi = inited != 0;
+  const char *fault = getenv("PCGC_TEST_FAULT");
+  R.fault_no_allreduce = fault && strcmp(fault, "skip-allreduce") == 0;
   if (o->backend) {
     R.be = o->backend;
   } else {

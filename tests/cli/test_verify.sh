@@ -92,6 +92,14 @@ else
   expect 1 "$pcgc" verify "$tmp/notrace.json"; has "$tmp/err" "does not record its steps"
 fi
 
+# a runtime that trains wrongly (test hook: all-reduces leave the gradients alone) is caught, naming
+# the first weight whose gradient differs and the operator reading it
+PCGC_TEST_FAULT=skip-allreduce "$pcgc" verify "$tmp/transformer-block.json" >"$tmp/out" 2>"$tmp/err"
+[ $? -ne 0 ] && ok || bad "verify passed a run whose all-reduces were skipped"
+has "$tmp/out" "first difference in the model's order:"
+has "$tmp/out" "NOT verified"
+grep -E "first difference" "$tmp/out" | sed "s/^/  skipped all-reduces: /"
+
 # compile --verify: written only when verified
 expect 0 "$pcgc" compile "$src/models/cnn.pcg" --machine cpu-2 --budget 0 --verify -o "$tmp/cv.json"
 has "$tmp/out" "verified: 3 steps"; has "$tmp/out" "wrote $tmp/cv.json"
