@@ -23,8 +23,8 @@
  *   model-lists   `yN = reshape(yM, shape=[2, 4, 8, 2]); ...` (list attributes)
  *   model-lexerr  model-consts with a stray '$' at the very end (the lexer's
  *                 error comes after reading everything)
- *   rules-many    small rules up to the rule limit (10,000; each rule is a
- *                 fixed ~54 KB struct)
+ *   rules-many    small rules up to the rule limit (10,000; each rule is
+ *                 packed to what it holds, ~1 KB for these)
  *   rules-big     rules with 31 long `where` conditions (~4000 expressions a rule)
  *   rules-lexerr  rules-big with a stray '$' at the very end
  */

@@ -115,6 +115,12 @@ pcgc_graph *pcgc_model_parse(const char *text, size_t len, const char *filename,
     if (err->status == PCGC_OK) err->status = rc;
     return NULL;
   }
+  /* the node array grew by doubling: keep what the graph holds (issue 17;
+   * a node is ~1.3 KB, most of it the fixed attribute table) */
+  if (g->n_nodes > 0 && g->cap > g->n_nodes) {
+    pcgc_node *nodes = realloc(g->nodes, (size_t)g->n_nodes * sizeof *nodes);
+    if (nodes) g->nodes = nodes, g->cap = g->n_nodes;
+  }
   pcgc_error_clear(err);
   return g;
 }

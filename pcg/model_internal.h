@@ -19,6 +19,8 @@
 #ifndef PCGC_MODEL_INTERNAL_H
 #define PCGC_MODEL_INTERNAL_H
 
+#include <stddef.h>
+
 #include "pcg.h"
 
 /* Limits: every one is an error with a clear message, never a crash. They
@@ -170,16 +172,25 @@ typedef enum pcgc__expr_kind {
   PCGC__EX_BIN,  /* l op r */
 } pcgc__expr_kind;
 
+/* 32 bytes for a leaf, 48 with operands (issue 17: a model's memory stays
+ * proportional to its text, and a constant expression has about one node per
+ * two or three characters): the value fields share storage, read by kind, and
+ * leaves are allocated without l and r (PCGC__EXPR_LEAF_SIZE), so only
+ * PCGC__EX_NEG and PCGC__EX_BIN nodes may be read past the value. */
 typedef struct pcgc__expr {
-  pcgc__expr_kind kind;
-  pcgc__span sp; /* the whole expression */
-  char op;       /* + - * / % for PCGC__EX_BIN */
-  int height;    /* of the tree below, for the depth limit */
-  int64_t i;
-  double f;
-  const char *name;
-  struct pcgc__expr *l, *r;
+  pcgc__span sp;                /* the whole expression */
+  pcgc__expr_kind kind : 8;
+  char op;                      /* + - * / % for PCGC__EX_BIN */
+  short height;                 /* of the tree below, for the depth limit (<= PCGC__MODEL_MAX_EXPR + 1) */
+  union {
+    int64_t i;                  /* PCGC__EX_INT, PCGC__EX_BOOL */
+    double f;                   /* PCGC__EX_FLOAT */
+    const char *name;           /* PCGC__EX_NAME */
+  };
+  struct pcgc__expr *l, *r;     /* PCGC__EX_NEG: l; PCGC__EX_BIN: l and r */
 } pcgc__expr;
+
+#define PCGC__EXPR_LEAF_SIZE offsetof(pcgc__expr, l)
 
 /* A name as written, and where. */
 typedef struct pcgc__ident {

@@ -188,7 +188,8 @@ static pcgc_status bad_in_list(parser *P, const pcgc__tok *open, char close, con
 static pcgc_status parse_expr(parser *P, pcgc__expr **out);
 
 static pcgc__expr *new_expr(parser *P, pcgc__expr_kind kind, pcgc__span sp) {
-  pcgc__expr *e = pcgc__arena_alloc(P->arena, sizeof *e);
+  bool leaf = kind != PCGC__EX_NEG && kind != PCGC__EX_BIN;
+  pcgc__expr *e = pcgc__arena_alloc(P->arena, leaf ? PCGC__EXPR_LEAF_SIZE : sizeof *e);
   if (e) {
     e->kind = kind;
     e->sp = sp;
@@ -208,8 +209,10 @@ static pcgc_status parse_primary(parser *P, pcgc__expr **out) {
   pcgc__expr *e = NULL;
   if (t->kind == PCGC__TK_INT || t->kind == PCGC__TK_FLOAT) {
     if (!(e = new_expr(P, t->kind == PCGC__TK_INT ? PCGC__EX_INT : PCGC__EX_FLOAT, t->sp))) return oom(P);
-    e->i = t->i;
-    e->f = t->f;
+    if (t->kind == PCGC__TK_INT)
+      e->i = t->i;
+    else
+      e->f = t->f;
     advance(P);
   } else if (is_kw(P, t, "true") || is_kw(P, t, "false")) {
     if (!(e = new_expr(P, PCGC__EX_BOOL, t->sp))) return oom(P);
@@ -261,8 +264,9 @@ static pcgc_status make_bin(parser *P, const pcgc__tok *op, pcgc__expr *l, pcgc_
   e->op = tok_text(P, op)[0];
   e->l = l;
   e->r = r;
-  e->height = (l->height > r->height ? l->height : r->height) + 1;
-  if (e->height > PCGC__MODEL_MAX_EXPR) {
+  int height = (l->height > r->height ? l->height : r->height) + 1;
+  e->height = (short)height;
+  if (height > PCGC__MODEL_MAX_EXPR) {
     FAIL(P, op->sp, "expression is too long (more than %d operators deep)", PCGC__MODEL_MAX_EXPR);
     return hint(P, "split it into several const definitions");
   }

@@ -7,6 +7,14 @@
  * rule->ex, nodes and yields to tensors by index into rule->tensors. Match
  * nodes and rewrite nodes are each in definition order, which is a
  * topological order (names are defined before use).
+ *
+ * Every array of a rule holds exactly what the rule has (issue 17: a rules
+ * file's memory stays proportional to its text): while a rule is read, its
+ * arrays point into the parser's fixed-size scratch (the PCGC_RULE_MAX_*
+ * limits); when it is complete, pcgc__rule_pack copies the rule, its arrays
+ * and its names into one allocation sized to fit, which pcgc__rule_free frees.
+ * Arrays are read as before (r->tensors[i], r->match.nodes[n].attrs[a]) and
+ * never grow after packing.
  */
 #ifndef PCGC_RULES_INTERNAL_H
 #define PCGC_RULES_INTERNAL_H
@@ -33,13 +41,23 @@ typedef enum rx_kind {
   RX_ADD, RX_SUB, RX_MUL, RX_DIV, RX_MOD /* a op b; / and % as in C, on int64 */
 } rx_kind;
 
+/* 32 bytes: a rule may hold thousands (one per number or name of its
+ * conditions), so the fields a kind does not read share storage. */
 typedef struct rx {
+  union {
+    int64_t v;           /* RX_INT */
+    int32_t sym;         /* RX_SYM */
+    struct {
+      int32_t tensor;    /* RX_ATTR, RX_ATTR_AT, RX_RANK, RX_SIZE */
+      int32_t attr;      /* RX_ATTR, RX_ATTR_AT */
+    };
+  };
+  int32_t a, b;          /* operand expressions, -1 when absent (every kind) */
   rx_kind kind;
-  int64_t v;
-  int32_t sym, tensor, attr;
-  int32_t a, b;          /* operand expressions, -1 when absent */
-  pcgc_srcloc loc;       /* where it starts */
   int len;               /* its length in the source, for the caret */
+  struct {
+    int line, col;       /* where it starts; the file is the rule's loc.file */
+  } loc;
 } rx;
 
 /* -------------------------------------------------------------- symbols */
@@ -84,7 +102,7 @@ typedef struct rtype {
   int ellipsis_at;       /* explicit dims before the ellipsis, or -1 for none */
   int32_t ellipsis_sym;  /* its RS_ELLIPSIS symbol, or -1 */
   int n_pitems;          /* unlisted parallel items are unconstrained */
-  rpitem pitems[PCGC_RULE_MAX_PITEMS];
+  rpitem *pitems;        /* n_pitems (at most PCGC_RULE_MAX_PITEMS) */
 } rtype;
 
 /* ---------------------------------------------------------------- nodes */
@@ -115,15 +133,16 @@ typedef struct rattr {
 typedef struct rnode {
   pcgc_op_kind op;
   int n_args;
-  int32_t args[PCGC_RULE_MAX_ARGS];   /* tensor indices */
+  int32_t *args;                      /* n_args tensor indices (at most PCGC_RULE_MAX_ARGS) */
   int n_attrs;
-  rattr attrs[PCGC_RULE_MAX_ATTRS];   /* match: constraints (unlisted: any);
+  rattr *attrs;                       /* n_attrs (at most PCGC_RULE_MAX_ATTRS);
+                                         match: constraints (unlisted: any);
                                          rewrite: values (after copy_from) */
   int32_t copy_from;                  /* rewrite only: NAME.* copies the attributes of
                                          the match node producing tensor NAME (same op),
                                          then attrs[] override; -1 for none */
   int n_outs;
-  int32_t outs[PCGC_RULE_MAX_OUTS];   /* tensor indices; -1 for `_` */
+  int32_t *outs;                      /* n_outs tensor indices; -1 for `_` */
   pcgc_srcloc loc;                    /* the op name */
   int len;
 } rnode;
@@ -142,9 +161,9 @@ typedef struct rtensor {
 
 typedef struct rside {
   int n_nodes;
-  rnode nodes[PCGC_RULE_MAX_NODES];
+  rnode *nodes;                          /* n_nodes (at most PCGC_RULE_MAX_NODES) */
   int n_yields;
-  int32_t yields[PCGC_RULE_MAX_YIELDS];  /* tensor indices */
+  int32_t *yields;                       /* n_yields tensor indices */
   pcgc_srcloc yield_loc;
 } rside;
 
@@ -167,16 +186,17 @@ struct pcgc_rule {
   pcgc_srcloc loc;               /* loc.file is owned by the rule set */
   int n_params;                  /* symbols 0 .. n_params-1, in declaration order */
   int n_syms;
-  rsym syms[PCGC_RULE_MAX_SYMS];
+  rsym *syms;                    /* n_syms (at most PCGC_RULE_MAX_SYMS) */
   int n_inputs;
-  int32_t inputs[PCGC_RULE_MAX_INPUTS];  /* tensor index of match input i */
+  int32_t *inputs;               /* tensor index of match input i */
   int n_tensors;
-  rtensor tensors[PCGC_RULE_MAX_TENSORS];
+  rtensor *tensors;              /* n_tensors (at most PCGC_RULE_MAX_TENSORS) */
   rside match, rewrite;
   int n_conds;
-  rcond conds[PCGC_RULE_MAX_CONDS];
+  rcond *conds;                  /* n_conds (at most PCGC_RULE_MAX_CONDS) */
   int n_ex, cap_ex;
-  rx *ex;                        /* expression pool */
+  rx *ex;                        /* expression pool (grown while parsing) */
+  bool packed;                   /* one allocation (pcgc__rule_pack), else arrays in the parser's scratch */
 };
 
 /* --------------------------------------------------- shared evaluation
@@ -221,7 +241,12 @@ pcgc_status pcgc__rnode_attrs(const rx_env *env, const rnode *n, pcgc_attrs *a, 
 pcgc_status pcgc__rnode_attrs_partial(const rx_env *env, const rnode *n, pcgc_attrs *a, pcgc_error *err);
 
 /* ruleset internals the parser fills (substitutions/ruleset.c) */
+/* A packed rule: one allocation; an unpacked one: its names and expression
+ * pool (its other arrays belong to the parser). */
 void pcgc__rule_free(pcgc_rule *r);
+/* A packed copy of r (one allocation holding the rule, every array sized to
+ * its count, and every name), or NULL on out of memory; r is left as it was. */
+pcgc_rule *pcgc__rule_pack(const pcgc_rule *r);
 int32_t pcgc__rx_new(pcgc_rule *r, rx_kind kind, pcgc_srcloc loc);  /* -1 on out of memory */
 /* The text of the file a location names (loc.file of a rule of rs), for
  * messages that show a source line; NULL if rs did not read that file. */

@@ -69,6 +69,8 @@ static pcgc_status set_height(parser *P, int32_t e, int h, const pcgc__rtok *t) 
 }
 
 /* Ends expression e at the last token read. */
+_Static_assert(sizeof(rx) <= 32, "rule expressions stay small (issue 17)");
+
 static void end_rx(parser *P, int32_t e) { P->r->ex[e].len = prev_end(P) - P->start[e]; }
 
 static pcgc_status parse_expr(parser *P, int32_t *out);
@@ -213,7 +215,9 @@ static pcgc_status parse_atom(parser *P, int32_t *out) {
     pcgc__rp_close(P);
     P->depth--;
     P->start[*out] = tok_at(P, open_tok)->sp.off; /* the caret covers the parentheses */
-    P->r->ex[*out].loc = loc_of(P, tok_at(P, open_tok));
+    const pcgc__rtok *o = tok_at(P, open_tok);
+    P->r->ex[*out].loc.line = o->sp.line;
+    P->r->ex[*out].loc.col = o->sp.col;
     end_rx(P, *out);
     return PCGC_OK;
   }
@@ -663,6 +667,10 @@ static pcgc_status parse_node(parser *P, rside *side) {
   }
   rnode *nd = &side->nodes[side->n_nodes];
   memset(nd, 0, sizeof *nd);
+  int sd = side == &P->r->rewrite;
+  nd->args = P->scratch->args[sd][side->n_nodes];
+  nd->attrs = P->scratch->attrs[sd][side->n_nodes];
+  nd->outs = P->scratch->outs[sd][side->n_nodes];
   nd->op = (pcgc_op_kind)op;
   nd->copy_from = -1;
   nd->loc = loc_of(P, op_tok);
@@ -828,7 +836,7 @@ static pcgc_status parse_inputs(parser *P) {
       return pcgc__rp_hint(P, "split the rule");
     }
     advance(P);
-    rtype ty = {.dtype = RT_DTYPE_ANY, .ellipsis_at = -1, .ellipsis_sym = -1};
+    rtype ty = {.dtype = RT_DTYPE_ANY, .ellipsis_at = -1, .ellipsis_sym = -1, .pitems = P->scratch->pitems[r->n_inputs]};
     if (is_p(peek(P), ':')) {
       advance(P);
       if ((s = parse_type(P, &ty))) return s;
@@ -1048,11 +1056,22 @@ static pcgc_status parse_rule(parser *P) {
     FAIL(P, t, "too many rules (at most %d in a rule set)", PCGC__RULES_MAX_RULES);
     return pcgc__rp_hint(P, "load fewer rules files");
   }
+  pcgc__rule_scratch *S = P->scratch;
+  if (!S && !(S = P->scratch = malloc(sizeof *S))) return pcgc__rp_oom(P);
+  memset(S, 0, sizeof *S);
   pcgc_rule *r = calloc(1, sizeof *r);
   if (!r || !(r->name = strndup(text(P, t), (size_t)t->sp.len))) {
     free(r);
     return pcgc__rp_oom(P);
   }
+  r->syms = S->syms;
+  r->inputs = S->inputs;
+  r->tensors = S->tensors;
+  r->match.nodes = S->nodes[0];
+  r->match.yields = S->yields[0];
+  r->rewrite.nodes = S->nodes[1];
+  r->rewrite.yields = S->yields[1];
+  r->conds = S->conds;
   r->loc = loc_of(P, t);
   P->r = r;
   P->n_open = 0;
@@ -1081,6 +1100,16 @@ static pcgc_status parse_rule(parser *P) {
   if (s == PCGC_OK && !is_p(peek(P), '}'))
     s = pcgc__rp_expected(P, "'}' to close the rule", "a rule ends after its rewrite block");
   if (s == PCGC_OK) pcgc__rp_close(P), s = pcgc__rules_validate(P->src, r);
+  if (s == PCGC_OK) {
+    /* the finished rule, sized to fit */
+    pcgc_rule *q = pcgc__rule_pack(r);
+    if (!q) {
+      s = pcgc__rp_oom(P);
+    } else {
+      pcgc__rule_free(r);
+      P->r = r = q;
+    }
+  }
   if (s == PCGC_OK && P->n_rules == P->cap_rules) {
     int cap = P->cap_rules ? P->cap_rules * 2 : 8;
     pcgc_rule **v = realloc(P->rules, (size_t)cap * sizeof *v);
@@ -1126,6 +1155,7 @@ pcgc_status pcgc__rules_parse(const pcgc__src *src, const pcgc_ruleset *rs, pcgc
   pcgc__tokwin_free(&win);
   free(P->height);
   free(P->start);
+  free(P->scratch);
   pcgc__rule_index_clear(&P->names);
   if (s != PCGC_OK) {
     for (int i = 0; i < P->n_rules; i++) pcgc__rule_free(P->rules[i]);

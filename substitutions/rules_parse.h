@@ -26,7 +26,7 @@
 #define PCGC__RULES_MAX_NAME 64         /* characters of one name */
 #define PCGC__RULES_MAX_DEPTH 64        /* nesting of ( and unary minus; expression tree height */
 #define PCGC__RULES_MAX_EXPRS 4096      /* expressions of one rule */
-#define PCGC__RULES_MAX_RULES 10000     /* rules of one set (each takes ~54 KB) */
+#define PCGC__RULES_MAX_RULES 10000     /* rules of one set */
 
 typedef enum pcgc__rtok_kind {
   PCGC__RT_NAME,  /* identifier or keyword */
@@ -87,6 +87,21 @@ enum { SIDE_MATCH, SIDE_WHERE, SIDE_REWRITE };
 
 typedef struct pcgc__rule_name pcgc__rule_name; /* an index of rules by name */
 
+/* Room for the rule being read, at the language's limits; the finished rule
+ * is packed to its size (pcgc__rule_pack). Side 0 is the match, 1 the rewrite. */
+typedef struct pcgc__rule_scratch {
+  rsym syms[PCGC_RULE_MAX_SYMS];
+  int32_t inputs[PCGC_RULE_MAX_INPUTS];
+  rtensor tensors[PCGC_RULE_MAX_TENSORS];
+  rpitem pitems[PCGC_RULE_MAX_INPUTS][PCGC_RULE_MAX_PITEMS]; /* of match input i */
+  rnode nodes[2][PCGC_RULE_MAX_NODES];
+  int32_t args[2][PCGC_RULE_MAX_NODES][PCGC_RULE_MAX_ARGS];
+  rattr attrs[2][PCGC_RULE_MAX_NODES][PCGC_RULE_MAX_ATTRS];
+  int32_t outs[2][PCGC_RULE_MAX_NODES][PCGC_RULE_MAX_OUTS];
+  int32_t yields[2][PCGC_RULE_MAX_YIELDS];
+  rcond conds[PCGC_RULE_MAX_CONDS];
+} pcgc__rule_scratch;
+
 typedef struct pcgc__rparser {
   const pcgc__src *src;
   pcgc__tokwin *win; /* tokens, lexed on demand; those before a rule are dropped when it starts */
@@ -95,7 +110,8 @@ typedef struct pcgc__rparser {
   pcgc_rule **rules; /* finished rules of this file */
   int n_rules, cap_rules;
   pcgc__rule_name *names; /* the same by name */
-  pcgc_rule *r; /* the rule being read */
+  pcgc_rule *r; /* the rule being read: its arrays point into *scratch */
+  pcgc__rule_scratch *scratch;
   int side;     /* SIDE_*: what a name may mean */
   int depth;    /* open ( and unary minus in the current expression */
   int *height;  /* per expression of r: tree height, start offset */

@@ -12,6 +12,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include <dirent.h>
+#include <assert.h>
 #include <stdbool.h>
 #include <errno.h>
 #include <stdlib.h>
@@ -62,17 +63,89 @@ int32_t pcgc__rx_new(pcgc_rule *r, rx_kind kind, pcgc_srcloc loc) {
   x->kind = kind;
   x->sym = x->tensor = x->attr = -1;
   x->a = x->b = -1;
-  x->loc = loc;
+  x->loc.line = loc.line;
+  x->loc.col = loc.col;
   return r->n_ex++;
 }
 
 void pcgc__rule_free(pcgc_rule *r) {
   if (!r) return;
-  free(r->name);
-  for (int i = 0; i < r->n_syms; i++) free(r->syms[i].name);
-  for (int i = 0; i < r->n_tensors; i++) free(r->tensors[i].name);
-  free(r->ex);
+  if (!r->packed) {
+    free(r->name);
+    for (int i = 0; i < r->n_syms; i++) free(r->syms[i].name);
+    for (int i = 0; i < r->n_tensors; i++) free(r->tensors[i].name);
+    free(r->ex);
+  }
   free(r);
+}
+
+/* Bump allocation inside the packed block: every piece is 8-aligned (the
+ * structs hold pointers or int64s), so the pieces can come in any order. */
+typedef struct pack {
+  char *p;
+  size_t used;
+} pack;
+
+static size_t pack_round(size_t n) { return (n + 7) & ~(size_t)7; }
+
+static void *pack_take(pack *k, const void *src, size_t n) {
+  if (n == 0) return NULL;
+  void *d = k->p + k->used;
+  memcpy(d, src, n);
+  k->used += pack_round(n);
+  return d;
+}
+
+static char *pack_str(pack *k, const char *s) { return s ? pack_take(k, s, strlen(s) + 1) : NULL; }
+
+pcgc_rule *pcgc__rule_pack(const pcgc_rule *r) {
+  const rside *sides[2] = {&r->match, &r->rewrite};
+  size_t n = pack_round(sizeof *r) + pack_round(strlen(r->name) + 1);
+  n += pack_round((size_t)r->n_syms * sizeof(rsym)) + pack_round((size_t)r->n_inputs * sizeof(int32_t));
+  n += pack_round((size_t)r->n_tensors * sizeof(rtensor)) + pack_round((size_t)r->n_conds * sizeof(rcond));
+  n += pack_round((size_t)r->n_ex * sizeof(rx));
+  for (int i = 0; i < r->n_syms; i++) n += pack_round(strlen(r->syms[i].name) + 1);
+  for (int i = 0; i < r->n_tensors; i++)
+    n += pack_round(strlen(r->tensors[i].name) + 1) + pack_round((size_t)r->tensors[i].type.n_pitems * sizeof(rpitem));
+  for (int sd = 0; sd < 2; sd++) {
+    n += pack_round((size_t)sides[sd]->n_nodes * sizeof(rnode)) + pack_round((size_t)sides[sd]->n_yields * sizeof(int32_t));
+    for (int i = 0; i < sides[sd]->n_nodes; i++) {
+      const rnode *nd = &sides[sd]->nodes[i];
+      n += pack_round((size_t)nd->n_args * sizeof(int32_t)) + pack_round((size_t)nd->n_attrs * sizeof(rattr)) +
+           pack_round((size_t)nd->n_outs * sizeof(int32_t));
+    }
+  }
+  pack k = {malloc(n), 0};
+  if (!k.p) return NULL;
+  pcgc_rule *q = pack_take(&k, r, sizeof *r);
+  q->packed = true;
+  q->name = pack_str(&k, r->name);
+  q->syms = pack_take(&k, r->syms, (size_t)r->n_syms * sizeof(rsym));
+  for (int i = 0; i < r->n_syms; i++) q->syms[i].name = pack_str(&k, r->syms[i].name);
+  q->inputs = pack_take(&k, r->inputs, (size_t)r->n_inputs * sizeof(int32_t));
+  q->tensors = pack_take(&k, r->tensors, (size_t)r->n_tensors * sizeof(rtensor));
+  for (int i = 0; i < r->n_tensors; i++) {
+    q->tensors[i].name = pack_str(&k, r->tensors[i].name);
+    q->tensors[i].type.pitems =
+        pack_take(&k, r->tensors[i].type.pitems, (size_t)r->tensors[i].type.n_pitems * sizeof(rpitem));
+  }
+  rside *qs[2] = {&q->match, &q->rewrite};
+  for (int sd = 0; sd < 2; sd++) {
+    qs[sd]->nodes = pack_take(&k, sides[sd]->nodes, (size_t)sides[sd]->n_nodes * sizeof(rnode));
+    qs[sd]->yields = pack_take(&k, sides[sd]->yields, (size_t)sides[sd]->n_yields * sizeof(int32_t));
+    for (int i = 0; i < sides[sd]->n_nodes; i++) {
+      const rnode *nd = &sides[sd]->nodes[i];
+      rnode *qn = &qs[sd]->nodes[i];
+      qn->args = pack_take(&k, nd->args, (size_t)nd->n_args * sizeof(int32_t));
+      qn->attrs = pack_take(&k, nd->attrs, (size_t)nd->n_attrs * sizeof(rattr));
+      qn->outs = pack_take(&k, nd->outs, (size_t)nd->n_outs * sizeof(int32_t));
+    }
+  }
+  q->conds = pack_take(&k, r->conds, (size_t)r->n_conds * sizeof(rcond));
+  q->ex = pack_take(&k, r->ex, (size_t)r->n_ex * sizeof(rx));
+  q->cap_ex = q->n_ex;
+  assert(k.used == n);
+  return q;
 }
 
 /* ------------------------------------------------------------ name index */
