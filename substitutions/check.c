@@ -11,10 +11,15 @@
  * every bound of a condition and around every step of a `/` or `%` of the
  * rule, and a seeded random value up to 64, each with the other sizes at
  * the base, then seeded random combinations, as far as a per-rule budget
- * goes (deterministic: the generator is seeded by the rule's name).
+ * goes (deterministic: the generator is seeded by the rule's name). A
+ * value the conditions refuse is retried with the base repaired toward them
+ * (repair), then redrawn. Bindings whose degrees are all above 1 take their
+ * base at ellipses of 1, 2, 3, 0 dims and unshaped ranks 3, 4, 2, 1 in turn
+ * (dims computed from rank() differ only at some ranks).
  * Attributes the match leaves open are built at their defaults and, in
  * instances of class "attr", at other values (see attr_values), set
- * together in rounds and alone. Inputs
+ * together in rounds and alone; a conv/pool pair or a causal flag counts as
+ * run only where it shows (attr_visible). Inputs
  * with parallel-type constraints are built from sequential sources by
  * parallel operators (a partial sum by a linear over a partitioned
  * contraction dim). The rewrite side is built on the same inputs; it must
@@ -991,6 +996,7 @@ static void make_candidates(const pcgc_rule *r, space *sp, const assign *A0, uin
     int64_t vals[MAX_CANDS];
     int n = 0;
     for (size_t f = 0; f < sizeof fixed / sizeof fixed[0] && n < MAX_CANDS; f++) vals[n++] = fixed[f];
+    if (sl->lo < 1) vals[n++] = 1; /* a variable bound by an attribute: true (causal=c), the second axis */
     for (int m = 0; m < sl->n_marks && n < MAX_CANDS; m++) vals[n++] = sl->mark_v[m];
     if (n < MAX_CANDS) vals[n++] = sl->random_v;
     for (int i = 0; i < n; i++) {
@@ -1036,29 +1042,98 @@ typedef enum draw_result { DRAW_NONE, DRAW_OK, DRAW_FAIL, DRAW_NOMEM } draw_resu
 /* Builds instance A: both graphs. DRAW_NONE when it is not an instance (the
  * match does not type-check, a condition fails, it is too large); DRAW_FAIL
  * (message in msg) when it is and the rewrite side is wrong. */
-static draw_result try_assign(inst *I, const assign *A, uint64_t *rs, char *msg, size_t msg_n) {
+/* Whether A can be an instance as far as the sizes alone tell: the inputs'
+ * shapes, their size, and the conditions that read only sizes of inputs
+ * (most draws end here, without a graph). */
+static bool sizes_pass(inst *I, const assign *A) {
   const pcgc_rule *r = I->r;
   use_assign(I, A);
-  /* first without a graph: the inputs' shapes, their size, and the
-   * conditions that read only sizes of inputs (most draws end here) */
   I->fake = true;
   fake_types(I);
-  I->fake = false;
+  bool ok = true;
   int64_t in_numel = 0;
-  for (int i = 0; i < r->n_inputs; i++) {
-    if (!I->fake_ok[i]) return DRAW_NONE;
-    in_numel += pcgc_ptensor_numel(&I->fake_t[i]);
+  for (int i = 0; i < r->n_inputs && ok; i++) {
+    ok = I->fake_ok[i];
+    if (ok) in_numel += pcgc_ptensor_numel(&I->fake_t[i]);
   }
-  if (in_numel > NUMEL_CAP) return DRAW_NONE;
+  if (in_numel > NUMEL_CAP) ok = false;
+  for (int c = 0; c < r->n_conds && ok; c++) {
+    bool holds = true;
+    if (pcgc__rc_eval(&I->env, &r->conds[c], &holds) == RX_OK && !holds) ok = false;
+  }
+  I->fake = false;
+  return ok;
+}
+
+/* How far A is from passing sizes_pass: the inputs without a shape or too
+ * large and the conditions that fail, and how far off those conditions are
+ * (|a - b|, which a step toward the bound lessens). */
+static int conflicts(inst *I, const assign *A, int64_t *off) {
+  const pcgc_rule *r = I->r;
+  use_assign(I, A);
   I->fake = true;
+  fake_types(I);
+  int n = 0;
+  int64_t in_numel = 0;
+  *off = 0;
+  for (int i = 0; i < r->n_inputs; i++) {
+    if (!I->fake_ok[i]) n += 4;
+    else in_numel += pcgc_ptensor_numel(&I->fake_t[i]);
+  }
+  n += in_numel > NUMEL_CAP;
   for (int c = 0; c < r->n_conds; c++) {
     bool holds = true;
-    if (pcgc__rc_eval(&I->env, &r->conds[c], &holds) == RX_OK && !holds) {
-      I->fake = false;
-      return DRAW_NONE;
-    }
+    int64_t a, b;
+    if (pcgc__rc_eval(&I->env, &r->conds[c], &holds) != RX_OK || holds) continue;
+    n++;
+    if (pcgc__rx_eval(&I->env, r->conds[c].a, &a) == RX_OK && pcgc__rx_eval(&I->env, r->conds[c].b, &b) == RX_OK)
+      *off += a > b ? a - b : b - a;
   }
   I->fake = false;
+  return n;
+}
+
+/* Moves A toward the conditions with slot `fixed` kept: a few steps, each
+ * setting the one size (1..12, 16, 24, 32) that leaves the fewest conflicts
+ * (then the least off); a kernel of 5 under `e * (P - 1) + 1 <= s` gets
+ * e = 1 and a stride to match, where redrawing every size rarely does. */
+static bool repair(inst *I, const space *sp, assign *A, int fixed) {
+  static const int64_t vals[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 16, 24, 32};
+  const pcgc_rule *r = I->r;
+  for (int step = 0; step < 6; step++) {
+    int64_t off;
+    int n = conflicts(I, A, &off);
+    if (n == 0) return true;
+    int best_n = n, bj = -1;
+    int64_t best_off = off, bv = 0;
+    for (int j = 0; j < sp->n_slots; j++) {
+      const slot *sl = &sp->slots[j];
+      if (j == fixed || !slot_active(r, A, sl)) continue;
+      int64_t keep = *slot_val(A, sl);
+      for (size_t k = 0; k < sizeof vals / sizeof vals[0]; k++) {
+        if (vals[k] == keep) continue;
+        *slot_val(A, sl) = vals[k];
+        int64_t o2;
+        int n2 = conflicts(I, A, &o2);
+        if (n2 < best_n || (n2 == best_n && o2 < best_off)) {
+          best_n = n2;
+          best_off = o2;
+          bj = j;
+          bv = vals[k];
+        }
+      }
+      *slot_val(A, sl) = keep;
+    }
+    if (bj < 0) return false;
+    *slot_val(A, &sp->slots[bj]) = bv;
+  }
+  int64_t off;
+  return conflicts(I, A, &off) == 0;
+}
+
+static draw_result try_assign(inst *I, const assign *A, uint64_t *rs, char *msg, size_t msg_n) {
+  const pcgc_rule *r = I->r;
+  if (!sizes_pass(I, A)) return DRAW_NONE;
   side_free(&I->m);
   side_free(&I->w);
   I->n_src = 0;
@@ -1114,6 +1189,46 @@ static draw_result try_assign(inst *I, const assign *A, uint64_t *rs, char *msg,
   return DRAW_OK;
 }
 
+/* Whether the value open attribute j has in the instance just built can be
+ * told apart from its neighbours: a conv2d's or pool2d's stride, padding,
+ * dilation or kernel pair shows nothing of a swap or a shift of one entry on
+ * a square plane or under a 1x1 kernel (dilation has no effect, the swap is
+ * the same pair), nor under a global pool; a causal mask nothing over
+ * sequences of one. Such a value counts as run only in an instance with
+ * planes H != W and a kernel above 1x1 (a dilation: above 1 both ways), or
+ * queries and keys above 1. */
+static bool attr_visible(const inst *I, int j) {
+  const aslot *as = &I->aslots[j];
+  const rnode *rn = &I->r->match.nodes[as->node];
+  bool causal = rn->op == PCGC_OP_ATTENTION && !strcmp(pcgc_op_attr(rn->op, as->attr)->name, "causal");
+  if (!causal &&
+      ((rn->op != PCGC_OP_CONV2D && rn->op != PCGC_OP_POOL2D) || pcgc_op_attr(rn->op, as->attr)->type != PCGC_ATTR_INTS2))
+    return true;
+  int gn = I->m.node_of[as->node];
+  if (!I->m.g || gn < 0) return false;
+  const pcgc_node *n = &I->m.g->nodes[gn];
+  const pcgc_ptensor *x = n->n_in > 0 ? pcgc_graph_ref_type(I->m.g, n->in[0]) : NULL;
+  if (causal) { /* a mask over one query or one key hides nothing */
+    const pcgc_ptensor *k = n->n_in > 1 ? pcgc_graph_ref_type(I->m.g, n->in[1]) : NULL;
+    return x && k && x->rank >= 2 && k->rank >= 2 && x->dims[x->rank - 2] > 1 && k->dims[k->rank - 2] > 1;
+  }
+  if (!x || x->rank != 4 || x->dims[2] == x->dims[3]) return false;
+  int64_t kh = 1, kw = 1;
+  if (rn->op == PCGC_OP_CONV2D) {
+    const pcgc_ptensor *w = n->n_in > 1 ? pcgc_graph_ref_type(I->m.g, n->in[1]) : NULL;
+    if (!w || w->rank != 4) return false;
+    kh = w->dims[2];
+    kw = w->dims[3];
+  } else {
+    const pcgc_attr_value *k = pcgc_attrs_get(&n->attrs, "kernel"), *gl = pcgc_attrs_get(&n->attrs, "global");
+    if (!k || (gl && gl->i)) return false;
+    kh = k->v[0];
+    kw = k->v[1];
+  }
+  if (!strcmp(pcgc_op_attr(rn->op, as->attr)->name, "dilation")) return kh > 1 && kw > 1; /* each entry shows */
+  return kh > 1 || kw > 1;
+}
+
 /* The state of one rule's check. */
 typedef struct checker {
   inst *I;
@@ -1128,6 +1243,9 @@ typedef struct checker {
   int n_pool;
   assign pool[16];       /* instances of earlier bindings: the first bases tried */
   int round;             /* attribute rounds so far in this rule */
+  int want_visible;      /* an open attribute whose value must show (attr_visible) for an instance to run, or -1 */
+  int n_wide;            /* bindings so far with every degree above 1 */
+  unsigned wide_done;    /* the shapes (ell_t, rank_t) run in those bindings */
 } checker;
 
 typedef enum tried { TRY_NONE, TRY_RAN, TRY_STOP } tried;
@@ -1153,6 +1271,7 @@ static tried try_instance(checker *C, const assign *A, unsigned extra) {
     return TRY_STOP;
   }
   if (d == DRAW_NONE) return TRY_NONE;
+  if (d == DRAW_OK && C->want_visible >= 0 && !attr_visible(I, C->want_visible)) return TRY_NONE;
   unsigned cls = extra;
   for (int j = 0; j < I->n_aslots; j++)
     if (A->av[j]) cls |= CLS(PCGC_CHECK_ATTR);
@@ -1235,13 +1354,17 @@ static tried try_instance(checker *C, const assign *A, unsigned extra) {
     memset(C->pool[C->n_pool++].av, 0, sizeof A->av); /* bases have default attributes */
   }
   for (int j = 0; j < I->n_aslots; j++)
-    if (A->av[j]) I->aslots[j].covered |= 1u << (A->av[j] - 1);
+    if (A->av[j] && attr_visible(I, j)) I->aslots[j].covered |= 1u << (A->av[j] - 1);
   for (int j = 0; j < C->sp->n_slots; j++) {
     slot *sl = &C->sp->slots[j];
     if (slot_active(r, A, sl)) sl->covered |= value_classes(sl, *slot_val((assign *)A, sl));
   }
   return TRY_RAN;
 }
+
+/* Shapes tried in turn in bindings whose degrees are all above 1: dims of
+ * every ellipsis, rank of every input the rule leaves unshaped. */
+static const int ell_t[4] = {1, 2, 3, 0}, rank_t[4] = {3, 4, 2, 1};
 
 /* The instances of one parameter binding (parameters in I->env): a base
  * instance, the slots' candidates, seeded random combinations; at most cap.
@@ -1259,6 +1382,50 @@ static int check_binding(checker *C, int cap) {
   for (int j = 0; j < sp->n_slots; j++) { /* no marks until this binding's scan */
     sp->slots[j].n_marks = 0;
     sp->slots[j].random_v = INT64_MIN;
+  }
+  /* in a binding whose degrees are all above 1 (where a partition or a
+   * combine on a wrong dim shows), a base of another rank: ellipses of 1, 2,
+   * 3, 0 dims and unshaped inputs of rank 3, 4, 2, 1 in turn, so that a dim
+   * computed from rank() (`rank(x) - 1` against `1 - rank(x)`, which agree
+   * on ranks 1 and 2) is run at ranks where wrong formulas differ */
+  bool wide = false;
+  for (int s = r->n_params; s < r->n_syms && !wide; s++) wide = r->syms[s].kind == RS_ELLIPSIS;
+  for (int i = 0; i < r->n_inputs && !wide; i++) wide = !r->tensors[r->inputs[i]].type.has_shape;
+  for (int p = 0; p < r->n_params; p++)
+    if (r->syms[p].kind == RS_DEGREE && I->env.sym[p] < 2) wide = false;
+  if (wide) {
+    /* the first target not yet run in this rule, as the base; with room in
+     * the binding (a rule of one binding), the other targets after it */
+    int max_shapes = 1 + cap / 8;
+    for (int n_shapes = 0, q = 0; q < 4 && n_shapes < max_shapes && found < cap && tries < o->max_tries; q++) {
+      int w = (C->n_wide + q) % 4;
+      if (C->wide_done & (1u << w)) continue;
+      assign B;
+      memset(&B, 0, sizeof B);
+      bool ran = false;
+      for (int p = 0, real = 0; !ran && p < C->n_pool + 400 && real < 40 && tries < o->max_tries; p++) {
+        if (p < C->n_pool) B = C->pool[p];
+        else random_assign(r, &C->rs, &B, false);
+        for (int s = r->n_params; s < r->n_syms; s++)
+          if (r->syms[s].kind == RS_ELLIPSIS) B.ell_n[s] = ell_t[w];
+        for (int i = 0; i < r->n_inputs; i++)
+          if (!r->tensors[r->inputs[i]].type.has_shape) B.rank[i] = rank_t[w];
+        if (p >= C->n_pool) random_assign(r, &C->rs, &B, true);
+        else if (memcmp(&B, &C->pool[p], sizeof B)) continue; /* a pool base of another shape */
+        if (!sizes_pass(I, &B)) continue;
+        tries++;
+        real++;
+        if ((t = try_instance(C, &B, found ? 0 : CLS(PCGC_CHECK_BASE))) == TRY_STOP) return found;
+        ran = t == TRY_RAN;
+      }
+      n_shapes++;
+      if (!ran) continue;
+      C->wide_done |= 1u << w;
+      if (!found) A0 = B;
+      found++;
+    }
+    C->n_wide++;
+    if (C->wide_done == 15) C->wide_done = 0; /* every shape run: round again */
   }
   /* the base: an instance of an earlier binding if one is an instance of
    * this one (rules whose instances are rare draws, a reshape's shape), else
@@ -1331,24 +1498,39 @@ static int check_binding(checker *C, int cap) {
     if ((t = try_instance(C, &A, 0)) == TRY_STOP) return found;
     if (t == TRY_RAN) found++;
   }
+  /* a value alone: at the base, at the sizes of earlier instances, on
+   * redrawn sizes, every third try with the other open attributes redrawn
+   * too (a padding needs a kernel above 1); it must show
+   * (attr_visible: a swapped stride pair on a square plane does not). Draws
+   * the sizes alone refuse cost no graph and count apart. */
   int alone = 0;
-  for (int a = 0; a < I->n_aslots && found < cap && alone < 1; a++) {
+  int max_alone = 1 + cap / 4;
+  for (int a = 0; a < I->n_aslots && found < cap && alone < max_alone; a++) {
     aslot *as = &I->aslots[a];
-    for (int v = 1; v <= as->n_vals && found < cap && alone < 1 && as->fails < 8 && tries < o->max_tries; v++) {
+    for (int v = 1; v <= as->n_vals && found < cap && alone < max_alone && as->fails < 8 && tries < o->max_tries; v++) {
       if (as->covered & (1u << (v - 1))) continue;
-      for (int rep = 0; rep < 12 && tries < o->max_tries; rep++) {
-        tries++;
+      t = TRY_NONE;
+      for (int rep = 0, real = 0; rep < 64 && real < 16 && tries < o->max_tries; rep++) {
         A = A0;
-        if (rep > 0) random_assign(r, &C->rs, &A, true);
+        if (rep > 0 && rep <= C->n_pool) A = C->pool[rep - 1]; /* sizes that made instances */
+        else if (rep > 0) random_assign(r, &C->rs, &A, true);
+        for (int b = 0; b < I->n_aslots && rep % 3 == 2; b++)
+          A.av[b] = rng_next(&C->rs) % 2 ? 0 : (uint8_t)(1 + rng_next(&C->rs) % (uint64_t)I->aslots[b].n_vals);
         A.av[a] = (uint8_t)v;
-        if ((t = try_instance(C, &A, 0)) == TRY_STOP) return found;
+        if (!sizes_pass(I, &A)) continue;
+        tries++;
+        real++;
+        C->want_visible = a;
+        t = try_instance(C, &A, 0);
+        C->want_visible = -1;
+        if (t == TRY_STOP) return found;
         if (t == TRY_RAN) {
           found++;
           alone++;
           break;
         }
-        as->fails += rep == 11;
       }
+      as->fails += t != TRY_RAN;
     }
   }
   scan_space(I, sp, &A0);
@@ -1359,11 +1541,14 @@ static int check_binding(checker *C, int cap) {
   while (found < cap && tries < o->max_tries && next_candidate(r, sp, &A0, &j, &k)) {
     slot *sl = &sp->slots[j];
     sl->tried[k] = true;
-    for (int rep = 0; rep < 4 && tries < o->max_tries; rep++) {
-      tries++;
+    for (int rep = 0, real = 0; rep < 32 && real < 4 && tries < o->max_tries; rep++) {
       A = A0;
-      if (rep > 0) random_assign(r, &C->rs, &A, true);
+      if (rep > 1) random_assign(r, &C->rs, &A, true);
       *slot_val(&A, sl) = sl->cand[k];
+      if (rep == 1 && !repair(I, sp, &A, j)) continue; /* the base, moved toward the conditions */
+      if (!sizes_pass(I, &A)) continue;                /* cheap: no graph */
+      tries++;
+      real++;
       if ((t = try_instance(C, &A, 0)) == TRY_STOP) return found;
       if (t == TRY_RAN) {
         found++;
@@ -1413,7 +1598,7 @@ pcgc_status pcgc_rule_check(const pcgc_rule *r, const pcgc_check_options *opt, p
   side_init(&I->w);
   space_init(sp, r);
   attr_slots_init(I);
-  checker C = {.I = I, .sp = sp, .o = &o, .res = res, .err = err, .st = PCGC_OK, .rs = 0x5eed ^ o.seed};
+  checker C = {.I = I, .sp = sp, .o = &o, .res = res, .err = err, .st = PCGC_OK, .rs = 0x5eed ^ o.seed, .want_visible = -1};
   for (const char *c = r->name; *c; c++) C.rs = C.rs * 131 + (uint8_t)*c;
   int np = r->n_params, idx[PCGC_RULE_MAX_PARAMS] = {0}, len[PCGC_RULE_MAX_PARAMS];
   for (int p = 0; p < np; p++) len[p] = r->syms[p].kind == RS_DEGREE ? o.n_degrees : 4;

@@ -14,7 +14,12 @@
  *       ...S=[], so a dim computed from rank() is tried only where a wrong
  *       formula coincides with the right one);
  *   W4  (a regression guard) instances with degree >= 2 at all: a rule whose
- *       only instances have d=1 accepts a rewrite without its partition.
+ *       only instances have d=1 accepts a rewrite without its partition;
+ *   W5  conv2d/pool2d pairs (stride, padding, dilation, kernel) at an uneven
+ *       value on a plane H != W under a kernel above 1x1 (a swap is
+ *       invisible on square planes or 1x1 kernels);
+ *   W6  sizes coupled by conditions (a kernel above 1 under
+ *       `e * (P - 1) + 1 <= s`), which redrawing every size rarely meets.
  * The full list of non-equivalent survivors is what bench_mutate_rules prints
  * as SURVIVED; equivalent ones are in benchmarks/mutants_equivalent.txt.
  */
@@ -281,6 +286,95 @@ START_TEST(reshape_partition_dropped) {
 }
 END_TEST
 
+/* fuse_conv2d_gelu: attr: `f = conv2d(x, w, y.*, act=gelu);` -> `... dilation=[y.dilation[1], y.dilation[0]]);`
+ *   a swapped dilation pair (W5: the uneven value [2, 1] counted as run where the kernel was 1 one way
+ *   or the plane square; it now counts only where H != W and the kernel is above 1 both ways) */
+START_TEST(conv2d_dilation_swapped) {
+  REJECTED(
+    "rule fuse_conv2d_gelu {\n"
+    "  match {\n"
+    "    input x: [N, C, H, W], w: [O, G, P, Q];\n"
+    "    y = conv2d(x, w, act=none);\n"
+    "    r = gelu(y, approximate=false);\n"
+    "    yield r;\n"
+    "  }\n"
+    "  rewrite {\n"
+    "    f = conv2d(x, w, y.*, act=gelu, dilation=[y.dilation[1], y.dilation[0]]);\n"
+    "    yield f;\n"
+    "  }\n"
+    "}\n");
+}
+END_TEST
+
+/* partition_conv2d_height: attr: `yp = conv2d(xp, wr, y.*);` -> `... dilation=[y.dilation[0] + 1, y.dilation[1]]);`
+ *   dilation off by one in height (W6: every instance had P = 1, as a kernel above 1 needs
+ *   `e * (P - 1) + 1 <= s` and H % (d * s) == 0 at once, which redrawing every size rarely meets;
+ *   a candidate now first moves the base toward the conditions) */
+START_TEST(conv2d_height_dilation_shift) {
+  REJECTED(
+    "rule partition_conv2d_height(d: degree) {\n"
+    "  match {\n"
+    "    input x: [N, C, H, W], w: [O, C / g, P, Q];\n"
+    "    y = conv2d(x, w, stride=[s, t], padding=[0, u], dilation=[e, f], groups=g);\n"
+    "    yield y;\n"
+    "  }\n"
+    "  where { e * (P - 1) + 1 <= s; H % (d * s) == 0; }\n"
+    "  rewrite {\n"
+    "    xp = partition(x, dim=2, degree=d);\n"
+    "    wr = replicate(w, degree=d);\n"
+    "    yp = conv2d(xp, wr, y.*, dilation=[y.dilation[0] + 1, y.dilation[1]]);\n"
+    "    yc = combine(yp, dim=2, degree=d);\n"
+    "    yield yc;\n"
+    "  }\n"
+    "}\n");
+}
+END_TEST
+
+/* partition_batch_matmul_rows: expr: `ap = partition(a, dim=rank(a) - 2, degree=d);` -> `... dim=2 - rank(a) ...`
+ *   2 - rank(a) and rank(a) - 2 agree on ranks 2 and 4 (W3 at rank 3: a degree >= 2 binding now
+ *   takes its base at ellipses of 1, 2, 3, 0 dims in turn) */
+START_TEST(bmm_rows_dim_from_rank) {
+  REJECTED(
+    "rule partition_batch_matmul_rows(d: degree) {\n"
+    "  match {\n"
+    "    input a: [...S, M, K], b: [...S, P, Q];\n"
+    "    y = batch_matmul(a, b);\n"
+    "    yield y;\n"
+    "  }\n"
+    "  where { M % d == 0; }\n"
+    "  rewrite {\n"
+    "    ap = partition(a, dim=2 - rank(a), degree=d);\n"
+    "    br = replicate(b, degree=d);\n"
+    "    yp = batch_matmul(ap, br, y.*);\n"
+    "    yc = combine(yp, dim=rank(a) - 2, degree=d);\n"
+    "    yield yc;\n"
+    "  }\n"
+    "}\n");
+}
+END_TEST
+
+/* partition_reduce_sum2_reduced: expr: `... dim=(r1 + rank(x)) % rank(x) ...` -> `... dim=(r1 * 2 + rank(x)) % rank(x) ...`
+ *   agrees on every rank-2 x (W3 for unshaped inputs: a degree >= 2 binding takes its base at
+ *   ranks 3, 4, 2, 1 in turn) */
+START_TEST(reduce_sum2_dim_from_rank) {
+  REJECTED(
+    "rule partition_reduce_sum2_reduced(d: degree) {\n"
+    "  match {\n"
+    "    input x: float;\n"
+    "    y = reduce_sum(x, dims=[r1, r2]);\n"
+    "    yield y;\n"
+    "  }\n"
+    "  where { size(x, r1) % d == 0; }\n"
+    "  rewrite {\n"
+    "    xp = partition(x, dim=(r1 * 2 + rank(x)) % rank(x), degree=d);\n"
+    "    yp = reduce_sum(xp, y.*);\n"
+    "    yr = reduce(yp, degree=d);\n"
+    "    yield yr;\n"
+    "  }\n"
+    "}\n");
+}
+END_TEST
+
 
 static Suite *suite(void) {
   Suite *s = suite_create("check_mutants");
@@ -297,6 +391,10 @@ static Suite *suite(void) {
   tcase_add_test(tc, dropout_dropped);
   tcase_add_test(tc, combine_dim_from_rank);
   tcase_add_test(tc, reshape_partition_dropped);
+  tcase_add_test(tc, conv2d_dilation_swapped);
+  tcase_add_test(tc, conv2d_height_dilation_shift);
+  tcase_add_test(tc, bmm_rows_dim_from_rank);
+  tcase_add_test(tc, reduce_sum2_dim_from_rank);
   suite_add_tcase(s, tc);
   return s;
 }
