@@ -13,7 +13,10 @@
  * the base, then seeded random combinations, as far as a per-rule budget
  * goes (deterministic: the generator is seeded by the rule's name). A
  * value the conditions refuse is retried with the base repaired toward them
- * (repair), then redrawn. Bindings whose degrees are all above 1 take their
+ * (repair), then redrawn. A variable bound only by an attribute (causal=c)
+ * takes its other value in every binding, and such a value, or an open
+ * attribute's, that type inference refuses is retried with the refused
+ * node's input sizes made equal in pairs (unify: causal needs S == T). Bindings whose degrees are all above 1 take their
  * base at ellipses of 1, 2, 3, 0 dims and unshaped ranks 3, 4, 2, 1 in turn
  * (dims computed from rank() differ only at some ranks).
  * Attributes the match leaves open are built at their defaults and, in
@@ -86,6 +89,7 @@ typedef struct inst {
   int n_aslots;
   aslot aslots[MAX_ASLOTS];
   bool training;                        /* the rule has a dropout (or attention): run in training mode too */
+  bool refused;                         /* the last draw's match side was refused by type inference */
   /* scanning the size space: input types computed from A alone, no graph */
   bool fake;
   bool fake_ok[PCGC_RULE_MAX_INPUTS];
@@ -1133,6 +1137,7 @@ static bool repair(inst *I, const space *sp, assign *A, int fixed) {
 
 static draw_result try_assign(inst *I, const assign *A, uint64_t *rs, char *msg, size_t msg_n) {
   const pcgc_rule *r = I->r;
+  I->refused = false;
   if (!sizes_pass(I, A)) return DRAW_NONE;
   side_free(&I->m);
   side_free(&I->w);
@@ -1147,7 +1152,10 @@ static draw_result try_assign(inst *I, const assign *A, uint64_t *rs, char *msg,
   }
   pcgc_error err = {0};
   if (!build_side(I, &I->m, &r->match, 0, rs, &err)) return DRAW_NONE;
-  if (pcgc_graph_infer(I->m.g, &err) != PCGC_OK) return DRAW_NONE;
+  if (pcgc_graph_infer(I->m.g, &err) != PCGC_OK) {
+    I->refused = true;
+    return DRAW_NONE;
+  }
   int64_t total = 0;
   for (int k = 0; k < I->m.g->n_nodes; k++)
     for (int j = 0; j < I->m.g->nodes[k].n_out; j++) total += pcgc_ptensor_numel(&I->m.g->nodes[k].out[j]);
@@ -1187,6 +1195,77 @@ static draw_result try_assign(inst *I, const assign *A, uint64_t *rs, char *msg,
     }
   }
   return DRAW_OK;
+}
+
+/* The dims of the inputs of the match node that type inference refused in
+ * the last draw (the first node without a type whose inputs all have one);
+ * how many, at most max. */
+static int refused_dims(const inst *I, int64_t *vals, int max) {
+  const pcgc_graph *g = I->m.g;
+  int n = 0;
+  for (int k = 0; g && k < g->n_nodes; k++) {
+    const pcgc_node *nd = &g->nodes[k];
+    bool ready = !nd->typed;
+    for (int j = 0; j < nd->n_in && ready; j++) ready = pcgc_graph_ref_type(g, nd->in[j]) != NULL;
+    if (!ready) continue;
+    for (int j = 0; j < nd->n_in; j++) {
+      const pcgc_ptensor *t = pcgc_graph_ref_type(g, nd->in[j]);
+      for (int d = 0; d < t->rank && n < max; d++) vals[n++] = t->dims[d];
+    }
+    break;
+  }
+  return n;
+}
+
+static bool among(const int64_t *vals, int n, int64_t v) {
+  for (int k = 0; k < n; k++)
+    if (vals[k] == v) return true;
+  return false;
+}
+
+/* Called after a draw whose match side type inference refused (I->refused):
+ * makes the refused shapes agree. An attribute value that constrains sizes
+ * the rule's conditions do not (a causal attention needs as many keys as
+ * queries, S == T) is refused on most draws; here each pair of sizes whose
+ * values are dims of the refused node's inputs is set equal (the smaller to
+ * the larger first, so that a mask over more than one query shows), slot
+ * `fixed` kept, and the first pair that makes A an instance is kept.
+ * Deterministic: the pairs in slot order. */
+static bool unify(inst *I, const space *sp, assign *A, int fixed, uint64_t *rs) {
+  const pcgc_rule *r = I->r;
+  int64_t vals[4 * PCGC_VARIADIC];
+  int nv = refused_dims(I, vals, (int)(sizeof vals / sizeof vals[0]));
+  if (nv == 0) return false;
+  char m[256];
+  for (int i = 0; i < sp->n_slots; i++) {
+    const slot *si = &sp->slots[i];
+    if (si->lo < 1 || !slot_active(r, A, si) || !among(vals, nv, *slot_val(A, si))) continue;
+    for (int j = i + 1; j < sp->n_slots; j++) {
+      const slot *sj = &sp->slots[j];
+      if (sj->lo < 1 || !slot_active(r, A, sj)) continue;
+      int64_t vi = *slot_val(A, si), vj = *slot_val(A, sj);
+      if (vi == vj || !among(vals, nv, vj)) continue;
+      for (int dir = 0; dir < 2; dir++) {
+        bool to_j = (dir == 0) == (vj > vi); /* set slot i to vj */
+        int set = to_j ? i : j;
+        if (set == fixed) continue;
+        assign B = *A;
+        *slot_val(&B, &sp->slots[set]) = to_j ? vj : vi;
+        if (!sizes_pass(I, &B) || try_assign(I, &B, rs, m, sizeof m) == DRAW_NONE) continue;
+        *A = B;
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
+/* A draw, and when type inference refuses its match side, the same draw
+ * with the refused shapes made to agree (unify): A is updated. */
+static draw_result try_agree(inst *I, const space *sp, assign *A, int fixed, uint64_t *rs, char *msg, size_t msg_n) {
+  draw_result d = try_assign(I, A, rs, msg, msg_n);
+  if (d == DRAW_NONE && I->refused && unify(I, sp, A, fixed, rs)) d = try_assign(I, A, rs, msg, msg_n);
+  return d;
 }
 
 /* Whether the value open attribute j has in the instance just built can be
@@ -1443,6 +1522,20 @@ static int check_binding(checker *C, int cap) {
     if (t == TRY_RAN) found++;
   }
   if (found == 0) return 0;
+  /* a variable bound only by an attribute (causal=c, an axis) at its other
+   * value in every binding: 1 where the base has 0, else 0, the sizes made
+   * to agree where type inference refuses it (causal with S != T) */
+  for (int j = 0; j < sp->n_slots && found < cap && tries < o->max_tries; j++) {
+    slot *sl = &sp->slots[j];
+    if (sl->kind != SLOT_VAR || sl->lo >= 1) continue;
+    A = A0;
+    *slot_val(&A, sl) = *slot_val(&A0, sl) ? 0 : 1;
+    tries++;
+    char m[256];
+    if (try_agree(I, sp, &A, j, &C->rs, m, sizeof m) == DRAW_NONE) continue;
+    if ((t = try_instance(C, &A, 0)) == TRY_STOP) return found;
+    if (t == TRY_RAN) found++;
+  }
   /* the open attributes: rounds that set each to another value or its
    * default (the first round of the rule every one to its first other
    * value, later ones a seeded random combination, odd ones on redrawn
@@ -1480,7 +1573,7 @@ static int check_binding(checker *C, int cap) {
         if (rep > 0) random_assign(r, &C->rs, &B, true);
         tries++;
         char m[256];
-        draw_result d = try_assign(I, &B, &C->rs, m, sizeof m);
+        draw_result d = rep == 0 ? try_agree(I, sp, &B, -1, &C->rs, m, sizeof m) : try_assign(I, &B, &C->rs, m, sizeof m);
         if (d == DRAW_NOMEM) {
           C->st = pcgc_error_set(C->err, PCGC_ERR_NOMEM, "out of memory checking rule '%s'", r->name);
           return found;
@@ -1518,6 +1611,11 @@ static int check_binding(checker *C, int cap) {
           A.av[b] = rng_next(&C->rs) % 2 ? 0 : (uint8_t)(1 + rng_next(&C->rs) % (uint64_t)I->aslots[b].n_vals);
         A.av[a] = (uint8_t)v;
         if (!sizes_pass(I, &A)) continue;
+        if (rep == 0) { /* the base with the refused shapes made to agree */
+          char m[256];
+          tries++;
+          try_agree(I, sp, &A, -1, &C->rs, m, sizeof m);
+        }
         tries++;
         real++;
         C->want_visible = a;
@@ -1537,7 +1635,7 @@ static int check_binding(checker *C, int cap) {
   make_candidates(r, sp, &A0, &C->rs);
   /* one slot at a time, the others at the base or, when that is no
    * instance, redrawn (shapes kept) */
-  int j, k;
+  int j = -1, k = -1;
   while (found < cap && tries < o->max_tries && next_candidate(r, sp, &A0, &j, &k)) {
     slot *sl = &sp->slots[j];
     sl->tried[k] = true;
@@ -1547,6 +1645,11 @@ static int check_binding(checker *C, int cap) {
       *slot_val(&A, sl) = sl->cand[k];
       if (rep == 1 && !repair(I, sp, &A, j)) continue; /* the base, moved toward the conditions */
       if (!sizes_pass(I, &A)) continue;                /* cheap: no graph */
+      if (rep == 1 && sl->lo < 1) { /* an attribute's value: the refused shapes made to agree */
+        char m[256];
+        tries++;
+        try_agree(I, sp, &A, j, &C->rs, m, sizeof m);
+      }
       tries++;
       real++;
       if ((t = try_instance(C, &A, 0)) == TRY_STOP) return found;

@@ -19,7 +19,11 @@
  *       value on a plane H != W under a kernel above 1x1 (a swap is
  *       invisible on square planes or 1x1 kernels);
  *   W6  sizes coupled by conditions (a kernel above 1 under
- *       `e * (P - 1) + 1 <= s`), which redrawing every size rarely meets.
+ *       `e * (P - 1) + 1 <= s`), which redrawing every size rarely meets;
+ *   W7  a variable bound only by an attribute (`causal=c`) at its other
+ *       value where type inference, not the rule's `where`, couples sizes
+ *       to it (a causal mask needs S == T): refused on almost every draw
+ *       unless the refused shapes are made to agree.
  * The full list of non-equivalent survivors is what bench_mutate_rules prints
  * as SURVIVED; equivalent ones are in benchmarks/mutants_equivalent.txt.
  */
@@ -221,6 +225,34 @@ START_TEST(attention_causal_lost) {
 }
 END_TEST
 
+/* partition_attention_query: attr: `yp = attention(qp, kr, vr, wqr, wkr, wvr, wor, y.*);` -> `yp = attention(qp, kr, vr, wqr, wkr, wvr, wor, y.*, causal=false);`
+ *   a causal attention loses its mask; c = 1 also needs S == T, which only
+ *   attention's type inference asks for (W7) */
+START_TEST(attention_query_causal_lost) {
+  REJECTED(
+    "rule partition_attention_query(d: degree) {\n"
+    "  match {\n"
+    "    input q: [B, S, Eq], k: [B, T, Ek], v: [B, T, Ev], wq: [Eq, E], wk: [Ek, E], wv: [Ev, E], wo: [E, Eo];\n"
+    "    y = attention(q, k, v, wq, wk, wv, wo, heads=h, causal=c);\n"
+    "    yield y;\n"
+    "  }\n"
+    "  where { S % d == 0; }\n"
+    "  rewrite {\n"
+    "    qp = partition(q, dim=1, degree=d);\n"
+    "    kr = replicate(k, degree=d);\n"
+    "    vr = replicate(v, degree=d);\n"
+    "    wqr = replicate(wq, degree=d);\n"
+    "    wkr = replicate(wk, degree=d);\n"
+    "    wvr = replicate(wv, degree=d);\n"
+    "    wor = replicate(wo, degree=d);\n"
+    "    yp = attention(qp, kr, vr, wqr, wkr, wvr, wor, y.*, causal=false);\n"
+    "    yc = combine(yp, dim=1, degree=d);\n"
+    "    yield yc;\n"
+    "  }\n"
+    "}\n");
+}
+END_TEST
+
 /* partition_dropout: drop: `yp = dropout(xp, y.*);`, its readers read xp
  *   dropout removed (W2: the checker runs with training=false, dropout is the identity) */
 START_TEST(dropout_dropped) {
@@ -388,6 +420,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, gelu_approximate_lost);
   tcase_add_test(tc, embedding_bag_lost);
   tcase_add_test(tc, attention_causal_lost);
+  tcase_add_test(tc, attention_query_causal_lost);
   tcase_add_test(tc, dropout_dropped);
   tcase_add_test(tc, combine_dim_from_rank);
   tcase_add_test(tc, reshape_partition_dropped);
