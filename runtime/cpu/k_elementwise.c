@@ -195,7 +195,7 @@ static void dropout_run(const pcgc__kargs *k, bool bwd, double rate, double scal
 }
 
 pcgc_status pcgc__cpu_fwd_unary(const pcgc__kargs *k) {
-  KX_TRY(kx_check(k, false, k->kind == PCGC_OP_IDENTITY ? KX_ANY_DTYPE : 0));
+  KX_TRY(pcgc__kcheck(k, false, k->kind == PCGC_OP_IDENTITY ? KX_ANY_DTYPE : 0));
   const pcgc_buf *x = &k->in[0];
   pcgc_buf *y = &k->out[0];
   int64_t n = pcgc_buf_numel(x);
@@ -215,7 +215,7 @@ pcgc_status pcgc__cpu_fwd_unary(const pcgc__kargs *k) {
 }
 
 pcgc_status pcgc__cpu_bwd_unary(const pcgc__kargs *k) {
-  KX_TRY(kx_check(k, true, 0));
+  KX_TRY(pcgc__kcheck(k, true, 0));
   const pcgc_buf *x = &k->in[0], *dy = &k->dout[0];
   pcgc_buf *dx = &k->din[0];
   if (!kx_want(dx) || !kx_is_f(x->dtype)) return PCGC_OK;
@@ -233,17 +233,6 @@ pcgc_status pcgc__cpu_bwd_unary(const pcgc__kargs *k) {
 
 /* ----------------------------------------------------------------- binary */
 
-/* Strides of operand `x` broadcast to the output shape `y` (0 where x has
- * size 1 or no dim at all). */
-static void broadcast_strides(const pcgc_buf *x, const pcgc_buf *y, int64_t *st) {
-  int64_t xs[PCGC_MAX_RANK];
-  kx_strides(x->rank, x->dims, xs);
-  for (int d = 0; d < y->rank; d++) {
-    int dx = d - (y->rank - x->rank);
-    st[d] = dx >= 0 && x->dims[dx] > 1 ? xs[dx] : 0;
-  }
-}
-
 /* The output y (or its gradient) as runs for a, b: dims of size 1 dropped
  * and neighbours merged where all three are contiguous across them, the
  * last merged dim is the run (*len elements, operand strides *sa, *sb in
@@ -253,8 +242,8 @@ static kx_iter binary_runs(const pcgc_buf *y, const pcgc_buf *a, const pcgc_buf 
                            int *sa, int *sb) {
   int64_t st[3][PCGC_MAX_RANK], dims[PCGC_MAX_RANK], ms[3][PCGC_MAX_RANK];
   kx_strides(y->rank, y->dims, st[0]);
-  broadcast_strides(a, y, st[1]);
-  broadcast_strides(b, y, st[2]);
+  kx_broadcast_strides(a, y, st[1]);
+  kx_broadcast_strides(b, y, st[2]);
   int r = 0; /* merged dims, innermost first */
   for (int d = y->rank - 1; d >= 0; d--) {
     if (y->dims[d] == 1) continue;
@@ -354,7 +343,7 @@ static binary_job binary_job_of(const pcgc__kargs *k, const pcgc_buf *y, int64_t
 }
 
 pcgc_status pcgc__cpu_fwd_binary(const pcgc__kargs *k) {
-  KX_TRY(kx_check(k, false, 0));
+  KX_TRY(pcgc__kcheck(k, false, 0));
   const pcgc_buf *a = &k->in[0], *b = &k->in[1];
   pcgc_buf *y = &k->out[0];
   int64_t runs, n = pcgc_buf_numel(y);
@@ -408,7 +397,7 @@ static pcgc_status binary_bwd_operand(const pcgc__kargs *k, int j) {
 }
 
 pcgc_status pcgc__cpu_bwd_binary(const pcgc__kargs *k) {
-  KX_TRY(kx_check(k, true, 0));
+  KX_TRY(pcgc__kcheck(k, true, 0));
   for (int j = 0; j < 2; j++)
     if (kx_want(&k->din[j])) KX_TRY(binary_bwd_operand(k, j));
   return PCGC_OK;

@@ -14,15 +14,6 @@
 
 #include "k_common_impl.h"
 
-/* 1 for reduction=sum; for mean, the logical element count of input i. */
-static double loss_count(const pcgc__kargs *k, int i) {
-  if (pcgc_attrs_int(k->a, "reduction") == PCGC_REDUCTION_SUM) return 1;
-  pcgc_piece p = pcgc__in_piece(k, i);
-  double n = 1;
-  for (int d = 0; d < k->in[i].rank; d++) n *= (double)p.global[d];
-  return n;
-}
-
 /* ----------------------------------------------------- cross entropy */
 
 static pcgc_status check_labels(const pcgc__kargs *k, int64_t C) {
@@ -46,7 +37,7 @@ static double row_lse(const pcgc_buf *x, int64_t base, int64_t C) {
 }
 
 pcgc_status pcgc__cpu_fwd_xent(const pcgc__kargs *k) {
-  KX_TRY(kx_check(k, false, 0));
+  KX_TRY(pcgc__kcheck(k, false, 0));
   const pcgc_buf *x = &k->in[0], *lab = &k->in[1];
   int64_t C = x->dims[x->rank - 1], P = pcgc_buf_numel(lab);
   KX_TRY(check_labels(k, C));
@@ -54,18 +45,18 @@ pcgc_status pcgc__cpu_fwd_xent(const pcgc__kargs *k) {
   for (int64_t p = 0; p < P; p++) {
     loss += row_lse(x, p * C, C) - kx_get(x, p * C + kx_geti(lab, p));
   }
-  kx_set(&k->out[0], 0, loss / loss_count(k, 1));
+  kx_set(&k->out[0], 0, loss / pcgc__loss_count(k, 1));
   return PCGC_OK;
 }
 
 pcgc_status pcgc__cpu_bwd_xent(const pcgc__kargs *k) {
-  KX_TRY(kx_check(k, true, 0));
+  KX_TRY(pcgc__kcheck(k, true, 0));
   const pcgc_buf *x = &k->in[0], *lab = &k->in[1];
   pcgc_buf *dx = &k->din[0];
   int64_t C = x->dims[x->rank - 1], P = pcgc_buf_numel(lab);
   KX_TRY(check_labels(k, C));
   if (!kx_want(dx)) return PCGC_OK;
-  double g = kx_get(&k->dout[0], 0) / loss_count(k, 1);
+  double g = kx_get(&k->dout[0], 0) / pcgc__loss_count(k, 1);
   for (int64_t p = 0; p < P; p++) {
     double lse = row_lse(x, p * C, C);
     int64_t y = kx_geti(lab, p);
@@ -96,19 +87,19 @@ MSE_LOOPS(double, f64)
 #undef MSE_LOOPS
 
 pcgc_status pcgc__cpu_fwd_mse(const pcgc__kargs *k) {
-  KX_TRY(kx_check(k, false, 0));
+  KX_TRY(pcgc__kcheck(k, false, 0));
   const pcgc_buf *p = &k->in[0], *t = &k->in[1];
   int64_t n = pcgc_buf_numel(p);
   double loss = p->dtype == PCGC_F32 ? mse_sum_f32(n, p->data, t->data) : mse_sum_f64(n, p->data, t->data);
-  kx_set(&k->out[0], 0, loss / loss_count(k, 0));
+  kx_set(&k->out[0], 0, loss / pcgc__loss_count(k, 0));
   return PCGC_OK;
 }
 
 pcgc_status pcgc__cpu_bwd_mse(const pcgc__kargs *k) {
-  KX_TRY(kx_check(k, true, 0));
+  KX_TRY(pcgc__kcheck(k, true, 0));
   const pcgc_buf *p = &k->in[0], *t = &k->in[1];
   pcgc_buf *dp = kx_want(&k->din[0]) ? &k->din[0] : NULL, *dt = kx_want(&k->din[1]) ? &k->din[1] : NULL;
-  double g = 2 * kx_get(&k->dout[0], 0) / loss_count(k, 0);
+  double g = 2 * kx_get(&k->dout[0], 0) / pcgc__loss_count(k, 0);
   int64_t n = pcgc_buf_numel(p);
   /* the loop for dp alone where it overlaps no input; a wanted dt (a target
    * that takes a gradient, which training data does not) keeps the loop of

@@ -49,7 +49,7 @@ static axis_view view_axis(const pcgc_buf *x, int64_t axis) {
 }
 
 pcgc_status pcgc__cpu_fwd_softmax(const pcgc__kargs *k) {
-  KX_TRY(kx_check(k, false, 0));
+  KX_TRY(pcgc__kcheck(k, false, 0));
   const pcgc_buf *x = &k->in[0];
   pcgc_buf *y = &k->out[0];
   axis_view v = view_axis(x, pcgc_attrs_int(k->a, "axis"));
@@ -72,7 +72,7 @@ pcgc_status pcgc__cpu_fwd_softmax(const pcgc__kargs *k) {
 
 /* dx = y * (dy - sum(y * dy)) along the axis, from the forward output y. */
 pcgc_status pcgc__cpu_bwd_softmax(const pcgc__kargs *k) {
-  KX_TRY(kx_check(k, true, KX_READS_OUT));
+  KX_TRY(pcgc__kcheck(k, true, KX_READS_OUT));
   const pcgc_buf *y = &k->out[0], *dy = &k->dout[0];
   pcgc_buf *dx = &k->din[0];
   if (!kx_want(dx)) return PCGC_OK;
@@ -130,7 +130,7 @@ static kx_iter reduce_iter(const pcgc__kargs *k, const pcgc_buf *x, int64_t *inn
 }
 
 pcgc_status pcgc__cpu_fwd_reduce(const pcgc__kargs *k) {
-  KX_TRY(kx_check(k, false, 0));
+  KX_TRY(pcgc__kcheck(k, false, 0));
   const pcgc_buf *x = &k->in[0];
   pcgc_buf *y = &k->out[0];
   int64_t inner;
@@ -147,7 +147,7 @@ pcgc_status pcgc__cpu_fwd_reduce(const pcgc__kargs *k) {
 }
 
 pcgc_status pcgc__cpu_bwd_reduce(const pcgc__kargs *k) {
-  KX_TRY(kx_check(k, true, 0));
+  KX_TRY(pcgc__kcheck(k, true, 0));
   pcgc_buf *dx = &k->din[0];
   if (!kx_want(dx)) return PCGC_OK;
   const pcgc_buf *dy = &k->dout[0];
@@ -270,25 +270,9 @@ void pcgc_cpu_batchnorm_bwd_apply(const pcgc_attrs *a, const pcgc_buf *x, const 
                        dscale, dbias);
 }
 
-/* The whole-tensor kernels see every element of their channels: a piece
- * may split the channels, but a piece of the batch (or of any other dim)
- * needs the statistics of the other pieces, which only the split entry
- * points can combine. */
-static pcgc_status bn_whole_batch(const pcgc__kargs *k) {
-  if (!k->ctx->in) return PCGC_OK;
-  const pcgc_buf *x = &k->in[0];
-  const pcgc_piece *p = &k->ctx->in[0];
-  for (int d = 0; d < x->rank; d++)
-    if (d != 1 && x->dims[d] != p->global[d])
-      return pcgc__kfail(k, "dim %d of the input is split (this piece holds %lld of %lld), so the batch "
-                         "statistics span several pieces: use pcgc_cpu_batchnorm_stats/apply", d,
-                         (long long)x->dims[d], (long long)p->global[d]);
-  return PCGC_OK;
-}
-
 pcgc_status pcgc__cpu_fwd_batchnorm(const pcgc__kargs *k) {
-  KX_TRY(kx_check(k, false, 0));
-  KX_TRY(bn_whole_batch(k));
+  KX_TRY(pcgc__kcheck(k, false, 0));
+  KX_TRY(pcgc__kcheck_whole_batch(k, "pcgc_cpu"));
   const pcgc_buf *x = &k->in[0];
   const pcgc_buf *scale = k->n_in == 3 ? &k->in[1] : NULL, *bias = k->n_in == 3 ? &k->in[2] : NULL;
   double eps = pcgc_attrs_float(k->a, "eps"), count = (double)(pcgc_buf_numel(x) / x->dims[1]);
@@ -301,8 +285,8 @@ pcgc_status pcgc__cpu_fwd_batchnorm(const pcgc__kargs *k) {
 }
 
 pcgc_status pcgc__cpu_bwd_batchnorm(const pcgc__kargs *k) {
-  KX_TRY(kx_check(k, true, 0));
-  KX_TRY(bn_whole_batch(k));
+  KX_TRY(pcgc__kcheck(k, true, 0));
+  KX_TRY(pcgc__kcheck_whole_batch(k, "pcgc_cpu"));
   const pcgc_buf *x = &k->in[0], *dy = &k->dout[0];
   const pcgc_buf *scale = k->n_in == 3 ? &k->in[1] : NULL;
   pcgc_buf *dscale = k->n_in == 3 ? &k->din[1] : NULL, *dbias = k->n_in == 3 ? &k->din[2] : NULL;
@@ -338,7 +322,7 @@ static void *elem(const pcgc_buf *b, int64_t i) { return (char *)b->data + (size
 
 
 pcgc_status pcgc__cpu_fwd_layernorm(const pcgc__kargs *k) {
-  KX_TRY(kx_check(k, false, 0));
+  KX_TRY(pcgc__kcheck(k, false, 0));
   const pcgc_buf *x = &k->in[0];
   pcgc_buf *y = &k->out[0];
   ln_view v = ln_view_of(k);
@@ -358,7 +342,7 @@ pcgc_status pcgc__cpu_fwd_layernorm(const pcgc__kargs *k) {
  * dscale += sum over rows of dy * xhat, dbias += sum over rows of dy, each
  * column summed in double in row order. */
 pcgc_status pcgc__cpu_bwd_layernorm(const pcgc__kargs *k) {
-  KX_TRY(kx_check(k, true, 0));
+  KX_TRY(pcgc__kcheck(k, true, 0));
   const pcgc_buf *x = &k->in[0], *dy = &k->dout[0];
   pcgc_buf *dx = &k->din[0];
   pcgc_buf *dscale = k->n_in == 3 ? &k->din[1] : NULL, *dbias = k->n_in == 3 ? &k->din[2] : NULL;

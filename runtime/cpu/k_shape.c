@@ -57,14 +57,14 @@ static void gather(pcgc_buf *whole, int n_parts, pcgc_buf *parts, int axis, bool
 }
 
 pcgc_status pcgc__cpu_fwd_concat(const pcgc__kargs *k) {
-  KX_TRY(kx_check(k, false, KX_ANY_DTYPE));
+  KX_TRY(pcgc__kcheck(k, false, KX_ANY_DTYPE));
   /* gather() writes only the whole tensor here; the parts are read */
   gather(&k->out[0], k->n_in, (pcgc_buf *)k->in, axis_of(k, k->out[0].rank), true, false);
   return PCGC_OK;
 }
 
 pcgc_status pcgc__cpu_bwd_concat(const pcgc__kargs *k) {
-  KX_TRY(kx_check(k, true, 0));
+  KX_TRY(pcgc__kcheck(k, true, 0));
   pcgc_buf parts[PCGC_VARIADIC];
   for (int i = 0; i < k->n_in; i++) {
     parts[i] = k->in[i];
@@ -75,13 +75,13 @@ pcgc_status pcgc__cpu_bwd_concat(const pcgc__kargs *k) {
 }
 
 pcgc_status pcgc__cpu_fwd_split(const pcgc__kargs *k) {
-  KX_TRY(kx_check(k, false, KX_ANY_DTYPE));
+  KX_TRY(pcgc__kcheck(k, false, KX_ANY_DTYPE));
   gather((pcgc_buf *)&k->in[0], k->n_out, k->out, axis_of(k, k->in[0].rank), false, false);
   return PCGC_OK;
 }
 
 pcgc_status pcgc__cpu_bwd_split(const pcgc__kargs *k) {
-  KX_TRY(kx_check(k, true, 0));
+  KX_TRY(pcgc__kcheck(k, true, 0));
   if (!kx_want(&k->din[0])) return PCGC_OK;
   gather(&k->din[0], k->n_out, (pcgc_buf *)k->dout, axis_of(k, k->in[0].rank), true, true);
   return PCGC_OK;
@@ -89,51 +89,28 @@ pcgc_status pcgc__cpu_bwd_split(const pcgc__kargs *k) {
 
 /* ---------------------------------------------------- reshape, flatten */
 
-/* Reshape's `shape` attribute is logical, so a piece is checked against it
- * through the piece descriptors: the logical input must reshape to the
- * logical output, and the piece must hold as many elements as its input. */
-static pcgc_status check_reshape(const pcgc__kargs *k, const pcgc_buf *y) {
-  const pcgc_buf *x = &k->in[0];
-  char s1[128], s2[128];
-  if (y->dtype != x->dtype || pcgc_buf_numel(y) != pcgc_buf_numel(x))
-    return pcgc__kfail(k, "output %s does not hold the elements of the input %s", KX_FMT(s1, y), KX_FMT(s2, x));
-  pcgc_ptensor tin, tout;
-  pcgc_ptensor_init(&tin, x->dtype, x->rank, k->ctx->in ? k->ctx->in[0].global : x->dims);
-  pcgc_error e;
-  pcgc_error_clear(&e);
-  if (pcgc_op_infer(k->kind, k->a, 1, &tin, &tout, &e) != PCGC_OK) return kx_infer_fail(k, &e);
-  const int64_t *gy = k->ctx->out ? k->ctx->out[0].global : y->dims;
-  bool ok = tout.rank == y->rank;
-  for (int d = 0; ok && d < y->rank; d++) ok = gy[d] == tout.dims[d];
-  if (!ok)
-    return pcgc__kfail(k, "the output is %s but the shape attribute gives %s",
-                       kx_fmt(s1, sizeof s1, y->dtype, y->rank, gy),
-                       kx_fmt(s2, sizeof s2, tout.dtype, tout.rank, tout.dims));
-  return PCGC_OK;
-}
-
 pcgc_status pcgc__cpu_fwd_reshape(const pcgc__kargs *k) {
-  KX_TRY(kx_check(k, false, KX_ANY_DTYPE | KX_NO_INFER));
-  KX_TRY(check_reshape(k, &k->out[0]));
+  KX_TRY(pcgc__kcheck(k, false, KX_ANY_DTYPE | KX_NO_INFER));
+  KX_TRY(pcgc__kcheck_reshape(k, &k->out[0]));
   memmove(k->out[0].data, k->in[0].data, (size_t)pcgc_buf_numel(&k->in[0]) * pcgc_dtype_size(k->in[0].dtype));
   return PCGC_OK;
 }
 
 pcgc_status pcgc__cpu_bwd_reshape(const pcgc__kargs *k) {
-  KX_TRY(kx_check(k, true, KX_NO_INFER));
-  KX_TRY(check_reshape(k, &k->dout[0]));
+  KX_TRY(pcgc__kcheck(k, true, KX_NO_INFER));
+  KX_TRY(pcgc__kcheck_reshape(k, &k->dout[0]));
   if (kx_want(&k->din[0])) add_run(&k->din[0], 0, &k->dout[0], 0, pcgc_buf_numel(&k->in[0]));
   return PCGC_OK;
 }
 
 pcgc_status pcgc__cpu_fwd_flatten(const pcgc__kargs *k) {
-  KX_TRY(kx_check(k, false, KX_ANY_DTYPE));
+  KX_TRY(pcgc__kcheck(k, false, KX_ANY_DTYPE));
   memmove(k->out[0].data, k->in[0].data, (size_t)pcgc_buf_numel(&k->in[0]) * pcgc_dtype_size(k->in[0].dtype));
   return PCGC_OK;
 }
 
 pcgc_status pcgc__cpu_bwd_flatten(const pcgc__kargs *k) {
-  KX_TRY(kx_check(k, true, 0));
+  KX_TRY(pcgc__kcheck(k, true, 0));
   if (kx_want(&k->din[0])) add_run(&k->din[0], 0, &k->dout[0], 0, pcgc_buf_numel(&k->in[0]));
   return PCGC_OK;
 }
@@ -159,7 +136,7 @@ static kx_iter transpose_iter(const pcgc__kargs *k, const pcgc_buf *x, const pcg
 }
 
 pcgc_status pcgc__cpu_fwd_transpose(const pcgc__kargs *k) {
-  KX_TRY(kx_check(k, false, KX_ANY_DTYPE));
+  KX_TRY(pcgc__kcheck(k, false, KX_ANY_DTYPE));
   const pcgc_buf *x = &k->in[0];
   pcgc_buf *y = &k->out[0];
   kx_iter it = transpose_iter(k, x, y);
@@ -173,7 +150,7 @@ pcgc_status pcgc__cpu_fwd_transpose(const pcgc__kargs *k) {
 }
 
 pcgc_status pcgc__cpu_bwd_transpose(const pcgc__kargs *k) {
-  KX_TRY(kx_check(k, true, 0));
+  KX_TRY(pcgc__kcheck(k, true, 0));
   pcgc_buf *dx = &k->din[0];
   if (!kx_want(dx)) return PCGC_OK;
   const pcgc_buf *dy = &k->dout[0];

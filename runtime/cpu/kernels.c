@@ -9,14 +9,27 @@
 
 #include "kernels_internal.h"
 
-pcgc_status pcgc__kfail(const pcgc__kargs *k, const char *fmt, ...) {
-  if (!k->err) return PCGC_ERR_INVALID;
+static pcgc_status vfail(const pcgc__kargs *k, pcgc_status st, const char *fmt, va_list ap) {
+  if (!k->err) return st;
   char msg[900];
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  return pcgc_error_set(k->err, st, "%s: %s", pcgc_op_name(k->kind), msg);
+}
+
+pcgc_status pcgc__kfail(const pcgc__kargs *k, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
+  pcgc_status st = vfail(k, PCGC_ERR_INVALID, fmt, ap);
   va_end(ap);
-  return pcgc_error_set(k->err, PCGC_ERR_INVALID, "%s: %s", pcgc_op_name(k->kind), msg);
+  return st;
+}
+
+pcgc_status pcgc__kfail_st(const pcgc__kargs *k, pcgc_status st, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  st = vfail(k, st, fmt, ap);
+  va_end(ap);
+  return st;
 }
 
 static pcgc_piece whole(const pcgc_buf *b) {
@@ -34,19 +47,21 @@ pcgc_piece pcgc__out_piece(const pcgc__kargs *k, int i) {
   return k->ctx->out ? k->ctx->out[i] : whole(&k->out[i]);
 }
 
+double pcgc__loss_count(const pcgc__kargs *k, int i) {
+  if (pcgc_attrs_int(k->a, "reduction") == PCGC_REDUCTION_SUM) return 1;
+  pcgc_piece p = pcgc__in_piece(k, i);
+  double n = 1;
+  for (int d = 0; d < k->in[i].rank; d++) n *= (double)p.global[d];
+  return n;
+}
+
 /* Sources and parallel operators are not kernels. */
 #define NOT_A_KERNEL(fn)                                                                       \
   pcgc_status pcgc__cpu_fwd_##fn(const pcgc__kargs *k) {                                       \
     return pcgc__kfail(k, "not a kernel: the interpreter executes this operator itself");      \
   }                                                                                            \
   pcgc_status pcgc__cpu_bwd_##fn(const pcgc__kargs *k) { return pcgc__cpu_fwd_##fn(k); }
-NOT_A_KERNEL(source)
-NOT_A_KERNEL(partition)
-NOT_A_KERNEL(combine)
-NOT_A_KERNEL(replicate)
-NOT_A_KERNEL(reduce_p)
-NOT_A_KERNEL(pipeline)
-NOT_A_KERNEL(unpipeline)
+PCGC__NOT_KERNELS(NOT_A_KERNEL)
 
 typedef pcgc_status (*kfn)(const pcgc__kargs *);
 static const kfn fwd_table[PCGC_OP_COUNT] = {

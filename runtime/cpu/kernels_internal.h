@@ -8,6 +8,13 @@
 
 #include "kernels.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The CUDA backend's argument bundle (runtime/cuda/cu_internal.h) derives
+ * from this one, so the validation and geometry of k_check.c and
+ * k_dense_check.c serve both backends. */
 typedef struct pcgc__kargs {
   pcgc_op_kind kind;
   const pcgc_attrs *a;
@@ -28,10 +35,19 @@ typedef struct pcgc__kargs {
 #include "ops.def"
 #undef PCGC_OP
 
+/* The families of ops.def that are not kernels (sources and parallel
+ * operators: the interpreter or the runtime executes them), for each
+ * backend's stubs: PCGC__NOT_KERNELS(X) is X(fn) for each. */
+#define PCGC__NOT_KERNELS(X) X(source) X(partition) X(combine) X(replicate) X(reduce_p) X(pipeline) X(unpipeline)
+
 /* The piece descriptor of input i / output i (whole-tensor default filled
  * from the buffer when the context has none). */
 pcgc_piece pcgc__in_piece(const pcgc__kargs *k, int i);
 pcgc_piece pcgc__out_piece(const pcgc__kargs *k, int i);
+
+/* The losses' divisor: 1 for reduction=sum; for mean, the logical element
+ * count of input i (so the losses of the pieces of a sharded batch add up). */
+double pcgc__loss_count(const pcgc__kargs *k, int i);
 
 /* pcgc_rng_u64 in two halves (rng.c defines it through these), for loops
  * that draw many counters of one (seed, stream): the key once, then one mix
@@ -73,7 +89,13 @@ static inline uint64_t pcgc__rng_threshold(double p) {
 typedef void (*pcgc__range_fn)(void *arg, int64_t lo, int64_t hi);
 void pcgc__parallel_for(int64_t n, int64_t grain, pcgc__range_fn fn, void *arg);
 
-/* Error helper: "op: message". */
+/* Error helpers: "op: message" into k->err, status PCGC_ERR_INVALID (or `st`). */
 pcgc_status pcgc__kfail(const pcgc__kargs *k, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+pcgc_status pcgc__kfail_st(const pcgc__kargs *k, pcgc_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

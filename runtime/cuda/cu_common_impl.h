@@ -1,8 +1,9 @@
 /*
  * cu_common_impl.h — private helpers of the CUDA kernels of the non-dense
  * families (cu_elementwise.cu, cu_shape.cu, cu_loss.cu), the counterpart of
- * runtime/cpu/k_common_impl.h: validation of a call, n-dim index maps, and
- * one deterministic segmented sum that serves every reduction (reduce_sum
+ * runtime/cpu/k_common_impl.h: validation of a call (runtime/cpu/
+ * k_check.h's, which the CPU kernels use too), n-dim index maps, and one
+ * deterministic segmented sum that serves every reduction (reduce_sum
  * and reduce_mean, the gradient of a broadcast operand, the losses).
  *
  * Numbers. As on the CPU, every value is computed in double from the f32
@@ -43,31 +44,15 @@
 #include <string.h>
 
 #include "cu_internal.h"
+#include "k_check.h"
 
 /* ------------------------------------------------------------ arithmetic */
 
 /* a * b rounded, never fused with a following addition */
 __device__ __forceinline__ double cux_mul(double a, double b) { return __dmul_rn(a, b); }
 
-static inline int64_t cux_numel(const pcgc_buf *b) {
-  int64_t n = 1;
-  for (int d = 0; d < b->rank; d++) n *= b->dims[d];
-  return n;
-}
-
-static inline int64_t cux_prod(const int64_t *dims, int from, int to) {
-  int64_t p = 1;
-  for (int d = from; d < to; d++) p *= dims[d];
-  return p;
-}
-
-static inline void cux_strides(int rank, const int64_t *dims, int64_t *st) {
-  int64_t s = 1;
-  for (int d = rank - 1; d >= 0; d--) {
-    st[d] = s;
-    s *= dims[d];
-  }
-}
+/* Element counts, products and strides of shapes: pcgc_buf_numel,
+ * kx_prod and kx_strides (k_check.h), as on the CPU. */
 
 /* A gradient that is wanted: validation has given it its input's type, and
  * integer inputs never get one. */
@@ -75,119 +60,19 @@ static inline bool cux_want(const pcgc_buf *din) { return din && din->data && di
 
 /* ------------------------------------------------------------ validation */
 
+/* The validation is the CPU kernels' (k_check.h), on device buffers (only
+ * their descriptors are read), with every floating-point tensor f32
+ * (anything else: unsupported); inference has already limited integer
+ * tensors to where they belong. */
 enum {
-  CUX_READS_OUT = 2u, /* backward reads the forward outputs */
-  CUX_NO_INFER = 4u,  /* the kernel checks shapes itself (reshape) */
+  CUX_READS_OUT = KX_READS_OUT, /* backward reads the forward outputs */
+  CUX_NO_INFER = KX_NO_INFER,   /* the kernel checks shapes itself (reshape) */
 };
 
-/* "f32[2, 3]" */
-static inline const char *cux_fmt(char *buf, size_t n, pcgc_dtype dt, int rank, const int64_t *dims) {
-  const char *name = pcgc_dtype_name(dt);
-  int w = snprintf(buf, n, "%s[", name ? name : "?");
-  for (int d = 0; d < rank && w > 0 && (size_t)w < n; d++)
-    w += snprintf(buf + w, n - (size_t)w, d ? ", %lld" : "%lld", (long long)dims[d]);
-  if (w > 0 && (size_t)w < n) snprintf(buf + w, n - (size_t)w, "]");
-  return buf;
-}
-#define CUX_FMT(s, b) cux_fmt(s, sizeof s, (b)->dtype, (b)->rank, (b)->dims)
+#define CUX_TRY(x) KX_TRY(x)
 
-#define CUX_TRY(x)                                                                                 \
-  do {                                                                                             \
-    pcgc_status s_ = (x);                                                                          \
-    if (s_ != PCGC_OK) return s_;                                                                  \
-  } while (0)
-
-static inline pcgc_status cux_check_buf(const pcgc__cukargs *k, const pcgc_buf *b, const char *what, int i) {
-  if (b->rank < 0 || b->rank > PCGC_MAX_RANK)
-    return pcgc__cu_fail(k, "%s %d has rank %d (0..%d allowed)", what, i, b->rank, PCGC_MAX_RANK);
-  if ((unsigned)b->dtype >= PCGC_DTYPE_COUNT) return pcgc__cu_fail(k, "%s %d has an invalid dtype", what, i);
-  for (int d = 0; d < b->rank; d++)
-    if (b->dims[d] < 1)
-      return pcgc__cu_fail(k, "%s %d has size %lld in dim %d; sizes must be positive", what, i,
-                           (long long)b->dims[d], d);
-  if (!b->data) return pcgc__cu_fail(k, "%s %d has no data", what, i);
-  return PCGC_OK;
-}
-
-static inline pcgc_status cux_check_type(const pcgc__cukargs *k, const pcgc_buf *b, const pcgc_ptensor *t,
-                                         const char *what, int i) {
-  CUX_TRY(cux_check_buf(k, b, what, i));
-  bool ok = b->dtype == t->dtype && b->rank == t->rank;
-  for (int d = 0; ok && d < b->rank; d++) ok = b->dims[d] == t->dims[d];
-  if (ok) return PCGC_OK;
-  char s1[128], s2[128];
-  return pcgc__cu_fail(k, "%s %d is %s but must be %s", what, i, CUX_FMT(s1, b),
-                       cux_fmt(s2, sizeof s2, t->dtype, t->rank, t->dims));
-}
-
-static inline pcgc_status cux_check_piece(const pcgc__cukargs *k, const pcgc_piece *p, const pcgc_buf *b,
-                                          const char *what, int i) {
-  for (int d = 0; d < b->rank; d++)
-    if (p->offset[d] < 0 || p->global[d] < 1 || p->offset[d] + b->dims[d] > p->global[d])
-      return pcgc__cu_fail(k, "the piece of %s %d does not fit its logical tensor: dim %d has %lld "
-                           "elements at offset %lld of %lld", what, i, d, (long long)b->dims[d],
-                           (long long)p->offset[d], (long long)p->global[d]);
-  return PCGC_OK;
-}
-
-/* Passes on an inference error (which starts "op: ") as a kernel error. */
-static inline pcgc_status cux_infer_fail(const pcgc__cukargs *k, const pcgc_error *e) {
-  const char *msg = e->message;
-  size_t nl = strlen(pcgc_op_name(k->kind));
-  if (strncmp(msg, pcgc_op_name(k->kind), nl) == 0 && msg[nl] == ':') msg += nl + 1;
-  while (*msg == ' ') msg++;
-  return pcgc__cu_fail(k, "%s", msg);
-}
-
-/* kx_check of the CPU kernels, on device buffers (only their descriptors
- * are read): arity, attributes, that inference accepts the inputs, that out
- * (forward) / dout (backward; out too with CUX_READS_OUT) have the inferred
- * types, that each wanted din has its input's type, that piece descriptors
- * fit. Floating-point tensors must be f32 (anything else: unsupported);
- * inference has already limited integer tensors to where they belong. */
 static inline pcgc_status cux_check(const pcgc__cukargs *k, bool backward, unsigned flags) {
-  if (!k->a) return pcgc__cu_fail(k, "no attributes given");
-  if (k->a->kind != k->kind)
-    return pcgc__cu_fail(k, "the attributes belong to operator '%s'", pcgc_op_name(k->a->kind));
-  int lo = pcgc_op_min_inputs(k->kind), hi = pcgc_op_max_inputs(k->kind);
-  if (k->n_in < lo || k->n_in > hi || (k->n_in > 0 && !k->in))
-    return pcgc__cu_fail(k, "takes %d to %d inputs, got %d", lo, hi, k->in ? k->n_in : 0);
-  int n_out = pcgc_op_num_outputs(k->kind, k->a);
-  const pcgc_buf *outs = backward ? k->dout : k->out;
-  if (n_out < 0 || n_out > PCGC_MAX_INTS || k->n_out != n_out || !outs)
-    return pcgc__cu_fail(k, "has %d outputs, got %d", n_out, outs ? k->n_out : 0);
-  if (backward && (flags & CUX_READS_OUT) && !k->out) return pcgc__cu_fail(k, "backward needs the forward outputs");
-  if (backward && !k->din) return pcgc__cu_fail(k, "no input gradient buffers given");
-
-  pcgc_ptensor tin[PCGC_VARIADIC], tout[PCGC_MAX_INTS];
-  for (int i = 0; i < k->n_in; i++) {
-    CUX_TRY(cux_check_buf(k, &k->in[i], "input", i));
-    pcgc_ptensor_init(&tin[i], k->in[i].dtype, k->in[i].rank, k->in[i].dims);
-  }
-  if (!(flags & CUX_NO_INFER)) {
-    pcgc_error e;
-    pcgc_error_clear(&e);
-    if (pcgc_op_infer(k->kind, k->a, k->n_in, tin, tout, &e) != PCGC_OK) return cux_infer_fail(k, &e);
-  }
-  for (int i = 0; i < k->n_in; i++)
-    if (pcgc_dtype_is_float(k->in[i].dtype) && k->in[i].dtype != PCGC_F32)
-      return pcgc__cu_fail_st(k, PCGC_ERR_UNSUPPORTED, "the CUDA kernels compute in f32, not %s",
-                              pcgc_dtype_name(k->in[i].dtype));
-  for (int j = 0; j < n_out; j++) {
-    if (!(flags & CUX_NO_INFER)) {
-      CUX_TRY(cux_check_type(k, &outs[j], &tout[j], backward ? "output gradient" : "output", j));
-      if (backward && (flags & CUX_READS_OUT)) CUX_TRY(cux_check_type(k, &k->out[j], &tout[j], "output", j));
-    } else {
-      CUX_TRY(cux_check_buf(k, &outs[j], backward ? "output gradient" : "output", j));
-    }
-    if (k->ctx->out) CUX_TRY(cux_check_piece(k, &k->ctx->out[j], &outs[j], "output", j));
-  }
-  for (int i = 0; i < k->n_in; i++) {
-    if (k->ctx->in) CUX_TRY(cux_check_piece(k, &k->ctx->in[i], &k->in[i], "input", i));
-    if (!backward || !k->din[i].data || k->in[i].dtype != PCGC_F32) continue;
-    CUX_TRY(cux_check_type(k, &k->din[i], &tin[i], "gradient of input", i));
-  }
-  return PCGC_OK;
+  return pcgc__kcheck(k, backward, flags | KX_F32_ONLY);
 }
 
 /* The workspace: NULL while measuring (the caller returns first) and, when

@@ -9,7 +9,6 @@
  * pcgc_cuda_freeze the workspace grows on demand; after it, a call that
  * needs more fails, so the runtime's step loop never allocates.
  */
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -258,70 +257,30 @@ void *pcgc__cu_scratch(const pcgc__cukargs *k, size_t bytes) {
 
 /* ------------------------------------------------------------- errors */
 
-static pcgc_status vfail(const pcgc__cukargs *k, pcgc_status st, const char *fmt, va_list ap) {
-  char msg[900];
-  vsnprintf(msg, sizeof msg, fmt, ap);
-  return pcgc_error_set(k->err, st, "%s: %s", pcgc_op_name(k->kind), msg);
-}
-
-pcgc_status pcgc__cu_fail(const pcgc__cukargs *k, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  pcgc_status st = vfail(k, PCGC_ERR_INVALID, fmt, ap);
-  va_end(ap);
-  return st;
-}
-
-pcgc_status pcgc__cu_fail_st(const pcgc__cukargs *k, pcgc_status s, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  pcgc_status st = vfail(k, s, fmt, ap);
-  va_end(ap);
-  return st;
-}
-
 pcgc_status pcgc__cu_check(const pcgc__cukargs *k, cudaError_t e, const char *what) {
   if (e == cudaSuccess) return PCGC_OK;
-  return pcgc__cu_fail_st(k, e == cudaErrorMemoryAllocation ? PCGC_ERR_NOMEM : PCGC_ERR_IO, "%s: %s", what,
-                          cudaGetErrorString(e));
+  return pcgc__kfail_st(k, e == cudaErrorMemoryAllocation ? PCGC_ERR_NOMEM : PCGC_ERR_IO, "%s: %s", what,
+                        cudaGetErrorString(e));
 }
 
 pcgc_status pcgc__cu_check_blas(const pcgc__cukargs *k, cublasStatus_t s, const char *what) {
   if (s == CUBLAS_STATUS_SUCCESS) return PCGC_OK;
-  return pcgc__cu_fail_st(k, PCGC_ERR_IO, "%s: cuBLAS status %d (%s)", what, (int)s, cublasGetStatusString(s));
+  return pcgc__kfail_st(k, PCGC_ERR_IO, "%s: cuBLAS status %d (%s)", what, (int)s, cublasGetStatusString(s));
 }
 
 pcgc_status pcgc__cu_check_dnn(const pcgc__cukargs *k, cudnnStatus_t s, const char *what) {
   if (s == CUDNN_STATUS_SUCCESS) return PCGC_OK;
-  return pcgc__cu_fail_st(k, PCGC_ERR_IO, "%s: %s", what, cudnnGetErrorString(s));
-}
-
-static pcgc_piece whole(const pcgc_buf *b) {
-  pcgc_piece p;
-  memset(&p, 0, sizeof p);
-  for (int d = 0; d < b->rank; d++) p.global[d] = b->dims[d];
-  return p;
-}
-
-pcgc_piece pcgc__cu_in_piece(const pcgc__cukargs *k, int i) { return k->ctx->in ? k->ctx->in[i] : whole(&k->in[i]); }
-pcgc_piece pcgc__cu_out_piece(const pcgc__cukargs *k, int i) {
-  return k->ctx->out ? k->ctx->out[i] : whole(&k->out[i]);
+  return pcgc__kfail_st(k, PCGC_ERR_IO, "%s: %s", what, cudnnGetErrorString(s));
 }
 
 /* ----------------------------------------------------------- dispatch */
 
 #define NOT_A_KERNEL(fn)                                                                        \
   pcgc_status pcgc__cu_fwd_##fn(const pcgc__cukargs *k) {                                      \
-    return pcgc__cu_fail(k, "not a kernel: the runtime executes this operator itself");        \
+    return pcgc__kfail(k, "not a kernel: the runtime executes this operator itself");          \
   }                                                                                             \
   pcgc_status pcgc__cu_bwd_##fn(const pcgc__cukargs *k) { return pcgc__cu_fwd_##fn(k); }
-NOT_A_KERNEL(source)
-NOT_A_KERNEL(partition)
-NOT_A_KERNEL(combine)
-NOT_A_KERNEL(replicate)
-NOT_A_KERNEL(reduce_p)
-NOT_A_KERNEL(pipeline)
-NOT_A_KERNEL(unpipeline)
+PCGC__NOT_KERNELS(NOT_A_KERNEL)
 
 typedef pcgc_status (*cukfn)(const pcgc__cukargs *);
 static const cukfn fwd_table[PCGC_OP_COUNT] = {
@@ -355,7 +314,7 @@ pcgc_status pcgc_cuda_forward(pcgc_cuda *cu, pcgc_op_kind kind, const pcgc_attrs
                               int n_out, pcgc_buf *out, const pcgc_kernel_ctx *ctx, pcgc_error *err) {
   if ((unsigned)kind >= PCGC_OP_COUNT)
     return pcgc_error_set(err, PCGC_ERR_INVALID, "unknown operator kind %d", (int)kind);
-  pcgc__cukargs k = {cu, kind, a, n_in, in, n_out, out, NULL, NULL, ctx ? ctx : &default_ctx, err};
+  pcgc__cukargs k = {{kind, a, n_in, in, n_out, out, NULL, NULL, ctx ? ctx : &default_ctx, err}, cu};
   return run_family(fwd_table[kind], &k);
 }
 
@@ -364,6 +323,6 @@ pcgc_status pcgc_cuda_backward(pcgc_cuda *cu, pcgc_op_kind kind, const pcgc_attr
                                const pcgc_kernel_ctx *ctx, pcgc_error *err) {
   if ((unsigned)kind >= PCGC_OP_COUNT)
     return pcgc_error_set(err, PCGC_ERR_INVALID, "unknown operator kind %d", (int)kind);
-  pcgc__cukargs k = {cu, kind, a, n_in, in, n_out, (pcgc_buf *)out, dout, din, ctx ? ctx : &default_ctx, err};
+  pcgc__cukargs k = {{kind, a, n_in, in, n_out, (pcgc_buf *)out, dout, din, ctx ? ctx : &default_ctx, err}, cu};
   return run_family(bwd_table[kind], &k);
 }

@@ -33,6 +33,7 @@
 #include <string.h>
 
 #include "cu_internal.h"
+#include "k_dense_check.h"
 
 #define TRY(x)                    \
   do {                            \
@@ -45,184 +46,24 @@
 /* cuDNN algorithms needing more workspace than this are passed over. */
 #define CONV_WS_MAX ((size_t)1 << 30)
 
-/* ----------------------------------------------------------- geometries */
+/* ---------------------------------------------------- checks
+ * The checks and geometry are the CPU kernels' (runtime/cpu/
+ * k_dense_check.c), with every float tensor f32; cuBLAS's and cuDNN's int
+ * sizes and embedding's 32-bit sort keys are checked here. */
 
-typedef struct dense_geo { /* linear, matmul: y[rows, N] = x[rows, K] w[K, N] (+ b) */
-  int64_t rows, K, N;
-  bool bias;
-  int act;
-} dense_geo;
-
-typedef struct bmm_geo { /* batch x ([M, K] by [K, N] or [N, K]) */
-  int64_t batch, M, K, N;
-  bool tb;
-} bmm_geo;
-
-typedef struct conv_geo {
-  int64_t N, C, H, W, O, KH, KW, OH, OW;
-  int64_t sh, sw, ph, pw, dh, dw;
-  int64_t groups, Cg, Og, ohw;
-  bool bias, direct; /* direct: cuDNN runs (x not empty); else the convolution is 0 */
-  int act;
-} conv_geo;
-
-typedef struct pool_geo { /* global pooling is a window of the whole (local) plane */
-  int64_t NC, H, W, OH, OW, KH, KW, sh, sw, ph, pw;
-  bool is_max;
-  double div; /* divisor of the window sum for averages */
-} pool_geo;
-
-typedef struct emb_geo {
-  int64_t n_bags, L, D;  /* bag none: n_bags = number of ids, L = 1 */
-  int64_t rows, row0, V; /* the table piece holds logical rows [row0, row0 + rows) of V */
-  double scale;          /* 1, or 1 / logical bag length for bag=mean */
-} emb_geo;
-
-typedef struct attn_geo {
-  int64_t B, Sq, Sk, Eq, Ek, Ev, E, Eo; /* local sizes; E = this piece's projection width */
-  int64_t hd, nh;                       /* head size, heads in this piece */
-  int64_t heads, Sq_g, b0, q0, h0;      /* logical head count, query length, offsets */
-  int64_t bc, hc;                       /* batch entries and heads per score chunk */
-  bool bias, bias_o, causal, dropout_on;
-  double p, scale;
-  uint64_t key, thr;
-} attn_geo;
-
-/* ---------------------------------------------------- buffer checking */
-
-typedef struct shape_str {
-  char s[160];
-} shape_str;
-
-/* "f32[2, 3]" */
-static shape_str shp(const pcgc_buf *b) {
-  shape_str r;
-  const char *dn = (unsigned)b->dtype < PCGC_DTYPE_COUNT ? pcgc_dtype_name(b->dtype) : "?";
-  int n = snprintf(r.s, sizeof r.s, "%s[", dn);
-  for (int d = 0; d < b->rank && d < PCGC_MAX_RANK && n < (int)sizeof r.s; d++)
-    n += snprintf(r.s + n, sizeof r.s - (size_t)n, "%s%lld", d ? ", " : "", (long long)b->dims[d]);
-  if (n < (int)sizeof r.s) snprintf(r.s + n, sizeof r.s - (size_t)n, "]");
-  return r;
-}
-
-static const char *slot(pcgc_op_kind kind, int i) {
-  static const char *const lin[] = {"input", "weight", "bias"};
-  static const char *const two[] = {"a", "b"};
-  static const char *const emb[] = {"indices", "table"};
-  static const char *const att[] = {"q", "k", "v", "wq", "wk", "wv", "wo", "bq", "bk", "bv", "bo"};
-  switch (kind) {
-  case PCGC_OP_LINEAR:
-  case PCGC_OP_CONV2D: return i < 3 ? lin[i] : "?";
-  case PCGC_OP_MATMUL:
-  case PCGC_OP_BATCH_MATMUL: return i < 2 ? two[i] : "?";
-  case PCGC_OP_EMBEDDING: return i < 2 ? emb[i] : "?";
-  case PCGC_OP_ATTENTION: return i < 11 ? att[i] : "?";
-  default: return "input";
-  }
-}
-
-static int64_t prod(const int64_t *d, int from, int to) {
-  int64_t p = 1;
-  for (int i = from; i < to; i++) p *= d[i];
-  return p;
-}
-
-static pcgc_status buf_ok(const pcgc__cukargs *k, const pcgc_buf *b, const char *what) {
-  if (b->rank < 0 || b->rank > PCGC_MAX_RANK) return pcgc__cu_fail(k, "%s has invalid rank %d", what, b->rank);
-  if ((unsigned)b->dtype >= PCGC_DTYPE_COUNT) return pcgc__cu_fail(k, "%s has invalid dtype %d", what, (int)b->dtype);
-  int64_t n = 1;
-  for (int d = 0; d < b->rank; d++) {
-    if (b->dims[d] < 0) return pcgc__cu_fail(k, "%s has a negative dim: %s", what, shp(b).s);
-    if (b->dims[d] && n > INT64_MAX / b->dims[d]) return pcgc__cu_fail(k, "%s is too large: %s", what, shp(b).s);
-    n *= b->dims[d];
-  }
-  if (n > 0 && !b->data) return pcgc__cu_fail(k, "%s %s has no data", what, shp(b).s);
-  return PCGC_OK;
-}
-
-static bool same_shape(const pcgc_buf *a, const pcgc_buf *b) {
-  if (a->dtype != b->dtype || a->rank != b->rank) return false;
-  for (int d = 0; d < a->rank; d++)
-    if (a->dims[d] != b->dims[d]) return false;
-  return true;
-}
-
-/* Arity, attributes, well-formed buffers, every float tensor f32; for
- * backward also dout and din against out and in. */
 static pcgc_status prepare(const pcgc__cukargs *k, bool bwd) {
-  if (!k->a || k->a->kind != k->kind) return pcgc__cu_fail(k, "the attributes belong to another operator");
-  int lo = pcgc_op_min_inputs(k->kind), hi = pcgc_op_max_inputs(k->kind);
-  if (k->n_in < lo || k->n_in > hi || !k->in) return pcgc__cu_fail(k, "takes %d to %d inputs, got %d", lo, hi, k->n_in);
-  if (k->n_out != 1 || !k->out) return pcgc__cu_fail(k, "has one output, got %d", k->n_out);
-  for (int i = 0; i < k->n_in; i++) TRY(buf_ok(k, &k->in[i], slot(k->kind, i)));
-  TRY(buf_ok(k, &k->out[0], "output"));
-  if (bwd) {
-    if (!k->dout || !k->din) return pcgc__cu_fail(k, "backward needs the output gradient and the input gradients");
-    TRY(buf_ok(k, &k->dout[0], "output gradient"));
-    if (!same_shape(&k->dout[0], &k->out[0]))
-      return pcgc__cu_fail(k, "output gradient is %s but the output is %s", shp(&k->dout[0]).s, shp(&k->out[0]).s);
-    for (int i = 0; i < k->n_in; i++) {
-      if (!k->din[i].data) continue;
-      TRY(buf_ok(k, &k->din[i], "gradient"));
-      if (!same_shape(&k->din[i], &k->in[i]))
-        return pcgc__cu_fail(k, "the gradient of %s is %s but %s is %s", slot(k->kind, i), shp(&k->din[i]).s,
-                             slot(k->kind, i), shp(&k->in[i]).s);
-    }
-  }
-  int first = k->kind == PCGC_OP_EMBEDDING ? 1 : 0; /* the first float input */
-  pcgc_dtype dt = k->in[first].dtype;
-  if (dt == PCGC_F64 || dt == PCGC_F16 || dt == PCGC_BF16)
-    return pcgc__cu_fail_st(k, PCGC_ERR_UNSUPPORTED, "%s is %s; the CUDA kernels compute in f32", slot(k->kind, first),
-                            shp(&k->in[first]).s);
-  if (dt != PCGC_F32) return pcgc__cu_fail(k, "%s must be f32, got %s", slot(k->kind, first), shp(&k->in[first]).s);
-  for (int i = first + 1; i < k->n_in; i++)
-    if (k->in[i].dtype != PCGC_F32)
-      return pcgc__cu_fail(k, "%s is %s but %s is %s", slot(k->kind, i), shp(&k->in[i]).s, slot(k->kind, first),
-                           shp(&k->in[first]).s);
-  if (k->out[0].dtype != PCGC_F32)
-    return pcgc__cu_fail(k, "output is %s but %s is %s", shp(&k->out[0]).s, slot(k->kind, first), shp(&k->in[first]).s);
-  return PCGC_OK;
-}
-
-/* The output must be f32 [dims]. */
-static pcgc_status need_out(const pcgc__cukargs *k, int rank, const int64_t *dims) {
-  pcgc_buf want = k->out[0];
-  want.rank = rank;
-  memset(want.dims, 0, sizeof want.dims);
-  memcpy(want.dims, dims, sizeof *dims * (size_t)rank);
-  if (!same_shape(&want, &k->out[0]))
-    return pcgc__cu_fail(k, "output is %s but the inputs give %s", shp(&k->out[0]).s, shp(&want).s);
-  return PCGC_OK;
-}
-
-static pcgc_status need_rank(const pcgc__cukargs *k, int i, int lo, int hi) {
-  const pcgc_buf *b = &k->in[i];
-  if (b->rank >= lo && b->rank <= hi) return PCGC_OK;
-  if (lo == hi) return pcgc__cu_fail(k, "%s must have rank %d, got %s", slot(k->kind, i), lo, shp(b).s);
-  return pcgc__cu_fail(k, "%s must have rank %d to %d, got %s", slot(k->kind, i), lo, hi, shp(b).s);
-}
-
-/* Input j's dim dj must equal input i's dim di. */
-static pcgc_status need_match(const pcgc__cukargs *k, int j, int dj, int i, int di) {
-  if (k->in[j].dims[dj] == k->in[i].dims[di]) return PCGC_OK;
-  return pcgc__cu_fail(k, "%s %s does not fit %s %s: its dim %d must be %lld", slot(k->kind, j), shp(&k->in[j]).s,
-                       slot(k->kind, i), shp(&k->in[i]).s, dj, (long long)k->in[i].dims[di]);
+  pcgc_dtype dt;
+  return pcgc__kd_prepare(k, bwd, true, &dt);
 }
 
 static pcgc_status need_out(const pcgc__cukargs *k, int rank, std::initializer_list<int64_t> dims) {
-  return need_out(k, rank, dims.begin());
+  return pcgc__kd_need_out(k, rank, dims.begin());
 }
 
 /* cuBLAS and cuDNN take int sizes. */
 static pcgc_status int_fits(const pcgc__cukargs *k, std::initializer_list<int64_t> v) {
   for (int64_t x : v)
-    if (x > INT_MAX) return pcgc__cu_fail(k, "a dimension of %lld is too large for cuBLAS/cuDNN", (long long)x);
-  return PCGC_OK;
-}
-
-static pcgc_status act_attr(const pcgc__cukargs *k, int *act) {
-  *act = k->kind == PCGC_OP_MATMUL ? PCGC_ACT_NONE : (int)pcgc_attrs_int(k->a, "act");
-  if (*act < PCGC_ACT_NONE || *act > PCGC_ACT_TANH) return pcgc__cu_fail(k, "unknown activation %d", *act);
+    if (x > INT_MAX) return pcgc__kfail(k, "a dimension of %lld is too large for cuBLAS/cuDNN", (long long)x);
   return PCGC_OK;
 }
 
@@ -234,7 +75,7 @@ template <typename T> static pcgc_status take(const pcgc__cukargs *k, int64_t n,
   *p = NULL;
   if (n <= 0) return PCGC_OK;
   if ((uint64_t)n > SIZE_MAX / sizeof(T))
-    return pcgc__cu_fail_st(k, PCGC_ERR_NOMEM, "scratch of %lld elements is too large", (long long)n);
+    return pcgc__kfail_st(k, PCGC_ERR_NOMEM, "scratch of %lld elements is too large", (long long)n);
   *p = (T *)pcgc__cu_scratch(k, (size_t)n * sizeof(T));
   if (!*p && !pcgc__cu_measuring(k)) return PCGC_ERR_NOMEM; /* the message is in k->err */
   return PCGC_OK;
@@ -323,8 +164,8 @@ static pcgc_status gemmb_bf16(const pcgc__cukargs *k, bool ta, bool tb, int64_t 
   int64_t ra = ta ? kk : m, ca = ta ? m : kk, rb = tb ? n : kk, cb = tb ? kk : n; /* stored rows, columns */
   int64_t need = gemm_elems(m, n, kk, count);
   if (!k->cu->gemm_room || need > k->cu->gemm_room_n)
-    return pcgc__cu_fail(k, "internal: a bf16 GEMM needs %lld elements of room, the kernel took %lld", (long long)need,
-                         (long long)k->cu->gemm_room_n);
+    return pcgc__kfail(k, "internal: a bf16 GEMM needs %lld elements of room, the kernel took %lld", (long long)need,
+                       (long long)k->cu->gemm_room_n);
   __nv_bfloat16 *Ah = (__nv_bfloat16 *)k->cu->gemm_room;
   __nv_bfloat16 *Bh = Ah + (count * ra * ca + 127) / 128 * 128;
   TRY(to_bf16(k, count, ra, ca, A, lda, sa, Ah));
@@ -557,7 +398,7 @@ static pcgc_status red_add(const pcgc__cukargs *k, int64_t A, int64_t C, int64_t
     int64_t L = (A + chunks - 1) / chunks;
     colsum_kernel<<<pcgc__cu_blocks(chunks * C), PCGC_CU_THREADS, 0, st>>>(A, C, chunks, L, src, out, direct);
   } else {
-    if (C > INT_MAX) return pcgc__cu_fail(k, "%lld channels are too many", (long long)C);
+    if (C > INT_MAX) return pcgc__kfail(k, "%lld channels are too many", (long long)C);
     int64_t L = (A * P + chunks - 1) / chunks;
     chansum_kernel<<<dim3((unsigned)C, (unsigned)chunks), PCGC_CU_THREADS, 0, st>>>(A, C, P, L, src, out, direct);
   }
@@ -570,25 +411,9 @@ static pcgc_status red_add(const pcgc__cukargs *k, int64_t A, int64_t C, int64_t
 /* --------------------------------------------------------- linear, matmul */
 
 static pcgc_status dense_check(const pcgc__cukargs *k, dense_geo *g) {
-  const pcgc_buf *x = &k->in[0], *w = &k->in[1];
-  TRY(need_rank(k, 0, 1, PCGC_MAX_RANK));
-  TRY(need_rank(k, 1, 2, 2));
-  int r = x->rank;
-  TRY(need_match(k, 1, 0, 0, r - 1));
-  g->rows = prod(x->dims, 0, r - 1);
-  g->K = w->dims[0];
-  g->N = w->dims[1];
-  g->bias = k->n_in == 3;
-  if (g->bias) {
-    TRY(need_rank(k, 2, 1, 1));
-    TRY(need_match(k, 2, 0, 1, 1));
-  }
-  TRY(act_attr(k, &g->act));
+  TRY(pcgc__kd_dense_geo(k, g));
   TRY(int_fits(k, {g->rows, g->K, g->N}));
-  int64_t dims[PCGC_MAX_RANK];
-  memcpy(dims, x->dims, sizeof dims);
-  dims[r - 1] = g->N;
-  return need_out(k, r, dims);
+  return pcgc__kd_need_out_at(k, k->in[0].rank - 1, g->N);
 }
 
 static pcgc_status dense_fwd(const pcgc__cukargs *k) {
@@ -644,22 +469,9 @@ pcgc_status pcgc__cu_bwd_matmul(const pcgc__cukargs *k) { return dense_bwd(k); }
 /* ----------------------------------------------------------- batch_matmul */
 
 static pcgc_status bmm_check(const pcgc__cukargs *k, bmm_geo *g) {
-  const pcgc_buf *a = &k->in[0], *b = &k->in[1];
-  TRY(need_rank(k, 0, 2, PCGC_MAX_RANK));
-  TRY(need_rank(k, 1, a->rank, a->rank));
-  int r = a->rank;
-  g->tb = pcgc_attrs_int(k->a, "transpose_b") != 0;
-  for (int d = 0; d < r - 2; d++) TRY(need_match(k, 1, d, 0, d));
-  TRY(need_match(k, 1, g->tb ? r - 1 : r - 2, 0, r - 1));
-  g->batch = prod(a->dims, 0, r - 2);
-  g->M = a->dims[r - 2];
-  g->K = a->dims[r - 1];
-  g->N = b->dims[g->tb ? r - 2 : r - 1];
+  TRY(pcgc__kd_bmm_geo(k, g));
   TRY(int_fits(k, {g->M, g->K, g->N, g->batch}));
-  int64_t dims[PCGC_MAX_RANK];
-  memcpy(dims, a->dims, sizeof dims);
-  dims[r - 1] = g->N;
-  return need_out(k, r, dims);
+  return pcgc__kd_need_out_at(k, k->in[0].rank - 1, g->N);
 }
 
 pcgc_status pcgc__cu_fwd_bmm(const pcgc__cukargs *k) {
@@ -701,39 +513,7 @@ pcgc_status pcgc__cu_bwd_bmm(const pcgc__cukargs *k) {
 /* ----------------------------------------------------------------- conv2d */
 
 static pcgc_status conv_check(const pcgc__cukargs *k, conv_geo *g) {
-  const pcgc_buf *x = &k->in[0], *w = &k->in[1];
-  TRY(need_rank(k, 0, 4, 4));
-  TRY(need_rank(k, 1, 4, 4));
-  const pcgc_attr_value *st = pcgc_attrs_get(k->a, "stride"), *pad = pcgc_attrs_get(k->a, "padding"),
-                        *dil = pcgc_attrs_get(k->a, "dilation");
-  g->sh = st->v[0], g->sw = st->v[1], g->ph = pad->v[0], g->pw = pad->v[1], g->dh = dil->v[0], g->dw = dil->v[1];
-  if (g->sh < 1 || g->sw < 1 || g->dh < 1 || g->dw < 1 || g->ph < 0 || g->pw < 0)
-    return pcgc__cu_fail(k, "stride and dilation must be at least 1 and padding not negative");
-  g->groups = pcgc_attrs_int(k->a, "groups");
-  TRY(act_attr(k, &g->act));
-  g->N = x->dims[0], g->C = x->dims[1], g->H = x->dims[2], g->W = x->dims[3];
-  g->O = w->dims[0], g->KH = w->dims[2], g->KW = w->dims[3];
-  if (g->groups < 1 || g->C % g->groups || g->O % g->groups)
-    return pcgc__cu_fail(k, "groups=%lld must divide the channels of input %s and weight %s", (long long)g->groups,
-                         shp(x).s, shp(w).s);
-  g->Cg = g->C / g->groups;
-  g->Og = g->O / g->groups;
-  if (w->dims[1] != g->Cg)
-    return pcgc__cu_fail(k, "weight %s does not fit input %s with groups=%lld: its dim 1 must be %lld", shp(w).s,
-                         shp(x).s, (long long)g->groups, (long long)g->Cg);
-  if (g->KH < 1 || g->KW < 1 || g->H + 2 * g->ph < g->dh * (g->KH - 1) + 1 ||
-      g->W + 2 * g->pw < g->dw * (g->KW - 1) + 1)
-    return pcgc__cu_fail(k, "weight %s does not fit input %s (padding %lldx%lld, dilation %lldx%lld)", shp(w).s,
-                         shp(x).s, (long long)g->ph, (long long)g->pw, (long long)g->dh, (long long)g->dw);
-  g->OH = (g->H + 2 * g->ph - g->dh * (g->KH - 1) - 1) / g->sh + 1;
-  g->OW = (g->W + 2 * g->pw - g->dw * (g->KW - 1) - 1) / g->sw + 1;
-  g->bias = k->n_in == 3;
-  if (g->bias) {
-    TRY(need_rank(k, 2, 1, 1));
-    TRY(need_match(k, 2, 0, 1, 0));
-  }
-  g->ohw = g->OH * g->OW;
-  g->direct = g->N > 0 && g->C > 0 && g->H > 0 && g->W > 0 && g->O > 0;
+  TRY(pcgc__kd_conv_geo(k, g));
   TRY(int_fits(k, {g->N, g->C, g->H, g->W, g->O, g->KH, g->KW, g->OH, g->OW, g->sh, g->sw, g->ph,
                                         g->pw, g->dh, g->dw, g->groups}));
   return need_out(k, 4, {g->N, g->O, g->OH, g->OW});
@@ -803,8 +583,8 @@ static pcgc_status conv_setup(const pcgc__cukargs *k, const conv_geo *g, conv_dn
   TRY(dnn(k, cudnnGetConvolution2dForwardOutputDim(d->c, d->x, d->w, &n, &c, &h, &w),
           "cudnnGetConvolution2dForwardOutputDim"));
   if (n != g->N || c != g->O || h != g->OH || w != g->OW)
-    return pcgc__cu_fail(k, "cuDNN gives an output of [%d, %d, %d, %d], expected [%lld, %lld, %lld, %lld]", n, c, h, w,
-                         (long long)g->N, (long long)g->O, (long long)g->OH, (long long)g->OW);
+    return pcgc__kfail(k, "cuDNN gives an output of [%d, %d, %d, %d], expected [%lld, %lld, %lld, %lld]", n, c, h, w,
+                       (long long)g->N, (long long)g->O, (long long)g->OH, (long long)g->OW);
   return PCGC_OK;
 }
 
@@ -1059,39 +839,6 @@ pcgc_status pcgc__cu_bwd_conv2d(const pcgc__cukargs *k) {
  * its terms in (oh, ow) order, as the CPU's loops do, so every result is the
  * CPU's bit for bit (products are __fmul_rn so that no FMA merges them). */
 
-static pcgc_status pool_check(const pcgc__cukargs *k, pool_geo *g) {
-  const pcgc_buf *x = &k->in[0];
-  TRY(need_rank(k, 0, 4, 4));
-  int64_t kind = pcgc_attrs_int(k->a, "kind");
-  if (kind != PCGC_POOL_MAX && kind != PCGC_POOL_AVG)
-    return pcgc__cu_fail(k, "unknown pooling kind %lld", (long long)kind);
-  g->is_max = kind == PCGC_POOL_MAX;
-  g->NC = x->dims[0] * x->dims[1];
-  g->H = x->dims[2], g->W = x->dims[3];
-  if (g->NC > 0 && (g->H < 1 || g->W < 1)) return pcgc__cu_fail(k, "input %s has an empty plane", shp(x).s);
-  if (pcgc_attrs_int(k->a, "global")) {
-    pcgc_piece p = pcgc__cu_in_piece(k, 0);
-    g->KH = g->H, g->KW = g->W, g->sh = g->sw = 1, g->ph = g->pw = 0, g->OH = g->OW = 1;
-    if (p.global[2] < g->H || p.global[3] < g->W)
-      return pcgc__cu_fail(k, "input piece %s is larger than its logical plane %lldx%lld", shp(x).s,
-                           (long long)p.global[2], (long long)p.global[3]);
-    g->div = (double)p.global[2] * (double)p.global[3]; /* logical area: pieces add up */
-  } else {
-    const pcgc_attr_value *kk = pcgc_attrs_get(k->a, "kernel"), *st = pcgc_attrs_get(k->a, "stride"),
-                          *pad = pcgc_attrs_get(k->a, "padding");
-    g->KH = kk->v[0], g->KW = kk->v[1], g->sh = st->v[0], g->sw = st->v[1], g->ph = pad->v[0], g->pw = pad->v[1];
-    if (g->KH < 1 || g->KW < 1 || g->sh < 1 || g->sw < 1 || g->ph < 0 || g->pw < 0 || 2 * g->ph > g->KH ||
-        2 * g->pw > g->KW)
-      return pcgc__cu_fail(k, "kernel and stride must be at least 1, padding not negative and at most half the kernel");
-    if (g->H + 2 * g->ph < g->KH || g->W + 2 * g->pw < g->KW)
-      return pcgc__cu_fail(k, "the %lldx%lld window does not fit input %s", (long long)g->KH, (long long)g->KW,
-                           shp(x).s);
-    g->OH = (g->H + 2 * g->ph - g->KH) / g->sh + 1;
-    g->OW = (g->W + 2 * g->pw - g->KW) / g->sw + 1;
-    g->div = (double)(g->KH * g->KW); /* count_include_pad */
-  }
-  return need_out(k, 4, {x->dims[0], x->dims[1], g->OH, g->OW});
-}
 
 /* The window of output o along one dim clipped to the plane: [*lo, *hi). */
 static __device__ __forceinline__ void pool_span(int64_t o, int64_t stride, int64_t pad, int64_t kk, int64_t n,
@@ -1197,7 +944,7 @@ static __global__ void pool_gather_kernel(pool_geo g, float inv, const float *__
 pcgc_status pcgc__cu_fwd_pool2d(const pcgc__cukargs *k) {
   pool_geo g;
   TRY(prepare(k, false));
-  TRY(pool_check(k, &g));
+  TRY(pcgc__kd_pool_geo(k, &g));
   if (pcgc__cu_measuring(k)) return PCGC_OK;
   int64_t n = g.NC * g.OH * g.OW;
   if (n == 0) return PCGC_OK;
@@ -1209,7 +956,7 @@ pcgc_status pcgc__cu_fwd_pool2d(const pcgc__cukargs *k) {
 pcgc_status pcgc__cu_bwd_pool2d(const pcgc__cukargs *k) {
   pool_geo g;
   TRY(prepare(k, true));
-  TRY(pool_check(k, &g));
+  TRY(pcgc__kd_pool_geo(k, &g));
   float *dx = (float *)k->din[0].data;
   if (pcgc__cu_measuring(k) || !dx || g.NC * g.OH * g.OW == 0) return PCGC_OK;
   const float *x = (const float *)k->in[0].data, *dy = (const float *)k->dout[0].data;
@@ -1228,37 +975,13 @@ pcgc_status pcgc__cu_bwd_pool2d(const pcgc__cukargs *k) {
 
 static pcgc_status emb_check(const pcgc__cukargs *k, emb_geo *g) {
   const pcgc_buf *idx = &k->in[0], *tab = &k->in[1];
-  if (idx->dtype != PCGC_I32 && idx->dtype != PCGC_I64)
-    return pcgc__cu_fail(k, "indices must be i32 or i64, got %s", shp(idx).s);
-  TRY(need_rank(k, 1, 2, 2));
-  int bag = (int)pcgc_attrs_int(k->a, "bag");
-  if (bag < PCGC_BAG_NONE || bag > PCGC_BAG_MEAN) return pcgc__cu_fail(k, "unknown bag mode %d", bag);
-  int r = idx->rank;
-  if (bag != PCGC_BAG_NONE) TRY(need_rank(k, 0, 1, PCGC_MAX_RANK));
-  else TRY(need_rank(k, 0, 0, PCGC_MAX_RANK - 1));
-  int keep = bag != PCGC_BAG_NONE ? r - 1 : r;
-  g->L = bag != PCGC_BAG_NONE ? idx->dims[r - 1] : 1;
-  g->n_bags = prod(idx->dims, 0, keep);
-  g->D = tab->dims[1];
-  g->rows = tab->dims[0];
-  pcgc_piece tp = pcgc__cu_in_piece(k, 1);
-  g->row0 = tp.offset[0];
-  g->V = tp.global[0];
-  if (g->row0 < 0 || g->row0 + g->rows > g->V)
-    return pcgc__cu_fail(k, "table piece %s at row offset %lld does not fit a logical table of %lld rows", shp(tab).s,
-                         (long long)g->row0, (long long)g->V);
-  g->scale = 1;
-  if (bag == PCGC_BAG_MEAN) {
-    int64_t len = pcgc__cu_in_piece(k, 0).global[r - 1]; /* logical bag length: pieces add up */
-    g->scale = len > 0 ? 1.0 / (double)len : 0;
-  }
+  int keep;
+  TRY(pcgc__kd_emb_geo(k, g, &keep));
   /* the backward's sort keys and positions are 32-bit */
   if (g->rows >= INT32_MAX || g->n_bags * g->L >= INT32_MAX)
-    return pcgc__cu_fail(k, "indices %s or table %s too large (2^31 ids or rows at most)", shp(idx).s, shp(tab).s);
-  int64_t dims[PCGC_MAX_RANK];
-  memcpy(dims, idx->dims, sizeof dims);
-  dims[keep] = g->D;
-  return need_out(k, keep + 1, dims);
+    return pcgc__kfail(k, "indices %s or table %s too large (2^31 ids or rows at most)", pcgc__kd_shp(idx).s,
+                       pcgc__kd_shp(tab).s);
+  return pcgc__kd_need_out_at(k, keep, g->D);
 }
 
 /* One thread per (bag, d): the bag's rows of this piece added in order,
@@ -1376,62 +1099,7 @@ pcgc_status pcgc__cu_bwd_embedding(const pcgc__cukargs *k) {
  * with logical indices (kernels.h), kept values scaled by 1 / (1 - p). */
 
 static pcgc_status attn_check(const pcgc__cukargs *k, attn_geo *g) {
-  if (k->n_in != 7 && k->n_in != 10 && k->n_in != 11)
-    return pcgc__cu_fail(k,
-                         "takes 7 inputs (q, k, v, wq, wk, wv, wo), 10 (plus bq, bk, bv) or 11 (plus bq, bk, bv, bo), "
-                         "got %d",
-                         k->n_in);
-  const pcgc_buf *in = k->in;
-  for (int i = 0; i < 3; i++) TRY(need_rank(k, i, 3, 3));
-  for (int i = 3; i < 7; i++) TRY(need_rank(k, i, 2, 2));
-  TRY(need_match(k, 1, 0, 0, 0)); /* batch */
-  TRY(need_match(k, 2, 0, 0, 0));
-  TRY(need_match(k, 2, 1, 1, 1)); /* key length */
-  TRY(need_match(k, 3, 0, 0, 2)); /* wq [Eq, E] */
-  TRY(need_match(k, 4, 0, 1, 2)); /* wk [Ek, E] */
-  TRY(need_match(k, 5, 0, 2, 2)); /* wv [Ev, E] */
-  TRY(need_match(k, 4, 1, 3, 1));
-  TRY(need_match(k, 5, 1, 3, 1));
-  TRY(need_match(k, 6, 0, 3, 1)); /* wo [E, Eo] */
-  g->bias = k->n_in >= 10;
-  g->bias_o = k->n_in == 11;
-  if (g->bias) {
-    for (int i = 7; i < k->n_in; i++) TRY(need_rank(k, i, 1, 1));
-    for (int i = 7; i < 10; i++) TRY(need_match(k, i, 0, 3, 1));
-  }
-  if (g->bias_o) TRY(need_match(k, 10, 0, 6, 1));
-  g->B = in[0].dims[0], g->Sq = in[0].dims[1], g->Sk = in[1].dims[1];
-  g->Eq = in[0].dims[2], g->Ek = in[1].dims[2], g->Ev = in[2].dims[2];
-  g->E = in[3].dims[1], g->Eo = in[6].dims[1];
-  if (g->Sk < 1) return pcgc__cu_fail(k, "k %s has no positions to attend to", shp(&in[1]).s);
-  g->heads = pcgc_attrs_int(k->a, "heads");
-  g->causal = pcgc_attrs_int(k->a, "causal") != 0;
-  g->p = pcgc_attrs_float(k->a, "dropout");
-  if (!(g->p >= 0 && g->p < 1)) return pcgc__cu_fail(k, "dropout must be in [0, 1), got %g", g->p);
-  /* heads may be split across pieces: the head size comes from the logical width */
-  pcgc_piece pw = pcgc__cu_in_piece(k, 3), pq = pcgc__cu_in_piece(k, 0);
-  int64_t Eg = pw.global[1];
-  if (g->heads < 1 || Eg < 1 || Eg % g->heads)
-    return pcgc__cu_fail(k, "heads=%lld must divide the projection size %lld", (long long)g->heads, (long long)Eg);
-  g->hd = Eg / g->heads;
-  if (g->E % g->hd || pw.offset[1] % g->hd || pw.offset[1] < 0 || pw.offset[1] + g->E > Eg)
-    return pcgc__cu_fail(k, "wq piece %s at column %lld does not hold whole heads of size %lld", shp(&in[3]).s,
-                         (long long)pw.offset[1], (long long)g->hd);
-  g->nh = g->E / g->hd;
-  g->h0 = pw.offset[1] / g->hd;
-  g->Sq_g = pq.global[1];
-  g->b0 = pq.offset[0];
-  g->q0 = pq.offset[1];
-  if (g->q0 < 0 || g->q0 + g->Sq > g->Sq_g || g->b0 < 0)
-    return pcgc__cu_fail(k, "q piece %s at offset %lld does not fit a logical length of %lld", shp(&in[0]).s,
-                         (long long)g->q0, (long long)g->Sq_g);
-  if (g->causal && g->Sq_g != g->Sk)
-    return pcgc__cu_fail(k, "a causal mask needs equal query and key lengths (%lld vs %lld)", (long long)g->Sq_g,
-                         (long long)g->Sk);
-  g->scale = 1.0 / sqrt((double)g->hd);
-  g->dropout_on = k->ctx->training && g->p > 0;
-  g->key = pcgc__curng_key(k->ctx->seed, k->ctx->node);
-  g->thr = pcgc__curng_threshold(g->p);
+  TRY(pcgc__kd_attn_geo(k, g));
   /* score chunks: several batch entries of all heads, or heads of one entry */
   int64_t ss = g->Sq * g->Sk;
   g->bc = 1, g->hc = g->nh;

@@ -8,7 +8,7 @@
  * and exp against glibc's, in the last bits of a double). Unary kernels are
  * grid-stride loops, one instantiation per op. Dropout keeps element e iff
  * draw(seed, node, logical flat index of e) >> 11 reaches
- * pcgc__curng_threshold(rate), the logical index coming from the output's
+ * pcgc__rng_threshold(rate), the logical index coming from the output's
  * piece descriptor, so a piece draws its part of the sequential mask.
  * Binary ops map each output index to its operands' offsets through a
  * collapsed index map (equal shapes: one dim, no division). The gradient
@@ -137,11 +137,11 @@ static bool dropout_on(const pcgc__cukargs *k, double *rate, double *scale) {
  * logical flat index (offset 0, plus *base), as dropout_rows on the CPU. */
 static cux_nd dropout_map(const pcgc__cukargs *k, const pcgc_buf *b, int64_t *base) {
   int64_t ls[PCGC_MAX_RANK], gs[PCGC_MAX_RANK];
-  cux_strides(b->rank, b->dims, ls);
+  kx_strides(b->rank, b->dims, ls);
   *base = 0;
   if (k->ctx->out) {
     const pcgc_piece *p = &k->ctx->out[0];
-    cux_strides(b->rank, p->global, gs);
+    kx_strides(b->rank, p->global, gs);
     for (int d = 0; d < b->rank; d++) *base += p->offset[d] * gs[d];
   } else {
     memcpy(gs, ls, sizeof gs);
@@ -173,9 +173,9 @@ __global__ void dropout_kernel(int64_t n, cux_nd g, int64_t base, uint64_t key, 
 
 static pcgc_status dropout_run(const pcgc__cukargs *k, bool bwd, double rate, double scale, const pcgc_buf *src,
                                pcgc_buf *dst) {
-  int64_t base, n = cux_numel(src);
+  int64_t base, n = pcgc_buf_numel(src);
   cux_nd g = dropout_map(k, src, &base);
-  uint64_t key = pcgc__curng_key(k->ctx->seed, k->ctx->node), keep = pcgc__curng_threshold(rate);
+  uint64_t key = pcgc__curng_key(k->ctx->seed, k->ctx->node), keep = pcgc__rng_threshold(rate);
   const float *s = (const float *)src->data;
   float *d = (float *)dst->data;
   if (bwd) dropout_kernel<true><<<CUX_GRID(n)>>>(n, g, base, key, keep, scale, s, d);
@@ -190,7 +190,7 @@ pcgc_status pcgc__cu_fwd_unary(const pcgc__cukargs *k) {
   if (pcgc__cu_measuring(k)) return PCGC_OK;
   const pcgc_buf *x = &k->in[0];
   pcgc_buf *y = &k->out[0];
-  int64_t n = cux_numel(x);
+  int64_t n = pcgc_buf_numel(x);
   double rate, scale;
   if (k->kind == PCGC_OP_IDENTITY || (k->kind == PCGC_OP_DROPOUT && !dropout_on(k, &rate, &scale))) {
     if (y->data == x->data) return PCGC_OK;
@@ -217,7 +217,7 @@ pcgc_status pcgc__cu_bwd_unary(const pcgc__cukargs *k) {
   const pcgc_buf *x = &k->in[0], *dy = &k->dout[0];
   pcgc_buf *dx = &k->din[0];
   if (!cux_want(dx) || x->dtype != PCGC_F32) return PCGC_OK;
-  int64_t n = cux_numel(x);
+  int64_t n = pcgc_buf_numel(x);
   double rate, scale;
   if (k->kind == PCGC_OP_DROPOUT && dropout_on(k, &rate, &scale)) return dropout_run(k, true, rate, scale, dy, dx);
   double s;
@@ -268,23 +268,12 @@ static int binary_op(pcgc_op_kind kind) {
   }
 }
 
-/* Strides of operand x broadcast to the output shape y (0 where x has size
- * 1 or no dim at all). */
-static void broadcast_strides(const pcgc_buf *x, const pcgc_buf *y, int64_t *st) {
-  int64_t xs[PCGC_MAX_RANK];
-  cux_strides(x->rank, x->dims, xs);
-  for (int d = 0; d < y->rank; d++) {
-    int dx = d - (y->rank - x->rank);
-    st[d] = dx >= 0 && x->dims[dx] > 1 ? xs[dx] : 0;
-  }
-}
-
 /* The output y's index space with offsets (y, a, b), collapsed. */
 static cux_nd binary_map(const pcgc_buf *y, const pcgc_buf *a, const pcgc_buf *b) {
   int64_t st[3][PCGC_MAX_RANK];
-  cux_strides(y->rank, y->dims, st[0]);
-  broadcast_strides(a, y, st[1]);
-  broadcast_strides(b, y, st[2]);
+  kx_strides(y->rank, y->dims, st[0]);
+  kx_broadcast_strides(a, y, st[1]);
+  kx_broadcast_strides(b, y, st[2]);
   cux_nd g;
   memset(&g, 0, sizeof g);
   for (int d = 0; d < y->rank; d++) cux_nd_push(&g, y->dims[d], st[0][d], st[1][d], st[2][d]);
@@ -329,9 +318,9 @@ struct bgrad_sum {
 static cux_seg bgrad_plan(const pcgc__cukargs *k, int j) {
   const pcgc_buf *a = &k->in[0], *b = &k->in[1], *dy = &k->dout[0];
   int64_t st[3][PCGC_MAX_RANK];
-  cux_strides(dy->rank, dy->dims, st[0]);
-  broadcast_strides(a, dy, st[1]);
-  broadcast_strides(b, dy, st[2]);
+  kx_strides(dy->rank, dy->dims, st[0]);
+  kx_broadcast_strides(a, dy, st[1]);
+  kx_broadcast_strides(b, dy, st[2]);
   cux_seg g;
   memset(&g, 0, sizeof g);
   for (int d = 0; d < dy->rank; d++)
@@ -347,7 +336,7 @@ pcgc_status pcgc__cu_fwd_binary(const pcgc__cukargs *k) {
   if (pcgc__cu_measuring(k)) return PCGC_OK;
   const pcgc_buf *a = &k->in[0], *b = &k->in[1];
   pcgc_buf *y = &k->out[0];
-  int64_t n = cux_numel(y);
+  int64_t n = pcgc_buf_numel(y);
   cux_nd g = binary_map(y, a, b);
   const float *ap = (const float *)a->data, *bp = (const float *)b->data;
   float *yp = (float *)y->data;
@@ -363,13 +352,13 @@ pcgc_status pcgc__cu_fwd_binary(const pcgc__cukargs *k) {
 pcgc_status pcgc__cu_bwd_binary(const pcgc__cukargs *k) {
   CUX_TRY(cux_check(k, true, 0));
   const pcgc_buf *a = &k->in[0], *b = &k->in[1], *dy = &k->dout[0];
-  int64_t n = cux_numel(dy);
+  int64_t n = pcgc_buf_numel(dy);
   bool want[2], bcast[2];
   cux_seg plan[2];
   void *part[2] = {NULL, NULL};
   for (int j = 0; j < 2; j++) {
     want[j] = cux_want(&k->din[j]);
-    bcast[j] = want[j] && cux_numel(&k->in[j]) != n;
+    bcast[j] = want[j] && pcgc_buf_numel(&k->in[j]) != n;
     if (bcast[j]) {
       plan[j] = bgrad_plan(k, j);
       CUX_SCRATCH(k, part[j], cux_seg_bytes(&plan[j]));

@@ -5,7 +5,7 @@
  * copy of the counter-based generator and launch helpers.
  *
  * Rules for a family function (pcgc__cu_fwd_<fn>, pcgc__cu_bwd_<fn>):
- *   1. validate arguments (dtypes, shapes) and fail with pcgc__cu_fail;
+ *   1. validate arguments (dtypes, shapes) and fail with pcgc__kfail;
  *   2. take every temporary it needs with pcgc__cu_scratch (all of them,
  *      before anything runs);
  *   3. if pcgc__cu_measuring(k): return PCGC_OK — the dispatcher calls every
@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "cuda_kernels.h"
+#include "kernels_internal.h"
 
 struct pcgc_cuda {
   int device;
@@ -42,19 +43,14 @@ struct pcgc_cuda {
   char desc[256];
 };
 
-typedef struct pcgc__cukargs {
+/* The CPU kernels' argument bundle (kernels_internal.h) and the context:
+ * a pcgc__cukargs is a pcgc__kargs, so the checks and geometry that the
+ * CPU kernels share with these (k_check.h, k_dense_check.h), the error
+ * helpers pcgc__kfail/pcgc__kfail_st and the pieces pcgc__in_piece/
+ * pcgc__out_piece take it as it is. */
+struct pcgc__cukargs : pcgc__kargs {
   pcgc_cuda *cu;
-  pcgc_op_kind kind;
-  const pcgc_attrs *a;
-  int n_in;
-  const pcgc_buf *in;
-  int n_out;
-  pcgc_buf *out;              /* forward: written; backward: read only */
-  const pcgc_buf *dout;       /* backward only */
-  pcgc_buf *din;              /* backward only: gradients are added */
-  const pcgc_kernel_ctx *ctx; /* never NULL: the dispatcher supplies a default */
-  pcgc_error *err;
-} pcgc__cukargs;
+};
 
 #define PCGC_OP(id, name, fn, min_in, max_in, n_out, schema) \
   pcgc_status pcgc__cu_fwd_##fn(const pcgc__cukargs *k);     \
@@ -68,10 +64,8 @@ typedef struct pcgc__cukargs {
 void *pcgc__cu_scratch(const pcgc__cukargs *k, size_t bytes);
 static inline bool pcgc__cu_measuring(const pcgc__cukargs *k) { return k->cu->measuring; }
 
-/* "op: message" into k->err, status PCGC_ERR_INVALID (or `st`). */
-pcgc_status pcgc__cu_fail(const pcgc__cukargs *k, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-pcgc_status pcgc__cu_fail_st(const pcgc__cukargs *k, pcgc_status st, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+/* "op: message" into k->err: pcgc__kfail (status PCGC_ERR_INVALID) and
+ * pcgc__kfail_st (kernels_internal.h). */
 /* Checks after a launch or library call: PCGC_OK, or "op: what: <library's message>". */
 pcgc_status pcgc__cu_check(const pcgc__cukargs *k, cudaError_t e, const char *what);
 pcgc_status pcgc__cu_check_blas(const pcgc__cukargs *k, cublasStatus_t s, const char *what);
@@ -86,9 +80,6 @@ static inline pcgc_status pcgc__cu_launched(const pcgc__cukargs *k, const char *
  * pcgc_cuda_close's teardown of the communicators and all-reduce slots. */
 pcgc_status pcgc__cu_comm_sync(pcgc_cuda *cu, pcgc_error *err);
 void pcgc__cu_comm_close_all(pcgc_cuda *cu);
-
-pcgc_piece pcgc__cu_in_piece(const pcgc__cukargs *k, int i);
-pcgc_piece pcgc__cu_out_piece(const pcgc__cukargs *k, int i);
 
 /* Grid for a grid-stride loop over n elements (256 threads per block). */
 static inline unsigned pcgc__cu_blocks(int64_t n) {
@@ -109,14 +100,7 @@ __host__ __device__ static inline uint64_t pcgc__curng_key(uint64_t seed, uint64
 __host__ __device__ static inline uint64_t pcgc__curng_u64_at(uint64_t key, uint64_t counter) {
   return pcgc__curng_mix(key ^ (counter * 0x9e3779b97f4a7c15ULL + 0xbb67ae8584caa73bULL));
 }
-/* keep element c iff pcgc__curng_u64_at(key, c) >> 11 >= threshold (see
- * pcgc__rng_threshold in kernels_internal.h; computed on the host). */
-static inline uint64_t pcgc__curng_threshold(double p) {
-  if (!(p < 1)) return (uint64_t)1 << 53;
-  if (!(p > 0)) return 0;
-  double s = p * 0x1.0p53;
-  uint64_t m = (uint64_t)s;
-  return (double)m < s ? m + 1 : m;
-}
+/* keep element c iff pcgc__curng_u64_at(key, c) >> 11 >= threshold, with
+ * threshold = pcgc__rng_threshold(p) (kernels_internal.h; on the host). */
 
 #endif

@@ -29,15 +29,6 @@
 
 namespace {
 
-/* 1 for reduction=sum; for mean, the logical element count of input i. */
-static double loss_count(const pcgc__cukargs *k, int i) {
-  if (pcgc_attrs_int(k->a, "reduction") == PCGC_REDUCTION_SUM) return 1;
-  pcgc_piece p = pcgc__cu_in_piece(k, i);
-  double n = 1;
-  for (int d = 0; d < k->in[i].rank; d++) n *= (double)p.global[d];
-  return n;
-}
-
 __device__ __forceinline__ double quiet_nan() { return __longlong_as_double(0x7ff8000000000000LL); }
 
 /* ----------------------------------------------------- cross entropy */
@@ -126,7 +117,7 @@ static bool rows_by_warp(int64_t C) { return C > 32; }
 pcgc_status pcgc__cu_fwd_xent(const pcgc__cukargs *k) {
   CUX_TRY(cux_check(k, false, 0));
   const pcgc_buf *x = &k->in[0], *lab = &k->in[1];
-  int64_t C = x->dims[x->rank - 1], P = cux_numel(lab);
+  int64_t C = x->dims[x->rank - 1], P = pcgc_buf_numel(lab);
   cux_seg g = sum_plan(P);
   void *loss, *part;
   CUX_SCRATCH(k, loss, (size_t)P * sizeof(double));
@@ -142,7 +133,7 @@ pcgc_status pcgc__cu_fwd_xent(const pcgc__cukargs *k) {
   else if (warp) xent_rows_kernel<int32_t, true><<<blocks, PCGC_CU_THREADS, 0, st>>>(P, C, xp, (const int32_t *)lab->data, lp);
   else xent_rows_kernel<int32_t, false><<<blocks, PCGC_CU_THREADS, 0, st>>>(P, C, xp, (const int32_t *)lab->data, lp);
   CUX_LAUNCHED(k, "cross entropy rows");
-  xent_sum_f f = {loss_count(k, 1), lp, (float *)k->out[0].data};
+  xent_sum_f f = {pcgc__loss_count(k, 1), lp, (float *)k->out[0].data};
   return cux_seg_run(k, &g, f, (double *)part);
 }
 
@@ -150,8 +141,8 @@ pcgc_status pcgc__cu_bwd_xent(const pcgc__cukargs *k) {
   CUX_TRY(cux_check(k, true, 0));
   if (pcgc__cu_measuring(k) || !cux_want(&k->din[0])) return PCGC_OK;
   const pcgc_buf *x = &k->in[0], *lab = &k->in[1];
-  int64_t C = x->dims[x->rank - 1], P = cux_numel(lab);
-  double count = loss_count(k, 1);
+  int64_t C = x->dims[x->rank - 1], P = pcgc_buf_numel(lab);
+  double count = pcgc__loss_count(k, 1);
   const float *xp = (const float *)x->data, *dp = (const float *)k->dout[0].data;
   float *gp = (float *)k->din[0].data;
   cudaStream_t st = k->cu->stream;
@@ -199,11 +190,11 @@ __global__ void mse_bwd_kernel(int64_t n, double count, const float *p, const fl
 pcgc_status pcgc__cu_fwd_mse(const pcgc__cukargs *k) {
   CUX_TRY(cux_check(k, false, 0));
   const pcgc_buf *p = &k->in[0], *t = &k->in[1];
-  cux_seg g = sum_plan(cux_numel(p));
+  cux_seg g = sum_plan(pcgc_buf_numel(p));
   void *part;
   CUX_SCRATCH(k, part, cux_seg_bytes(&g));
   if (pcgc__cu_measuring(k)) return PCGC_OK;
-  mse_sum_f f = {loss_count(k, 0), (const float *)p->data, (const float *)t->data, (float *)k->out[0].data};
+  mse_sum_f f = {pcgc__loss_count(k, 0), (const float *)p->data, (const float *)t->data, (float *)k->out[0].data};
   return cux_seg_run(k, &g, f, (double *)part);
 }
 
@@ -213,8 +204,8 @@ pcgc_status pcgc__cu_bwd_mse(const pcgc__cukargs *k) {
   bool wp = cux_want(&k->din[0]), wt = cux_want(&k->din[1]);
   if (!wp && !wt) return PCGC_OK;
   const pcgc_buf *p = &k->in[0], *t = &k->in[1];
-  int64_t n = cux_numel(p);
-  mse_bwd_kernel<<<CUX_GRID(n)>>>(n, loss_count(k, 0), (const float *)p->data, (const float *)t->data,
+  int64_t n = pcgc_buf_numel(p);
+  mse_bwd_kernel<<<CUX_GRID(n)>>>(n, pcgc__loss_count(k, 0), (const float *)p->data, (const float *)t->data,
                                   (const float *)k->dout[0].data, wp ? (float *)k->din[0].data : NULL,
                                   wt ? (float *)k->din[1].data : NULL);
   return pcgc__cu_launched(k, "mse backward");

@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "cu_internal.h"
+#include "k_check.h"
 
 #define NM_TRY(x)                     \
   do {                                \
@@ -290,14 +291,14 @@ static const char *fmt_buf(char *s, size_t n, const pcgc_buf *b) {
 
 /* b is a well-formed f32 buffer with data */
 static pcgc_status check_f32(const pcgc__cukargs *k, const pcgc_buf *b, const char *what, int i) {
-  if (!b->data) return pcgc__cu_fail(k, "%s %d has no data", what, i);
+  if (!b->data) return pcgc__kfail(k, "%s %d has no data", what, i);
   if (b->rank < 0 || b->rank > PCGC_MAX_RANK)
-    return pcgc__cu_fail(k, "%s %d has rank %d (0..%d allowed)", what, i, b->rank, PCGC_MAX_RANK);
+    return pcgc__kfail(k, "%s %d has rank %d (0..%d allowed)", what, i, b->rank, PCGC_MAX_RANK);
   if (b->dtype != PCGC_F32) {
     bool fl = (unsigned)b->dtype < PCGC_DTYPE_COUNT && pcgc_dtype_is_float(b->dtype);
-    return pcgc__cu_fail_st(k, fl ? PCGC_ERR_UNSUPPORTED : PCGC_ERR_INVALID,
-                            "%s %d is %s: the CUDA kernels compute in f32", what, i,
-                            (unsigned)b->dtype < PCGC_DTYPE_COUNT ? pcgc_dtype_name(b->dtype) : "an invalid dtype");
+    return pcgc__kfail_st(k, fl ? PCGC_ERR_UNSUPPORTED : PCGC_ERR_INVALID,
+                          "%s %d is %s: the CUDA kernels compute in f32", what, i,
+                          (unsigned)b->dtype < PCGC_DTYPE_COUNT ? pcgc_dtype_name(b->dtype) : "an invalid dtype");
   }
   return PCGC_OK;
 }
@@ -308,39 +309,33 @@ static pcgc_status check_like(const pcgc__cukargs *k, const pcgc_buf *b, const p
   NM_TRY(check_f32(k, b, what, i));
   if (same_dims(b, ref)) return PCGC_OK;
   char s1[128], s2[128];
-  return pcgc__cu_fail(k, "%s %d is %s but must be %s", what, i, fmt_buf(s1, sizeof s1, b),
-                       fmt_buf(s2, sizeof s2, ref));
+  return pcgc__kfail(k, "%s %d is %s but must be %s", what, i, fmt_buf(s1, sizeof s1, b),
+                     fmt_buf(s2, sizeof s2, ref));
 }
 
 /* A family call: attributes, arity, f32 inputs that inference accepts, the
  * output (forward) or output gradient (backward) and every wanted input
  * gradient shaped like their tensors. */
 static pcgc_status norm_check(const pcgc__cukargs *k, bool backward) {
-  if (!k->a) return pcgc__cu_fail(k, "no attributes given");
-  if (k->a->kind != k->kind) return pcgc__cu_fail(k, "the attributes belong to operator '%s'", pcgc_op_name(k->a->kind));
+  if (!k->a) return pcgc__kfail(k, "no attributes given");
+  if (k->a->kind != k->kind) return pcgc__kfail(k, "the attributes belong to operator '%s'", pcgc_op_name(k->a->kind));
   if ((k->n_in != 1 && k->n_in != 3) || !k->in)
-    return pcgc__cu_fail(k, "takes an input and optionally both scale and bias, got %d inputs", k->in ? k->n_in : 0);
+    return pcgc__kfail(k, "takes an input and optionally both scale and bias, got %d inputs", k->in ? k->n_in : 0);
   const pcgc_buf *outs = backward ? k->dout : k->out;
-  if (k->n_out != 1 || !outs) return pcgc__cu_fail(k, "has 1 output, got %d", outs ? k->n_out : 0);
-  if (backward && !k->din) return pcgc__cu_fail(k, "no input gradient buffers given");
+  if (k->n_out != 1 || !outs) return pcgc__kfail(k, "has 1 output, got %d", outs ? k->n_out : 0);
+  if (backward && !k->din) return pcgc__kfail(k, "no input gradient buffers given");
   pcgc_ptensor tin[3], tout[1];
   for (int i = 0; i < k->n_in; i++) {
     NM_TRY(check_f32(k, &k->in[i], "input", i));
     for (int d = 0; d < k->in[i].rank; d++)
       if (k->in[i].dims[d] < 1)
-        return pcgc__cu_fail(k, "input %d has size %lld in dim %d; sizes must be positive", i,
-                             (long long)k->in[i].dims[d], d);
+        return pcgc__kfail(k, "input %d has size %lld in dim %d; sizes must be positive", i,
+                           (long long)k->in[i].dims[d], d);
     pcgc_ptensor_init(&tin[i], k->in[i].dtype, k->in[i].rank, k->in[i].dims);
   }
   pcgc_error e;
   pcgc_error_clear(&e);
-  if (pcgc_op_infer(k->kind, k->a, k->n_in, tin, tout, &e) != PCGC_OK) {
-    const char *msg = e.message, *name = pcgc_op_name(k->kind);
-    size_t nl = strlen(name);
-    if (strncmp(msg, name, nl) == 0 && msg[nl] == ':') msg += nl + 1;
-    while (*msg == ' ') msg++;
-    return pcgc__cu_fail(k, "%s", msg);
-  }
+  if (pcgc_op_infer(k->kind, k->a, k->n_in, tin, tout, &e) != PCGC_OK) return pcgc__kinfer_fail(k, &e);
   NM_TRY(check_like(k, &outs[0], &k->in[0], backward ? "output gradient" : "output", 0));
   for (int i = 0; backward && i < k->n_in; i++)
     if (want(&k->din[i])) NM_TRY(check_like(k, &k->din[i], &k->in[i], "gradient of input", i));
@@ -411,25 +406,11 @@ static pcgc_status bn_add_grads(const pcgc__cukargs *k, int64_t C, const double 
   return pcgc__cu_launched(k, "batch-norm scale and bias gradients");
 }
 
-/* The whole-tensor kernels need every element of their channels (k_norm.c
- * bn_whole_batch). */
-static pcgc_status bn_whole_batch(const pcgc__cukargs *k) {
-  if (!k->ctx->in) return PCGC_OK;
-  const pcgc_buf *x = &k->in[0];
-  const pcgc_piece *p = &k->ctx->in[0];
-  for (int d = 0; d < x->rank; d++)
-    if (d != 1 && x->dims[d] != p->global[d])
-      return pcgc__cu_fail(k, "dim %d of the input is split (this piece holds %lld of %lld), so the batch "
-                           "statistics span several pieces: use pcgc_cuda_batchnorm_stats/apply", d,
-                           (long long)x->dims[d], (long long)p->global[d]);
-  return PCGC_OK;
-}
-
 /* ------------------------------------------------------ batch norm family */
 
 pcgc_status pcgc__cu_fwd_batchnorm(const pcgc__cukargs *k) {
   NM_TRY(norm_check(k, false));
-  NM_TRY(bn_whole_batch(k));
+  NM_TRY(pcgc__kcheck_whole_batch(k, "pcgc_cuda"));
   const pcgc_buf *x = &k->in[0];
   const pcgc_buf *scale = k->n_in == 3 ? &k->in[1] : NULL, *bias = k->n_in == 3 ? &k->in[2] : NULL;
   bn_dims d = bn_dims_of(x);
@@ -446,7 +427,7 @@ pcgc_status pcgc__cu_fwd_batchnorm(const pcgc__cukargs *k) {
 
 pcgc_status pcgc__cu_bwd_batchnorm(const pcgc__cukargs *k) {
   NM_TRY(norm_check(k, true));
-  NM_TRY(bn_whole_batch(k));
+  NM_TRY(pcgc__kcheck_whole_batch(k, "pcgc_cuda"));
   const pcgc_buf *x = &k->in[0], *dy = &k->dout[0];
   const pcgc_buf *scale = k->n_in == 3 ? &k->in[1] : NULL;
   pcgc_buf *dx = &k->din[0], *dscale = k->n_in == 3 ? &k->din[1] : NULL, *dbias = k->n_in == 3 ? &k->din[2] : NULL;
@@ -486,7 +467,7 @@ static pcgc_status bn_run(pcgc_cuda *cu, const pcgc_attrs *a, pcgc_error *err, b
   k.err = err;
   if (!cu) return pcgc_error_set(err, PCGC_ERR_INVALID, "batchnorm: no CUDA context given");
   if (a && a->kind != PCGC_OP_BATCHNORM)
-    return pcgc__cu_fail(&k, "the attributes belong to operator '%s'", pcgc_op_name(a->kind));
+    return pcgc__kfail(&k, "the attributes belong to operator '%s'", pcgc_op_name(a->kind));
   bool outer = cu->measuring;
   cu->ws_used = 0;
   cu->measuring = true;
@@ -508,13 +489,13 @@ typedef struct bn_call {
 
 /* x an f32 [N, C, ...]; other (if given) shaped like it */
 static pcgc_status bn_check(const pcgc__cukargs *k, const bn_call *c, const pcgc_buf *other, const char *what) {
-  if (!c->x) return pcgc__cu_fail(k, "no input given");
+  if (!c->x) return pcgc__kfail(k, "no input given");
   NM_TRY(check_f32(k, c->x, "input", 0));
-  if (c->x->rank < 2) return pcgc__cu_fail(k, "the input must be [N, C, ...], got rank %d", c->x->rank);
+  if (c->x->rank < 2) return pcgc__kfail(k, "the input must be [N, C, ...], got rank %d", c->x->rank);
   for (int d = 0; d < c->x->rank; d++)
-    if (c->x->dims[d] < 1) return pcgc__cu_fail(k, "input 0 has size %lld in dim %d", (long long)c->x->dims[d], d);
+    if (c->x->dims[d] < 1) return pcgc__kfail(k, "input 0 has size %lld in dim %d", (long long)c->x->dims[d], d);
   if (other) NM_TRY(check_like(k, other, c->x, what, 0));
-  if (!(c->s || c->cs)) return pcgc__cu_fail(k, "no statistics given");
+  if (!(c->s || c->cs)) return pcgc__kfail(k, "no statistics given");
   return PCGC_OK;
 }
 
@@ -524,8 +505,8 @@ static pcgc_status bn_check_chan(const pcgc__cukargs *k, const pcgc_buf *b, cons
   NM_TRY(check_f32(k, b, what, 0));
   if (b->rank != 1 || b->dims[0] != k->in[0].dims[1]) {
     char s1[128];
-    return pcgc__cu_fail(k, "%s is %s but must be f32[%lld] (the channel count)", what, fmt_buf(s1, sizeof s1, b),
-                         (long long)k->in[0].dims[1]);
+    return pcgc__kfail(k, "%s is %s but must be f32[%lld] (the channel count)", what, fmt_buf(s1, sizeof s1, b),
+                       (long long)k->in[0].dims[1]);
   }
   return PCGC_OK;
 }
@@ -555,8 +536,8 @@ static pcgc_status apply_step(const pcgc__cukargs *k, void *arg) {
   kk.in = c->x; /* for bn_check_chan */
   NM_TRY(bn_check_chan(&kk, c->scale, "scale"));
   NM_TRY(bn_check_chan(&kk, c->bias, "bias"));
-  if (!k->a) return pcgc__cu_fail(k, "no attributes given");
-  if (!(c->count > 0)) return pcgc__cu_fail(k, "the element count per channel must be positive, got %g", c->count);
+  if (!k->a) return pcgc__kfail(k, "no attributes given");
+  if (!(c->count > 0)) return pcgc__kfail(k, "the element count per channel must be positive, got %g", c->count);
   double *coef;
   NM_TRY(take(k, &coef, 3 * c->x->dims[1]));
   if (pcgc__cu_measuring(k)) return PCGC_OK;
@@ -581,8 +562,8 @@ pcgc_status pcgc_cuda_batchnorm_apply(pcgc_cuda *cu, const pcgc_attrs *a, const 
 static pcgc_status bwd_stats_step(const pcgc__cukargs *k, void *arg) {
   const bn_call *c = (const bn_call *)arg;
   NM_TRY(bn_check(k, c, c->dy, "output gradient"));
-  if (!k->a) return pcgc__cu_fail(k, "no attributes given");
-  if (!(c->count > 0)) return pcgc__cu_fail(k, "the element count per channel must be positive, got %g", c->count);
+  if (!k->a) return pcgc__kfail(k, "no attributes given");
+  if (!(c->count > 0)) return pcgc__kfail(k, "the element count per channel must be positive, got %g", c->count);
   bn_dims d = bn_dims_of(c->x);
   double2 *part;
   NM_TRY(take(k, &part, d.C * bn_parts(d)));
@@ -612,8 +593,8 @@ static pcgc_status bwd_apply_step(const pcgc__cukargs *k, void *arg) {
   NM_TRY(bn_check_chan(&kk, c->dscale, "scale gradient"));
   NM_TRY(bn_check_chan(&kk, c->dbias, "bias gradient"));
   if (want(c->dx)) NM_TRY(check_like(k, c->dx, c->x, "gradient of input", 0));
-  if (!k->a) return pcgc__cu_fail(k, "no attributes given");
-  if (!(c->count > 0)) return pcgc__cu_fail(k, "the element count per channel must be positive, got %g", c->count);
+  if (!k->a) return pcgc__kfail(k, "no attributes given");
+  if (!(c->count > 0)) return pcgc__kfail(k, "the element count per channel must be positive, got %g", c->count);
   bool want_dx = want(c->dx), want_sb = want(c->dscale) || want(c->dbias);
   bn_dims d = bn_dims_of(c->x);
   double2 *part = NULL;

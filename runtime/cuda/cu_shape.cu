@@ -47,7 +47,7 @@ static pcgc_status add_all(const pcgc__cukargs *k, int64_t n, const void *src, v
 
 static pcgc_status copy_all(const pcgc__cukargs *k, const pcgc_buf *src, pcgc_buf *dst) {
   if (dst->data == src->data) return PCGC_OK;
-  size_t bytes = (size_t)cux_numel(src) * pcgc_dtype_size(src->dtype);
+  size_t bytes = (size_t)pcgc_buf_numel(src) * pcgc_dtype_size(src->dtype);
   return pcgc__cu_check(k, cudaMemcpyAsync(dst->data, src->data, bytes, cudaMemcpyDeviceToDevice, k->cu->stream),
                         "copy");
 }
@@ -75,8 +75,8 @@ __global__ void gather_kernel(int64_t n, int64_t run, int64_t wrow, int64_t wpos
 /* The CPU's gather(): parts with data NULL are skipped. */
 static pcgc_status gather(const pcgc__cukargs *k, const pcgc_buf *whole, int n_parts, const pcgc_buf *parts,
                           int axis, bool to_whole, bool add) {
-  int64_t inner = cux_prod(whole->dims, axis + 1, whole->rank), N = whole->dims[axis];
-  int64_t outer = cux_prod(whole->dims, 0, axis);
+  int64_t inner = kx_prod(whole->dims, axis + 1, whole->rank), N = whole->dims[axis];
+  int64_t outer = kx_prod(whole->dims, 0, axis);
   size_t es = pcgc_dtype_size(whole->dtype);
   int64_t pos = 0;
   for (int p = 0; p < n_parts; p++) {
@@ -134,41 +134,18 @@ pcgc_status pcgc__cu_bwd_split(const pcgc__cukargs *k) {
 
 /* ---------------------------------------------------- reshape, flatten */
 
-/* Reshape's `shape` attribute is logical: the logical input must reshape to
- * the logical output (from the piece descriptors), and the piece must hold
- * as many elements as its input (k_shape.c's check_reshape). */
-static pcgc_status check_reshape(const pcgc__cukargs *k, const pcgc_buf *y) {
-  const pcgc_buf *x = &k->in[0];
-  char s1[128], s2[128];
-  if (y->dtype != x->dtype || cux_numel(y) != cux_numel(x))
-    return pcgc__cu_fail(k, "output %s does not hold the elements of the input %s", CUX_FMT(s1, y), CUX_FMT(s2, x));
-  pcgc_ptensor tin, tout;
-  pcgc_ptensor_init(&tin, x->dtype, x->rank, k->ctx->in ? k->ctx->in[0].global : x->dims);
-  pcgc_error e;
-  pcgc_error_clear(&e);
-  if (pcgc_op_infer(k->kind, k->a, 1, &tin, &tout, &e) != PCGC_OK) return cux_infer_fail(k, &e);
-  const int64_t *gy = k->ctx->out ? k->ctx->out[0].global : y->dims;
-  bool ok = tout.rank == y->rank;
-  for (int d = 0; ok && d < y->rank; d++) ok = gy[d] == tout.dims[d];
-  if (!ok)
-    return pcgc__cu_fail(k, "the output is %s but the shape attribute gives %s",
-                         cux_fmt(s1, sizeof s1, y->dtype, y->rank, gy),
-                         cux_fmt(s2, sizeof s2, tout.dtype, tout.rank, tout.dims));
-  return PCGC_OK;
-}
-
 pcgc_status pcgc__cu_fwd_reshape(const pcgc__cukargs *k) {
   CUX_TRY(cux_check(k, false, CUX_NO_INFER));
-  CUX_TRY(check_reshape(k, &k->out[0]));
+  CUX_TRY(pcgc__kcheck_reshape(k, &k->out[0]));
   if (pcgc__cu_measuring(k)) return PCGC_OK;
   return copy_all(k, &k->in[0], &k->out[0]);
 }
 
 pcgc_status pcgc__cu_bwd_reshape(const pcgc__cukargs *k) {
   CUX_TRY(cux_check(k, true, CUX_NO_INFER));
-  CUX_TRY(check_reshape(k, &k->dout[0]));
+  CUX_TRY(pcgc__kcheck_reshape(k, &k->dout[0]));
   if (pcgc__cu_measuring(k) || !cux_want(&k->din[0])) return PCGC_OK;
-  return add_all(k, cux_numel(&k->in[0]), k->dout[0].data, k->din[0].data);
+  return add_all(k, pcgc_buf_numel(&k->in[0]), k->dout[0].data, k->din[0].data);
 }
 
 pcgc_status pcgc__cu_fwd_flatten(const pcgc__cukargs *k) {
@@ -180,7 +157,7 @@ pcgc_status pcgc__cu_fwd_flatten(const pcgc__cukargs *k) {
 pcgc_status pcgc__cu_bwd_flatten(const pcgc__cukargs *k) {
   CUX_TRY(cux_check(k, true, 0));
   if (pcgc__cu_measuring(k) || !cux_want(&k->din[0])) return PCGC_OK;
-  return add_all(k, cux_numel(&k->in[0]), k->dout[0].data, k->din[0].data);
+  return add_all(k, pcgc_buf_numel(&k->in[0]), k->dout[0].data, k->din[0].data);
 }
 
 /* ------------------------------------------------------------ transpose */
@@ -192,8 +169,8 @@ namespace {
 static cux_nd transpose_map(const pcgc__cukargs *k, const pcgc_buf *x, const pcgc_buf *y) {
   const pcgc_attr_value *perm = pcgc_attrs_get(k->a, "perm");
   int64_t xs[PCGC_MAX_RANK], ys[PCGC_MAX_RANK];
-  cux_strides(x->rank, x->dims, xs);
-  cux_strides(y->rank, y->dims, ys);
+  kx_strides(x->rank, x->dims, xs);
+  kx_strides(y->rank, y->dims, ys);
   cux_nd g;
   memset(&g, 0, sizeof g);
   for (int i = 0; i < y->rank; i++) {
@@ -229,7 +206,7 @@ pcgc_status pcgc__cu_fwd_transpose(const pcgc__cukargs *k) {
   const pcgc_buf *x = &k->in[0];
   pcgc_buf *y = &k->out[0];
   cux_nd g = transpose_map(k, x, y);
-  int64_t n = cux_numel(y);
+  int64_t n = pcgc_buf_numel(y);
   if (pcgc_dtype_size(x->dtype) == 4)
     transpose_kernel<uint32_t><<<CUX_GRID(n)>>>(n, g, (const uint32_t *)x->data, (uint32_t *)y->data);
   else
@@ -242,7 +219,7 @@ pcgc_status pcgc__cu_bwd_transpose(const pcgc__cukargs *k) {
   if (pcgc__cu_measuring(k) || !cux_want(&k->din[0])) return PCGC_OK;
   const pcgc_buf *dy = &k->dout[0];
   cux_nd g = transpose_map(k, &k->in[0], dy);
-  int64_t n = cux_numel(dy);
+  int64_t n = pcgc_buf_numel(dy);
   transpose_bwd_kernel<<<CUX_GRID(n)>>>(n, g, (const float *)dy->data, (float *)k->din[0].data);
   return pcgc__cu_launched(k, "transpose backward");
 }
@@ -258,7 +235,7 @@ typedef struct axis_view {
 
 static axis_view view_axis(const pcgc_buf *x, int64_t axis) {
   int a = (int)(axis < 0 ? axis + x->rank : axis);
-  axis_view v = {cux_prod(x->dims, 0, a), x->dims[a], cux_prod(x->dims, a + 1, x->rank)};
+  axis_view v = {kx_prod(x->dims, 0, a), x->dims[a], kx_prod(x->dims, a + 1, x->rank)};
   return v;
 }
 
@@ -378,7 +355,7 @@ static double reduce_dims(const pcgc__cukargs *k, const pcgc_buf *x, bool *red) 
   const pcgc_attr_value *dl = pcgc_attrs_get(k->a, "dims");
   for (int d = 0; d < PCGC_MAX_RANK; d++) red[d] = false;
   for (int i = 0; i < dl->n; i++) red[dl->v[i] < 0 ? dl->v[i] + x->rank : dl->v[i]] = true;
-  pcgc_piece p = pcgc__cu_in_piece(k, 0);
+  pcgc_piece p = pcgc__in_piece(k, 0);
   double count = 1;
   for (int d = 0; d < x->rank; d++)
     if (red[d]) count *= (double)p.global[d];
@@ -402,7 +379,7 @@ pcgc_status pcgc__cu_fwd_reduce(const pcgc__cukargs *k) {
   bool red[PCGC_MAX_RANK];
   double scale = reduce_dims(k, x, red);
   int64_t xs[PCGC_MAX_RANK];
-  cux_strides(x->rank, x->dims, xs);
+  kx_strides(x->rank, x->dims, xs);
   cux_seg g;
   memset(&g, 0, sizeof g);
   for (int d = 0; d < x->rank; d++) cux_nd_push(red[d] ? &g.inner : &g.outer, x->dims[d], xs[d], 0, 0);
@@ -427,12 +404,12 @@ pcgc_status pcgc__cu_bwd_reduce(const pcgc__cukargs *k) {
     if (!red[d]) s *= x->dims[d];
   }
   int64_t xs[PCGC_MAX_RANK];
-  cux_strides(x->rank, x->dims, xs);
+  kx_strides(x->rank, x->dims, xs);
   cux_nd g;
   memset(&g, 0, sizeof g);
   for (int d = 0; d < x->rank; d++) cux_nd_push(&g, x->dims[d], ys[d], xs[d], 0);
   cux_nd_collapse(&g);
-  int64_t n = cux_numel(x);
+  int64_t n = pcgc_buf_numel(x);
   reduce_bwd_kernel<<<CUX_GRID(n)>>>(n, g, scale, (const float *)k->dout[0].data, (float *)k->din[0].data);
   return pcgc__cu_launched(k, "reduce backward");
 }
