@@ -67,12 +67,13 @@ int pcgc_cli_rules(int argc, char **argv);
 void pcgc_cli_rules_help(FILE *f);
 int pcgc_cli_run(int argc, char **argv);
 /* cli/verify.c: `pcgc verify PLAN`; pcgc__cli_verify_plan is also what
- * `pcgc compile --verify` runs (machine: a preset or file for the plan's
- * machine, NULL: its name; fixed: --set constants). Returns an exit code. */
+ * `pcgc compile --verify` runs (shown: the name messages give the plan,
+ * NULL: path; machine: a preset or file for the plan's machine, NULL: its
+ * name; fixed: --set constants). Returns an exit code. */
 int pcgc_cli_verify(int argc, char **argv);
 void pcgc_cli_verify_help(FILE *f);
-int pcgc__cli_verify_plan(const char *path, const char *machine, int n_fixed, const char *const *fixed_names,
-                          const char *const *fixed_values, int steps, double tol);
+int pcgc__cli_verify_plan(const char *path, const char *shown, const char *machine, int n_fixed,
+                          const char *const *fixed_names, const char *const *fixed_values, int steps, double tol);
 void pcgc_cli_run_help(FILE *f);
 int pcgc_cli_plan(int argc, char **argv);
 void pcgc_cli_plan_help(FILE *f);

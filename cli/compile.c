@@ -508,7 +508,7 @@ int pcgc_cli_compile(int argc, char **argv) {
       char tmp[4200];
       snprintf(tmp, sizeof tmp, "%s.verify.tmp", output);
       st = pcgc_strategy_file_write(tmp, r.graph, &r.mapping, &info, &err);
-      int vc = st == PCGC_OK ? pcgc__cli_verify_plan(tmp, machine, 0, NULL, NULL, 3, 1e-4) : EXIT_IO;
+      int vc = st == PCGC_OK ? pcgc__cli_verify_plan(tmp, output, machine, 0, NULL, NULL, 3, 1e-4) : EXIT_IO;
       if (st == PCGC_OK && vc == EXIT_OK) {
         if (rename(tmp, output) != 0) st = pcgc_error_set(&err, PCGC_ERR_IO, "cannot rename %s to %s", tmp, output);
       } else {

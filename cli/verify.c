@@ -295,8 +295,9 @@ static int run_child(const char *plan, int steps, double tol) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : EXIT_INTERNAL;
 }
 
-int pcgc__cli_verify_plan(const char *path, const char *machine, int n_fixed, const char *const *fixed_names,
-                          const char *const *fixed_values, int steps, double tol) {
+int pcgc__cli_verify_plan(const char *path, const char *shown, const char *machine, int n_fixed,
+                          const char *const *fixed_names, const char *const *fixed_values, int steps, double tol) {
+  if (!shown) shown = path;
   verify_ctx v;
   memset(&v, 0, sizeof v);
   v.path = path;
@@ -375,7 +376,7 @@ int pcgc__cli_verify_plan(const char *path, const char *machine, int n_fixed, co
     code = EXIT_INVALID;
     goto out;
   }
-  printf("verify %s: %s, %d devices; derived again at its sizes%s: the same %d operators\n", path,
+  printf("verify %s: %s, %d devices; derived again at its sizes%s: the same %d operators\n", shown,
          v.d.file, v.info.devices, v.d.n_trace > 0 ? " with the joint search's rewrites" : "", g0->n_nodes);
   /* 2. small sizes */
   for (int f = 0; f < n_fixed; f++) {
@@ -434,10 +435,10 @@ int pcgc__cli_verify_plan(const char *path, const char *machine, int n_fixed, co
   }
   code = run_child(plan, steps, tol);
   if (code == EXIT_OK)
-    printf("verified: %d steps of %s on %d processes match the single-device reference within %g\n", steps, path,
+    printf("verified: %d steps of %s on %d processes match the single-device reference within %g\n", steps, shown,
            v.info.devices, tol);
   else
-    printf("NOT verified: %s (see above)\n", path);
+    printf("NOT verified: %s (see above)\n", shown);
 out:
   if (plan[0]) remove(plan);
   if (tmpdir[0]) rmdir(tmpdir);
@@ -484,5 +485,5 @@ int pcgc_cli_verify(int argc, char **argv) {
     }
   }
   if (!path) return pcgc_cli_usage_error("verify", "missing PLAN%s", "");
-  return pcgc__cli_verify_plan(path, machine, sets.n, sets.names, sets.values, (int)steps, tol);
+  return pcgc__cli_verify_plan(path, NULL, machine, sets.n, sets.names, sets.values, (int)steps, tol);
 }
