@@ -4,10 +4,11 @@
  * functions (one per ops.def `fn`, in cu_dense.cu, cu_elementwise.cu,
  * cu_shape.cu, cu_loss.cu, cu_norm.cu).
  *
- * Each kernel call runs its family function twice: measuring (it only asks
- * for workspace), then for real once the workspace is large enough. Before
- * pcgc_cuda_freeze the workspace grows on demand; after it, a call that
- * needs more fails, so the runtime's step loop never allocates.
+ * Before pcgc_cuda_freeze each kernel call runs its family function twice:
+ * measuring (it only asks for workspace), then for real once the workspace
+ * is large enough, growing it on demand. After it (the runtime's step loop,
+ * whose kernels were all measured first) a call runs once, and one that
+ * needs more than the workspace fails: the step loop never allocates.
  */
 #include <stdio.h>
 #include <string.h>
@@ -299,6 +300,11 @@ static const pcgc_kernel_ctx default_ctx = {NULL, NULL, 0, 0, false};
 /* measure, reserve, run */
 static pcgc_status run_family(cukfn f, pcgc__cukargs *k) {
   pcgc_cuda *cu = k->cu;
+  if (cu->frozen && !cu->measuring) { /* the step loop: the workspace was sized for every kernel of the
+                                         program, so one pass (a kernel asking more fails in scratch) */
+    cu->ws_used = 0;
+    return f(k);
+  }
   bool outer = cu->measuring; /* the runtime's measuring pass: record only */
   cu->ws_used = 0;
   cu->measuring = true;
