@@ -67,6 +67,8 @@ void pcgc_cli_compile_help(FILE *f) {
           "  --optimizer O      sgd | momentum | adam (default adam): memory and update cost\n"
           );
   fprintf(f,
+          "  --operators        list every operator's sharding and devices (by default only graphs of at\n"
+          "                     most 40 operators are listed)\n"
           "  --verify           before writing the plan, check it by execution (pcgc verify): the same\n"
           "                     strategy derived for the smallest sizes, trained as one process per\n"
           "                     device against the reference; the plan is written only if it matches\n"
@@ -120,7 +122,10 @@ static void joint_progress(void *ctx, const pcgc_joint_progress *p) {
   fflush(f);
 }
 
-static void print_table(const pcgc_compile_result *r, const pcgc_machine *m) {
+/* The chosen strategy per operator: every row with `all` or for graphs of at
+ * most TABLE_ROWS shown operators, else one line saying how to see them. */
+#define TABLE_ROWS 40
+static void print_table(const pcgc_compile_result *r, const pcgc_machine *m, bool all) {
   const pcgc_graph *g = r->graph;
   int D = pcgc_machine_num_devices(m), hidden = 0;
   bool *res = calloc((size_t)(g->n_nodes ? g->n_nodes : 1), sizeof *res);
@@ -139,6 +144,14 @@ static void print_table(const pcgc_compile_result *r, const pcgc_machine *m) {
   }
   if (w > 40) w = 40;
   if (wt > 60) wt = 60;
+  int rows = 0;
+  for (int i = 0; i < g->n_nodes; i++) rows += !res[i];
+  if (!all && rows > TABLE_ROWS) {
+    printf("  %d operators: --operators lists each with its sharding and devices (or `pcgc plan show PLAN`)\n",
+           rows);
+    free(res);
+    return;
+  }
   printf("\n  %-*s  %-*s  %-*s  %s\n", (int)w, "operator", (int)wk, "kind", (int)wt, "output", "devices");
   for (int i = 0; i < g->n_nodes; i++) {
     const pcgc_node *n = &g->nodes[i];
@@ -276,7 +289,7 @@ int pcgc_cli_compile(int argc, char **argv) {
   o.time_limit = 60;
   pcgc_expert_choice only;
   pcgc_precision precision = PCGC_PREC_F32;
-  bool verify = false;
+  bool verify = false, operators = false;
   for (int i = 0; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     int k;
@@ -291,6 +304,8 @@ int pcgc_cli_compile(int argc, char **argv) {
       o.allow_unsound = true;
     } else if (strcmp(a, "--verify") == 0) {
       verify = true;
+    } else if (strcmp(a, "--operators") == 0) {
+      operators = true;
     } else if (a[0] == '-' && a[1] && !v) {
       return pcgc_cli_usage_error("compile", "%s needs a value", a);
     } else if (strcmp(a, "--machine") == 0) {
@@ -399,7 +414,7 @@ int pcgc_cli_compile(int argc, char **argv) {
   pcgc_cli_format_choice(c, sizeof c, r.choice);
   printf("pcgc compile: %s on %s (%d device%s)\n", name, m.name, D, D == 1 ? "" : "s");
   printf("strategy: %s on %d of %d devices\n", c, r.choice.dp * r.choice.tp * r.choice.pp, D);
-  print_table(&r, &m);
+  print_table(&r, &m, operators);
   double best = r.sim.iteration_time, mem = 0;
   for (int d = 0; d < r.sim.n_devices; d++)
     if (r.sim.device[d].memory.total > mem) mem = r.sim.device[d].memory.total;
