@@ -19,7 +19,8 @@ models/ and process count N:
      timed the same way, against data parallel;
   3. `pcgc simulate PLAN --machine cpu-N --optimizer sgd --profile DB` for
      every plan, where DB merges `pcgc profile --no-dropout --all-gradients`
-     of the model at every per-process batch B/N (pieces of other shapes, such
+     of the model at every per-process batch B/N with the BLAS threads of
+     N processes, max(1, cores / N): one database per thread count (pieces of other shapes, such
      as tensor-parallel weight slices, fall back to the roofline); also the
      roofline alone (no --profile).
 
@@ -307,11 +308,18 @@ def main():
         a.pcgc = os.path.join(tmp, "pcgc")
         for m in models:
             B = model_batch(m)
-            db = os.path.join(tmp, f"{m}.prof.json")
-            print(f"{m}: profiling at batch {', '.join(str(B // n) for n in procs)}", file=sys.stderr, flush=True)
-            if attempt(make_profile, a.pcgc, m, [B // n for n in procs], db, tmp) is None and not os.path.exists(db):
-                db = None
+            # one database per BLAS thread count the runs use: a process measured alone on
+            # threads_for(n) threads at its batch B/n
+            dbs = {}
+            for th in sorted({threads_for(n) for n in procs}):
+                db = os.path.join(tmp, f"{m}.{th}t.prof.json")
+                bs = [B // n for n in procs if threads_for(n) == th]
+                print(f"{m}: profiling at batch {', '.join(str(b) for b in bs)} on {th} thread{'s' if th > 1 else ''}",
+                      file=sys.stderr, flush=True)
+                if attempt(make_profile, a.pcgc, m, bs, db, tmp, th) is not None or os.path.exists(db):
+                    dbs[th] = db
             for n in procs:
+                db = dbs.get(threads_for(n))
                 plans = {}  # kind -> (plan file, strategy text)
                 for kind in ["dp"] + (["default"] if n > 1 else []):
                     plan = os.path.join(tmp, f"{m}-{kind}{n}.json")
@@ -375,7 +383,7 @@ def main():
               ["model", "procs", "plan", "predicted", "measured", "error", "fastest step", "error vs fastest",
                "roofline", "roofline error"], sim_rows,
               "predicted: `pcgc simulate PLAN --optimizer sgd --profile DB` (kernels measured by `pcgc profile` "
-              "on one thread at each per-process batch); roofline: without --profile. "
+              "at each per-process batch with the BLAS threads each process runs with); roofline: without --profile. "
               "measured: the median step as in the tables above. error = predicted/measured - 1; target within 15%."),
     ]
     for text, _ in tables:

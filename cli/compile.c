@@ -418,14 +418,9 @@ int pcgc_cli_compile(int argc, char **argv) {
   double best = r.sim.iteration_time, mem = 0;
   for (int d = 0; d < r.sim.n_devices; d++)
     if (r.sim.device[d].memory.total > mem) mem = r.sim.device[d].memory.total;
-  printf("\n%-28s %s\n", "predicted iteration time", pcgc_cli_fmt_time(a, sizeof a, best));
-  print_ref("data parallel", &r.data_parallel, best);
-  print_ref("best pure Megatron", &r.megatron, best);
-  print_ref("best pure pipeline", &r.pipeline, best);
-  print_bound(g, &m, &o, &r, best);
-  printf("%-28s %s of %s usable\n", "memory per device (max)", pcgc_cli_fmt_bytes(a, sizeof a, mem),
-         pcgc_cli_fmt_bytes(b, sizeof b, r.sim.capacity));
-  /* what the plan lowers to: the program pcgc run executes, its memory planned */
+  /* what the plan lowers to: the program pcgc run executes, its memory
+   * planned, and its step simulated instruction by instruction: that is the
+   * prediction; the search ranked candidates by its task-graph estimate */
   pcgc_codegen_options co;
   pcgc_codegen_options_default(&co);
   co.optimizer = o.sim.optimizer;
@@ -434,19 +429,48 @@ int pcgc_cli_compile(int argc, char **argv) {
   pcgc_program *prog = NULL;
   pcgc_error cerr;
   pcgc_error_clear(&cerr);
+  pcgc_sim_result pr;
+  memset(&pr, 0, sizeof pr);
   int64_t planned = 0, arena = 0, instructions = 0;
+  double pmem = 0;
+  bool predicted = false;
   if (pcgc_codegen(r.graph, &r.mapping, D, &co, &prog, &cerr) == PCGC_OK) {
     for (int d = 0; d < prog->n_devices; d++) {
       if (prog->dev[d].peak_bytes > planned) planned = prog->dev[d].peak_bytes;
       if (prog->dev[d].arena_bytes > arena) arena = prog->dev[d].arena_bytes;
       instructions += prog->dev[d].n_ins;
     }
-    printf("%-28s %s peak on the busiest device (arena %s), %+.1f%% against the simulator's; %lld instructions\n",
-           "planned memory (codegen)", pcgc_cli_fmt_bytes(a, sizeof a, (double)planned), pcgc_cli_fmt_bytes(b, sizeof b, (double)arena),
-           mem > 0 ? 100.0 * ((double)planned - mem) / mem : 0.0, (long long)instructions);
+    predicted = pcgc_program_simulate(prog, r.graph, &m, &o.sim, &pr, &cerr) == PCGC_OK;
+    for (int d = 0; predicted && d < pr.n_devices; d++)
+      if (pr.device[d].memory.total > pmem) pmem = pr.device[d].memory.total;
+  }
+  if (predicted) {
+    printf("\n%-28s %s (the program pcgc run executes, simulated instruction by instruction; the search's "
+           "estimate %s)\n", "predicted iteration time", pcgc_cli_fmt_time(a, sizeof a, pr.iteration_time),
+           pcgc_cli_fmt_time(b, sizeof b, best));
   } else {
-    printf("%-28s cannot be lowered yet: %s (pcgc run will refuse this plan)\n", "planned memory (codegen)",
-           cerr.message);
+    printf("\n%-28s %s (the search's estimate)\n", "predicted iteration time", pcgc_cli_fmt_time(a, sizeof a, best));
+  }
+  print_ref("data parallel", &r.data_parallel, best);
+  print_ref("best pure Megatron", &r.megatron, best);
+  print_ref("best pure pipeline", &r.pipeline, best);
+  print_bound(g, &m, &o, &r, best);
+  if (predicted) {
+    char e1[64], e2[64];
+    printf("%-28s %s of %s usable (the arena of planned buffers, %s at its peak, plus message staging; the "
+           "search's estimate %s)\n", "memory per device (max)", pcgc_cli_fmt_bytes(a, sizeof a, pmem),
+           pcgc_cli_fmt_bytes(b, sizeof b, r.sim.capacity), pcgc_cli_fmt_bytes(e1, sizeof e1, (double)planned),
+           pcgc_cli_fmt_bytes(e2, sizeof e2, mem));
+    if (pr.oom_devices)
+      printf("%-28s %d device%s need%s more memory than the %s usable: pcgc run cannot allocate it there (a "
+             "smaller --batch, or --choice with recompute, needs less)\n", "OUT OF MEMORY", pr.oom_devices,
+             pr.oom_devices == 1 ? "" : "s", pr.oom_devices == 1 ? "s" : "", pcgc_cli_fmt_bytes(a, sizeof a, r.sim.capacity));
+    printf("%-28s %lld instructions over %d device%s\n", "program", (long long)instructions, prog->n_devices,
+           prog->n_devices == 1 ? "" : "s");
+  } else {
+    printf("%-28s %s of %s usable\n", "memory per device (max)", pcgc_cli_fmt_bytes(a, sizeof a, mem),
+           pcgc_cli_fmt_bytes(b, sizeof b, r.sim.capacity));
+    printf("%-28s cannot be lowered yet: %s (pcgc run will refuse this plan)\n", "program", cerr.message);
   }
   printf("%-28s %d simulated, %d fit in memory, %.2f s", "candidates", r.tried, r.feasible, r.seconds);
   if (r.skipped) printf(" (time limit: %d not tried)", r.skipped);
@@ -476,7 +500,8 @@ int pcgc_cli_compile(int argc, char **argv) {
     memset(&info, 0, sizeof info);
     snprintf(info.machine, sizeof info.machine, "%s", m.name);
     info.has_predicted = true;
-    info.iteration_s = best;
+    info.iteration_s = predicted ? pr.iteration_time : best;
+    info.search_estimate_s = best;
     info.data_parallel_s = r.data_parallel.feasible ? r.data_parallel.time : -1;
     info.has_choice = true;
     info.choice = r.choice;
@@ -486,7 +511,7 @@ int pcgc_cli_compile(int argc, char **argv) {
     info.device_kind = m.device.kind;
     info.has_optimizer = true;
     info.optimizer = o.sim.optimizer;
-    info.predicted_peak_bytes = mem;
+    info.predicted_peak_bytes = predicted ? pmem : mem;
     if (prog) {
       info.has_program = true;
       info.program_digest = prog->digest;

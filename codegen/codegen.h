@@ -202,6 +202,21 @@ void pcgc_program_free(pcgc_program *p);
  * device >= 0 prints that device only. */
 void pcgc_program_print(FILE *f, const pcgc_program *p, const pcgc_graph *g, int device, bool streams);
 
+/* Simulates one training step of program p (lowered from the typed graph
+ * g) on machine m: every device runs its instruction stream in order, as
+ * pcgc run does, kernels timed by the cost model or o->profile (as
+ * pcgc_simulate times them), copies and staging by memory bandwidth,
+ * messages and collectives by the machine's links with the runtime's
+ * blocking rules (predict.c states them). r gets the step's time
+ * (iteration_time), the time with no link contention (critical_path), each
+ * device's busy time and its planned memory (the arena plus staging
+ * buffers: what pcgc run allocates), in pcgc_sim_result's terms; n_tasks
+ * counts instructions. o may be NULL (defaults); its optimizer should be the
+ * one the program was lowered for. Errors: a machine with fewer devices, a
+ * program that deadlocks (a codegen bug), out of memory. */
+pcgc_status pcgc_program_simulate(const pcgc_program *p, const pcgc_graph *g, const pcgc_machine *m,
+                                  const pcgc_sim_options *o, pcgc_sim_result *r, pcgc_error *err);
+
 /* The logical box a buffer holds. */
 void pcgc_plan_buf_box(const pcgc_plan_buf *b, pcgc_box *box);
 

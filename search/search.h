@@ -607,6 +607,8 @@ typedef struct pcgc_sim_result {
   int64_t n_tasks, n_edges;
   int64_t tasks_by_kind[PCGC_TASK_KIND_COUNT];
   double build_seconds, run_seconds;  /* wall time: task graph, event loop */
+  bool program;               /* a program's simulation (codegen.h, pcgc_program_simulate): n_tasks
+                                 counts instructions, n_edges messages and collectives */
 } pcgc_sim_result;
 
 /* Simulates one training iteration (forward, backward, gradient
@@ -1149,14 +1151,19 @@ pcgc_status pcgc_views_dp_if_better(const pcgc_graph *g, int block, int t, const
  *    "optimizer": "adam",
  *    "model": "<pcgc_graph_write_text of the parallel graph>",
  *    "views": {"h1": [0, 1], ...},
- *    "predicted": {"iteration_s": 0.0123, "data_parallel_s": 0.0150, "peak_bytes": 1.2e9},
+ *    "predicted": {"iteration_s": 0.0123, "search_estimate_s": 0.0118, "data_parallel_s": 0.0150,
+ *                  "peak_bytes": 1.2e9},
  *    "choice": {"dp": 2, "tp": 4, "pp": 1, "micro": 1, "schedule": "gpipe", "recompute": false},
  *    "program": {"digest": "9f…", "tasks": 1234, "instructions": 5678,
  *                "peak_bytes": 1.1e9, "arena_bytes": 1.1e9},
  *    "checksum": "xxh3-64:…"}
  *
  * "program" is codegen's summary of what the plan lowers to (null when it
- * could not be lowered); "checksum" covers every byte before its own key.
+ * could not be lowered); "predicted" is that program simulated
+ * (pcgc_program_simulate), with the search's task-graph estimate beside it
+ * (both the estimate when the plan could not be lowered; plans before the
+ * program's simulation recorded the estimate alone); "checksum" covers
+ * every byte before its own key.
  * Version 1 ("format": "pcgc-strategy", no devices, optimizer, program or
  * checksum) is still read. */
 
@@ -1194,7 +1201,8 @@ typedef struct pcgc_strategy_info {
   pcgc_precision precision;              /* GEMM arithmetic (absent: f32) */
   bool has_predicted;
   double iteration_s, data_parallel_s;   /* data_parallel_s < 0: DP infeasible */
-  double predicted_peak_bytes;           /* the simulator's largest device memory (0: not recorded) */
+  double search_estimate_s;              /* the search's estimate of iteration_s (0: not recorded) */
+  double predicted_peak_bytes;           /* the largest device memory predicted (0: not recorded) */
   bool has_choice;
   pcgc_expert_choice choice;
   const pcgc_derivation *derivation;     /* writing: recorded when not NULL (borrowed) */

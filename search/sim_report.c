@@ -116,15 +116,26 @@ void pcgc_sim_report(FILE *f, const pcgc_sim_result *r, const pcgc_machine *m, c
   if (r->oom_devices)
     fprintf(f, "  OUT OF MEMORY  %d of %d device%s need more than %s (device %d: %s)\n", r->oom_devices, D,
             D == 1 ? "" : "s", fmt_bytes(a, sizeof a, r->capacity), top, fmt_bytes(b, sizeof b, mm->total));
-  fprintf(f, "  tasks          %s:", fmt_count(a, sizeof a, r->n_tasks));
+  fprintf(f, "  %-15s%s:", r->program ? "instructions" : "tasks", fmt_count(a, sizeof a, r->n_tasks));
   const char *sep = "";
   for (int k = 0; k < PCGC_TASK_KIND_COUNT; k++) {
     if (!r->tasks_by_kind[k]) continue;
-    fprintf(f, "%s %s %s", sep, fmt_count(b, sizeof b, r->tasks_by_kind[k]), pcgc_task_kind_name((pcgc_task_kind)k));
+    /* a program's instructions, counted by the task kind they stand for */
+    static const char *const ins_names[PCGC_TASK_KIND_COUNT] = {
+        [PCGC_TASK_FORWARD] = "forward", [PCGC_TASK_BACKWARD] = "backward", [PCGC_TASK_ADD] = "copy or zero",
+        [PCGC_TASK_OPTIMIZER] = "update", [PCGC_TASK_TRANSFER] = "send", [PCGC_TASK_COLLECTIVE] = "collective",
+        [PCGC_TASK_JOIN] = "receive or wait"};
+    fprintf(f, "%s %s %s", sep, fmt_count(b, sizeof b, r->tasks_by_kind[k]),
+            r->program ? ins_names[k] : pcgc_task_kind_name((pcgc_task_kind)k));
     sep = ",";
   }
-  fprintf(f, "; %s dependencies\n", fmt_count(g, sizeof g, r->n_edges));
+  fprintf(f, "; %s %s\n", fmt_count(g, sizeof g, r->n_edges), r->program ? "messages and collectives" : "dependencies");
   double wall = r->build_seconds + r->run_seconds;
+  if (r->program) {
+    fprintf(f, "  simulated in   %s: every device's stream in order, with and without link contention\n",
+            fmt_time(a, sizeof a, wall));
+    return;
+  }
   fprintf(f, "  simulated in   %s (task graph %s, event loop %s): %.3g tasks/s\n", fmt_time(a, sizeof a, wall),
           fmt_time(b, sizeof b, r->build_seconds), fmt_time(c, sizeof c, r->run_seconds),
           wall > 0 ? (double)r->n_tasks / wall : 0.0);

@@ -127,6 +127,8 @@ static cJSON *to_json(const pcgc_graph *g, const pcgc_mapping *mp, const pcgc_st
   if (info && info->has_predicted) {
     if (!(o = cJSON_AddObjectToObject(root, "predicted")) || !cJSON_AddNumberToObject(o, "iteration_s", info->iteration_s))
       goto fail;
+    if (info->search_estimate_s > 0 && !cJSON_AddNumberToObject(o, "search_estimate_s", info->search_estimate_s))
+      goto fail;
     if (info->data_parallel_s >= 0 ? !cJSON_AddNumberToObject(o, "data_parallel_s", info->data_parallel_s)
                                    : !cJSON_AddNullToObject(o, "data_parallel_s"))
       goto fail;
@@ -429,6 +431,8 @@ pcgc_status pcgc_strategy_file_parse(const char *text, size_t len, const char *p
         in.data_parallel_s = cJSON_IsNumber(dp) ? dp->valuedouble : -1;
         const cJSON *pk = cJSON_GetObjectItemCaseSensitive(pred, "peak_bytes");
         if (cJSON_IsNumber(pk) && pk->valuedouble > 0) in.predicted_peak_bytes = pk->valuedouble;
+        const cJSON *se = cJSON_GetObjectItemCaseSensitive(pred, "search_estimate_s");
+        if (cJSON_IsNumber(se) && se->valuedouble > 0) in.search_estimate_s = se->valuedouble;
       }
     }
   }

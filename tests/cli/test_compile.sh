@@ -95,6 +95,7 @@ has "$tmp/out" "operator"; has "$tmp/out" "softmax_cross_entropy"
 has "$tmp/out" "predicted iteration time"
 has "$tmp/out" "data parallel"; has "$tmp/out" "best pure Megatron"; has "$tmp/out" "best pure pipeline"
 has "$tmp/out" "memory per device (max)"
+has "$tmp/out" "instructions over 8 devices"
 has "$tmp/out" "candidates"
 has "$tmp/out" "wrote $tmp/mlp.json"
 [ -s "$tmp/mlp.json" ] && ok || bad "no strategy file written"
@@ -123,7 +124,18 @@ bound=$(secs "${bv:-0}" "${bu:-s}"); seq=$(secs "${sv:-0}" "${su:-s}"); simseq=$
 # simulate prints 3 significant digits, compile 4
 near "$seq" "$simseq" 0.006 && ok || bad "compile's sequential ${sv:-?} ${su:-?} is not simulate's ${iv:-?} ${iu:-?}"
 near "$bound" "$(awk -v s="$seq" 'BEGIN { printf "%.9g", s / 8 }')" 0.001 && ok || bad "bound $bound s is not $seq s / 8"
-pred=$(sed -n 's/^predicted iteration time *\([0-9.]*\) \([mun]*s\)$/\1 \2/p' "$tmp/compile.out")
+# the ratios compare the search's estimates; the prediction is the program's
+pred=$(sed -n 's/^predicted iteration time .*the search.s estimate \([0-9.]*\) \([mun]*s\))$/\1 \2/p' "$tmp/compile.out")
+prog=$(sed -n 's/^predicted iteration time *\([0-9.]*\) \([mun]*s\) (the program pcgc run executes.*/\1 \2/p' "$tmp/compile.out")
+[ -n "$prog" ] && ok || bad "no program prediction in: $(grep '^predicted iteration' "$tmp/compile.out")"
+# the plan records the program's prediction and the search's estimate
+python3 - "$tmp/mlp.json" "$(secs ${prog:-0 s})" "$(secs ${pred:-0 s})" <<'PY' && ok || bad "the plan's predicted times are not compile's"
+import json, sys
+p = json.load(open(sys.argv[1]))["predicted"]
+for key, want in (("iteration_s", float(sys.argv[2])), ("search_estimate_s", float(sys.argv[3]))):
+    got = p[key]
+    assert abs(got - want) <= 0.001 * want, (key, got, want)
+PY
 dpt=$(sed -n 's/^  data parallel *\([0-9.]*\) \([mun]*s\) .*/\1 \2/p' "$tmp/compile.out")
 pred=$(secs $pred); dpt=$(secs $dpt)
 near "${chosen_x:-0}" "$(awk -v p="$pred" -v b="$bound" 'BEGIN { print p / b }')" 0.01 && ok ||

@@ -1,0 +1,751 @@
+/*
+ * predict.c — the simulator of a program (codegen.h, pcgc_program_simulate):
+ * one training step predicted from the instruction streams pcgc run
+ * executes, in their order, so that what is predicted is what runs.
+ *
+ * Every device runs its stream in order on one compute stream, as the
+ * runtime does (runtime/exec.c). Kernels take the cost model's time of
+ * their node's piece (pcgc_cost_node_time, or a profile database's
+ * measured time through pcgc_profile_node_time: the same numbers the
+ * search's simulator uses); copies, zeroing and the staging a message
+ * needs take their bytes over the device's memory bandwidth; updates take
+ * pcgc_cost_update's (or the profile's) time of the weight box.
+ * Communication follows the runtime's semantics:
+ *   - SEND copies its box into a staging buffer and goes on (non-blocking);
+ *     the message holds the sender's out port and the receiver's in port of
+ *     the link between them for pcgc_comm_p2p_time, first come, first served;
+ *   - RECV waits until its message has arrived, then copies it in;
+ *   - BCAST, REDUCE, ALLREDUCE wait until every member of the group has
+ *     reached the collective (members meet a group's collectives in one
+ *     order: codegen's schedule guarantees it), then take pcgc_comm_time
+ *     (a reduce timed as an all-reduce, like the search's simulator) on the
+ *     ports of every member;
+ *   - ALLREDUCE_START joins the collective and goes on; WAIT blocks until
+ *     it is done (progress is assumed to be asynchronous).
+ * The loop always advances the device whose clock is smallest (a min-heap
+ * of (clock, device)), so messages and collectives claim ports roughly in
+ * the order of time. A device that must wait leaves the heap until the
+ * message or the collective it waits for completes. If no device can move
+ * and some stream is unfinished, the program deadlocks: an error names the
+ * device and its instruction (codegen's ordering is meant to exclude this,
+ * and the tests check that it does).
+ *
+ * The critical path is the same run with every link port free: no
+ * contention, the streams' order kept.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "codegen.h"
+#include "sim_internal.h"
+#include "uthash.h"
+
+/* The link ports a message or collective holds (search/sim.c's model). */
+enum { P_INTRA_OUT, P_INTRA_IN, P_INTER_OUT, P_INTER_IN, P_KINDS };
+
+typedef struct msg {
+  int64_t key;  /* (from * D + to) << 24 | tag */
+  double arrive;
+  UT_hash_handle hh;
+} msg;
+
+/* One collective of a group: who has reached it, and when it ends. */
+typedef struct rdv {
+  int arrived;
+  double t_max;
+  double start, end;  /* end < 0: not all members have arrived */
+  uint8_t coll;       /* pcgc_collective, for the trace */
+  double bytes;
+} rdv;
+
+typedef struct dstate {
+  int pc;
+  double clock;
+  int wait;         /* W_* */
+  int64_t wkey;     /* the message or rendezvous it waits for */
+  int32_t joined;   /* rendezvous joined at the current instruction (-1: none) */
+} dstate;
+
+enum { W_NONE, W_MSG, W_RDV, W_DONE };
+
+typedef struct hitem {
+  double t;
+  int dev;
+} hitem;
+
+typedef struct psim {
+  const pcgc_program *p;
+  const pcgc_graph *g;
+  const pcgc_machine *m;
+  const pcgc_sim_options *o;
+  bool contention;
+  int D, dpn;
+  dstate *ds;
+  hitem *heap;
+  int hn;
+  double *port_free; /* [P_KINDS * D] */
+  msg *msgs;
+  /* rendezvous: per group a list by sequence number; per device and group its next sequence */
+  rdv *rv;
+  int64_t n_rv, cap_rv;
+  int64_t **grp_rv;  /* [n_groups]: rendezvous ids by sequence */
+  int64_t *grp_n, *grp_cap;
+  int32_t *seq;      /* [D * n_groups] */
+  int32_t **slot_rv; /* [D][n_requests]: the rendezvous a START's slot refers to */
+  pcgc_op_time *nt;  /* [n_nodes] kernel times, computed on first use */
+  bool *nt_done;
+  int prof[PCGC_PROFILE_SOURCE_COUNT], uprof[PCGC_PROFILE_SOURCE_COUNT];
+  double *busy;      /* [D] */
+  double fwd_end, task_time, bytes_intra, bytes_inter;
+  int64_t n_msgs;
+  /* o->trace_path: one task per instruction (device d's at ins_off[d] + pc) */
+  pcgc__sim_tasks *tr;
+  int64_t *ins_off;
+  int32_t *tr_rv;    /* collectives: their rendezvous */
+  pcgc_error *err;
+} psim;
+
+static double now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ------------------------------------------------------------------ heap */
+
+static bool hless(hitem a, hitem b) { return a.t < b.t || (a.t == b.t && a.dev < b.dev); }
+
+static void hpush(psim *S, int dev, double t) {
+  int i = S->hn++;
+  hitem x = {t, dev};
+  while (i > 0) {
+    int q = (i - 1) / 2;
+    if (!hless(x, S->heap[q])) break;
+    S->heap[i] = S->heap[q];
+    i = q;
+  }
+  S->heap[i] = x;
+}
+
+static hitem hpop(psim *S) {
+  hitem top = S->heap[0], x = S->heap[--S->hn];
+  int i = 0;
+  for (;;) {
+    int c = 2 * i + 1;
+    if (c >= S->hn) break;
+    if (c + 1 < S->hn && hless(S->heap[c + 1], S->heap[c])) c++;
+    if (!hless(S->heap[c], x)) break;
+    S->heap[i] = S->heap[c];
+    i = c;
+  }
+  if (S->hn) S->heap[i] = x;
+  return top;
+}
+
+/* ----------------------------------------------------------------- costs */
+
+static int64_t box_numel(const pcgc_box *b) {
+  int64_t n = 1;
+  for (int d = 0; d < b->rank; d++) n *= b->len[d];
+  return n;
+}
+
+/* Bytes of the region an instruction names: its box, else buffer `b` whole. */
+static double region_bytes(const pcgc_device_program *P, const pcgc_ins *I, int b) {
+  if (b < 0) return 0;
+  const pcgc_plan_buf *B = &P->buf[b];
+  if (I->box < 0) return (double)B->bytes;
+  return (double)box_numel(&P->boxes[I->box]) * (double)pcgc_dtype_size(B->dtype);
+}
+
+/* Moving `bytes` through memory once (read and write: 2x; adding: 3x). */
+static double mem_time(const psim *S, double bytes, bool add) {
+  if (bytes <= 0) return 0;
+  return pcgc_cost_roofline(S->m, PCGC_OP_ADD, PCGC_F32, add ? bytes / 4 : 0, (add ? 3 : 2) * bytes);
+}
+
+static pcgc_status node_time(psim *S, int node, pcgc_op_time *t) {
+  if (node < 0 || node >= S->g->n_nodes)
+    return pcgc_error_set(S->err, PCGC_ERR_INVALID, "the program names node %d of a graph of %d nodes", node,
+                          S->g->n_nodes);
+  if (!S->nt_done[node]) {
+    pcgc_status st = pcgc_cost_node_time(S->m, S->g, node, &S->nt[node], S->err);
+    if (st != PCGC_OK) return st;
+    if (S->o->profile) {
+      pcgc_profile_source src = pcgc_profile_node_time(S->o->profile, S->m, S->g, node, &S->nt[node]);
+      if (S->contention && pcgc_cost_efficiency(S->g->nodes[node].kind)->kernel) S->prof[src]++;
+    }
+    S->nt_done[node] = true;
+  }
+  *t = S->nt[node];
+  return PCGC_OK;
+}
+
+static double update_time(psim *S, const pcgc_device_program *P, const pcgc_ins *I) {
+  const pcgc_plan_buf *B = &P->buf[I->dst];
+  pcgc_ptensor t;
+  pcgc_ptensor_init(&t, B->dtype, B->rank, B->dims);
+  pcgc_op_cost uc = pcgc_cost_update(S->o->optimizer, &t);
+  double tu = pcgc_cost_roofline(S->m, PCGC_OP_MUL, t.dtype, uc.fwd_flops, uc.fwd_bytes);
+  if (S->o->profile) {
+    pcgc_profile_source src = pcgc_profile_update_time(S->o->profile, S->m, S->o->optimizer, &t, &tu);
+    if (S->contention) S->uprof[src]++;
+  }
+  return tu;
+}
+
+static int port(const psim *S, int which, int d) {
+  bool intra = which == P_INTRA_OUT || which == P_INTRA_IN;
+  int x = (intra ? S->m->intra.shared : S->m->inter.shared) ? d / S->dpn * S->dpn : d;
+  return which * S->D + x;
+}
+
+/* The earliest a transfer or collective may start at or after t on the
+ * ports it holds, and marks them busy until start + dur. */
+static double claim(psim *S, const int *ports, int n, double t, double dur) {
+  if (!S->contention) return t;
+  for (int i = 0; i < n; i++)
+    if (S->port_free[ports[i]] > t) t = S->port_free[ports[i]];
+  for (int i = 0; i < n; i++) S->port_free[ports[i]] = t + dur;
+  return t;
+}
+
+/* ---------------------------------------------------------- rendezvous */
+
+static int64_t rdv_get(psim *S, int group, int32_t seq) {
+  while (S->grp_n[group] <= seq) {
+    if (S->n_rv == S->cap_rv) {
+      int64_t cap = S->cap_rv ? 2 * S->cap_rv : 256;
+      rdv *r = realloc(S->rv, (size_t)cap * sizeof *r);
+      if (!r) return -1;
+      S->rv = r;
+      S->cap_rv = cap;
+    }
+    if (S->grp_n[group] == S->grp_cap[group]) {
+      int64_t cap = S->grp_cap[group] ? 2 * S->grp_cap[group] : 16;
+      int64_t *l = realloc(S->grp_rv[group], (size_t)cap * sizeof *l);
+      if (!l) return -1;
+      S->grp_rv[group] = l;
+      S->grp_cap[group] = cap;
+    }
+    S->rv[S->n_rv] = (rdv){0, 0, 0, -1, 0, 0};
+    S->grp_rv[group][S->grp_n[group]++] = S->n_rv++;
+  }
+  return S->grp_rv[group][seq];
+}
+
+/* A collective completes: its time on the members' ports, then every
+ * member waiting on it moves again. */
+static void rdv_complete(psim *S, int64_t id, int group, pcgc_collective c, double bytes) {
+  const pcgc_program *p = S->p;
+  const int *devs = p->group_dev + p->group_off[group];
+  int n = p->group_off[group + 1] - p->group_off[group];
+  pcgc_comm_group grp = pcgc_comm_group_of(S->m, n, devs);
+  double dur = pcgc_comm_time(S->m, c, S->o->algo, grp, bytes);
+  int ports[4 * 64] = {0}, np = 0;
+  double t = S->rv[id].t_max;
+  if (S->contention) {
+    for (int i = 0; i < n; i++) {
+      if (np + 4 > (int)(sizeof ports / sizeof *ports)) { /* claim in batches of members */
+        t = claim(S, ports, np, t, 0);
+        np = 0;
+      }
+      if (grp.per_node > 1) {
+        ports[np++] = port(S, P_INTRA_OUT, devs[i]);
+        ports[np++] = port(S, P_INTRA_IN, devs[i]);
+      }
+      if (grp.nodes > 1) {
+        ports[np++] = port(S, P_INTER_OUT, devs[i]);
+        ports[np++] = port(S, P_INTER_IN, devs[i]);
+      }
+    }
+    t = claim(S, ports, np, t, 0);
+    for (int i = 0; i < n; i++) /* every member's ports busy until the end */
+      for (int k = 0; k < P_KINDS; k++) {
+        int q = port(S, k, devs[i]);
+        bool used = (k < P_INTER_OUT && grp.per_node > 1) || (k >= P_INTER_OUT && grp.nodes > 1);
+        if (used && S->port_free[q] < t + dur) S->port_free[q] = t + dur;
+      }
+    double k = c == PCGC_COLL_BROADCAST ? 1 : 2;
+    S->bytes_intra += k * (n - grp.nodes) * bytes;
+    S->bytes_inter += k * (grp.nodes - 1) * bytes;
+    S->task_time += dur;
+  }
+  S->rv[id].start = t;
+  S->rv[id].end = t + dur;
+  S->rv[id].coll = (uint8_t)c;
+  S->rv[id].bytes = bytes;
+  for (int i = 0; i < n; i++) {
+    dstate *x = &S->ds[devs[i]];
+    if (x->wait == W_RDV && x->wkey == id) {
+      x->wait = W_NONE;
+      hpush(S, devs[i], x->clock > t + dur ? x->clock : t + dur);
+    }
+  }
+}
+
+/* ------------------------------------------------------------- one step */
+
+/* The simulator's task kind an instruction counts as in the report. */
+static pcgc_task_kind task_kind(int k) {
+  switch ((pcgc_ins_kind)k) {
+  case PCGC_INS_FORWARD:
+  case PCGC_INS_BN_STATS:
+  case PCGC_INS_BN_APPLY: return PCGC_TASK_FORWARD;
+  case PCGC_INS_BACKWARD:
+  case PCGC_INS_BN_BWD_STATS:
+  case PCGC_INS_BN_BWD_APPLY: return PCGC_TASK_BACKWARD;
+  case PCGC_INS_UPDATE: return PCGC_TASK_OPTIMIZER;
+  case PCGC_INS_SEND: return PCGC_TASK_TRANSFER;
+  case PCGC_INS_BCAST:
+  case PCGC_INS_REDUCE:
+  case PCGC_INS_ALLREDUCE:
+  case PCGC_INS_ALLREDUCE_START: return PCGC_TASK_COLLECTIVE;
+  case PCGC_INS_RECV:
+  case PCGC_INS_WAIT: return PCGC_TASK_JOIN;
+  default: return PCGC_TASK_ADD; /* copies, zeroing, seeds, losses */
+  }
+}
+
+/* Records instruction I of device d for the trace: kernels, copies and
+ * updates on the compute stream as they ran; a SEND as its message on the
+ * link (its staging is not drawn); a collective as its time on the links
+ * (filled in once every member has reached it); a RECV or WAIT as the copy
+ * that follows it. */
+static void trace_ins(psim *S, int d, const pcgc_ins *I, double at, double dur, double wire_start, double wire,
+                      int64_t rvid) {
+  pcgc__sim_tasks *T = S->tr;
+  int64_t i = S->ins_off[d] + S->ds[d].pc;
+  pcgc_task_kind k = task_kind(I->kind);
+  if (k == PCGC_TASK_JOIN) k = PCGC_TASK_ADD;
+  T->kind[i] = (uint8_t)k;
+  T->phase[i] = k == PCGC_TASK_BACKWARD ? PCGC__SIM_BWD : k == PCGC_TASK_OPTIMIZER ? PCGC__SIM_UPDATE : PCGC__SIM_FWD;
+  T->dev[i] = d;
+  T->peer[i] = I->peer;
+  T->node[i] = I->node;
+  T->piece[i] = I->piece > INT32_MAX ? INT32_MAX : (int32_t)I->piece;
+  T->micro[i] = I->micro;
+  T->start[i] = k == PCGC_TASK_TRANSFER ? wire_start : at;
+  T->dur[i] = k == PCGC_TASK_TRANSFER ? wire : dur;
+  T->bytes[i] = 0;
+  S->tr_rv[i] = (int32_t)rvid;
+}
+
+/* Runs instruction pc of device d at its clock; false when it must wait. */
+static pcgc_status step(psim *S, int d, bool *moved) {
+  const pcgc_device_program *P = &S->p->dev[d];
+  dstate *x = &S->ds[d];
+  const pcgc_ins *I = &P->ins[x->pc];
+  double dur = 0, wire_start = 0, wire = 0; /* SEND: the message on the link */
+  int64_t rvid = -1;                          /* collectives: the rendezvous */
+  pcgc_op_time t = {0, 0};
+  pcgc_status st;
+  *moved = true;
+  switch ((pcgc_ins_kind)I->kind) {
+  case PCGC_INS_FORWARD:
+  case PCGC_INS_BACKWARD:
+  case PCGC_INS_BN_STATS:
+  case PCGC_INS_BN_APPLY:
+  case PCGC_INS_BN_BWD_STATS:
+  case PCGC_INS_BN_BWD_APPLY: {
+    if ((st = node_time(S, I->node, &t)) != PCGC_OK) return st;
+    bool fwd = I->kind == PCGC_INS_FORWARD || I->kind == PCGC_INS_BN_STATS || I->kind == PCGC_INS_BN_APPLY;
+    dur = fwd ? t.fwd : t.bwd;
+    if (I->kind != PCGC_INS_FORWARD && I->kind != PCGC_INS_BACKWARD) dur /= 2; /* statistics, then applying them */
+    bool recompute = I->kind == PCGC_INS_FORWARD && I->n_args > 0 && P->args[I->args + I->n_args - 1] >= 0 &&
+                     P->buf[P->args[I->args + I->n_args - 1]].role == PCGC_BUF_RECOMPUTE;
+    if (fwd && !recompute && x->clock + dur > S->fwd_end) S->fwd_end = x->clock + dur;
+    break;
+  }
+  case PCGC_INS_COPY: dur = mem_time(S, region_bytes(P, I, I->dst), I->add); break;
+  case PCGC_INS_ZERO: dur = mem_time(S, (double)P->buf[I->dst].bytes / 2, false); break;
+  case PCGC_INS_SEED:
+  case PCGC_INS_LOSS: dur = mem_time(S, 4, false); break;
+  case PCGC_INS_UPDATE: dur = update_time(S, P, I); break;
+  case PCGC_INS_SEND: {
+    double bytes = region_bytes(P, I, I->src);
+    dur = mem_time(S, bytes, false);
+    bool same = d / S->dpn == I->peer / S->dpn;
+    int ports[2] = {port(S, same ? P_INTRA_OUT : P_INTER_OUT, d), port(S, same ? P_INTRA_IN : P_INTER_IN, I->peer)};
+    double tt = pcgc_comm_p2p_time(S->m, same, 1, bytes), s0 = claim(S, ports, 2, x->clock + dur, tt);
+    msg *e = malloc(sizeof *e);
+    if (!e) return pcgc_error_set(S->err, PCGC_ERR_NOMEM, "out of memory");
+    e->key = ((int64_t)d * S->D + I->peer) << 24 | (int64_t)(I->tag & 0xffffff);
+    e->arrive = s0 + tt;
+    wire_start = s0;
+    wire = tt;
+    HASH_ADD(hh, S->msgs, key, sizeof e->key, e);
+    if (S->contention) {
+      S->n_msgs++;
+      S->task_time += tt;
+      if (same) S->bytes_intra += bytes;
+      else S->bytes_inter += bytes;
+    }
+    dstate *r = &S->ds[I->peer];
+    if (r->wait == W_MSG && r->wkey == e->key) {
+      r->wait = W_NONE;
+      hpush(S, I->peer, r->clock > e->arrive ? r->clock : e->arrive);
+    }
+    break;
+  }
+  case PCGC_INS_RECV: {
+    int64_t key = ((int64_t)I->peer * S->D + d) << 24 | (int64_t)(I->tag & 0xffffff);
+    msg *e = NULL;
+    HASH_FIND(hh, S->msgs, &key, sizeof key, e);
+    if (!e) {
+      x->wait = W_MSG;
+      x->wkey = key;
+      *moved = false;
+      return PCGC_OK;
+    }
+    if (e->arrive > x->clock) x->clock = e->arrive;
+    HASH_DEL(S->msgs, e);
+    free(e);
+    dur = mem_time(S, region_bytes(P, I, I->dst), I->add);
+    break;
+  }
+  case PCGC_INS_BCAST:
+  case PCGC_INS_REDUCE:
+  case PCGC_INS_ALLREDUCE:
+  case PCGC_INS_ALLREDUCE_START: {
+    int b = I->src >= 0 ? I->src : I->dst, grp = I->peer;
+    if (grp < 0 || grp >= S->p->n_groups)
+      return pcgc_error_set(S->err, PCGC_ERR_INVALID, "device %d instruction %d names group %d of %d", d, x->pc, grp,
+                            S->p->n_groups);
+    double bytes = region_bytes(P, I, b), stage = mem_time(S, bytes, false);
+    int64_t id = x->joined;
+    if (id < 0) { /* reaching it: stage the box in, then join */
+      id = rdv_get(S, grp, S->seq[(int64_t)d * S->p->n_groups + grp]++);
+      if (id < 0) return pcgc_error_set(S->err, PCGC_ERR_NOMEM, "out of memory");
+      x->joined = (int32_t)id;
+      x->clock += stage;
+      S->busy[d] += stage;
+      rdv *r = &S->rv[id];
+      if (x->clock > r->t_max) r->t_max = x->clock;
+      int n = S->p->group_off[grp + 1] - S->p->group_off[grp];
+      if (++r->arrived == n) {
+        pcgc_collective c = I->kind == PCGC_INS_BCAST ? PCGC_COLL_BROADCAST : PCGC_COLL_ALL_REDUCE;
+        rdv_complete(S, id, grp, c, bytes);
+      }
+    }
+    rvid = id;
+    if (I->kind == PCGC_INS_ALLREDUCE_START) {
+      if (I->tag < 0 || I->tag >= P->n_requests)
+        return pcgc_error_set(S->err, PCGC_ERR_INVALID, "device %d instruction %d names request slot %d of %d", d,
+                              x->pc, I->tag, P->n_requests);
+      S->slot_rv[d][I->tag] = (int32_t)id;
+      x->joined = -1;
+      break;
+    }
+    if (S->rv[id].end < 0) {
+      x->wait = W_RDV;
+      x->wkey = id;
+      *moved = false;
+      return PCGC_OK;
+    }
+    x->joined = -1;
+    if (S->rv[id].end > x->clock) x->clock = S->rv[id].end;
+    dur = I->dst >= 0 ? stage : 0; /* and out again */
+    break;
+  }
+  case PCGC_INS_WAIT: {
+    int32_t id = I->tag >= 0 && I->tag < P->n_requests ? S->slot_rv[d][I->tag] : -1;
+    if (id < 0)
+      return pcgc_error_set(S->err, PCGC_ERR_INVALID, "device %d instruction %d waits on request slot %d, which no "
+                            "all-reduce started", d, x->pc, I->tag);
+    if (S->rv[id].end < 0) {
+      x->wait = W_RDV;
+      x->wkey = id;
+      *moved = false;
+      return PCGC_OK;
+    }
+    if (S->rv[id].end > x->clock) x->clock = S->rv[id].end;
+    dur = mem_time(S, region_bytes(P, I, I->dst), false);
+    break;
+  }
+  case PCGC_INS_KIND_COUNT: break;
+  }
+  if (S->contention && S->tr) trace_ins(S, d, I, x->clock, dur, wire_start, wire, rvid);
+  x->clock += dur;
+  S->busy[d] += dur;
+  if (S->contention) S->task_time += dur;
+  x->pc++;
+  return PCGC_OK;
+}
+
+/* Runs every stream to its end; the step's time in *end. */
+static pcgc_status run(psim *S, double *end) {
+  const pcgc_program *p = S->p;
+  for (int d = 0; d < S->D; d++) {
+    S->ds[d] = (dstate){0, 0, W_NONE, 0, -1};
+    hpush(S, d, 0);
+  }
+  pcgc_status st = PCGC_OK;
+  while (S->hn && st == PCGC_OK) {
+    hitem h = hpop(S);
+    dstate *x = &S->ds[h.dev];
+    if (h.t > x->clock) x->clock = h.t;
+    if (x->pc >= p->dev[h.dev].n_ins) {
+      x->wait = W_DONE;
+      continue;
+    }
+    bool moved;
+    st = step(S, h.dev, &moved);
+    if (st == PCGC_OK && moved) hpush(S, h.dev, x->clock);
+  }
+  if (st != PCGC_OK) return st;
+  *end = 0;
+  for (int d = 0; d < S->D; d++) {
+    const dstate *x = &S->ds[d];
+    if (x->wait != W_DONE) {
+      const pcgc_ins *I = &p->dev[d].ins[x->pc];
+      pcgc_error_set(S->err, PCGC_ERR_INVALID, "the program deadlocks: device %d waits forever at instruction %d (%s "
+                     "of node %d) with every other device blocked or done", d, x->pc,
+                     pcgc_ins_kind_name((pcgc_ins_kind)I->kind), I->node);
+      pcgc_error_hint(S->err, "this is a codegen bug: please report the plan");
+      return PCGC_ERR_INVALID;
+    }
+    if (x->clock > *end) *end = x->clock;
+  }
+  for (int64_t i = 0; i < S->n_rv; i++) /* non-blocking collectives nobody waited for */
+    if (S->rv[i].end > *end) *end = S->rv[i].end;
+  return PCGC_OK;
+}
+
+static void reset(psim *S) {
+  msg *e, *tmp;
+  HASH_ITER(hh, S->msgs, e, tmp) {
+    HASH_DEL(S->msgs, e);
+    free(e);
+  }
+  for (int k = 0; k < S->p->n_groups; k++) S->grp_n[k] = 0;
+  S->n_rv = 0;
+  memset(S->seq, 0, (size_t)S->D * (size_t)(S->p->n_groups ? S->p->n_groups : 1) * sizeof *S->seq);
+  for (int d = 0; d < S->D; d++)
+    for (int k = 0; k < S->p->dev[d].n_requests; k++) S->slot_rv[d][k] = -1;
+  for (int d = 0; d < S->D; d++) S->busy[d] = 0;
+  for (int i = 0; i < P_KINDS * S->D; i++) S->port_free[i] = 0;
+  S->hn = 0;
+}
+
+static void psim_free(psim *S) {
+  msg *e, *tmp;
+  HASH_ITER(hh, S->msgs, e, tmp) {
+    HASH_DEL(S->msgs, e);
+    free(e);
+  }
+  free(S->ds);
+  free(S->heap);
+  free(S->port_free);
+  free(S->rv);
+  for (int k = 0; S->grp_rv && k < S->p->n_groups; k++) free(S->grp_rv[k]);
+  free(S->grp_rv);
+  free(S->grp_n);
+  free(S->grp_cap);
+  free(S->seq);
+  for (int d = 0; S->slot_rv && d < S->D; d++) free(S->slot_rv[d]);
+  free(S->slot_rv);
+  free(S->nt);
+  free(S->nt_done);
+  free(S->busy);
+  free(S->ins_off);
+  free(S->tr_rv);
+  if (S->tr) {
+    pcgc__sim_tasks *T = S->tr;
+    free(T->dur);
+    free(T->kind);
+    free(T->phase);
+    free(T->coll);
+    free(T->dev);
+    free(T->peer);
+    free(T->node);
+    free(T->piece);
+    free(T->micro);
+    free(T->bytes);
+    free(T->start);
+    free(T);
+  }
+}
+
+/* o->trace_path: room for one task per instruction. */
+static bool trace_alloc(psim *S) {
+  int64_t n = 0;
+  if (!(S->ins_off = malloc(((size_t)S->D + 1) * sizeof *S->ins_off))) return false;
+  for (int d = 0; d < S->D; d++) {
+    S->ins_off[d] = n;
+    n += S->p->dev[d].n_ins;
+  }
+  S->ins_off[S->D] = n;
+  if (n > INT32_MAX || !(S->tr = calloc(1, sizeof *S->tr))) return false;
+  pcgc__sim_tasks *T = S->tr;
+  size_t k = (size_t)(n ? n : 1);
+  T->n = (int32_t)n;
+  T->dur = malloc(k * sizeof *T->dur);
+  T->kind = malloc(k * sizeof *T->kind);
+  T->phase = malloc(k * sizeof *T->phase);
+  T->coll = calloc(k, sizeof *T->coll);
+  T->dev = malloc(k * sizeof *T->dev);
+  T->peer = malloc(k * sizeof *T->peer);
+  T->node = malloc(k * sizeof *T->node);
+  T->piece = malloc(k * sizeof *T->piece);
+  T->micro = malloc(k * sizeof *T->micro);
+  T->bytes = malloc(k * sizeof *T->bytes);
+  T->start = malloc(k * sizeof *T->start);
+  S->tr_rv = malloc(k * sizeof *S->tr_rv);
+  return T->dur && T->kind && T->phase && T->coll && T->dev && T->peer && T->node && T->piece && T->micro &&
+         T->bytes && T->start && S->tr_rv;
+}
+
+/* Collectives take their rendezvous' time on the links; then the file. */
+static pcgc_status trace_write(psim *S) {
+  pcgc__sim_tasks *T = S->tr;
+  for (int d = 0; d < S->D; d++)
+    for (int pc = 0; pc < S->p->dev[d].n_ins; pc++) {
+      int64_t i = S->ins_off[d] + pc;
+      if (T->kind[i] != PCGC_TASK_COLLECTIVE || S->tr_rv[i] < 0) continue;
+      const rdv *r = &S->rv[S->tr_rv[i]];
+      const pcgc_ins *I = &S->p->dev[d].ins[pc];
+      T->start[i] = r->start;
+      T->dur[i] = r->end - r->start;
+      T->coll[i] = I->kind == PCGC_INS_REDUCE ? PCGC__COLL_REDUCE : r->coll;
+      T->bytes[i] = r->bytes;
+      T->peer[i] = S->p->group_off[I->peer + 1] - S->p->group_off[I->peer];
+    }
+  return pcgc__sim_write_trace(S->o->trace_path, S->g, S->m, T, S->err);
+}
+
+/* What a device's buffers hold, by role. */
+static pcgc_memory program_memory(const pcgc_device_program *P, const pcgc_graph *g) {
+  pcgc_memory mm = {0};
+  for (int b = 0; b < P->n_buf; b++) {
+    const pcgc_plan_buf *B = &P->buf[b];
+    bool weight = B->node >= 0 && B->node < g->n_nodes && g->nodes[B->node].kind == PCGC_OP_WEIGHT;
+    if (B->role == PCGC_BUF_SOURCE && weight) mm.weights += (double)B->bytes;
+    else if (B->role == PCGC_BUF_SOURCE_GRAD) mm.gradients += (double)B->bytes;
+    else if (B->role == PCGC_BUF_OPT_M || B->role == PCGC_BUF_OPT_V) mm.optimizer += (double)B->bytes;
+  }
+  double arena = (double)P->arena_bytes;
+  mm.activations = arena - mm.weights - mm.gradients - mm.optimizer;
+  if (mm.activations < 0) mm.activations = 0;
+  mm.comm = (double)P->send_bytes + (double)P->max_message_bytes;
+  mm.total = arena + mm.comm;
+  return mm;
+}
+
+pcgc_status pcgc_program_simulate(const pcgc_program *p, const pcgc_graph *g, const pcgc_machine *m,
+                                  const pcgc_sim_options *o, pcgc_sim_result *r, pcgc_error *err) {
+  if (r) memset(r, 0, sizeof *r);
+  if (!p || !g || !m || !r)
+    return pcgc_error_set(err, PCGC_ERR_INVALID, "pcgc_program_simulate: program, graph, machine and result are required");
+  int D = p->n_devices;
+  if (D < 1 || D > pcgc_machine_num_devices(m)) {
+    pcgc_error_set(err, PCGC_ERR_INVALID, "the program runs on %d devices; machine '%s' has %d", D, m->name,
+                   pcgc_machine_num_devices(m));
+    pcgc_error_hint(err, "simulate it on a machine with at least as many devices");
+    return PCGC_ERR_INVALID;
+  }
+  pcgc_sim_options od;
+  if (!o) {
+    pcgc_sim_options_default(&od);
+    o = &od;
+  }
+  double t0 = now();
+  psim S_, *S = &S_;
+  memset(S, 0, sizeof *S);
+  S->p = p;
+  S->g = g;
+  S->m = m;
+  S->o = o;
+  S->err = err;
+  S->D = D;
+  S->dpn = m->devices_per_node > 0 ? m->devices_per_node : 1;
+  int G = p->n_groups;
+  S->ds = calloc((size_t)D, sizeof *S->ds);
+  S->heap = malloc((size_t)D * sizeof *S->heap);
+  S->port_free = calloc((size_t)P_KINDS * (size_t)D, sizeof *S->port_free);
+  S->grp_rv = calloc((size_t)(G ? G : 1), sizeof *S->grp_rv);
+  S->grp_n = calloc((size_t)(G ? G : 1), sizeof *S->grp_n);
+  S->grp_cap = calloc((size_t)(G ? G : 1), sizeof *S->grp_cap);
+  S->seq = calloc((size_t)D * (size_t)(G ? G : 1), sizeof *S->seq);
+  S->slot_rv = calloc((size_t)D, sizeof *S->slot_rv);
+  S->nt = calloc((size_t)(g->n_nodes ? g->n_nodes : 1), sizeof *S->nt);
+  S->nt_done = calloc((size_t)(g->n_nodes ? g->n_nodes : 1), sizeof *S->nt_done);
+  S->busy = calloc((size_t)D, sizeof *S->busy);
+  r->device = calloc((size_t)pcgc_machine_num_devices(m), sizeof *r->device);
+  pcgc_status st = PCGC_OK;
+  if (!S->ds || !S->heap || !S->port_free || !S->grp_rv || !S->grp_n || !S->grp_cap || !S->seq || !S->slot_rv ||
+      !S->nt || !S->nt_done || !S->busy || !r->device) {
+    st = pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
+    goto out;
+  }
+  for (int d = 0; d < D; d++)
+    if (!(S->slot_rv[d] = malloc((size_t)(p->dev[d].n_requests + 1) * sizeof **S->slot_rv))) {
+      st = pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
+      goto out;
+    }
+  double free_end = 0, end = 0;
+  S->contention = false; /* the critical path first: every port free */
+  reset(S);
+  if ((st = run(S, &free_end)) != PCGC_OK) goto out;
+  S->contention = true;
+  S->fwd_end = 0;
+  reset(S);
+  if (o->trace_path && !trace_alloc(S)) {
+    st = pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory for the trace");
+    goto out;
+  }
+  if ((st = run(S, &end)) != PCGC_OK) goto out;
+  if (o->trace_path && (st = trace_write(S)) != PCGC_OK) goto out;
+
+  int Dm = pcgc_machine_num_devices(m);
+  r->iteration_time = end;
+  r->forward_time = S->fwd_end;
+  r->critical_path = free_end;
+  r->task_time = S->task_time;
+  r->bytes_intra = S->bytes_intra;
+  r->bytes_inter = S->bytes_inter;
+  r->capacity = pcgc_machine_usable_memory(m);
+  r->n_devices = Dm;
+  r->stages = p->stages > 0 ? p->stages : 1;
+  r->micro_batches = p->micro > 0 ? p->micro : 1;
+  r->optimizer = o->optimizer;
+  r->schedule = p->schedule;
+  r->recompute = p->recompute;
+  r->profiled = o->profile != NULL;
+  memcpy(r->profile_kernels, S->prof, sizeof S->prof);
+  memcpy(r->profile_updates, S->uprof, sizeof S->uprof);
+  r->compute_min = INFINITY;
+  for (int d = 0; d < Dm; d++) {
+    pcgc_sim_device *dv = &r->device[d];
+    if (d < D) {
+      dv->compute = S->busy[d];
+      dv->memory = program_memory(&p->dev[d], g);
+      r->n_tasks += p->dev[d].n_ins;
+      for (int i = 0; i < p->dev[d].n_ins; i++) r->tasks_by_kind[task_kind(p->dev[d].ins[i].kind)]++;
+    }
+    dv->idle = end - dv->compute;
+    dv->oom = dv->memory.total > r->capacity;
+    r->oom_devices += dv->oom;
+    bool used = dv->compute > 0 || dv->memory.total > 0;
+    r->used_devices += used;
+    if (!used) continue;
+    if (dv->compute < r->compute_min) r->compute_min = dv->compute;
+    if (dv->compute > r->compute_max) r->compute_max = dv->compute;
+  }
+  for (int d = 0; d < Dm; d++)
+    if (r->device[d].compute > 0 || r->device[d].memory.total > 0) r->compute_mean += r->device[d].compute / r->used_devices;
+  if (!r->used_devices) r->compute_min = 0;
+  r->n_edges = S->n_msgs + S->n_rv;
+  r->program = true;
+  r->run_seconds = now() - t0;
+out:
+  psim_free(S);
+  if (st != PCGC_OK) {
+    free(r->device);
+    memset(r, 0, sizeof *r);
+  }
+  return st;
+}

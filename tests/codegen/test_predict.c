@@ -1,0 +1,403 @@
+/*
+ * test_predict.c — the simulator of a program (codegen/predict.c,
+ * pcgc_program_simulate), against numbers computed by hand:
+ *   - a message: the sender stages its box (2 bytes per byte over memory
+ *     bandwidth, plus a launch), the link carries it (latency + bytes over
+ *     bandwidth), the receiver copies it in; the receiver waits for it;
+ *   - a blocking all-reduce starts when the last member arrives and takes
+ *     pcgc_comm_time; a non-blocking one overlaps the work before its WAIT;
+ *   - two messages on one link queue behind each other, and not when the
+ *     links are free (the critical path);
+ *   - a program whose streams wait for each other in a cycle is refused with
+ *     an error that names the device and the instruction;
+ *   - programs lowered from shipped models: one device's step is the sum of
+ *     its instructions; every step lies between its critical path (and its
+ *     busiest device) and the sum of all instruction times; memory is the
+ *     arena plus staging; the search's task-graph estimate stays within a
+ *     stated band of the program's prediction.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <cJSON.h>
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "codegen.h"
+#include "search.h"
+
+#ifndef PCGC_SOURCE_DIR
+#error "PCGC_SOURCE_DIR must be defined to the source tree"
+#endif
+
+#define close_to(got, want, rel) close_to_at(got, want, rel, __FILE__, __LINE__)
+static void close_to_at(double got, double want, double rel, const char *file, int line) {
+  ck_assert_msg(fabs(got - want) <= rel * fabs(want) + 1e-15, "%s:%d: got %.17g, want %.17g", file, line, got, want);
+}
+
+/* 1 node x n devices: 10 TFLOP/s, 1 TB/s memory, 100 GB/s links with 1 us latency, 5 us launches */
+static pcgc_machine toy_machine(int n) {
+  char text[1024];
+  snprintf(text, sizeof text,
+           "name toy\nnodes 1\ndevices_per_node %d\ndevice.flops.f32 10 TFLOP/s\ndevice.memory 16 GiB\n"
+           "device.memory_bandwidth 1 TB/s\ndevice.launch_overhead 5 us\nintra.bandwidth 100 GB/s\n"
+           "intra.latency 1 us\n",
+           n);
+  pcgc_machine m;
+  pcgc_error err = {0};
+  ck_assert_msg(pcgc_machine_parse(text, strlen(text), "toy.machine", &m, &err) == PCGC_OK, "%s", err.message);
+  return m;
+}
+
+static pcgc_graph *tiny_graph(void) {
+  static const char *text = "model tiny\ninput x: f32[8, 16]\ninput t: f32[8, 16]\ny = relu(x)\nloss = mse(y, t)\n";
+  pcgc_error err = {0};
+  pcgc_graph *g = pcgc_model_parse(text, strlen(text), "tiny.pcg", NULL, &err);
+  ck_assert_msg(g, "%s", err.message);
+  return g;
+}
+
+#define MIB 1048576.0
+
+/* A hand-made program: D devices, each with buffer 0 (f32 [512, 512], 1
+ * MiB) and buffer 1 (the same), up to 8 instructions each; one group of
+ * all devices. */
+static pcgc_program *hand_program(int D) {
+  pcgc_program *p = calloc(1, sizeof *p);
+  ck_assert_ptr_nonnull(p);
+  p->n_devices = D;
+  p->dev = calloc((size_t)D, sizeof *p->dev);
+  p->n_groups = 1;
+  p->group_off = malloc(2 * sizeof *p->group_off);
+  p->group_dev = malloc((size_t)D * sizeof *p->group_dev);
+  p->group_off[0] = 0;
+  p->group_off[1] = D;
+  p->micro = p->stages = 1;
+  for (int d = 0; d < D; d++) {
+    p->group_dev[d] = d;
+    pcgc_device_program *P = &p->dev[d];
+    P->buf = calloc(2, sizeof *P->buf);
+    P->ins = calloc(8, sizeof *P->ins);
+    P->n_buf = 2;
+    P->n_requests = 1;
+    for (int b = 0; b < 2; b++) {
+      pcgc_plan_buf *B = &P->buf[b];
+      B->role = PCGC_BUF_SCRATCH;
+      B->dtype = PCGC_F32;
+      B->node = -1;
+      B->rank = 2;
+      B->dims[0] = B->dims[1] = 512;
+      B->bytes = (int64_t)MIB;
+      B->addr = b * (int64_t)MIB;
+    }
+    P->arena_bytes = 2 * (int64_t)MIB;
+  }
+  return p;
+}
+
+static void add_ins(pcgc_program *p, int d, pcgc_ins_kind k, int buf, int peer, int tag) {
+  pcgc_device_program *P = &p->dev[d];
+  ck_assert_int_lt(P->n_ins, 8);
+  pcgc_ins *I = &P->ins[P->n_ins++];
+  memset(I, 0, sizeof *I);
+  I->kind = (uint8_t)k;
+  I->node = -1;
+  I->dst = I->src = -1;
+  I->args = -1;
+  I->box = -1;
+  I->peer = peer;
+  I->tag = tag;
+  if (k == PCGC_INS_SEND) I->src = buf;
+  else I->dst = buf;
+  if (k == PCGC_INS_SEND || k == PCGC_INS_RECV) P->max_message_bytes = (int64_t)MIB;
+}
+
+static pcgc_sim_result simulate_ok(const pcgc_program *p, const pcgc_graph *g, const pcgc_machine *m) {
+  pcgc_sim_result r;
+  pcgc_error err = {0};
+  ck_assert_msg(pcgc_program_simulate(p, g, m, NULL, &r, &err) == PCGC_OK, "%s", err.message);
+  return r;
+}
+
+/* staging or copying 1 MiB on the toy: 2 MiB over 1 TB/s, plus the launch */
+static const double COPY = 2 * MIB / 1e12 + 5e-6;
+/* 1 MiB over a 100 GB/s link with 1 us latency */
+static const double WIRE = 1e-6 + MIB / 100e9;
+
+START_TEST(message_by_hand) {
+  pcgc_machine m = toy_machine(2);
+  pcgc_graph *g = tiny_graph();
+  pcgc_program *p = hand_program(2);
+  add_ins(p, 1, PCGC_INS_RECV, 0, 0, 0); /* the receiver gets there first and waits */
+  add_ins(p, 0, PCGC_INS_SEND, 0, 1, 0);
+  pcgc_sim_result r = simulate_ok(p, g, &m);
+  close_to(r.iteration_time, COPY + WIRE + COPY, 1e-12);
+  close_to(r.critical_path, r.iteration_time, 1e-12);
+  close_to(r.device[0].compute, COPY, 1e-12); /* the sender only stages */
+  close_to(r.device[1].compute, COPY, 1e-12);
+  close_to(r.bytes_intra, MIB, 1e-12);
+  ck_assert_int_eq(r.n_tasks, 2);
+  ck_assert_int_eq(r.n_edges, 1);
+  ck_assert(r.program);
+  /* memory: the arena plus the staging buffers */
+  close_to(r.device[1].memory.total, 3 * MIB, 1e-12);
+  pcgc_sim_result_destroy(&r);
+  pcgc_program_free(p);
+  pcgc_graph_free(g);
+}
+END_TEST
+
+START_TEST(trace_of_a_message) {
+  pcgc_machine m = toy_machine(2);
+  pcgc_graph *g = tiny_graph();
+  pcgc_program *p = hand_program(2);
+  add_ins(p, 0, PCGC_INS_SEND, 0, 1, 0);
+  add_ins(p, 1, PCGC_INS_RECV, 0, 0, 0);
+  add_ins(p, 0, PCGC_INS_ALLREDUCE, 1, 0, 0);
+  add_ins(p, 1, PCGC_INS_ALLREDUCE, 1, 0, 0);
+  char path[] = "/tmp/pcgc_predict_trace_XXXXXX";
+  int fd = mkstemp(path);
+  ck_assert_int_ge(fd, 0);
+  close(fd);
+  pcgc_sim_options o;
+  pcgc_sim_options_default(&o);
+  o.trace_path = path;
+  pcgc_sim_result r;
+  pcgc_error err = {0};
+  ck_assert_msg(pcgc_program_simulate(p, g, &m, &o, &r, &err) == PCGC_OK, "%s", err.message);
+  size_t len;
+  char *text = pcgc_read_file(path, &len, &err);
+  ck_assert_msg(text, "%s", err.message);
+  cJSON *root = cJSON_Parse(text);
+  ck_assert_ptr_nonnull(root);
+  const cJSON *ev, *evs = cJSON_GetObjectItem(root, "traceEvents");
+  int sends = 0, colls = 0, copies = 0;
+  cJSON_ArrayForEach(ev, evs) {
+    const cJSON *cat = cJSON_GetObjectItem(ev, "cat");
+    if (!cJSON_IsString(cat)) continue;
+    double ts = cJSON_GetObjectItem(ev, "ts")->valuedouble, dur = cJSON_GetObjectItem(ev, "dur")->valuedouble;
+    int pid = cJSON_GetObjectItem(ev, "pid")->valueint, tid = cJSON_GetObjectItem(ev, "tid")->valueint;
+    if (strcmp(cat->valuestring, "transfer") == 0) { /* the message on the link, after staging */
+      sends++;
+      ck_assert_int_eq(pid, 0);
+      ck_assert_int_eq(tid, 1);
+      close_to(ts, COPY * 1e6, 1e-9);
+      close_to(dur, WIRE * 1e6, 1e-9);
+    } else if (strcmp(cat->valuestring, "collective") == 0) { /* one event per member, on its links */
+      colls++;
+      ck_assert_int_eq(tid, 1);
+      close_to(ts + dur, 1e6 * (r.iteration_time - COPY), 1e-9);
+    } else if (strcmp(cat->valuestring, "add") == 0) {
+      copies++;
+      ck_assert_int_eq(tid, 0);
+    }
+  }
+  ck_assert_int_eq(sends, 1);
+  ck_assert_int_eq(colls, 2);
+  ck_assert_int_eq(copies, 1); /* the receive's copy in */
+  cJSON_Delete(root);
+  free(text);
+  remove(path);
+  pcgc_sim_result_destroy(&r);
+  pcgc_program_free(p);
+  pcgc_graph_free(g);
+}
+END_TEST
+
+START_TEST(messages_share_a_link) {
+  pcgc_machine m = toy_machine(2);
+  pcgc_graph *g = tiny_graph();
+  pcgc_program *p = hand_program(2);
+  add_ins(p, 0, PCGC_INS_SEND, 0, 1, 0);
+  add_ins(p, 0, PCGC_INS_SEND, 1, 1, 1);
+  add_ins(p, 1, PCGC_INS_RECV, 0, 0, 0);
+  add_ins(p, 1, PCGC_INS_RECV, 1, 0, 1);
+  pcgc_sim_result r = simulate_ok(p, g, &m);
+  /* the second message is staged by 2 COPY but waits for the link until COPY + WIRE */
+  double second = COPY + WIRE + WIRE;
+  close_to(r.iteration_time, second + COPY, 1e-12);
+  /* with every port free it leaves at 2 COPY and arrives at 2 COPY + WIRE,
+   * but the receiver is still copying the first one in until COPY + WIRE + COPY */
+  close_to(r.critical_path, COPY + WIRE + COPY + COPY, 1e-12);
+  pcgc_sim_result_destroy(&r);
+  pcgc_program_free(p);
+  pcgc_graph_free(g);
+}
+END_TEST
+
+START_TEST(allreduce_by_hand) {
+  pcgc_machine m = toy_machine(2);
+  pcgc_graph *g = tiny_graph();
+  pcgc_program *p = hand_program(2);
+  add_ins(p, 0, PCGC_INS_ZERO, 1, -1, 0);         /* device 0 is late by one zeroing */
+  add_ins(p, 0, PCGC_INS_ALLREDUCE, 0, 0, 0);
+  add_ins(p, 1, PCGC_INS_ALLREDUCE, 0, 0, 0);
+  pcgc_sim_result r = simulate_ok(p, g, &m);
+  double zero = MIB / 1e12 + 5e-6;
+  pcgc_comm_group grp = {1, 2, 1};
+  double ar = pcgc_comm_time(&m, PCGC_COLL_ALL_REDUCE, PCGC_ALGO_AUTO, grp, MIB);
+  /* ring all-reduce on 2: 2 latencies + n / bandwidth */
+  close_to(ar, 2e-6 + MIB / 100e9, 1e-12);
+  close_to(r.iteration_time, zero + COPY + ar + COPY, 1e-12);
+  close_to(r.device[1].idle, zero + ar, 1e-9); /* device 1 waited for device 0, then for the wire */
+  pcgc_sim_result_destroy(&r);
+  pcgc_program_free(p);
+  pcgc_graph_free(g);
+}
+END_TEST
+
+START_TEST(nonblocking_allreduce_overlaps) {
+  pcgc_machine m = toy_machine(2);
+  pcgc_graph *g = tiny_graph();
+  pcgc_program *p = hand_program(2);
+  for (int d = 0; d < 2; d++) {
+    add_ins(p, d, PCGC_INS_ALLREDUCE_START, 0, 0, 0);
+    for (int k = 0; k < 4; k++) add_ins(p, d, PCGC_INS_ZERO, 1, -1, 0);
+    add_ins(p, d, PCGC_INS_WAIT, 0, 0, 0);
+  }
+  pcgc_sim_result r = simulate_ok(p, g, &m);
+  double zero = MIB / 1e12 + 5e-6;
+  pcgc_comm_group grp = {1, 2, 1};
+  double ar = pcgc_comm_time(&m, PCGC_COLL_ALL_REDUCE, PCGC_ALGO_AUTO, grp, MIB);
+  double done = COPY + ar, work = COPY + 4 * zero;
+  ck_assert(work > done); /* the all-reduce hides behind the zeroing */
+  close_to(r.iteration_time, work + COPY, 1e-12);
+  pcgc_sim_result_destroy(&r);
+  /* with less work before the WAIT, it waits */
+  pcgc_program *q = hand_program(2);
+  for (int d = 0; d < 2; d++) {
+    add_ins(q, d, PCGC_INS_ALLREDUCE_START, 0, 0, 0);
+    add_ins(q, d, PCGC_INS_ZERO, 1, -1, 0);
+    add_ins(q, d, PCGC_INS_WAIT, 0, 0, 0);
+  }
+  ck_assert(COPY + zero < done);
+  r = simulate_ok(q, g, &m);
+  close_to(r.iteration_time, done + COPY, 1e-12);
+  pcgc_sim_result_destroy(&r);
+  pcgc_program_free(p);
+  pcgc_program_free(q);
+  pcgc_graph_free(g);
+}
+END_TEST
+
+START_TEST(deadlock_is_refused) {
+  pcgc_machine m = toy_machine(2);
+  pcgc_graph *g = tiny_graph();
+  pcgc_program *p = hand_program(2);
+  add_ins(p, 0, PCGC_INS_RECV, 0, 1, 0);
+  add_ins(p, 0, PCGC_INS_SEND, 1, 1, 0);
+  add_ins(p, 1, PCGC_INS_RECV, 0, 0, 0);
+  add_ins(p, 1, PCGC_INS_SEND, 1, 0, 0);
+  pcgc_sim_result r;
+  pcgc_error err = {0};
+  ck_assert_int_eq(pcgc_program_simulate(p, g, &m, NULL, &r, &err), PCGC_ERR_INVALID);
+  ck_assert_msg(strstr(err.message, "deadlocks: device 0 waits forever at instruction 0 (recv"), "%s", err.message);
+  ck_assert_ptr_null(r.device);
+  /* a collective one member never reaches */
+  pcgc_program *q = hand_program(2);
+  add_ins(q, 0, PCGC_INS_ALLREDUCE, 0, 0, 0);
+  ck_assert_int_eq(pcgc_program_simulate(q, g, &m, NULL, &r, &err), PCGC_ERR_INVALID);
+  ck_assert_msg(strstr(err.message, "device 0 waits forever at instruction 0 (allreduce"), "%s", err.message);
+  /* a machine with too few devices */
+  pcgc_machine one = toy_machine(1);
+  ck_assert_int_eq(pcgc_program_simulate(p, g, &one, NULL, &r, &err), PCGC_ERR_INVALID);
+  ck_assert_msg(strstr(err.message, "runs on 2 devices; machine 'toy' has 1"), "%s", err.message);
+  pcgc_program_free(p);
+  pcgc_program_free(q);
+  pcgc_graph_free(g);
+}
+END_TEST
+
+/* ------------------------------------------------- programs of shipped models */
+
+typedef struct shipped {
+  const char *model, *batch, *machine, *strategy;
+  double lo, hi; /* the search's estimate / the program's prediction */
+} shipped;
+
+static void check_shipped(const shipped *k) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/models/%s", PCGC_SOURCE_DIR, k->model);
+  const char *names[] = {"B"}, *values[] = {k->batch};
+  pcgc_model_options mo = {1, names, values};
+  pcgc_error err = {0};
+  pcgc_graph *g = pcgc_model_load(path, &mo, &err), *pg = NULL;
+  ck_assert_msg(g, "%s", err.message);
+  pcgc_machine m;
+  ck_assert_msg(pcgc_machine_load(k->machine, &m, &err) == PCGC_OK, "%s", err.message);
+  pcgc_mapping mp = {0, NULL};
+  ck_assert_msg(pcgc_strategy_build((pcgc_strategy)pcgc_strategy_from_name(k->strategy), g, &m, 0, &pg, &mp, &err) ==
+                    PCGC_OK, "%s", err.message);
+  pcgc_sim_options so;
+  pcgc_sim_options_default(&so);
+  pcgc_sim_result est, r;
+  ck_assert_msg(pcgc_simulate(pg, &mp, &m, &so, &est, &err) == PCGC_OK, "%s", err.message);
+  pcgc_codegen_options co;
+  pcgc_codegen_options_default(&co);
+  pcgc_program *p = NULL;
+  ck_assert_msg(pcgc_codegen(pg, &mp, pcgc_machine_num_devices(&m), &co, &p, &err) == PCGC_OK, "%s", err.message);
+  ck_assert_msg(pcgc_program_simulate(p, pg, &m, &so, &r, &err) == PCGC_OK, "%s", err.message);
+  double busiest = 0, eps = 1e-9 * r.iteration_time;
+  int64_t ins = 0;
+  for (int d = 0; d < p->n_devices; d++) {
+    const pcgc_sim_device *dv = &r.device[d];
+    if (dv->compute > busiest) busiest = dv->compute;
+    close_to(dv->memory.total, (double)(p->dev[d].arena_bytes + p->dev[d].send_bytes + p->dev[d].max_message_bytes),
+             1e-12);
+    ck_assert(dv->memory.weights > 0 || !dv->compute);
+    ins += p->dev[d].n_ins;
+  }
+  ck_assert_int_eq(r.n_tasks, ins);
+  ck_assert_msg(r.critical_path <= r.iteration_time + eps && busiest <= r.iteration_time + eps &&
+                    r.iteration_time <= r.task_time + eps,
+                "%s on %s: step %.6g, critical path %.6g, busiest %.6g, sum %.6g", k->model, k->machine,
+                r.iteration_time, r.critical_path, busiest, r.task_time);
+  if (p->n_devices == 1) { /* one stream, nothing to wait for */
+    close_to(r.iteration_time, r.device[0].compute, 1e-9);
+    close_to(r.iteration_time, r.task_time, 1e-9);
+  }
+  double ratio = est.iteration_time / r.iteration_time;
+  printf("%-22s %-14s %-10s program %.6g s, search's estimate %.6g s (%.3fx)\n", k->model, k->strategy, k->machine,
+         r.iteration_time, est.iteration_time, ratio);
+  ck_assert_msg(ratio >= k->lo && ratio <= k->hi, "%s %s on %s: the search's estimate %.6g s is %.3fx the program's %.6g s",
+                k->model, k->strategy, k->machine, est.iteration_time, ratio, r.iteration_time);
+  pcgc_sim_result_destroy(&r);
+  pcgc_sim_result_destroy(&est);
+  pcgc_program_free(p);
+  pcgc_mapping_destroy(&mp);
+  pcgc_graph_free(pg);
+  pcgc_graph_free(g);
+}
+
+static const shipped cases[] = {
+    {"mlp.pcg", "64", "cpu-local", "sequential", 0.5, 1.05},
+    {"mlp.pcg", "64", "cpu-4", "data-parallel", 0.5, 1.05},
+    {"cnn.pcg", "32", "cpu-4", "data-parallel", 0.5, 1.05},
+    {"transformer-block.pcg", "16", "cpu-4", "data-parallel", 0.5, 1.05},
+    {"transformer-block.pcg", "64", "dgx-h100", "data-parallel", 0.5, 1.05},
+    {"bert-large.pcg", "8", "dgx-h100", "sequential", 0.5, 1.05},
+};
+
+START_TEST(shipped_models) { check_shipped(&cases[_i]); }
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("predict");
+  TCase *tc = tcase_create("predict");
+  tcase_set_timeout(tc, 120);
+  tcase_add_test(tc, message_by_hand);
+  tcase_add_test(tc, trace_of_a_message);
+  tcase_add_test(tc, messages_share_a_link);
+  tcase_add_test(tc, allreduce_by_hand);
+  tcase_add_test(tc, nonblocking_allreduce_overlaps);
+  tcase_add_test(tc, deadlock_is_refused);
+  tcase_add_loop_test(tc, shipped_models, 0, (int)(sizeof cases / sizeof cases[0]));
+  suite_add_tcase(s, tc);
+  SRunner *sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? 1 : 0;
+}
