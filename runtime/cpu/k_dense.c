@@ -36,6 +36,7 @@
 
 #include "k_common_impl.h"
 #include "k_dense_check.h"
+#include "k_fastmath.h"
 
 #define TRY(x)                     \
   do {                             \

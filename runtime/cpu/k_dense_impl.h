@@ -29,6 +29,10 @@ static void SFX(act_apply)(int act, int64_t n, REAL *restrict y) {
   switch (act) {
   case PCGC_ACT_RELU: KX_FOR(i, n, REAL z = y[i]; y[i] = z < 0 ? 0 : z); break; /* NaN propagates, as in PyTorch */
   case PCGC_ACT_GELU:
+    if (sizeof(REAL) == 4) { /* the unfused f32 GELU's arithmetic (k_fastmath.h), vectorised */
+      KX_FOR(i, n, y[i] = (REAL)kx_gelu_f32((float)y[i]));
+      break;
+    }
     for (int64_t i = 0; i < n; i++) {
       REAL z = y[i];
       y[i] = (REAL)0.5 * z * (1 + RX(erf)(z * (REAL)0.70710678118654752440));
@@ -52,6 +56,10 @@ static void SFX(act_bwd)(int act, int64_t n, const REAL *restrict dy, const REAL
   case PCGC_ACT_SIGMOID: KX_FOR(i, n, dz[i] = dy[i] * y[i] * (1 - y[i])); break;
   case PCGC_ACT_TANH: KX_FOR(i, n, dz[i] = dy[i] * (1 - y[i] * y[i])); break;
   case PCGC_ACT_GELU:
+    if (sizeof(REAL) == 4) {
+      KX_FOR(i, n, dz[i] = (REAL)((float)dy[i] * kx_gelu_grad_f32((float)dz[i])));
+      break;
+    }
     for (int64_t i = 0; i < n; i++) {
       REAL z = dz[i];
       REAL cdf = (REAL)0.5 * (1 + RX(erf)(z * (REAL)0.70710678118654752440));

@@ -4,7 +4,9 @@
  * (add, sub, mul, div with NumPy broadcasting).
  *
  * Values are computed in double and stored in the buffers' dtype (f32 or
- * f64). Each op runs a loop of its own per dtype (k_elementwise_impl.h);
+ * f64), but for the erf form of GELU on f32, which computes in float with
+ * the vectorised exp and erf of k_fastmath.h (a libm erf in double per
+ * element made it 16% of a transformer block's step). Each op runs a loop of its own per dtype (k_elementwise_impl.h);
  * the ops with a libm call per element (gelu, sigmoid, tanh, exp) split
  * large tensors over the BLAS threads (k_parallel.c), which changes no
  * result: every element is computed the same way on any thread.
@@ -21,6 +23,7 @@
 #include <stdlib.h>
 
 #include "k_common_impl.h"
+#include "k_fastmath.h"
 
 /* ------------------------------------------------------------------ unary */
 
@@ -118,7 +121,9 @@ static inline double ew_grad(int op, int j, double dy, double a, double b) {
 #define REAL float
 #define UREAL uint32_t
 #define SFX(name) name##_f32
+#define KX_F32 1
 #include "k_elementwise_impl.h"
+#define KX_F32 0
 #define REAL double
 #define UREAL uint64_t
 #define SFX(name) name##_f64

@@ -6,7 +6,9 @@
  *   SFX(name)  name##_f32 or name##_f64
  *   UREAL      the unsigned integer of REAL's width
  * Every value is computed in double, exactly as the scalar helpers of
- * k_elementwise.c define it, and rounded to REAL when stored. Each op has a
+ * k_elementwise.c define it, and rounded to REAL when stored; but where
+ * KX_F32 (REAL is float) GELU's erf form computes in float
+ * (k_fastmath.h), so that its loops vectorise. Each op has a
  * loop of its own; the `_fast` entry points take restrict pointers (their
  * output overlaps no input) so gcc vectorises the simple ones, the `_alias`
  * ones run the same loops for overlapping buffers in element order.
@@ -22,6 +24,8 @@ KX_INLINE void SFX(unary_fwd_loop)(pcgc_op_kind kind, double s, int64_t n, const
   case PCGC_OP_GELU:
     if (s != 0)
       for (int64_t i = 0; i < n; i++) y[i] = (REAL)gelu_tanh(x[i]);
+    else if (KX_F32)
+      KX_FOR(i, n, y[i] = (REAL)kx_gelu_f32((float)x[i]));
     else
       for (int64_t i = 0; i < n; i++) y[i] = (REAL)gelu(x[i]);
     break;
@@ -52,6 +56,8 @@ KX_INLINE void SFX(unary_bwd_loop)(pcgc_op_kind kind, double s, int64_t n, const
   case PCGC_OP_GELU:
     if (s != 0)
       for (int64_t i = 0; i < n; i++) dx[i] += (REAL)((double)dy[i] * gelu_tanh_grad(x[i]));
+    else if (KX_F32)
+      KX_FOR(i, n, dx[i] += (REAL)((float)dy[i] * kx_gelu_grad_f32((float)x[i])));
     else
       for (int64_t i = 0; i < n; i++) dx[i] += (REAL)((double)dy[i] * gelu_grad(x[i]));
     break;
@@ -224,3 +230,4 @@ static void SFX(acc_add)(int64_t n, const double *restrict acc, REAL *restrict d
 #undef REAL
 #undef SFX
 #undef UREAL
+#undef KX_F32
