@@ -30,7 +30,7 @@ void pcgc_cli_run_help(FILE *f) {
   fprintf(f,
           "usage: pcgc run PLAN [--steps K] [--seed S] [--optimizer O] [--lr X] [--momentum M]\n"
           "                     [--no-dropout] [--check] [--tolerance T] [--threads N]\n"
-          "                     [--step-timeout S] [--save-weights FILE] [--quiet]\n"
+          "                     [--step-timeout S] [--save-weights FILE] [--trace FILE] [--quiet]\n"
           "                     [--checkpoint DIR [--every K] [--resume]] [--data DIR]\n"
           "                     [--backend cpu|cuda] [--comm auto|nccl|mpi] [--precision P]\n"
           "\n"
@@ -59,6 +59,12 @@ void pcgc_cli_run_help(FILE *f) {
           "  --step-timeout S   abort the job when a step takes longer than S seconds (default 300):\n"
           "                     a rank that died or hangs never leaves the others waiting forever\n"
           "  --save-weights F   write the final weights (raw f32, node order) to F\n"
+          "  --trace F          write a Chrome trace of the last step to F: every process's instructions\n"
+          "                     with their measured times (chrome://tracing, ui.perfetto.dev); compare\n"
+          "                     it with the prediction's, `pcgc simulate PLAN --trace`. The processes\n"
+          "                     start that step together; on GPUs each instruction is waited for\n"
+          );
+  fprintf(f,
           "  --checkpoint DIR   save the weights and optimizer state to DIR after every K steps and\n"
           "                     the last (atomically: DIR/step-N.ckpt, then DIR/latest names it);\n"
           "                     whole logical tensors, so any plan of the same model can resume it\n"
@@ -255,7 +261,7 @@ static int self_launch(int n, int argc, char **argv) {
 }
 
 int pcgc_cli_run(int argc, char **argv) {
-  const char *path = NULL, *save = NULL, *ckpt = NULL, *data = NULL, *backend = NULL, *comm = "auto",
+  const char *path = NULL, *save = NULL, *trace = NULL, *ckpt = NULL, *data = NULL, *backend = NULL, *comm = "auto",
              *precision = NULL;
   bool resume = false;
   double every = 100, steps = 3, seed = 1, lr = -1, momentum = 0, tol = 1e-4, threads = 0, timeout = 300;
@@ -300,6 +306,9 @@ int pcgc_cli_run(int argc, char **argv) {
     } else if (strcmp(a, "--save-weights") == 0) {
       if (i + 1 >= argc) return pcgc_cli_usage_error("run", "--save-weights needs a file%s", "");
       save = argv[++i];
+    } else if (strcmp(a, "--trace") == 0) {
+      if (i + 1 >= argc) return pcgc_cli_usage_error("run", "--trace needs a file%s", "");
+      trace = argv[++i];
     } else if (strcmp(a, "--optimizer") == 0) {
       if (i + 1 >= argc) return pcgc_cli_usage_error("run", "--optimizer needs sgd, momentum or adam%s", "");
       const char *v = argv[++i];
@@ -487,6 +496,7 @@ int pcgc_cli_run(int argc, char **argv) {
   o.quiet = quiet;
   o.step_timeout = timeout;
   o.save_weights = save;
+  o.trace_path = trace;
   o.checkpoint_dir = ckpt;
   o.checkpoint_every = (int)every;
   o.resume = resume;
@@ -509,6 +519,7 @@ int pcgc_cli_run(int argc, char **argv) {
     if (r.steps > r.first_step)
       printf("%d steps in %.3f s (fastest step %.2f ms)\n", r.steps - r.first_step, r.seconds,
              1e3 * r.step_seconds_min);
+    if (trace && r.steps > r.first_step) printf("trace of step %d written to %s\n", r.steps, trace);
     if (r.checked) {
       printf("check against the reference interpreter: losses differ by at most %.2e, weights by %.2e (%s)%s; "
              "tolerance %.0e: %s\n",

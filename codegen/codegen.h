@@ -217,6 +217,14 @@ void pcgc_program_print(FILE *f, const pcgc_program *p, const pcgc_graph *g, int
 pcgc_status pcgc_program_simulate(const pcgc_program *p, const pcgc_graph *g, const pcgc_machine *m,
                                   const pcgc_sim_options *o, pcgc_sim_result *r, pcgc_error *err);
 
+/* Writes a Chrome trace (as pcgc_simulate's) of one step of p as it ran:
+ * start[i], dur[i] in seconds for instruction pc of device d at
+ * i = (instructions of devices before d) + pc. Kernels, copies and updates
+ * are drawn on each device's compute row, SENDs and collectives on its
+ * communication row. Atomic, like every trace. */
+pcgc_status pcgc_program_trace_write(const char *path, const pcgc_program *p, const pcgc_graph *g,
+                                     const double *start, const double *dur, pcgc_error *err);
+
 /* The logical box a buffer holds. */
 void pcgc_plan_buf_box(const pcgc_plan_buf *b, pcgc_box *box);
 

@@ -310,27 +310,41 @@ static pcgc_task_kind task_kind(int k) {
   }
 }
 
-/* Records instruction I of device d for the trace: kernels, copies and
- * updates on the compute stream as they ran; a SEND as its message on the
- * link (its staging is not drawn); a collective as its time on the links
- * (filled in once every member has reached it); a RECV or WAIT as the copy
- * that follows it. */
-static void trace_ins(psim *S, int d, const pcgc_ins *I, double at, double dur, double wire_start, double wire,
-                      int64_t rvid) {
-  pcgc__sim_tasks *T = S->tr;
-  int64_t i = S->ins_off[d] + S->ds[d].pc;
+/* Task i of a trace stands for instruction I of device d of p: kernels,
+ * copies and updates on the compute stream, SENDs and collectives on the
+ * links, a RECV or WAIT as the copy that follows it. */
+static void trace_fill(pcgc__sim_tasks *T, int64_t i, int d, const pcgc_program *p, const pcgc_ins *I, double start,
+                       double dur) {
   pcgc_task_kind k = task_kind(I->kind);
   if (k == PCGC_TASK_JOIN) k = PCGC_TASK_ADD;
   T->kind[i] = (uint8_t)k;
   T->phase[i] = k == PCGC_TASK_BACKWARD ? PCGC__SIM_BWD : k == PCGC_TASK_OPTIMIZER ? PCGC__SIM_UPDATE : PCGC__SIM_FWD;
   T->dev[i] = d;
   T->peer[i] = I->peer;
+  T->coll[i] = 0;
+  if (k == PCGC_TASK_COLLECTIVE) {
+    T->coll[i] = I->kind == PCGC_INS_REDUCE ? PCGC__COLL_REDUCE
+               : I->kind == PCGC_INS_BCAST  ? PCGC_COLL_BROADCAST
+                                            : PCGC_COLL_ALL_REDUCE;
+    T->peer[i] = I->peer >= 0 && I->peer < p->n_groups ? p->group_off[I->peer + 1] - p->group_off[I->peer] : 0;
+  }
   T->node[i] = I->node;
   T->piece[i] = I->piece > INT32_MAX ? INT32_MAX : (int32_t)I->piece;
   T->micro[i] = I->micro;
-  T->start[i] = k == PCGC_TASK_TRANSFER ? wire_start : at;
-  T->dur[i] = k == PCGC_TASK_TRANSFER ? wire : dur;
-  T->bytes[i] = 0;
+  T->start[i] = start;
+  T->dur[i] = dur;
+  int b = I->kind == PCGC_INS_SEND ? I->src : I->dst >= 0 ? I->dst : I->src;
+  T->bytes[i] = b >= 0 && (k == PCGC_TASK_TRANSFER || k == PCGC_TASK_COLLECTIVE) ? region_bytes(&p->dev[d], I, b) : 0;
+}
+
+/* The simulation's trace: a SEND drawn as its message on the link (its
+ * staging is not drawn); a collective's time on the links is filled in once
+ * every member has reached it (trace_write). */
+static void trace_ins(psim *S, int d, const pcgc_ins *I, double at, double dur, double wire_start, double wire,
+                      int64_t rvid) {
+  int64_t i = S->ins_off[d] + S->ds[d].pc;
+  bool send = I->kind == PCGC_INS_SEND;
+  trace_fill(S->tr, i, d, S->p, I, send ? wire_start : at, send ? wire : dur);
   S->tr_rv[i] = (int32_t)rvid;
 }
 
@@ -531,6 +545,8 @@ static void reset(psim *S) {
   S->hn = 0;
 }
 
+static void tasks_free(pcgc__sim_tasks *T);
+
 static void psim_free(psim *S) {
   msg *e, *tmp;
   HASH_ITER(hh, S->msgs, e, tmp) {
@@ -553,34 +569,36 @@ static void psim_free(psim *S) {
   free(S->busy);
   free(S->ins_off);
   free(S->tr_rv);
-  if (S->tr) {
-    pcgc__sim_tasks *T = S->tr;
-    free(T->dur);
-    free(T->kind);
-    free(T->phase);
-    free(T->coll);
-    free(T->dev);
-    free(T->peer);
-    free(T->node);
-    free(T->piece);
-    free(T->micro);
-    free(T->bytes);
-    free(T->start);
-    free(T);
-  }
+  tasks_free(S->tr);
 }
 
-/* o->trace_path: room for one task per instruction. */
-static bool trace_alloc(psim *S) {
+static void tasks_free(pcgc__sim_tasks *T) {
+  if (!T) return;
+  free(T->dur);
+  free(T->kind);
+  free(T->phase);
+  free(T->coll);
+  free(T->dev);
+  free(T->peer);
+  free(T->node);
+  free(T->piece);
+  free(T->micro);
+  free(T->bytes);
+  free(T->start);
+  free(T);
+}
+
+/* Room for a trace of every instruction of p, device d's at off[d] + pc
+ * (off: D + 1 entries). */
+static pcgc__sim_tasks *tasks_new(const pcgc_program *p, int64_t *off) {
   int64_t n = 0;
-  if (!(S->ins_off = malloc(((size_t)S->D + 1) * sizeof *S->ins_off))) return false;
-  for (int d = 0; d < S->D; d++) {
-    S->ins_off[d] = n;
-    n += S->p->dev[d].n_ins;
+  for (int d = 0; d < p->n_devices; d++) {
+    off[d] = n;
+    n += p->dev[d].n_ins;
   }
-  S->ins_off[S->D] = n;
-  if (n > INT32_MAX || !(S->tr = calloc(1, sizeof *S->tr))) return false;
-  pcgc__sim_tasks *T = S->tr;
+  off[p->n_devices] = n;
+  pcgc__sim_tasks *T = n <= INT32_MAX ? calloc(1, sizeof *T) : NULL;
+  if (!T) return NULL;
   size_t k = (size_t)(n ? n : 1);
   T->n = (int32_t)n;
   T->dur = malloc(k * sizeof *T->dur);
@@ -594,9 +612,18 @@ static bool trace_alloc(psim *S) {
   T->micro = malloc(k * sizeof *T->micro);
   T->bytes = malloc(k * sizeof *T->bytes);
   T->start = malloc(k * sizeof *T->start);
-  S->tr_rv = malloc(k * sizeof *S->tr_rv);
-  return T->dur && T->kind && T->phase && T->coll && T->dev && T->peer && T->node && T->piece && T->micro &&
-         T->bytes && T->start && S->tr_rv;
+  if (T->dur && T->kind && T->phase && T->coll && T->dev && T->peer && T->node && T->piece && T->micro && T->bytes &&
+      T->start)
+    return T;
+  tasks_free(T);
+  return NULL;
+}
+
+/* o->trace_path: room for one task per instruction. */
+static bool trace_alloc(psim *S) {
+  if (!(S->ins_off = malloc(((size_t)S->D + 1) * sizeof *S->ins_off))) return false;
+  if (!(S->tr = tasks_new(S->p, S->ins_off))) return false;
+  return (S->tr_rv = malloc((size_t)(S->tr->n ? S->tr->n : 1) * sizeof *S->tr_rv)) != NULL;
 }
 
 /* Collectives take their rendezvous' time on the links; then the file. */
@@ -607,12 +634,8 @@ static pcgc_status trace_write(psim *S) {
       int64_t i = S->ins_off[d] + pc;
       if (T->kind[i] != PCGC_TASK_COLLECTIVE || S->tr_rv[i] < 0) continue;
       const rdv *r = &S->rv[S->tr_rv[i]];
-      const pcgc_ins *I = &S->p->dev[d].ins[pc];
       T->start[i] = r->start;
       T->dur[i] = r->end - r->start;
-      T->coll[i] = I->kind == PCGC_INS_REDUCE ? PCGC__COLL_REDUCE : r->coll;
-      T->bytes[i] = r->bytes;
-      T->peer[i] = S->p->group_off[I->peer + 1] - S->p->group_off[I->peer];
     }
   return pcgc__sim_write_trace(S->o->trace_path, S->g, S->m, T, S->err);
 }
@@ -747,5 +770,29 @@ out:
     free(r->device);
     memset(r, 0, sizeof *r);
   }
+  return st;
+}
+
+pcgc_status pcgc_program_trace_write(const char *path, const pcgc_program *p, const pcgc_graph *g,
+                                     const double *start, const double *dur, pcgc_error *err) {
+  if (!path || !p || !g || !start || !dur)
+    return pcgc_error_set(err, PCGC_ERR_INVALID, "pcgc_program_trace_write: every argument is required");
+  int64_t *off = malloc(((size_t)p->n_devices + 1) * sizeof *off);
+  pcgc__sim_tasks *T = off ? tasks_new(p, off) : NULL;
+  if (!T) {
+    free(off);
+    return pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory for the trace");
+  }
+  for (int d = 0; d < p->n_devices; d++)
+    for (int pc = 0; pc < p->dev[d].n_ins; pc++)
+      trace_fill(T, off[d] + pc, d, p, &p->dev[d].ins[pc], start[off[d] + pc], dur[off[d] + pc]);
+  pcgc_machine m; /* the writer names devices by node: one node of them all */
+  memset(&m, 0, sizeof m);
+  snprintf(m.name, sizeof m.name, "run");
+  m.nodes = 1;
+  m.devices_per_node = p->n_devices;
+  pcgc_status st = pcgc__sim_write_trace(path, g, &m, T, err);
+  tasks_free(T);
+  free(off);
   return st;
 }

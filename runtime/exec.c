@@ -904,6 +904,52 @@ static pcgc_status load_checkpoint(rt *R, int64_t *step) {
   return st;
 }
 
+/* --trace: every rank's (start, duration) pairs of the last step gathered
+ * on rank 0, which writes the trace. */
+static pcgc_status write_trace(rt *R, const double *tr) {
+  const pcgc_program *p = R->p;
+  int D = p->n_devices;
+  int64_t total = 0;
+  for (int d = 0; d < D; d++) total += p->dev[d].n_ins;
+  double *all = NULL, *start = NULL, *dur = NULL;
+  int *counts = NULL, *displs = NULL;
+  pcgc_status st = PCGC_OK;
+  if (R->rank == 0) {
+    all = malloc(2 * (size_t)(total ? total : 1) * sizeof *all);
+    start = malloc((size_t)(total ? total : 1) * sizeof *start);
+    dur = malloc((size_t)(total ? total : 1) * sizeof *dur);
+    counts = malloc((size_t)D * sizeof *counts);
+    displs = malloc((size_t)D * sizeof *displs);
+    if (!all || !start || !dur || !counts || !displs) st = PCGC_ERR_NOMEM;
+    for (int d = 0, o = 0; !st && d < D; d++) {
+      counts[d] = 2 * p->dev[d].n_ins;
+      displs[d] = o;
+      o += counts[d];
+    }
+  }
+  if (R->mpi && D > 1) {
+    /* every rank takes part even when rank 0 is out of memory: nobody waits forever */
+    MPI_Gatherv(tr, 2 * R->P->n_ins, MPI_DOUBLE, st ? NULL : all, counts, displs, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  } else if (all) {
+    memcpy(all, tr, 2 * (size_t)R->P->n_ins * sizeof *all);
+  }
+  if (R->rank == 0 && !st) {
+    for (int64_t i = 0; i < total; i++) {
+      start[i] = all[2 * i];
+      dur[i] = all[2 * i + 1];
+    }
+    st = pcgc_program_trace_write(R->o->trace_path, p, R->g, start, dur, R->err);
+  } else if (R->rank == 0) {
+    st = pcgc_error_set(R->err, PCGC_ERR_NOMEM, "out of memory for the trace");
+  }
+  free(all);
+  free(start);
+  free(dur);
+  free(counts);
+  free(displs);
+  return st;
+}
+
 static pcgc_status finish(rt *R, pcgc_run_result *res) {
   int n = R->g->n_nodes;
   float **w = calloc((size_t)(n ? n : 1), sizeof *w);
@@ -1009,6 +1055,7 @@ pcgc_status pcgc_run(const pcgc_graph *g, const pcgc_program *p, const pcgc_run_
   R.o = o;
   R.err = err;
   int size = 1, *slot_group = NULL, inited = 0;
+  double *tr = NULL; /* --trace: the last step's (start, duration) per instruction */
   MPI_Initialized(&inited);
   R.mpi = inited != 0;
   const char *fault = getenv("PCGC_TEST_FAULT");
@@ -1130,9 +1177,17 @@ pcgc_status pcgc_run(const pcgc_graph *g, const pcgc_program *p, const pcgc_run_
     if (used >= 80) snprintf(g_group_text[k] + 80, 16, ", ...");
   }
   if (o->step_timeout > 0) signal(SIGALRM, on_alarm);
+  /* --trace: the last step's instruction times, allocated before the loop */
+  if (o->trace_path) tr = malloc(2 * (size_t)(P->n_ins ? P->n_ins : 1) * sizeof *tr);
+  if (o->trace_path && !tr) {
+    st = pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory for the trace");
+    goto done;
+  }
   double t0 = now();
   res->step_seconds_min = INFINITY;
   for (int s = (int)first; s < o->steps && !st; s++) {
+    bool traced = tr && s == o->steps - 1;
+    if (traced && R.mpi) MPI_Barrier(MPI_COMM_WORLD); /* the ranks start the traced step together */
     double ts = now();
     if (o->step_timeout > 0) alarm((unsigned)ceil(o->step_timeout));
     R.step = s + 1;
@@ -1145,7 +1200,13 @@ pcgc_status pcgc_run(const pcgc_graph *g, const pcgc_program *p, const pcgc_run_
       g_ins = i;
       g_kind = P->ins[i].kind;
       g_peer = P->ins[i].kind == PCGC_INS_WAIT && slot_group ? slot_group[P->ins[i].tag] : P->ins[i].peer;
+      double ti = traced ? now() : 0;
       st = exec_one(&R, &P->ins[i], &send_off);
+      if (traced) {
+        if (!st) st = be->sync(be, err);
+        tr[2 * i] = ti - ts;
+        tr[2 * i + 1] = now() - ti;
+      }
       if (st && err && !strstr(err->message, "rank ")) {
         char tmp[sizeof err->message];
         snprintf(tmp, sizeof tmp, "rank %d, step %d, instruction %d (%s): %.900s", R.rank, s + 1, i,
@@ -1187,8 +1248,12 @@ pcgc_status pcgc_run(const pcgc_graph *g, const pcgc_program *p, const pcgc_run_
     }
   }
   res->seconds = now() - t0;
+  /* every rank gathers the weights even when rank 0 failed to write the trace */
+  pcgc_status trace_st = !st && tr ? write_trace(&R, tr) : PCGC_OK;
   if (!st) st = finish(&R, res);
+  if (!st) st = trace_st;
 done:
+  free(tr);
   if (o->step_timeout > 0) alarm(0);
   if (g_group_text)
     for (int k = 0; k < g_n_groups; k++) free(g_group_text[k]);

@@ -55,6 +55,11 @@ typedef struct pcgc_run_options {
   struct pcgc_backend *backend; /* kernels and memory (backend.h); NULL: the CPU backend */
   bool device_comm;        /* messages through the backend's communicators (NCCL) where it
                               has them; false: staged through host MPI */
+  const char *trace_path;  /* rank 0 writes a Chrome trace of the last step here: every
+                              rank's instructions with their measured times
+                              (pcgc_program_trace_write); the ranks start that step
+                              together, and a backend that runs asynchronously
+                              synchronises after each instruction in it */
   const char *data_dir;    /* NULL: seeded synthetic data; else DIR/NAME.npy per input
                               (runtime/npy.h): step s trains on batch (s-1) mod the
                               batches the files hold, each rank reading its rows only */

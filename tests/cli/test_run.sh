@@ -119,6 +119,26 @@ expect 0 "$pcgc" compile "$src/models/mlp.pcg" --machine "$tmp/my.machine" --cho
 expect 0 "$pcgc" run "$tmp/my.json" --steps 1
 expect 0 "$pcgc" plan show "$tmp/mlp4.json"
 has "$tmp/out" "program: 4 devices"
+# --trace: the last step of every process, one event per instruction, beside the prediction's
+expect 0 "$pcgc" run "$tmp/mlp4.json" --steps 2 --trace "$tmp/run-trace.json"
+has "$tmp/out" "trace of step 2 written to $tmp/run-trace.json"
+expect 0 "$pcgc" simulate "$tmp/mlp4.json" --machine cpu-4 --trace "$tmp/sim-trace.json"
+python3 - "$tmp/run-trace.json" "$tmp/sim-trace.json" <<'PY' && ok || bad "the run's trace does not pair with the prediction's"
+import collections, json, sys
+def events(path):
+    ev = [e for e in json.load(open(path))["traceEvents"] if e.get("ph") == "X"]
+    return collections.Counter((e["pid"], e["cat"]) for e in ev), ev
+run, rev = events(sys.argv[1])
+sim, _ = events(sys.argv[2])
+assert run == sim, (run, sim)                       # the same instructions on the same devices
+assert {e["pid"] for e in rev} == {0, 1, 2, 3}
+assert all(e["dur"] >= 0 and e["ts"] >= 0 for e in rev)
+assert any(e["cat"] == "forward" and e["dur"] > 0 for e in rev)
+PY
+python3 "$src/benchmarks/trace_diff.py" "$tmp/sim-trace.json" "$tmp/run-trace.json" --device 1 >"$tmp/diff.out" && ok ||
+  bad "trace_diff failed: $(cat "$tmp/diff.out")"
+has "$tmp/diff.out" "device 1: "; has "$tmp/diff.out" "forward"
+expect 2 "$pcgc" run "$tmp/mlp4.json" --trace; has "$tmp/err" "--trace needs a file"
 
 # --- checkpoints: resuming repeats the uninterrupted run bit for bit
 ck="$tmp/ck"; mlpdp=$tmp/mlpdp4.json
