@@ -66,6 +66,7 @@ static void dense(cctx *x, int act) {
   double ew = (x->n_in == 3 ? 1 : 0) + act_flops(act);
   set(x, f + ew * m * n, 2);
   x->c->bwd_flops = 2 * f + ew * m * n; /* dX, dW; act' and db (1 per output) */
+  if (act == PCGC_ACT_GELU) x->c->bwd_flops += f; /* the kernels recompute the pre-activation */
 }
 
 static void cost_linear(cctx *x) { dense(x, (int)pcgc_attrs_int(x->a, "act")); }
@@ -84,6 +85,7 @@ static void cost_conv2d(cctx *x) {
   double ew = (x->n_in == 3 ? 1 : 0) + act_flops((int)pcgc_attrs_int(x->a, "act"));
   set(x, f + ew * numel(o), 2);
   x->c->bwd_flops = 2 * f + ew * numel(o);
+  if (pcgc_attrs_int(x->a, "act") == PCGC_ACT_GELU) x->c->bwd_flops += f; /* as for linear */
 }
 
 static void cost_pool2d(cctx *x) {
