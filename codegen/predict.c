@@ -574,17 +574,7 @@ static void psim_free(psim *S) {
 
 static void tasks_free(pcgc__sim_tasks *T) {
   if (!T) return;
-  free(T->dur);
-  free(T->kind);
-  free(T->phase);
-  free(T->coll);
-  free(T->dev);
-  free(T->peer);
-  free(T->node);
-  free(T->piece);
-  free(T->micro);
-  free(T->bytes);
-  free(T->start);
+  pcgc__sim_tasks_release(T);
   free(T);
 }
 

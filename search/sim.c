@@ -1301,8 +1301,7 @@ done:
 
 /* ------------------------------------------------------------- driver */
 
-static void sim_free(sim *S) {
-  pcgc__sim_tasks *T = &S->T;
+void pcgc__sim_tasks_release(pcgc__sim_tasks *T) {
   free(T->dur);
   free(T->kind);
   free(T->phase);
@@ -1317,6 +1316,11 @@ static void sim_free(sim *S) {
   free(T->bytes);
   free(T->start);
   free(T->res);
+  memset(T, 0, sizeof *T);
+}
+
+static void sim_free(sim *S) {
+  pcgc__sim_tasks_release(&S->T);
   free(S->nd);
   free(S->order);
   free(S->ef);

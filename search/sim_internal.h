@@ -36,6 +36,9 @@ typedef struct pcgc__sim_tasks {
   int64_t n_res, cap_res;
 } pcgc__sim_tasks;
 
+/* Frees every array of T (NULL ones too) and zeroes it. */
+void pcgc__sim_tasks_release(pcgc__sim_tasks *T);
+
 static inline bool pcgc__task_is_compute(int kind) {
   return kind == PCGC_TASK_FORWARD || kind == PCGC_TASK_BACKWARD || kind == PCGC_TASK_ADD ||
          kind == PCGC_TASK_OPTIMIZER;
