@@ -76,6 +76,7 @@ static const bench_case cases[] = {
     {"gelu 4M", PCGC_OP_GELU, 1, {3}, {TFFN}, false, 0, NULL},
     {"gelu-tanh 4M", PCGC_OP_GELU, 1, {3}, {TFFN}, false, 0, set_gelu_tanh},
     {"sigmoid 1M", PCGC_OP_SIGMOID, 1, {3}, {TBSE}, false, 0, NULL},
+    {"silu 1M", PCGC_OP_SILU, 1, {3}, {TBSE}, false, 0, NULL},
     {"tanh 1M", PCGC_OP_TANH, 1, {3}, {TBSE}, false, 0, NULL},
     {"exp 1M", PCGC_OP_EXP, 1, {3}, {TBSE}, false, 0, NULL},
     {"scalar_mul 1M", PCGC_OP_SCALAR_MUL, 1, {3}, {TBSE}, false, 0, set_scalar},

@@ -614,7 +614,7 @@ static void mut_add(rulesrc *R) {
 }
 
 static const char *const FAMILIES[][7] = {
-    {"relu", "gelu", "sigmoid", "tanh", "exp", "identity", NULL},
+    {"relu", "gelu", "sigmoid", "silu", "tanh", "exp", "identity", NULL},
     {"add", "sub", "mul", "div", NULL},
     {"scalar_add", "scalar_sub", "scalar_mul", "scalar_div", NULL},
     {"reduce_sum", "reduce_mean", NULL},

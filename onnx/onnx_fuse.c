@@ -9,6 +9,9 @@
  *   GELU (tanh): 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3)))
  *   LayerNorm:   d = x - mean(x); d / sqrt(mean(d^2) + eps) [* scale] [+ bias]
  *                ReduceMean -> Sub -> Pow -> ReduceMean -> Add -> Sqrt -> Div -> Mul -> Add
+ *   SiLU:        x * sigmoid(x)                          Sigmoid -> Mul (x either side)
+ *                (no ONNX operator before opset 23; a Sigmoid whose product is
+ *                not with its own input stays a sigmoid)
  *
  * The matcher walks forward from an anchor (Erf, Tanh, the first
  * ReduceMean) along single consumers, accepting the operand orders
@@ -144,6 +147,17 @@ static int match_gelu_erf(onnx_ctx *c, int e, const char **x, chain *ch, pcgc_st
   push(ch, e);
   const char *t = plus_one(c, out0(c, e), ch, st);
   return t ? gelu_tail(c, *x, t, ch, st) : -1;
+}
+
+/* Sigmoid s of x, whose one consumer multiplies it by x. Returns the Mul. */
+static int match_silu(onnx_ctx *c, int s, const char **x, chain *ch) {
+  *x = in_k(c, s, 0);
+  if (is_const(c, *x)) return -1;
+  int m = sole_user(c, out0(c, s));
+  const char *o = is_op(c, m, "Mul", 2) ? other_operand(c, m, out0(c, s)) : NULL;
+  if (!o || strcmp(o, *x) != 0) return -1;
+  push(ch, s);
+  return m;
 }
 
 /* x^3 as Pow(x, 3), x * (x * x) or (x * x) * x. */
@@ -300,6 +314,9 @@ pcgc_status pcgc__onnx_find_fusions(onnx_ctx *c) {
       root = match_gelu_tanh(c, n, &x, &ch, &st);
       f.kind = OF_GELU;
       f.gelu_tanh = true;
+    } else if (is_op(c, n, "Sigmoid", 1)) {
+      root = match_silu(c, n, &x, &ch);
+      f.kind = OF_SILU;
     } else if (is_op(c, n, "ReduceMean", gp->node[i]->n_input)) {
       root = match_layernorm(c, n, &f, &ch, &st);
       f.kind = OF_LAYERNORM;

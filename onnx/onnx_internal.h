@@ -103,7 +103,7 @@ typedef struct onnx_value {
 } onnx_value;
 
 /* Per ONNX node: whether a fusion swallowed it, or replaces it. */
-typedef enum onnx_fuse_kind { OF_NONE, OF_SKIP, OF_GELU, OF_LAYERNORM } onnx_fuse_kind;
+typedef enum onnx_fuse_kind { OF_NONE, OF_SKIP, OF_GELU, OF_LAYERNORM, OF_SILU } onnx_fuse_kind;
 
 typedef struct onnx_fused {
   onnx_fuse_kind kind;

@@ -917,7 +917,7 @@ pcgc_status pcgc__onnx_emit_fused(onnx_ctx *c, const onnx_fused *f) {
   /* named after the pattern's scope: "/layers.0/norm1/Add_1" -> "/layers.0/norm1/LayerNormalization" */
   char base[600];
   const char *root = pcgc__onnx_node_name(c->cur), *slash = strrchr(root, '/');
-  const char *what = f->kind == OF_GELU ? "Gelu" : "LayerNormalization";
+  const char *what = f->kind == OF_GELU ? "Gelu" : f->kind == OF_SILU ? "SiLU" : "LayerNormalization";
   if (slash) snprintf(base, sizeof base, "%.*s/%s", (int)(slash - root > 500 ? 500 : slash - root), root, what);
   else snprintf(base, sizeof base, "%.500s", root);
   c->name_base = base;
@@ -928,6 +928,10 @@ pcgc_status pcgc__onnx_emit_fused(onnx_ctx *c, const onnx_fused *f) {
     pcgc_attrs_init(&a, PCGC_OP_GELU);
     pcgc_attrs_set_int(&a, "approximate", f->gelu_tanh);
     s = emit_out(c, PCGC_OP_GELU, &a, 1, &x);
+  } else if (s == PCGC_OK && f->kind == OF_SILU) {
+    pcgc_attrs a;
+    pcgc_attrs_init(&a, PCGC_OP_SILU);
+    s = emit_out(c, PCGC_OP_SILU, &a, 1, &x);
   } else if (s == PCGC_OK) {
     /* the reduced axes must be the last ones */
     int r = type_of(c, x)->rank;

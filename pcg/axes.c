@@ -90,7 +90,8 @@ pcgc_status pcgc_op_axes(pcgc_op_kind k, const pcgc_attrs *a, int n_in, const pc
     same(m, 0, r);
     for (int i = 1; i < n_in; i++) m->dim[i][0] = PCGC_AX_OUT(1);
     return PCGC_OK;
-  case PCGC_OP_LAYERNORM: {
+  case PCGC_OP_LAYERNORM:
+  case PCGC_OP_RMSNORM: {
     same(m, 0, r);
     int axes = (int)pcgc_attrs_int(a, "axes");
     for (int i = 1; i < n_in; i++)

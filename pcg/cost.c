@@ -99,6 +99,8 @@ static void cost_pool2d(cctx *x) {
  * ~8 backward */
 static void cost_batchnorm(cctx *x) { set(x, 5 * numel(&x->in[0]), 8.0 / 5); }
 static void cost_layernorm(cctx *x) { set(x, 5 * numel(&x->in[0]), 8.0 / 5); }
+/* square and sum, scale by the row's factor and the weight: ~4 forward, ~6 backward */
+static void cost_rmsnorm(cctx *x) { set(x, 4 * numel(&x->in[0]), 6.0 / 4); }
 
 static void cost_embedding(cctx *x) {
   /* a gather; bags add the looked-up rows; backward scatter-adds */
@@ -115,6 +117,7 @@ static void cost_unary(cctx *x) {
   double ew;
   switch (x->kind) {
   case PCGC_OP_GELU: ew = 8; break;
+  case PCGC_OP_SILU: ew = 5; break; /* a sigmoid and a product */
   case PCGC_OP_SIGMOID:
   case PCGC_OP_TANH:
   case PCGC_OP_EXP: ew = 4; break;

@@ -72,7 +72,8 @@ static const char *slot_name(pcgc_op_kind k, int i) {
   case PCGC_OP_LINEAR:
   case PCGC_OP_CONV2D: return i < 3 ? lin[i] : "?";
   case PCGC_OP_BATCHNORM:
-  case PCGC_OP_LAYERNORM: return i < 3 ? norm[i] : "?";
+  case PCGC_OP_LAYERNORM:
+  case PCGC_OP_RMSNORM: return i < 3 ? norm[i] : "?";
   case PCGC_OP_EMBEDDING: return i < 2 ? emb[i] : "?";
   case PCGC_OP_ATTENTION: return i < 11 ? att[i] : "?";
   case PCGC_OP_MATMUL:
@@ -590,6 +591,37 @@ static pcgc_status infer_layernorm(ictx *c) {
     TRY(no_sum(c, i, "a weight must be whole"));
     for (int d = 0; d < axes; d++) TRY(unsharded(c, i, d, "the normalised dims are whole"));
     TRY(need_replica(c, i, pcgc_ptensor_pieces(x)));
+  }
+  return PCGC_OK;
+}
+
+/* x / sqrt(mean(x^2 over the last `axes` dims) + eps) [* scale]: layernorm
+ * without centring and without bias (LLaMA's RMSNorm) */
+static pcgc_status infer_rmsnorm(ictx *c) {
+  const pcgc_ptensor *x = &c->in[0];
+  TRY(need_float(c, 0));
+  int64_t axes = pcgc_attrs_int(c->a, "axes");
+  if (axes < 1 || axes > x->rank)
+    return fail(c, "axes=%lld must be between 1 and the input rank %d", (long long)axes, x->rank);
+  if (pcgc_attrs_float(c->a, "eps") <= 0) return fail(c, "eps must be positive");
+  int r = x->rank, first = r - (int)axes;
+  if (c->n_in == 2) {
+    TRY(need_rank(c, 1, (int)axes, (int)axes));
+    TRY(need_same_dtype(c, 0, 1));
+    for (int d = 0; d < axes; d++)
+      if (c->in[1].dims[d] != x->dims[first + d]) {
+        char t1[128], t2[128];
+        return fail(c, "scale is %s but must match the last %lld dims of the input %s", fmt_type(t1, sizeof t1, &c->in[1]),
+                    (long long)axes, fmt_type(t2, sizeof t2, x));
+      }
+  }
+  c->out[0] = *x;
+  TRY(no_sum(c, 0, "normalisation of a partial sum is not a partial sum"));
+  for (int d = first; d < r; d++) TRY(unsharded(c, 0, d, "rmsnorm normalises over it"));
+  if (c->n_in == 2) {
+    TRY(no_sum(c, 1, "a weight must be whole"));
+    for (int d = 0; d < axes; d++) TRY(unsharded(c, 1, d, "the normalised dims are whole"));
+    TRY(need_replica(c, 1, pcgc_ptensor_pieces(x)));
   }
   return PCGC_OK;
 }

@@ -545,6 +545,7 @@ static const creator creators[] = {
     {PCGC_OP_CONV2D, 1, {"out", "kernel", "bias"}},
     {PCGC_OP_BATCHNORM, 1, {"affine"}},
     {PCGC_OP_LAYERNORM, 1, {"affine"}},
+    {PCGC_OP_RMSNORM, 1, {"affine"}},
     {PCGC_OP_EMBEDDING, 1, {"num", "dim"}},
     {PCGC_OP_ATTENTION, 3, {"embed", "bias"}},
 };
@@ -717,17 +718,18 @@ static pcgc_status create_weights(builder *b, const pcgc__stmt *st, pcgc_op_kind
     W("scale", 1, &x->dims[1], PCGC_INIT_ONES, 0);
     W("bias", 1, &x->dims[1], PCGC_INIT_ZEROS, 0);
     break;
-  case PCGC_OP_LAYERNORM: {
+  case PCGC_OP_LAYERNORM:
+  case PCGC_OP_RMSNORM: {
     if (!ca->affine) break;
     int64_t axes = pcgc_attrs_int(a, "axes");
     if (axes < 1 || axes > x->rank) {
-      FAIL(b, at, PCGC_ERR_TYPE, "layernorm '%s': axes=%lld, but the input has %d dim%s", base, (long long)axes,
-           x->rank, plural(x->rank));
+      FAIL(b, at, PCGC_ERR_TYPE, "%s '%s': axes=%lld, but the input has %d dim%s", pcgc_op_name(op), base,
+           (long long)axes, x->rank, plural(x->rank));
       return hint(b, "axes counts the trailing dims to normalise over: 1 to the input's rank");
     }
     const int64_t *d = &x->dims[x->rank - axes];
     W("scale", (int)axes, d, PCGC_INIT_ONES, 0);
-    W("bias", (int)axes, d, PCGC_INIT_ZEROS, 0);
+    if (op == PCGC_OP_LAYERNORM) W("bias", (int)axes, d, PCGC_INIT_ZEROS, 0); /* RMSNorm has no bias */
     break;
   }
   case PCGC_OP_EMBEDDING:

@@ -476,7 +476,8 @@ static pcgc_status write_node(text_out *o, const pcgc_graph *g, const name_map *
     first = false;
   }
   /* Without weight inputs the parser would create scale and bias. */
-  if ((nd->kind == PCGC_OP_BATCHNORM || nd->kind == PCGC_OP_LAYERNORM) && nd->n_in == 1) {
+  if ((nd->kind == PCGC_OP_BATCHNORM || nd->kind == PCGC_OP_LAYERNORM || nd->kind == PCGC_OP_RMSNORM) &&
+      nd->n_in == 1) {
     out_puts(o, first ? "affine=false" : ", affine=false");
   }
   out_puts(o, ")\n");

@@ -61,6 +61,7 @@
 #define EFF_pool2d EFF_VECTOR
 #define EFF_batchnorm EFF_VECTOR
 #define EFF_layernorm EFF_VECTOR
+#define EFF_rmsnorm EFF_VECTOR
 #define EFF_embedding EFF_VECTOR
 #define EFF_unary EFF_VECTOR
 #define EFF_binary EFF_VECTOR

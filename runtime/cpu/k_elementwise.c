@@ -63,6 +63,13 @@ static double sigmoid(double x) {
   return x >= 0 ? 1 / (1 + e) : e / (1 + e);
 }
 
+/* x sigmoid(x), and its derivative sigmoid(x) (1 + x (1 - sigmoid(x))) */
+static double silu(double x) { return x * sigmoid(x); }
+static double silu_grad(double x) {
+  double y = sigmoid(x);
+  return y * (1 + x * (1 - y));
+}
+
 /* Dropout is active when training with rate > 0; *scale = 1/(1-rate). */
 static bool dropout_on(const pcgc__kargs *k, double *rate, double *scale) {
   *rate = pcgc_attrs_float(k->a, "rate");
@@ -162,7 +169,8 @@ static void unary_bwd_range(void *p, int64_t lo, int64_t hi) {
  * threads, the others (bound by memory) and overlapping buffers in one
  * piece, in element order. */
 static int64_t unary_grain(pcgc_op_kind kind, bool fast, int64_t n) {
-  bool libm = kind == PCGC_OP_GELU || kind == PCGC_OP_SIGMOID || kind == PCGC_OP_TANH || kind == PCGC_OP_EXP;
+  bool libm = kind == PCGC_OP_GELU || kind == PCGC_OP_SIGMOID || kind == PCGC_OP_SILU || kind == PCGC_OP_TANH ||
+              kind == PCGC_OP_EXP;
   return fast && libm ? KX_GRAIN_LIBM : n;
 }
 

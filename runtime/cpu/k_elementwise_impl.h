@@ -32,6 +32,9 @@ KX_INLINE void SFX(unary_fwd_loop)(pcgc_op_kind kind, double s, int64_t n, const
   case PCGC_OP_SIGMOID:
     for (int64_t i = 0; i < n; i++) y[i] = (REAL)sigmoid(x[i]);
     break;
+  case PCGC_OP_SILU:
+    for (int64_t i = 0; i < n; i++) y[i] = (REAL)silu(x[i]);
+    break;
   case PCGC_OP_TANH:
     for (int64_t i = 0; i < n; i++) y[i] = (REAL)tanh(x[i]);
     break;
@@ -66,6 +69,9 @@ KX_INLINE void SFX(unary_bwd_loop)(pcgc_op_kind kind, double s, int64_t n, const
       double y = sigmoid(x[i]);
       dx[i] += (REAL)((double)dy[i] * (y * (1 - y)));
     }
+    break;
+  case PCGC_OP_SILU:
+    for (int64_t i = 0; i < n; i++) dx[i] += (REAL)((double)dy[i] * silu_grad(x[i]));
     break;
   case PCGC_OP_TANH:
     for (int64_t i = 0; i < n; i++) {

@@ -11,7 +11,8 @@
  * x^2): the whole-tensor kernels call the same channel-group functions as
  * the split entry points, so the two agree bit for bit. Layer norm
  * normalises each row of the last `axes` dims with two passes (mean, then
- * squared deviations). The typed loops are in k_norm_impl.h: sums of
+ * squared deviations); RMS norm is layer norm without centring or bias (one
+ * pass of squares), its backward layer norm's with the mean 0. The typed loops are in k_norm_impl.h: sums of
  * NORM_G channels or rows side by side (each still in its own order), the
  * rest one vectorised loop per channel or row.
  */
@@ -380,6 +381,67 @@ pcgc_status pcgc__cpu_bwd_layernorm(const pcgc__kargs *k) {
       if (kx_want(dscale)) kx_add(dscale, j, as[j]);
       if (kx_want(dbias)) kx_add(dbias, j, ab[j]);
     }
+    if (as != small) free(as);
+  }
+  return PCGC_OK;
+}
+
+/* --------------------------------------------------------------- RMS norm */
+
+/* y = x / sqrt(mean(x^2) + eps) [* scale] over the last `axes` dims */
+pcgc_status pcgc__cpu_fwd_rmsnorm(const pcgc__kargs *k) {
+  KX_TRY(pcgc__kcheck(k, false, 0));
+  const pcgc_buf *x = &k->in[0];
+  pcgc_buf *y = &k->out[0];
+  ln_view v = ln_view_of(k);
+  const void *scale = k->n_in == 2 ? k->in[1].data : NULL;
+  FOR_GROUPS(r0, nr, v.rows) {
+    double invrms[NORM_G];
+    KX_BY_DTYPE(x->dtype, rms_stats, v.n, v.eps, x->data, r0, (int)nr, invrms);
+    for (int j = 0; j < nr; j++) {
+      int64_t o = (r0 + j) * v.n;
+      KX_BY_DTYPE(x->dtype, rms_apply, v.n, elem(x, o), invrms[j], scale, elem(y, o));
+    }
+  }
+  return PCGC_OK;
+}
+
+/* dx = invrms * (g - xhat * mean(g * xhat)), g = dy * scale, xhat = x * invrms;
+ * dscale += sum over rows of dy * xhat: layer norm's backward with mean 0 */
+pcgc_status pcgc__cpu_bwd_rmsnorm(const pcgc__kargs *k) {
+  KX_TRY(pcgc__kcheck(k, true, 0));
+  const pcgc_buf *x = &k->in[0], *dy = &k->dout[0];
+  pcgc_buf *dx = &k->din[0], *dscale = k->n_in == 2 ? &k->din[1] : NULL;
+  ln_view v = ln_view_of(k);
+  bool want_dx = kx_want(dx), want_cols = kx_want(dscale);
+  if (!want_dx && !want_cols) return PCGC_OK;
+  double small[2 * 1024], *as = NULL, *ab = NULL;
+  if (want_cols) {
+    as = v.n <= 1024 ? small : malloc((size_t)v.n * 2 * sizeof *as);
+    if (!as)
+      return pcgc_error_set(k->err, PCGC_ERR_NOMEM, "rmsnorm: out of memory (%zu bytes of scratch)",
+                            (size_t)v.n * 2 * sizeof *as);
+    ab = as + v.n;
+    memset(as, 0, (size_t)v.n * 2 * sizeof *as);
+  }
+  const void *scale = k->n_in == 2 ? k->in[1].data : NULL;
+  FOR_GROUPS(r0, nr, v.rows) {
+    double zero[NORM_G] = {0}, invrms[NORM_G], m1[NORM_G], m2[NORM_G];
+    KX_BY_DTYPE(x->dtype, rms_stats, v.n, v.eps, x->data, r0, (int)nr, invrms);
+    if (want_dx) {
+      KX_BY_DTYPE(x->dtype, ln_bwd_means, v.n, x->data, dy->data, scale, r0, (int)nr, zero, invrms, m1, m2);
+      for (int j = 0; j < nr; j++) {
+        int64_t o = (r0 + j) * v.n;
+        KX_BY_DTYPE(x->dtype, ln_bwd_dx, v.n, elem(x, o), elem(dy, o), scale, 0.0, invrms[j], 0.0, m2[j], elem(dx, o));
+      }
+    }
+    for (int j = 0; want_cols && j < nr; j++) {
+      int64_t o = (r0 + j) * v.n;
+      KX_BY_DTYPE(x->dtype, ln_bwd_cols, v.n, elem(x, o), elem(dy, o), 0.0, invrms[j], as, ab);
+    }
+  }
+  if (want_cols) {
+    for (int64_t j = 0; j < v.n; j++) kx_add(dscale, j, as[j]);
     if (as != small) free(as);
   }
   return PCGC_OK;

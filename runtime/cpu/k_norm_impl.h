@@ -249,5 +249,37 @@ static void SFX(ln_bwd_cols)(int64_t n, const REAL *restrict x, const REAL *rest
   });
 }
 
+/* ---------------------------------------------------------------- RMS norm
+ * Layer norm without centring: its backward is layer norm's with mean 0 and
+ * m1 0 (ln_bwd_means, ln_bwd_dx, ln_bwd_cols); only the statistics and the
+ * forward differ. */
+
+/* invrms[k] = 1 / sqrt(mean(x^2) + eps) of row r0 + k, summed in order */
+static void SFX(rms_stats)(int64_t n, double eps, const REAL *restrict x, int64_t r0, int nr, double *invrms) {
+  const REAL *xr = x + r0 * n;
+  double q[NORM_G] = {0};
+  if (nr == NORM_G) {
+    for (int64_t j = 0; j < n; j++)
+      _Pragma("GCC unroll 4") for (int k = 0; k < NORM_G; k++) {
+        double v = xr[k * n + j];
+        q[k] += v * v;
+      }
+  } else {
+    for (int k = 0; k < nr; k++)
+      for (int64_t j = 0; j < n; j++) {
+        double v = xr[k * n + j];
+        q[k] += v * v;
+      }
+  }
+  for (int k = 0; k < nr; k++) invrms[k] = 1 / sqrt(q[k] / (double)n + eps);
+}
+
+/* y = x * invrms * scale over one row (scale 1 where absent) */
+static void SFX(rms_apply)(int64_t n, const REAL *restrict x, double invrms, const REAL *restrict scale,
+                           REAL *restrict y) {
+  if (scale) KX_FOR(j, n, y[j] = (REAL)((double)x[j] * invrms * (double)scale[j]));
+  else KX_FOR(j, n, y[j] = (REAL)((double)x[j] * invrms));
+}
+
 #undef REAL
 #undef SFX

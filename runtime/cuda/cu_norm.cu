@@ -174,11 +174,13 @@ __global__ void add_grads(int64_t C, const double *ls1, const double *ls2, float
 /* ------------------------------------------------------------- layer norm */
 
 /* Block-wide mean and invstd of row xr [n]: the mean, then the squared
- * deviations from it (k_norm_impl.h ln_stats). */
-__device__ static void ln_row_stats(int64_t n, double eps, const float *xr, double *mean, double *invstd) {
+ * deviations from it (k_norm_impl.h ln_stats); without centring (RMS norm,
+ * rms_stats) the mean is 0 and invstd is 1 / sqrt(mean(x^2) + eps). */
+__device__ static void ln_row_stats(int64_t n, double eps, bool centred, const float *xr, double *mean,
+                                    double *invstd) {
   double s = 0;
-  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) s = nadd(s, (double)xr[j]);
-  double m = ndiv(block_sum2(s, 0).x, (double)n), q = 0;
+  for (int64_t j = threadIdx.x; centred && j < n; j += blockDim.x) s = nadd(s, (double)xr[j]);
+  double m = centred ? ndiv(block_sum2(s, 0).x, (double)n) : 0.0, q = 0;
   for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
     double e = nsub((double)xr[j], m);
     q = nadd(q, nmul(e, e));
@@ -188,16 +190,17 @@ __device__ static void ln_row_stats(int64_t n, double eps, const float *xr, doub
 }
 
 /* y = (x - mean) * invstd * scale + bias, one block per row */
-__global__ void ln_fwd(int64_t R, int64_t n, double eps, const float *x, const float *scale, const float *bias,
-                       float *y) {
+__global__ void ln_fwd(int64_t R, int64_t n, double eps, bool centred, const float *x, const float *scale,
+                       const float *bias, float *y) {
   for (int64_t r = blockIdx.x; r < R; r += gridDim.x) {
     const float *xr = x + r * n;
     float *yr = y + r * n;
     double mean, invstd;
-    ln_row_stats(n, eps, xr, &mean, &invstd);
+    ln_row_stats(n, eps, centred, xr, &mean, &invstd);
     for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
       double sc = scale ? (double)scale[j] : 1.0, b = bias ? (double)bias[j] : 0.0;
-      yr[j] = (float)nadd(nmul(nmul(nsub((double)xr[j], mean), invstd), sc), b);
+      if (centred) yr[j] = (float)nadd(nmul(nmul(nsub((double)xr[j], mean), invstd), sc), b);
+      else yr[j] = (float)(scale ? nmul(nmul((double)xr[j], invstd), sc) : nmul((double)xr[j], invstd)); /* rms_apply */
     }
   }
 }
@@ -205,12 +208,12 @@ __global__ void ln_fwd(int64_t R, int64_t n, double eps, const float *x, const f
 /* Per row: (mean, invstd) into rowst (if given) and, if dx is given,
  * dx += invstd * (g - m1 - xhat * m2), g = dy * scale, m1 = mean(g),
  * m2 = mean(g * xhat) (k_norm_impl.h ln_bwd_means, ln_bwd_dx). */
-__global__ void ln_bwd_rows(int64_t R, int64_t n, double eps, const float *x, const float *dy, const float *scale,
-                            float *dx, double2 *rowst) {
+__global__ void ln_bwd_rows(int64_t R, int64_t n, double eps, bool centred, const float *x, const float *dy,
+                            const float *scale, float *dx, double2 *rowst) {
   for (int64_t r = blockIdx.x; r < R; r += gridDim.x) {
     const float *xr = x + r * n, *dr = dy + r * n;
     double mean, invstd;
-    ln_row_stats(n, eps, xr, &mean, &invstd);
+    ln_row_stats(n, eps, centred, xr, &mean, &invstd);
     if (rowst && threadIdx.x == 0) rowst[r] = make_double2(mean, invstd);
     if (!dx) continue;
     double s1 = 0, s2 = 0;
@@ -220,7 +223,7 @@ __global__ void ln_bwd_rows(int64_t R, int64_t n, double eps, const float *x, co
       s2 = nadd(s2, nmul(nmul(g, nsub((double)xr[j], mean)), invstd));
     }
     double2 t = block_sum2(s1, s2);
-    double m1 = ndiv(t.x, (double)n), m2 = ndiv(t.y, (double)n);
+    double m1 = centred ? ndiv(t.x, (double)n) : 0.0, m2 = ndiv(t.y, (double)n);
     float *gr = dx + r * n;
     for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
       double g = nmul((double)dr[j], scale ? (double)scale[j] : 1.0);
@@ -319,8 +322,10 @@ static pcgc_status check_like(const pcgc__cukargs *k, const pcgc_buf *b, const p
 static pcgc_status norm_check(const pcgc__cukargs *k, bool backward) {
   if (!k->a) return pcgc__kfail(k, "no attributes given");
   if (k->a->kind != k->kind) return pcgc__kfail(k, "the attributes belong to operator '%s'", pcgc_op_name(k->a->kind));
-  if ((k->n_in != 1 && k->n_in != 3) || !k->in)
-    return pcgc__kfail(k, "takes an input and optionally both scale and bias, got %d inputs", k->in ? k->n_in : 0);
+  int with = k->kind == PCGC_OP_RMSNORM ? 2 : 3; /* rmsnorm: a scale, no bias */
+  if ((k->n_in != 1 && k->n_in != with) || !k->in)
+    return pcgc__kfail(k, "takes an input and optionally %s, got %d inputs",
+                       with == 2 ? "a scale" : "both scale and bias", k->in ? k->n_in : 0);
   const pcgc_buf *outs = backward ? k->dout : k->out;
   if (k->n_out != 1 || !outs) return pcgc__kfail(k, "has 1 output, got %d", outs ? k->n_out : 0);
   if (backward && !k->din) return pcgc__kfail(k, "no input gradient buffers given");
@@ -657,8 +662,9 @@ pcgc_status pcgc__cu_fwd_layernorm(const pcgc__cukargs *k) {
   if (pcgc__cu_measuring(k)) return PCGC_OK;
   ln_dims d = ln_dims_of(k);
   const pcgc_buf *scale = k->n_in == 3 ? &k->in[1] : NULL, *bias = k->n_in == 3 ? &k->in[2] : NULL;
-  ln_fwd<<<ln_rows_grid(d.R), ln_threads(d.n), 0, k->cu->stream>>>(
-      d.R, d.n, pcgc_attrs_float(k->a, "eps"), fdata(&k->in[0]), fdata(scale), fdata(bias), (float *)k->out[0].data);
+  ln_fwd<<<ln_rows_grid(d.R), ln_threads(d.n), 0, k->cu->stream>>>(d.R, d.n, pcgc_attrs_float(k->a, "eps"), true,
+                                                                     fdata(&k->in[0]), fdata(scale), fdata(bias),
+                                                                     (float *)k->out[0].data);
   return pcgc__cu_launched(k, "layer norm");
 }
 
@@ -669,11 +675,13 @@ static int ln_parts(ln_dims d) {
   return (int)(p < 1 ? 1 : p > 4096 ? 4096 : p);
 }
 
+/* Layer norm's backward; RMS norm's (no centring, no bias) when k is an rmsnorm. */
 pcgc_status pcgc__cu_bwd_layernorm(const pcgc__cukargs *k) {
   NM_TRY(norm_check(k, true));
+  bool centred = k->kind != PCGC_OP_RMSNORM;
   const pcgc_buf *x = &k->in[0], *dy = &k->dout[0];
-  const pcgc_buf *scale = k->n_in == 3 ? &k->in[1] : NULL;
-  pcgc_buf *dx = &k->din[0], *dscale = k->n_in == 3 ? &k->din[1] : NULL, *dbias = k->n_in == 3 ? &k->din[2] : NULL;
+  const pcgc_buf *scale = k->n_in > 1 ? &k->in[1] : NULL;
+  pcgc_buf *dx = &k->din[0], *dscale = k->n_in > 1 ? &k->din[1] : NULL, *dbias = k->n_in == 3 ? &k->din[2] : NULL;
   bool want_dx = want(dx), want_cols = want(dscale) || want(dbias);
   if (!want_dx && !want_cols) return PCGC_OK;
   ln_dims d = ln_dims_of(k);
@@ -685,8 +693,8 @@ pcgc_status pcgc__cu_bwd_layernorm(const pcgc__cukargs *k) {
   }
   if (pcgc__cu_measuring(k)) return PCGC_OK;
   cudaStream_t s = k->cu->stream;
-  ln_bwd_rows<<<ln_rows_grid(d.R), ln_threads(d.n), 0, s>>>(d.R, d.n, pcgc_attrs_float(k->a, "eps"), fdata(x),
-                                                            fdata(dy), fdata(scale),
+  ln_bwd_rows<<<ln_rows_grid(d.R), ln_threads(d.n), 0, s>>>(d.R, d.n, pcgc_attrs_float(k->a, "eps"), centred,
+                                                            fdata(x), fdata(dy), fdata(scale),
                                                             want_dx ? (float *)dx->data : NULL, rowst);
   NM_TRY(pcgc__cu_launched(k, "layer norm backward"));
   if (!want_cols) return PCGC_OK;
@@ -698,3 +706,18 @@ pcgc_status pcgc__cu_bwd_layernorm(const pcgc__cukargs *k) {
                                                           want(dbias) ? (float *)dbias->data : NULL);
   return pcgc__cu_launched(k, "layer norm scale and bias gradients");
 }
+
+/* ---------------------------------------------------------------- RMS norm */
+
+pcgc_status pcgc__cu_fwd_rmsnorm(const pcgc__cukargs *k) {
+  NM_TRY(norm_check(k, false));
+  if (pcgc__cu_measuring(k)) return PCGC_OK;
+  ln_dims d = ln_dims_of(k);
+  const pcgc_buf *scale = k->n_in == 2 ? &k->in[1] : NULL;
+  ln_fwd<<<ln_rows_grid(d.R), ln_threads(d.n), 0, k->cu->stream>>>(d.R, d.n, pcgc_attrs_float(k->a, "eps"), false,
+                                                                     fdata(&k->in[0]), fdata(scale), NULL,
+                                                                     (float *)k->out[0].data);
+  return pcgc__cu_launched(k, "RMS norm");
+}
+
+pcgc_status pcgc__cu_bwd_rmsnorm(const pcgc__cukargs *k) { return pcgc__cu_bwd_layernorm(k); }

@@ -36,7 +36,7 @@ trains() {
 
 # --- every model in models/ checks and carries a leading comment block and const B
 zoo="resnext50 inception-v3 dlrm xdl candle-uno unity-mlp gpt-3b"
-for m in $zoo mlp cnn transformer-block embedding-bag bert-large; do
+for m in $zoo mlp cnn transformer-block embedding-bag bert-large decoder-small; do
   f="$src/models/$m.pcg"
   if [ -f "$f" ]; then ok; else bad "models/$m.pcg is missing"; continue; fi
   if head -1 "$f" | grep -q '^# '; then ok; else bad "models/$m.pcg does not start with a comment"; fi
@@ -82,6 +82,10 @@ params_are "$m" 3152384                     # torch nn.TransformerEncoderLayer(5
 m=embedding-bag; expect 0 "$pcgc" check "$src/models/$m.pcg"
 params_are "$m" 107362                      # tables 3 x 1000 x 32 + MLPs 11,362
 ops_are embedding 3
+m=decoder-small; expect 0 "$pcgc" check "$src/models/$m.pcg"
+params_are "$m" 1055872                     # the same layers in torch.nn (no biases)
+ops_are rmsnorm 9; ops_are silu 4; ops_are attention 4
+trains "$src/models/$m.pcg" --steps 2 --set LAYERS=2 --set S=16
 
 # --- documented alternative configurations
 m=candle-uno; expect 0 "$pcgc" check "$src/models/$m.pcg" --set W=1000 --set TOWER_DEPTH=3 --set DEPTH=3

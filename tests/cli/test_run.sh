@@ -102,6 +102,14 @@ for m in mlp cnn transformer-block embedding-bag; do
     has "$tmp/out" ": match"
   done
 done
+# a LLaMA-shaped decoder (RMSNorm, SwiGLU): compile's plan, and Megatron with the SwiGLU split
+expect 0 "$pcgc" compile "$src/models/decoder-small.pcg" --machine cpu-4 --set LAYERS=2 -o "$tmp/dec4.json"
+expect 0 "$pcgc" run "$tmp/dec4.json" --steps 2 --check --optimizer sgd; has "$tmp/out" ": match"
+expect 0 "$pcgc" compile "$src/models/decoder-small.pcg" --machine cpu-2 --set LAYERS=2 --choice tp=2 --budget 0 \
+  -o "$tmp/dectp.json"
+# megatron_swiglu split both layers' feed-forward (its rewrite names the SiLU on a shard "_ap")
+[ "$(grep -o 'gate_ap = silu' "$tmp/dectp.json" | wc -l)" = 2 ] && ok || bad "SwiGLU was not split: $(grep -o '[a-z0-9_.]* = silu([^)]*)' "$tmp/dectp.json")"
+expect 0 "$pcgc" run "$tmp/dectp.json" --steps 2 --check --optimizer sgd; has "$tmp/out" ": match"
 # the plan's optimizer (compile's default, adam) is run's default
 expect 0 "$pcgc" run "$tmp/transformer-block4.json" --steps 3 --check
 has "$tmp/out" "4 processes (1 BLAS thread each): adam, 3 steps"; has "$tmp/out" ": match"

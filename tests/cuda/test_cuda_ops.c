@@ -509,6 +509,22 @@ static void test_layernorm(void) {
   run_case(PCGC_OP_LAYERNORM, &a, "x[2,3,4] axes=3 (one row)", 1, &x6, NULL, TOL_EW);
 }
 
+static void test_rmsnorm(void) {
+  pcgc_attrs a = attrs(PCGC_OP_RMSNORM);
+  pcgc_buf in[2] = {frange(-1, 2, DIMS(4, 7, 16)), frange(0.5, 1.5, DIMS(16))};
+  run_case(PCGC_OP_RMSNORM, &a, "x[4,7,16] axes=1 scale", 2, in, NULL, TOL_EW);
+  pcgc_buf x2 = frand(DIMS(6, 33));
+  run_case(PCGC_OP_RMSNORM, &a, "x[6,33] axes=1 no scale", 1, &x2, NULL, TOL_EW);
+  pcgc_buf in3[2] = {frand(DIMS(2, 300)), frand(DIMS(300))};
+  run_case(PCGC_OP_RMSNORM, &a, "x[2,300] rows longer than a block", 2, in3, NULL, TOL_EW);
+  pcgc_buf in4[2] = {frand(DIMS(300, 24)), frand(DIMS(24))};
+  run_case(PCGC_OP_RMSNORM, &a, "x[300,24] many rows", 2, in4, NULL, TOL_EW);
+  seti(&a, "axes", 2);
+  setf(&a, "eps", 1e-3);
+  pcgc_buf in5[2] = {frand(DIMS(3, 5, 6)), frand(DIMS(5, 6))};
+  run_case(PCGC_OP_RMSNORM, &a, "x[3,5,6] axes=2 eps=1e-3 scale", 2, in5, NULL, TOL_EW);
+}
+
 /* ------------------------------------------------------------ embedding */
 
 static const char *bag_names[] = {"none", "sum", "mean"};
@@ -553,6 +569,7 @@ static void test_unary(void) {
       {PCGC_OP_GELU, NULL, 0, "erf form"},
       {PCGC_OP_GELU, "approximate", 1, "tanh form"},
       {PCGC_OP_SIGMOID, NULL, 0, "x[4,5,6]"},
+      {PCGC_OP_SILU, NULL, 0, "x[4,5,6]"},
       {PCGC_OP_TANH, NULL, 0, "x[4,5,6]"},
       {PCGC_OP_EXP, NULL, 0, "x[4,5,6]"},
       {PCGC_OP_IDENTITY, NULL, 0, "x[4,5,6]"},
@@ -1021,6 +1038,7 @@ int main(void) {
   test_pool2d();
   test_batchnorm();
   test_layernorm();
+  test_rmsnorm();
   test_embedding();
   test_unary();
   test_binary();

@@ -13,7 +13,7 @@ inputs rounded to float32. tests/golden/test_golden.c replays all of it
 with pcgc's reference interpreter. CI has no torch, so the outputs are
 committed; rerun this only when a model or the format changes:
 
-    /usr/bin/python3 tests/golden/gen_golden.py        # writes tests/golden/*.bin
+    /usr/bin/python3 tests/golden/gen_golden.py [MODEL...]   # writes tests/golden/*.bin
 
 Each model is written here by hand with torch.nn.functional, with its
 parameters held in pcgc's layouts and names (see runtime/cpu/kernels.h):
@@ -304,6 +304,58 @@ def check_attention_module(W, I):
     assert torch.allclose(mine, hand, rtol=0, atol=1e-12), (mine - hand).abs().max()
 
 
+# -- 6. decoder (LLaMA-shaped: RMSNorm, causal attention, SwiGLU)
+
+def decoder_init(gen):
+    W, I = {}, {}
+    a = math.sqrt(6 / (E + E))
+    for p in ("wq", "wk", "wv", "wo"):
+        W["attn." + p] = uniform(gen, (E, E), a)
+    for n in ("n1", "n2"):
+        W[n + ".scale"] = 1 + uniform(gen, (E,), 0.5)   # near 1, not 1
+    W["gate.weight"] = uniform(gen, (E, 12), 1 / math.sqrt(E))
+    W["up.weight"] = uniform(gen, (E, 12), 1 / math.sqrt(E))
+    W["down.weight"] = uniform(gen, (12, E), 1 / math.sqrt(12))
+    I["x"] = normal(gen, (2, 5, E))
+    I["target"] = normal(gen, (2, 5, E))
+    return W, I
+
+
+def rms_norm(x, scale, eps=1e-5):
+    return x / torch.sqrt((x * x).mean(dim=-1, keepdim=True) + eps) * scale
+
+
+def causal_attention(x, W):
+    """softmax(q k^T / sqrt(d) + causal mask) v per head, no biases (torch
+    1.13 has no scaled_dot_product_attention)."""
+    B, S, _ = x.shape
+    d = E // HEADS
+    q = (x @ W["attn.wq"]).reshape(B, S, HEADS, d).transpose(1, 2)
+    k = (x @ W["attn.wk"]).reshape(B, S, HEADS, d).transpose(1, 2)
+    v = (x @ W["attn.wv"]).reshape(B, S, HEADS, d).transpose(1, 2)
+    s = q @ k.transpose(-1, -2) / math.sqrt(d)
+    mask = torch.ones(S, S, dtype=torch.bool).triu(1)   # key j > query i is hidden
+    p = torch.softmax(s.masked_fill(mask, float("-inf")), dim=-1)
+    return (p @ v).transpose(1, 2).reshape(B, S, E) @ W["attn.wo"]
+
+
+def decoder_forward(W, I, probe):
+    t = {}
+    x = I["x"]
+    t["n1"] = rms_norm(x, W["n1.scale"])
+    t["attn"] = causal_attention(t["n1"], W)
+    t["res1"] = x + t["attn"]
+    t["n2"] = rms_norm(t["res1"], W["n2.scale"])
+    t["gate"] = t["n2"] @ W["gate.weight"]
+    t["up"] = t["n2"] @ W["up.weight"]
+    t["act"] = F.silu(t["gate"])
+    t["h"] = t["act"] * t["up"]
+    t["down"] = t["h"] @ W["down.weight"]
+    t["res2"] = t["res1"] + t["down"]
+    t["loss"] = F.mse_loss(t["res2"], I["target"])
+    return t
+
+
 # -- 4. embedding bag
 
 def embbag_init(gen):
@@ -335,6 +387,7 @@ MODELS = [
     ("transformer", transformer_init, transformer_forward),
     ("embbag", embbag_init, embbag_forward("sum")),
     ("embbag_mean", embbag_init, embbag_forward("mean")),
+    ("decoder", decoder_init, decoder_forward),
 ]
 
 
@@ -403,7 +456,10 @@ def rel_err(a, b):
 
 def main():
     torch.set_num_threads(1)
+    only = sys.argv[1:]   # model names to write (default: all)
     for name, init, forward in MODELS:
+        if only and name not in only:
+            continue
         for seed in range(1000):
             gen = torch.Generator().manual_seed(1000 * (1 + [m[0] for m in MODELS].index(name)) + seed)
             W0, I0 = init(gen)

@@ -2,7 +2,7 @@
  * test_golden.c — agreement of the reference interpreter with PyTorch.
  *
  * For each model of tests/golden (mlp, cnn, transformer, embbag,
- * embbag_mean) and each dtype (f64, f32), the golden file MODEL.DTYPE.bin
+ * embbag_mean, decoder) and each dtype (f64, f32), the golden file MODEL.DTYPE.bin
  * (written by gen_golden.py from PyTorch 1.13) holds the initial weights,
  * the inputs and PyTorch's results. The test loads MODEL.pcg, runs the
  * interpreter in that dtype with dropout off, sets every weight and input
@@ -43,7 +43,7 @@
 
 #define GOLDEN_DIR PCGC_SOURCE_DIR "/tests/golden"
 
-static const char *const MODELS[] = {"mlp", "cnn", "transformer", "embbag", "embbag_mean"};
+static const char *const MODELS[] = {"mlp", "cnn", "transformer", "embbag", "embbag_mean", "decoder"};
 #define N_MODELS ((int)(sizeof MODELS / sizeof MODELS[0]))
 
 enum { G_FWD, G_GRAD, G_SGD, G_ADAM, G_COUNT };

@@ -41,6 +41,7 @@ Sidecar (JSON):
       "buffers": 9600,                 # float buffers (BatchNorm running stats)
       "batchnorm_layers": 20,          # nn.BatchNorm* modules
       "layernorm_layers": 0,           # nn.LayerNorm modules
+      "silu_layers": 0,                # nn.SiLU modules (absent: 0)
       "onnx_nodes": {"Conv": 20, ...}, # node count per op_type, from onnx.load
       "onnx_node_total": 69,
       "onnx_initializers": 102,
@@ -178,6 +179,24 @@ class Ops(torch.nn.Module):
         return self.fc(h).sum(dim=1)                               # (B, 5)
 
 
+class SwiGLU(torch.nn.Module):
+    """A LLaMA-style feed-forward block: silu(x W1) * (x W3) W2, with torch's
+    SiLU exported as Sigmoid + Mul (no ONNX operator before opset 23), next
+    to a plain sigmoid that is multiplied by something else."""
+
+    def __init__(self):
+        super().__init__()
+        self.w1 = torch.nn.Linear(16, 24, bias=False)
+        self.w3 = torch.nn.Linear(16, 24, bias=False)
+        self.w2 = torch.nn.Linear(24, 16, bias=False)
+        self.act = torch.nn.SiLU()
+
+    def forward(self, x):                                      # x (B, 5, 16)
+        h = self.act(self.w1(x)) * self.w3(x)                  # (B, 5, 24)
+        y = self.w2(h)                                         # (B, 5, 16)
+        return y * torch.sigmoid(x)                            # a gate, not a SiLU
+
+
 def transformer(activation="relu"):
     layer = torch.nn.TransformerEncoderLayer(
         d_model=32, nhead=4, dim_feedforward=64, dropout=0.0, batch_first=True,
@@ -194,6 +213,7 @@ MODELS = collections.OrderedDict([
     ("transformer", (transformer, (5, 32), 17, EVAL, True)),
     ("transformer_gelu", (lambda: transformer("gelu"), (5, 32), 14, EVAL, True)),
     ("ops", (Ops, (4, 6, 6), 11, EVAL, True)),
+    ("swiglu", (SwiGLU, (5, 16), 14, EVAL, True)),
     ("resnet18", (lambda: torchvision.models.resnet18(weights=None),
                   (3, 224, 224), 14, PRESERVE, False)),
     ("resnext50_32x4d", (lambda: torchvision.models.resnext50_32x4d(weights=None),
@@ -261,6 +281,7 @@ def export(name, outdir):
         ("batchnorm_layers", sum(isinstance(mod, torch.nn.modules.batchnorm._BatchNorm)
                                  for mod in model.modules())),
         ("layernorm_layers", sum(isinstance(mod, torch.nn.LayerNorm) for mod in model.modules())),
+        ("silu_layers", sum(isinstance(mod, torch.nn.SiLU) for mod in model.modules())),
         ("onnx_nodes", collections.OrderedDict(sorted(counts.items()))),
         ("onnx_node_total", len(m.graph.node)),
         ("onnx_initializers", len(m.graph.initializer)),

@@ -60,7 +60,7 @@ typedef struct side_init {
 
 typedef struct model_side {
   char dir[1024], model[64];
-  int64_t opset, parameters, buffers, batchnorm_layers, layernorm_layers;
+  int64_t opset, parameters, buffers, batchnorm_layers, layernorm_layers, silu_layers;
   int n_ops;
   char op_type[SIDE_MAX_OPS][48];
   int op_count[SIDE_MAX_OPS];
@@ -123,6 +123,8 @@ static void side_load(const char *dir, const char *model, model_side *s) {
   s->buffers = json_int(j, "buffers");
   s->batchnorm_layers = json_int(j, "batchnorm_layers");
   s->layernorm_layers = json_int(j, "layernorm_layers");
+  /* sidecars written before SiLU was imported do not count it: none there */
+  s->silu_layers = cJSON_GetObjectItemCaseSensitive(j, "silu_layers") ? json_int(j, "silu_layers") : 0;
   const cJSON *ops = cJSON_GetObjectItemCaseSensitive(j, "onnx_nodes"), *op;
   ck_assert(cJSON_IsObject(ops));
   cJSON_ArrayForEach(op, ops) {
@@ -280,6 +282,9 @@ static void check_ops(const pcgc_graph *g, const model_side *s) {
   OPS_EQ(g, s, "softmax vs Softmax", kind_count(g, PCGC_OP_SOFTMAX), side_ops(s, "Softmax"));
   OPS_EQ(g, s, "gelu vs Gelu+Erf", kind_count(g, PCGC_OP_GELU), side_ops(s, "Gelu") + side_ops(s, "Erf"));
   OPS_EQ(g, s, "layernorm vs LayerNorm layers", kind_count(g, PCGC_OP_LAYERNORM), (int)s->layernorm_layers);
+  OPS_EQ(g, s, "silu vs SiLU layers", kind_count(g, PCGC_OP_SILU), (int)s->silu_layers);
+  OPS_EQ(g, s, "sigmoid + silu vs Sigmoid", kind_count(g, PCGC_OP_SIGMOID) + kind_count(g, PCGC_OP_SILU),
+         side_ops(s, "Sigmoid"));
   if (s->opset >= 17)
     OPS_EQ(g, s, "layernorm vs LayerNormalization", kind_count(g, PCGC_OP_LAYERNORM),
            side_ops(s, "LayerNormalization"));

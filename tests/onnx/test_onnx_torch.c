@@ -4,12 +4,13 @@
  * with their sidecars: an MLP, a small CNN, a TransformerEncoder (opset
  * 17), the same with GELU at opset 14 (LayerNorm and GELU decomposed into
  * elementwise chains the importer must recognise), a model of many small
- * operators at opset 11, and torchvision's resnet18, resnext50_32x4d and
+ * operators at opset 11, a LLaMA-style SwiGLU block (SiLU exported as
+ * Sigmoid + Mul), and torchvision's resnet18, resnext50_32x4d and
  * inception_v3 (weights=None). Each is imported and checked as in
  * onnx_test.h: the parameter count equals PyTorch's exactly, the operator
  * counts match the ONNX node counts, every weight holds its initializer's
  * values (exactly for the small models, by the sum of its values for
- * every parameter of the big ones), the five small models reproduce
+ * every parameter of the big ones), the six small models reproduce
  * PyTorch's output through the reference interpreter (f64, 1e-4
  * relative), and the dynamic batch sizes inputs and outputs. The
  * torchvision models' forward FLOPs per image agree with torchvision's
@@ -30,10 +31,10 @@
 
 static char g_dir[512];   /* the export folder, made by main() */
 
-static const char *const MODELS[] = {"mlp",          "cnn",      "transformer",     "transformer_gelu",
-                                     "ops",          "resnet18", "resnext50_32x4d", "inception_v3"};
+static const char *const MODELS[] = {"mlp",      "cnn",             "transformer", "transformer_gelu", "ops",
+                                     "swiglu",   "resnet18",        "resnext50_32x4d", "inception_v3"};
 #define N_MODELS ((int)(sizeof MODELS / sizeof MODELS[0]))
-#define N_SMALL 5   /* the first five have an input/output pair */
+#define N_SMALL 6   /* the first six have an input/output pair */
 
 START_TEST(test_counts) {
   model_side s;

@@ -22,7 +22,7 @@
 
 /* A small legal sequential instance of op k: sets *a and in[], returns n_in.
  * Hand-written per op, so it is checked against the op count. */
-_Static_assert(PCGC_OP_COUNT == 42, "add the new op to plausible() in test_infer.c");
+_Static_assert(PCGC_OP_COUNT == 44, "add the new op to plausible() in test_infer.c");
 
 static int plausible(pcgc_op_kind k, pcgc_attrs *a, pcgc_ptensor *in)
 {
@@ -37,6 +37,7 @@ static int plausible(pcgc_op_kind k, pcgc_attrs *a, pcgc_ptensor *in)
   case PCGC_OP_POOL2D: *a = set_int(*a, "kind", PCGC_POOL_MAX); in[0] = F32(1, 3, 8, 8); return 1;
   case PCGC_OP_BATCHNORM: in[0] = F32(2, 3, 4, 4); in[1] = F32(3); in[2] = F32(3); return 3;
   case PCGC_OP_LAYERNORM: in[0] = F32(2, 5, 8); in[1] = F32(8); in[2] = F32(8); return 3;
+  case PCGC_OP_RMSNORM: in[0] = F32(2, 5, 8); in[1] = F32(8); return 2;
   case PCGC_OP_EMBEDDING: in[0] = I32(4, 6); in[1] = F32(100, 8); return 2;
   case PCGC_OP_SCALAR_ADD:
   case PCGC_OP_SCALAR_SUB:
@@ -45,6 +46,7 @@ static int plausible(pcgc_op_kind k, pcgc_attrs *a, pcgc_ptensor *in)
   case PCGC_OP_RELU:
   case PCGC_OP_GELU:
   case PCGC_OP_SIGMOID:
+  case PCGC_OP_SILU:
   case PCGC_OP_TANH:
   case PCGC_OP_EXP:
   case PCGC_OP_IDENTITY:

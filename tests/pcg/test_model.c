@@ -359,6 +359,8 @@ START_TEST(weight_creating_keys) {
                            "b2 = batchnorm(img, affine=false)\n"
                            "n1 = layernorm(seq, axes=2)\n"
                            "n2 = layernorm(seq)\n"
+                           "r1 = rmsnorm(seq)\n"
+                           "r2 = rmsnorm(seq, axes=2, affine=false)\n"
                            "e = embedding(idx, num=100, dim=8)\n"
                            "a1 = attention(q, k, v, heads=2, embed=16)\n"
                            "a2 = attention(q, q, q, heads=4, bias=false)\n");
@@ -388,6 +390,12 @@ START_TEST(weight_creating_keys) {
   SHAPE(g, "n1.bias", 6, 7);
   SHAPE(g, "n2.scale", 7);
   assert_init(g, "n2.scale", PCGC_INIT_ONES, 0);
+  SHAPE(g, "r1.scale", 7); /* RMSNorm: a scale, no bias */
+  assert_init(g, "r1.scale", PCGC_INIT_ONES, 0);
+  ck_assert_int_lt(pcgc_graph_find(g, "r1.bias"), 0);
+  ck_assert_int_eq(node(g, "r1")->n_in, 2);
+  ck_assert_int_eq(node(g, "r2")->n_in, 1);
+  SHAPE(g, "r2", 2, 5, 6, 7);
 
   SHAPE(g, "e.weight", 100, 8);
   assert_init(g, "e.weight", PCGC_INIT_NORMAL, 1.0);
@@ -518,6 +526,8 @@ START_TEST(error_messages) {
   expect_error("input x: f32[2, 3, 4, 4]\na = conv2d(x, out=4, kernel=3, groups=2)\n", 2, 5,
                "groups=2 must divide", NULL);
   expect_error("input x: f32[2, 4]\na = layernorm(x, axes=3)\n", 2, 5, "axes=3, but the input has 2 dims", NULL);
+  expect_error("input x: f32[2, 4]\na = rmsnorm(x, axes=0)\n", 2, 5, "rmsnorm 'a': axes=0, but the input has 2 dims",
+               NULL);
   expect_error("input x: f32[2, 4]\na = embedding(x, num=10)\n", 2, 5, "embedding needs dim=", NULL);
   expect_error("input x: i32[2, 4]\na = linear(x, out=3)\n", 2, 5, "linear 'a'", NULL);
   expect_error("model m\ninput x: f32[2]\nmodel\n", 3, 1, "the model is named twice", "first is at 1:1");

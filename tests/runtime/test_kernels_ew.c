@@ -333,6 +333,15 @@ static void build_cases(void) {
   CASE(PCGC_OP_LAYERNORM, a, "axes 2 affine", GF(2, 3, 4), GF(3, 4), GF(3, 4));
   a = with_float(with_int(attrs(PCGC_OP_LAYERNORM), "axes", 3), "eps", 1e-3);
   CASE(PCGC_OP_LAYERNORM, a, "axes 3 affine eps 1e-3", GF(2, 3, 4), GF(2, 3, 4), GF(2, 3, 4));
+  a = with_int(attrs(PCGC_OP_RMSNORM), "axes", 1);
+  CASE(PCGC_OP_RMSNORM, a, "axes 1", GF(2, 3, 4));
+  CASE(PCGC_OP_RMSNORM, a, "axes 1 scale", GF(2, 3, 4), GF(4));
+  a = with_int(attrs(PCGC_OP_RMSNORM), "axes", 2);
+  CASE(PCGC_OP_RMSNORM, a, "axes 2 scale", GF(2, 3, 4), GF(3, 4));
+  a = with_float(with_int(attrs(PCGC_OP_RMSNORM), "axes", 3), "eps", 1e-3);
+  CASE(PCGC_OP_RMSNORM, a, "axes 3 scale eps 1e-3", GF(2, 3, 4), GF(2, 3, 4));
+  /* wide rows: the column sums' scratch beyond the stack's 1024 */
+  CASE(PCGC_OP_RMSNORM, attrs(PCGC_OP_RMSNORM), "wide rows scale", GF(2, 1100), GF(1100));
 
   /* losses */
   for (int red = PCGC_REDUCTION_MEAN; red <= PCGC_REDUCTION_SUM; red++) {
@@ -430,6 +439,8 @@ START_TEST(values_unary) {
   expect_fwd(PCGC_OP_GELU, &tanh_gelu, 1, &x, VALS(-0.15880800939172324, 0, 1.954597694087775), 1e-15);
   expect_fwd(PCGC_OP_SIGMOID, AP(PCGC_OP_SIGMOID), 1, &x,
              VALS(0.2689414213699951, 0.5, 0.8807970779778823), 1e-15);
+  /* torch.nn.functional.silu */
+  expect_fwd(PCGC_OP_SILU, AP(PCGC_OP_SILU), 1, &x, VALS(-0.2689414213699951, 0, 1.7615941559557646), 1e-15);
   expect_fwd(PCGC_OP_TANH, AP(PCGC_OP_TANH), 1, &x,
              VALS(-0.7615941559557649, 0, 0.9640275800758169), 1e-15);
   expect_fwd(PCGC_OP_EXP, AP(PCGC_OP_EXP), 1, &x, VALS(0.36787944117144233, 1, 7.38905609893065),
@@ -565,6 +576,15 @@ START_TEST(values_norm) {
   pcgc_buf x4 = F64(VALS(1, 2, 3, 6), 2, 1, 2, 1);
   double q = 1 / sqrt(3.5 + 1e-5);
   expect_fwd(PCGC_OP_BATCHNORM, &a, 1, &x4, VALS(-2 * q, -q, 0, 3 * q), 1e-15);
+
+  /* x / sqrt(mean(x^2) + 1e-5) [* scale], computed with torch */
+  a = attrs(PCGC_OP_RMSNORM);
+  pcgc_buf rm = F64(VALS(1, 3, 2, 2), 2, 2);
+  expect_fwd(PCGC_OP_RMSNORM, &a, 1, &rm,
+             VALS(0.4472131482870333, 1.3416394448610998, 0.9999987500023437, 0.9999987500023437), 1e-15);
+  pcgc_buf rms[2] = {rm, F64(VALS(2, 3), 2)};
+  expect_fwd(PCGC_OP_RMSNORM, &a, 2, rms,
+             VALS(0.8944262965740666, 4.024918334583299, 1.9999975000046875, 2.9999962500070314), 1e-15);
 
   a = attrs(PCGC_OP_LAYERNORM);
   pcgc_buf l = F64(VALS(1, 3, 2, 2), 2, 2);

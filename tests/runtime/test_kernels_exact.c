@@ -109,6 +109,10 @@ static double ref_unary(pcgc_op_kind k, double x, double s, bool grad) {
     double y = x >= 0 ? 1 / (1 + exp(-x)) : exp(x) / (1 + exp(x));
     return grad ? y * (1 - y) : y;
   }
+  case PCGC_OP_SILU: {
+    double y = x >= 0 ? 1 / (1 + exp(-x)) : exp(x) / (1 + exp(x));
+    return grad ? y * (1 + x * (1 - y)) : x * y;
+  }
   case PCGC_OP_TANH: return grad ? 1 - tanh(x) * tanh(x) : tanh(x);
   case PCGC_OP_EXP: return exp(x);
   case PCGC_OP_SCALAR_ADD: return grad ? 1 : x + s;
@@ -118,7 +122,7 @@ static double ref_unary(pcgc_op_kind k, double x, double s, bool grad) {
 }
 
 START_TEST(unary_matches_definition) {
-  static const pcgc_op_kind ks[] = {PCGC_OP_RELU,       PCGC_OP_GELU,       PCGC_OP_SIGMOID,   PCGC_OP_TANH,
+  static const pcgc_op_kind ks[] = {PCGC_OP_RELU,       PCGC_OP_GELU,       PCGC_OP_SIGMOID,   PCGC_OP_SILU, PCGC_OP_TANH,
                                     PCGC_OP_EXP,        PCGC_OP_SCALAR_ADD, PCGC_OP_SCALAR_MUL, PCGC_OP_SCALAR_DIV};
   for (size_t ki = 0; ki < sizeof ks / sizeof *ks; ki++)
     for (int t = 0; t < 2; t++)
