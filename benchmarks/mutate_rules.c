@@ -613,7 +613,7 @@ static void mut_add(rulesrc *R) {
   }
 }
 
-static const char *const FAMILIES[][7] = {
+static const char *const FAMILIES[][9] = {
     {"relu", "gelu", "sigmoid", "silu", "tanh", "exp", "identity", NULL},
     {"add", "sub", "mul", "div", NULL},
     {"scalar_add", "scalar_sub", "scalar_mul", "scalar_div", NULL},

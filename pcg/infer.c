@@ -1008,6 +1008,11 @@ static pcgc_status infer_attention(ictx *c) {
     pcgc_status s = fail(c, "heads=%lld must divide the projection size %lld", (long long)heads, (long long)E);
     return s;
   }
+  if (pcgc_attrs_int(c->a, "rope") && ((E / heads) % 2 || !(pcgc_attrs_float(c->a, "rope_theta") > 1))) {
+    pcgc_status s = fail(c, "rotary embeddings need an even head size and rope_theta > 1 (head size %lld, "
+                         "rope_theta %g)", (long long)(E / heads), pcgc_attrs_float(c->a, "rope_theta"));
+    return s;
+  }
   if (pcgc_attrs_int(c->a, "causal") && q->dims[1] != k->dims[1])
     return fail(c, "a causal mask needs equal query and key lengths (%lld vs %lld)", (long long)q->dims[1],
                 (long long)k->dims[1]);

@@ -86,6 +86,24 @@ static void *kalloc(const pcgc__kargs *k, int64_t n, size_t size) {
   return p;
 }
 
+/* Rotary embeddings: cs[2 * (s * half + i)] = cos, [.. + 1] = sin of
+ * (p0 + s) * theta^(-2i / hd) for positions s < S, i < half = hd / 2, in
+ * double; NULL with an error set when out of memory. */
+static double *rope_table(const pcgc__kargs *k, const attn_geo *g, int64_t p0, int64_t S) {
+  int64_t half = g->hd / 2;
+  double *cs = kalloc(k, 2 * S * half, sizeof *cs);
+  if (!cs) return NULL;
+  for (int64_t i = 0; i < half; i++) {
+    double inv = pow(g->theta, -2.0 * (double)i / (double)g->hd);
+    for (int64_t s = 0; s < S; s++) {
+      double a = (double)(p0 + s) * inv;
+      cs[2 * (s * half + i)] = cos(a);
+      cs[2 * (s * half + i) + 1] = sin(a);
+    }
+  }
+  return cs;
+}
+
 /* The arithmetic, once per float type. */
 #define REAL float
 #define UREAL uint32_t

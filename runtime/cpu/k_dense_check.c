@@ -327,6 +327,8 @@ pcgc_status pcgc__kd_attn_geo(const pcgc__kargs *k, attn_geo *g) {
   if (g->Sk < 1) return pcgc__kfail(k, "k %s has no positions to attend to", shp(&in[1]).s);
   g->heads = pcgc_attrs_int(k->a, "heads");
   g->causal = pcgc_attrs_int(k->a, "causal") != 0;
+  g->rope = pcgc_attrs_int(k->a, "rope") != 0;
+  g->theta = pcgc_attrs_float(k->a, "rope_theta");
   g->p = pcgc_attrs_float(k->a, "dropout");
   if (!(g->p >= 0 && g->p < 1)) return pcgc__kfail(k, "dropout must be in [0, 1), got %g", g->p);
   /* heads may be split across pieces: the head size comes from the logical width */
@@ -349,6 +351,9 @@ pcgc_status pcgc__kd_attn_geo(const pcgc__kargs *k, attn_geo *g) {
   if (g->causal && g->Sq_g != g->Sk)
     return pcgc__kfail(k, "a causal mask needs equal query and key lengths (%lld vs %lld)", (long long)g->Sq_g,
                        (long long)g->Sk);
+  if (g->rope && (g->hd % 2 || !(g->theta > 1)))
+    return pcgc__kfail(k, "rotary embeddings need an even head size and rope_theta > 1 (head size %lld, rope_theta %g)",
+                       (long long)g->hd, g->theta);
   g->scale = 1.0 / sqrt((double)g->hd);
   g->dropout_on = k->ctx->training && g->p > 0;
   g->key = pcgc__rng_key(k->ctx->seed, k->ctx->node);

@@ -61,8 +61,8 @@ typedef struct attn_geo {
   int64_t heads, Sq_g, b0, q0, h0;      /* logical head count, query length, offsets */
   int64_t bc, hc;                       /* CUDA: batch entries and heads per score chunk */
   bool bias, bias_o;                    /* bq/bk/bv (10 or 11 inputs), bo (11) */
-  bool causal, dropout_on;
-  double p, scale;
+  bool causal, dropout_on, rope;
+  double p, scale, theta;               /* theta: rope's base (rope_theta) */
   uint64_t key, thr;                    /* dropout: pcgc__rng_key(seed, node), pcgc__rng_threshold(p) */
 } attn_geo;
 

@@ -603,6 +603,28 @@ static void SFX(emb_bwd)(const pcgc__kargs *k, const emb_geo *g) {
 
 /* P[Sq, Sk] = softmax over keys of (Q_h K_h^T) * scale for batch b, local
  * head h, with the causal mask on logical query positions. Not dropped out. */
+/* Rotary embeddings in place on projected rows X [B * S, E] (this piece's
+ * heads), positions from the table cs (rope_table): each head's halves
+ * (x1, x2) become (x1 cos - x2 sin, x2 cos + x1 sin) (the rotate-half form of
+ * Hugging Face's LLaMA); `inverse` rotates back (the transpose), which takes
+ * gradients with respect to the rotated rows to the unrotated ones. */
+static void SFX(attn_rope)(const attn_geo *g, int64_t S, const double *cs, bool inverse, REAL *X) {
+  int64_t half = g->hd / 2;
+  double sgn = inverse ? -1.0 : 1.0;
+  for (int64_t b = 0; b < g->B; b++)
+    for (int64_t s = 0; s < S; s++) {
+      const double *t = cs + 2 * s * half;
+      for (int64_t h = 0; h < g->nh; h++) {
+        REAL *x = X + (b * S + s) * g->E + h * g->hd;
+        for (int64_t i = 0; i < half; i++) {
+          double c = t[2 * i], sn = sgn * t[2 * i + 1], x1 = x[i], x2 = x[i + half];
+          x[i] = (REAL)(x1 * c - x2 * sn);
+          x[i + half] = (REAL)(x2 * c + x1 * sn);
+        }
+      }
+    }
+}
+
 static void SFX(attn_probs)(const attn_geo *g, int64_t b, int64_t h, const REAL *Qp, const REAL *Kp, REAL *P) {
   const REAL *Qh = Qp + b * g->Sq * g->E + h * g->hd, *Kh = Kp + b * g->Sk * g->E + h * g->hd;
   SFX(gemm)(false, true, g->Sq, g->Sk, g->hd, (REAL)g->scale, Qh, g->E, Kh, g->E, 0, P, g->Sk);
@@ -665,6 +687,18 @@ static pcgc_status SFX(attn_fwd)(const pcgc__kargs *k, const attn_geo *g) {
   SFX(proj)(g->B * g->Sq, g->Eq, g->E, in[0].data, in[3].data, bq, Qp); /* (B*Sq, E) */
   SFX(proj)(g->B * g->Sk, g->Ek, g->E, in[1].data, in[4].data, bk, Kp); /* (B*Sk, E) */
   SFX(proj)(g->B * g->Sk, g->Ev, g->E, in[2].data, in[5].data, bv, Vp);
+  if (g->rope) { /* queries at their logical positions q0 + i, keys (whole) at j */
+    double *cq = rope_table(k, g, g->q0, g->Sq), *ck = cq ? rope_table(k, g, 0, g->Sk) : NULL;
+    if (!ck) {
+      free(cq);
+      free(buf);
+      return PCGC_ERR_NOMEM;
+    }
+    SFX(attn_rope)(g, g->Sq, cq, false, Qp);
+    SFX(attn_rope)(g, g->Sk, ck, false, Kp);
+    free(cq);
+    free(ck);
+  }
   for (int64_t b = 0; b < g->B; b++)
     for (int64_t h = 0; h < g->nh; h++) {
       SFX(attn_probs)(g, b, h, Qp, Kp, P); /* (Sq, Sk) */
@@ -702,6 +736,16 @@ static pcgc_status SFX(attn_bwd)(const pcgc__kargs *k, const attn_geo *g) {
   SFX(proj)(g->B * g->Sq, g->Eq, g->E, in[0].data, in[3].data, bq, Qp);
   SFX(proj)(g->B * g->Sk, g->Ek, g->E, in[1].data, in[4].data, bk, Kp);
   SFX(proj)(g->B * g->Sk, g->Ev, g->E, in[2].data, in[5].data, bv, Vp);
+  double *cq = NULL, *ck = NULL; /* rope: the rotations, applied to Qp and Kp and undone on dQ and dK */
+  if (g->rope) {
+    if (!(cq = rope_table(k, g, g->q0, g->Sq)) || !(ck = rope_table(k, g, 0, g->Sk))) {
+      free(cq);
+      free(buf);
+      return PCGC_ERR_NOMEM;
+    }
+    SFX(attn_rope)(g, g->Sq, cq, false, Qp);
+    SFX(attn_rope)(g, g->Sk, ck, false, Kp);
+  }
   /* output projection: dC = dy wo^T (B*Sq, E) */
   SFX(gemm)(false, true, g->B * g->Sq, g->E, g->Eo, 1, dy, g->Eo, in[6].data, g->Eo, 0, dC, g->E);
   REAL keep = (REAL)(1 / (1 - g->p));
@@ -739,6 +783,12 @@ static pcgc_status SFX(attn_bwd)(const pcgc__kargs *k, const attn_geo *g) {
       if (want_k) /* dK_h += dS^T Q_h */
         SFX(gemm)(true, false, g->Sk, g->hd, g->Sq, 1, dP, g->Sk, Qp + oq, g->E, 1, dK + ok, g->E);
     }
+  if (g->rope) {
+    if (want_q) SFX(attn_rope)(g, g->Sq, cq, true, dQ);
+    if (want_k) SFX(attn_rope)(g, g->Sk, ck, true, dK);
+    free(cq);
+    free(ck);
+  }
   SFX(proj_bwd)(g->B * g->Sq, g->E, g->Eo, Cx, in[6].data, dy, NULL, din[6].data, dbias[3]);
   if (want_q) SFX(proj_bwd)(g->B * g->Sq, g->Eq, g->E, in[0].data, in[3].data, dQ, din[0].data, din[3].data, dbias[0]);
   if (want_k) SFX(proj_bwd)(g->B * g->Sk, g->Ek, g->E, in[1].data, in[4].data, dK, din[1].data, din[4].data, dbias[1]);

@@ -1270,6 +1270,33 @@ static pcgc_status attn_probs(const pcgc__cukargs *k, const attn_geo *g, int64_t
   return pcgc__cu_launched(k, "attention softmax");
 }
 
+/* Rotary embeddings in place on projected rows X [B * S, E] of nh heads of
+ * hd (k_dense_impl.h attn_rope): position p0 + s rotates the pairs
+ * (i, i + hd/2) by (p0 + s) theta^(-2i/hd); `inverse` rotates back. In
+ * double, without contraction, as the CPU computes it. */
+static __global__ void rope_kernel(int64_t B, int64_t S, int64_t E, int64_t nh, int64_t hd, int64_t p0, double theta,
+                                   bool inverse, float *X) {
+  int64_t half = hd / 2;
+  int64_t n = B * S * nh * half;
+  for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < n; t += (int64_t)gridDim.x * blockDim.x) {
+    int64_t i = t % half, r = t / half, h = r % nh, bs = r / nh, s = bs % S;
+    double a = __dmul_rn((double)(p0 + s), pow(theta, -2.0 * (double)i / (double)hd));
+    double c = cos(a), sn = inverse ? -sin(a) : sin(a);
+    float *x = X + bs * E + h * hd;
+    double x1 = x[i], x2 = x[i + half];
+    x[i] = (float)__dadd_rn(__dmul_rn(x1, c), -__dmul_rn(x2, sn));
+    x[i + half] = (float)__dadd_rn(__dmul_rn(x2, c), __dmul_rn(x1, sn));
+  }
+}
+
+static pcgc_status attn_rope(const pcgc__cukargs *k, const attn_geo *g, int64_t S, int64_t p0, bool inverse, float *X) {
+  int64_t n = g->B * S * g->nh * (g->hd / 2);
+  if (n < 1) return PCGC_OK;
+  rope_kernel<<<pcgc__cu_blocks(n), PCGC_CU_THREADS, 0, k->cu->stream>>>(g->B, S, g->E, g->nh, g->hd, p0, g->theta,
+                                                                         inverse, X);
+  return pcgc__cu_launched(k, "attention rotary embeddings");
+}
+
 pcgc_status pcgc__cu_fwd_attention(const pcgc__cukargs *k) {
   attn_geo g;
   TRY(prepare(k, false));
@@ -1294,6 +1321,10 @@ pcgc_status pcgc__cu_fwd_attention(const pcgc__cukargs *k) {
   TRY(proj(k, g.B * Sq, g.Eq, E, in[0].data, in[3].data, bq, Qp)); /* (B*Sq, E) */
   TRY(proj(k, g.B * Sk, g.Ek, E, in[1].data, in[4].data, bk, Kp)); /* (B*Sk, E) */
   TRY(proj(k, g.B * Sk, g.Ev, E, in[2].data, in[5].data, bv, Vp));
+  if (g.rope) { /* queries at their logical positions q0 + i, keys (whole) at j */
+    TRY(attn_rope(k, &g, Sq, g.q0, false, Qp));
+    TRY(attn_rope(k, &g, Sk, 0, false, Kp));
+  }
   for (int64_t b = 0; b < g.B; b += g.bc)
     for (int64_t h = 0; h < g.nh; h += g.hc) {
       int64_t nb = g.B - b < g.bc ? g.B - b : g.bc, nh = g.nh - h < g.hc ? g.nh - h : g.hc;
@@ -1391,12 +1422,18 @@ pcgc_status pcgc__cu_bwd_attention(const pcgc__cukargs *k) {
     TRY(proj(k, rq, g.Eq, E, in[0].data, in[3].data, bq, u.Qp));
     TRY(proj(k, rk, g.Ek, E, in[1].data, in[4].data, bk, u.Kp));
     TRY(proj(k, rk, g.Ev, E, in[2].data, in[5].data, bv, u.Vp));
+    if (g.rope) {
+      TRY(attn_rope(k, &g, g.Sq, g.q0, false, u.Qp));
+      TRY(attn_rope(k, &g, g.Sk, 0, false, u.Kp));
+    }
   }
   if (u.dC) /* output projection: dC = dy wo^T (B*Sq, E) */
     TRY(gemm(k, false, true, rq, E, g.Eo, 1, dy, g.Eo, (const float *)in[6].data, g.Eo, 0, u.dC, E));
   for (int64_t b = 0; want_p && b < g.B; b += g.bc)
     for (int64_t h = 0; h < g.nh; h += g.hc)
       TRY(attn_bwd_chunk(k, &g, &u, b, g.B - b < g.bc ? g.B - b : g.bc, h, g.nh - h < g.hc ? g.nh - h : g.hc));
+  if (g.rope && u.dQ) TRY(attn_rope(k, &g, g.Sq, g.q0, true, u.dQ)); /* back to the unrotated projections */
+  if (g.rope && u.dK) TRY(attn_rope(k, &g, g.Sk, 0, true, u.dK));
   TRY(proj_bwd(k, rq, E, g.Eo, u.Cx, in[6].data, dy, NULL, din[6].data, dbias[3], part));
   if (want_q) TRY(proj_bwd(k, rq, g.Eq, E, in[0].data, in[3].data, u.dQ, din[0].data, din[3].data, dbias[0], part));
   if (want_k) TRY(proj_bwd(k, rk, g.Ek, E, in[1].data, in[4].data, u.dK, din[1].data, din[4].data, dbias[1], part));

@@ -731,16 +731,19 @@ typedef struct attn_case {
   bool causal, bias;
   double dropout;
   const char *what;
+  bool rope; /* rotary embeddings on q and k */
 } attn_case;
 
 static const attn_case attn_cases[] = {
-    {2, 3, 3, 4, 4, 4, 4, 4, 1, false, false, 0, "7 inputs, 1 head"},
-    {2, 3, 5, 3, 4, 5, 4, 6, 2, false, true, 0, "biases, 2 heads, Sq != Sk, Eq/Ek/Ev/Eo differ"},
-    {1, 4, 4, 3, 5, 2, 8, 3, 4, true, true, 0, "causal, biases, 4 heads"},
-    {2, 4, 4, 4, 4, 4, 8, 4, 2, true, false, 0, "causal, 7 inputs"},
-    {2, 3, 4, 3, 3, 3, 4, 5, 2, false, true, 0.3, "dropout 0.3 training, biases"},
-    {2, 5, 5, 8, 8, 8, 8, 8, 2, true, false, 0.2, "causal, dropout 0.2 training"},
-    {2, 16, 16, 32, 32, 32, 32, 32, 4, true, true, 0, "causal, biases, 16x16, 4 heads"},
+    {2, 3, 3, 4, 4, 4, 4, 4, 1, false, false, 0, "7 inputs, 1 head", false},
+    {2, 3, 5, 3, 4, 5, 4, 6, 2, false, true, 0, "biases, 2 heads, Sq != Sk, Eq/Ek/Ev/Eo differ", false},
+    {1, 4, 4, 3, 5, 2, 8, 3, 4, true, true, 0, "causal, biases, 4 heads", false},
+    {2, 4, 4, 4, 4, 4, 8, 4, 2, true, false, 0, "causal, 7 inputs", false},
+    {2, 3, 4, 3, 3, 3, 4, 5, 2, false, true, 0.3, "dropout 0.3 training, biases", false},
+    {2, 5, 5, 8, 8, 8, 8, 8, 2, true, false, 0.2, "causal, dropout 0.2 training", false},
+    {2, 16, 16, 32, 32, 32, 32, 32, 4, true, true, 0, "causal, biases, 16x16, 4 heads", false},
+    {1, 4, 4, 3, 5, 2, 8, 3, 2, true, false, 0, "rope, causal, 2 heads of 4", true},
+    {2, 3, 5, 3, 4, 5, 8, 6, 1, false, true, 0, "rope, Sq != Sk, biases, 1 head of 8", true},
 };
 
 static void attn_inputs(const attn_case *t, pcgc_buf *in) {
@@ -762,6 +765,7 @@ static pcgc_attrs attn_attrs(const attn_case *c) {
   seti(&a, "heads", c->heads);
   seti(&a, "causal", c->causal);
   setf(&a, "dropout", c->dropout);
+  seti(&a, "rope", c->rope);
   return a;
 }
 
@@ -776,7 +780,7 @@ static void test_attention(void) {
   }
   /* query rows 2..3 of 4 (causal masks by logical position), dropout by
    * logical indices */
-  const attn_case t = {2, 4, 4, 3, 4, 5, 4, 3, 2, true, true, 0.4, "rows"};
+  const attn_case t = {2, 4, 4, 3, 4, 5, 4, 3, 2, true, true, 0.4, "rows", true}; /* rope at positions 2..3 */
   pcgc_attrs a = attn_attrs(&t);
   pcgc_buf in[MAX_IN];
   attn_inputs(&t, in);
@@ -787,10 +791,10 @@ static void test_attention(void) {
   pcgc_kernel_ctx ctx = {p, NULL, 5, 17, true};
   pcgc_ptensor rows_out; /* inference of local shapes refuses a causal Sq != Sk */
   pcgc_ptensor_init(&rows_out, PCGC_F32, 3, (int64_t[]){2, 2, 3});
-  run_case_to(PCGC_OP_ATTENTION, &a, "causal, dropout 0.4, query rows 2..3 of 4", 11, in, &ctx, prec->tol, 1,
+  run_case_to(PCGC_OP_ATTENTION, &a, "causal, dropout 0.4, rope, query rows 2..3 of 4", 11, in, &ctx, prec->tol, 1,
               &rows_out);
   /* heads 2..3 of 4: wq/wk/wv columns 4..7 of 8, wo rows 4..7 */
-  const attn_case h = {2, 3, 4, 3, 4, 5, 8, 3, 4, false, false, 0.25, "heads"};
+  const attn_case h = {2, 3, 4, 3, 4, 5, 8, 3, 4, false, false, 0.25, "heads", false};
   a = attn_attrs(&h);
   attn_inputs(&h, in);
   in[3] = frange(-0.5, 0.5, DIMS(3, 4));

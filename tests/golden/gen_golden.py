@@ -304,7 +304,7 @@ def check_attention_module(W, I):
     assert torch.allclose(mine, hand, rtol=0, atol=1e-12), (mine - hand).abs().max()
 
 
-# -- 6. decoder (LLaMA-shaped: RMSNorm, causal attention, SwiGLU)
+# -- 6. decoder (LLaMA's layer: RMSNorm, causal attention with RoPE, SwiGLU)
 
 def decoder_init(gen):
     W, I = {}, {}
@@ -325,13 +325,25 @@ def rms_norm(x, scale, eps=1e-5):
     return x / torch.sqrt((x * x).mean(dim=-1, keepdim=True) + eps) * scale
 
 
+def rope(t, theta=10000.0):
+    """Rotary embeddings as Hugging Face's LLaMA applies them (rotate_half):
+    t (B, H, S, d); position s rotates the pairs (i, i + d/2) by
+    s * theta^(-2i/d), computed in t's dtype."""
+    S, d = t.shape[-2], t.shape[-1]
+    inv = 1.0 / (theta ** (torch.arange(0, d, 2, dtype=t.dtype) / d))
+    ang = torch.outer(torch.arange(S, dtype=t.dtype), inv)
+    emb = torch.cat([ang, ang], dim=-1)
+    t1, t2 = t[..., : d // 2], t[..., d // 2:]
+    return t * emb.cos() + torch.cat([-t2, t1], dim=-1) * emb.sin()
+
+
 def causal_attention(x, W):
-    """softmax(q k^T / sqrt(d) + causal mask) v per head, no biases (torch
-    1.13 has no scaled_dot_product_attention)."""
+    """softmax(rope(q) rope(k)^T / sqrt(d) + causal mask) v per head, no
+    biases (torch 1.13 has no scaled_dot_product_attention)."""
     B, S, _ = x.shape
     d = E // HEADS
-    q = (x @ W["attn.wq"]).reshape(B, S, HEADS, d).transpose(1, 2)
-    k = (x @ W["attn.wk"]).reshape(B, S, HEADS, d).transpose(1, 2)
+    q = rope((x @ W["attn.wq"]).reshape(B, S, HEADS, d).transpose(1, 2))
+    k = rope((x @ W["attn.wk"]).reshape(B, S, HEADS, d).transpose(1, 2))
     v = (x @ W["attn.wv"]).reshape(B, S, HEADS, d).transpose(1, 2)
     s = q @ k.transpose(-1, -2) / math.sqrt(d)
     mask = torch.ones(S, S, dtype=torch.bool).triu(1)   # key j > query i is hidden

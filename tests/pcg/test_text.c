@@ -445,7 +445,7 @@ START_TEST(test_mixed_round_trip)
   ck_assert_ptr_nonnull(strstr(text, "\nbn_plain = batchnorm(img, eps=1e-05, momentum=0.1, affine=false)\n"));
   ck_assert_ptr_nonnull(strstr(text, "\nemb = embedding(idx, emb.weight, bag=mean)\n"));
   ck_assert_ptr_nonnull(strstr(text, "\natt = attention(q, q, q, att.wq, att.wk, att.wv, att.wo, "
-                                     "heads=4, causal=true, dropout=0.1)\n"));
+                                     "heads=4, causal=true, dropout=0.1, rope=false, rope_theta=1e04)\n"));
 
   /* the values themselves come back bit for bit */
   static const struct {

@@ -634,15 +634,18 @@ typedef struct attn_case {
   bool causal, bias;
   double dropout;
   const char *what;
+  bool rope; /* rotary embeddings on q and k */
 } attn_case;
 
 static const attn_case attn_cases[] = {
-    {2, 3, 3, 4, 4, 4, 4, 4, 1, false, false, 0, "7 inputs, 1 head"},
-    {2, 3, 5, 3, 4, 5, 4, 6, 2, false, true, 0, "11 inputs, 2 heads, Sq != Sk, Eq/Ek/Ev/Eo differ"},
-    {1, 4, 4, 3, 5, 2, 8, 3, 4, true, true, 0, "causal, 4 heads"},
-    {2, 4, 4, 4, 4, 4, 8, 4, 2, true, false, 0, "causal, 7 inputs"},
-    {2, 2, 5, 3, 2, 4, 6, 2, 1, false, true, 0, "1 head, 11 inputs"},
-    {2, 3, 4, 3, 3, 3, 4, 5, 2, false, true, 0.3, "dropout while training"},
+    {2, 3, 3, 4, 4, 4, 4, 4, 1, false, false, 0, "7 inputs, 1 head", false},
+    {2, 3, 5, 3, 4, 5, 4, 6, 2, false, true, 0, "11 inputs, 2 heads, Sq != Sk, Eq/Ek/Ev/Eo differ", false},
+    {1, 4, 4, 3, 5, 2, 8, 3, 4, true, true, 0, "causal, 4 heads", false},
+    {2, 4, 4, 4, 4, 4, 8, 4, 2, true, false, 0, "causal, 7 inputs", false},
+    {2, 2, 5, 3, 2, 4, 6, 2, 1, false, true, 0, "1 head, 11 inputs", false},
+    {2, 3, 4, 3, 3, 3, 4, 5, 2, false, true, 0.3, "dropout while training", false},
+    {1, 4, 4, 3, 5, 2, 8, 3, 2, true, false, 0, "rope, causal, 2 heads of 4", true},
+    {2, 3, 5, 3, 4, 5, 8, 6, 1, false, true, 0, "rope, Sq != Sk, 11 inputs, 1 head of 8", true},
 };
 
 static void attn_inputs(const attn_case *t, pcgc_buf *in, uint64_t s) {
@@ -657,6 +660,7 @@ static pcgc_attrs attn_attrs(const attn_case *c) {
   seti(&a, "heads", c->heads);
   seti(&a, "causal", c->causal);
   setf(&a, "dropout", c->dropout);
+  seti(&a, "rope", c->rope);
   return a;
 }
 
@@ -907,7 +911,8 @@ END_TEST
  * training): each piece reproduces its rows of the whole output and of dq;
  * the other gradients add up. */
 START_TEST(test_attention_row_pieces) {
-  const attn_case t = {2, 4, 4, 3, 4, 5, 4, 3, 2, true, true, 0.4, "rows"};
+  for (int rope = 0; rope < 2; rope++) { /* with rope, a row piece rotates its queries at their own positions */
+  const attn_case t = {2, 4, 4, 3, 4, 5, 4, 3, 2, true, true, 0.4, "rows", rope};
   pcgc_attrs a = attn_attrs(&t);
   pcgc_buf in[11], din[11];
   attn_inputs(&t, in, 50);
@@ -964,12 +969,13 @@ START_TEST(test_attention_row_pieces) {
   freebuf(&y);
   freebuf(&dy);
 }
+  }
 END_TEST
 
 /* Attention split by heads (wq/wk/wv columns, wo rows): the outputs are
  * partial sums; weight gradients are the pieces' slices. */
 START_TEST(test_attention_head_pieces) {
-  const attn_case t = {2, 3, 4, 3, 4, 5, 8, 3, 4, false, false, 0.25, "heads"};
+  const attn_case t = {2, 3, 4, 3, 4, 5, 8, 3, 4, false, false, 0.25, "heads", false};
   pcgc_attrs a = attn_attrs(&t);
   pcgc_buf in[11], din[11];
   attn_inputs(&t, in, 70);
@@ -1056,7 +1062,7 @@ END_TEST
 /* ---------------------------------------------------------------- dropout */
 
 START_TEST(test_attention_dropout) {
-  const attn_case t = {2, 5, 6, 4, 4, 4, 4, 4, 2, false, true, 0.5, "dropout"};
+  const attn_case t = {2, 5, 6, 4, 4, 4, 4, 4, 2, false, true, 0.5, "dropout", false};
   pcgc_attrs a = attn_attrs(&t), a0 = a;
   setf(&a0, "dropout", 0);
   pcgc_buf in[11];
@@ -1173,7 +1179,7 @@ START_TEST(test_shape_errors) {
 
   a = attrs(PCGC_OP_ATTENTION);
   seti(&a, "heads", 2);
-  const attn_case t = {1, 2, 3, 4, 4, 4, 4, 4, 2, false, false, 0, "err"};
+  const attn_case t = {1, 2, 3, 4, 4, 4, 4, 4, 2, false, false, 0, "err", false};
   pcgc_buf at[11];
   attn_inputs(&t, at, 110);
   y = newbuf(PCGC_F64, 3, D(1, 2, 4));
@@ -1256,7 +1262,7 @@ START_TEST(test_empty_buffers) {
 
   a = attrs(PCGC_OP_ATTENTION);
   seti(&a, "heads", 1);
-  const attn_case t = {1, 2, 0, 2, 2, 2, 2, 2, 1, false, false, 0, "empty"};
+  const attn_case t = {1, 2, 0, 2, 2, 2, 2, 2, 1, false, false, 0, "empty", false};
   pcgc_buf at[11];
   attn_inputs(&t, at, 120);
   y = newbuf(PCGC_F64, 3, D(1, 2, 2));
@@ -1358,7 +1364,7 @@ END_TEST
  * output, the weight and bias gradients are the pieces' slices, and the
  * q/k/v gradients add up. */
 START_TEST(test_attention_qkv_bias_head_pieces) {
-  const attn_case t = {2, 3, 4, 3, 4, 5, 8, 3, 4, false, true, 0.25, "heads, 10 inputs"};
+  const attn_case t = {2, 3, 4, 3, 4, 5, 8, 3, 4, false, true, 0.25, "heads, 10 inputs, rope", true};
   pcgc_attrs a = attn_attrs(&t);
   pcgc_buf in[11], din[10];
   attn_inputs(&t, in, 160);
@@ -1410,7 +1416,7 @@ START_TEST(test_attention_qkv_bias_head_pieces) {
 END_TEST
 
 START_TEST(test_attention_qkv_bias_errors) {
-  const attn_case t = {1, 2, 2, 2, 2, 2, 4, 2, 2, false, true, 0, "errors"};
+  const attn_case t = {1, 2, 2, 2, 2, 2, 4, 2, 2, false, true, 0, "errors", false};
   pcgc_attrs a = attn_attrs(&t);
   pcgc_buf in[11];
   attn_inputs(&t, in, 170);
