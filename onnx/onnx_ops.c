@@ -76,7 +76,8 @@ static int norm_axis(int64_t a, int rank) { return (int)(a < 0 ? a + rank : a); 
 static pcgc_status conv_unary(onnx_ctx *c) {
   static const struct { const char *name; pcgc_op_kind k; } map[] = {
       {"Relu", PCGC_OP_RELU}, {"Sigmoid", PCGC_OP_SIGMOID}, {"Tanh", PCGC_OP_TANH}, {"Exp", PCGC_OP_EXP},
-      {"Gelu", PCGC_OP_GELU}, {"Identity", PCGC_OP_IDENTITY},
+      {"Gelu", PCGC_OP_GELU}, {"Identity", PCGC_OP_IDENTITY}, {"HardSwish", PCGC_OP_HARDSWISH},
+      {"HardSigmoid", PCGC_OP_HARDSIGMOID},
   };
   pcgc_op_kind k = PCGC_OP_IDENTITY;
   for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
@@ -89,9 +90,51 @@ static pcgc_status conv_unary(onnx_ctx *c) {
     if (strcmp(approx, "none") != 0 && strcmp(approx, "tanh") != 0) return bad_attr(c, "approximate", approx, NULL);
     pcgc_attrs_set_int(&a, "approximate", strcmp(approx, "tanh") == 0);
   }
+  if (k == PCGC_OP_HARDSIGMOID) { /* ONNX's alpha x + beta, clamped: PyTorch's is alpha 1/6, beta 1/2 */
+    double alpha, beta;
+    TRY(pcgc__onnx_attr_float(c, "alpha", 0.2, &alpha));
+    TRY(pcgc__onnx_attr_float(c, "beta", 0.5, &beta));
+    if (fabs(alpha - 1.0 / 6) > 1e-6 || fabs(beta - 0.5) > 1e-6) {
+      char v[64];
+      snprintf(v, sizeof v, "%g (beta=%g)", alpha, beta);
+      return bad_attr(c, "alpha", v, "pcgc's hardsigmoid is PyTorch's, alpha=1/6 and beta=0.5");
+    }
+  }
   pcgc_ref x;
   TRY(in_ref(c, 0, &x));
   return emit_out(c, k, &a, 1, &x);
+}
+
+/* Clip to [0, 6] is relu6 (MobileNet's, as torch exports F.relu6); the
+ * bounds are attributes below opset 11, constant inputs from it. */
+static pcgc_status conv_clip(onnx_ctx *c) {
+  double lo = -INFINITY, hi = INFINITY;
+  if (c->opset < 11) {
+    TRY(pcgc__onnx_attr_float(c, "min", -INFINITY, &lo));
+    TRY(pcgc__onnx_attr_float(c, "max", INFINITY, &hi));
+  } else {
+    for (int i = 1; i <= 2 && (size_t)i < c->cur->n_input; i++) {
+      onnx_value *v;
+      TRY(pcgc__onnx_input(c, i, &v));
+      if (!v) continue; /* an empty name: that bound is absent */
+      pcgc_status s;
+      double b;
+      if (!scalar_of(c, v, &b, &s)) {
+        TRY(s);
+        return pcgc__onnx_fail(c, PCGC_ERR_UNSUPPORTED, "Clip's %s bound must be a one-element constant",
+                               i == 1 ? "min" : "max");
+      }
+      *(i == 1 ? &lo : &hi) = b;
+    }
+  }
+  if (lo != 0 || hi != 6)
+    return pcgc__onnx_fail(c, PCGC_ERR_UNSUPPORTED, "Clip to [%g, %g] is not supported: pcgc has relu6, Clip to [0, 6]",
+                           lo, hi);
+  pcgc_attrs a;
+  pcgc_attrs_init(&a, PCGC_OP_RELU6);
+  pcgc_ref x;
+  TRY(in_ref(c, 0, &x));
+  return emit_out(c, PCGC_OP_RELU6, &a, 1, &x);
 }
 
 static pcgc_status emit_scalar(onnx_ctx *c, pcgc_op_kind k, const char *suffix, pcgc_ref x, double s,
@@ -961,10 +1004,11 @@ static const struct {
   convert_fn fn;
 } convert_table[] = {
     {"Add", conv_binary}, {"AveragePool", conv_pool}, {"BatchNormalization", conv_batchnorm},
-    {"Cast", conv_cast}, {"Concat", conv_concat}, {"Conv", conv_conv}, {"Div", conv_binary},
+    {"Cast", conv_cast}, {"Clip", conv_clip}, {"Concat", conv_concat}, {"Conv", conv_conv}, {"Div", conv_binary},
     {"Dropout", conv_dropout}, {"Exp", conv_unary}, {"Expand", conv_expand}, {"Flatten", conv_reshape},
     {"Gather", conv_gather}, {"Gelu", conv_unary}, {"Gemm", conv_gemm},
-    {"GlobalAveragePool", conv_global_pool}, {"GlobalMaxPool", conv_global_pool}, {"Identity", conv_unary},
+    {"GlobalAveragePool", conv_global_pool}, {"GlobalMaxPool", conv_global_pool}, {"HardSigmoid", conv_unary},
+    {"HardSwish", conv_unary}, {"Identity", conv_unary},
     {"LayerNormalization", conv_layernorm}, {"MatMul", conv_matmul}, {"MaxPool", conv_pool},
     {"Mul", conv_binary}, {"Neg", conv_neg}, {"Pad", conv_pad}, {"Pow", conv_pow},
     {"ReduceMean", conv_reduce}, {"ReduceSum", conv_reduce}, {"Relu", conv_unary}, {"Reshape", conv_reshape},

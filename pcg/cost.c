@@ -118,6 +118,8 @@ static void cost_unary(cctx *x) {
   switch (x->kind) {
   case PCGC_OP_GELU: ew = 8; break;
   case PCGC_OP_SILU: ew = 5; break; /* a sigmoid and a product */
+  case PCGC_OP_HARDSIGMOID: ew = 3; break; /* add, clamp, scale */
+  case PCGC_OP_HARDSWISH: ew = 4; break;
   case PCGC_OP_SIGMOID:
   case PCGC_OP_TANH:
   case PCGC_OP_EXP: ew = 4; break;

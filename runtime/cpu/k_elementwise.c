@@ -70,6 +70,17 @@ static double silu_grad(double x) {
   return y * (1 + x * (1 - y));
 }
 
+/* The piecewise-linear activations of MobileNets, as PyTorch defines them
+ * (F.relu6, F.hardsigmoid, F.hardswish) with their derivatives: hardsigmoid
+ * passes gradient strictly inside (-3, 3), hardswish is (2x + 3) / 6 on
+ * [-3, 3]; relu6's derivative is 1 strictly inside (0, 6). NaN propagates. */
+static double relu6(double x) { return x < 0 ? 0 : x > 6 ? 6 : x; }
+static double relu6_grad(double x) { return x > 0 && x < 6 ? 1 : 0; }
+static double hardsigmoid(double x) { return x <= -3 ? 0 : x >= 3 ? 1 : x / 6 + 0.5; }
+static double hardsigmoid_grad(double x) { return x > -3 && x < 3 ? 1.0 / 6 : 0; }
+static double hardswish(double x) { return x <= -3 ? x * 0.0 : x >= 3 ? x : x * (x + 3) / 6; } /* -0 as torch */
+static double hardswish_grad(double x) { return x < -3 ? 0 : x > 3 ? 1 : (2 * x + 3) / 6; }
+
 /* Dropout is active when training with rate > 0; *scale = 1/(1-rate). */
 static bool dropout_on(const pcgc__kargs *k, double *rate, double *scale) {
   *rate = pcgc_attrs_float(k->a, "rate");

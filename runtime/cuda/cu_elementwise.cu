@@ -32,7 +32,8 @@ namespace {
 #define SQRT_2_PI 0.79788456080286535588    /* sqrt(2/pi) */
 
 /* The unary ops, numbered for the kernels' template argument. */
-enum { U_RELU, U_GELU, U_GELU_TANH, U_SIGMOID, U_SILU, U_TANH, U_EXP, U_ADD, U_SUB, U_MUL, U_DIV, U_ONE };
+enum { U_RELU, U_GELU, U_GELU_TANH, U_SIGMOID, U_SILU, U_RELU6, U_HSIG, U_HSWISH, U_TANH, U_EXP, U_ADD, U_SUB, U_MUL, U_DIV,
+       U_ONE };
 
 __device__ __forceinline__ double d_gelu(double x) { return 0.5 * x * (1 + erf(x * SQRT1_2)); }
 
@@ -63,6 +64,9 @@ __device__ __forceinline__ double unary_fwd(double x, double s) {
   case U_GELU_TANH: return d_gelu_tanh(x);
   case U_SIGMOID: return d_sigmoid(x);
   case U_SILU: return x * d_sigmoid(x);
+  case U_RELU6: return x < 0 ? 0 : x > 6 ? 6 : x; /* NaN propagates */
+  case U_HSIG: return x <= -3 ? 0 : x >= 3 ? 1 : __dadd_rn(x / 6, 0.5);
+  case U_HSWISH: return x <= -3 ? x * 0.0 : x >= 3 ? x : cux_mul(x, x + 3) / 6;
   case U_TANH: return tanh(x);
   case U_EXP: return exp(x);
   case U_ADD: return x + s;
@@ -84,6 +88,9 @@ __device__ __forceinline__ double unary_bwd(double x, double dy, double s) {
     double y = d_sigmoid(x);
     return dy * (y * (1 - y));
   }
+  case U_RELU6: return dy * (x > 0 && x < 6 ? 1.0 : 0.0);
+  case U_HSIG: return dy * (x > -3 && x < 3 ? 1.0 / 6 : 0.0);
+  case U_HSWISH: return dy * (x < -3 ? 0.0 : x > 3 ? 1.0 : (2 * x + 3) / 6);
   case U_SILU: {
     double y = d_sigmoid(x);
     return dy * (y * (1 + x * (1 - y)));
@@ -116,6 +123,9 @@ static int unary_op(const pcgc__cukargs *k, double *s) {
   case PCGC_OP_GELU: return pcgc_attrs_int(k->a, "approximate") ? U_GELU_TANH : U_GELU;
   case PCGC_OP_SIGMOID: return U_SIGMOID;
   case PCGC_OP_SILU: return U_SILU;
+  case PCGC_OP_RELU6: return U_RELU6;
+  case PCGC_OP_HARDSIGMOID: return U_HSIG;
+  case PCGC_OP_HARDSWISH: return U_HSWISH;
   case PCGC_OP_TANH: return U_TANH;
   case PCGC_OP_EXP: return U_EXP;
   case PCGC_OP_SCALAR_ADD: *s = pcgc_attrs_float(k->a, "scalar"); return U_ADD;
@@ -127,7 +137,7 @@ static int unary_op(const pcgc__cukargs *k, double *s) {
 }
 
 #define UNARY_CASES(X)                                                                              \
-  X(U_RELU) X(U_GELU) X(U_GELU_TANH) X(U_SIGMOID) X(U_SILU) X(U_TANH) X(U_EXP) X(U_ADD) X(U_SUB) X(U_MUL) \
+  X(U_RELU) X(U_GELU) X(U_GELU_TANH) X(U_SIGMOID) X(U_SILU) X(U_RELU6) X(U_HSIG) X(U_HSWISH) X(U_TANH) X(U_EXP) X(U_ADD) X(U_SUB) X(U_MUL) \
   X(U_DIV) X(U_ONE)
 
 /* ---------------------------------------------------------------- dropout */

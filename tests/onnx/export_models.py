@@ -3,8 +3,8 @@
 
     /usr/bin/python3 tests/onnx/export_models.py OUTDIR [MODEL...]
 
-MODEL is any of: mlp cnn transformer transformer_gelu ops resnet18
-resnext50_32x4d inception_v3
+MODEL is any of: mlp cnn transformer transformer_gelu ops swiglu resnet18
+resnext50_32x4d inception_v3 mobilenet_v2 mobilenet_v3_small
 (default: all). For each model it writes
 
     OUTDIR/MODEL.onnx          torch.onnx.export with a dynamic batch axis
@@ -220,6 +220,12 @@ MODELS = collections.OrderedDict([
                          (3, 224, 224), 14, PRESERVE, False)),
     ("inception_v3", (lambda: torchvision.models.inception_v3(
         weights=None, aux_logits=False, init_weights=False), (3, 299, 299), 14, PRESERVE, False)),
+    # ReLU6 (exported as Clip to [0, 6]), depthwise convolutions
+    ("mobilenet_v2", (lambda: torchvision.models.mobilenet_v2(weights=None),
+                      (3, 224, 224), 14, PRESERVE, False)),
+    # HardSwish, HardSigmoid in squeeze-and-excitation blocks
+    ("mobilenet_v3_small", (lambda: torchvision.models.mobilenet_v3_small(weights=None),
+                            (3, 224, 224), 14, PRESERVE, False)),
 ])
 
 

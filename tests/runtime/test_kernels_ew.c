@@ -439,6 +439,13 @@ START_TEST(values_unary) {
   expect_fwd(PCGC_OP_GELU, &tanh_gelu, 1, &x, VALS(-0.15880800939172324, 0, 1.954597694087775), 1e-15);
   expect_fwd(PCGC_OP_SIGMOID, AP(PCGC_OP_SIGMOID), 1, &x,
              VALS(0.2689414213699951, 0.5, 0.8807970779778823), 1e-15);
+  /* torch.nn.functional.relu6, hardsigmoid, hardswish at and around their kinks */
+  pcgc_buf xk = F64(VALS(-4, -3, -1, 0, 2, 3, 7), 7);
+  expect_fwd(PCGC_OP_RELU6, AP(PCGC_OP_RELU6), 1, &xk, VALS(0, 0, 0, 0, 2, 3, 6), 0);
+  expect_fwd(PCGC_OP_HARDSIGMOID, AP(PCGC_OP_HARDSIGMOID), 1, &xk,
+             VALS(0, 0, 0.3333333333333333, 0.5, 0.8333333333333334, 1, 1), 1e-15);
+  expect_fwd(PCGC_OP_HARDSWISH, AP(PCGC_OP_HARDSWISH), 1, &xk,
+             VALS(-0.0, -0.0, -0.3333333333333333, 0, 1.6666666666666667, 3, 7), 1e-15);
   /* torch.nn.functional.silu */
   expect_fwd(PCGC_OP_SILU, AP(PCGC_OP_SILU), 1, &x, VALS(-0.2689414213699951, 0, 1.7615941559557646), 1e-15);
   expect_fwd(PCGC_OP_TANH, AP(PCGC_OP_TANH), 1, &x,

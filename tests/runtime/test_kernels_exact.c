@@ -113,6 +113,10 @@ static double ref_unary(pcgc_op_kind k, double x, double s, bool grad) {
     double y = x >= 0 ? 1 / (1 + exp(-x)) : exp(x) / (1 + exp(x));
     return grad ? y * (1 + x * (1 - y)) : x * y;
   }
+  case PCGC_OP_RELU6: return grad ? (x > 0 && x < 6 ? 1 : 0) : (x < 0 ? 0 : x > 6 ? 6 : x);
+  case PCGC_OP_HARDSIGMOID: return grad ? (x > -3 && x < 3 ? 1.0 / 6 : 0) : (x <= -3 ? 0 : x >= 3 ? 1 : x / 6 + 0.5);
+  case PCGC_OP_HARDSWISH:
+    return grad ? (x < -3 ? 0 : x > 3 ? 1 : (2 * x + 3) / 6) : (x <= -3 ? x * 0.0 : x >= 3 ? x : x * (x + 3) / 6);
   case PCGC_OP_TANH: return grad ? 1 - tanh(x) * tanh(x) : tanh(x);
   case PCGC_OP_EXP: return exp(x);
   case PCGC_OP_SCALAR_ADD: return grad ? 1 : x + s;
@@ -122,7 +126,8 @@ static double ref_unary(pcgc_op_kind k, double x, double s, bool grad) {
 }
 
 START_TEST(unary_matches_definition) {
-  static const pcgc_op_kind ks[] = {PCGC_OP_RELU,       PCGC_OP_GELU,       PCGC_OP_SIGMOID,   PCGC_OP_SILU, PCGC_OP_TANH,
+  static const pcgc_op_kind ks[] = {PCGC_OP_RELU,       PCGC_OP_GELU,       PCGC_OP_SIGMOID,   PCGC_OP_SILU, PCGC_OP_RELU6,
+                                    PCGC_OP_HARDSIGMOID, PCGC_OP_HARDSWISH, PCGC_OP_TANH,
                                     PCGC_OP_EXP,        PCGC_OP_SCALAR_ADD, PCGC_OP_SCALAR_MUL, PCGC_OP_SCALAR_DIV};
   for (size_t ki = 0; ki < sizeof ks / sizeof *ks; ki++)
     for (int t = 0; t < 2; t++)
