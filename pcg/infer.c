@@ -565,13 +565,20 @@ static pcgc_status infer_batchnorm(ictx *c) {
   return PCGC_OK;
 }
 
+/* layernorm's and rmsnorm's input and attributes: a float x, 1 <= axes <= rank, eps > 0 */
+static pcgc_status norm_attrs(ictx *c, int64_t *axes) {
+  TRY(need_float(c, 0));
+  *axes = pcgc_attrs_int(c->a, "axes");
+  if (*axes < 1 || *axes > c->in[0].rank)
+    return fail(c, "axes=%lld must be between 1 and the input rank %d", (long long)*axes, c->in[0].rank);
+  if (pcgc_attrs_float(c->a, "eps") <= 0) return fail(c, "eps must be positive");
+  return PCGC_OK;
+}
+
 static pcgc_status infer_layernorm(ictx *c) {
   const pcgc_ptensor *x = &c->in[0];
-  TRY(need_float(c, 0));
-  int64_t axes = pcgc_attrs_int(c->a, "axes");
-  if (axes < 1 || axes > x->rank)
-    return fail(c, "axes=%lld must be between 1 and the input rank %d", (long long)axes, x->rank);
-  if (pcgc_attrs_float(c->a, "eps") <= 0) return fail(c, "eps must be positive");
+  int64_t axes;
+  TRY(norm_attrs(c, &axes));
   if (c->n_in == 2) return fail(c, "layernorm takes an input and optionally both scale and bias, not one of them");
   int r = x->rank, first = r - (int)axes;
   for (int i = 1; i < c->n_in; i++) {
@@ -599,11 +606,8 @@ static pcgc_status infer_layernorm(ictx *c) {
  * without centring and without bias (LLaMA's RMSNorm) */
 static pcgc_status infer_rmsnorm(ictx *c) {
   const pcgc_ptensor *x = &c->in[0];
-  TRY(need_float(c, 0));
-  int64_t axes = pcgc_attrs_int(c->a, "axes");
-  if (axes < 1 || axes > x->rank)
-    return fail(c, "axes=%lld must be between 1 and the input rank %d", (long long)axes, x->rank);
-  if (pcgc_attrs_float(c->a, "eps") <= 0) return fail(c, "eps must be positive");
+  int64_t axes;
+  TRY(norm_attrs(c, &axes));
   int r = x->rank, first = r - (int)axes;
   if (c->n_in == 2) {
     TRY(need_rank(c, 1, (int)axes, (int)axes));

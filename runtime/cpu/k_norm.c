@@ -339,6 +339,20 @@ pcgc_status pcgc__cpu_fwd_layernorm(const pcgc__kargs *k) {
   return PCGC_OK;
 }
 
+/* Zeroed column sums for the scale and bias gradients: 2 n doubles, in
+ * `small` (room for 2 * cap) when they fit; NULL with an error set when out
+ * of memory. */
+static double *cols_scratch(const pcgc__kargs *k, int64_t n, double *small, int64_t cap) {
+  double *as = n <= cap ? small : malloc((size_t)n * 2 * sizeof *as);
+  if (!as) {
+    pcgc_error_set(k->err, PCGC_ERR_NOMEM, "%s: out of memory (%zu bytes of scratch)", pcgc_op_name(k->kind),
+                   (size_t)n * 2 * sizeof *as);
+    return NULL;
+  }
+  memset(as, 0, (size_t)n * 2 * sizeof *as);
+  return as;
+}
+
 /* dx = invstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * scale;
  * dscale += sum over rows of dy * xhat, dbias += sum over rows of dy, each
  * column summed in double in row order. */
@@ -351,14 +365,8 @@ pcgc_status pcgc__cpu_bwd_layernorm(const pcgc__kargs *k) {
   bool want_dx = kx_want(dx), want_cols = kx_want(dscale) || kx_want(dbias);
   if (!want_dx && !want_cols) return PCGC_OK;
   double small[2 * 1024], *as = NULL, *ab = NULL;
-  if (want_cols) {
-    as = v.n <= 1024 ? small : malloc((size_t)v.n * 2 * sizeof *as);
-    if (!as)
-      return pcgc_error_set(k->err, PCGC_ERR_NOMEM, "layernorm: out of memory (%zu bytes of scratch)",
-                            (size_t)v.n * 2 * sizeof *as);
-    ab = as + v.n;
-    memset(as, 0, (size_t)v.n * 2 * sizeof *as);
-  }
+  if (want_cols && !(as = cols_scratch(k, v.n, small, 1024))) return PCGC_ERR_NOMEM;
+  if (as) ab = as + v.n;
   const void *scale = opt_data(v.scale);
   FOR_GROUPS(r0, nr, v.rows) {
     double mean[NORM_G], invstd[NORM_G], m1[NORM_G], m2[NORM_G];
@@ -416,14 +424,8 @@ pcgc_status pcgc__cpu_bwd_rmsnorm(const pcgc__kargs *k) {
   bool want_dx = kx_want(dx), want_cols = kx_want(dscale);
   if (!want_dx && !want_cols) return PCGC_OK;
   double small[2 * 1024], *as = NULL, *ab = NULL;
-  if (want_cols) {
-    as = v.n <= 1024 ? small : malloc((size_t)v.n * 2 * sizeof *as);
-    if (!as)
-      return pcgc_error_set(k->err, PCGC_ERR_NOMEM, "rmsnorm: out of memory (%zu bytes of scratch)",
-                            (size_t)v.n * 2 * sizeof *as);
-    ab = as + v.n;
-    memset(as, 0, (size_t)v.n * 2 * sizeof *as);
-  }
+  if (want_cols && !(as = cols_scratch(k, v.n, small, 1024))) return PCGC_ERR_NOMEM;
+  if (as) ab = as + v.n;
   const void *scale = k->n_in == 2 ? k->in[1].data : NULL;
   FOR_GROUPS(r0, nr, v.rows) {
     double zero[NORM_G] = {0}, invrms[NORM_G], m1[NORM_G], m2[NORM_G];
