@@ -613,8 +613,9 @@ static void mut_add(rulesrc *R) {
   }
 }
 
-static const char *const FAMILIES[][12] = {
-    {"relu", "gelu", "sigmoid", "silu", "relu6", "hardsigmoid", "hardswish", "tanh", "exp", "identity", NULL},
+static const char *const FAMILIES[][13] = {
+    {"relu", "gelu", "sigmoid", "silu", "relu6", "hardsigmoid", "hardswish", "leaky_relu", "tanh", "exp", "identity",
+     NULL},
     {"add", "sub", "mul", "div", NULL},
     {"scalar_add", "scalar_sub", "scalar_mul", "scalar_div", NULL},
     {"reduce_sum", "reduce_mean", NULL},

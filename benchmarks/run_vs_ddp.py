@@ -19,8 +19,9 @@ models/ and process count N:
      timed the same way, against data parallel;
   3. `pcgc simulate PLAN --machine cpu-N --optimizer sgd --profile DB` for
      every plan, where DB merges `pcgc profile --no-dropout --all-gradients`
-     of the model at every per-process batch B/N with the BLAS threads of
-     N processes, max(1, cores / N): one database per thread count (pieces of other shapes, such
+     of the model at every per-process batch B/N and at B (a tensor-parallel
+     plan's kernels see the whole batch) with the BLAS threads of N processes,
+     max(1, cores / N): one database per thread count (pieces of other shapes, such
      as tensor-parallel weight slices, fall back to the roofline); also the
      roofline alone (no --profile).
 
@@ -313,7 +314,9 @@ def main():
             dbs = {}
             for th in sorted({threads_for(n) for n in procs}):
                 db = os.path.join(tmp, f"{m}.{th}t.prof.json")
-                bs = [B // n for n in procs if threads_for(n) == th]
+                # B/n for data parallelism, and B whole: a tensor-parallel plan's kernels
+                # see the whole batch (with slices of the weights) on every process
+                bs = sorted({B // n for n in procs if threads_for(n) == th} | {B}, reverse=True)
                 print(f"{m}: profiling at batch {', '.join(str(b) for b in bs)} on {th} thread{'s' if th > 1 else ''}",
                       file=sys.stderr, flush=True)
                 if attempt(make_profile, a.pcgc, m, bs, db, tmp, th) is not None or os.path.exists(db):

@@ -77,7 +77,7 @@ static pcgc_status conv_unary(onnx_ctx *c) {
   static const struct { const char *name; pcgc_op_kind k; } map[] = {
       {"Relu", PCGC_OP_RELU}, {"Sigmoid", PCGC_OP_SIGMOID}, {"Tanh", PCGC_OP_TANH}, {"Exp", PCGC_OP_EXP},
       {"Gelu", PCGC_OP_GELU}, {"Identity", PCGC_OP_IDENTITY}, {"HardSwish", PCGC_OP_HARDSWISH},
-      {"HardSigmoid", PCGC_OP_HARDSIGMOID},
+      {"HardSigmoid", PCGC_OP_HARDSIGMOID}, {"LeakyRelu", PCGC_OP_LEAKY_RELU},
   };
   pcgc_op_kind k = PCGC_OP_IDENTITY;
   for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
@@ -89,6 +89,11 @@ static pcgc_status conv_unary(onnx_ctx *c) {
     TRY(pcgc__onnx_attr_string(c, "approximate", "none", &approx));
     if (strcmp(approx, "none") != 0 && strcmp(approx, "tanh") != 0) return bad_attr(c, "approximate", approx, NULL);
     pcgc_attrs_set_int(&a, "approximate", strcmp(approx, "tanh") == 0);
+  }
+  if (k == PCGC_OP_LEAKY_RELU) {
+    double alpha;
+    TRY(pcgc__onnx_attr_float(c, "alpha", 0.01, &alpha));
+    pcgc_attrs_set_float(&a, "alpha", alpha);
   }
   if (k == PCGC_OP_HARDSIGMOID) { /* ONNX's alpha x + beta, clamped: PyTorch's is alpha 1/6, beta 1/2 */
     double alpha, beta;
@@ -1009,7 +1014,7 @@ static const struct {
     {"Gather", conv_gather}, {"Gelu", conv_unary}, {"Gemm", conv_gemm},
     {"GlobalAveragePool", conv_global_pool}, {"GlobalMaxPool", conv_global_pool}, {"HardSigmoid", conv_unary},
     {"HardSwish", conv_unary}, {"Identity", conv_unary},
-    {"LayerNormalization", conv_layernorm}, {"MatMul", conv_matmul}, {"MaxPool", conv_pool},
+    {"LayerNormalization", conv_layernorm}, {"LeakyRelu", conv_unary}, {"MatMul", conv_matmul}, {"MaxPool", conv_pool},
     {"Mul", conv_binary}, {"Neg", conv_neg}, {"Pad", conv_pad}, {"Pow", conv_pow},
     {"ReduceMean", conv_reduce}, {"ReduceSum", conv_reduce}, {"Relu", conv_unary}, {"Reshape", conv_reshape},
     {"Sigmoid", conv_unary}, {"Slice", conv_slice}, {"Softmax", conv_softmax}, {"Split", conv_split},

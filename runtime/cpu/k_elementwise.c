@@ -34,6 +34,7 @@ static double scalar_attr(const pcgc__kargs *k) {
   case PCGC_OP_SCALAR_MUL:
   case PCGC_OP_SCALAR_DIV: return pcgc_attrs_float(k->a, "scalar");
   case PCGC_OP_GELU: return pcgc_attrs_int(k->a, "approximate") ? 1 : 0; /* 1: the tanh form */
+  case PCGC_OP_LEAKY_RELU: return pcgc_attrs_float(k->a, "alpha");
   default: return 0;
   }
 }

@@ -36,6 +36,7 @@ KX_INLINE void SFX(unary_fwd_loop)(pcgc_op_kind kind, double s, int64_t n, const
     for (int64_t i = 0; i < n; i++) y[i] = (REAL)silu(x[i]);
     break;
   case PCGC_OP_RELU6: KX_FOR(i, n, y[i] = (REAL)relu6(x[i])); break;
+  case PCGC_OP_LEAKY_RELU: KX_FOR(i, n, double v = x[i]; y[i] = (REAL)(v < 0 ? s * v : v)); break;
   case PCGC_OP_HARDSIGMOID: KX_FOR(i, n, y[i] = (REAL)hardsigmoid(x[i])); break;
   case PCGC_OP_HARDSWISH: KX_FOR(i, n, y[i] = (REAL)hardswish(x[i])); break;
   case PCGC_OP_TANH:
@@ -77,6 +78,9 @@ KX_INLINE void SFX(unary_bwd_loop)(pcgc_op_kind kind, double s, int64_t n, const
     for (int64_t i = 0; i < n; i++) dx[i] += (REAL)((double)dy[i] * silu_grad(x[i]));
     break;
   case PCGC_OP_RELU6: KX_FOR(i, n, dx[i] += (REAL)((double)dy[i] * relu6_grad(x[i]))); break;
+  case PCGC_OP_LEAKY_RELU: /* torch: the slope alpha at 0 and below */
+    KX_FOR(i, n, double v = x[i]; dx[i] += (REAL)((double)dy[i] * (v > 0 ? 1.0 : s)));
+    break;
   case PCGC_OP_HARDSIGMOID: KX_FOR(i, n, dx[i] += (REAL)((double)dy[i] * hardsigmoid_grad(x[i]))); break;
   case PCGC_OP_HARDSWISH: KX_FOR(i, n, dx[i] += (REAL)((double)dy[i] * hardswish_grad(x[i]))); break;
   case PCGC_OP_TANH:

@@ -32,8 +32,8 @@ namespace {
 #define SQRT_2_PI 0.79788456080286535588    /* sqrt(2/pi) */
 
 /* The unary ops, numbered for the kernels' template argument. */
-enum { U_RELU, U_GELU, U_GELU_TANH, U_SIGMOID, U_SILU, U_RELU6, U_HSIG, U_HSWISH, U_TANH, U_EXP, U_ADD, U_SUB, U_MUL, U_DIV,
-       U_ONE };
+enum { U_RELU, U_GELU, U_GELU_TANH, U_SIGMOID, U_SILU, U_RELU6, U_HSIG, U_HSWISH, U_LEAKY, U_TANH, U_EXP, U_ADD, U_SUB,
+       U_MUL, U_DIV, U_ONE };
 
 __device__ __forceinline__ double d_gelu(double x) { return 0.5 * x * (1 + erf(x * SQRT1_2)); }
 
@@ -65,6 +65,7 @@ __device__ __forceinline__ double unary_fwd(double x, double s) {
   case U_SIGMOID: return d_sigmoid(x);
   case U_SILU: return x * d_sigmoid(x);
   case U_RELU6: return x < 0 ? 0 : x > 6 ? 6 : x; /* NaN propagates */
+  case U_LEAKY: return x < 0 ? s * x : x;
   case U_HSIG: return x <= -3 ? 0 : x >= 3 ? 1 : __dadd_rn(x / 6, 0.5);
   case U_HSWISH: return x <= -3 ? x * 0.0 : x >= 3 ? x : cux_mul(x, x + 3) / 6;
   case U_TANH: return tanh(x);
@@ -89,6 +90,7 @@ __device__ __forceinline__ double unary_bwd(double x, double dy, double s) {
     return dy * (y * (1 - y));
   }
   case U_RELU6: return dy * (x > 0 && x < 6 ? 1.0 : 0.0);
+  case U_LEAKY: return dy * (x > 0 ? 1.0 : s);
   case U_HSIG: return dy * (x > -3 && x < 3 ? 1.0 / 6 : 0.0);
   case U_HSWISH: return dy * (x < -3 ? 0.0 : x > 3 ? 1.0 : (2 * x + 3) / 6);
   case U_SILU: {
@@ -124,6 +126,7 @@ static int unary_op(const pcgc__cukargs *k, double *s) {
   case PCGC_OP_SIGMOID: return U_SIGMOID;
   case PCGC_OP_SILU: return U_SILU;
   case PCGC_OP_RELU6: return U_RELU6;
+  case PCGC_OP_LEAKY_RELU: *s = pcgc_attrs_float(k->a, "alpha"); return U_LEAKY;
   case PCGC_OP_HARDSIGMOID: return U_HSIG;
   case PCGC_OP_HARDSWISH: return U_HSWISH;
   case PCGC_OP_TANH: return U_TANH;
@@ -137,7 +140,7 @@ static int unary_op(const pcgc__cukargs *k, double *s) {
 }
 
 #define UNARY_CASES(X)                                                                              \
-  X(U_RELU) X(U_GELU) X(U_GELU_TANH) X(U_SIGMOID) X(U_SILU) X(U_RELU6) X(U_HSIG) X(U_HSWISH) X(U_TANH) X(U_EXP) X(U_ADD) X(U_SUB) X(U_MUL) \
+  X(U_RELU) X(U_GELU) X(U_GELU_TANH) X(U_SIGMOID) X(U_SILU) X(U_RELU6) X(U_HSIG) X(U_HSWISH) X(U_LEAKY) X(U_TANH) X(U_EXP) X(U_ADD) X(U_SUB) X(U_MUL) \
   X(U_DIV) X(U_ONE)
 
 /* ---------------------------------------------------------------- dropout */

@@ -573,6 +573,7 @@ static void test_unary(void) {
       {PCGC_OP_RELU6, NULL, 0, "x[4,5,6]"},
       {PCGC_OP_HARDSIGMOID, NULL, 0, "x[4,5,6]"},
       {PCGC_OP_HARDSWISH, NULL, 0, "x[4,5,6]"},
+      {PCGC_OP_LEAKY_RELU, "alpha", 0.2, "alpha=0.2"},
       {PCGC_OP_TANH, NULL, 0, "x[4,5,6]"},
       {PCGC_OP_EXP, NULL, 0, "x[4,5,6]"},
       {PCGC_OP_IDENTITY, NULL, 0, "x[4,5,6]"},

@@ -182,7 +182,7 @@ class Ops(torch.nn.Module):
 class SwiGLU(torch.nn.Module):
     """A LLaMA-style feed-forward block: silu(x W1) * (x W3) W2, with torch's
     SiLU exported as Sigmoid + Mul (no ONNX operator before opset 23), next
-    to a plain sigmoid that is multiplied by something else."""
+    to a plain sigmoid that is multiplied by something else, and a LeakyRelu."""
 
     def __init__(self):
         super().__init__()
@@ -194,7 +194,7 @@ class SwiGLU(torch.nn.Module):
     def forward(self, x):                                      # x (B, 5, 16)
         h = self.act(self.w1(x)) * self.w3(x)                  # (B, 5, 24)
         y = self.w2(h)                                         # (B, 5, 16)
-        return y * torch.sigmoid(x)                            # a gate, not a SiLU
+        return torch.nn.functional.leaky_relu(y, 0.2) * torch.sigmoid(x)   # a gate, not a SiLU
 
 
 def transformer(activation="relu"):

@@ -179,7 +179,7 @@ static inline pcgc_attrs pool(pcgc_pool_kind kind, int kernel, int stride)
 }
 
 static const pcgc_op_kind unary_ops[] __attribute__((unused)) = {
-    PCGC_OP_RELU,       PCGC_OP_GELU,       PCGC_OP_SIGMOID,    PCGC_OP_SILU,       PCGC_OP_RELU6,      PCGC_OP_HARDSIGMOID, PCGC_OP_HARDSWISH, PCGC_OP_TANH,
+    PCGC_OP_RELU,       PCGC_OP_GELU,       PCGC_OP_SIGMOID,    PCGC_OP_SILU,       PCGC_OP_RELU6,      PCGC_OP_HARDSIGMOID, PCGC_OP_HARDSWISH, PCGC_OP_LEAKY_RELU, PCGC_OP_TANH,
     PCGC_OP_EXP,        PCGC_OP_IDENTITY,   PCGC_OP_SCALAR_ADD, PCGC_OP_SCALAR_SUB,
     PCGC_OP_SCALAR_MUL, PCGC_OP_SCALAR_DIV, PCGC_OP_DROPOUT,
 };

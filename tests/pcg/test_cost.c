@@ -309,7 +309,7 @@ START_TEST(test_elementwise_flops)
     double fwd, bwd; /* per element */
   } cases[] = {
       {PCGC_OP_RELU, 1, 1},       {PCGC_OP_GELU, 8, 8},       {PCGC_OP_SIGMOID, 4, 4},   {PCGC_OP_SILU, 5, 5},
-      {PCGC_OP_RELU6, 1, 1},      {PCGC_OP_HARDSIGMOID, 3, 3}, {PCGC_OP_HARDSWISH, 4, 4},
+      {PCGC_OP_RELU6, 1, 1},      {PCGC_OP_HARDSIGMOID, 3, 3}, {PCGC_OP_HARDSWISH, 4, 4}, {PCGC_OP_LEAKY_RELU, 1, 1},
       {PCGC_OP_TANH, 4, 4},       {PCGC_OP_EXP, 4, 4},        {PCGC_OP_IDENTITY, 0, 0},
       {PCGC_OP_SCALAR_MUL, 1, 1}, {PCGC_OP_DROPOUT, 2, 2},    {PCGC_OP_SOFTMAX, 5, 4},
   };

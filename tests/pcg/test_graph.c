@@ -303,7 +303,7 @@ START_TEST(test_hash_sensitive_to_op_kind) {
   uint64_t seen[PCGC_OP_COUNT];
   int n = 0;
   static const pcgc_op_kind unary[] = {PCGC_OP_RELU, PCGC_OP_GELU, PCGC_OP_SIGMOID, PCGC_OP_SILU, PCGC_OP_RELU6,
-                                       PCGC_OP_HARDSIGMOID, PCGC_OP_HARDSWISH, PCGC_OP_TANH,
+                                       PCGC_OP_HARDSIGMOID, PCGC_OP_HARDSWISH, PCGC_OP_LEAKY_RELU, PCGC_OP_TANH,
                                        PCGC_OP_EXP, PCGC_OP_IDENTITY};
   for (size_t i = 0; i < sizeof unary / sizeof *unary; i++) {
     pcgc_graph *g = pcgc_graph_new();

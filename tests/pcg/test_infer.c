@@ -22,7 +22,7 @@
 
 /* A small legal sequential instance of op k: sets *a and in[], returns n_in.
  * Hand-written per op, so it is checked against the op count. */
-_Static_assert(PCGC_OP_COUNT == 47, "add the new op to plausible() in test_infer.c");
+_Static_assert(PCGC_OP_COUNT == 48, "add the new op to plausible() in test_infer.c");
 
 static int plausible(pcgc_op_kind k, pcgc_attrs *a, pcgc_ptensor *in)
 {
@@ -50,6 +50,7 @@ static int plausible(pcgc_op_kind k, pcgc_attrs *a, pcgc_ptensor *in)
   case PCGC_OP_RELU6:
   case PCGC_OP_HARDSIGMOID:
   case PCGC_OP_HARDSWISH:
+  case PCGC_OP_LEAKY_RELU:
   case PCGC_OP_TANH:
   case PCGC_OP_EXP:
   case PCGC_OP_IDENTITY:

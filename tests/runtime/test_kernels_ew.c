@@ -442,6 +442,8 @@ START_TEST(values_unary) {
   /* torch.nn.functional.relu6, hardsigmoid, hardswish at and around their kinks */
   pcgc_buf xk = F64(VALS(-4, -3, -1, 0, 2, 3, 7), 7);
   expect_fwd(PCGC_OP_RELU6, AP(PCGC_OP_RELU6), 1, &xk, VALS(0, 0, 0, 0, 2, 3, 6), 0);
+  pcgc_attrs leaky = attrs(PCGC_OP_LEAKY_RELU); /* alpha 0.01, torch's default */
+  expect_fwd(PCGC_OP_LEAKY_RELU, &leaky, 1, &xk, VALS(-0.04, -0.03, -0.01, 0, 2, 3, 7), 1e-15);
   expect_fwd(PCGC_OP_HARDSIGMOID, AP(PCGC_OP_HARDSIGMOID), 1, &xk,
              VALS(0, 0, 0.3333333333333333, 0.5, 0.8333333333333334, 1, 1), 1e-15);
   expect_fwd(PCGC_OP_HARDSWISH, AP(PCGC_OP_HARDSWISH), 1, &xk,

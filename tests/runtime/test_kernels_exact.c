@@ -117,6 +117,7 @@ static double ref_unary(pcgc_op_kind k, double x, double s, bool grad) {
   case PCGC_OP_HARDSIGMOID: return grad ? (x > -3 && x < 3 ? 1.0 / 6 : 0) : (x <= -3 ? 0 : x >= 3 ? 1 : x / 6 + 0.5);
   case PCGC_OP_HARDSWISH:
     return grad ? (x < -3 ? 0 : x > 3 ? 1 : (2 * x + 3) / 6) : (x <= -3 ? x * 0.0 : x >= 3 ? x : x * (x + 3) / 6);
+  case PCGC_OP_LEAKY_RELU: return grad ? (x > 0 ? 1 : s) : (x < 0 ? s * x : x);
   case PCGC_OP_TANH: return grad ? 1 - tanh(x) * tanh(x) : tanh(x);
   case PCGC_OP_EXP: return exp(x);
   case PCGC_OP_SCALAR_ADD: return grad ? 1 : x + s;
@@ -127,7 +128,7 @@ static double ref_unary(pcgc_op_kind k, double x, double s, bool grad) {
 
 START_TEST(unary_matches_definition) {
   static const pcgc_op_kind ks[] = {PCGC_OP_RELU,       PCGC_OP_GELU,       PCGC_OP_SIGMOID,   PCGC_OP_SILU, PCGC_OP_RELU6,
-                                    PCGC_OP_HARDSIGMOID, PCGC_OP_HARDSWISH, PCGC_OP_TANH,
+                                    PCGC_OP_HARDSIGMOID, PCGC_OP_HARDSWISH, PCGC_OP_LEAKY_RELU, PCGC_OP_TANH,
                                     PCGC_OP_EXP,        PCGC_OP_SCALAR_ADD, PCGC_OP_SCALAR_MUL, PCGC_OP_SCALAR_DIV};
   for (size_t ki = 0; ki < sizeof ks / sizeof *ks; ki++)
     for (int t = 0; t < 2; t++)
@@ -136,6 +137,10 @@ START_TEST(unary_matches_definition) {
         pcgc_attrs a;
         pcgc_attrs_init(&a, k);
         double s = 0;
+        if (k == PCGC_OP_LEAKY_RELU) {
+          s = 0.05 + 0.3 * unif();
+          pcgc_attrs_set_float(&a, "alpha", s);
+        }
         if (k == PCGC_OP_SCALAR_ADD || k == PCGC_OP_SCALAR_MUL || k == PCGC_OP_SCALAR_DIV) {
           s = 0.25 + 3 * unif();
           pcgc_attrs_set_float(&a, "scalar", s);
