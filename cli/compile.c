@@ -557,6 +557,7 @@ int pcgc_cli_compile(int argc, char **argv) {
           fprintf(stderr, "pcgc compile: error: the plan failed verification; %s was not written\n", output);
           pcgc_derivation_free(&d);
           pcgc_program_free(prog);
+          pcgc_sim_result_destroy(&pr);
           pcgc_compile_result_destroy(&r);
           pcgc_graph_free(g);
           return vc;
@@ -574,6 +575,7 @@ int pcgc_cli_compile(int argc, char **argv) {
     }
   }
   pcgc_program_free(prog);
+  pcgc_sim_result_destroy(&pr);
   pcgc_compile_result_destroy(&r);
   pcgc_graph_free(g);
   return pcgc_cli_exit_code(st);
