@@ -28,6 +28,8 @@
 #include "codegen.h"
 #include "search.h"
 
+#include "../common/check_main.h"
+
 #ifndef PCGC_SOURCE_DIR
 #error "PCGC_SOURCE_DIR must be defined to the source tree"
 #endif
@@ -383,7 +385,7 @@ static const shipped cases[] = {
 START_TEST(shipped_models) { check_shipped(&cases[_i]); }
 END_TEST
 
-int main(void) {
+static Suite *suite(void) {
   Suite *s = suite_create("predict");
   TCase *tc = tcase_create("predict");
   tcase_set_timeout(tc, 120);
@@ -395,9 +397,7 @@ int main(void) {
   tcase_add_test(tc, deadlock_is_refused);
   tcase_add_loop_test(tc, shipped_models, 0, (int)(sizeof cases / sizeof cases[0]));
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return s;
 }
+
+PCGC_CHECK_MAIN(suite)

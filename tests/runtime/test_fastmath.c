@@ -11,6 +11,8 @@
 
 #include "k_fastmath.h"
 
+#include "../common/check_main.h"
+
 START_TEST(exp_accuracy) {
   double worst = 0, at = 0;
   for (int i = 0; i <= 2000000; i++) {
@@ -61,7 +63,7 @@ START_TEST(gelu_accuracy) {
 }
 END_TEST
 
-int main(void) {
+static Suite *suite(void) {
   Suite *s = suite_create("fastmath");
   TCase *tc = tcase_create("fastmath");
   tcase_set_timeout(tc, 60);
@@ -69,9 +71,7 @@ int main(void) {
   tcase_add_test(tc, erf_accuracy);
   tcase_add_test(tc, gelu_accuracy);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return s;
 }
+
+PCGC_CHECK_MAIN(suite)
