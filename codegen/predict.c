@@ -245,30 +245,18 @@ static void rdv_complete(psim *S, int64_t id, int group, pcgc_collective c, doub
   int n = p->group_off[group + 1] - p->group_off[group];
   pcgc_comm_group grp = pcgc_comm_group_of(S->m, n, devs);
   double dur = pcgc_comm_time(S->m, c, S->o->algo, grp, bytes);
-  int ports[4 * 64] = {0}, np = 0;
   double t = S->rv[id].t_max;
   if (S->contention) {
-    for (int i = 0; i < n; i++) {
-      if (np + 4 > (int)(sizeof ports / sizeof *ports)) { /* claim in batches of members */
-        t = claim(S, ports, np, t, 0);
-        np = 0;
-      }
-      if (grp.per_node > 1) {
-        ports[np++] = port(S, P_INTRA_OUT, devs[i]);
-        ports[np++] = port(S, P_INTRA_IN, devs[i]);
-      }
-      if (grp.nodes > 1) {
-        ports[np++] = port(S, P_INTER_OUT, devs[i]);
-        ports[np++] = port(S, P_INTER_IN, devs[i]);
-      }
-    }
-    t = claim(S, ports, np, t, 0);
-    for (int i = 0; i < n; i++) /* every member's ports busy until the end */
-      for (int k = 0; k < P_KINDS; k++) {
-        int q = port(S, k, devs[i]);
-        bool used = (k < P_INTER_OUT && grp.per_node > 1) || (k >= P_INTER_OUT && grp.nodes > 1);
-        if (used && S->port_free[q] < t + dur) S->port_free[q] = t + dur;
-      }
+    /* it starts once every port it uses (intra within nodes, inter across them) of every
+     * member is free, and holds them all until it ends */
+    for (int pass = 0; pass < 2; pass++)
+      for (int i = 0; i < n; i++)
+        for (int k = 0; k < P_KINDS; k++) {
+          if (!(k < P_INTER_OUT ? grp.per_node > 1 : grp.nodes > 1)) continue;
+          double *f = &S->port_free[port(S, k, devs[i])];
+          if (pass == 0 && *f > t) t = *f;
+          if (pass == 1) *f = t + dur;
+        }
     double k = c == PCGC_COLL_BROADCAST ? 1 : 2;
     S->bytes_intra += k * (n - grp.nodes) * bytes;
     S->bytes_inter += k * (grp.nodes - 1) * bytes;

@@ -29,6 +29,7 @@
 #include "search.h"
 
 #include "../common/check_main.h"
+#include "../common/toy_machine.h"
 
 #ifndef PCGC_SOURCE_DIR
 #error "PCGC_SOURCE_DIR must be defined to the source tree"
@@ -37,20 +38,6 @@
 #define close_to(got, want, rel) close_to_at(got, want, rel, __FILE__, __LINE__)
 static void close_to_at(double got, double want, double rel, const char *file, int line) {
   ck_assert_msg(fabs(got - want) <= rel * fabs(want) + 1e-15, "%s:%d: got %.17g, want %.17g", file, line, got, want);
-}
-
-/* 1 node x n devices: 10 TFLOP/s, 1 TB/s memory, 100 GB/s links with 1 us latency, 5 us launches */
-static pcgc_machine toy_machine(int n) {
-  char text[1024];
-  snprintf(text, sizeof text,
-           "name toy\nnodes 1\ndevices_per_node %d\ndevice.flops.f32 10 TFLOP/s\ndevice.memory 16 GiB\n"
-           "device.memory_bandwidth 1 TB/s\ndevice.launch_overhead 5 us\nintra.bandwidth 100 GB/s\n"
-           "intra.latency 1 us\n",
-           n);
-  pcgc_machine m;
-  pcgc_error err = {0};
-  ck_assert_msg(pcgc_machine_parse(text, strlen(text), "toy.machine", &m, &err) == PCGC_OK, "%s", err.message);
-  return m;
 }
 
 static pcgc_graph *tiny_graph(void) {
@@ -129,7 +116,7 @@ static const double COPY = 2 * MIB / 1e12 + 5e-6;
 static const double WIRE = 1e-6 + MIB / 100e9;
 
 START_TEST(message_by_hand) {
-  pcgc_machine m = toy_machine(2);
+  pcgc_machine m = toy_machine(2, "16 GiB");
   pcgc_graph *g = tiny_graph();
   pcgc_program *p = hand_program(2);
   add_ins(p, 1, PCGC_INS_RECV, 0, 0, 0); /* the receiver gets there first and waits */
@@ -152,7 +139,7 @@ START_TEST(message_by_hand) {
 END_TEST
 
 START_TEST(trace_of_a_message) {
-  pcgc_machine m = toy_machine(2);
+  pcgc_machine m = toy_machine(2, "16 GiB");
   pcgc_graph *g = tiny_graph();
   pcgc_program *p = hand_program(2);
   add_ins(p, 0, PCGC_INS_SEND, 0, 1, 0);
@@ -209,7 +196,7 @@ START_TEST(trace_of_a_message) {
 END_TEST
 
 START_TEST(messages_share_a_link) {
-  pcgc_machine m = toy_machine(2);
+  pcgc_machine m = toy_machine(2, "16 GiB");
   pcgc_graph *g = tiny_graph();
   pcgc_program *p = hand_program(2);
   add_ins(p, 0, PCGC_INS_SEND, 0, 1, 0);
@@ -230,7 +217,7 @@ START_TEST(messages_share_a_link) {
 END_TEST
 
 START_TEST(allreduce_by_hand) {
-  pcgc_machine m = toy_machine(2);
+  pcgc_machine m = toy_machine(2, "16 GiB");
   pcgc_graph *g = tiny_graph();
   pcgc_program *p = hand_program(2);
   add_ins(p, 0, PCGC_INS_ZERO, 1, -1, 0);         /* device 0 is late by one zeroing */
@@ -251,7 +238,7 @@ START_TEST(allreduce_by_hand) {
 END_TEST
 
 START_TEST(nonblocking_allreduce_overlaps) {
-  pcgc_machine m = toy_machine(2);
+  pcgc_machine m = toy_machine(2, "16 GiB");
   pcgc_graph *g = tiny_graph();
   pcgc_program *p = hand_program(2);
   for (int d = 0; d < 2; d++) {
@@ -285,7 +272,7 @@ START_TEST(nonblocking_allreduce_overlaps) {
 END_TEST
 
 START_TEST(deadlock_is_refused) {
-  pcgc_machine m = toy_machine(2);
+  pcgc_machine m = toy_machine(2, "16 GiB");
   pcgc_graph *g = tiny_graph();
   pcgc_program *p = hand_program(2);
   add_ins(p, 0, PCGC_INS_RECV, 0, 1, 0);
@@ -303,7 +290,7 @@ START_TEST(deadlock_is_refused) {
   ck_assert_int_eq(pcgc_program_simulate(q, g, &m, NULL, &r, &err), PCGC_ERR_INVALID);
   ck_assert_msg(strstr(err.message, "device 0 waits forever at instruction 0 (allreduce"), "%s", err.message);
   /* a machine with too few devices */
-  pcgc_machine one = toy_machine(1);
+  pcgc_machine one = toy_machine(1, "16 GiB");
   ck_assert_int_eq(pcgc_program_simulate(p, g, &one, NULL, &r, &err), PCGC_ERR_INVALID);
   ck_assert_msg(strstr(err.message, "runs on 2 devices; machine 'toy' has 1"), "%s", err.message);
   pcgc_program_free(p);

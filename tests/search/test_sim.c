@@ -36,6 +36,8 @@
 #include "cuts_internal.h"
 #include "sim_internal.h"
 
+#include "../common/toy_machine.h"
+
 #ifndef PCGC_SOURCE_DIR
 #error "PCGC_SOURCE_DIR must be defined to the source tree"
 #endif
@@ -53,24 +55,6 @@ static pcgc_machine preset(const char *name) {
   pcgc_error err = {0};
   ck_assert_msg(pcgc_machine_load(name, &m, &err) == PCGC_OK, "%s: %s", name, err.message);
   return m;
-}
-
-static pcgc_machine machine_text(const char *text) {
-  pcgc_machine m;
-  pcgc_error err = {0};
-  ck_assert_msg(pcgc_machine_parse(text, strlen(text), "inline.machine", &m, &err) == PCGC_OK, "%s", err.message);
-  return m;
-}
-
-/* 1 node x n devices: 10 TFLOP/s, 1 TB/s memory, 100 GB/s links with 1 us latency, 5 us launches */
-static pcgc_machine toy_machine(int n, const char *memory) {
-  char text[1024];
-  snprintf(text, sizeof text,
-           "name toy\nnodes 1\ndevices_per_node %d\ndevice.flops.f32 10 TFLOP/s\ndevice.memory %s\n"
-           "device.memory_bandwidth 1 TB/s\ndevice.launch_overhead 5 us\nintra.bandwidth 100 GB/s\n"
-           "intra.latency 1 us\n",
-           n, memory);
-  return machine_text(text);
 }
 
 static pcgc_graph *model_text(const char *text) {
