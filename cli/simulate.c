@@ -104,7 +104,10 @@ static int simulate_file(const char *path, const char *machine, const char *prof
     pcgc_machine_set_precision(&m, info.precision); /* the plan's GEMM arithmetic */
     if (info.has_choice && !schedule_given) o->schedule = info.choice.schedule;
     if (info.has_choice && info.choice.recompute) o->recompute = true;
-    st = pcgc_simulate(g, &mp, &m, o, &r, &err);
+    /* the search's estimate; the trace draws the program (below) unless it cannot be lowered */
+    pcgc_sim_options est = *o;
+    est.trace_path = NULL;
+    st = pcgc_simulate(g, &mp, &m, &est, &r, &err);
     /* the prediction: the program pcgc run executes, simulated stream by stream */
     pcgc_sim_result pr;
     memset(&pr, 0, sizeof pr);
@@ -118,8 +121,13 @@ static int simulate_file(const char *path, const char *machine, const char *prof
       co.optimizer = o->optimizer;
       co.schedule = o->schedule;
       co.recompute = o->recompute;
-      lowered = pcgc_codegen(g, &mp, used > 0 ? used : D, &co, &prog, &cerr) == PCGC_OK &&
-                pcgc_program_simulate(prog, g, &m, o, &pr, &cerr) == PCGC_OK;
+      lowered = pcgc_codegen(g, &mp, used > 0 ? used : D, &co, &prog, &cerr) == PCGC_OK;
+      /* a program that lowers but does not simulate (a deadlock, a trace not written) is an error */
+      if (lowered) st = pcgc_program_simulate(prog, g, &m, o, &pr, &err);
+      else if (o->trace_path) { /* no program: trace the estimate instead */
+        pcgc_sim_result_destroy(&r);
+        st = pcgc_simulate(g, &mp, &m, o, &r, &err);
+      }
     }
     if (st == PCGC_OK) {
       char title[512], ch[128] = "", a[32], b[32];

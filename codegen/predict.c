@@ -167,6 +167,11 @@ static double mem_time(const psim *S, double bytes, bool add) {
   return pcgc_cost_roofline(S->m, PCGC_OP_ADD, PCGC_F32, add ? bytes / 4 : 0, (add ? 3 : 2) * bytes);
 }
 
+/* Writing `bytes` once (zeroing). */
+static double fill_time(const psim *S, double bytes) {
+  return bytes > 0 ? pcgc_cost_roofline(S->m, PCGC_OP_ADD, PCGC_F32, 0, bytes) : 0;
+}
+
 static pcgc_status node_time(psim *S, int node, pcgc_op_time *t) {
   if (node < 0 || node >= S->g->n_nodes)
     return pcgc_error_set(S->err, PCGC_ERR_INVALID, "the program names node %d of a graph of %d nodes", node,
@@ -363,7 +368,7 @@ static pcgc_status step(psim *S, int d, bool *moved) {
     break;
   }
   case PCGC_INS_COPY: dur = mem_time(S, region_bytes(P, I, I->dst), I->add); break;
-  case PCGC_INS_ZERO: dur = mem_time(S, (double)P->buf[I->dst].bytes / 2, false); break;
+  case PCGC_INS_ZERO: dur = fill_time(S, (double)P->buf[I->dst].bytes); break;
   case PCGC_INS_SEED:
   case PCGC_INS_LOSS: dur = mem_time(S, 4, false); break;
   case PCGC_INS_UPDATE: dur = update_time(S, P, I); break;
