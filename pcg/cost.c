@@ -146,15 +146,16 @@ static void cost_flatten(cctx *x) { cost_view(x); }
 static void cost_softmax(cctx *x) { set(x, 5 * numel(&x->in[0]), 4.0 / 5); }
 static void cost_reduce(cctx *x) { set(x, numel(&x->in[0]), 0); }
 
-/* Any arity (7, 10 or 11 inputs): the bias adds (B*Sq*E + 2*B*Sk*E, and
+/* Any arity (7, 10 or 11 inputs): the bias adds (B*Sq*E + 2*B*Sk*F, and
  * B*Sq*Eo for bo) are not counted, a fraction 1/Eq of the projections; the
  * biases' bytes are, through io_bytes. */
 static void cost_attention(cctx *x) {
   const pcgc_ptensor *q = &x->in[0], *k = &x->in[1], *v = &x->in[2], *wq = &x->in[3], *wo = &x->in[6];
   double B = (double)q->dims[0], Sq = (double)q->dims[1], Sk = (double)k->dims[1];
-  double E = (double)wq->dims[1], Eo = (double)wo->dims[1];
+  double E = (double)wq->dims[1], F = (double)x->in[4].dims[1], Eo = (double)wo->dims[1];
   double heads = (double)pcgc_attrs_int(x->a, "heads");
-  double proj = 2 * B * (Sq * (double)q->dims[2] + Sk * (double)k->dims[2] + Sk * (double)v->dims[2]) * E;
+  /* k and v project to F = kv_heads * head size (grouped-query attention) */
+  double proj = 2 * B * (Sq * (double)q->dims[2] * E + (Sk * (double)k->dims[2] + Sk * (double)v->dims[2]) * F);
   double scores = 2 * B * Sq * Sk * E, context = scores, out = 2 * B * Sq * E * Eo;
   double softmax = 5 * B * heads * Sq * Sk;
   double f = proj + scores + context + out;

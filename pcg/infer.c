@@ -1001,15 +1001,25 @@ static pcgc_status infer_attention(ictx *c) {
   if (k->dims[1] != v->dims[1])
     return fail(c, "k and v must have the same sequence length (%lld vs %lld)", (long long)k->dims[1],
                 (long long)v->dims[1]);
-  int64_t E = wq->dims[1];
+  /* grouped-query attention: wk and wv project to F = kv_heads * head size
+   * columns, fewer than wq's E when kv heads are shared by groups of heads */
+  int64_t E = wq->dims[1], F = c->in[4].dims[1];
   TRY(need_dim(c, 3, 0, q->dims[2], "dim 0 (q's features)"));
   TRY(need_dim(c, 4, 0, k->dims[2], "dim 0 (k's features)"));
   TRY(need_dim(c, 5, 0, v->dims[2], "dim 0 (v's features)"));
-  TRY(need_dim(c, 4, 1, E, "dim 1 (projection size)"));
-  TRY(need_dim(c, 5, 1, E, "dim 1 (projection size)"));
+  TRY(need_dim(c, 5, 1, F, "dim 1 (wk's projection size)"));
   TRY(need_dim(c, 6, 0, E, "dim 0 (projection size)"));
   if (heads < 1 || E % heads) {
     pcgc_status s = fail(c, "heads=%lld must divide the projection size %lld", (long long)heads, (long long)E);
+    return s;
+  }
+  int64_t kv = F / (E / heads);
+  if (F % (E / heads) || kv < 1 || heads % kv) {
+    pcgc_status s = fail(c, "wk and wv project to %lld features, which is not a number of key/value heads of size "
+                         "%lld (E/heads = %lld/%lld) that divides heads=%lld", (long long)F, (long long)(E / heads),
+                         (long long)E, (long long)heads, (long long)heads);
+    hint(c, "for grouped-query attention give wk and wv kv_heads * %lld columns, kv_heads dividing %lld; for "
+         "multi-head attention %lld", (long long)(E / heads), (long long)heads, (long long)E);
     return s;
   }
   if (pcgc_attrs_int(c->a, "rope") && ((E / heads) % 2 || !(pcgc_attrs_float(c->a, "rope_theta") > 1))) {
@@ -1023,7 +1033,8 @@ static pcgc_status infer_attention(ictx *c) {
   bool bias = c->n_in >= 10, bias_o = c->n_in == 11;
   if (bias) {
     for (int i = 7; i < c->n_in; i++) TRY(need_rank(c, i, 1, 1));
-    for (int i = 7; i < 10; i++) TRY(need_dim(c, i, 0, E, "size"));
+    TRY(need_dim(c, 7, 0, E, "size"));
+    for (int i = 8; i < 10; i++) TRY(need_dim(c, i, 0, F, "size (wk's and wv's columns)"));
   }
   if (bias_o) TRY(need_dim(c, 10, 0, wo->dims[1], "size"));
   int64_t dims[3] = {q->dims[0], q->dims[1], wo->dims[1]};
@@ -1046,9 +1057,16 @@ static pcgc_status infer_attention(ictx *c) {
   if (wo->degree[0] != h)
     return fail(c, "wo's dim 0 must be split like the heads (%lld ways), got %d", (long long)h, wo->degree[0]);
   TRY(unsharded(c, 6, 1, "the output features are not split by heads"));
-  if (heads % h) {
-    pcgc_status s = fail(c, "%lld heads cannot be split %lld ways", (long long)heads, (long long)h);
-    hint(c, "use a degree that divides heads=%lld", (long long)heads);
+  if (heads % h || kv % h) {
+    if (kv == heads) {
+      pcgc_status s = fail(c, "%lld heads cannot be split %lld ways", (long long)heads, (long long)h);
+      hint(c, "use a degree that divides heads=%lld", (long long)heads);
+      return s;
+    }
+    pcgc_status s = fail(c, "%lld heads (%lld key/value heads) cannot be split %lld ways", (long long)heads,
+                         (long long)kv, (long long)h);
+    hint(c, "use a degree that divides both heads=%lld and the %lld key/value heads", (long long)heads,
+         (long long)kv);
     return s;
   }
   int64_t b = q->degree[0], s = q->degree[1];

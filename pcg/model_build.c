@@ -547,13 +547,13 @@ static const creator creators[] = {
     {PCGC_OP_LAYERNORM, 1, {"affine"}},
     {PCGC_OP_RMSNORM, 1, {"affine"}},
     {PCGC_OP_EMBEDDING, 1, {"num", "dim"}},
-    {PCGC_OP_ATTENTION, 3, {"embed", "bias"}},
+    {PCGC_OP_ATTENTION, 3, {"embed", "bias", "kv_heads"}},
 };
 
 /* Values of the creating keys. */
 typedef struct create_args {
-  bool has_out, has_kernel, has_num, has_dim, has_embed;
-  int64_t out, kernel[2], num, dim, embed;
+  bool has_out, has_kernel, has_num, has_dim, has_embed, has_kv;
+  int64_t out, kernel[2], num, dim, embed, kv; /* kv: attention's key/value heads (grouped-query) */
   bool bias, affine;
 } create_args;
 
@@ -641,6 +641,7 @@ static pcgc_status set_create_arg(builder *b, scope *s, const pcgc__kv *kv, cons
   if (strcmp(k, "num") == 0) return ca->has_num = true, value_positive(b, s, kv, what, &ca->num);
   if (strcmp(k, "dim") == 0) return ca->has_dim = true, value_positive(b, s, kv, what, &ca->dim);
   if (strcmp(k, "embed") == 0) return ca->has_embed = true, value_positive(b, s, kv, what, &ca->embed);
+  if (strcmp(k, "kv_heads") == 0) return ca->has_kv = true, value_positive(b, s, kv, what, &ca->kv);
   if (strcmp(k, "bias") == 0) return value_bool(b, kv, what, &ca->bias);
   if (strcmp(k, "affine") == 0) return value_bool(b, kv, what, &ca->affine);
   /* kernel */
@@ -742,18 +743,27 @@ static pcgc_status create_weights(builder *b, const pcgc__stmt *st, pcgc_op_kind
     if ((rc = last_dim(b, st, x, "q", &eq)) || (rc = last_dim(b, st, k, "k", &ek)) ||
         (rc = last_dim(b, st, v, "v", &ev)))
       return rc;
-    int64_t e = ca->has_embed ? ca->embed : eq;
+    int64_t e = ca->has_embed ? ca->embed : eq, f = e, heads = pcgc_attrs_int(a, "heads");
+    if (ca->has_kv) { /* grouped-query attention: k and v project to kv_heads heads of e / heads */
+      if (heads < 1 || e % heads || heads % ca->kv) {
+        FAIL(b, at, PCGC_ERR_TYPE, "attention '%s': kv_heads=%lld must divide heads=%lld, and heads the "
+             "projection size %lld", base, (long long)ca->kv, (long long)heads, (long long)e);
+        return hint(b, "grouped-query attention shares each key/value head among heads / kv_heads query heads: "
+                    "choose kv_heads dividing heads");
+      }
+      f = e / heads * ca->kv;
+    }
     /* Xavier uniform per projection: sqrt(6 / (fan_in + fan_out)) */
 #define XAVIER(fi, fo) sqrt(6.0 / ((double)(fi) + (double)(fo)))
     W("wq", 2, ((int64_t[]){eq, e}), PCGC_INIT_UNIFORM, XAVIER(eq, e));
-    W("wk", 2, ((int64_t[]){ek, e}), PCGC_INIT_UNIFORM, XAVIER(ek, e));
-    W("wv", 2, ((int64_t[]){ev, e}), PCGC_INIT_UNIFORM, XAVIER(ev, e));
+    W("wk", 2, ((int64_t[]){ek, f}), PCGC_INIT_UNIFORM, XAVIER(ek, f));
+    W("wv", 2, ((int64_t[]){ev, f}), PCGC_INIT_UNIFORM, XAVIER(ev, f));
     W("wo", 2, ((int64_t[]){e, e}), PCGC_INIT_UNIFORM, XAVIER(e, e));
 #undef XAVIER
     if (ca->bias) {
       W("bq", 1, &e, PCGC_INIT_ZEROS, 0);
-      W("bk", 1, &e, PCGC_INIT_ZEROS, 0);
-      W("bv", 1, &e, PCGC_INIT_ZEROS, 0);
+      W("bk", 1, &f, PCGC_INIT_ZEROS, 0);
+      W("bv", 1, &f, PCGC_INIT_ZEROS, 0);
       W("bo", 1, &e, PCGC_INIT_ZEROS, 0);
     }
     break;

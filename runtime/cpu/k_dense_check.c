@@ -311,19 +311,19 @@ pcgc_status pcgc__kd_attn_geo(const pcgc__kargs *k, attn_geo *g) {
   TRY(need_match(k, 3, 0, 0, 2));     /* wq [Eq, E] */
   TRY(need_match(k, 4, 0, 1, 2));     /* wk [Ek, E] */
   TRY(need_match(k, 5, 0, 2, 2));     /* wv [Ev, E] */
-  TRY(need_match(k, 4, 1, 3, 1));
-  TRY(need_match(k, 5, 1, 3, 1));
+  TRY(need_match(k, 5, 1, 4, 1));     /* wk, wv [., F] */
   TRY(need_match(k, 6, 0, 3, 1));     /* wo [E, Eo] */
   g->bias = k->n_in >= 10;
   g->bias_o = k->n_in == 11;
   if (g->bias) {
     for (int i = 7; i < k->n_in; i++) TRY(need_rank(k, i, 1, 1));
-    for (int i = 7; i < 10; i++) TRY(need_match(k, i, 0, 3, 1));
+    TRY(need_match(k, 7, 0, 3, 1));
+    for (int i = 8; i < 10; i++) TRY(need_match(k, i, 0, 4, 1));
   }
   if (g->bias_o) TRY(need_match(k, 10, 0, 6, 1));
   g->B = in[0].dims[0], g->Sq = in[0].dims[1], g->Sk = in[1].dims[1];
   g->Eq = in[0].dims[2], g->Ek = in[1].dims[2], g->Ev = in[2].dims[2];
-  g->E = in[3].dims[1], g->Eo = in[6].dims[1];
+  g->E = in[3].dims[1], g->F = in[4].dims[1], g->Eo = in[6].dims[1];
   if (g->Sk < 1) return pcgc__kfail(k, "k %s has no positions to attend to", shp(&in[1]).s);
   g->heads = pcgc_attrs_int(k->a, "heads");
   g->causal = pcgc_attrs_int(k->a, "causal") != 0;
@@ -342,6 +342,18 @@ pcgc_status pcgc__kd_attn_geo(const pcgc__kargs *k, attn_geo *g) {
                        (long long)pw.offset[1], (long long)g->hd);
   g->nh = g->E / g->hd;
   g->h0 = pw.offset[1] / g->hd;
+  /* grouped-query attention: the k/v heads of this piece serve its query heads */
+  pcgc_piece pk = pcgc__in_piece(k, 4);
+  int64_t Fg = pk.global[1], kv = Fg / g->hd;
+  if (Fg % g->hd || kv < 1 || g->heads % kv)
+    return pcgc__kfail(k, "wk's %lld columns are not a number of key/value heads of size %lld dividing heads=%lld",
+                       (long long)Fg, (long long)g->hd, (long long)g->heads);
+  g->group = g->heads / kv;
+  if (g->nh % g->group || g->h0 % g->group || g->F != g->nh / g->group * g->hd ||
+      pk.offset[1] != g->h0 / g->group * g->hd)
+    return pcgc__kfail(k, "wk piece %s at column %lld does not hold the key/value heads of query heads [%lld, %lld) "
+                       "(%lld query heads per key/value head)", shp(&in[4]).s, (long long)pk.offset[1],
+                       (long long)g->h0, (long long)(g->h0 + g->nh), (long long)g->group);
   g->Sq_g = pq.global[1];
   g->b0 = pq.offset[0];
   g->q0 = pq.offset[1];

@@ -57,6 +57,9 @@ typedef struct emb_geo {
 
 typedef struct attn_geo {
   int64_t B, Sq, Sk, Eq, Ek, Ev, E, Eo; /* local sizes; E = this piece's projection width */
+  int64_t F, group;                     /* grouped-query attention: this piece's k/v projection width
+                                         * (F = nh / group * hd); each k/v head serves `group` query
+                                         * heads (heads / kv_heads; 1 for multi-head attention) */
   int64_t hd, nh;                       /* head size, heads in this piece */
   int64_t heads, Sq_g, b0, q0, h0;      /* logical head count, query length, offsets */
   int64_t bc, hc;                       /* CUDA: batch entries and heads per score chunk */

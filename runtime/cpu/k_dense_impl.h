@@ -676,17 +676,51 @@ static void SFX(proj_bwd)(int64_t rows, int64_t m, int64_t n, const REAL *X, con
   if (db) SFX(colsum_add)(rows, n, dY, db);
 }
 
+/* Grouped-query attention: the k/v projections X [rows, F] (F = nh/group
+ * heads of hd) as one column block per query head, Y [rows, E]: query head h
+ * reads k/v head h / group. */
+static void SFX(kv_expand)(const attn_geo *g, int64_t rows, const REAL *restrict X, REAL *restrict Y) {
+  for (int64_t r = 0; r < rows; r++)
+    for (int64_t h = 0; h < g->nh; h++)
+      memcpy(Y + r * g->E + h * g->hd, X + r * g->F + h / g->group * g->hd, sizeof *Y * (size_t)g->hd);
+}
+
+/* The gradient of kv_expand: each k/v head's columns sum those of its
+ * group's query heads, in head order. */
+static void SFX(kv_fold)(const attn_geo *g, int64_t rows, const REAL *restrict Y, REAL *restrict X) {
+  for (int64_t r = 0; r < rows; r++)
+    for (int64_t j = 0; j < g->F / g->hd; j++) {
+      REAL *restrict x = X + r * g->F + j * g->hd;
+      const REAL *y = Y + r * g->E + j * g->group * g->hd;
+      memcpy(x, y, sizeof *x * (size_t)g->hd);
+      for (int64_t t = 1; t < g->group; t++) KX_FOR(d, g->hd, x[d] += y[t * g->hd + d]);
+    }
+}
+
+/* K or V projected (Y [rows, E], a block per query head): one GEMM into Y,
+ * or for grouped-query attention into the scratch X [rows, F] and expanded. */
+static void SFX(kv_proj)(const attn_geo *g, int64_t rows, int64_t m, const REAL *In, const REAL *W, const REAL *b,
+                         REAL *X, REAL *Y) {
+  if (g->group == 1) {
+    SFX(proj)(rows, m, g->E, In, W, b, Y);
+    return;
+  }
+  SFX(proj)(rows, m, g->F, In, W, b, X);
+  SFX(kv_expand)(g, rows, X, Y);
+}
+
 static pcgc_status SFX(attn_fwd)(const pcgc__kargs *k, const attn_geo *g) {
   const pcgc_buf *in = k->in;
   const REAL *bq = g->bias ? in[7].data : NULL, *bk = g->bias ? in[8].data : NULL;
   const REAL *bv = g->bias ? in[9].data : NULL, *bo = g->bias_o ? in[10].data : NULL;
   int64_t nq = g->B * g->Sq * g->E, nk = g->B * g->Sk * g->E, np = g->Sq * g->Sk;
-  REAL *buf = kalloc(k, 2 * nq + 2 * nk + 2 * np, sizeof(REAL));
+  int64_t nkc = g->group > 1 ? g->B * g->Sk * g->F : 0; /* grouped k/v before expansion */
+  REAL *buf = kalloc(k, 2 * nq + 2 * nk + 2 * np + nkc, sizeof(REAL));
   if (!buf) return PCGC_ERR_NOMEM;
-  REAL *Qp = buf, *Cx = Qp + nq, *Kp = Cx + nq, *Vp = Kp + nk, *P = Vp + nk, *Pd = P + np;
-  SFX(proj)(g->B * g->Sq, g->Eq, g->E, in[0].data, in[3].data, bq, Qp); /* (B*Sq, E) */
-  SFX(proj)(g->B * g->Sk, g->Ek, g->E, in[1].data, in[4].data, bk, Kp); /* (B*Sk, E) */
-  SFX(proj)(g->B * g->Sk, g->Ev, g->E, in[2].data, in[5].data, bv, Vp);
+  REAL *Qp = buf, *Cx = Qp + nq, *Kp = Cx + nq, *Vp = Kp + nk, *P = Vp + nk, *Pd = P + np, *KVc = Pd + np;
+  SFX(proj)(g->B * g->Sq, g->Eq, g->E, in[0].data, in[3].data, bq, Qp);            /* (B*Sq, E) */
+  SFX(kv_proj)(g, g->B * g->Sk, g->Ek, in[1].data, in[4].data, bk, KVc, Kp); /* (B*Sk, E) */
+  SFX(kv_proj)(g, g->B * g->Sk, g->Ev, in[2].data, in[5].data, bv, KVc, Vp);
   if (g->rope) { /* queries at their logical positions q0 + i, keys (whole) at j */
     double *cq = rope_table(k, g, g->q0, g->Sq), *ck = cq ? rope_table(k, g, 0, g->Sk) : NULL;
     if (!ck) {
@@ -726,16 +760,17 @@ static pcgc_status SFX(attn_bwd)(const pcgc__kargs *k, const attn_geo *g) {
   bool want_q = din[0].data || din[3].data || dbias[0], want_k = din[1].data || din[4].data || dbias[1];
   bool want_v = din[2].data || din[5].data || dbias[2];
   int64_t nq = g->B * g->Sq * g->E, nk = g->B * g->Sk * g->E, np = g->Sq * g->Sk;
-  REAL *buf = kalloc(k, 4 * nq + 4 * nk + 3 * np, sizeof(REAL));
+  int64_t nkc = g->group > 1 ? g->B * g->Sk * g->F : 0; /* grouped k/v before expansion, and dK, dV folded */
+  REAL *buf = kalloc(k, 4 * nq + 4 * nk + 3 * np + 2 * nkc, sizeof(REAL));
   if (!buf) return PCGC_ERR_NOMEM;
   REAL *Qp = buf, *Cx = Qp + nq, *dC = Cx + nq, *dQ = dC + nq;
   REAL *Kp = dQ + nq, *Vp = Kp + nk, *dK = Vp + nk, *dV = dK + nk;
-  REAL *P = dV + nk, *Pd = P + np, *dP = Pd + np;
+  REAL *P = dV + nk, *Pd = P + np, *dP = Pd + np, *dKc = dP + np, *dVc = dKc + nkc;
   memset(dQ, 0, sizeof *dQ * (size_t)nq);
   memset(dK, 0, sizeof *dK * (size_t)(2 * nk)); /* dK, dV */
   SFX(proj)(g->B * g->Sq, g->Eq, g->E, in[0].data, in[3].data, bq, Qp);
-  SFX(proj)(g->B * g->Sk, g->Ek, g->E, in[1].data, in[4].data, bk, Kp);
-  SFX(proj)(g->B * g->Sk, g->Ev, g->E, in[2].data, in[5].data, bv, Vp);
+  SFX(kv_proj)(g, g->B * g->Sk, g->Ek, in[1].data, in[4].data, bk, dKc, Kp); /* dKc: scratch until the fold */
+  SFX(kv_proj)(g, g->B * g->Sk, g->Ev, in[2].data, in[5].data, bv, dKc, Vp);
   double *cq = NULL, *ck = NULL; /* rope: the rotations, applied to Qp and Kp and undone on dQ and dK */
   if (g->rope) {
     if (!(cq = rope_table(k, g, g->q0, g->Sq)) || !(ck = rope_table(k, g, 0, g->Sk))) {
@@ -791,8 +826,13 @@ static pcgc_status SFX(attn_bwd)(const pcgc__kargs *k, const attn_geo *g) {
   }
   SFX(proj_bwd)(g->B * g->Sq, g->E, g->Eo, Cx, in[6].data, dy, NULL, din[6].data, dbias[3]);
   if (want_q) SFX(proj_bwd)(g->B * g->Sq, g->Eq, g->E, in[0].data, in[3].data, dQ, din[0].data, din[3].data, dbias[0]);
-  if (want_k) SFX(proj_bwd)(g->B * g->Sk, g->Ek, g->E, in[1].data, in[4].data, dK, din[1].data, din[4].data, dbias[1]);
-  if (want_v) SFX(proj_bwd)(g->B * g->Sk, g->Ev, g->E, in[2].data, in[5].data, dV, din[2].data, din[5].data, dbias[2]);
+  if (g->group > 1) { /* the gradients of the shared k/v heads */
+    if (want_k) SFX(kv_fold)(g, g->B * g->Sk, dK, dKc);
+    if (want_v) SFX(kv_fold)(g, g->B * g->Sk, dV, dVc);
+    dK = dKc, dV = dVc;
+  }
+  if (want_k) SFX(proj_bwd)(g->B * g->Sk, g->Ek, g->F, in[1].data, in[4].data, dK, din[1].data, din[4].data, dbias[1]);
+  if (want_v) SFX(proj_bwd)(g->B * g->Sk, g->Ev, g->F, in[2].data, in[5].data, dV, din[2].data, din[5].data, dbias[2]);
   free(buf);
   return PCGC_OK;
 }

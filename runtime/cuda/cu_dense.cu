@@ -1297,6 +1297,47 @@ static pcgc_status attn_rope(const pcgc__cukargs *k, const attn_geo *g, int64_t 
   return pcgc__cu_launched(k, "attention rotary embeddings");
 }
 
+/* Grouped-query attention (k_dense_impl.h kv_expand, kv_fold): k/v
+ * projections X [rows, F] as a block per query head Y [rows, E], and the
+ * gradient back, each k/v head summing its group's heads in head order. */
+static __global__ void kv_expand_kernel(int64_t rows, int64_t E, int64_t F, int64_t hd, int64_t group,
+                                        const float *__restrict__ X, float *__restrict__ Y) {
+  int64_t n = rows * E;
+  for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < n; t += (int64_t)gridDim.x * blockDim.x) {
+    int64_t r = t / E, c = t % E;
+    Y[t] = X[r * F + c / hd / group * hd + c % hd];
+  }
+}
+
+static __global__ void kv_fold_kernel(int64_t rows, int64_t E, int64_t F, int64_t hd, int64_t group,
+                                      const float *__restrict__ Y, float *__restrict__ X) {
+  int64_t n = rows * F;
+  for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < n; t += (int64_t)gridDim.x * blockDim.x) {
+    int64_t r = t / F, c = t % F;
+    const float *y = Y + r * E + c / hd * group * hd + c % hd;
+    float acc = y[0];
+    for (int64_t i = 1; i < group; i++) acc += y[i * hd];
+    X[t] = acc;
+  }
+}
+
+/* K or V projected into Y [rows, E]: directly, or for grouped-query
+ * attention into X [rows, F] and expanded. */
+static pcgc_status kv_proj(const pcgc__cukargs *k, const attn_geo *g, int64_t rows, int64_t m, const void *In,
+                           const void *W, const void *b, float *X, float *Y) {
+  if (g->group == 1) return proj(k, rows, m, g->E, In, W, b, Y);
+  TRY(proj(k, rows, m, g->F, In, W, b, X));
+  if (rows * g->E < 1) return PCGC_OK;
+  kv_expand_kernel<<<CUX_GRID(rows * g->E)>>>(rows, g->E, g->F, g->hd, g->group, X, Y);
+  return pcgc__cu_launched(k, "attention k/v head expansion");
+}
+
+static pcgc_status kv_fold(const pcgc__cukargs *k, const attn_geo *g, int64_t rows, const float *Y, float *X) {
+  if (rows * g->F < 1) return PCGC_OK;
+  kv_fold_kernel<<<CUX_GRID(rows * g->F)>>>(rows, g->E, g->F, g->hd, g->group, Y, X);
+  return pcgc__cu_launched(k, "attention k/v head gradients");
+}
+
 pcgc_status pcgc__cu_fwd_attention(const pcgc__cukargs *k) {
   attn_geo g;
   TRY(prepare(k, false));
@@ -1305,22 +1346,23 @@ pcgc_status pcgc__cu_fwd_attention(const pcgc__cukargs *k) {
   const void *bq = g.bias ? in[7].data : NULL, *bk = g.bias ? in[8].data : NULL;
   const void *bv = g.bias ? in[9].data : NULL, *bo = g.bias_o ? in[10].data : NULL;
   int64_t nq = g.B * g.Sq * g.E, nk = g.B * g.Sk * g.E, np = g.bc * g.hc * g.Sq * g.Sk;
-  float *Qp, *Cx, *Kp, *Vp, *P, *Pd = NULL;
+  float *Qp, *Cx, *Kp, *Vp, *P, *Pd = NULL, *KVc = NULL;
   TRY(take(k, nq, &Qp));
   TRY(take(k, nq, &Cx));
   TRY(take(k, nk, &Kp));
   TRY(take(k, nk, &Vp));
   TRY(take(k, np, &P));
   if (g.dropout_on) TRY(take(k, np, &Pd));
-  TRY(gemm_room(k, {proj_elems(g.B * g.Sq, g.Eq, g.E, false), proj_elems(g.B * g.Sk, g.Ek, g.E, false),
-                    proj_elems(g.B * g.Sk, g.Ev, g.E, false), proj_elems(g.B * g.Sq, g.E, g.Eo, false),
+  if (g.group > 1) TRY(take(k, g.B * g.Sk * g.F, &KVc));
+  TRY(gemm_room(k, {proj_elems(g.B * g.Sq, g.Eq, g.E, false), proj_elems(g.B * g.Sk, g.Ek, g.F, false),
+                    proj_elems(g.B * g.Sk, g.Ev, g.F, false), proj_elems(g.B * g.Sq, g.E, g.Eo, false),
                     heads_elems(&g, false)}));
   if (pcgc__cu_measuring(k)) return PCGC_OK;
   TRY(blas_ready(k));
   int64_t Sq = g.Sq, Sk = g.Sk, E = g.E, hd = g.hd, ss = Sq * Sk;
   TRY(proj(k, g.B * Sq, g.Eq, E, in[0].data, in[3].data, bq, Qp)); /* (B*Sq, E) */
-  TRY(proj(k, g.B * Sk, g.Ek, E, in[1].data, in[4].data, bk, Kp)); /* (B*Sk, E) */
-  TRY(proj(k, g.B * Sk, g.Ev, E, in[2].data, in[5].data, bv, Vp));
+  TRY(kv_proj(k, &g, g.B * Sk, g.Ek, in[1].data, in[4].data, bk, KVc, Kp)); /* (B*Sk, E) */
+  TRY(kv_proj(k, &g, g.B * Sk, g.Ev, in[2].data, in[5].data, bv, KVc, Vp));
   if (g.rope) { /* queries at their logical positions q0 + i, keys (whole) at j */
     TRY(attn_rope(k, &g, Sq, g.q0, false, Qp));
     TRY(attn_rope(k, &g, Sk, 0, false, Kp));
@@ -1340,6 +1382,7 @@ pcgc_status pcgc__cu_fwd_attention(const pcgc__cukargs *k) {
 /* The backward's intermediates (NULL where not wanted). */
 typedef struct attn_bufs {
   float *Qp, *Kp, *Vp, *Cx, *dC, *dQ, *dK, *dV; /* (B*Sq or B*Sk, E) */
+  float *KVc, *dKc, *dVc;                       /* grouped-query attention: (B*Sk, F) */
   float *P, *Pd, *dP;                           /* one chunk's (nb, nh, Sq, Sk) */
 } attn_bufs;
 
@@ -1409,19 +1452,25 @@ pcgc_status pcgc__cu_bwd_attention(const pcgc__cukargs *k) {
   if (want_q) TRY(take(k, nq, &u.dQ));
   if (want_k) TRY(take(k, nk, &u.dK));
   if (want_v) TRY(take(k, nk, &u.dV));
+  if (g.group > 1) {
+    int64_t nkc = rk * g.F;
+    if (want_p) TRY(take(k, nkc, &u.KVc));
+    if (want_k) TRY(take(k, nkc, &u.dKc));
+    if (want_v) TRY(take(k, nkc, &u.dVc));
+  }
   int64_t npart = 0, s; /* one partial-sum buffer for the bias gradients, used one after another */
   if (dbias[3] && (s = red_scratch(rq, g.Eo, 1)) > npart) npart = s;
   if (dbias[0] && (s = red_scratch(rq, E, 1)) > npart) npart = s;
-  if ((dbias[1] || dbias[2]) && (s = red_scratch(rk, E, 1)) > npart) npart = s;
+  if ((dbias[1] || dbias[2]) && (s = red_scratch(rk, g.F, 1)) > npart) npart = s;
   TRY(take(k, npart, &part));
-  TRY(gemm_room(k, {proj_elems(rq, g.Eq, E, true), proj_elems(rk, g.Ek, E, true), proj_elems(rk, g.Ev, E, true),
+  TRY(gemm_room(k, {proj_elems(rq, g.Eq, E, true), proj_elems(rk, g.Ek, g.F, true), proj_elems(rk, g.Ev, g.F, true),
                     proj_elems(rq, E, g.Eo, true), heads_elems(&g, true)}));
   if (pcgc__cu_measuring(k) || !(want_p || dbias[3])) return PCGC_OK;
   TRY(blas_ready(k));
   if (want_p) {
     TRY(proj(k, rq, g.Eq, E, in[0].data, in[3].data, bq, u.Qp));
-    TRY(proj(k, rk, g.Ek, E, in[1].data, in[4].data, bk, u.Kp));
-    TRY(proj(k, rk, g.Ev, E, in[2].data, in[5].data, bv, u.Vp));
+    TRY(kv_proj(k, &g, rk, g.Ek, in[1].data, in[4].data, bk, u.KVc, u.Kp));
+    TRY(kv_proj(k, &g, rk, g.Ev, in[2].data, in[5].data, bv, u.KVc, u.Vp));
     if (g.rope) {
       TRY(attn_rope(k, &g, g.Sq, g.q0, false, u.Qp));
       TRY(attn_rope(k, &g, g.Sk, 0, false, u.Kp));
@@ -1436,7 +1485,12 @@ pcgc_status pcgc__cu_bwd_attention(const pcgc__cukargs *k) {
   if (g.rope && u.dK) TRY(attn_rope(k, &g, g.Sk, 0, true, u.dK));
   TRY(proj_bwd(k, rq, E, g.Eo, u.Cx, in[6].data, dy, NULL, din[6].data, dbias[3], part));
   if (want_q) TRY(proj_bwd(k, rq, g.Eq, E, in[0].data, in[3].data, u.dQ, din[0].data, din[3].data, dbias[0], part));
-  if (want_k) TRY(proj_bwd(k, rk, g.Ek, E, in[1].data, in[4].data, u.dK, din[1].data, din[4].data, dbias[1], part));
-  if (want_v) TRY(proj_bwd(k, rk, g.Ev, E, in[2].data, in[5].data, u.dV, din[2].data, din[5].data, dbias[2], part));
+  float *dK = u.dK, *dV = u.dV;
+  if (g.group > 1) { /* the gradients of the shared k/v heads */
+    if (want_k) TRY(kv_fold(k, &g, rk, u.dK, dK = u.dKc));
+    if (want_v) TRY(kv_fold(k, &g, rk, u.dV, dV = u.dVc));
+  }
+  if (want_k) TRY(proj_bwd(k, rk, g.Ek, g.F, in[1].data, in[4].data, dK, din[1].data, din[4].data, dbias[1], part));
+  if (want_v) TRY(proj_bwd(k, rk, g.Ev, g.F, in[2].data, in[5].data, dV, din[2].data, din[5].data, dbias[2], part));
   return PCGC_OK;
 }

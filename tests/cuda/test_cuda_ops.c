@@ -736,31 +736,36 @@ typedef struct attn_case {
   double dropout;
   const char *what;
   bool rope; /* rotary embeddings on q and k */
+  int64_t F;  /* wk's and wv's columns: 0 for E; fewer for grouped-query attention */
 } attn_case;
 
 static const attn_case attn_cases[] = {
-    {2, 3, 3, 4, 4, 4, 4, 4, 1, false, false, 0, "7 inputs, 1 head", false},
-    {2, 3, 5, 3, 4, 5, 4, 6, 2, false, true, 0, "biases, 2 heads, Sq != Sk, Eq/Ek/Ev/Eo differ", false},
-    {1, 4, 4, 3, 5, 2, 8, 3, 4, true, true, 0, "causal, biases, 4 heads", false},
-    {2, 4, 4, 4, 4, 4, 8, 4, 2, true, false, 0, "causal, 7 inputs", false},
-    {2, 3, 4, 3, 3, 3, 4, 5, 2, false, true, 0.3, "dropout 0.3 training, biases", false},
-    {2, 5, 5, 8, 8, 8, 8, 8, 2, true, false, 0.2, "causal, dropout 0.2 training", false},
-    {2, 16, 16, 32, 32, 32, 32, 32, 4, true, true, 0, "causal, biases, 16x16, 4 heads", false},
-    {1, 4, 4, 3, 5, 2, 8, 3, 2, true, false, 0, "rope, causal, 2 heads of 4", true},
-    {2, 3, 5, 3, 4, 5, 8, 6, 1, false, true, 0, "rope, Sq != Sk, biases, 1 head of 8", true},
+    {2, 3, 3, 4, 4, 4, 4, 4, 1, false, false, 0, "7 inputs, 1 head", false, 0},
+    {2, 3, 5, 3, 4, 5, 4, 6, 2, false, true, 0, "biases, 2 heads, Sq != Sk, Eq/Ek/Ev/Eo differ", false, 0},
+    {1, 4, 4, 3, 5, 2, 8, 3, 4, true, true, 0, "causal, biases, 4 heads", false, 0},
+    {2, 4, 4, 4, 4, 4, 8, 4, 2, true, false, 0, "causal, 7 inputs", false, 0},
+    {2, 3, 4, 3, 3, 3, 4, 5, 2, false, true, 0.3, "dropout 0.3 training, biases", false, 0},
+    {2, 5, 5, 8, 8, 8, 8, 8, 2, true, false, 0.2, "causal, dropout 0.2 training", false, 0},
+    {2, 16, 16, 32, 32, 32, 32, 32, 4, true, true, 0, "causal, biases, 16x16, 4 heads", false, 0},
+    {1, 4, 4, 3, 5, 2, 8, 3, 2, true, false, 0, "rope, causal, 2 heads of 4", true, 0},
+    {2, 3, 5, 3, 4, 5, 8, 6, 1, false, true, 0, "rope, Sq != Sk, biases, 1 head of 8", true, 0},
+    {2, 4, 4, 3, 5, 2, 8, 3, 4, true, true, 0, "grouped-query: 4 heads sharing 2, causal, biases", false, 4},
+    {2, 16, 16, 32, 32, 32, 32, 32, 8, true, false, 0.2, "grouped-query: 8 heads sharing 2, rope, dropout", true, 8},
+    {2, 3, 4, 3, 3, 4, 8, 5, 4, false, false, 0, "multi-query: 4 heads sharing 1, rope", true, 2},
 };
 
 static void attn_inputs(const attn_case *t, pcgc_buf *in) {
+  int64_t F = t->F ? t->F : t->E;
   in[0] = frand(DIMS(t->B, t->Sq, t->Eq));
   in[1] = frand(DIMS(t->B, t->Sk, t->Ek));
   in[2] = frand(DIMS(t->B, t->Sk, t->Ev));
   in[3] = frange(-0.5, 0.5, DIMS(t->Eq, t->E));
-  in[4] = frange(-0.5, 0.5, DIMS(t->Ek, t->E));
-  in[5] = frange(-0.5, 0.5, DIMS(t->Ev, t->E));
+  in[4] = frange(-0.5, 0.5, DIMS(t->Ek, F));
+  in[5] = frange(-0.5, 0.5, DIMS(t->Ev, F));
   in[6] = frange(-0.5, 0.5, DIMS(t->E, t->Eo));
   in[7] = frange(-0.5, 0.5, DIMS(t->E));
-  in[8] = frange(-0.5, 0.5, DIMS(t->E));
-  in[9] = frange(-0.5, 0.5, DIMS(t->E));
+  in[8] = frange(-0.5, 0.5, DIMS(F));
+  in[9] = frange(-0.5, 0.5, DIMS(F));
   in[10] = frange(-0.5, 0.5, DIMS(t->Eo));
 }
 
@@ -784,7 +789,7 @@ static void test_attention(void) {
   }
   /* query rows 2..3 of 4 (causal masks by logical position), dropout by
    * logical indices */
-  const attn_case t = {2, 4, 4, 3, 4, 5, 4, 3, 2, true, true, 0.4, "rows", true}; /* rope at positions 2..3 */
+  const attn_case t = {2, 4, 4, 3, 4, 5, 4, 3, 2, true, true, 0.4, "rows", true, 0}; /* rope at positions 2..3 */
   pcgc_attrs a = attn_attrs(&t);
   pcgc_buf in[MAX_IN];
   attn_inputs(&t, in);
@@ -798,7 +803,7 @@ static void test_attention(void) {
   run_case_to(PCGC_OP_ATTENTION, &a, "causal, dropout 0.4, rope, query rows 2..3 of 4", 11, in, &ctx, prec->tol, 1,
               &rows_out);
   /* heads 2..3 of 4: wq/wk/wv columns 4..7 of 8, wo rows 4..7 */
-  const attn_case h = {2, 3, 4, 3, 4, 5, 8, 3, 4, false, false, 0.25, "heads", false};
+  const attn_case h = {2, 3, 4, 3, 4, 5, 8, 3, 4, false, false, 0.25, "heads", false, 0};
   a = attn_attrs(&h);
   attn_inputs(&h, in);
   in[3] = frange(-0.5, 0.5, DIMS(3, 4));
@@ -812,6 +817,21 @@ static void test_attention(void) {
   }
   pcgc_kernel_ctx hctx = {p, NULL, 3, 23, true};
   run_case(PCGC_OP_ATTENTION, &a, "dropout 0.25, heads 2..3 of 4 (a head piece)", 7, in, &hctx, prec->tol);
+  /* grouped-query: heads 2..3 of 4 sharing key/value head 1 of 2 (wk/wv columns 2..3 of 4) */
+  const attn_case gq = {2, 3, 4, 3, 4, 5, 8, 3, 4, false, false, 0.25, "grouped-query heads", true, 4};
+  a = attn_attrs(&gq);
+  attn_inputs(&gq, in);
+  in[3] = frange(-0.5, 0.5, DIMS(3, 4));
+  in[4] = frange(-0.5, 0.5, DIMS(4, 2));
+  in[5] = frange(-0.5, 0.5, DIMS(5, 2));
+  in[6] = frange(-0.5, 0.5, DIMS(4, 3));
+  for (int i = 0; i < 7; i++) p[i] = whole_piece(&in[i]);
+  for (int i = 3; i < 7; i++) {
+    int dim = i == 6 ? 0 : 1, w = i == 4 || i == 5 ? 2 : 4;
+    p[i].global[dim] = 2 * w, p[i].offset[dim] = w;
+  }
+  run_case(PCGC_OP_ATTENTION, &a, "dropout 0.25, rope, grouped-query heads 2..3 of 4 (key/value head 1 of 2)", 7,
+           in, &hctx, prec->tol);
 }
 
 /* --------------------------------------------------------------- losses */

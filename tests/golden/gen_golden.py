@@ -306,11 +306,15 @@ def check_attention_module(W, I):
 
 # -- 6. decoder (LLaMA's layer: RMSNorm, causal attention with RoPE, SwiGLU)
 
+DEC_HEADS, DEC_KV = 4, 2    # grouped-query attention: 2 key/value heads, each for 2 query heads
+DEC_F = E // DEC_HEADS * DEC_KV
+
+
 def decoder_init(gen):
     W, I = {}, {}
-    a = math.sqrt(6 / (E + E))
     for p in ("wq", "wk", "wv", "wo"):
-        W["attn." + p] = uniform(gen, (E, E), a)
+        cols = DEC_F if p in ("wk", "wv") else E
+        W["attn." + p] = uniform(gen, (E, cols), math.sqrt(6 / (E + cols)))
     for n in ("n1", "n2"):
         W[n + ".scale"] = 1 + uniform(gen, (E,), 0.5)   # near 1, not 1
     W["gate.weight"] = uniform(gen, (E, 12), 1 / math.sqrt(E))
@@ -339,12 +343,14 @@ def rope(t, theta=10000.0):
 
 def causal_attention(x, W):
     """softmax(rope(q) rope(k)^T / sqrt(d) + causal mask) v per head, no
-    biases (torch 1.13 has no scaled_dot_product_attention)."""
+    biases (torch 1.13 has no scaled_dot_product_attention); grouped-query:
+    query head i reads key/value head i // (heads / kv_heads), as Hugging
+    Face's LLaMA repeats them (repeat_kv)."""
     B, S, _ = x.shape
-    d = E // HEADS
-    q = rope((x @ W["attn.wq"]).reshape(B, S, HEADS, d).transpose(1, 2))
-    k = rope((x @ W["attn.wk"]).reshape(B, S, HEADS, d).transpose(1, 2))
-    v = (x @ W["attn.wv"]).reshape(B, S, HEADS, d).transpose(1, 2)
+    d, g = E // DEC_HEADS, DEC_HEADS // DEC_KV
+    q = rope((x @ W["attn.wq"]).reshape(B, S, DEC_HEADS, d).transpose(1, 2))
+    k = rope((x @ W["attn.wk"]).reshape(B, S, DEC_KV, d).transpose(1, 2)).repeat_interleave(g, dim=1)
+    v = (x @ W["attn.wv"]).reshape(B, S, DEC_KV, d).transpose(1, 2).repeat_interleave(g, dim=1)
     s = q @ k.transpose(-1, -2) / math.sqrt(d)
     mask = torch.ones(S, S, dtype=torch.bool).triu(1)   # key j > query i is hidden
     p = torch.softmax(s.masked_fill(mask, float("-inf")), dim=-1)

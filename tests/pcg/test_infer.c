@@ -883,15 +883,50 @@ START_TEST(test_attention_errors)
   r = infer_with(PCGC_OP_ATTENTION, &a, attn_inputs(in, true) - 3, in);
   FAILS(r, PCGC_ERR_TYPE, "attention takes 7 inputs", NULL);
   attn_inputs(in, false);
-  in[4] = F32(16, 24);
+  in[4] = in[5] = F32(16, 24);
   r = infer_with(PCGC_OP_ATTENTION, &a, 7, in);
-  FAILS(r, PCGC_ERR_TYPE, "wk dim 1 (projection size) is 24 but must be 32", NULL);
+  FAILS(r, PCGC_ERR_TYPE, "wk and wv project to 24 features, which is not a number of key/value heads of size 8",
+        "kv_heads * 8 columns");
+  attn_inputs(in, false);
+  in[5] = F32(16, 16);
+  r = infer_with(PCGC_OP_ATTENTION, &a, 7, in);
+  FAILS(r, PCGC_ERR_TYPE, "wv dim 1 (wk's projection size) is 16 but must be 32", NULL);
   attn_inputs(in, false);
   in[2] = F32(2, 6, 16);
   r = infer_with(PCGC_OP_ATTENTION, &a, 7, in);
   FAILS(r, PCGC_ERR_TYPE, "k and v must have the same sequence length", NULL);
   r = infer_with(PCGC_OP_ATTENTION, NULL, attn_inputs(in, false), in); /* heads required */
   FAILS(r, PCGC_ERR_INVALID, "'heads'", NULL);
+}
+END_TEST
+
+/* Grouped-query attention: wk and wv [16, F], F = kv_heads * 8 for 4 heads
+ * of 8; the key/value biases follow F. */
+START_TEST(test_attention_grouped_query)
+{
+  pcgc_ptensor in[11];
+  pcgc_attrs a = attn_attrs(4, true);
+  for (int64_t F = 8; F <= 16; F += 8) { /* 1 (multi-query) and 2 key/value heads */
+    attn_inputs(in, true);
+    in[4] = in[5] = F32(16, F);
+    in[8] = in[9] = F32(F);
+    result r = infer_with(PCGC_OP_ATTENTION, &a, 11, in);
+    OK(r);
+    SHAPE(r.out[0], PCGC_F32, 2, 5, 16);
+    pcgc_op_cost c;
+    pcgc_op_cost_of(PCGC_OP_ATTENTION, &a, 11, in, 1, r.out, &c);
+    /* projections 2*B*S*16*(32 + 2F), scores and context 2*2*B*S*S*32, output 2*B*S*32*16 */
+    double want = 2.0 * 10 * 16 * (32 + 2 * F) + 4.0 * 10 * 5 * 32 + 2.0 * 10 * 32 * 16 + 5.0 * 2 * 4 * 5 * 5;
+    ck_assert_double_eq_tol(c.fwd_flops, want, 1e-6);
+  }
+  attn_inputs(in, true);
+  in[4] = in[5] = F32(16, 16);
+  result r = infer_with(PCGC_OP_ATTENTION, &a, 11, in); /* bk, bv still [32] */
+  FAILS(r, PCGC_ERR_TYPE, "bk size (wk's and wv's columns) is 32 but must be 16", NULL);
+  attn_inputs(in, false);
+  in[4] = in[5] = F32(16, 24); /* 3 key/value heads do not divide 4 */
+  r = infer_with(PCGC_OP_ATTENTION, &a, 7, in);
+  FAILS(r, PCGC_ERR_TYPE, "not a number of key/value heads of size 8 (E/heads = 32/4) that divides heads=4", NULL);
 }
 END_TEST
 
@@ -930,7 +965,7 @@ START_TEST(test_attention_qkv_bias_errors)
   attn_inputs(in, true);
   in[8] = F32(16); /* bk follows the projection size E = 32 */
   result r = infer_with(PCGC_OP_ATTENTION, &a, 10, in);
-  FAILS(r, PCGC_ERR_TYPE, "bk size is 16 but must be 32", NULL);
+  FAILS(r, PCGC_ERR_TYPE, "bk size (wk's and wv's columns) is 16 but must be 32", NULL);
   attn_inputs(in, true);
   in[9] = F32(1, 32);
   r = infer_with(PCGC_OP_ATTENTION, &a, 10, in);
@@ -1037,6 +1072,7 @@ static Suite *infer_suite(void)
   tcase_add_test(tc, test_reduce_errors);
   tcase_add_test(tc, test_attention_shapes);
   tcase_add_test(tc, test_attention_errors);
+  tcase_add_test(tc, test_attention_grouped_query);
   tcase_add_test(tc, test_attention_qkv_bias_shapes);
   tcase_add_test(tc, test_attention_qkv_bias_errors);
   tcase_add_test(tc, test_loss_shapes);

@@ -603,6 +603,22 @@ START_TEST(test_attention_by_heads)
   in[6] = rep(in[6], 2);
   r = infer_with(PCGC_OP_ATTENTION, &a, 7, in);
   FAILS(r, PCGC_ERR_TYPE, "wo's dim 0 must be split like the heads (2 ways), got 1", NULL);
+  /* grouped-query: 4 heads sharing 2 key/value heads (wk, wv [16, 16]) split 2 ways, not 4 */
+  attn_inputs(in, false);
+  in[4] = in[5] = F32(16, 16);
+  for (int d = 2; d <= 4; d += 2) {
+    pcgc_ptensor g[7];
+    for (int i = 0; i < 3; i++) g[i] = rep(in[i], d);
+    for (int i = 3; i < 6; i++) g[i] = shard(in[i], 1, d);
+    g[6] = shard(in[6], 0, d);
+    r = infer_with(PCGC_OP_ATTENTION, &a, 7, g);
+    if (d == 2) {
+      OK(r);
+      PAR(r.out[0], 2, 1, 1, -1);
+    } else {
+      FAILS(r, PCGC_ERR_TYPE, "4 heads (2 key/value heads) cannot be split 4 ways", "divides both heads=4");
+    }
+  }
 }
 END_TEST
 

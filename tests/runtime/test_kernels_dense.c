@@ -635,23 +635,29 @@ typedef struct attn_case {
   double dropout;
   const char *what;
   bool rope; /* rotary embeddings on q and k */
+  int64_t F;  /* wk's and wv's columns: 0 for E; fewer for grouped-query attention */
 } attn_case;
 
+static int64_t attn_F(const attn_case *t) { return t->F ? t->F : t->E; }
+
 static const attn_case attn_cases[] = {
-    {2, 3, 3, 4, 4, 4, 4, 4, 1, false, false, 0, "7 inputs, 1 head", false},
-    {2, 3, 5, 3, 4, 5, 4, 6, 2, false, true, 0, "11 inputs, 2 heads, Sq != Sk, Eq/Ek/Ev/Eo differ", false},
-    {1, 4, 4, 3, 5, 2, 8, 3, 4, true, true, 0, "causal, 4 heads", false},
-    {2, 4, 4, 4, 4, 4, 8, 4, 2, true, false, 0, "causal, 7 inputs", false},
-    {2, 2, 5, 3, 2, 4, 6, 2, 1, false, true, 0, "1 head, 11 inputs", false},
-    {2, 3, 4, 3, 3, 3, 4, 5, 2, false, true, 0.3, "dropout while training", false},
-    {1, 4, 4, 3, 5, 2, 8, 3, 2, true, false, 0, "rope, causal, 2 heads of 4", true},
-    {2, 3, 5, 3, 4, 5, 8, 6, 1, false, true, 0, "rope, Sq != Sk, 11 inputs, 1 head of 8", true},
+    {2, 3, 3, 4, 4, 4, 4, 4, 1, false, false, 0, "7 inputs, 1 head", false, 0},
+    {2, 3, 5, 3, 4, 5, 4, 6, 2, false, true, 0, "11 inputs, 2 heads, Sq != Sk, Eq/Ek/Ev/Eo differ", false, 0},
+    {1, 4, 4, 3, 5, 2, 8, 3, 4, true, true, 0, "causal, 4 heads", false, 0},
+    {2, 4, 4, 4, 4, 4, 8, 4, 2, true, false, 0, "causal, 7 inputs", false, 0},
+    {2, 2, 5, 3, 2, 4, 6, 2, 1, false, true, 0, "1 head, 11 inputs", false, 0},
+    {2, 3, 4, 3, 3, 3, 4, 5, 2, false, true, 0.3, "dropout while training", false, 0},
+    {1, 4, 4, 3, 5, 2, 8, 3, 2, true, false, 0, "rope, causal, 2 heads of 4", true, 0},
+    {2, 3, 5, 3, 4, 5, 8, 6, 1, false, true, 0, "rope, Sq != Sk, 11 inputs, 1 head of 8", true, 0},
+    {2, 4, 4, 3, 5, 2, 8, 3, 4, true, true, 0, "grouped-query: 4 heads of 2 sharing 2, causal, 11 inputs", false, 4},
+    {2, 3, 4, 3, 3, 4, 8, 5, 4, false, false, 0.3, "multi-query: 4 heads sharing 1, rope, dropout", true, 2},
 };
 
 static void attn_inputs(const attn_case *t, pcgc_buf *in, uint64_t s) {
+  int64_t F = attn_F(t);
   const int64_t d[11][3] = {{t->B, t->Sq, t->Eq}, {t->B, t->Sk, t->Ek}, {t->B, t->Sk, t->Ev}, {t->Eq, t->E},
-                            {t->Ek, t->E},        {t->Ev, t->E},        {t->E, t->Eo},        {t->E},
-                            {t->E},               {t->E},               {t->Eo}};
+                            {t->Ek, F},           {t->Ev, F},           {t->E, t->Eo},        {t->E},
+                            {F},                  {F},                  {t->Eo}};
   for (int i = 0; i < 11; i++) in[i] = randbuf(PCGC_F64, i < 3 ? 3 : i < 7 ? 2 : 1, d[i], 0, s + (uint64_t)i);
 }
 
@@ -667,9 +673,10 @@ static pcgc_attrs attn_attrs(const attn_case *c) {
 START_TEST(test_attention_grad) {
   const attn_case *c = &attn_cases[_i];
   pcgc_attrs a = attn_attrs(c);
+  int64_t F = attn_F(c);
   gc_input in[] = {GF(c->B, c->Sq, c->Eq), GF(c->B, c->Sk, c->Ek), GF(c->B, c->Sk, c->Ev), GF(c->Eq, c->E),
-                   GF(c->Ek, c->E),        GF(c->Ev, c->E),        GF(c->E, c->Eo),        GF(c->E),
-                   GF(c->E),               GF(c->E),               GF(c->Eo)};
+                   GF(c->Ek, F),           GF(c->Ev, F),           GF(c->E, c->Eo),        GF(c->E),
+                   GF(F),                  GF(F),                  GF(c->Eo)};
   for (int i = 3; i < 11; i++) in[i].scale = 0.5;
   pcgc_kernel_ctx ctx = {NULL, NULL, 11, 99, c->dropout > 0};
   gc(PCGC_OP_ATTENTION, &a, c->bias ? 11 : 7, in, &ctx, 30, c->what);
@@ -912,7 +919,7 @@ END_TEST
  * the other gradients add up. */
 START_TEST(test_attention_row_pieces) {
   for (int rope = 0; rope < 2; rope++) { /* with rope, a row piece rotates its queries at their own positions */
-  const attn_case t = {2, 4, 4, 3, 4, 5, 4, 3, 2, true, true, 0.4, "rows", rope};
+  const attn_case t = {2, 4, 4, 3, 4, 5, 4, 3, 2, true, true, 0.4, "rows", rope, 0};
   pcgc_attrs a = attn_attrs(&t);
   pcgc_buf in[11], din[11];
   attn_inputs(&t, in, 50);
@@ -974,8 +981,16 @@ END_TEST
 
 /* Attention split by heads (wq/wk/wv columns, wo rows): the outputs are
  * partial sums; weight gradients are the pieces' slices. */
+/* Two pieces of two heads each: multi-head, and grouped-query (4 heads
+ * sharing 2 key/value heads: each piece holds one of them). */
+static const attn_case head_cases[] = {
+    {2, 3, 4, 3, 4, 5, 8, 3, 4, false, false, 0.25, "heads", false, 0},
+    {2, 3, 4, 3, 4, 5, 8, 3, 4, false, false, 0.25, "grouped-query heads, rope", true, 4},
+};
+
 START_TEST(test_attention_head_pieces) {
-  const attn_case t = {2, 3, 4, 3, 4, 5, 8, 3, 4, false, false, 0.25, "heads", false};
+  const attn_case t = head_cases[_i];
+  int64_t Fp = attn_F(&t) / 2; /* wk's and wv's columns per piece */
   pcgc_attrs a = attn_attrs(&t);
   pcgc_buf in[11], din[11];
   attn_inputs(&t, in, 70);
@@ -996,8 +1011,9 @@ START_TEST(test_attention_head_pieces) {
     }
     for (int i = 3; i < 7; i++) {
       int dim = i == 6 ? 0 : 1;
-      piece[i] = slice(&in[i], dim, 4 * p, 4);
-      pieces[i].offset[dim] = 4 * p;
+      int64_t w = i == 4 || i == 5 ? Fp : 4;
+      piece[i] = slice(&in[i], dim, w * p, w);
+      pieces[i].offset[dim] = w * p;
     }
     pcgc_kernel_ctx pctx = {pieces, NULL, 3, 23, true};
     pcgc_buf yp = newbuf(PCGC_F64, 3, y.dims);
@@ -1007,8 +1023,9 @@ START_TEST(test_attention_head_pieces) {
     bwd(PCGC_OP_ATTENTION, &a, 7, piece, &yp, &dy, dpiece, &pctx);
     for (int i = 0; i < 3; i++) add_into(&sums[i], &dpiece[i]);
     for (int i = 3; i < 7; i++) {
-      pcgc_buf w = slice(&din[i], i == 6 ? 0 : 1, 4 * p, 4);
-      ASSERT_CLOSE(&dpiece[i], &w, 1e-13, "piece %d: gradient of input %d", p, i);
+      int64_t wd = i == 4 || i == 5 ? Fp : 4;
+      pcgc_buf w = slice(&din[i], i == 6 ? 0 : 1, wd * p, wd);
+      ASSERT_CLOSE(&dpiece[i], &w, 1e-13, "%s piece %d: gradient of input %d", t.what, p, i);
       freebuf(&w);
       freebuf(&piece[i]);
     }
@@ -1062,7 +1079,7 @@ END_TEST
 /* ---------------------------------------------------------------- dropout */
 
 START_TEST(test_attention_dropout) {
-  const attn_case t = {2, 5, 6, 4, 4, 4, 4, 4, 2, false, true, 0.5, "dropout", false};
+  const attn_case t = {2, 5, 6, 4, 4, 4, 4, 4, 2, false, true, 0.5, "dropout", false, 0};
   pcgc_attrs a = attn_attrs(&t), a0 = a;
   setf(&a0, "dropout", 0);
   pcgc_buf in[11];
@@ -1179,7 +1196,7 @@ START_TEST(test_shape_errors) {
 
   a = attrs(PCGC_OP_ATTENTION);
   seti(&a, "heads", 2);
-  const attn_case t = {1, 2, 3, 4, 4, 4, 4, 4, 2, false, false, 0, "err", false};
+  const attn_case t = {1, 2, 3, 4, 4, 4, 4, 4, 2, false, false, 0, "err", false, 0};
   pcgc_buf at[11];
   attn_inputs(&t, at, 110);
   y = newbuf(PCGC_F64, 3, D(1, 2, 4));
@@ -1262,7 +1279,7 @@ START_TEST(test_empty_buffers) {
 
   a = attrs(PCGC_OP_ATTENTION);
   seti(&a, "heads", 1);
-  const attn_case t = {1, 2, 0, 2, 2, 2, 2, 2, 1, false, false, 0, "empty", false};
+  const attn_case t = {1, 2, 0, 2, 2, 2, 2, 2, 1, false, false, 0, "empty", false, 0};
   pcgc_buf at[11];
   attn_inputs(&t, at, 120);
   y = newbuf(PCGC_F64, 3, D(1, 2, 2));
@@ -1364,7 +1381,7 @@ END_TEST
  * output, the weight and bias gradients are the pieces' slices, and the
  * q/k/v gradients add up. */
 START_TEST(test_attention_qkv_bias_head_pieces) {
-  const attn_case t = {2, 3, 4, 3, 4, 5, 8, 3, 4, false, true, 0.25, "heads, 10 inputs, rope", true};
+  const attn_case t = {2, 3, 4, 3, 4, 5, 8, 3, 4, false, true, 0.25, "heads, 10 inputs, rope", true, 0};
   pcgc_attrs a = attn_attrs(&t);
   pcgc_buf in[11], din[10];
   attn_inputs(&t, in, 160);
@@ -1416,7 +1433,7 @@ START_TEST(test_attention_qkv_bias_head_pieces) {
 END_TEST
 
 START_TEST(test_attention_qkv_bias_errors) {
-  const attn_case t = {1, 2, 2, 2, 2, 2, 4, 2, 2, false, true, 0, "errors", false};
+  const attn_case t = {1, 2, 2, 2, 2, 2, 4, 2, 2, false, true, 0, "errors", false, 0};
   pcgc_attrs a = attn_attrs(&t);
   pcgc_buf in[11];
   attn_inputs(&t, in, 170);
@@ -1462,7 +1479,7 @@ static Suite *dense_suite(void) {
   tcase_add_test(tc, test_embedding_table_pieces);
   tcase_add_test(tc, test_embedding_bag_pieces);
   tcase_add_test(tc, test_attention_row_pieces);
-  tcase_add_test(tc, test_attention_head_pieces);
+  tcase_add_loop_test(tc, test_attention_head_pieces, 0, (int)(sizeof head_cases / sizeof *head_cases));
   tcase_add_test(tc, test_global_pool_pieces);
   tcase_add_test(tc, test_attention_dropout);
   suite_add_tcase(s, tc);
