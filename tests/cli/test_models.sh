@@ -36,7 +36,7 @@ trains() {
 
 # --- every model in models/ checks and carries a leading comment block and const B
 zoo="resnext50 inception-v3 dlrm xdl candle-uno unity-mlp gpt-3b"
-for m in $zoo mlp cnn transformer-block embedding-bag bert-large decoder-small; do
+for m in $zoo mlp cnn transformer-block embedding-bag bert-large decoder-small llama3-8b llama3-70b; do
   f="$src/models/$m.pcg"
   if [ -f "$f" ]; then ok; else bad "models/$m.pcg is missing"; continue; fi
   if head -1 "$f" | grep -q '^# '; then ok; else bad "models/$m.pcg does not start with a comment"; fi
@@ -83,9 +83,19 @@ m=embedding-bag; expect 0 "$pcgc" check "$src/models/$m.pcg"
 params_are "$m" 107362                      # tables 3 x 1000 x 32 + MLPs 11,362
 ops_are embedding 3
 m=decoder-small; expect 0 "$pcgc" check "$src/models/$m.pcg"
-params_are "$m" 1047680                     # the same layers in torch.nn (no biases)
+params_are "$m" 982144                      # the same layers in torch.nn (no biases, k/v 64 wide)
 ops_are rmsnorm 9; ops_are silu 4; ops_are attention 4
 trains "$src/models/$m.pcg" --steps 2 --set LAYERS=2 --set S=16
+
+m=llama3-8b; expect 0 "$pcgc" check "$src/models/$m.pcg"
+params_are "$m" 8030261248                  # Meta's Llama-3-8B, exactly
+ops_are attention 32; ops_are rmsnorm 65
+m=llama3-70b; expect 0 "$pcgc" check "$src/models/$m.pcg"
+params_are "$m" 70553706496                 # Meta's Llama-3-70B, exactly
+ops_are attention 80
+# a LLaMA-3 8B of 2 narrow layers trains: grouped-query attention, RoPE at base 500000
+trains "$src/models/llama3-8b.pcg" --set B=2 --set S=8 --set D=32 --set HEADS=4 --set KV_HEADS=2 --set FFN=48 \
+  --set LAYERS=2 --set VOCAB=50 --steps 2 --optimizer adam
 
 # --- documented alternative configurations
 m=candle-uno; expect 0 "$pcgc" check "$src/models/$m.pcg" --set W=1000 --set TOWER_DEPTH=3 --set DEPTH=3
