@@ -40,7 +40,9 @@ void pcgc_cli_compile_help(FILE *f) {
           "file): data parallelism b x tensor (Megatron) parallelism t x pipeline parallelism s with\n"
           "m micro-batches, over the divisors of the device count. Every candidate is simulated\n"
           "(as `pcgc simulate` does) and the fastest whose memory fits every device is chosen; data\n"
-          "parallelism on all devices is always a candidate, so the result is never slower.\n"
+          "parallelism on all devices is always a candidate, so the result is never slower. The\n"
+          "chosen plan is lowered to the program `pcgc run` executes; if that program does not fit\n"
+          "although the search's estimate did, the search runs again with less memory (at most twice).\n"
           "Then the joint search rewrites the best of them with the rule library (docs/rules.md;\n"
           "every rule checked by execution first): best-first over rewritten graphs, each simulated,\n"
           "duplicates recognised by their canonical hash, within --budget, --alpha and the time limit.\n"
@@ -241,6 +243,44 @@ static void print_ref(const char *label, const pcgc_compile_ref *f, double best)
          best > 0 ? f->time / best : 0, c);
 }
 
+/* What a chosen plan lowers to: the program pcgc run executes, its memory
+ * planned, and its step simulated instruction by instruction: that is the
+ * prediction (the search ranked candidates by its task-graph estimate). */
+typedef struct lowered {
+  pcgc_program *prog;  /* NULL when the plan cannot be lowered (cerr says why) */
+  pcgc_sim_result pr;
+  bool predicted;      /* the program simulated */
+  int64_t planned, arena, instructions;
+  double pmem;         /* the program's largest memory of a device */
+  pcgc_error cerr;
+} lowered;
+
+static void lower_plan(const pcgc_compile_result *r, const pcgc_machine *m, const pcgc_compile_options *o, int D,
+                       lowered *L) {
+  memset(L, 0, sizeof *L);
+  pcgc_error_clear(&L->cerr);
+  pcgc_codegen_options co;
+  pcgc_codegen_options_default(&co);
+  co.optimizer = o->sim.optimizer;
+  co.schedule = r->choice.schedule;
+  co.recompute = r->choice.recompute;
+  if (pcgc_codegen(r->graph, &r->mapping, D, &co, &L->prog, &L->cerr) != PCGC_OK) return;
+  for (int d = 0; d < L->prog->n_devices; d++) {
+    if (L->prog->dev[d].peak_bytes > L->planned) L->planned = L->prog->dev[d].peak_bytes;
+    if (L->prog->dev[d].arena_bytes > L->arena) L->arena = L->prog->dev[d].arena_bytes;
+    L->instructions += L->prog->dev[d].n_ins;
+  }
+  L->predicted = pcgc_program_simulate(L->prog, r->graph, m, &o->sim, &L->pr, &L->cerr) == PCGC_OK;
+  for (int d = 0; L->predicted && d < L->pr.n_devices; d++)
+    if (L->pr.device[d].memory.total > L->pmem) L->pmem = L->pr.device[d].memory.total;
+}
+
+static void lowered_free(lowered *L) {
+  pcgc_program_free(L->prog);
+  pcgc_sim_result_destroy(&L->pr);
+  memset(L, 0, sizeof *L);
+}
+
 /* --choice dp=D,tp=T,pp=P[,micro=M][,schedule=gpipe|1f1b][,recompute]:
  * -1 when parsed, else the usage error's exit code. */
 static int parse_choice(const char *text, pcgc_expert_choice *c) {
@@ -400,14 +440,41 @@ int pcgc_cli_compile(int argc, char **argv) {
     o.joint.progress = joint_progress;
     o.joint.progress_ctx = stderr;
   }
-  st = pcgc_compile(g, &m, &o, &r, &err);
-  if (tty) fprintf(stderr, "\r\033[K");
-  if (st != PCGC_OK) {
-    fprintf(stderr, "pcgc compile: ");
-    pcgc_error_print(stderr, &err);
+  /* The search ranks candidates by its task-graph estimate, memory
+   * included; the chosen plan is then lowered to the program pcgc run
+   * executes, whose planned memory is the truth. Where that program does
+   * not fit although the estimate did, the search runs again with its usable
+   * memory lowered by the ratio between the two (at most twice), so that a
+   * plan compile writes is one that runs. */
+  pcgc_machine ms = m; /* the search's machine */
+  double cap = pcgc_machine_usable_memory(&m), searched_cap = cap;
+  lowered L;
+  memset(&L, 0, sizeof L);
+  for (int attempt = 0;; attempt++) {
+    st = pcgc_compile(g, &ms, &o, &r, &err);
+    if (tty) fprintf(stderr, "\r\033[K");
+    if (st != PCGC_OK) {
+      fprintf(stderr, "pcgc compile: ");
+      pcgc_error_print(stderr, &err);
+      pcgc_compile_result_destroy(&r);
+      pcgc_graph_free(g);
+      return pcgc_cli_exit_code(st);
+    }
+    lower_plan(&r, &m, &o, D, &L);
+    double est = 0;
+    for (int d = 0; d < r.sim.n_devices; d++)
+      if (r.sim.device[d].memory.total > est) est = r.sim.device[d].memory.total;
+    if (!L.predicted || !L.pr.oom_devices || o.only || attempt == 2 || !(est > 0) || !(L.pmem > est)) break;
+    char a1[32], a2[32], a3[32], cc[128];
+    pcgc_cli_format_choice(cc, sizeof cc, r.choice);
+    searched_cap = pcgc_machine_usable_memory(&ms) * (cap / L.pmem) * 0.98;
+    fprintf(stderr, "pcgc compile: the program of %s needs %s per device where the search estimated %s; searching "
+            "again as if %s were usable\n", cc, pcgc_cli_fmt_bytes(a1, sizeof a1, L.pmem),
+            pcgc_cli_fmt_bytes(a2, sizeof a2, est), pcgc_cli_fmt_bytes(a3, sizeof a3, searched_cap));
+    ms.device.memory_reserved = ms.device.memory - searched_cap;
+    lowered_free(&L);
     pcgc_compile_result_destroy(&r);
-    pcgc_graph_free(g);
-    return pcgc_cli_exit_code(st);
+    memset(&r, 0, sizeof r);
   }
   char a[64], b[64], c[128];
   const char *name = g->name ? g->name : model;
@@ -418,32 +485,15 @@ int pcgc_cli_compile(int argc, char **argv) {
   double best = r.sim.iteration_time, mem = 0;
   for (int d = 0; d < r.sim.n_devices; d++)
     if (r.sim.device[d].memory.total > mem) mem = r.sim.device[d].memory.total;
-  /* what the plan lowers to: the program pcgc run executes, its memory
-   * planned, and its step simulated instruction by instruction: that is the
-   * prediction; the search ranked candidates by its task-graph estimate */
-  pcgc_codegen_options co;
-  pcgc_codegen_options_default(&co);
-  co.optimizer = o.sim.optimizer;
-  co.schedule = r.choice.schedule;
-  co.recompute = r.choice.recompute;
-  pcgc_program *prog = NULL;
-  pcgc_error cerr;
-  pcgc_error_clear(&cerr);
-  pcgc_sim_result pr;
-  memset(&pr, 0, sizeof pr);
-  int64_t planned = 0, arena = 0, instructions = 0;
-  double pmem = 0;
-  bool predicted = false;
-  if (pcgc_codegen(r.graph, &r.mapping, D, &co, &prog, &cerr) == PCGC_OK) {
-    for (int d = 0; d < prog->n_devices; d++) {
-      if (prog->dev[d].peak_bytes > planned) planned = prog->dev[d].peak_bytes;
-      if (prog->dev[d].arena_bytes > arena) arena = prog->dev[d].arena_bytes;
-      instructions += prog->dev[d].n_ins;
-    }
-    predicted = pcgc_program_simulate(prog, r.graph, &m, &o.sim, &pr, &cerr) == PCGC_OK;
-    for (int d = 0; predicted && d < pr.n_devices; d++)
-      if (pr.device[d].memory.total > pmem) pmem = pr.device[d].memory.total;
-  }
+  pcgc_program *prog = L.prog;
+  pcgc_sim_result pr = L.pr;
+  int64_t planned = L.planned, arena = L.arena, instructions = L.instructions;
+  double pmem = L.pmem;
+  bool predicted = L.predicted;
+  pcgc_error cerr = L.cerr;
+  if (searched_cap < cap)
+    printf("%-28s searched as if %s per device were usable: the first choice's program needed more memory than "
+           "the search estimated\n", "memory margin", pcgc_cli_fmt_bytes(a, sizeof a, searched_cap));
   if (predicted) {
     printf("\n%-28s %s (the program pcgc run executes, simulated instruction by instruction; the search's "
            "estimate %s)\n", "predicted iteration time", pcgc_cli_fmt_time(a, sizeof a, pr.iteration_time),
@@ -459,17 +509,17 @@ int pcgc_cli_compile(int argc, char **argv) {
     char e1[64], e2[64];
     printf("%-28s %s of %s usable (the arena of planned buffers, %s at its peak, plus message staging; the "
            "search's estimate %s)\n", "memory per device (max)", pcgc_cli_fmt_bytes(a, sizeof a, pmem),
-           pcgc_cli_fmt_bytes(b, sizeof b, r.sim.capacity), pcgc_cli_fmt_bytes(e1, sizeof e1, (double)planned),
+           pcgc_cli_fmt_bytes(b, sizeof b, cap), pcgc_cli_fmt_bytes(e1, sizeof e1, (double)planned),
            pcgc_cli_fmt_bytes(e2, sizeof e2, mem));
     if (pr.oom_devices)
       printf("%-28s %d device%s need%s more memory than the %s usable: pcgc run cannot allocate it there (a "
              "smaller --batch, or --choice with recompute, needs less)\n", "OUT OF MEMORY", pr.oom_devices,
-             pr.oom_devices == 1 ? "" : "s", pr.oom_devices == 1 ? "s" : "", pcgc_cli_fmt_bytes(a, sizeof a, r.sim.capacity));
+             pr.oom_devices == 1 ? "" : "s", pr.oom_devices == 1 ? "s" : "", pcgc_cli_fmt_bytes(a, sizeof a, cap));
     printf("%-28s %lld instructions over %d device%s\n", "program", (long long)instructions, prog->n_devices,
            prog->n_devices == 1 ? "" : "s");
   } else {
     printf("%-28s %s of %s usable\n", "memory per device (max)", pcgc_cli_fmt_bytes(a, sizeof a, mem),
-           pcgc_cli_fmt_bytes(b, sizeof b, r.sim.capacity));
+           pcgc_cli_fmt_bytes(b, sizeof b, cap));
     printf("%-28s cannot be lowered yet: %s (pcgc run will refuse this plan)\n", "program", cerr.message);
   }
   printf("%-28s %d simulated, %d fit in memory, %.2f s", "candidates", r.tried, r.feasible, r.seconds);
