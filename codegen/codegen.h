@@ -164,6 +164,7 @@ typedef struct pcgc_device_program {
   int64_t unplanned_bytes;     /* sum of every buffer's bytes, without reuse */
   int64_t send_bytes;          /* staging for non-blocking sends, per step */
   int64_t max_message_bytes;   /* largest receive or collective region */
+  int64_t request_bytes;       /* staging of the non-blocking all-reduces that are not in place */
   int64_t count_by_kind[PCGC_INS_KIND_COUNT];
 } pcgc_device_program;
 
@@ -196,6 +197,12 @@ void pcgc_codegen_options_default(pcgc_codegen_options *o);
 pcgc_status pcgc_codegen(const pcgc_graph *g, const pcgc_mapping *mp, int n_devices, const pcgc_codegen_options *o,
                          pcgc_program **out, pcgc_error *err);
 void pcgc_program_free(pcgc_program *p);
+
+/* Whether an ALLREDUCE_START (or its WAIT) reduces its region where it
+ * lies: when the region is all of its buffer (a weight's whole gradient, the
+ * common case). Otherwise the region is packed into a staging buffer of its
+ * own, held from the start to the wait (request_bytes counts them). */
+bool pcgc_allreduce_in_place(const pcgc_device_program *P, const pcgc_ins *ins);
 
 /* Readable listing: per device its totals, and with `streams` its buffers
  * (role, tensor, piece, bytes, lifetime) and its instruction stream.

@@ -5,7 +5,15 @@
 #ifndef PCGC_CODEGEN_INTERNAL_H
 #define PCGC_CODEGEN_INTERNAL_H
 
+#include <xxhash.h>
+
 #include "codegen.h"
+
+/* uthash's default (Jenkins) hash left the buffer table's chains hundreds
+ * long on a 64-device program (a quarter of the lowering's time walking
+ * them); XXH3 spreads the keys. */
+#undef HASH_FUNCTION
+#define HASH_FUNCTION(keyptr, keylen, hashv) ((hashv) = (unsigned)XXH3_64bits((keyptr), (size_t)(keylen)))
 #include "uthash.h"
 
 enum { CG_FWD, CG_BWD, CG_UPD };
@@ -83,6 +91,9 @@ typedef struct cg {
   int64_t slot_max;
   cg_dev *dv;
   struct bent *bufs;
+  /* per node, its VIEW_GRAD and STAGE_GRAD buffers (bkeys), in creation
+   * order: backward visits them without probing every (device, piece) */
+  struct cg_keys *gkeys;        /* [2 * n_nodes]: 2 node + (role == STAGE_GRAD) */
   struct hbox *boxes;
   cg_pair *pairs;
   int max_tag;
@@ -98,6 +109,11 @@ typedef struct cg {
   int phase, ctx_phase_save, ctx_node, ctx_micro;
   int64_t ctx_piece;
 } cg;
+
+typedef struct cg_keys {
+  struct bkey *k;
+  int64_t n, cap;
+} cg_keys;
 
 int pcgc__cg_home(const cg *C, int node, int64_t p);
 void pcgc__cg_piece_box(const pcgc_ptensor *t, int64_t q, int mu, pcgc_box *b);

@@ -98,8 +98,8 @@ static pcgc_dtype storage(pcgc_dtype t) { return pcgc_dtype_is_float(t) ? PCGC_F
 
 /* --------------------------------------------------------------- buffers */
 
-typedef struct bkey {
-  int dev, role, node, slot, micro;
+typedef struct bkey { /* hashed as bytes: no padding (unused is zeroed) */
+  int dev, role, node, slot, micro, unused;
   int64_t piece;
 } bkey;
 
@@ -162,7 +162,30 @@ static int buf_add(cg *C, bkey k, pcgc_dtype t, const pcgc_box *b, bool persiste
   e->k = k;
   e->id = V->n_buf++;
   HASH_ADD(hh, C->bufs, k, sizeof e->k, e);
+  if ((k.role == PCGC_BUF_VIEW_GRAD || k.role == PCGC_BUF_STAGE_GRAD) && C->gkeys) {
+    cg_keys *L = &C->gkeys[2 * k.node + (k.role == PCGC_BUF_STAGE_GRAD)];
+    GROW(C, L->k, L->cap, L->n + 1);
+    if (C->st) return -1;
+    L->k[L->n++] = k;
+  }
   return e->id;
+}
+
+/* Gradient-staging keys in the order backward visits them: device, slot,
+ * micro-batch, piece. */
+static int by_visit(const void *a, const void *b) {
+  const bkey *x = a, *y = b;
+  if (x->dev != y->dev) return x->dev < y->dev ? -1 : 1;
+  if (x->slot != y->slot) return x->slot < y->slot ? -1 : 1;
+  if (x->micro != y->micro) return x->micro < y->micro ? -1 : 1;
+  return (x->piece > y->piece) - (x->piece < y->piece);
+}
+
+/* Node's VIEW_GRAD (stage false) or STAGE_GRAD buffers, sorted by by_visit. */
+static cg_keys *grad_keys(cg *C, int node, bool stage) {
+  cg_keys *L = &C->gkeys[2 * node + stage];
+  qsort(L->k, (size_t)L->n, sizeof *L->k, by_visit);
+  return L;
 }
 
 /* The buffer of piece (q, mu) of value (node, slot) on its device, role VALUE or GRAD. */
@@ -1270,9 +1293,11 @@ static pcgc_status analyse(cg *C) {
   C->needg = calloc((size_t)(n ? n : 1), sizeof *C->needg);
   C->reach = calloc((size_t)(n ? n : 1), sizeof *C->reach);
   C->pipe_pos = calloc((size_t)(n ? n : 1), sizeof *C->pipe_pos);
+  C->gkeys = calloc((size_t)(2 * n + 1), sizeof *C->gkeys);
   C->stage = malloc((size_t)C->D * sizeof *C->stage);
   int *first = malloc((size_t)C->D * sizeof *first);
-  if (!C->order || !C->topo || !C->resident || !C->needg || !C->reach || !C->pipe_pos || !C->stage || !first) {
+  if (!C->order || !C->topo || !C->resident || !C->needg || !C->reach || !C->pipe_pos || !C->gkeys || !C->stage ||
+      !first) {
     free(first);
     return PCGC_ERR_NOMEM;
   }
@@ -1471,6 +1496,8 @@ static void free_cg(cg *C) {
   free(C->resident);
   free(C->needg);
   free(C->reach);
+  for (int i = 0; C->gkeys && i < 2 * C->g->n_nodes; i++) free(C->gkeys[i].k);
+  free(C->gkeys);
   free(C->recomp);
   free(C->pipe_pos);
   free(C->stage);
@@ -1539,44 +1566,34 @@ pcgc_status pcgc_codegen(const pcgc_graph *g, const pcgc_mapping *mp, int n_devi
     if (C.resident[n->id]) {
       /* views' gradients into the source box's */
       int src = root_of(&C, n->id);
-      for (int X = 0; X < C.D && C.needg[n->id]; X++) {
-        int S = -2;
-        for (int slot = 0; slot < n->n_out; slot++) {
-          int64_t P = pcgc_ptensor_pieces(&n->out[slot]);
-          int m = value_m(&n->out[slot]);
-          for (int mu = 0; mu < m; mu++)
-            for (int64_t q = 0; q < P; q++) {
-              int vg = buf_find(&C, mkkey(X, PCGC_BUF_VIEW_GRAD, n->id, slot, q, mu));
-              if (vg < 0) continue;
-              if (S == -2) S = source_buf(&C, src, X, PCGC_BUF_SOURCE_GRAD);
-              touch(&C, X, S, 3);
-              t_copy(&C, X, S, vg, NULL, true, 6);
-            }
-        }
+      cg_keys *L = grad_keys(&C, n->id, false);
+      for (int64_t i = 0, S = -2, X = -1, n0 = L->n; i < n0 && C.needg[n->id]; i++) {
+        bkey k = L->k[i];
+        int vg = buf_find(&C, k);
+        if (k.dev != X) X = k.dev, S = -2;
+        if (S == -2) S = source_buf(&C, src, k.dev, PCGC_BUF_SOURCE_GRAD);
+        touch(&C, k.dev, (int)S, 3);
+        t_copy(&C, k.dev, (int)S, vg, NULL, true, 6);
       }
       if (n->kind == PCGC_OP_WEIGHT && C.needg[n->id]) lower_weight_sync(&C, n->id);
       continue;
     }
     /* staged copies of this node's pieces: their gradients go home first */
-    if (C.needg[n->id])
-      for (int X = 0; X < C.D; X++)
-        for (int slot = 0; slot < n->n_out; slot++) {
-          int64_t P = pcgc_ptensor_pieces(&n->out[slot]);
-          int m = value_m(&n->out[slot]);
-          for (int mu = 0; mu < m; mu++)
-            for (int64_t q = 0; q < P; q++) {
-              int sg = buf_find(&C, mkkey(X, PCGC_BUF_STAGE_GRAD, n->id, slot, q, mu));
-              if (sg < 0) continue;
-              int Y = pcgc__cg_home(&C, n->id, q);
-              int gb = value_buf(&C, PCGC_BUF_GRAD, n->id, slot, q, mu, Y);
-              C.ctx_piece = q;
-              C.ctx_micro = mu;
-              touch(&C, Y, gb, 3);
-              pcgc_box b;
-              pcgc_plan_buf_box(&C.dv[X].buf[sg], &b);
-              t_sendrecv(&C, X, sg, Y, gb, &b, true);
-            }
-        }
+    if (C.needg[n->id]) {
+      cg_keys *L = grad_keys(&C, n->id, true);
+      for (int64_t i = 0, n0 = L->n; i < n0; i++) {
+        bkey k = L->k[i];
+        int sg = buf_find(&C, k), X = k.dev;
+        int Y = pcgc__cg_home(&C, n->id, k.piece);
+        int gb = value_buf(&C, PCGC_BUF_GRAD, n->id, k.slot, k.piece, k.micro, Y);
+        C.ctx_piece = k.piece;
+        C.ctx_micro = k.micro;
+        touch(&C, Y, gb, 3);
+        pcgc_box b;
+        pcgc_plan_buf_box(&C.dv[X].buf[sg], &b);
+        t_sendrecv(&C, X, sg, Y, gb, &b, true);
+      }
+    }
     if (cls == PCGC_CLASS_PARALLEL) {
       if (!C.needg[n->id]) continue;
       if (n->kind == PCGC_OP_REPLICATE || n->kind == PCGC_OP_REDUCE) lower_fan(&C, n, true);

@@ -21,7 +21,8 @@
  *     (a reduce timed as an all-reduce, like the search's simulator) on the
  *     ports of every member;
  *   - ALLREDUCE_START joins the collective and goes on; WAIT blocks until
- *     it is done (progress is assumed to be asynchronous).
+ *     it is done (progress is assumed to be asynchronous); one over a whole
+ *     buffer runs in place, without the staging copies.
  * The loop always advances the device whose clock is smallest (a min-heap
  * of (clock, device)), so messages and collectives claim ports roughly in
  * the order of time. A device that must wait leaves the heap until the
@@ -422,7 +423,7 @@ static pcgc_status step(psim *S, int d, bool *moved) {
     if (grp < 0 || grp >= S->p->n_groups)
       return pcgc_error_set(S->err, PCGC_ERR_INVALID, "device %d instruction %d names group %d of %d", d, x->pc, grp,
                             S->p->n_groups);
-    double bytes = region_bytes(P, I, b), stage = mem_time(S, bytes, false);
+    double bytes = region_bytes(P, I, b), stage = pcgc_allreduce_in_place(P, I) ? 0 : mem_time(S, bytes, false);
     int64_t id = x->joined;
     if (id < 0) { /* reaching it: stage the box in, then join */
       id = rdv_get(S, grp, S->seq[(int64_t)d * S->p->n_groups + grp]++);
@@ -470,7 +471,7 @@ static pcgc_status step(psim *S, int d, bool *moved) {
       return PCGC_OK;
     }
     if (S->rv[id].end > x->clock) x->clock = S->rv[id].end;
-    dur = mem_time(S, region_bytes(P, I, I->dst), false);
+    dur = pcgc_allreduce_in_place(P, I) ? 0 : mem_time(S, region_bytes(P, I, I->dst), false); /* unstaged */
     break;
   }
   case PCGC_INS_KIND_COUNT: break;
@@ -636,7 +637,7 @@ static pcgc_memory program_memory(const pcgc_device_program *P, const pcgc_graph
   double arena = (double)P->arena_bytes;
   mm.activations = arena - mm.weights - mm.gradients - mm.optimizer;
   if (mm.activations < 0) mm.activations = 0;
-  mm.comm = (double)P->send_bytes + (double)P->max_message_bytes;
+  mm.comm = (double)P->send_bytes + (double)P->max_message_bytes + (double)P->request_bytes;
   mm.total = arena + mm.comm;
   return mm;
 }

@@ -88,13 +88,28 @@ typedef struct placed {
   int first, last;  /* instructions */
 } placed;
 
+/* Placement order: largest first, then by id. */
+static const pcgc_plan_buf *sort_bufs;
+static int by_size_desc(const void *a, const void *b) {
+  int x = *(const int *)a, y = *(const int *)b;
+  int64_t bx = sort_bufs[x].bytes, by = sort_bufs[y].bytes;
+  if (bx != by) return bx > by ? -1 : 1;
+  return (x > y) - (x < y);
+}
+
+static int by_lo(const void *a, const void *b) {
+  int64_t x = ((const placed *)a)->lo, y = ((const placed *)b)->lo;
+  return (x > y) - (x < y);
+}
+
 static pcgc_status plan_memory(pcgc_device_program *P) {
   int n = P->n_buf;
   int *idx = malloc((size_t)(n ? n : 1) * sizeof *idx);
-  placed *pl = malloc((size_t)(n ? n : 1) * sizeof *pl);
-  if (!idx || !pl) {
+  placed *pl = malloc((size_t)(n ? n : 1) * sizeof *pl), *live = malloc((size_t)(n ? n : 1) * sizeof *live);
+  if (!idx || !pl || !live) {
     free(idx);
     free(pl);
+    free(live);
     return PCGC_ERR_NOMEM;
   }
   int tb[PCGC_VARIADIC * 8 + 32];
@@ -122,32 +137,23 @@ static pcgc_status plan_memory(pcgc_device_program *P) {
     }
   }
   P->persistent_bytes = off;
-  /* largest first (stable by id) */
-  for (int i = 1; i < m; i++)
-    for (int j = i; j > 0; j--) {
-      const pcgc_plan_buf *x = &P->buf[idx[j - 1]], *y = &P->buf[idx[j]];
-      if (x->bytes > y->bytes || (x->bytes == y->bytes && idx[j - 1] < idx[j])) break;
-      int t = idx[j];
-      idx[j] = idx[j - 1];
-      idx[j - 1] = t;
-    }
+  /* largest first (by id among equals) */
+  sort_bufs = P->buf;
+  qsort(idx, (size_t)m, sizeof *idx, by_size_desc);
   int np = 0;
   int64_t top = off;
   for (int i = 0; i < m; i++) {
     pcgc_plan_buf *B = &P->buf[idx[i]];
     int64_t size = align64(B->bytes ? B->bytes : 1), at = off;
-    /* lowest offset that overlaps no live-at-the-same-time placement: retry past each conflict */
-    for (bool moved = true; moved;) {
-      moved = false;
-      for (int k = 0; k < np; k++) {
-        const placed *q = &pl[k];
-        if (q->last < B->first || q->first > B->last) continue;
-        if (at < q->hi && q->lo < at + size) {
-          at = q->hi;
-          moved = true;
-        }
-      }
-    }
+    /* the lowest offset that overlaps no placement live at the same time:
+     * sweep those placements by their start, stepping past each that
+     * overlaps, until a gap holds the buffer */
+    int nl = 0;
+    for (int k = 0; k < np; k++)
+      if (!(pl[k].last < B->first || pl[k].first > B->last)) live[nl++] = pl[k];
+    qsort(live, (size_t)nl, sizeof *live, by_lo);
+    for (int k = 0; k < nl && live[k].lo < at + size; k++)
+      if (live[k].hi > at) at = live[k].hi;
     B->addr = at;
     pl[np].lo = at;
     pl[np].hi = at + size;
@@ -162,6 +168,7 @@ static pcgc_status plan_memory(pcgc_device_program *P) {
   if (!delta) {
     free(idx);
     free(pl);
+    free(live);
     return PCGC_ERR_NOMEM;
   }
   for (int i = 0; i < m; i++) {
@@ -169,15 +176,16 @@ static pcgc_status plan_memory(pcgc_device_program *P) {
     delta[B->first] += B->bytes;
     delta[B->last + 1] -= B->bytes;
   }
-  int64_t live = 0, peak = 0;
+  int64_t now = 0, peak = 0;
   for (int i = 0; i <= P->n_ins; i++) {
-    live += delta[i];
-    if (live > peak) peak = live;
+    now += delta[i];
+    if (now > peak) peak = now;
   }
   P->peak_bytes = P->persistent_bytes + peak;
   free(delta);
   free(idx);
   free(pl);
+  free(live);
   return PCGC_OK;
 }
 
@@ -330,6 +338,7 @@ pcgc_status pcgc__cg_schedule(cg *C, pcgc_program **out) {
       int b = I->dst >= 0 ? I->dst : I->src;
       int64_t bytes = box_bytes(&P->boxes[I->box], b >= 0 ? P->buf[b].dtype : PCGC_F32);
       if (I->kind == PCGC_INS_SEND) P->send_bytes += align64(bytes);
+      if (I->kind == PCGC_INS_ALLREDUCE_START && !pcgc_allreduce_in_place(P, I)) P->request_bytes += align64(bytes);
       if (I->kind != PCGC_INS_COPY && bytes > P->max_message_bytes) P->max_message_bytes = bytes;
     }
     if ((st = plan_memory(P))) goto done;
@@ -351,6 +360,12 @@ done:
   }
   *out = p;
   return PCGC_OK;
+}
+
+bool pcgc_allreduce_in_place(const pcgc_device_program *P, const pcgc_ins *I) {
+  if ((I->kind != PCGC_INS_ALLREDUCE_START && I->kind != PCGC_INS_WAIT) || I->box < 0 || I->dst < 0) return false;
+  const pcgc_plan_buf *B = &P->buf[I->dst];
+  return box_bytes(&P->boxes[I->box], B->dtype) == B->bytes;
 }
 
 void pcgc_program_free(pcgc_program *p) {

@@ -7,8 +7,11 @@
  * MPI_Recv into the receive staging, then unpacked (set or added). BCAST,
  * REDUCE and ALLREDUCE pack into the same staging and run the MPI collective
  * on the group's communicator (created once, before the first step);
- * ALLREDUCE_START packs into its request's own staging and starts
- * MPI_Iallreduce, WAIT completes it and unpacks. The order of the streams
+ * ALLREDUCE_START over a whole buffer (a weight's gradient) starts
+ * MPI_Iallreduce (or NCCL's) on the buffer itself and WAIT completes it, so
+ * gradients are never held twice (from a GPU through MPI, by way of a host
+ * mirror); a region of a buffer is packed into its request's own staging and
+ * unpacked by the WAIT (pcgc_allreduce_in_place). The order of the streams
  * (codegen/schedule.c) guarantees that this cannot deadlock.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -365,6 +368,15 @@ static pcgc_status exec_one(rt *R, const pcgc_ins *I, int64_t *send_off) {
     const pcgc_plan_buf *D = &P->buf[I->dst];
     pcgc_plan_buf sd = stage_desc(&x, D->dtype);
     bool now_ = I->kind == PCGC_INS_ALLREDUCE;
+    if (!now_ && pcgc_allreduce_in_place(P, I)) { /* the whole buffer: reduced where it lies */
+      int64_t n = box_numel(&x), bytes = n * (int64_t)pcgc_dtype_size(D->dtype);
+      char *data = data_of(R, I->dst);
+      if (R->dev_comm) return be->allreduce_start(be, R->dcomm[I->peer], data, n, D->dtype, I->tag, R->err);
+      char *h = be->host ? data : R->req_h[I->tag];
+      if ((st = to_host(R, h, data, bytes))) return st;
+      rc = MPI_Iallreduce(MPI_IN_PLACE, h, (int)n, mpi_type(D->dtype), MPI_SUM, R->comm[I->peer], &R->reqs[I->tag]);
+      return rc == MPI_SUCCESS ? PCGC_OK : mpi_fail(R, rc, "all-reduce", I);
+    }
     char *stage = now_ ? R->recv_stage : R->req_stage[I->tag], *h = now_ ? R->recv_h : R->req_h[I->tag];
     int64_t n = box_numel(&x), bytes = n * (int64_t)pcgc_dtype_size(D->dtype);
     if ((st = be->move(be, &sd, stage, D, data_of(R, I->dst), &x, false, R->err))) return st;
@@ -384,6 +396,13 @@ static pcgc_status exec_one(rt *R, const pcgc_ins *I, int64_t *send_off) {
   }
   case PCGC_INS_WAIT: {
     if (R->fault_no_allreduce) return PCGC_OK;
+    if (pcgc_allreduce_in_place(P, I)) {
+      if (R->dev_comm) return be->comm_wait(be, I->tag, R->err);
+      rc = MPI_Wait(&R->reqs[I->tag], MPI_STATUS_IGNORE);
+      if (rc != MPI_SUCCESS) return mpi_fail(R, rc, "all-reduce", I);
+      pcgc_box x = region(R, I, I->dst);
+      return from_host(R, data_of(R, I->dst), R->req_h[I->tag], box_numel(&x) * (int64_t)pcgc_dtype_size(P->buf[I->dst].dtype));
+    }
     if (R->dev_comm) {
       pcgc_box x = region(R, I, I->dst);
       pcgc_plan_buf sd = stage_desc(&x, P->buf[I->dst].dtype);
@@ -1116,7 +1135,12 @@ pcgc_status pcgc_run(const pcgc_graph *g, const pcgc_program *p, const pcgc_run_
   if ((st = be->zero(be, R.arena, (size_t)P->arena_bytes, err))) goto done;
   for (int i = 0; i < P->n_ins && !st; i++) {
     const pcgc_ins *I = &P->ins[i];
-    if (I->kind == PCGC_INS_ALLREDUCE_START) {
+    if (I->kind == PCGC_INS_ALLREDUCE_START && pcgc_allreduce_in_place(P, I)) {
+      /* reduced in its buffer; through MPI from a GPU, by way of a host mirror */
+      pcgc_box x = R.P->boxes[I->box];
+      size_t bytes = (size_t)(box_numel(&x) * (int64_t)pcgc_dtype_size(P->buf[I->dst].dtype)) + 8;
+      if (!be->host && !(R.req_h[I->tag] = malloc(bytes))) st = pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
+    } else if (I->kind == PCGC_INS_ALLREDUCE_START) {
       pcgc_box x = R.P->boxes[I->box];
       size_t bytes = (size_t)(box_numel(&x) * (int64_t)pcgc_dtype_size(P->buf[I->dst].dtype)) + 8;
       if (!(R.req_stage[I->tag] = be->alloc(be, bytes, err))) st = PCGC_ERR_NOMEM;
