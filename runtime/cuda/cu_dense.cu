@@ -1328,13 +1328,13 @@ static pcgc_status kv_proj(const pcgc__cukargs *k, const attn_geo *g, int64_t ro
   if (g->group == 1) return proj(k, rows, m, g->E, In, W, b, Y);
   TRY(proj(k, rows, m, g->F, In, W, b, X));
   if (rows * g->E < 1) return PCGC_OK;
-  kv_expand_kernel<<<CUX_GRID(rows * g->E)>>>(rows, g->E, g->F, g->hd, g->group, X, Y);
+  kv_expand_kernel<<<pcgc__cu_blocks(rows * g->E), PCGC_CU_THREADS, 0, k->cu->stream>>>(rows, g->E, g->F, g->hd, g->group, X, Y);
   return pcgc__cu_launched(k, "attention k/v head expansion");
 }
 
 static pcgc_status kv_fold(const pcgc__cukargs *k, const attn_geo *g, int64_t rows, const float *Y, float *X) {
   if (rows * g->F < 1) return PCGC_OK;
-  kv_fold_kernel<<<CUX_GRID(rows * g->F)>>>(rows, g->E, g->F, g->hd, g->group, Y, X);
+  kv_fold_kernel<<<pcgc__cu_blocks(rows * g->F), PCGC_CU_THREADS, 0, k->cu->stream>>>(rows, g->E, g->F, g->hd, g->group, Y, X);
   return pcgc__cu_launched(k, "attention k/v head gradients");
 }
 
