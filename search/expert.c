@@ -841,10 +841,14 @@ pcgc_status pcgc_compile(const pcgc_graph *seq, const pcgc_machine *m, const pcg
     pcgc_status s = pcgc_expert_build(x, c, &pg, &mp, &e);
     pcgc_sim_result sr;
     memset(&sr, 0, sizeof sr);
-    if (s == PCGC_OK) s = pcgc_simulate(pg, &mp, m, &o->sim, &sr, &e);
+    /* the dp copies are laid out alike (step 3 above): the simulator runs one */
+    pcgc_sim_options so = o->sim;
+    so.replicas = c.dp;
+    so.replica_stride = c.tp;
+    if (s == PCGC_OK) s = pcgc_simulate(pg, &mp, m, &so, &sr, &e);
     bool dp_changed; /* the DP's views replace the greedy's where they simulate better */
-    if (s == PCGC_OK) s = pcgc_views_dp_if_better(pg, c.dp * c.tp, c.tp, m, &o->sim, memo, &mp, &sr, &dp_changed, &e);
-    if (s == PCGC_OK) s = fit_in_memory(pg, &mp, m, &o->sim, &c, &sr, &e);
+    if (s == PCGC_OK) s = pcgc_views_dp_if_better(pg, c.dp * c.tp, c.tp, m, &so, memo, &mp, &sr, &dp_changed, &e);
+    if (s == PCGC_OK) s = fit_in_memory(pg, &mp, m, &so, &c, &sr, &e);
     if (s == PCGC_OK) fmt_choice(cs, sizeof cs, c);
     if (s == PCGC_ERR_NOMEM || (s != PCGC_OK && o->only)) {
       st = pcgc_error_set(err, s, "%s: %s", cs, e.message);
@@ -865,7 +869,9 @@ pcgc_status pcgc_compile(const pcgc_graph *seq, const pcgc_machine *m, const pcg
       }
       if (fam) ref_update(fam, c, ok, sr.iteration_time, ok ? NULL : why);
       if (o->log)
-        fprintf(o->log, "  %-30s %12.6f ms%s\n", cs, sr.iteration_time * 1e3, ok ? "" : "  (out of memory)");
+        fprintf(o->log, "  %-30s %12.6f ms%s  (%lld tasks%s; %.3f s)\n", cs, sr.iteration_time * 1e3,
+                ok ? "" : "  (out of memory)", (long long)sr.n_tasks, sr.symmetric ? ", one dp copy run" : "",
+                sr.build_seconds + sr.run_seconds);
       if (ok && sr.iteration_time < best_time) {
         best_time = sr.iteration_time;
         r->choice = c;

@@ -557,6 +557,16 @@ typedef struct pcgc_sim_options {
                                 tasks keep the roofline. Not owned. */
   bool recompute;            /* activation recomputation (default false): see
                                 pcgc_simulate's memory rule */
+  int replicas, replica_stride; /* a hint (default 0: none) from a builder that laid
+                                the strategy out as `replicas` identical copies:
+                                within each block of replicas × replica_stride
+                                devices, copy r on devices [r·stride, (r+1)·stride),
+                                talking to the others only through collectives
+                                (the expert grid's data parallelism). Where the
+                                machine's ports are not shared and every device
+                                carries its first copy's load, only copy 0 runs in
+                                the event loop, the others take its times; else
+                                (or when a transfer crosses copies) all run. */
 } pcgc_sim_options;
 
 void pcgc_sim_options_default(pcgc_sim_options *o);
@@ -607,6 +617,7 @@ typedef struct pcgc_sim_result {
   int64_t n_tasks, n_edges;
   int64_t tasks_by_kind[PCGC_TASK_KIND_COUNT];
   double build_seconds, run_seconds;  /* wall time: task graph, event loop */
+  bool symmetric;                     /* only the first of the replicas ran (options.replicas) */
   bool program;               /* a program's simulation (codegen.h, pcgc_program_simulate): n_tasks
                                  counts instructions, n_edges messages and collectives */
 } pcgc_sim_result;

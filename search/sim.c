@@ -367,6 +367,13 @@ static void comm_infinite(sim *S, int32_t t, const char *what) {
   pcgc_error_hint(S->err, "give the machine file the intra.bandwidth / inter.bandwidth it needs");
 }
 
+/* The copy device d belongs to under options.replicas (0 without them). */
+static int replica_of(const sim *S, int d) {
+  if (S->o.replicas < 2 || S->o.replica_stride < 1) return 0;
+  int block = S->o.replicas * S->o.replica_stride;
+  return d % block / S->o.replica_stride;
+}
+
 /* A point-to-point transfer of `bytes` from device a to device b. */
 static int32_t transfer(sim *S, int phase, int node, int64_t piece, int micro, int a, int b, double bytes) {
   int32_t t = task_add(S, 1, PCGC_TASK_TRANSFER, phase, node);
@@ -413,7 +420,9 @@ static int32_t collective(sim *S, int phase, int node, int64_t piece, int micro,
     if (++S->ncount[nd] > grp.per_node) grp.per_node = S->ncount[nd];
   }
   pcgc_collective c = coll == PCGC__COLL_REDUCE ? PCGC_COLL_ALL_REDUCE : (pcgc_collective)coll;
-  set_piece(S, t, devs[0], piece, micro);
+  int first = devs[0]; /* with replicas: a member of copy 0 where one is, so that copy runs it */
+  for (int i = 0; S->o.replicas > 1 && i < n && replica_of(S, first); i++) first = devs[i];
+  set_piece(S, t, first, piece, micro);
   T->coll[t] = (uint8_t)coll;
   T->peer[t] = n;
   T->bytes[t] = bytes;
@@ -1181,6 +1190,42 @@ static int32_t devq_pop(uint64_t *q, devq *d) {
 
 static inline bool devq_empty(const devq *d) { return !d->n && d->uh == d->un; }
 
+/* Under options.replicas, which tasks the event loop may leave out: those
+ * of copies other than 0 (a collective runs on a copy-0 member where it has
+ * one). NULL (run everything) without the hint, on a machine with shared
+ * ports (copies would contend for them), when a transfer crosses copies,
+ * when any device's compute load (tasks and time) differs from its copy-0
+ * counterpart's, or out of memory. */
+static uint8_t *symmetric_drop(const sim *S) {
+  const pcgc__sim_tasks *T = &S->T;
+  int D = S->D, stride = S->o.replica_stride;
+  if (S->o.replicas < 2 || stride < 1 || S->m->intra.shared || S->m->inter.shared || T->n < 1) return NULL;
+  uint8_t *drop = calloc((size_t)T->n, 1);
+  double *load = calloc((size_t)D, sizeof *load);
+  int64_t *count = calloc((size_t)D, sizeof *count);
+  bool ok = drop && load && count;
+  for (int32_t t = 0; ok && t < T->n; t++) {
+    int k = T->kind[t], d = T->dev[t];
+    if (k == PCGC_TASK_TRANSFER && (replica_of(S, d) != 0) != (replica_of(S, T->peer[t]) != 0)) ok = false;
+    drop[t] = replica_of(S, d) != 0;
+    if (pcgc__task_is_compute(k)) {
+      load[d] += T->dur[t];
+      count[d]++;
+    }
+  }
+  for (int d = 0; ok && d < D; d++) {
+    int c = d - replica_of(S, d) * stride;
+    ok = count[d] == count[c] && fabs(load[d] - load[c]) <= 1e-9 * (load[c] > 0 ? load[c] : 1);
+  }
+  free(load);
+  free(count);
+  if (!ok) {
+    free(drop);
+    return NULL;
+  }
+  return drop;
+}
+
 static pcgc_status run(sim *S, pcgc_sim_result *r) {
   pcgc__sim_tasks *T = &S->T;
   int32_t n = T->n;
@@ -1195,21 +1240,29 @@ static pcgc_status run(sim *S, pcgc_sim_result *r) {
   uint64_t *q = malloc((size_t)(n ? n : 1) * sizeof *q);
   int *todo = malloc((size_t)D * sizeof *todo);
   T->start = malloc((size_t)(n ? n : 1) * sizeof *T->start);
+  uint8_t *drop = NULL;
   pcgc_status st = PCGC_OK;
   if (!off || !succ || !indeg || !heap || !wake || !ready || !cp || !free_at || !dq || !q || !todo || !T->start) {
     st = pcgc_error_set(S->err, PCGC_ERR_NOMEM, "out of memory running the simulation");
     goto done;
   }
+  /* replicas: the tasks of copy 0 and the collectives it takes part in run;
+   * the copies' tasks are left out (drop[t]) */
+  drop = symmetric_drop(S);
+  int64_t n_run = n;
+  for (int32_t t = 0; drop && t < n; t++) n_run -= drop[t];
   for (int64_t e = 0; e < ne; e++) {
+    if (drop && (drop[S->ef[e]] || drop[S->et[e]])) continue;
     off[S->ef[e] + 1]++;
     indeg[S->et[e]]++;
   }
   for (int32_t t = 0; t < n; t++) off[t + 1] += off[t];
-  for (int64_t e = 0; e < ne; e++) succ[off[S->ef[e]]++] = S->et[e];
+  for (int64_t e = 0; e < ne; e++)
+    if (!drop || !(drop[S->ef[e]] || drop[S->et[e]])) succ[off[S->ef[e]]++] = S->et[e];
   for (int32_t t = n; t > 0; t--) off[t] = off[t - 1];
   off[0] = 0;
   for (int32_t t = 0; t < n; t++) /* each device's queue gets room for all its compute tasks */
-    if (pcgc__task_is_compute(T->kind[t])) dq[T->dev[t]].end++;
+    if (pcgc__task_is_compute(T->kind[t]) && !(drop && drop[t])) dq[T->dev[t]].end++;
   for (int d = 0, o = 0; d < D; d++) {
     dq[d].off = o;
     o = dq[d].end += o;
@@ -1217,7 +1270,7 @@ static pcgc_status run(sim *S, pcgc_sim_result *r) {
   int64_t hn = 0, wn = 0, done = 0;
   int ntodo = 0;
   for (int32_t t = 0; t < n; t++)
-    if (!indeg[t]) heap_push(heap, &hn, (hitem){0, t});
+    if (!indeg[t] && !(drop && drop[t])) heap_push(heap, &hn, (hitem){0, t});
   double now = 0, end_all = 0, fwd_end = 0, crit = 0, total = 0;
   for (;;) {
     int32_t t;
@@ -1275,16 +1328,28 @@ static pcgc_status run(sim *S, pcgc_sim_result *r) {
     }
     done++;
   }
-  if (done != n) {
-    st = pcgc_error_set(S->err, PCGC_ERR_GRAPH, "the task graph has a cycle: %lld of %d tasks never became ready "
-                        "(internal error)", (long long)(n - done), n);
+  if (done != n_run) {
+    st = pcgc_error_set(S->err, PCGC_ERR_GRAPH, "the task graph has a cycle: %lld of %lld tasks never became ready "
+                        "(internal error)", (long long)(n_run - done), (long long)n_run);
     goto done;
+  }
+  if (drop) { /* each copy as its first: start times and device loads */
+    int stride = S->o.replica_stride;
+    for (int32_t t = 0; t < n; t++)
+      if (drop[t]) {
+        T->start[t] = 0;
+        total += T->dur[t];
+      }
+    for (int d = 0; d < D; d++)
+      if (replica_of(S, d)) r->device[d].compute = r->device[d - replica_of(S, d) * stride].compute;
+    r->symmetric = true;
   }
   r->iteration_time = end_all;
   r->forward_time = fwd_end;
   r->critical_path = crit;
   r->task_time = total;
 done:
+  free(drop);
   free(off);
   free(succ);
   free(indeg);

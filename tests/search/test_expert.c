@@ -448,6 +448,88 @@ START_TEST(hybrid_and_pipeline_builds) {
 }
 END_TEST
 
+/* The expert grid's data-parallel copies are simulated once
+ * (options.replicas): the same times, per-device loads and memory as
+ * simulating every copy, on a machine of 32 devices in 4 nodes; not on one
+ * whose inter-node port is shared by a node's devices. */
+START_TEST(one_dp_copy_simulated_for_all) {
+  static const char *net =
+      "model net\n"
+      "const B = 64\n"
+      "input x: f32[B, 16, 64]\n"
+      "input t: f32[B, 16, 64]\n"
+      "block layer(tensor h) {\n"
+      "  n = layernorm(h)\n"
+      "  a = attention(n, n, n, heads=8, kv_heads=4, causal=true, bias=false)\n"
+      "  r = add(h, a)\n"
+      "  u = linear(r, out=256, act=gelu)\n"
+      "  d = linear(u, out=64)\n"
+      "  o = add(r, d)\n"
+      "  return o\n"
+      "}\n"
+      "y = repeat(4) layer(x)\n"
+      "loss = mse(y, t)\n";
+  pcgc_graph *g = model(net);
+  pcgc_machine m = preset("h100-4x8");
+  pcgc_error err = {0};
+  pcgc_expert *x;
+  ck_assert_int_eq(pcgc_expert_new(g, &m, NULL, &x, &err), PCGC_OK);
+  const pcgc_expert_choice cs[] = {
+      {32, 1, 1, 1, PCGC_SCHEDULE_GPIPE, false}, {8, 4, 1, 1, PCGC_SCHEDULE_GPIPE, false},
+      {4, 2, 4, 4, PCGC_SCHEDULE_1F1B, false},   {2, 4, 4, 8, PCGC_SCHEDULE_GPIPE, true},
+      {16, 2, 1, 1, PCGC_SCHEDULE_GPIPE, false}, {4, 1, 2, 2, PCGC_SCHEDULE_GPIPE, false},
+  };
+  for (size_t i = 0; i < sizeof cs / sizeof *cs; i++) {
+    pcgc_graph *pg;
+    pcgc_mapping mp;
+    ck_assert_msg(pcgc_expert_build(x, cs[i], &pg, &mp, &err) == PCGC_OK, "%zu: %s", i, err.message);
+    pcgc_sim_options o;
+    pcgc_sim_options_default(&o);
+    o.schedule = cs[i].schedule;
+    o.recompute = cs[i].recompute;
+    pcgc_sim_result full, one;
+    ck_assert_int_eq(pcgc_simulate(pg, &mp, &m, &o, &full, &err), PCGC_OK);
+    o.replicas = cs[i].dp;
+    o.replica_stride = cs[i].tp;
+    ck_assert_int_eq(pcgc_simulate(pg, &mp, &m, &o, &one, &err), PCGC_OK);
+    ck_assert_msg(one.symmetric && !full.symmetric, "choice %zu: one copy run %d", i, one.symmetric);
+    ck_assert_msg(fabs(one.iteration_time - full.iteration_time) <= 1e-12 * full.iteration_time,
+                  "choice %zu: %.12g s for one copy, %.12g s for all", i, one.iteration_time, full.iteration_time);
+    ck_assert_double_eq_tol(one.critical_path, full.critical_path, 1e-12 * full.critical_path);
+    ck_assert_double_eq_tol(one.task_time, full.task_time, 1e-9 * full.task_time);
+    for (int d = 0; d < full.n_devices; d++) {
+      ck_assert_double_eq_tol(one.device[d].compute, full.device[d].compute, 1e-12 * (full.device[d].compute + 1));
+      ck_assert_double_eq(one.device[d].memory.total, full.device[d].memory.total);
+    }
+    pcgc_sim_result_destroy(&full);
+    pcgc_sim_result_destroy(&one);
+    pcgc_mapping_destroy(&mp);
+    pcgc_graph_free(pg);
+  }
+  /* a shared inter-node port: the copies would contend for it, so all run */
+  pcgc_machine sh = preset("p100-4x4");
+  pcgc_expert *y;
+  ck_assert_int_eq(pcgc_expert_new(g, &sh, NULL, &y, &err), PCGC_OK);
+  pcgc_graph *pg;
+  pcgc_mapping mp;
+  ck_assert_int_eq(pcgc_expert_build(y, (pcgc_expert_choice){16, 1, 1, 1, PCGC_SCHEDULE_GPIPE, false}, &pg, &mp, &err),
+                   PCGC_OK);
+  pcgc_sim_options o;
+  pcgc_sim_options_default(&o);
+  o.replicas = 16;
+  o.replica_stride = 1;
+  pcgc_sim_result r;
+  ck_assert_int_eq(pcgc_simulate(pg, &mp, &sh, &o, &r, &err), PCGC_OK);
+  ck_assert(!r.symmetric);
+  pcgc_sim_result_destroy(&r);
+  pcgc_mapping_destroy(&mp);
+  pcgc_graph_free(pg);
+  pcgc_expert_free(y);
+  pcgc_expert_free(x);
+  pcgc_graph_free(g);
+}
+END_TEST
+
 START_TEST(parallel_model_is_refused) {
   pcgc_graph *g = model("input x: f32[8, 4]\nxp = partition(x, dim=0, degree=2)\ny = relu(xp)\n");
   pcgc_machine m = preset("dgx-h100");
@@ -643,6 +725,7 @@ static Suite *suite(void) {
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, plain_data_parallel_is_the_baseline);
   tcase_add_test(tc, hybrid_and_pipeline_builds);
+  tcase_add_test(tc, one_dp_copy_simulated_for_all);
   tcase_add_test(tc, parallel_model_is_refused);
   suite_add_tcase(s, tc);
   tc = tcase_create("files");
