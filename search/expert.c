@@ -771,6 +771,13 @@ static void fmt_choice(char *buf, size_t n, pcgc_expert_choice c) {
  * BERT-Large with 8 stages 303 and 302 ms) and recomputing only costs, and
  * each try is another simulation. Only what the caller left at the
  * defaults (GPipe, no recomputation) is varied. */
+static double max_memory(const pcgc_sim_result *r) {
+  double mx = 0;
+  for (int d = 0; d < r->n_devices; d++)
+    if (r->device[d].memory.total > mx) mx = r->device[d].memory.total;
+  return mx;
+}
+
 static pcgc_status fit_in_memory(const pcgc_graph *pg, const pcgc_mapping *mp, const pcgc_machine *m,
                                  const pcgc_sim_options *so, pcgc_expert_choice *c, pcgc_sim_result *sr,
                                  pcgc_error *err) {
@@ -784,7 +791,9 @@ static pcgc_status fit_in_memory(const pcgc_graph *pg, const pcgc_mapping *mp, c
     pcgc_status st = pcgc_simulate(pg, mp, m, &o, &r2, err);
     if (st != PCGC_OK) return st;
     bool fits = r2.oom_devices == 0;
-    if (fits || (step == 1 && r2.iteration_time < sr->iteration_time)) {
+    /* neither fits (and neither was run): keep the one that needs less memory */
+    bool less = !isfinite(r2.iteration_time) && !isfinite(sr->iteration_time) && max_memory(&r2) < max_memory(sr);
+    if (fits || (step == 1 && (r2.iteration_time < sr->iteration_time || less))) {
       pcgc_sim_result t = *sr;
       *sr = r2;
       r2 = t;
@@ -845,6 +854,7 @@ pcgc_status pcgc_compile(const pcgc_graph *seq, const pcgc_machine *m, const pcg
     pcgc_sim_options so = o->sim;
     so.replicas = c.dp;
     so.replica_stride = c.tp;
+    so.oom_skips_run = true; /* a candidate that does not fit needs no time */
     if (s == PCGC_OK) s = pcgc_simulate(pg, &mp, m, &so, &sr, &e);
     bool dp_changed; /* the DP's views replace the greedy's where they simulate better */
     if (s == PCGC_OK) s = pcgc_views_dp_if_better(pg, c.dp * c.tp, c.tp, m, &so, memo, &mp, &sr, &dp_changed, &e);

@@ -567,6 +567,10 @@ typedef struct pcgc_sim_options {
                                 carries its first copy's load, only copy 0 runs in
                                 the event loop, the others take its times; else
                                 (or when a transfer crosses copies) all run. */
+  bool oom_skips_run;        /* a search that wants no time of a strategy that does
+                                not fit (default false): when a device's memory
+                                exceeds the machine's, the event loop is skipped and
+                                iteration_time is infinite (memory is complete) */
 } pcgc_sim_options;
 
 void pcgc_sim_options_default(pcgc_sim_options *o);
