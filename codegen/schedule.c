@@ -339,7 +339,8 @@ pcgc_status pcgc__cg_schedule(cg *C, pcgc_program **out) {
       int64_t bytes = box_bytes(&P->boxes[I->box], b >= 0 ? P->buf[b].dtype : PCGC_F32);
       if (I->kind == PCGC_INS_SEND) P->send_bytes += align64(bytes);
       if (I->kind == PCGC_INS_ALLREDUCE_START && !pcgc_allreduce_in_place(P, I)) P->request_bytes += align64(bytes);
-      if (I->kind != PCGC_INS_COPY && bytes > P->max_message_bytes) P->max_message_bytes = bytes;
+      if (I->kind != PCGC_INS_COPY && !pcgc_allreduce_in_place(P, I) && bytes > P->max_message_bytes)
+        P->max_message_bytes = bytes;
     }
     if ((st = plan_memory(P))) goto done;
   }

@@ -919,7 +919,14 @@ pcgc_status pcgc_compile(const pcgc_graph *seq, const pcgc_machine *m, const pcg
     r->rules = pcgc_ruleset_size(x->rs);
     if (st == PCGC_OK) st = pcgc_ruleset_verify(x->rs, NULL, o->allow_unsound, o->rules_report, &r->rules_unsound, NULL, err);
     pcgc_joint_options jo = o->joint;
-    jo.sim = &chosen;
+    /* rewrites of the expert strategy keep its dp copies mostly: the
+     * simulator runs one where they are still alike (it checks), and skips
+     * the event loop of a rewrite that does not fit */
+    pcgc_sim_options js = chosen;
+    js.replicas = r->choice.dp;
+    js.replica_stride = r->choice.tp;
+    js.oom_skips_run = true;
+    jo.sim = &js;
     if (!jo.memo) jo.memo = memo;
     if (o->time_limit > 0) {
       double left = o->time_limit - (pcgc__now() - t0);

@@ -199,7 +199,9 @@ typedef struct sim {
   wrec *w;
   int64_t nw, capw;
   int64_t n_ts;            /* tensor slices */
-  double *act, *act_mb, *wbytes, *comm; /* [D] memory */
+  double *act, *act_mb, *wbytes, *comm; /* [D] memory; comm: the largest message a device receives */
+  double *sendsum;                      /* [D] bytes a device sends per step (each staged until the step ends) */
+  bool coll_in_place;                   /* the collective being made reduces in place (no staging) */
   /* recompute: per node its unit (-1: none) and whether it is a checkpoint;
    * work[d * n_units + u]: what unit u keeps on device d for one micro-batch */
   int *unit;
@@ -384,6 +386,8 @@ static int32_t transfer(sim *S, int phase, int node, int64_t piece, int micro, i
   T->peer[t] = b;
   T->bytes[t] = bytes;
   T->dur[t] = pcgc_comm_p2p_time(S->m, same, 1, bytes);
+  S->sendsum[a] += bytes; /* staging, as codegen's program holds it: every send of the step, */
+  if (bytes > S->comm[b]) S->comm[b] = bytes; /* and the largest message received */
   T->res_off[t] = (int32_t)T->n_res;
   next_stamp(S);
   res_push(S, port(S, same ? PORT_INTRA_OUT : PORT_INTER_OUT, a));
@@ -427,6 +431,8 @@ static int32_t collective(sim *S, int phase, int node, int64_t piece, int micro,
   T->peer[t] = n;
   T->bytes[t] = bytes;
   T->dur[t] = pcgc_comm_time(S->m, c, S->o.algo, grp, bytes);
+  for (int i = 0; !S->coll_in_place && i < n; i++) /* staged through the largest-message buffer */
+    if (bytes > S->comm[devs[i]]) S->comm[devs[i]] = bytes;
   T->res_off[t] = (int32_t)T->n_res;
   next_stamp(S);
   for (int i = 0; i < n; i++) {
@@ -486,10 +492,6 @@ static int home(const sim *S, int node, int64_t p) { return pcgc_view_device(S->
 static void keep(sim *S, int dev, bool micro, double bytes) {
   if (micro) S->act_mb[dev] += bytes;
   else S->act[dev] += bytes;
-}
-
-static void staged(sim *S, int dev, double bytes) {
-  if (bytes > S->comm[dev]) S->comm[dev] = bytes;
 }
 
 /* The forward-ready task and the gradient sink of slice (q, mu) of a
@@ -560,7 +562,6 @@ static void read_input(sim *S, const pcgc_node *n, int i, int64_t q, int mu, int
     if (e->bwd < 0) {
       e->bwd = transfer(S, PCGC__SIM_BWD, r.node, q, mi, X, Y, bytes); /* (transfer() leaves the table alone) */
       edge(S, e->bwd, gs);
-      staged(S, Y, bytes);
     }
     edge(S, b, e->bwd);
   }
@@ -700,7 +701,6 @@ static void move(sim *S, int node, int64_t p, int mu, int X, int32_t fj, int32_t
     int32_t gt = transfer(S, PCGC__SIM_BWD, node, p, mu, X, Y, bytes);
     edge(S, gj, gt);
     edge(S, gt, gs);
-    staged(S, Y, bytes);
   }
 }
 
@@ -791,7 +791,6 @@ static void gen_replicate(sim *S, const pcgc_node *n, int32_t *dev) {
         fwd = transfer(S, PCGC__SIM_FWD, n->id, q, mu, Y, S->grp[1], bytes);
         if (N->bwd >= 0) {
           bwd = transfer(S, PCGC__SIM_BWD, n->id, q, mu, S->grp[1], Y, bytes);
-          staged(S, Y, bytes);
         }
       } else if (k > 1) {
         fwd = collective(S, PCGC__SIM_FWD, n->id, q, mu, PCGC_COLL_BROADCAST, k + 1, S->grp, bytes);
@@ -852,7 +851,6 @@ static void gen_reduce(sim *S, const pcgc_node *n, int32_t *dev) {
       if (k == 1 && gj >= 0) {
         gt = transfer(S, PCGC__SIM_BWD, n->id, p, mu, X, S->grp[1], bytes);
         edge(S, gj, gt);
-        staged(S, S->grp[1], bytes);
       }
       for (int64_t j = 0; j < d; j++) {
         int64_t q = pcgc_piece_index(ti, c, s * d + j, rr);
@@ -934,7 +932,9 @@ static void gen_weights(sim *S) {
       if (S->o.profile) S->uprof[pcgc_profile_update_time(S->o.profile, S->m, opt, t, &tu)]++;
       int32_t ar = -1;
       if (ng > 1) {
+        S->coll_in_place = true; /* a whole gradient: reduced where it lies (codegen) */
         ar = collective(S, PCGC__SIM_BWD, src, box, 0, PCGC_COLL_ALL_REDUCE, ng, S->grp, bytes);
+        S->coll_in_place = false;
         for (int k = 0; k < nd; k++) edge(S, deps[k], ar);
       }
       int32_t u = task_add(S, ng, PCGC_TASK_OPTIMIZER, PCGC__SIM_UPDATE, src);
@@ -1190,39 +1190,71 @@ static int32_t devq_pop(uint64_t *q, devq *d) {
 
 static inline bool devq_empty(const devq *d) { return !d->n && d->uh == d->un; }
 
-/* Under options.replicas, which tasks the event loop may leave out: those
- * of copies other than 0 (a collective runs on a copy-0 member where it has
- * one). NULL (run everything) without the hint, on a machine with shared
- * ports (copies would contend for them), when a transfer crosses copies,
- * when any device's compute load (tasks and time) differs from its copy-0
- * counterpart's, or out of memory. */
-static uint8_t *symmetric_drop(const sim *S) {
+/* The copy of device d when the devices form `reps` copies of `stride`
+ * devices in each block of reps × stride. */
+static int copy_of(int d, int reps, int stride) { return d % (reps * stride) / stride; }
+
+/* Whether the task graph is alike in every copy of (reps, stride): no
+ * transfer crosses copies, and every device's compute and transfer tasks
+ * match its copy-0 counterpart's in number, total time and an order-free
+ * hash of what each is (node, kind, phase, micro-batch, the receiver's
+ * offset). */
+static bool copies_alike(const sim *S, int reps, int stride, double *load, int64_t *count, uint64_t *sig) {
   const pcgc__sim_tasks *T = &S->T;
-  int D = S->D, stride = S->o.replica_stride;
-  if (S->o.replicas < 2 || stride < 1 || S->m->intra.shared || S->m->inter.shared || T->n < 1) return NULL;
-  uint8_t *drop = calloc((size_t)T->n, 1);
-  double *load = calloc((size_t)D, sizeof *load);
-  int64_t *count = calloc((size_t)D, sizeof *count);
-  bool ok = drop && load && count;
-  for (int32_t t = 0; ok && t < T->n; t++) {
+  int D = S->D;
+  memset(load, 0, (size_t)D * sizeof *load);
+  memset(count, 0, (size_t)D * sizeof *count);
+  memset(sig, 0, (size_t)D * sizeof *sig);
+  for (int32_t t = 0; t < T->n; t++) {
     int k = T->kind[t], d = T->dev[t];
-    if (k == PCGC_TASK_TRANSFER && (replica_of(S, d) != 0) != (replica_of(S, T->peer[t]) != 0)) ok = false;
-    drop[t] = replica_of(S, d) != 0;
-    if (pcgc__task_is_compute(k)) {
+    if (k == PCGC_TASK_TRANSFER && (copy_of(d, reps, stride) != 0) != (copy_of(T->peer[t], reps, stride) != 0))
+      return false;
+    if (pcgc__task_is_compute(k) || k == PCGC_TASK_TRANSFER) {
+      uint64_t x = (uint64_t)(uint32_t)T->node[t] << 32 ^ (uint64_t)k << 24 ^ (uint64_t)T->phase[t] << 16 ^
+                   (uint64_t)(uint32_t)T->micro[t];
+      if (k == PCGC_TASK_TRANSFER) x ^= (uint64_t)(uint32_t)(T->peer[t] - d) * 0x9e3779b97f4a7c15ull;
+      x += 0x9e3779b97f4a7c15ull;
+      x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+      x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+      sig[d] += x ^ (x >> 31);
       load[d] += T->dur[t];
       count[d]++;
     }
   }
-  for (int d = 0; ok && d < D; d++) {
-    int c = d - replica_of(S, d) * stride;
-    ok = count[d] == count[c] && fabs(load[d] - load[c]) <= 1e-9 * (load[c] > 0 ? load[c] : 1);
+  for (int d = 0; d < D; d++) {
+    int c = d - copy_of(d, reps, stride) * stride;
+    if (count[d] != count[c] || sig[d] != sig[c] || fabs(load[d] - load[c]) > 1e-9 * (load[c] > 0 ? load[c] : 1))
+      return false;
+  }
+  return true;
+}
+
+/* Under options.replicas, which tasks the event loop may leave out: those
+ * of copies other than 0 (a collective runs on a copy-0 member where it has
+ * one). The copies tried are the hint's, then pairs of them, fours, ... (a
+ * rewrite that splits an operator over two copies keeps the pairs alike);
+ * the first alike one is used (*reps, *stride). NULL (run everything)
+ * without the hint, on a machine with shared ports (copies would contend
+ * for them), when no grouping is alike, or out of memory. */
+static uint8_t *symmetric_drop(const sim *S, int *reps, int *stride) {
+  const pcgc__sim_tasks *T = &S->T;
+  int D = S->D, R = S->o.replicas, st = S->o.replica_stride;
+  if (R < 2 || st < 1 || S->m->intra.shared || S->m->inter.shared || T->n < 1) return NULL;
+  double *load = malloc((size_t)D * sizeof *load);
+  int64_t *count = malloc((size_t)D * sizeof *count);
+  uint64_t *sig = malloc((size_t)D * sizeof *sig);
+  bool ok = false;
+  while (load && count && sig && !(ok = copies_alike(S, R, st, load, count, sig)) && R % 2 == 0 && R >= 4) {
+    R /= 2; /* pairs of copies, in blocks of the same size */
+    st *= 2;
   }
   free(load);
   free(count);
-  if (!ok) {
-    free(drop);
-    return NULL;
-  }
+  free(sig);
+  uint8_t *drop = ok ? malloc((size_t)T->n) : NULL;
+  for (int32_t t = 0; drop && t < T->n; t++) drop[t] = copy_of(T->dev[t], R, st) != 0;
+  *reps = R;
+  *stride = st;
   return drop;
 }
 
@@ -1255,7 +1287,8 @@ static pcgc_status run(sim *S, pcgc_sim_result *r) {
   }
   /* replicas: the tasks of copy 0 and the collectives it takes part in run;
    * the copies' tasks are left out (drop[t]) */
-  drop = symmetric_drop(S);
+  int reps = 1, stride = 1;
+  drop = symmetric_drop(S, &reps, &stride);
   int64_t n_run = n;
   for (int32_t t = 0; drop && t < n; t++) n_run -= drop[t];
   for (int64_t e = 0; e < ne; e++) {
@@ -1341,14 +1374,13 @@ static pcgc_status run(sim *S, pcgc_sim_result *r) {
     goto done;
   }
   if (drop) { /* each copy as its first: start times and device loads */
-    int stride = S->o.replica_stride;
     for (int32_t t = 0; t < n; t++)
       if (drop[t]) {
         T->start[t] = 0;
         total += T->dur[t];
       }
     for (int d = 0; d < D; d++)
-      if (replica_of(S, d)) r->device[d].compute = r->device[d - replica_of(S, d) * stride].compute;
+      if (copy_of(d, reps, stride)) r->device[d].compute = r->device[d - copy_of(d, reps, stride) * stride].compute;
     r->symmetric = true;
   }
   r->iteration_time = end_all;
@@ -1385,7 +1417,7 @@ static pcgc_memory device_memory(const sim *S, int d, const int *stage, int stag
   double wmax = 0; /* recompute: the largest unit, one micro-batch of it at a time */
   for (int u = 0; S->work && u < S->n_units; u++)
     if (S->work[(int64_t)d * S->n_units + u] > wmax) wmax = S->work[(int64_t)d * S->n_units + u];
-  return pcgc_cost_memory(S->o.optimizer, S->wbytes[d], act + wmax, S->comm[d]);
+  return pcgc_cost_memory(S->o.optimizer, S->wbytes[d], act + wmax, S->comm[d] + S->sendsum[d]);
 }
 
 void pcgc__sim_tasks_release(pcgc__sim_tasks *T) {
@@ -1421,6 +1453,7 @@ static void sim_free(sim *S) {
   free(S->work);
   free(S->wbytes);
   free(S->comm);
+  free(S->sendsum);
   free(S->stamp);
   free(S->ncount);
   free(S->grp);
@@ -1471,6 +1504,7 @@ pcgc_status pcgc_simulate(const pcgc_graph *g, const pcgc_mapping *mp, const pcg
   S->act_mb = calloc((size_t)D, sizeof *S->act_mb);
   S->wbytes = calloc((size_t)D, sizeof *S->wbytes);
   S->comm = calloc((size_t)D, sizeof *S->comm);
+  S->sendsum = calloc((size_t)D, sizeof *S->sendsum);
   S->stamp = calloc((size_t)nstamp, sizeof *S->stamp);
   S->ncount = calloc((size_t)S->n_nodes_m, sizeof *S->ncount);
   S->grp = malloc(((size_t)D + 1) * sizeof *S->grp);
@@ -1479,7 +1513,7 @@ pcgc_status pcgc_simulate(const pcgc_graph *g, const pcgc_mapping *mp, const pcg
   pcgc_status st = PCGC_OK;
   int *stage = NULL;
   int32_t *scratch = NULL;
-  if (!S->nd || !S->order || !S->act || !S->act_mb || !S->wbytes || !S->comm || !S->stamp || !S->ncount ||
+  if (!S->nd || !S->order || !S->act || !S->act_mb || !S->wbytes || !S->comm || !S->sendsum || !S->stamp || !S->ncount ||
       !S->grp || !S->first_topo || !r->device || !tasks_grow(S, 4096)) {
     st = pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
     goto out;

@@ -803,8 +803,11 @@ START_TEST(reduce_point_to_point) {
   ck_assert_int_eq(r.tasks_by_kind[PCGC_TASK_ADD], 1);
   ck_assert_int_eq(r.tasks_by_kind[PCGC_TASK_COLLECTIVE], 0); /* every weight piece lives on one device */
   close_to(r.bytes_intra, 2 * n, 1e-12);
-  ck_assert(r.device[1].memory.comm == n); /* the gradient of its partial sum, staged on device 1 */
-  ck_assert(r.device[0].memory.comm == 0);
+  /* staging as codegen's program holds it: what a device sends in the step, and the largest
+   * message it receives: device 1 sends its partial sum and receives that sum's gradient,
+   * device 0 receives the partial sum and sends the gradient back */
+  ck_assert(r.device[1].memory.comm == 2 * n);
+  ck_assert(r.device[0].memory.comm == 2 * n);
   pcgc_sim_result_destroy(&r);
   pcgc_mapping_destroy(&mp);
   pcgc_graph_free(g);
