@@ -710,6 +710,12 @@ static pcgc_status cand_triple(pcgc_expert *x, cand_list *L, int b, int t, int s
       return pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
     if (s == 1) break;
   }
+  /* and micro-batches of one sample, as Megatron-LM trains large models
+   * (the least activation memory per micro-batch), up to 256 of them */
+  int64_t one = batch ? batch / b : 0;
+  if (s > 1 && one > 4 * (int64_t)s && one <= 256 &&
+      !cand_add(L, (pcgc_expert_choice){b, t, s, (int)one, PCGC_SCHEDULE_GPIPE, false}))
+    return pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
   return PCGC_OK;
 }
 
@@ -855,6 +861,8 @@ pcgc_status pcgc_compile(const pcgc_graph *seq, const pcgc_machine *m, const pcg
     so.replicas = c.dp;
     so.replica_stride = c.tp;
     so.oom_skips_run = true; /* a candidate that does not fit needs no time */
+    so.schedule = c.schedule; /* as given by --choice (the grid's start in GPipe order) */
+    so.recompute = so.recompute || c.recompute;
     if (s == PCGC_OK) s = pcgc_simulate(pg, &mp, m, &so, &sr, &e);
     bool dp_changed; /* the DP's views replace the greedy's where they simulate better */
     if (s == PCGC_OK) s = pcgc_views_dp_if_better(pg, c.dp * c.tp, c.tp, m, &so, memo, &mp, &sr, &dp_changed, &e);
@@ -879,9 +887,9 @@ pcgc_status pcgc_compile(const pcgc_graph *seq, const pcgc_machine *m, const pcg
       }
       if (fam) ref_update(fam, c, ok, sr.iteration_time, ok ? NULL : why);
       if (o->log)
-        fprintf(o->log, "  %-30s %12.6f ms%s  (%lld tasks%s; %.3f s)\n", cs, sr.iteration_time * 1e3,
-                ok ? "" : "  (out of memory)", (long long)sr.n_tasks, sr.symmetric ? ", one dp copy run" : "",
-                sr.build_seconds + sr.run_seconds);
+        fprintf(o->log, "  %-30s %12.6f ms  %.3g GiB%s  (%lld tasks%s; %.3f s)\n", cs, sr.iteration_time * 1e3,
+                max_memory(&sr) / 1073741824.0, ok ? "" : " (out of memory)", (long long)sr.n_tasks,
+                sr.symmetric ? ", one dp copy run" : "", sr.build_seconds + sr.run_seconds);
       if (ok && sr.iteration_time < best_time) {
         best_time = sr.iteration_time;
         r->choice = c;

@@ -244,8 +244,10 @@ START_TEST(one_f_one_b_and_recompute_where_gpipe_does_not_fit) {
   o.joint.budget = 0;
   pcgc_compile_result r;
   ck_assert_msg(pcgc_compile(g, &m, &o, &r, &err) == PCGC_OK, "%s", err.message);
-  ck_assert_int_eq(r.choice.pp, 4);
-  ck_assert_int_eq(r.choice.micro, 16);
+  /* micro-batches of one sample (128 per dp copy) hold the fewest activations */
+  ck_assert_int_eq(r.choice.dp, 2);
+  ck_assert_int_eq(r.choice.pp, 2);
+  ck_assert_int_eq(r.choice.micro, 128);
   ck_assert_int_eq(r.choice.schedule, PCGC_SCHEDULE_1F1B);
   ck_assert(!r.choice.recompute); /* fits without: recomputing would only cost time */
   ck_assert_int_eq(r.sim.oom_devices, 0);
@@ -277,8 +279,11 @@ START_TEST(one_f_one_b_and_recompute_where_gpipe_does_not_fit) {
   pcgc_graph_free(g2);
   pcgc_compile_result_destroy(&r);
 
-  /* with 1.28 GiB even 1F1B does not fit: the activations are recomputed (1.22 GiB; its program 1.25 GiB) */
+  /* pp 4 with 16 micro-batches on 1.28 GiB: GPipe does not fit, nor does 1F1B (1.31 GiB):
+   * the activations are recomputed (1.22 GiB; its program 1.25 GiB) */
   m = four_devices("1310 MiB");
+  pcgc_expert_choice pp4 = {1, 1, 4, 16, PCGC_SCHEDULE_GPIPE, false};
+  o.only = &pp4;
   ck_assert_msg(pcgc_compile(g, &m, &o, &r, &err) == PCGC_OK, "%s", err.message);
   ck_assert_int_eq(r.choice.pp, 4);
   ck_assert_int_eq(r.choice.micro, 16);
