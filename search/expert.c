@@ -836,6 +836,12 @@ pcgc_status pcgc_compile(const pcgc_graph *seq, const pcgc_machine *m, const pcg
   if (st == PCGC_OK) st = pcgc_views_memo_new(&memo, err);
   int D = pcgc_machine_num_devices(m);
   double best_time = INFINITY;
+  /* the weights with their gradients and optimizer state: spread over the
+   * tp × pp devices of a copy at best, so a candidate whose average share
+   * exceeds a device's memory cannot fit, whatever its views */
+  double wbytes = 0;
+  for (int i = 0; i < seq->n_nodes; i++)
+    if (seq->nodes[i].kind == PCGC_OP_WEIGHT) wbytes += pcgc_cost_piece_bytes(&seq->nodes[i].out[0]);
   for (int i = 0; i < L.n && st == PCGC_OK; i++) {
     pcgc_expert_choice c = L.c[i];
     if (i > 0 && o->time_limit > 0 && pcgc__now() - t0 > o->time_limit) {
@@ -849,6 +855,16 @@ pcgc_status pcgc_compile(const pcgc_graph *seq, const pcgc_machine *m, const pcg
     if (o->progress) o->progress(o->progress_ctx, i, L.n, c);
     char cs[96], why[640];
     fmt_choice(cs, sizeof cs, c);
+    double share = pcgc_cost_memory(o->sim.optimizer, wbytes / ((double)c.tp * c.pp), 0, 0).total;
+    if (share > pcgc_machine_usable_memory(m)) {
+      snprintf(why, sizeof why, "%s is out of memory: its weights, gradients and optimizer state alone need %.3g GiB "
+               "per device on average (%.3g GiB usable)", cs, share / 1073741824.0,
+               pcgc_machine_usable_memory(m) / 1073741824.0);
+      if (fam) ref_update(fam, c, false, 0, why);
+      if (o->log) fprintf(o->log, "  %-30s not simulated: weights need %.3g GiB per device\n", cs, share / 1073741824.0);
+      r->tried++;
+      continue;
+    }
     pcgc_graph *pg = NULL;
     pcgc_mapping mp;
     pcgc_error e;
