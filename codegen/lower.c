@@ -184,7 +184,7 @@ static int by_visit(const void *a, const void *b) {
 /* Node's VIEW_GRAD (stage false) or STAGE_GRAD buffers, sorted by by_visit. */
 static cg_keys *grad_keys(cg *C, int node, bool stage) {
   cg_keys *L = &C->gkeys[2 * node + stage];
-  qsort(L->k, (size_t)L->n, sizeof *L->k, by_visit);
+  if (L->n > 1) qsort(L->k, (size_t)L->n, sizeof *L->k, by_visit);
   return L;
 }
 
