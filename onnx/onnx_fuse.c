@@ -9,6 +9,9 @@
  *   GELU (tanh): 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3)))
  *   LayerNorm:   d = x - mean(x); d / sqrt(mean(d^2) + eps) [* scale] [+ bias]
  *                ReduceMean -> Sub -> Pow -> ReduceMean -> Add -> Sqrt -> Div -> Mul -> Add
+ *   RMSNorm:     x / sqrt(mean(x^2) + eps) [* scale]     Pow|Mul -> ReduceMean -> Add -> Sqrt ->
+ *                (Hugging Face's LlamaRMSNorm)             (Reciprocal|Div(1, .) -> Mul(x, .)) | Div(x, .)
+ *                                                          [-> Mul(scale)]
  *   SiLU:        x * sigmoid(x)                          Sigmoid -> Mul (x either side)
  *                (no ONNX operator before opset 23; a Sigmoid whose product is
  *                not with its own input stays a sigmoid)
@@ -293,6 +296,60 @@ static int match_layernorm(onnx_ctx *c, int r1, onnx_fused *f, chain *ch, pcgc_s
   return root;
 }
 
+/* RMSNorm from its square (Pow(x, 2) or Mul(x, x)) on. */
+static int match_rmsnorm(onnx_ctx *c, int sq, onnx_fused *f, chain *ch, pcgc_status *st) {
+  const char *x = NULL;
+  if (is_op(c, sq, "Pow", 2) && is_scalar(c, in_k(c, sq, 1), 2.0, st)) x = in_k(c, sq, 0);
+  else if (is_op(c, sq, "Mul", 2) && strcmp(in_k(c, sq, 0), in_k(c, sq, 1)) == 0) x = in_k(c, sq, 0);
+  if (!x || is_const(c, x)) return -1;
+  int r = sole_user(c, out0(c, sq)), n = 0;
+  if (r < 0 || !is_op(c, r, "ReduceMean", node_at(c, r)->n_input) || node_at(c, r)->n_input > 2 ||
+      !reduce_axes(c, r, f->axes, &n, st))
+    return -1;
+  int add = sole_user(c, out0(c, r));
+  const char *eps_name = is_op(c, add, "Add", 2) ? other_operand(c, add, out0(c, r)) : NULL;
+  onnx_value *ev = eps_name ? pcgc__onnx_value(c, eps_name) : NULL;
+  onnx_tensor *et;
+  if (!ev || ev->kind != OV_CONST || (*st = pcgc__onnx_const(c, ev, &et)) != PCGC_OK || et->numel != 1 ||
+      !pcgc__onnx_type_is_float(et->type) || !(et->f[0] > 0))
+    return -1;
+  int sqrt_n = sole_user(c, out0(c, add));
+  if (!is_op(c, sqrt_n, "Sqrt", 1)) return -1;
+  int next = sole_user(c, out0(c, sqrt_n)), root = -1;
+  int chain_nodes[8], k = 0;
+  chain_nodes[k++] = sq;
+  chain_nodes[k++] = r;
+  chain_nodes[k++] = add;
+  chain_nodes[k++] = sqrt_n;
+  if (is_op(c, next, "Div", 2) && strcmp(in_k(c, next, 0), x) == 0 && strcmp(in_k(c, next, 1), out0(c, sqrt_n)) == 0) {
+    root = next; /* x / sqrt(.) */
+  } else if (is_op(c, next, "Reciprocal", 1) ||
+             (is_op(c, next, "Div", 2) && strcmp(in_k(c, next, 1), out0(c, sqrt_n)) == 0 &&
+              is_scalar(c, in_k(c, next, 0), 1.0, st))) { /* rsqrt, then x * it */
+    int m = sole_user(c, out0(c, next));
+    if (!is_op(c, m, "Mul", 2) || strcmp(other_operand(c, m, out0(c, next)) ? other_operand(c, m, out0(c, next)) : "",
+                                         x) != 0)
+      return -1;
+    chain_nodes[k++] = next;
+    root = m;
+  } else {
+    return -1;
+  }
+  for (int i = 0; i < k; i++) push(ch, chain_nodes[i]);
+  f->eps = pcgc__onnx_nice_float(et->f[0]);
+  f->n_axes = n;
+  f->x = x;
+  f->first = pcgc__onnx_node_name(node_at(c, sq));
+  int m = sole_user(c, out0(c, root));
+  const char *w = is_op(c, m, "Mul", 2) ? other_operand(c, m, out0(c, root)) : NULL;
+  if (w && is_const(c, w)) {
+    push(ch, root);
+    root = m;
+    f->scale = w;
+  }
+  return root;
+}
+
 static void commit(onnx_ctx *c, const chain *ch, int root, const onnx_fused *f) {
   for (int k = 0; k < ch->n; k++) c->fused[ch->nodes[k]].kind = OF_SKIP;
   c->fused[root] = *f;
@@ -317,6 +374,10 @@ pcgc_status pcgc__onnx_find_fusions(onnx_ctx *c) {
     } else if (is_op(c, n, "Sigmoid", 1)) {
       root = match_silu(c, n, &x, &ch);
       f.kind = OF_SILU;
+    } else if (is_op(c, n, "Pow", 2) || is_op(c, n, "Mul", 2)) {
+      root = match_rmsnorm(c, n, &f, &ch, &st);
+      f.kind = OF_RMSNORM;
+      x = f.x;
     } else if (is_op(c, n, "ReduceMean", gp->node[i]->n_input)) {
       root = match_layernorm(c, n, &f, &ch, &st);
       f.kind = OF_LAYERNORM;

@@ -103,12 +103,12 @@ typedef struct onnx_value {
 } onnx_value;
 
 /* Per ONNX node: whether a fusion swallowed it, or replaces it. */
-typedef enum onnx_fuse_kind { OF_NONE, OF_SKIP, OF_GELU, OF_LAYERNORM, OF_SILU } onnx_fuse_kind;
+typedef enum onnx_fuse_kind { OF_NONE, OF_SKIP, OF_GELU, OF_LAYERNORM, OF_SILU, OF_RMSNORM } onnx_fuse_kind;
 
 typedef struct onnx_fused {
   onnx_fuse_kind kind;
   const char *x;                 /* the input of the fused operator */
-  const char *scale, *bias;      /* layernorm (either may be NULL) */
+  const char *scale, *bias;      /* layernorm (either may be NULL), rmsnorm (scale, may be NULL) */
   double eps;
   int n_axes;
   int64_t axes[ONNX_MAX_RANK];   /* layernorm: the reduced axes as written */

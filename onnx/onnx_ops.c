@@ -685,6 +685,31 @@ static pcgc_status emit_layernorm(onnx_ctx *c, pcgc_ref x, int axes, double eps,
   return pcgc__onnx_def_act(c, 0, y);
 }
 
+/* RMS normalisation over the last `axes` dims, then the scale: rmsnorm's
+ * own where it has the normalised dims' shape, else a broadcasting mul. */
+static pcgc_status emit_rmsnorm(onnx_ctx *c, pcgc_ref x, int axes, double eps, onnx_value *scale) {
+  const pcgc_ptensor *t = type_of(c, x);
+  if (axes < 1 || axes > t->rank)
+    return pcgc__onnx_fail(c, PCGC_ERR_INVALID, "RMS norm over %d dims of a rank-%d tensor", axes, t->rank);
+  int64_t dims[PCGC_MAX_RANK];
+  memcpy(dims, t->dims + (t->rank - axes), (size_t)axes * sizeof *dims);
+  pcgc_attrs a;
+  pcgc_attrs_init(&a, PCGC_OP_RMSNORM);
+  pcgc_attrs_set_int(&a, "axes", axes);
+  pcgc_attrs_set_float(&a, "eps", eps);
+  pcgc_ref in[2] = {x}, y;
+  if (scale && fits(c, scale, axes, dims)) {
+    TRY(pcgc__onnx_tensor_ref(c, scale, axes, dims, &in[1]));
+    return emit_out(c, PCGC_OP_RMSNORM, &a, 2, in);
+  }
+  if (!scale) return emit_out(c, PCGC_OP_RMSNORM, &a, 1, in);
+  TRY(emit_ref(c, PCGC_OP_RMSNORM, ".norm", &a, 1, in, &y));
+  in[0] = y;
+  TRY(pcgc__onnx_tensor_ref(c, scale, 0, NULL, &in[1]));
+  TRY(emit_ref(c, PCGC_OP_MUL, NULL, NULL, 2, in, &y));
+  return pcgc__onnx_def_act(c, 0, y);
+}
+
 static pcgc_status conv_layernorm(onnx_ctx *c) {
   pcgc_ref x;
   onnx_value *scale, *bias;
@@ -965,7 +990,10 @@ pcgc_status pcgc__onnx_emit_fused(onnx_ctx *c, const onnx_fused *f) {
   /* named after the pattern's scope: "/layers.0/norm1/Add_1" -> "/layers.0/norm1/LayerNormalization" */
   char base[600];
   const char *root = pcgc__onnx_node_name(c->cur), *slash = strrchr(root, '/');
-  const char *what = f->kind == OF_GELU ? "Gelu" : f->kind == OF_SILU ? "SiLU" : "LayerNormalization";
+  const char *what = f->kind == OF_GELU     ? "Gelu"
+                     : f->kind == OF_SILU    ? "SiLU"
+                     : f->kind == OF_RMSNORM ? "RMSNormalization"
+                                             : "LayerNormalization";
   if (slash) snprintf(base, sizeof base, "%.*s/%s", (int)(slash - root > 500 ? 500 : slash - root), root, what);
   else snprintf(base, sizeof base, "%.500s", root);
   c->name_base = base;
@@ -990,8 +1018,11 @@ pcgc_status pcgc__onnx_emit_fused(onnx_ctx *c, const onnx_fused *f) {
       if (ok) seen[a] = true;
     }
     if (!ok) {
-      s = pcgc__onnx_fail(c, PCGC_ERR_UNSUPPORTED, "this layer normalisation (from '%.200s') reduces axes that "
-                          "are not the last dims", f->first);
+      s = pcgc__onnx_fail(c, PCGC_ERR_UNSUPPORTED, "this %s normalisation (from '%.200s') reduces axes that "
+                          "are not the last dims", f->kind == OF_RMSNORM ? "RMS" : "layer", f->first);
+    } else if (f->kind == OF_RMSNORM) {
+      onnx_value *sc = f->scale ? pcgc__onnx_value(c, f->scale) : NULL;
+      s = emit_rmsnorm(c, x, f->n_axes, f->eps, sc);
     } else {
       onnx_value *sc = f->scale ? pcgc__onnx_value(c, f->scale) : NULL;
       onnx_value *bi = f->bias ? pcgc__onnx_value(c, f->bias) : NULL;

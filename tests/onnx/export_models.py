@@ -179,20 +179,38 @@ class Ops(torch.nn.Module):
         return self.fc(h).sum(dim=1)                               # (B, 5)
 
 
+class RMSNorm(torch.nn.Module):
+    """Hugging Face's LlamaRMSNorm: x * rsqrt(mean(x^2) + eps), then the
+    weight; exported as Pow -> ReduceMean -> Add -> Sqrt -> Div(1, .) (or
+    Reciprocal) -> Mul -> Mul, which the importer fuses into rmsnorm."""
+
+    def __init__(self, d, eps=1e-6):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.ones(d))
+        self.eps = eps
+
+    def forward(self, x):
+        variance = x.pow(2).mean(-1, keepdim=True)
+        return self.weight * (x * torch.rsqrt(variance + self.eps))
+
+
 class SwiGLU(torch.nn.Module):
-    """A LLaMA-style feed-forward block: silu(x W1) * (x W3) W2, with torch's
-    SiLU exported as Sigmoid + Mul (no ONNX operator before opset 23), next
-    to a plain sigmoid that is multiplied by something else, and a LeakyRelu."""
+    """A LLaMA-style pre-norm feed-forward block: RMSNorm, then
+    silu(x W1) * (x W3) W2, with torch's SiLU exported as Sigmoid + Mul (no
+    ONNX operator before opset 23), next to a plain sigmoid that is
+    multiplied by something else, and a LeakyRelu."""
 
     def __init__(self):
         super().__init__()
+        self.norm = RMSNorm(16)
         self.w1 = torch.nn.Linear(16, 24, bias=False)
         self.w3 = torch.nn.Linear(16, 24, bias=False)
         self.w2 = torch.nn.Linear(24, 16, bias=False)
         self.act = torch.nn.SiLU()
 
     def forward(self, x):                                      # x (B, 5, 16)
-        h = self.act(self.w1(x)) * self.w3(x)                  # (B, 5, 24)
+        n = self.norm(x)
+        h = self.act(self.w1(n)) * self.w3(n)                  # (B, 5, 24)
         y = self.w2(h)                                         # (B, 5, 16)
         return torch.nn.functional.leaky_relu(y, 0.2) * torch.sigmoid(x)   # a gate, not a SiLU
 
