@@ -226,6 +226,23 @@ static bool reduce_axes(onnx_ctx *c, int i, int64_t *axes, int *n, pcgc_status *
   return *st == PCGC_OK && keep == 1 && *n >= 1;
 }
 
+/* After the mean of squares r: Add(r, eps) with a positive constant, then
+ * Sqrt. Returns the Sqrt node (-1: no match), *add and *eps. */
+static int match_eps_sqrt(onnx_ctx *c, int r, int *add, double *eps, pcgc_status *st) {
+  int a = sole_user(c, out0(c, r));
+  const char *eps_name = is_op(c, a, "Add", 2) ? other_operand(c, a, out0(c, r)) : NULL;
+  onnx_value *ev = eps_name ? pcgc__onnx_value(c, eps_name) : NULL;
+  onnx_tensor *et;
+  if (!ev || ev->kind != OV_CONST || (*st = pcgc__onnx_const(c, ev, &et)) != PCGC_OK || et->numel != 1 ||
+      !pcgc__onnx_type_is_float(et->type) || !(et->f[0] > 0))
+    return -1;
+  int sq = sole_user(c, out0(c, a));
+  if (!is_op(c, sq, "Sqrt", 1)) return -1;
+  *add = a;
+  *eps = et->f[0];
+  return sq;
+}
+
 static int match_layernorm(onnx_ctx *c, int r1, onnx_fused *f, chain *ch, pcgc_status *st) {
   int n1, n2;
   int64_t ax2[ONNX_MAX_RANK];
@@ -261,20 +278,14 @@ static int match_layernorm(onnx_ctx *c, int r1, onnx_fused *f, chain *ch, pcgc_s
   if (r2 < 0 || !is_op(c, r2, "ReduceMean", node_at(c, r2)->n_input) || node_at(c, r2)->n_input > 2 ||
       !reduce_axes(c, r2, ax2, &n2, st) || n1 != n2 || memcmp(f->axes, ax2, (size_t)n1 * sizeof *ax2) != 0)
     return -1;
-  int add = sole_user(c, out0(c, r2));
-  const char *eps_name = is_op(c, add, "Add", 2) ? other_operand(c, add, out0(c, r2)) : NULL;
-  onnx_value *ev = eps_name ? pcgc__onnx_value(c, eps_name) : NULL;
-  onnx_tensor *et;
-  if (!ev || ev->kind != OV_CONST || (*st = pcgc__onnx_const(c, ev, &et)) != PCGC_OK || et->numel != 1 ||
-      !pcgc__onnx_type_is_float(et->type) || !(et->f[0] > 0))
-    return -1;
-  int sqrt_n = sole_user(c, out0(c, add));
-  if (!is_op(c, sqrt_n, "Sqrt", 1) || sole_user(c, out0(c, sqrt_n)) != div ||
-      strcmp(in_k(c, div, 1), out0(c, sqrt_n)) != 0)
+  int add;
+  double eps;
+  int sqrt_n = match_eps_sqrt(c, r2, &add, &eps, st);
+  if (sqrt_n < 0 || sole_user(c, out0(c, sqrt_n)) != div || strcmp(in_k(c, div, 1), out0(c, sqrt_n)) != 0)
     return -1;
   int chain_nodes[] = {r1, sub, sq, r2, add, sqrt_n};
   for (size_t k = 0; k < sizeof chain_nodes / sizeof chain_nodes[0]; k++) push(ch, chain_nodes[k]);
-  f->eps = pcgc__onnx_nice_float(et->f[0]);
+  f->eps = pcgc__onnx_nice_float(eps);
   f->n_axes = n1;
   f->x = x;
   f->first = pcgc__onnx_node_name(rn);
@@ -306,15 +317,10 @@ static int match_rmsnorm(onnx_ctx *c, int sq, onnx_fused *f, chain *ch, pcgc_sta
   if (r < 0 || !is_op(c, r, "ReduceMean", node_at(c, r)->n_input) || node_at(c, r)->n_input > 2 ||
       !reduce_axes(c, r, f->axes, &n, st))
     return -1;
-  int add = sole_user(c, out0(c, r));
-  const char *eps_name = is_op(c, add, "Add", 2) ? other_operand(c, add, out0(c, r)) : NULL;
-  onnx_value *ev = eps_name ? pcgc__onnx_value(c, eps_name) : NULL;
-  onnx_tensor *et;
-  if (!ev || ev->kind != OV_CONST || (*st = pcgc__onnx_const(c, ev, &et)) != PCGC_OK || et->numel != 1 ||
-      !pcgc__onnx_type_is_float(et->type) || !(et->f[0] > 0))
-    return -1;
-  int sqrt_n = sole_user(c, out0(c, add));
-  if (!is_op(c, sqrt_n, "Sqrt", 1)) return -1;
+  int add;
+  double eps;
+  int sqrt_n = match_eps_sqrt(c, r, &add, &eps, st);
+  if (sqrt_n < 0) return -1;
   int next = sole_user(c, out0(c, sqrt_n)), root = -1;
   int chain_nodes[8], k = 0;
   chain_nodes[k++] = sq;
@@ -336,7 +342,7 @@ static int match_rmsnorm(onnx_ctx *c, int sq, onnx_fused *f, chain *ch, pcgc_sta
     return -1;
   }
   for (int i = 0; i < k; i++) push(ch, chain_nodes[i]);
-  f->eps = pcgc__onnx_nice_float(et->f[0]);
+  f->eps = pcgc__onnx_nice_float(eps);
   f->n_axes = n;
   f->x = x;
   f->first = pcgc__onnx_node_name(node_at(c, sq));

@@ -655,25 +655,31 @@ static bool fits(onnx_ctx *c, onnx_value *v, int axes, const int64_t *dims) {
 /* layernorm over the last `axes` dims of x, with optional scale and bias
  * (pcgc's layernorm takes both or neither, so a lone one, or one that only
  * broadcasts, becomes a mul or add after it). */
-static pcgc_status emit_layernorm(onnx_ctx *c, pcgc_ref x, int axes, double eps, onnx_value *scale,
-                                  onnx_value *bias) {
+/* Layer (kind LAYERNORM) or RMS normalisation over the last `axes` dims,
+ * then the scale and bias (RMS: no bias): the operator's own where they
+ * have the normalised dims' shape (layernorm: both), else a broadcasting
+ * mul and add after it. */
+static pcgc_status emit_norm(onnx_ctx *c, pcgc_op_kind kind, pcgc_ref x, int axes, double eps, onnx_value *scale,
+                             onnx_value *bias) {
   const pcgc_ptensor *t = type_of(c, x);
+  bool rms = kind == PCGC_OP_RMSNORM;
   if (axes < 1 || axes > t->rank)
-    return pcgc__onnx_fail(c, PCGC_ERR_INVALID, "layer norm over %d dims of a rank-%d tensor", axes, t->rank);
+    return pcgc__onnx_fail(c, PCGC_ERR_INVALID, "%s norm over %d dims of a rank-%d tensor", rms ? "RMS" : "layer",
+                           axes, t->rank);
   int64_t dims[PCGC_MAX_RANK];
   memcpy(dims, t->dims + (t->rank - axes), (size_t)axes * sizeof *dims);
   pcgc_attrs a;
-  pcgc_attrs_init(&a, PCGC_OP_LAYERNORM);
+  pcgc_attrs_init(&a, kind);
   pcgc_attrs_set_int(&a, "axes", axes);
   pcgc_attrs_set_float(&a, "eps", eps);
   pcgc_ref in[3] = {x}, y;
-  if (scale && bias && fits(c, scale, axes, dims) && fits(c, bias, axes, dims)) {
+  if (scale && fits(c, scale, axes, dims) && (rms ? !bias : bias && fits(c, bias, axes, dims))) {
     TRY(pcgc__onnx_tensor_ref(c, scale, axes, dims, &in[1]));
-    TRY(pcgc__onnx_tensor_ref(c, bias, axes, dims, &in[2]));
-    return emit_out(c, PCGC_OP_LAYERNORM, &a, 3, in);
+    if (!rms) TRY(pcgc__onnx_tensor_ref(c, bias, axes, dims, &in[2]));
+    return emit_out(c, kind, &a, rms ? 2 : 3, in);
   }
-  if (!scale && !bias) return emit_out(c, PCGC_OP_LAYERNORM, &a, 1, in);
-  TRY(emit_ref(c, PCGC_OP_LAYERNORM, ".norm", &a, 1, in, &y));
+  if (!scale && !bias) return emit_out(c, kind, &a, 1, in);
+  TRY(emit_ref(c, kind, ".norm", &a, 1, in, &y));
   for (int k = 0; k < 2; k++) {
     onnx_value *v = k ? bias : scale;
     if (!v) continue;
@@ -682,31 +688,6 @@ static pcgc_status emit_layernorm(onnx_ctx *c, pcgc_ref x, int axes, double eps,
     TRY(pcgc__onnx_tensor_ref(c, v, f ? axes : 0, f ? dims : NULL, &in[1]));
     TRY(emit_ref(c, k ? PCGC_OP_ADD : PCGC_OP_MUL, k || !bias ? NULL : ".scale", NULL, 2, in, &y));
   }
-  return pcgc__onnx_def_act(c, 0, y);
-}
-
-/* RMS normalisation over the last `axes` dims, then the scale: rmsnorm's
- * own where it has the normalised dims' shape, else a broadcasting mul. */
-static pcgc_status emit_rmsnorm(onnx_ctx *c, pcgc_ref x, int axes, double eps, onnx_value *scale) {
-  const pcgc_ptensor *t = type_of(c, x);
-  if (axes < 1 || axes > t->rank)
-    return pcgc__onnx_fail(c, PCGC_ERR_INVALID, "RMS norm over %d dims of a rank-%d tensor", axes, t->rank);
-  int64_t dims[PCGC_MAX_RANK];
-  memcpy(dims, t->dims + (t->rank - axes), (size_t)axes * sizeof *dims);
-  pcgc_attrs a;
-  pcgc_attrs_init(&a, PCGC_OP_RMSNORM);
-  pcgc_attrs_set_int(&a, "axes", axes);
-  pcgc_attrs_set_float(&a, "eps", eps);
-  pcgc_ref in[2] = {x}, y;
-  if (scale && fits(c, scale, axes, dims)) {
-    TRY(pcgc__onnx_tensor_ref(c, scale, axes, dims, &in[1]));
-    return emit_out(c, PCGC_OP_RMSNORM, &a, 2, in);
-  }
-  if (!scale) return emit_out(c, PCGC_OP_RMSNORM, &a, 1, in);
-  TRY(emit_ref(c, PCGC_OP_RMSNORM, ".norm", &a, 1, in, &y));
-  in[0] = y;
-  TRY(pcgc__onnx_tensor_ref(c, scale, 0, NULL, &in[1]));
-  TRY(emit_ref(c, PCGC_OP_MUL, NULL, NULL, 2, in, &y));
   return pcgc__onnx_def_act(c, 0, y);
 }
 
@@ -723,7 +704,7 @@ static pcgc_status conv_layernorm(onnx_ctx *c) {
   int r = type_of(c, x)->rank;
   if (axis < -r || axis >= r)
     return pcgc__onnx_fail(c, PCGC_ERR_INVALID, "axis %lld is out of range for rank %d", (long long)axis, r);
-  TRY(emit_layernorm(c, x, r - norm_axis(axis, r), eps, scale, bias));
+  TRY(emit_norm(c, PCGC_OP_LAYERNORM, x, r - norm_axis(axis, r), eps, scale, bias));
   return pcgc__onnx_drop_outputs(c, 1, "a layer-norm statistic");
 }
 
@@ -1022,11 +1003,11 @@ pcgc_status pcgc__onnx_emit_fused(onnx_ctx *c, const onnx_fused *f) {
                           "are not the last dims", f->kind == OF_RMSNORM ? "RMS" : "layer", f->first);
     } else if (f->kind == OF_RMSNORM) {
       onnx_value *sc = f->scale ? pcgc__onnx_value(c, f->scale) : NULL;
-      s = emit_rmsnorm(c, x, f->n_axes, f->eps, sc);
+      s = emit_norm(c, PCGC_OP_RMSNORM, x, f->n_axes, f->eps, sc, NULL);
     } else {
       onnx_value *sc = f->scale ? pcgc__onnx_value(c, f->scale) : NULL;
       onnx_value *bi = f->bias ? pcgc__onnx_value(c, f->bias) : NULL;
-      s = emit_layernorm(c, x, f->n_axes, f->eps, sc, bi);
+      s = emit_norm(c, PCGC_OP_LAYERNORM, x, f->n_axes, f->eps, sc, bi);
     }
   }
   c->name_base = NULL;
