@@ -226,6 +226,18 @@ static bool reduce_axes(onnx_ctx *c, int i, int64_t *axes, int *n, pcgc_status *
   return *st == PCGC_OK && keep == 1 && *n >= 1;
 }
 
+/* The pattern ending at `root` grows by the `op` (Mul: a scale, Add: a
+ * bias) of its output with a constant when that is its sole user: the
+ * constant goes to *k and the new end is returned. */
+static int absorb(onnx_ctx *c, chain *ch, int root, const char *op, const char **k) {
+  int m = sole_user(c, out0(c, root));
+  const char *w = is_op(c, m, op, 2) ? other_operand(c, m, out0(c, root)) : NULL;
+  if (!w || !is_const(c, w)) return root;
+  push(ch, root);
+  *k = w;
+  return m;
+}
+
 /* After the mean of squares r: Add(r, eps) with a positive constant, then
  * Sqrt. Returns the Sqrt node (-1: no match), *add and *eps. */
 static int match_eps_sqrt(onnx_ctx *c, int r, int *add, double *eps, pcgc_status *st) {
@@ -289,22 +301,8 @@ static int match_layernorm(onnx_ctx *c, int r1, onnx_fused *f, chain *ch, pcgc_s
   f->n_axes = n1;
   f->x = x;
   f->first = pcgc__onnx_node_name(rn);
-  int root = div;
-  int m = sole_user(c, out0(c, root));
-  const char *k = is_op(c, m, "Mul", 2) ? other_operand(c, m, out0(c, root)) : NULL;
-  if (k && is_const(c, k)) {
-    push(ch, root);
-    root = m;
-    f->scale = k;
-  }
-  int b = sole_user(c, out0(c, root));
-  k = is_op(c, b, "Add", 2) ? other_operand(c, b, out0(c, root)) : NULL;
-  if (k && is_const(c, k)) {
-    push(ch, root);
-    root = b;
-    f->bias = k;
-  }
-  return root;
+  int root = absorb(c, ch, div, "Mul", &f->scale);
+  return absorb(c, ch, root, "Add", &f->bias);
 }
 
 /* RMSNorm from its square (Pow(x, 2) or Mul(x, x)) on. */
@@ -346,14 +344,7 @@ static int match_rmsnorm(onnx_ctx *c, int sq, onnx_fused *f, chain *ch, pcgc_sta
   f->n_axes = n;
   f->x = x;
   f->first = pcgc__onnx_node_name(node_at(c, sq));
-  int m = sole_user(c, out0(c, root));
-  const char *w = is_op(c, m, "Mul", 2) ? other_operand(c, m, out0(c, root)) : NULL;
-  if (w && is_const(c, w)) {
-    push(ch, root);
-    root = m;
-    f->scale = w;
-  }
-  return root;
+  return absorb(c, ch, root, "Mul", &f->scale);
 }
 
 static void commit(onnx_ctx *c, const chain *ch, int root, const onnx_fused *f) {
