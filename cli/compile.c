@@ -271,8 +271,7 @@ static void lower_plan(const pcgc_compile_result *r, const pcgc_machine *m, cons
     L->instructions += L->prog->dev[d].n_ins;
   }
   L->predicted = pcgc_program_simulate(L->prog, r->graph, m, &o->sim, &L->pr, &L->cerr) == PCGC_OK;
-  for (int d = 0; L->predicted && d < L->pr.n_devices; d++)
-    if (L->pr.device[d].memory.total > L->pmem) L->pmem = L->pr.device[d].memory.total;
+  if (L->predicted) L->pmem = pcgc_sim_result_max_memory(&L->pr);
 }
 
 static void lowered_free(lowered *L) {
@@ -461,9 +460,7 @@ int pcgc_cli_compile(int argc, char **argv) {
       return pcgc_cli_exit_code(st);
     }
     lower_plan(&r, &m, &o, D, &L);
-    double est = 0;
-    for (int d = 0; d < r.sim.n_devices; d++)
-      if (r.sim.device[d].memory.total > est) est = r.sim.device[d].memory.total;
+    double est = pcgc_sim_result_max_memory(&r.sim);
     if (!L.predicted || !L.pr.oom_devices || o.only || attempt == 2 || !(est > 0) || !(L.pmem > est)) break;
     char a1[32], a2[32], a3[32], cc[128];
     pcgc_cli_format_choice(cc, sizeof cc, r.choice);
@@ -482,9 +479,7 @@ int pcgc_cli_compile(int argc, char **argv) {
   printf("pcgc compile: %s on %s (%d device%s)\n", name, m.name, D, D == 1 ? "" : "s");
   printf("strategy: %s on %d of %d devices\n", c, r.choice.dp * r.choice.tp * r.choice.pp, D);
   print_table(&r, &m, operators);
-  double best = r.sim.iteration_time, mem = 0;
-  for (int d = 0; d < r.sim.n_devices; d++)
-    if (r.sim.device[d].memory.total > mem) mem = r.sim.device[d].memory.total;
+  double best = r.sim.iteration_time, mem = pcgc_sim_result_max_memory(&r.sim);
   pcgc_program *prog = L.prog;
   pcgc_sim_result pr = L.pr;
   int64_t planned = L.planned, arena = L.arena, instructions = L.instructions;

@@ -68,13 +68,6 @@ static pcgc_status load_profile(const char *profile, const pcgc_machine *m, pcgc
   return PCGC_OK;
 }
 
-static double max_memory(const pcgc_sim_result *r) {
-  double x = 0;
-  for (int d = 0; d < r->n_devices; d++)
-    if (r->device[d].memory.total > x) x = r->device[d].memory.total;
-  return x;
-}
-
 /* A strategy file: its graph with its views. */
 /* schedule_given: --schedule was on the command line; otherwise the file's
  * schedule (the one compile chose) applies. */
@@ -139,7 +132,7 @@ static int simulate_file(const char *path, const char *machine, const char *prof
         printf("  program        what pcgc run executes, simulated instruction by instruction; the search's task-graph "
                "estimate is %s (%+.1f%%), its memory %s\n", pcgc_cli_fmt_time(a, sizeof a, r.iteration_time),
                pr.iteration_time > 0 ? 100 * (r.iteration_time - pr.iteration_time) / pr.iteration_time : 0.0,
-               pcgc_cli_fmt_bytes(b, sizeof b, max_memory(&r)));
+               pcgc_cli_fmt_bytes(b, sizeof b, pcgc_sim_result_max_memory(&r)));
       else
         printf("  program        cannot be lowered, so this is the search's task-graph estimate: %s\n", cerr.message);
       double now_s = lowered ? pr.iteration_time : r.iteration_time;

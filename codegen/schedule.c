@@ -88,13 +88,16 @@ typedef struct placed {
   int first, last;  /* instructions */
 } placed;
 
-/* Placement order: largest first, then by id. */
-static const pcgc_plan_buf *sort_bufs;
+/* A buffer to place, and the placement order: largest first, then by id. */
+typedef struct sized {
+  int64_t bytes;
+  int id;
+} sized;
+
 static int by_size_desc(const void *a, const void *b) {
-  int x = *(const int *)a, y = *(const int *)b;
-  int64_t bx = sort_bufs[x].bytes, by = sort_bufs[y].bytes;
-  if (bx != by) return bx > by ? -1 : 1;
-  return (x > y) - (x < y);
+  const sized *x = a, *y = b;
+  if (x->bytes != y->bytes) return x->bytes > y->bytes ? -1 : 1;
+  return (x->id > y->id) - (x->id < y->id);
 }
 
 static int by_lo(const void *a, const void *b) {
@@ -104,7 +107,7 @@ static int by_lo(const void *a, const void *b) {
 
 static pcgc_status plan_memory(pcgc_device_program *P) {
   int n = P->n_buf;
-  int *idx = malloc((size_t)(n ? n : 1) * sizeof *idx);
+  sized *idx = malloc((size_t)(n ? n : 1) * sizeof *idx);
   placed *pl = malloc((size_t)(n ? n : 1) * sizeof *pl), *live = malloc((size_t)(n ? n : 1) * sizeof *live);
   if (!idx || !pl || !live) {
     free(idx);
@@ -131,19 +134,18 @@ static pcgc_status plan_memory(pcgc_device_program *P) {
       B->addr = off;
       off += align64(B->bytes);
     } else if (B->first >= 0) {
-      idx[m++] = b;
+      idx[m++] = (sized){B->bytes, b};
     } else {
       B->addr = 0; /* never used */
     }
   }
   P->persistent_bytes = off;
   /* largest first (by id among equals) */
-  sort_bufs = P->buf;
   qsort(idx, (size_t)m, sizeof *idx, by_size_desc);
   int np = 0;
   int64_t top = off;
   for (int i = 0; i < m; i++) {
-    pcgc_plan_buf *B = &P->buf[idx[i]];
+    pcgc_plan_buf *B = &P->buf[idx[i].id];
     int64_t size = align64(B->bytes ? B->bytes : 1), at = off;
     /* the lowest offset that overlaps no placement live at the same time:
      * sweep those placements by their start, stepping past each that
@@ -172,7 +174,7 @@ static pcgc_status plan_memory(pcgc_device_program *P) {
     return PCGC_ERR_NOMEM;
   }
   for (int i = 0; i < m; i++) {
-    const pcgc_plan_buf *B = &P->buf[idx[i]];
+    const pcgc_plan_buf *B = &P->buf[idx[i].id];
     delta[B->first] += B->bytes;
     delta[B->last + 1] -= B->bytes;
   }

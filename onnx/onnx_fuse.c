@@ -319,27 +319,21 @@ static int match_rmsnorm(onnx_ctx *c, int sq, onnx_fused *f, chain *ch, pcgc_sta
   double eps;
   int sqrt_n = match_eps_sqrt(c, r, &add, &eps, st);
   if (sqrt_n < 0) return -1;
-  int next = sole_user(c, out0(c, sqrt_n)), root = -1;
-  int chain_nodes[8], k = 0;
-  chain_nodes[k++] = sq;
-  chain_nodes[k++] = r;
-  chain_nodes[k++] = add;
-  chain_nodes[k++] = sqrt_n;
-  if (is_op(c, next, "Div", 2) && strcmp(in_k(c, next, 0), x) == 0 && strcmp(in_k(c, next, 1), out0(c, sqrt_n)) == 0) {
-    root = next; /* x / sqrt(.) */
-  } else if (is_op(c, next, "Reciprocal", 1) ||
-             (is_op(c, next, "Div", 2) && strcmp(in_k(c, next, 1), out0(c, sqrt_n)) == 0 &&
-              is_scalar(c, in_k(c, next, 0), 1.0, st))) { /* rsqrt, then x * it */
-    int m = sole_user(c, out0(c, next));
-    if (!is_op(c, m, "Mul", 2) || strcmp(other_operand(c, m, out0(c, next)) ? other_operand(c, m, out0(c, next)) : "",
-                                         x) != 0)
-      return -1;
-    chain_nodes[k++] = next;
+  /* (pushed as matched: a chain that fails is dropped by the caller) */
+  push(ch, sq);
+  push(ch, r);
+  push(ch, add);
+  push(ch, sqrt_n);
+  int root = sole_user(c, out0(c, sqrt_n));
+  bool div = is_op(c, root, "Div", 2) && strcmp(in_k(c, root, 1), out0(c, sqrt_n)) == 0;
+  if (!(div && strcmp(in_k(c, root, 0), x) == 0)) { /* not x / sqrt(.): rsqrt, then x * it */
+    if (!is_op(c, root, "Reciprocal", 1) && !(div && is_scalar(c, in_k(c, root, 0), 1.0, st))) return -1;
+    int m = sole_user(c, out0(c, root));
+    const char *o = is_op(c, m, "Mul", 2) ? other_operand(c, m, out0(c, root)) : NULL;
+    if (!o || strcmp(o, x) != 0) return -1;
+    push(ch, root);
     root = m;
-  } else {
-    return -1;
   }
-  for (int i = 0; i < k; i++) push(ch, chain_nodes[i]);
   f->eps = pcgc__onnx_nice_float(eps);
   f->n_axes = n;
   f->x = x;

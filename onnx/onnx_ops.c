@@ -1001,13 +1001,10 @@ pcgc_status pcgc__onnx_emit_fused(onnx_ctx *c, const onnx_fused *f) {
     if (!ok) {
       s = pcgc__onnx_fail(c, PCGC_ERR_UNSUPPORTED, "this %s normalisation (from '%.200s') reduces axes that "
                           "are not the last dims", f->kind == OF_RMSNORM ? "RMS" : "layer", f->first);
-    } else if (f->kind == OF_RMSNORM) {
-      onnx_value *sc = f->scale ? pcgc__onnx_value(c, f->scale) : NULL;
-      s = emit_norm(c, PCGC_OP_RMSNORM, x, f->n_axes, f->eps, sc, NULL);
     } else {
       onnx_value *sc = f->scale ? pcgc__onnx_value(c, f->scale) : NULL;
-      onnx_value *bi = f->bias ? pcgc__onnx_value(c, f->bias) : NULL;
-      s = emit_norm(c, PCGC_OP_LAYERNORM, x, f->n_axes, f->eps, sc, bi);
+      onnx_value *bi = f->bias ? pcgc__onnx_value(c, f->bias) : NULL; /* none for RMS */
+      s = emit_norm(c, f->kind == OF_RMSNORM ? PCGC_OP_RMSNORM : PCGC_OP_LAYERNORM, x, f->n_axes, f->eps, sc, bi);
     }
   }
   c->name_base = NULL;

@@ -1135,15 +1135,13 @@ pcgc_status pcgc_run(const pcgc_graph *g, const pcgc_program *p, const pcgc_run_
   if ((st = be->zero(be, R.arena, (size_t)P->arena_bytes, err))) goto done;
   for (int i = 0; i < P->n_ins && !st; i++) {
     const pcgc_ins *I = &P->ins[i];
-    if (I->kind == PCGC_INS_ALLREDUCE_START && pcgc_allreduce_in_place(P, I)) {
-      /* reduced in its buffer; through MPI from a GPU, by way of a host mirror */
+    if (I->kind == PCGC_INS_ALLREDUCE_START) {
+      /* a whole buffer is reduced where it lies (through MPI from a GPU, by
+       * way of a host mirror); a region through a staging of its own */
       pcgc_box x = R.P->boxes[I->box];
       size_t bytes = (size_t)(box_numel(&x) * (int64_t)pcgc_dtype_size(P->buf[I->dst].dtype)) + 8;
-      if (!be->host && !(R.req_h[I->tag] = malloc(bytes))) st = pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
-    } else if (I->kind == PCGC_INS_ALLREDUCE_START) {
-      pcgc_box x = R.P->boxes[I->box];
-      size_t bytes = (size_t)(box_numel(&x) * (int64_t)pcgc_dtype_size(P->buf[I->dst].dtype)) + 8;
-      if (!(R.req_stage[I->tag] = be->alloc(be, bytes, err))) st = PCGC_ERR_NOMEM;
+      bool in_place = pcgc_allreduce_in_place(P, I);
+      if (!in_place && !(R.req_stage[I->tag] = be->alloc(be, bytes, err))) st = PCGC_ERR_NOMEM;
       else if (be->host) R.req_h[I->tag] = R.req_stage[I->tag];
       else if (!(R.req_h[I->tag] = malloc(bytes))) st = pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
     }

@@ -777,13 +777,6 @@ static void fmt_choice(char *buf, size_t n, pcgc_expert_choice c) {
  * BERT-Large with 8 stages 303 and 302 ms) and recomputing only costs, and
  * each try is another simulation. Only what the caller left at the
  * defaults (GPipe, no recomputation) is varied. */
-static double max_memory(const pcgc_sim_result *r) {
-  double mx = 0;
-  for (int d = 0; d < r->n_devices; d++)
-    if (r->device[d].memory.total > mx) mx = r->device[d].memory.total;
-  return mx;
-}
-
 static pcgc_status fit_in_memory(const pcgc_graph *pg, const pcgc_mapping *mp, const pcgc_machine *m,
                                  const pcgc_sim_options *so, pcgc_expert_choice *c, pcgc_sim_result *sr,
                                  pcgc_error *err) {
@@ -798,7 +791,7 @@ static pcgc_status fit_in_memory(const pcgc_graph *pg, const pcgc_mapping *mp, c
     if (st != PCGC_OK) return st;
     bool fits = r2.oom_devices == 0;
     /* neither fits (and neither was run): keep the one that needs less memory */
-    bool less = !isfinite(r2.iteration_time) && !isfinite(sr->iteration_time) && max_memory(&r2) < max_memory(sr);
+    bool less = !isfinite(r2.iteration_time) && !isfinite(sr->iteration_time) && pcgc_sim_result_max_memory(&r2) < pcgc_sim_result_max_memory(sr);
     if (fits || (step == 1 && (r2.iteration_time < sr->iteration_time || less))) {
       pcgc_sim_result t = *sr;
       *sr = r2;
@@ -895,16 +888,14 @@ pcgc_status pcgc_compile(const pcgc_graph *seq, const pcgc_machine *m, const pcg
       r->tried++;
       r->feasible += ok;
       if (!ok) {
-        double mx = 0;
-        for (int d = 0; d < sr.n_devices; d++)
-          if (sr.device[d].memory.total > mx) mx = sr.device[d].memory.total;
         snprintf(why, sizeof why, "%s is out of memory on %d of its %d devices (%.3g GiB needed, %.3g GiB usable)",
-                 cs, sr.oom_devices, sr.used_devices, mx / 1073741824.0, sr.capacity / 1073741824.0);
+                 cs, sr.oom_devices, sr.used_devices, pcgc_sim_result_max_memory(&sr) / 1073741824.0,
+                 sr.capacity / 1073741824.0);
       }
       if (fam) ref_update(fam, c, ok, sr.iteration_time, ok ? NULL : why);
       if (o->log)
         fprintf(o->log, "  %-30s %12.6f ms  %.3g GiB%s  (%lld tasks%s; %.3f s)\n", cs, sr.iteration_time * 1e3,
-                max_memory(&sr) / 1073741824.0, ok ? "" : " (out of memory)", (long long)sr.n_tasks,
+                pcgc_sim_result_max_memory(&sr) / 1073741824.0, ok ? "" : " (out of memory)", (long long)sr.n_tasks,
                 sr.symmetric ? ", one dp copy run" : "", sr.build_seconds + sr.run_seconds);
       if (ok && sr.iteration_time < best_time) {
         best_time = sr.iteration_time;

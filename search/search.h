@@ -692,6 +692,8 @@ pcgc_status pcgc_simulate(const pcgc_graph *g, const pcgc_mapping *mp, const pcg
  * entries. */
 pcgc_status pcgc_recomputed_nodes(const pcgc_graph *g, bool *recomputed, pcgc_error *err);
 void pcgc_sim_result_destroy(pcgc_sim_result *r);
+/* The largest memory of any device of r (bytes). */
+double pcgc_sim_result_max_memory(const pcgc_sim_result *r);
 
 /* Prints the result: iteration time, compute and idle per device (min,
  * mean, max), bytes per link class, memory per device against capacity and

@@ -140,6 +140,13 @@ void pcgc_mapping_destroy(pcgc_mapping *mp) {
   mp->n_nodes = 0;
 }
 
+double pcgc_sim_result_max_memory(const pcgc_sim_result *r) {
+  double mx = 0;
+  for (int d = 0; d < r->n_devices; d++)
+    if (r->device[d].memory.total > mx) mx = r->device[d].memory.total;
+  return mx;
+}
+
 void pcgc_sim_result_destroy(pcgc_sim_result *r) {
   if (!r) return;
   free(r->device);
@@ -369,12 +376,9 @@ static void comm_infinite(sim *S, int32_t t, const char *what) {
   pcgc_error_hint(S->err, "give the machine file the intra.bandwidth / inter.bandwidth it needs");
 }
 
-/* The copy device d belongs to under options.replicas (0 without them). */
-static int replica_of(const sim *S, int d) {
-  if (S->o.replicas < 2 || S->o.replica_stride < 1) return 0;
-  int block = S->o.replicas * S->o.replica_stride;
-  return d % block / S->o.replica_stride;
-}
+/* The copy of device d when the devices form `reps` copies of `stride`
+ * devices in each block of reps × stride (options.replicas). */
+static int copy_of(int d, int reps, int stride) { return d % (reps * stride) / stride; }
 
 /* A point-to-point transfer of `bytes` from device a to device b. */
 static int32_t transfer(sim *S, int phase, int node, int64_t piece, int micro, int a, int b, double bytes) {
@@ -425,7 +429,11 @@ static int32_t collective(sim *S, int phase, int node, int64_t piece, int micro,
   }
   pcgc_collective c = coll == PCGC__COLL_REDUCE ? PCGC_COLL_ALL_REDUCE : (pcgc_collective)coll;
   int first = devs[0]; /* with replicas: a member of copy 0 where one is, so that copy runs it */
-  for (int i = 0; S->o.replicas > 1 && i < n && replica_of(S, first); i++) first = devs[i];
+  for (int i = 0; S->o.replicas > 1 && S->o.replica_stride > 0 && i < n; i++)
+    if (copy_of(devs[i], S->o.replicas, S->o.replica_stride) == 0) {
+      first = devs[i];
+      break;
+    }
   set_piece(S, t, first, piece, micro);
   T->coll[t] = (uint8_t)coll;
   T->peer[t] = n;
@@ -1189,10 +1197,6 @@ static int32_t devq_pop(uint64_t *q, devq *d) {
 }
 
 static inline bool devq_empty(const devq *d) { return !d->n && d->uh == d->un; }
-
-/* The copy of device d when the devices form `reps` copies of `stride`
- * devices in each block of reps × stride. */
-static int copy_of(int d, int reps, int stride) { return d % (reps * stride) / stride; }
 
 /* Whether the task graph is alike in every copy of (reps, stride): no
  * transfer crosses copies, and every device's compute and transfer tasks
