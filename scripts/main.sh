@@ -5,10 +5,11 @@
 # written to build/bert-large.plan.json) and simulate that strategy, compile
 # DLRM (where tensor parallelism wins), compile GPT-3 2.7B for 16 GB P100s (it
 # fits only pipelined in 1F1B order with its activations recomputed; verified
-# as 16 processes), train the shipped CNN for a few steps on one
-# CPU device, then compile the transformer block for this machine run as 4
-# CPU devices and run that plan as 4 MPI processes, checked against the
-# single-process reference.
+# as 16 processes), compile LLaMA-3 8B (grouped-query attention) for 64
+# H100s from the expert grid alone, train the shipped CNN for a few steps on
+# one CPU device, then compile the small LLaMA-shaped decoder (grouped-query
+# attention, RoPE, SwiGLU) for this machine run as 4 CPU devices and run that
+# plan as 4 MPI processes, checked against the single-process reference.
 #
 #   scripts/main.sh
 #
@@ -25,6 +26,7 @@ build/pcgc compile models/bert-large.pcg --machine dgx-h100 --batch 64 --verify 
 build/pcgc simulate build/bert-large.plan.json --machine dgx-h100
 build/pcgc compile models/dlrm.pcg --machine dgx-h100 -o build/dlrm.plan.json
 build/pcgc compile models/gpt-3b.pcg --machine p100-4x4 --batch 16 --verify -o build/gpt-3b.plan.json
+build/pcgc compile models/llama3-8b.pcg --machine h100-8x8 --precision bf16 --budget 0
 build/pcgc train models/cnn.pcg --steps 8 --optimizer adam
-build/pcgc compile models/transformer-block.pcg --machine cpu-4 -o build/transformer-block.cpu-4.json
-build/pcgc run build/transformer-block.cpu-4.json --steps 5 --check
+build/pcgc compile models/decoder-small.pcg --machine cpu-4 -o build/decoder-small.cpu-4.json
+build/pcgc run build/decoder-small.cpu-4.json --steps 5 --check
