@@ -802,36 +802,31 @@ static void test_attention(void) {
   pcgc_ptensor_init(&rows_out, PCGC_F32, 3, (int64_t[]){2, 2, 3});
   run_case_to(PCGC_OP_ATTENTION, &a, "causal, dropout 0.4, rope, query rows 2..3 of 4", 11, in, &ctx, prec->tol, 1,
               &rows_out);
-  /* heads 2..3 of 4: wq/wk/wv columns 4..7 of 8, wo rows 4..7 */
-  const attn_case h = {2, 3, 4, 3, 4, 5, 8, 3, 4, false, false, 0.25, "heads", false, 0};
-  a = attn_attrs(&h);
-  attn_inputs(&h, in);
-  in[3] = frange(-0.5, 0.5, DIMS(3, 4));
-  in[4] = frange(-0.5, 0.5, DIMS(4, 4));
-  in[5] = frange(-0.5, 0.5, DIMS(5, 4));
-  in[6] = frange(-0.5, 0.5, DIMS(4, 3));
-  for (int i = 0; i < 7; i++) p[i] = whole_piece(&in[i]);
-  for (int i = 3; i < 7; i++) {
-    int dim = i == 6 ? 0 : 1;
-    p[i].global[dim] = 8, p[i].offset[dim] = 4;
+  /* heads 2..3 of 4: wq columns 4..7 of 8, wo rows 4..7, and wk/wv columns 4..7 of 8, or
+   * (grouped-query, 2 key/value heads) key/value head 1 of 2: columns 2..3 of 4 */
+  static const attn_case hc[] = {
+      {2, 3, 4, 3, 4, 5, 8, 3, 4, false, false, 0.25, "dropout 0.25, heads 2..3 of 4 (a head piece)", false, 0},
+      {2, 3, 4, 3, 4, 5, 8, 3, 4, false, false, 0.25,
+       "dropout 0.25, rope, grouped-query heads 2..3 of 4 (key/value head 1 of 2)", true, 4},
+  };
+  for (size_t c = 0; c < sizeof hc / sizeof *hc; c++) {
+    const attn_case *h = &hc[c];
+    int64_t kvw = (h->F ? h->F : h->E) / 2; /* wk/wv columns per piece */
+    a = attn_attrs(h);
+    attn_inputs(h, in);
+    in[3] = frange(-0.5, 0.5, DIMS(3, 4));
+    in[4] = frange(-0.5, 0.5, DIMS(4, kvw));
+    in[5] = frange(-0.5, 0.5, DIMS(5, kvw));
+    in[6] = frange(-0.5, 0.5, DIMS(4, 3));
+    for (int i = 0; i < 7; i++) p[i] = whole_piece(&in[i]);
+    for (int i = 3; i < 7; i++) {
+      int dim = i == 6 ? 0 : 1;
+      int64_t w = i == 4 || i == 5 ? kvw : 4;
+      p[i].global[dim] = 2 * w, p[i].offset[dim] = w;
+    }
+    pcgc_kernel_ctx hctx = {p, NULL, 3, 23, true};
+    run_case(PCGC_OP_ATTENTION, &a, h->what, 7, in, &hctx, prec->tol);
   }
-  pcgc_kernel_ctx hctx = {p, NULL, 3, 23, true};
-  run_case(PCGC_OP_ATTENTION, &a, "dropout 0.25, heads 2..3 of 4 (a head piece)", 7, in, &hctx, prec->tol);
-  /* grouped-query: heads 2..3 of 4 sharing key/value head 1 of 2 (wk/wv columns 2..3 of 4) */
-  const attn_case gq = {2, 3, 4, 3, 4, 5, 8, 3, 4, false, false, 0.25, "grouped-query heads", true, 4};
-  a = attn_attrs(&gq);
-  attn_inputs(&gq, in);
-  in[3] = frange(-0.5, 0.5, DIMS(3, 4));
-  in[4] = frange(-0.5, 0.5, DIMS(4, 2));
-  in[5] = frange(-0.5, 0.5, DIMS(5, 2));
-  in[6] = frange(-0.5, 0.5, DIMS(4, 3));
-  for (int i = 0; i < 7; i++) p[i] = whole_piece(&in[i]);
-  for (int i = 3; i < 7; i++) {
-    int dim = i == 6 ? 0 : 1, w = i == 4 || i == 5 ? 2 : 4;
-    p[i].global[dim] = 2 * w, p[i].offset[dim] = w;
-  }
-  run_case(PCGC_OP_ATTENTION, &a, "dropout 0.25, rope, grouped-query heads 2..3 of 4 (key/value head 1 of 2)", 7,
-           in, &hctx, prec->tol);
 }
 
 /* --------------------------------------------------------------- losses */

@@ -63,6 +63,14 @@ static pcgc_machine machine_file(const char *text) {
   return m;
 }
 
+/* The expert strategies of g on m (they must build). */
+static pcgc_expert *expert(const pcgc_graph *g, const pcgc_machine *m) {
+  pcgc_error err = {0};
+  pcgc_expert *x = NULL;
+  ck_assert_msg(pcgc_expert_new(g, m, NULL, &x, &err) == PCGC_OK, "expert: %s", err.message);
+  return x;
+}
+
 static void compile(const pcgc_graph *g, const pcgc_machine *m, pcgc_compile_result *r) {
   pcgc_error err = {0};
   pcgc_compile_options o;
@@ -344,8 +352,7 @@ START_TEST(plain_data_parallel_is_the_baseline) {
   pcgc_graph *g = model(conv_stack);
   pcgc_machine m = preset("dgx-h100");
   pcgc_error err = {0};
-  pcgc_expert *x;
-  ck_assert_int_eq(pcgc_expert_new(g, &m, NULL, &x, &err), PCGC_OK);
+  pcgc_expert *x = expert(g, &m);
   ck_assert_int_eq(pcgc_expert_batch(x), 256);
   ck_assert_int_eq(pcgc_expert_layers(x), 5);
   ck_assert_int_eq(pcgc_expert_tp_matches(x, 2, &err), 0); /* convolutions: no Megatron rule */
@@ -407,8 +414,7 @@ START_TEST(hybrid_and_pipeline_builds) {
   pcgc_graph *g = model(mlp);
   pcgc_machine m = preset("dgx-h100");
   pcgc_error err = {0};
-  pcgc_expert *x;
-  ck_assert_int_eq(pcgc_expert_new(g, &m, NULL, &x, &err), PCGC_OK);
+  pcgc_expert *x = expert(g, &m);
   ck_assert_int_eq(pcgc_expert_tp_matches(x, 2, &err), 2); /* two Megatron MLPs */
   pcgc_graph *pg;
   pcgc_mapping mp;
@@ -478,8 +484,7 @@ START_TEST(one_dp_copy_simulated_for_all) {
   pcgc_graph *g = model(net);
   pcgc_machine m = preset("h100-4x8");
   pcgc_error err = {0};
-  pcgc_expert *x;
-  ck_assert_int_eq(pcgc_expert_new(g, &m, NULL, &x, &err), PCGC_OK);
+  pcgc_expert *x = expert(g, &m);
   const pcgc_expert_choice cs[] = {
       {32, 1, 1, 1, PCGC_SCHEDULE_GPIPE, false}, {8, 4, 1, 1, PCGC_SCHEDULE_GPIPE, false},
       {4, 2, 4, 4, PCGC_SCHEDULE_1F1B, false},   {2, 4, 4, 8, PCGC_SCHEDULE_GPIPE, true},
@@ -514,8 +519,7 @@ START_TEST(one_dp_copy_simulated_for_all) {
   }
   /* a shared inter-node port: the copies would contend for it, so all run */
   pcgc_machine sh = preset("p100-4x4");
-  pcgc_expert *y;
-  ck_assert_int_eq(pcgc_expert_new(g, &sh, NULL, &y, &err), PCGC_OK);
+  pcgc_expert *y = expert(g, &sh);
   pcgc_graph *pg;
   pcgc_mapping mp;
   ck_assert_int_eq(pcgc_expert_build(y, (pcgc_expert_choice){16, 1, 1, 1, PCGC_SCHEDULE_GPIPE, false}, &pg, &mp, &err),
