@@ -107,6 +107,32 @@ pcgc_status pcgc_op_axes(pcgc_op_kind k, const pcgc_attrs *a, int n_in, const pc
     m->dim[1][1] = PCGC_AX_OUT(keep);
     return PCGC_OK;
   }
+  case PCGC_OP_MOE_ROUTE:
+    m->dim[0][0] = PCGC_AX_OUT(0);
+    return PCGC_OK;
+  case PCGC_OP_MOE_DISPATCH:
+    m->dim[0][0] = m->dim[1][0] = PCGC_AX_OUT(0);
+    m->dim[0][2] = PCGC_AX_OUT(3);
+    return PCGC_OK;
+  case PCGC_OP_EXPERT_LINEAR:
+    for (int d = 0; d < 3; d++) m->dim[0][d] = PCGC_AX_OUT(d);
+    m->dim[0][3] = PCGC_AX_CON(0);
+    m->sum[0] = PCGC_AX_SUM(0);
+    m->dim[1][0] = PCGC_AX_OUT(1);
+    m->dim[1][1] = PCGC_AX_CON(0);
+    m->dim[1][2] = PCGC_AX_OUT(3);
+    if (n_in == 3) {
+      m->dim[2][0] = PCGC_AX_OUT(1);
+      m->dim[2][1] = PCGC_AX_OUT(3);
+    }
+    return PCGC_OK;
+  case PCGC_OP_MOE_COMBINE:
+    /* a piece holding some experts adds only their slots */
+    m->dim[0][0] = m->dim[1][0] = m->dim[2][0] = PCGC_AX_OUT(0);
+    m->dim[0][1] = PCGC_AX_CON(0);
+    m->dim[0][3] = PCGC_AX_OUT(2);
+    m->sum[0] = PCGC_AX_SUM(0);
+    return PCGC_OK;
   case PCGC_OP_ADD:
   case PCGC_OP_SUB:
   case PCGC_OP_MUL:

@@ -167,6 +167,32 @@ static void cost_attention(cctx *x) {
   x->c->bwd_bytes = 2 * x->c->fwd_bytes;
 }
 
+/* The router: a softmax over each token's X logits and a top-k (about X
+ * comparisons per choice); backward, the two softmaxes' Jacobians. */
+static void cost_moe_route(cctx *x) {
+  const pcgc_ptensor *l = &x->in[0];
+  double k = (double)pcgc_attrs_int(x->a, "k");
+  set(x, (5 + k) * numel(l), 6.0 / (5 + k));
+}
+/* a gather of the routed tokens; backward scatter-adds them */
+static void cost_moe_dispatch(cctx *x) {
+  set(x, 0, 0);
+  x->c->bwd_flops = numel(&x->out[0]);
+}
+static void cost_expert_linear(cctx *x) {
+  const pcgc_ptensor *in = &x->in[0], *o = &x->out[0];
+  double f = 2 * numel(o) * (double)in->dims[3];
+  double ew = (x->n_in == 3 ? 1 : 0) + act_flops((int)pcgc_attrs_int(x->a, "act"));
+  set(x, f + ew * numel(o), 2);
+  x->c->bwd_flops = 2 * f + ew * numel(o);
+  if (pcgc_attrs_int(x->a, "act") == PCGC_ACT_GELU) x->c->bwd_flops += f; /* as for linear */
+}
+/* k slots read and added per output element; backward: dy and the gates' dots */
+static void cost_moe_combine(cctx *x) {
+  double k = (double)x->in[1].dims[2];
+  set(x, 2 * k * numel(&x->out[0]), 2);
+}
+
 static void cost_xent(cctx *x) { set(x, 6 * numel(&x->in[0]), 0.5); }
 static void cost_mse(cctx *x) { set(x, 3 * numel(&x->in[0]), 1); }
 

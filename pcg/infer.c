@@ -67,6 +67,9 @@ static const char *slot_name(pcgc_op_kind k, int i) {
   static const char *const att[] = {"q", "k", "v", "wq", "wk", "wv", "wo", "bq", "bk", "bv", "bo"};
   static const char *const two[] = {"a", "b"};
   static const char *const loss[] = {"prediction", "target"};
+  static const char *const xl[] = {"input", "weight", "bias"};
+  static const char *const disp[] = {"x", "slot"};
+  static const char *const comb[] = {"y", "gate", "slot"};
   static char buf[PCGC_VARIADIC][12];
   switch (k) {
   case PCGC_OP_LINEAR:
@@ -84,6 +87,10 @@ static const char *slot_name(pcgc_op_kind k, int i) {
   case PCGC_OP_DIV: return i < 2 ? two[i] : "?";
   case PCGC_OP_SOFTMAX_CROSS_ENTROPY: return i == 0 ? "logits" : "labels";
   case PCGC_OP_MSE: return i < 2 ? loss[i] : "?";
+  case PCGC_OP_MOE_ROUTE: return i == 0 ? "logits" : "?";
+  case PCGC_OP_MOE_DISPATCH: return i < 2 ? disp[i] : "?";
+  case PCGC_OP_EXPERT_LINEAR: return i < 3 ? xl[i] : "?";
+  case PCGC_OP_MOE_COMBINE: return i < 3 ? comb[i] : "?";
   default:
     if (pcgc_op_max_inputs(k) == 1) return "input";
     if (i < 0 || i >= PCGC_VARIADIC) return "?";
@@ -1098,6 +1105,197 @@ static pcgc_status infer_attention(ictx *c) {
     TRY(need_replica(c, 10, b * s * R));
   }
   return PCGC_OK;
+}
+
+/* ------------------------------------------------------ mixture of experts
+ *
+ * GShard's layout: tokens come as G groups of S, each group routed on its
+ * own (its experts' capacity C is per group), so the group dim is the one
+ * data parallelism splits. Experts are a dim of their own (X), split by
+ * expert parallelism after the dispatch: moving the dispatched tokens from
+ * group-split to expert-split pieces is the all-to-all. */
+
+static pcgc_status need_int(ictx *c, int i) {
+  if (!pcgc_dtype_is_float(c->in[i].dtype)) return PCGC_OK;
+  return fail(c, "%s must be an integer tensor (moe_route's slot output), got %s", slot_name(c->kind, i),
+              pcgc_dtype_name(c->in[i].dtype));
+}
+
+static pcgc_status need_positive(ictx *c, const char *attr, int64_t max) {
+  int64_t v = pcgc_attrs_int(c->a, attr);
+  if (v >= 1 && v <= max) return PCGC_OK;
+  return fail(c, "%s must be in [1, %lld], got %lld", attr, (long long)max, (long long)v);
+}
+
+/* slot[G,S,k] read by dispatch and combine: groups and tokens of x (or the
+ * gates), split alike on dim 0 and nowhere else */
+static pcgc_status need_routing(ictx *c, int i, const pcgc_ptensor *like, int like_i) {
+  const pcgc_ptensor *s = &c->in[i];
+  TRY(need_rank(c, i, 3, 3));
+  TRY(need_dim(c, i, 0, like->dims[0], "dim 0 (groups)"));
+  TRY(need_dim(c, i, 1, like->dims[1], "dim 1 (tokens)"));
+  TRY(no_sum(c, i, "routing cannot be partial sums"));
+  TRY(unsharded(c, i, 1, "a group's tokens are routed together"));
+  TRY(unsharded(c, i, 2, "a token's choices are routed together"));
+  if (s->degree[0] != like->degree[0])
+    return fail(c, "%s splits the groups %d ways but %s %d ways", slot_name(c->kind, i), s->degree[0],
+                slot_name(c->kind, like_i), like->degree[0]);
+  return PCGC_OK;
+}
+
+static pcgc_status infer_moe_route(ictx *c) {
+  const pcgc_ptensor *l = &c->in[0];
+  TRY(need_rank(c, 0, 3, 3));
+  TRY(need_float(c, 0));
+  int64_t X = l->dims[2], k = pcgc_attrs_int(c->a, "k");
+  if (k < 1 || k > X) {
+    pcgc_status s = fail(c, "k=%lld experts per token, but the logits score %lld experts", (long long)k,
+                         (long long)X);
+    hint(c, "k must be in [1, %lld]", (long long)X);
+    return s;
+  }
+  TRY(need_positive(c, "capacity", (int64_t)1 << 30));
+  if (X * pcgc_attrs_int(c->a, "capacity") > INT32_MAX)
+    return fail(c, "experts x capacity = %lld slots is more than an i32 slot id holds",
+                (long long)(X * pcgc_attrs_int(c->a, "capacity")));
+  double aux = pcgc_attrs_float(c->a, "aux");
+  if (!(aux >= 0)) return fail(c, "aux must be a weight >= 0, got %g", aux);
+  int64_t dims[3] = {l->dims[0], l->dims[1], k};
+  out_init(c, 0, l->dtype, 3, dims);
+  out_init(c, 1, PCGC_I32, 3, dims);
+  TRY(no_sum(c, 0, "top-k of a partial sum is not the top-k of the sum"));
+  TRY(unsharded(c, 0, 1, "a group's tokens share its experts' capacity"));
+  TRY(unsharded(c, 0, 2, "a token's top-k needs all its experts' logits"));
+  for (int j = 0; j < 2; j++) {
+    c->out[j].degree[0] = l->degree[0];
+    c->out[j].replica = l->replica;
+  }
+  return PCGC_OK;
+}
+
+static pcgc_status infer_moe_dispatch(ictx *c) {
+  const pcgc_ptensor *x = &c->in[0];
+  TRY(need_rank(c, 0, 3, 3));
+  TRY(need_float(c, 0));
+  TRY(need_int(c, 1));
+  TRY(need_positive(c, "experts", (int64_t)1 << 30));
+  TRY(need_positive(c, "capacity", (int64_t)1 << 30));
+  int64_t X = pcgc_attrs_int(c->a, "experts"), C = pcgc_attrs_int(c->a, "capacity");
+  if (X * C > INT32_MAX) return fail(c, "experts x capacity = %lld slots is more than an i32 slot id holds", (long long)(X * C));
+  TRY(need_routing(c, 1, x, 0));
+  int64_t dims[4] = {x->dims[0], X, C, x->dims[2]};
+  out_init(c, 0, x->dtype, 4, dims);
+  TRY(no_sum(c, 0, "dispatch copies whole tokens"));
+  TRY(unsharded(c, 0, 1, "a group's tokens are dispatched together"));
+  pcgc_ptensor *o = &c->out[0];
+  o->degree[0] = x->degree[0];
+  o->degree[3] = x->degree[2];
+  o->replica = x->replica;
+  return need_replica(c, 1, (int64_t)x->degree[2] * x->replica);
+}
+
+static pcgc_status infer_expert_linear(ictx *c) {
+  const pcgc_ptensor *x = &c->in[0], *w = &c->in[1];
+  TRY(need_rank(c, 0, 4, 4));
+  TRY(need_rank(c, 1, 3, 3));
+  TRY(need_float(c, 0));
+  TRY(need_same_dtype(c, 0, 1));
+  if (w->dims[0] != x->dims[1] || w->dims[1] != x->dims[3]) {
+    char t1[128], t2[128];
+    pcgc_status s = fail(c, "the input %s holds %lld experts of %lld features, but the weight is %s",
+                         fmt_type(t1, sizeof t1, x), (long long)x->dims[1], (long long)x->dims[3],
+                         fmt_type(t2, sizeof t2, w));
+    hint(c, "the weight must be [%lld, %lld, N]", (long long)x->dims[1], (long long)x->dims[3]);
+    return s;
+  }
+  bool bias = c->n_in == 3;
+  if (bias) {
+    TRY(need_rank(c, 2, 2, 2));
+    TRY(need_same_dtype(c, 0, 2));
+    TRY(need_dim(c, 2, 0, w->dims[0], "dim 0 (experts)"));
+    TRY(need_dim(c, 2, 1, w->dims[2], "dim 1 (features)"));
+  }
+  int act = (int)pcgc_attrs_int(c->a, "act");
+  int64_t dims[4] = {x->dims[0], x->dims[1], x->dims[2], w->dims[2]};
+  out_init(c, 0, x->dtype, 4, dims);
+
+  TRY(no_sum(c, 1, "a weight must be whole"));
+  if (w->degree[0] != x->degree[1]) {
+    pcgc_status s = fail(c, "the experts are split %d ways in the input but %d ways in the weight",
+                         x->degree[1], w->degree[0]);
+    hint(c, "partition the input's dim 1 and the weight's dim 0 by the same degree");
+    return s;
+  }
+  if (w->degree[1] != x->degree[3]) {
+    pcgc_status s = fail(c, "the contraction dim is split %d ways in the input but %d ways in the weight",
+                         x->degree[3], w->degree[1]);
+    hint(c, "partition the input's dim 3 and the weight's dim 1 by the same degree");
+    return s;
+  }
+  int64_t n = w->degree[2];
+  pcgc_ptensor *o = &c->out[0];
+  o->degree[0] = x->degree[0];
+  o->degree[1] = x->degree[1];
+  o->degree[2] = x->degree[2];
+  o->degree[3] = (int32_t)n;
+  o->sum = (int32_t)((int64_t)x->degree[3] * x->sum);
+  int64_t R;
+  TRY(out_replica(c, 0, n, &R));
+  o->replica = (int32_t)R;
+  /* the weight does not depend on the groups or the slots */
+  TRY(need_replica(c, 1, (int64_t)x->degree[0] * x->degree[2] * x->sum * R));
+  if (o->sum > 1 && act != PCGC_ACT_NONE) {
+    pcgc_status s = fail(c, "the output is a partial sum (sum degree %d) and %s of a partial sum "
+                         "is not the partial sum of %s", o->sum,
+                         pcgc_enum_value_name(PCGC_ENUM_ACT, act), pcgc_enum_value_name(PCGC_ENUM_ACT, act));
+    hint(c, "use act=none here and apply the activation after reduce()");
+    return s;
+  }
+  if (bias) {
+    if (o->sum > 1) {
+      pcgc_status s = fail(c, "the output is a partial sum (sum degree %d), so the bias would be "
+                           "added %d times", o->sum, o->sum);
+      hint(c, "drop the bias here and add it after reduce()");
+      return s;
+    }
+    TRY(no_sum(c, 2, "a bias must be whole"));
+    const pcgc_ptensor *b = &c->in[2];
+    if (b->degree[0] != x->degree[1] || b->degree[1] != n)
+      return fail(c, "the bias is split %d x %d ways but the output's experts and features %d x %lld ways",
+                  b->degree[0], b->degree[1], x->degree[1], (long long)n);
+    TRY(need_replica(c, 2, (int64_t)x->degree[0] * x->degree[2] * R));
+  }
+  return PCGC_OK;
+}
+
+static pcgc_status infer_moe_combine(ictx *c) {
+  const pcgc_ptensor *y = &c->in[0], *g = &c->in[1];
+  TRY(need_rank(c, 0, 4, 4));
+  TRY(need_float(c, 0));
+  TRY(need_rank(c, 1, 3, 3));
+  TRY(need_same_dtype(c, 0, 1));
+  TRY(need_int(c, 2));
+  TRY(need_dim(c, 1, 0, y->dims[0], "dim 0 (groups)"));
+  TRY(need_routing(c, 2, g, 1));
+  TRY(need_dim(c, 2, 2, g->dims[2], "dim 2 (choices)"));
+  TRY(no_sum(c, 1, "the gates scale the experts' outputs"));
+  TRY(unsharded(c, 1, 1, "a group's tokens are combined together"));
+  TRY(unsharded(c, 1, 2, "a token's choices are combined together"));
+  TRY(unsharded(c, 0, 2, "a token's slots are read whole"));
+  if (g->degree[0] != y->degree[0])
+    return fail(c, "the gates split the groups %d ways but the experts' output %d ways", g->degree[0],
+                y->degree[0]);
+  int64_t dims[3] = {y->dims[0], g->dims[1], y->dims[3]};
+  out_init(c, 0, y->dtype, 3, dims);
+  pcgc_ptensor *o = &c->out[0];
+  o->degree[0] = y->degree[0];
+  o->degree[2] = y->degree[3];
+  /* a piece holding some experts sums only their slots: partial sums */
+  o->sum = (int32_t)((int64_t)y->degree[1] * y->sum);
+  o->replica = y->replica;
+  int64_t want = (int64_t)y->degree[3] * y->degree[1] * y->sum * y->replica;
+  TRY(need_replica(c, 1, want));
+  return need_replica(c, 2, want);
 }
 
 /* ---------------------------------------------------------------- losses */

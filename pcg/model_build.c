@@ -548,6 +548,7 @@ static const creator creators[] = {
     {PCGC_OP_RMSNORM, 1, {"affine"}},
     {PCGC_OP_EMBEDDING, 1, {"num", "dim"}},
     {PCGC_OP_ATTENTION, 3, {"embed", "bias", "kv_heads"}},
+    {PCGC_OP_EXPERT_LINEAR, 1, {"out", "bias"}},
 };
 
 /* Values of the creating keys. */
@@ -736,6 +737,18 @@ static pcgc_status create_weights(builder *b, const pcgc__stmt *st, pcgc_op_kind
   case PCGC_OP_EMBEDDING:
     W("weight", 2, ((int64_t[]){ca->num, ca->dim}), PCGC_INIT_NORMAL, 1.0);
     break;
+  case PCGC_OP_EXPERT_LINEAR: { /* each expert as a linear layer of its own */
+    if (x->rank != 4) {
+      char tb[160];
+      pcgc_ptensor_format(tb, sizeof tb, x);
+      FAIL(b, at, PCGC_ERR_TYPE, "expert_linear '%s': the input must be [G, X, C, M], got %s", base, tb);
+      return hint(b, "expert_linear takes moe_dispatch's output: groups, experts, slots, features");
+    }
+    double bound = 1.0 / sqrt((double)x->dims[3]);
+    W("weight", 3, ((int64_t[]){x->dims[1], x->dims[3], ca->out}), PCGC_INIT_UNIFORM, bound);
+    if (ca->bias) W("bias", 2, ((int64_t[]){x->dims[1], ca->out}), PCGC_INIT_UNIFORM, bound);
+    break;
+  }
   case PCGC_OP_ATTENTION: {
     int64_t eq = 0, ek = 0, ev = 0;
     const pcgc_ptensor *k = pcgc_graph_ref_type(b->g, args[1]), *v = pcgc_graph_ref_type(b->g, args[2]);
@@ -973,7 +986,7 @@ static pcgc_status exec_op(builder *b, scope *s, const pcgc__stmt *st, pcgc_op_k
   }
   if (creating) {
     const char *missing = NULL;
-    if ((op == PCGC_OP_LINEAR || op == PCGC_OP_CONV2D) && !ca.has_out) missing = "out";
+    if ((op == PCGC_OP_LINEAR || op == PCGC_OP_CONV2D || op == PCGC_OP_EXPERT_LINEAR) && !ca.has_out) missing = "out";
     else if (op == PCGC_OP_CONV2D && !ca.has_kernel) missing = "kernel";
     else if (op == PCGC_OP_EMBEDDING && !ca.has_num) missing = "num";
     else if (op == PCGC_OP_EMBEDDING && !ca.has_dim) missing = "dim";

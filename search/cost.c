@@ -58,6 +58,7 @@
 #define EFF_bmm EFF_MATRIX(0.60, 0.60)
 #define EFF_conv2d EFF_MATRIX(0.55, 0.60)
 #define EFF_attention EFF_MATRIX(0.50, 0.50)
+#define EFF_expert_linear EFF_MATRIX(0.65, 0.80) /* a GEMM per (group, expert) */
 #define EFF_pool2d EFF_VECTOR
 #define EFF_batchnorm EFF_VECTOR
 #define EFF_layernorm EFF_VECTOR
@@ -69,6 +70,9 @@
 #define EFF_reduce EFF_VECTOR
 #define EFF_xent EFF_VECTOR
 #define EFF_mse EFF_VECTOR
+#define EFF_moe_route EFF_VECTOR
+#define EFF_moe_dispatch EFF_COPY
+#define EFF_moe_combine EFF_VECTOR
 #define EFF_concat EFF_COPY
 #define EFF_split EFF_COPY
 #define EFF_transpose EFF_COPY

@@ -56,12 +56,17 @@
 /* ------------------------------------------------------------- rules */
 
 /* Megatron blocks, in the order they are tried: self-attention before the
- * general attention (one replicate of x, not three), MLPs by pattern. Any
- * other library rule named megatron_* or *_heads follows, in library order. */
+ * general attention (one replicate of x, not three), MLPs by pattern, then
+ * mixture-of-experts layers by expert parallelism (tp splits the experts
+ * t ways: each tensor-parallel group holds the experts once, X/t each; a
+ * pattern of experts no rule splits so falls to megatron_expert_swiglu).
+ * Any other library rule named megatron_* or *_heads follows, in library
+ * order. */
 static const char *const block_rules[] = {
     "megatron_self_attention_bias", "partition_self_attention_heads", "partition_attention_heads",
     "megatron_mlp_bias_relu",       "megatron_mlp_bias",              "megatron_mlp_relu_op",
-    "megatron_mlp",
+    "megatron_mlp",                 "partition_experts_swiglu",       "partition_experts_bias",
+    "partition_experts",
 };
 /* One operator split alone: applied only where the weight outweighs the
  * activations the split moves (input and output), since otherwise the

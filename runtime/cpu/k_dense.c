@@ -258,3 +258,51 @@ static pcgc_status attn_kernel(const pcgc__kargs *k, bool bwd) {
 
 pcgc_status pcgc__cpu_fwd_attention(const pcgc__kargs *k) { return attn_kernel(k, false); }
 pcgc_status pcgc__cpu_bwd_attention(const pcgc__kargs *k) { return attn_kernel(k, true); }
+
+/* ---------------------------------------------------------- expert_linear */
+
+/* x[G, X, C, M] w[X, M, N] (b[X, N]): the linear kernel once per (group,
+ * expert) on that expert's slots, rows C of x's block by w[e]. */
+static pcgc_status expert_kernel(const pcgc__kargs *k, bool bwd) {
+  TRY(pcgc__kcheck(k, bwd, 0));
+  const pcgc_buf *x = &k->in[0], *w = &k->in[1];
+  pcgc_dtype dt = x->dtype;
+  int64_t G = x->dims[0], X = x->dims[1], C = x->dims[2], M = x->dims[3], N = w->dims[2];
+  TRY(blas_fits(k, 3, (int64_t[]){C, M, N}));
+  bool bias = k->n_in == 3;
+  dense_geo g = {C, M, N, bias, (int)pcgc_attrs_int(k->a, "act")};
+  size_t es = pcgc_dtype_size(dt);
+  pcgc_attrs la;
+  pcgc_attrs_init(&la, PCGC_OP_LINEAR);
+  pcgc_attrs_set_int(&la, "act", g.act);
+  for (int64_t gi = 0; gi < G; gi++)
+    for (int64_t e = 0; e < X; e++) {
+      /* the (gi, e) blocks as the buffers of one linear call */
+      int64_t xo = ((gi * X + e) * C) * M, yo = ((gi * X + e) * C) * N;
+      pcgc_buf in[3], out, dout, din[3];
+      in[0] = (pcgc_buf){dt, 2, {C, M}, (char *)x->data + xo * es};
+      in[1] = (pcgc_buf){dt, 2, {M, N}, (char *)w->data + e * M * N * es};
+      if (bias) in[2] = (pcgc_buf){dt, 1, {N}, (char *)k->in[2].data + e * N * es};
+      out = (pcgc_buf){dt, 2, {C, N}, (char *)k->out[0].data + yo * es};
+      pcgc__kargs sub = {PCGC_OP_LINEAR, &la, k->n_in, in, 1, &out, NULL, NULL, k->ctx, k->err};
+      if (bwd) {
+        dout = (pcgc_buf){dt, 2, {C, N}, (char *)k->dout[0].data + yo * es};
+        din[0] = in[0], din[1] = in[1];
+        din[0].data = kx_want(&k->din[0]) ? (char *)k->din[0].data + xo * es : NULL;
+        din[1].data = kx_want(&k->din[1]) ? (char *)k->din[1].data + e * M * N * es : NULL;
+        if (bias) {
+          din[2] = in[2];
+          din[2].data = kx_want(&k->din[2]) ? (char *)k->din[2].data + e * N * es : NULL;
+        }
+        sub.dout = &dout;
+        sub.din = din;
+        TRY(KX_BY_DTYPE(dt, dense_bwd, &sub, &g));
+      } else {
+        TRY(KX_BY_DTYPE(dt, dense_fwd, &sub, &g));
+      }
+    }
+  return PCGC_OK;
+}
+
+pcgc_status pcgc__cpu_fwd_expert_linear(const pcgc__kargs *k) { return expert_kernel(k, false); }
+pcgc_status pcgc__cpu_bwd_expert_linear(const pcgc__kargs *k) { return expert_kernel(k, true); }

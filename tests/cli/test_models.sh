@@ -36,7 +36,8 @@ trains() {
 
 # --- every model in models/ checks and carries a leading comment block and const B
 zoo="resnext50 inception-v3 dlrm xdl candle-uno unity-mlp gpt-3b"
-for m in $zoo mlp cnn transformer-block embedding-bag bert-large decoder-small llama3-8b llama3-70b; do
+for m in $zoo mlp cnn transformer-block embedding-bag bert-large decoder-small llama3-8b llama3-70b moe-small \
+  mixtral-8x7b; do
   f="$src/models/$m.pcg"
   if [ -f "$f" ]; then ok; else bad "models/$m.pcg is missing"; continue; fi
   if head -1 "$f" | grep -q '^# '; then ok; else bad "models/$m.pcg does not start with a comment"; fi
@@ -96,6 +97,17 @@ ops_are attention 80
 # a LLaMA-3 8B of 2 narrow layers trains: grouped-query attention, RoPE at base 500000
 trains "$src/models/llama3-8b.pcg" --set B=2 --set S=8 --set D=32 --set HEADS=4 --set KV_HEADS=2 --set FFN=48 \
   --set LAYERS=2 --set VOCAB=50 --steps 2 --optimizer adam
+
+m=moe-small; expect 0 "$pcgc" check "$src/models/$m.pcg"
+params_are "$m" 1929856                     # decoder-small's layers with 8 SwiGLU experts of 256
+ops_are moe_route 2; ops_are expert_linear 6
+trains "$src/models/$m.pcg" --steps 2 --set S=16 --set CAP=6
+m=mixtral-8x7b; expect 0 "$pcgc" check "$src/models/$m.pcg"
+params_are "$m" 46702792704                 # Hugging Face's Mixtral-8x7B-v0.1, exactly
+ops_are moe_combine 32; ops_are expert_linear 96
+# a Mixtral of 2 narrow layers trains: routing, capacity, experts, the balancing term
+trains "$src/models/mixtral-8x7b.pcg" --set B=2 --set S=8 --set D=32 --set HEADS=4 --set KV_HEADS=2 --set FFN=48 \
+  --set CAP=3 --set LAYERS=2 --set VOCAB=50 --steps 2 --optimizer adam
 
 # --- documented alternative configurations
 m=candle-uno; expect 0 "$pcgc" check "$src/models/$m.pcg" --set W=1000 --set TOWER_DEPTH=3 --set DEPTH=3

@@ -110,6 +110,15 @@ expect 0 "$pcgc" compile "$src/models/decoder-small.pcg" --machine cpu-2 --set L
 # megatron_swiglu split both layers' feed-forward (its rewrite names the SiLU on a shard "_ap")
 [ "$(grep -o 'gate_ap = silu' "$tmp/dectp.json" | wc -l)" = 2 ] && ok || bad "SwiGLU was not split: $(grep -o '[a-z0-9_.]* = silu([^)]*)' "$tmp/dectp.json")"
 expect 0 "$pcgc" run "$tmp/dectp.json" --steps 2 --check --optimizer sgd; has "$tmp/out" ": match"
+# a mixture-of-experts decoder: compile's plan, and expert parallelism (tp splits the experts)
+# with data parallelism, whose group-to-expert re-sharding is the all-to-all
+expect 0 "$pcgc" compile "$src/models/moe-small.pcg" --machine cpu-4 --set S=32 --set CAP=10 -o "$tmp/moe4.json"
+expect 0 "$pcgc" run "$tmp/moe4.json" --steps 2 --check --optimizer sgd; has "$tmp/out" ": match"
+expect 0 "$pcgc" compile "$src/models/moe-small.pcg" --machine cpu-4 --set S=32 --set CAP=10 --choice dp=2,tp=2 \
+  --budget 0 -o "$tmp/moeep.json"
+[ "$(grep -o 'g_xp = partition(h.[01].xs, dim=1, degree=2)' "$tmp/moeep.json" | wc -l)" = 2 ] && ok \
+  || bad "the experts were not split: $(grep -o '[a-z0-9_.]* = expert_linear([^)]*)' "$tmp/moeep.json")"
+expect 0 "$pcgc" run "$tmp/moeep.json" --steps 2 --check; has "$tmp/out" ": match"
 # the plan's optimizer (compile's default, adam) is run's default
 expect 0 "$pcgc" run "$tmp/transformer-block4.json" --steps 3 --check
 has "$tmp/out" "4 processes (1 BLAS thread each): adam, 3 steps"; has "$tmp/out" ": match"

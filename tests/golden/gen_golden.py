@@ -140,6 +140,14 @@ class Probe:
             self.pool_min = min(self.pool_min, gap)
         return F.max_pool2d(z, k, k)
 
+    def top_k(self, z, k):
+        """torch.topk, recording the smallest gap between consecutive values
+        of the top k + 1 (the order of the choices and the k-th against the
+        next are what routing depends on)."""
+        top = z.detach().topk(min(k + 1, z.shape[-1]), dim=-1).values
+        self.pool_min = min(self.pool_min, (top[..., :-1] - top[..., 1:]).min().item())
+        return z.topk(k, dim=-1)
+
 
 # ------------------------------------------------------------------ models
 #
@@ -374,6 +382,75 @@ def decoder_forward(W, I, probe):
     return t
 
 
+# -- 7. moe (a Mixtral-style sparse feed-forward: top-2 routing, SwiGLU experts)
+
+MOE_X, MOE_K, MOE_C, MOE_H, MOE_AUX = 4, 2, 3, 6, 0.1
+
+
+def moe_init(gen):
+    W, I = {}, {}
+    W["n1.scale"] = 1 + uniform(gen, (E,), 0.5)
+    W["router.weight"] = uniform(gen, (E, MOE_X), 1 / math.sqrt(E))
+    W["g.weight"] = uniform(gen, (MOE_X, E, MOE_H), 1 / math.sqrt(E))
+    W["u.weight"] = uniform(gen, (MOE_X, E, MOE_H), 1 / math.sqrt(E))
+    W["d.weight"] = uniform(gen, (MOE_X, MOE_H, E), 1 / math.sqrt(MOE_H))
+    W["d.bias"] = uniform(gen, (MOE_X, E), 1 / math.sqrt(MOE_H))
+    I["x"] = normal(gen, (2, 5, E))
+    I["target"] = normal(gen, (2, 5, E))
+    return W, I
+
+
+def moe_route(logits, probe):
+    """Top-k routing per group (dim 0) as pcgc's moe_route: the gates are the
+    softmax of the chosen logits; first choices take their experts' slots
+    first, in token order, then second choices; a full expert drops the
+    choice (slot -1). Returns gate, slot and the load-balancing loss of
+    Switch/Mixtral, X * sum_e (n_e / S) * mean_t softmax(logits)_te, averaged
+    over the groups."""
+    G, S, X = logits.shape
+    top = probe.top_k(logits, MOE_K)
+    gate = torch.softmax(top.values, dim=-1)
+    slot = torch.full((G, S, MOE_K), -1, dtype=torch.int32)
+    for g in range(G):
+        fill = [0] * X
+        for j in range(MOE_K):
+            for t in range(S):
+                e = int(top.indices[g, t, j])
+                if fill[e] < MOE_C:
+                    slot[g, t, j] = e * MOE_C + fill[e]
+                    fill[e] += 1
+    n = F.one_hot(top.indices, X).sum(dim=2).sum(dim=1).to(logits.dtype)   # [G, X] choices per expert
+    p = torch.softmax(logits, dim=-1).mean(dim=1)                         # [G, X]
+    aux = (X * (n / S) * p).sum(dim=-1).mean()
+    return gate, slot, aux
+
+
+def moe_forward(W, I, probe):
+    t = {}
+    x = I["x"]
+    G, S, _ = x.shape
+    t["n1"] = rms_norm(x, W["n1.scale"])
+    t["router"] = t["n1"] @ W["router.weight"]
+    t["gate"], t["slot"], aux = moe_route(t["router"], probe)
+    # one-hot of each (token, choice)'s slot; dropped choices are all zero
+    hot = F.one_hot(t["slot"].clamp(min=0).long(), MOE_X * MOE_C).to(x.dtype)
+    hot = hot * (t["slot"] >= 0).to(x.dtype).unsqueeze(-1)                  # [G, S, K, X*C]
+    t["xs"] = (hot.sum(dim=2).transpose(1, 2) @ t["n1"]).reshape(G, MOE_X, MOE_C, E)
+    t["g"] = torch.einsum("gxcm,xmn->gxcn", t["xs"], W["g.weight"])
+    t["u"] = torch.einsum("gxcm,xmn->gxcn", t["xs"], W["u.weight"])
+    t["a"] = F.silu(t["g"])
+    t["h"] = t["a"] * t["u"]
+    t["d"] = torch.einsum("gxcm,xmn->gxcn", t["h"], W["d.weight"]) + W["d.bias"][None, :, None, :]
+    combine = (t["gate"].unsqueeze(-1) * hot).sum(dim=2)                    # [G, S, X*C]
+    t["y"] = combine @ t["d"].reshape(G, MOE_X * MOE_C, E)
+    t["res"] = x + t["y"]
+    t["loss"] = F.mse_loss(t["res"], I["target"])
+    # what trains: the loss plus the router's balancing term (pcgc adds the
+    # term's gradient in moe_route's backward and reports the loss alone)
+    t[OBJECTIVE] = t["loss"] + MOE_AUX * aux
+    return t
+
+
 # -- 4. embedding bag
 
 def embbag_init(gen):
@@ -406,10 +483,19 @@ MODELS = [
     ("embbag", embbag_init, embbag_forward("sum")),
     ("embbag_mean", embbag_init, embbag_forward("mean")),
     ("decoder", decoder_init, decoder_forward),
+    ("moe", moe_init, moe_forward),
 ]
 
 
 # ------------------------------------------------------------------- runs
+
+# A forward's training objective where it is not the reported loss alone
+# (moe: the loss plus the router's balancing term); not written to the files.
+OBJECTIVE = "__objective"
+
+
+def objective(t):
+    return t.get(OBJECTIVE, t["loss"])
 
 def leaves(W, dtype):
     return {k: v.to(dtype).clone().requires_grad_(True) for k, v in W.items()}
@@ -435,12 +521,14 @@ def run(W0, I0, forward, dtype, probe):
     Ig = {k: (v.clone().requires_grad_(True) if v.is_floating_point() else v) for k, v in I.items()}
     t = forward(W, Ig, probe)
     for v in t.values():
-        v.retain_grad()
-    t["loss"].backward()
+        if v.is_floating_point():
+            v.retain_grad()
+    objective(t).backward()
+    t.pop(OBJECTIVE, None)
     res += [("fwd/" + k, v.detach()) for k, v in t.items()]
     res += [("grad/" + k, v.grad) for k, v in W.items()]
     res += [("grad/" + k, v.grad) for k, v in Ig.items() if v.is_floating_point()]
-    res += [("grad/" + k, v.grad) for k, v in t.items() if k != "loss"]
+    res += [("grad/" + k, v.grad) for k, v in t.items() if k != "loss" and v.is_floating_point()]
 
     # optimizers, each from the initial weights, same batch every step
     for tag, make in (("sgd3", lambda p: torch.optim.SGD(p, **SGD)),
@@ -450,10 +538,10 @@ def run(W0, I0, forward, dtype, probe):
         losses = []
         for _ in range(STEPS):
             opt.zero_grad()
-            loss = forward(W, I, probe)["loss"]
-            loss.backward()
+            t = forward(W, I, probe)
+            objective(t).backward()
             opt.step()
-            losses.append(loss.item())
+            losses.append(t["loss"].item())
         res += [(tag + "/" + k, v.detach()) for k, v in W.items()]
         res.append((tag + "/loss", torch.tensor(losses, dtype=dtype)))
     torch.set_default_dtype(torch.float64)

@@ -43,7 +43,7 @@
 
 #define GOLDEN_DIR PCGC_SOURCE_DIR "/tests/golden"
 
-static const char *const MODELS[] = {"mlp", "cnn", "transformer", "embbag", "embbag_mean", "decoder"};
+static const char *const MODELS[] = {"mlp", "cnn", "transformer", "embbag", "embbag_mean", "decoder", "moe"};
 #define N_MODELS ((int)(sizeof MODELS / sizeof MODELS[0]))
 
 enum { G_FWD, G_GRAD, G_SGD, G_ADAM, G_COUNT };

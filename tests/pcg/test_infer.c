@@ -22,7 +22,7 @@
 
 /* A small legal sequential instance of op k: sets *a and in[], returns n_in.
  * Hand-written per op, so it is checked against the op count. */
-_Static_assert(PCGC_OP_COUNT == 48, "add the new op to plausible() in test_infer.c");
+_Static_assert(PCGC_OP_COUNT == 52, "add the new op to plausible() in test_infer.c");
 
 static int plausible(pcgc_op_kind k, pcgc_attrs *a, pcgc_ptensor *in)
 {
@@ -77,6 +77,15 @@ static int plausible(pcgc_op_kind k, pcgc_attrs *a, pcgc_ptensor *in)
     in[3] = in[4] = in[5] = F32(8, 8);
     in[6] = F32(8, 8);
     return 7;
+  case PCGC_OP_MOE_ROUTE: *a = set_int(*a, "capacity", 3); in[0] = F32(2, 5, 4); return 1;
+  case PCGC_OP_MOE_DISPATCH:
+    *a = set_int(*a, "experts", 4);
+    *a = set_int(*a, "capacity", 3);
+    in[0] = F32(2, 5, 8);
+    in[1] = I32(2, 5, 2);
+    return 2;
+  case PCGC_OP_EXPERT_LINEAR: in[0] = F32(2, 4, 3, 8); in[1] = F32(4, 8, 6); in[2] = F32(4, 6); return 3;
+  case PCGC_OP_MOE_COMBINE: in[0] = F32(2, 4, 3, 6); in[1] = F32(2, 5, 2); in[2] = I32(2, 5, 2); return 3;
   case PCGC_OP_SOFTMAX_CROSS_ENTROPY: in[0] = F32(4, 10); in[1] = I32(4); return 2;
   case PCGC_OP_MSE: in[0] = F32(4, 3); in[1] = F32(4, 3); return 2;
   case PCGC_OP_PARTITION:

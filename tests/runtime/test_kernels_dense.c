@@ -1043,6 +1043,111 @@ START_TEST(test_attention_head_pieces) {
 }
 END_TEST
 
+/* Mixture of experts: each expert's product is a linear layer of its own
+ * (gradient-checked with a bias and an activation); moe_combine over pieces
+ * holding 2 of the 4 experts adds up to the whole (partial sums), and
+ * moe_dispatch over pieces holding half the features gives the slices. The
+ * slots are those of tests/golden/moe.pcg's routing: 10 choices for 12
+ * slots, one dropped (-1). */
+START_TEST(test_expert_linear_gradients) {
+  for (int act = PCGC_ACT_NONE; act <= PCGC_ACT_GELU; act++) {
+    pcgc_attrs a = attrs(PCGC_OP_EXPERT_LINEAR);
+    seti(&a, "act", act);
+    gc_input in[] = {GF(2, 3, 2, 4), GF(3, 4, 5), GF(3, 5)};
+    gc(PCGC_OP_EXPERT_LINEAR, &a, NIN(in), in, NULL, 0, act ? "expert_linear act" : "expert_linear");
+    gc(PCGC_OP_EXPERT_LINEAR, &a, 2, in, NULL, 0, "expert_linear without bias");
+  }
+}
+END_TEST
+
+static const double moe_slots[] = {0, 6, 3, 1, 4, 11, 9, 5, 10, 7, 0, 4, 6, -1, 1, 7, 3, 8, 2, 9};
+
+START_TEST(test_moe_pieces) {
+  pcgc_buf slot = vals(PCGC_I32, 3, D(2, 5, 2), moe_slots);
+  /* combine over expert pieces */
+  pcgc_attrs ca = attrs(PCGC_OP_MOE_COMBINE);
+  pcgc_buf cin[3] = {randbuf(PCGC_F64, 4, D(2, 4, 3, 6), 0, 301), randbuf(PCGC_F64, 3, D(2, 5, 2), 0, 302), slot};
+  pcgc_buf y = run(PCGC_OP_MOE_COMBINE, &ca, 3, cin), dcin[3];
+  pcgc_buf dy = randbuf(PCGC_F64, 3, y.dims, 0, 303);
+  grads_for(3, cin, dcin);
+  bwd(PCGC_OP_MOE_COMBINE, &ca, 3, cin, &y, &dy, dcin, NULL);
+  pcgc_buf ysum = newbuf(PCGC_F64, 3, y.dims), gsum = newbuf(PCGC_F64, 3, cin[1].dims);
+  for (int p = 0; p < 2; p++) {
+    pcgc_buf piece[3] = {slice(&cin[0], 1, 2 * p, 2), cin[1], slot}, dpiece[3];
+    pcgc_piece pieces[3] = {whole_piece(&cin[0]), whole_piece(&cin[1]), whole_piece(&slot)};
+    pieces[0].offset[1] = 2 * p;
+    pcgc_kernel_ctx pctx = {pieces, NULL, 0, 0, false};
+    pcgc_buf yp = newbuf(PCGC_F64, 3, y.dims);
+    fwd(PCGC_OP_MOE_COMBINE, &ca, 3, piece, &yp, &pctx);
+    add_into(&ysum, &yp);
+    grads_for(3, piece, dpiece);
+    bwd(PCGC_OP_MOE_COMBINE, &ca, 3, piece, &yp, &dy, dpiece, &pctx);
+    pcgc_buf want = slice(&dcin[0], 1, 2 * p, 2);
+    ASSERT_CLOSE(&dpiece[0], &want, 1e-14, "moe_combine piece %d: gradient of the experts' slots", p);
+    add_into(&gsum, &dpiece[1]);
+    freebuf(&want);
+    freebuf(&dpiece[0]);
+    freebuf(&dpiece[1]);
+    freebuf(&piece[0]);
+    freebuf(&yp);
+  }
+  ASSERT_CLOSE(&ysum, &y, 1e-14, "moe_combine: the expert pieces' partial sums");
+  ASSERT_CLOSE(&gsum, &dcin[1], 1e-14, "moe_combine: the gates' gradient summed over the pieces");
+  /* every routed choice's slot holds its token: spot checks of the whole */
+  ck_assert_double_eq_tol(get(&y, 0), get(&cin[1], 0) * get(&cin[0], 0) + get(&cin[1], 1) * get(&cin[0], 6 * 6),
+                          1e-14);
+  /* dispatch over feature pieces */
+  pcgc_attrs da = attrs(PCGC_OP_MOE_DISPATCH);
+  seti(&da, "experts", 4);
+  seti(&da, "capacity", 3);
+  pcgc_buf din_[2] = {randbuf(PCGC_F64, 3, D(2, 5, 6), 0, 304), slot};
+  pcgc_buf xs = run(PCGC_OP_MOE_DISPATCH, &da, 2, din_), ddin[2];
+  ck_assert_double_eq(get(&xs, 6 * 6 + 1), get(&din_[0], 1)); /* token 0's second choice, slot 6 */
+  ck_assert_double_eq(get(&xs, 2 * 6), 0);                   /* slot 2 of group 0 is empty */
+  pcgc_buf dxs = randbuf(PCGC_F64, 4, xs.dims, 0, 305);
+  grads_for(2, din_, ddin);
+  bwd(PCGC_OP_MOE_DISPATCH, &da, 2, din_, &xs, &dxs, ddin, NULL);
+  for (int p = 0; p < 2; p++) {
+    pcgc_buf piece[2] = {slice(&din_[0], 2, 3 * p, 3), slot}, dpiece[2];
+    pcgc_piece pieces[2] = {whole_piece(&din_[0]), whole_piece(&slot)}, opiece = whole_piece(&xs);
+    pieces[0].offset[2] = 3 * p;
+    opiece.offset[3] = 3 * p;
+    pcgc_kernel_ctx pctx = {pieces, &opiece, 0, 0, false};
+    pcgc_buf xp = newbuf(PCGC_F64, 4, D(2, 4, 3, 3)), dxp = slice(&dxs, 3, 3 * p, 3), want = slice(&xs, 3, 3 * p, 3);
+    fwd(PCGC_OP_MOE_DISPATCH, &da, 2, piece, &xp, &pctx);
+    ASSERT_CLOSE(&xp, &want, 0, "moe_dispatch piece %d", p);
+    grads_for(2, piece, dpiece);
+    bwd(PCGC_OP_MOE_DISPATCH, &da, 2, piece, &xp, &dxp, dpiece, &pctx);
+    pcgc_buf dwant = slice(&ddin[0], 2, 3 * p, 3);
+    ASSERT_CLOSE(&dpiece[0], &dwant, 0, "moe_dispatch piece %d: gradient", p);
+    freebuf(&dwant);
+    freebuf(&dpiece[0]);
+    freebuf(&piece[0]);
+    freebuf(&xp);
+    freebuf(&dxp);
+    freebuf(&want);
+  }
+  /* a slot outside the experts' slots is refused */
+  put(&slot, 3, 12);
+  pcgc_error err;
+  pcgc_error_clear(&err);
+  ck_assert_int_ne(pcgc_cpu_forward(PCGC_OP_MOE_DISPATCH, &da, 2, din_, 1, &xs, NULL, &err), PCGC_OK);
+  ck_assert_msg(strstr(err.message, "slot 12") != NULL, "%s", err.message);
+  freebufs(2, ddin);
+  freebuf(&dxs);
+  freebuf(&xs);
+  freebuf(&din_[0]);
+  freebufs(2, dcin);
+  freebuf(&cin[0]);
+  freebuf(&cin[1]);
+  freebuf(&slot);
+  freebuf(&y);
+  freebuf(&dy);
+  freebuf(&ysum);
+  freebuf(&gsum);
+}
+END_TEST
+
 /* Global average pooling over a spatially split input divides by the whole area. */
 START_TEST(test_global_pool_pieces) {
   pcgc_attrs a = attrs(PCGC_OP_POOL2D);
@@ -1490,6 +1595,8 @@ static Suite *dense_suite(void) {
   tcase_add_test(tc, test_attention_qkv_bias_grad);
   tcase_add_test(tc, test_attention_qkv_bias_matches_11);
   tcase_add_test(tc, test_attention_qkv_bias_head_pieces);
+  tcase_add_test(tc, test_expert_linear_gradients);
+  tcase_add_test(tc, test_moe_pieces);
   tcase_add_test(tc, test_attention_qkv_bias_errors);
   suite_add_tcase(s, tc);
 

@@ -74,7 +74,7 @@ START_TEST(efficiency_table) {
     bool want_kernel = (c == PCGC_CLASS_COMPUTE || c == PCGC_CLASS_LOSS) && !view;
     ck_assert_msg(e->kernel == want_kernel, "%s: kernel %d", pcgc_op_name((pcgc_op_kind)k), e->kernel);
     bool want_matrix = k == PCGC_OP_LINEAR || k == PCGC_OP_MATMUL || k == PCGC_OP_BATCH_MATMUL ||
-                       k == PCGC_OP_CONV2D || k == PCGC_OP_ATTENTION;
+                       k == PCGC_OP_CONV2D || k == PCGC_OP_ATTENTION || k == PCGC_OP_EXPERT_LINEAR;
     ck_assert_msg(e->matrix == want_matrix, "%s: matrix %d", pcgc_op_name((pcgc_op_kind)k), e->matrix);
     if (e->kernel)
       ck_assert_msg(e->gpu > 0 && e->gpu <= 1 && e->cpu > 0 && e->cpu <= 1, "%s: efficiency %g/%g",
