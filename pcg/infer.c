@@ -238,6 +238,24 @@ static pcgc_status infer_source(ictx *c) {
 
 /* ------------------------------------------------------ linear, matmul */
 
+/* A product's epilogue (activation, bias) cannot act on partial sums. */
+static pcgc_status epilogue_whole(ictx *c, int32_t sum, int act, bool bias) {
+  if (sum > 1 && act != PCGC_ACT_NONE) {
+    pcgc_status s = fail(c, "the output is a partial sum (sum degree %d) and %s of a partial sum "
+                         "is not the partial sum of %s", sum,
+                         pcgc_enum_value_name(PCGC_ENUM_ACT, act), pcgc_enum_value_name(PCGC_ENUM_ACT, act));
+    hint(c, "use act=none here and apply the activation after reduce()");
+    return s;
+  }
+  if (bias && sum > 1) {
+    pcgc_status s = fail(c, "the output is a partial sum (sum degree %d), so the bias would be "
+                         "added %d times", sum, sum);
+    hint(c, "drop the bias here and add it after reduce()");
+    return s;
+  }
+  return bias ? no_sum(c, 2, "a bias must be whole") : PCGC_OK;
+}
+
 /* x[..., K] times w[K, N] (+ b[N]), optionally an activation. */
 static pcgc_status infer_dense(ictx *c, bool has_act) {
   const pcgc_ptensor *x = &c->in[0], *w = &c->in[1];
@@ -283,21 +301,8 @@ static pcgc_status infer_dense(ictx *c, bool has_act) {
   TRY(out_replica(c, 0, n, &R));
   o->replica = (int32_t)R;
   TRY(need_replica(c, 1, b * x->sum * R));
-  if (o->sum > 1 && act != PCGC_ACT_NONE) {
-    pcgc_status s = fail(c, "the output is a partial sum (sum degree %d) and %s of a partial sum "
-                         "is not the partial sum of %s", o->sum,
-                         pcgc_enum_value_name(PCGC_ENUM_ACT, act), pcgc_enum_value_name(PCGC_ENUM_ACT, act));
-    hint(c, "use act=none here and apply the activation after reduce()");
-    return s;
-  }
+  TRY(epilogue_whole(c, o->sum, act, bias));
   if (bias) {
-    if (o->sum > 1) {
-      pcgc_status s = fail(c, "the output is a partial sum (sum degree %d), so the bias would be "
-                           "added %d times", o->sum, o->sum);
-      hint(c, "drop the bias here and add it after reduce()");
-      return s;
-    }
-    TRY(no_sum(c, 2, "a bias must be whole"));
     if (c->in[2].degree[0] != n)
       return fail(c, "the bias is split %d ways but the output features %lld ways",
                   c->in[2].degree[0], (long long)n);
@@ -1244,21 +1249,8 @@ static pcgc_status infer_expert_linear(ictx *c) {
   o->replica = (int32_t)R;
   /* the weight does not depend on the groups or the slots */
   TRY(need_replica(c, 1, (int64_t)x->degree[0] * x->degree[2] * x->sum * R));
-  if (o->sum > 1 && act != PCGC_ACT_NONE) {
-    pcgc_status s = fail(c, "the output is a partial sum (sum degree %d) and %s of a partial sum "
-                         "is not the partial sum of %s", o->sum,
-                         pcgc_enum_value_name(PCGC_ENUM_ACT, act), pcgc_enum_value_name(PCGC_ENUM_ACT, act));
-    hint(c, "use act=none here and apply the activation after reduce()");
-    return s;
-  }
+  TRY(epilogue_whole(c, o->sum, act, bias));
   if (bias) {
-    if (o->sum > 1) {
-      pcgc_status s = fail(c, "the output is a partial sum (sum degree %d), so the bias would be "
-                           "added %d times", o->sum, o->sum);
-      hint(c, "drop the bias here and add it after reduce()");
-      return s;
-    }
-    TRY(no_sum(c, 2, "a bias must be whole"));
     const pcgc_ptensor *b = &c->in[2];
     if (b->degree[0] != x->degree[1] || b->degree[1] != n)
       return fail(c, "the bias is split %d x %d ways but the output's experts and features %d x %lld ways",

@@ -988,6 +988,20 @@ static const attn_case head_cases[] = {
     {2, 3, 4, 3, 4, 5, 8, 3, 4, false, false, 0.25, "grouped-query heads, rope", true, 4},
 };
 
+/* One piece of an op through forward and backward: its output (rank-3
+ * dims `od`) added into *ysum, its input gradients (allocated by
+ * grads_for) left in dpiece. */
+static void piece_pass(pcgc_op_kind kind, const pcgc_attrs *a, int n, const pcgc_buf *piece,
+                       const pcgc_kernel_ctx *pctx, const int64_t *od, const pcgc_buf *dy, pcgc_buf *ysum,
+                       pcgc_buf *dpiece) {
+  pcgc_buf yp = newbuf(PCGC_F64, 3, od);
+  fwd(kind, a, n, piece, &yp, pctx);
+  add_into(ysum, &yp);
+  grads_for(n, piece, dpiece);
+  bwd(kind, a, n, piece, &yp, dy, dpiece, pctx);
+  freebuf(&yp);
+}
+
 START_TEST(test_attention_head_pieces) {
   const attn_case t = head_cases[_i];
   int64_t Fp = attn_F(&t) / 2; /* wk's and wv's columns per piece */
@@ -1016,11 +1030,7 @@ START_TEST(test_attention_head_pieces) {
       pieces[i].offset[dim] = w * p;
     }
     pcgc_kernel_ctx pctx = {pieces, NULL, 3, 23, true};
-    pcgc_buf yp = newbuf(PCGC_F64, 3, y.dims);
-    fwd(PCGC_OP_ATTENTION, &a, 7, piece, &yp, &pctx);
-    add_into(&ysum, &yp);
-    grads_for(7, piece, dpiece);
-    bwd(PCGC_OP_ATTENTION, &a, 7, piece, &yp, &dy, dpiece, &pctx);
+    piece_pass(PCGC_OP_ATTENTION, &a, 7, piece, &pctx, y.dims, &dy, &ysum, dpiece);
     for (int i = 0; i < 3; i++) add_into(&sums[i], &dpiece[i]);
     for (int i = 3; i < 7; i++) {
       int64_t wd = i == 4 || i == 5 ? Fp : 4;
@@ -1030,7 +1040,6 @@ START_TEST(test_attention_head_pieces) {
       freebuf(&piece[i]);
     }
     freebufs(7, dpiece);
-    freebuf(&yp);
   }
   ASSERT_CLOSE(&ysum, &y, 1e-13, "partial sums of the output");
   for (int i = 0; i < 3; i++) ASSERT_CLOSE(&sums[i], &din[i], 1e-13, "gradient of input %d", i);
@@ -1077,11 +1086,7 @@ START_TEST(test_moe_pieces) {
     pcgc_piece pieces[3] = {whole_piece(&cin[0]), whole_piece(&cin[1]), whole_piece(&slot)};
     pieces[0].offset[1] = 2 * p;
     pcgc_kernel_ctx pctx = {pieces, NULL, 0, 0, false};
-    pcgc_buf yp = newbuf(PCGC_F64, 3, y.dims);
-    fwd(PCGC_OP_MOE_COMBINE, &ca, 3, piece, &yp, &pctx);
-    add_into(&ysum, &yp);
-    grads_for(3, piece, dpiece);
-    bwd(PCGC_OP_MOE_COMBINE, &ca, 3, piece, &yp, &dy, dpiece, &pctx);
+    piece_pass(PCGC_OP_MOE_COMBINE, &ca, 3, piece, &pctx, y.dims, &dy, &ysum, dpiece);
     pcgc_buf want = slice(&dcin[0], 1, 2 * p, 2);
     ASSERT_CLOSE(&dpiece[0], &want, 1e-14, "moe_combine piece %d: gradient of the experts' slots", p);
     add_into(&gsum, &dpiece[1]);
@@ -1089,7 +1094,6 @@ START_TEST(test_moe_pieces) {
     freebuf(&dpiece[0]);
     freebuf(&dpiece[1]);
     freebuf(&piece[0]);
-    freebuf(&yp);
   }
   ASSERT_CLOSE(&ysum, &y, 1e-14, "moe_combine: the expert pieces' partial sums");
   ASSERT_CLOSE(&gsum, &dcin[1], 1e-14, "moe_combine: the gates' gradient summed over the pieces");
