@@ -60,6 +60,20 @@ static int64_t int_bound(const pcgc_node *n, const pcgc_buf *in) {
   return 1;
 }
 
+/* The slot ids of moe_dispatch's and moe_combine's routing input: a group's
+ * choices take the slots in order, unique as moe_route's are, and -1 (a
+ * dropped choice) past the last slot. */
+static void fill_slots(const pcgc_node *n, pcgc_buf *in) {
+  int si = n->kind == PCGC_OP_MOE_DISPATCH ? 1 : n->kind == PCGC_OP_MOE_COMBINE ? 2 : -1;
+  if (si < 0 || in[si].rank != 3 || in[si].dtype != PCGC_I32) return;
+  int64_t slots = n->kind == PCGC_OP_MOE_DISPATCH
+                      ? pcgc_attrs_int(&n->attrs, "experts") * pcgc_attrs_int(&n->attrs, "capacity")
+                      : in[0].dims[1] * in[0].dims[2];
+  int64_t per = in[si].dims[1] * in[si].dims[2];
+  int32_t *v = in[si].data;
+  for (int64_t i = 0; i < pcgc_buf_numel(&in[si]); i++) v[i] = i % per < slots ? (int32_t)(i % per) : -1;
+}
+
 typedef struct bench {
   pcgc_buf in[PCGC_CLI_PROFILE_MAX_INPUTS], din[PCGC_CLI_PROFILE_MAX_INPUTS], out[PCGC_VARIADIC], dout[PCGC_VARIADIC];
 } bench;
@@ -111,6 +125,7 @@ pcgc_status pcgc__cli_profile_measure(const pcgc_graph *g, int id, const bool *g
   for (int i = 0; i < n->n_in && st == PCGC_OK; i++)
     pcgc_cpu_fill_random(&b.in[i], pcgc_dtype_is_float(b.in[i].dtype) ? 0 : int_bound(n, b.in), 1,
                          (uint64_t)(id * 64 + i), NULL);
+  if (st == PCGC_OK) fill_slots(n, b.in);
   for (int j = 0; j < n->n_out && st == PCGC_OK; j++) {
     b.out[j] = make_buf(&n->out[j]);
     b.dout[j] = make_buf(&n->out[j]);

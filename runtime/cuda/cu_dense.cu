@@ -33,6 +33,7 @@
 #include <string.h>
 
 #include "cu_internal.h"
+#include "k_check.h"
 #include "k_dense_check.h"
 
 #define TRY(x)                    \
@@ -1492,5 +1493,118 @@ pcgc_status pcgc__cu_bwd_attention(const pcgc__cukargs *k) {
   }
   if (want_k) TRY(proj_bwd(k, rk, g.Ek, g.F, in[1].data, in[4].data, dK, din[1].data, din[4].data, dbias[1], part));
   if (want_v) TRY(proj_bwd(k, rk, g.Ev, g.F, in[2].data, in[5].data, dV, din[2].data, din[5].data, dbias[2], part));
+  return PCGC_OK;
+}
+
+/* ---------------------------------------------------------- expert_linear
+ * x[G, X, C, M] w[X, M, N] (b[X, N]): per group one strided-batched GEMM over
+ * the experts (expert e's C slots by w[e]); the bias and activation as
+ * linear's; the bias gradient summed over groups and slots per (e, n). */
+
+/* y[((g X + e) C + c) N + n] = act(y + b[e N + n]) */
+static __global__ void expert_bias_act_kernel(int64_t total, int64_t X, int64_t C, int64_t N,
+                                              const float *__restrict__ b, int act, float *__restrict__ y) {
+  int64_t stride = (int64_t)gridDim.x * blockDim.x;
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
+    float v = y[i];
+    if (b) v += b[(i / (C * N)) % X * N + i % N];
+    y[i] = act_fwd(act, v);
+  }
+}
+
+/* db[e N + n] += sum over g, c of dz (one thread per (e, n), in order) */
+static __global__ void expert_bias_grad_kernel(int64_t G, int64_t X, int64_t C, int64_t N,
+                                               const float *__restrict__ dz, float *__restrict__ db) {
+  int64_t stride = (int64_t)gridDim.x * blockDim.x;
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < X * N; i += stride) {
+    int64_t e = i / N, n = i % N;
+    float s = 0;
+    for (int64_t g = 0; g < G; g++)
+      for (int64_t c = 0; c < C; c++) s += dz[((g * X + e) * C + c) * N + n];
+    db[i] += s;
+  }
+}
+
+typedef struct expert_geo {
+  int64_t G, X, C, M, N;
+  bool bias;
+  int act;
+} expert_geo;
+
+static pcgc_status expert_check(const pcgc__cukargs *k, bool bwd, expert_geo *g) {
+  TRY(pcgc__kcheck(k, bwd, KX_F32_ONLY));
+  const pcgc_buf *x = &k->in[0], *w = &k->in[1];
+  *g = (expert_geo){x->dims[0], x->dims[1], x->dims[2], x->dims[3], w->dims[2], k->n_in == 3,
+                    (int)pcgc_attrs_int(k->a, "act")};
+  return int_fits(k, {g->G, g->X, g->C, g->M, g->N});
+}
+
+static pcgc_status expert_bias_act(const pcgc__cukargs *k, const expert_geo *g, const float *b, int act, float *y) {
+  int64_t total = g->G * g->X * g->C * g->N;
+  if (total <= 0 || (!b && act == PCGC_ACT_NONE)) return PCGC_OK;
+  expert_bias_act_kernel<<<pcgc__cu_blocks(total), PCGC_CU_THREADS, 0, k->cu->stream>>>(total, g->X, g->C, g->N, b,
+                                                                                         act, y);
+  return pcgc__cu_launched(k, "expert bias and activation");
+}
+
+/* y_g = x_g w for every group g: X products of [C, M] by [M, N] */
+static pcgc_status expert_products(const pcgc__cukargs *k, const expert_geo *g, const float *x, const float *w,
+                                   float *y) {
+  for (int64_t gi = 0; gi < g->G; gi++)
+    TRY(gemmb(k, false, false, g->C, g->N, g->M, 1, x + gi * g->X * g->C * g->M, g->M, g->C * g->M, w, g->N,
+              g->M * g->N, 0, y + gi * g->X * g->C * g->N, g->N, g->C * g->N, g->X));
+  return PCGC_OK;
+}
+
+pcgc_status pcgc__cu_fwd_expert_linear(const pcgc__cukargs *k) {
+  expert_geo g;
+  TRY(expert_check(k, false, &g));
+  TRY(gemm_room(k, {gemm_elems(g.C, g.N, g.M, g.X)}));
+  if (pcgc__cu_measuring(k)) return PCGC_OK;
+  const float *b = g.bias ? (const float *)k->in[2].data : NULL;
+  float *y = (float *)k->out[0].data;
+  TRY(blas_ready(k));
+  TRY(expert_products(k, &g, (const float *)k->in[0].data, (const float *)k->in[1].data, y));
+  return expert_bias_act(k, &g, b, g.act, y);
+}
+
+pcgc_status pcgc__cu_bwd_expert_linear(const pcgc__cukargs *k) {
+  expert_geo g;
+  TRY(expert_check(k, true, &g));
+  const float *x = (const float *)k->in[0].data, *w = (const float *)k->in[1].data;
+  const float *b = g.bias ? (const float *)k->in[2].data : NULL;
+  const float *y = (const float *)k->out[0].data, *dy = (const float *)k->dout[0].data;
+  float *dx = (float *)k->din[0].data, *dw = (float *)k->din[1].data;
+  float *db = g.bias ? (float *)k->din[2].data : NULL;
+  float *dz = NULL;
+  int64_t ny = g.G * g.X * g.C * g.N;
+  if (g.act != PCGC_ACT_NONE && (dx || dw || db)) TRY(take(k, ny, &dz));
+  TRY(gemm_room(k, {g.act == PCGC_ACT_GELU ? gemm_elems(g.C, g.N, g.M, g.X) : 0,
+                    dx ? gemm_elems(g.C, g.M, g.N, g.X) : 0, dw ? gemm_elems(g.M, g.N, g.C, g.X) : 0}));
+  if (pcgc__cu_measuring(k) || !(dx || dw || db)) return PCGC_OK;
+  TRY(blas_ready(k));
+  const float *dzp = dy;
+  if (g.act != PCGC_ACT_NONE) {
+    if (g.act == PCGC_ACT_GELU) { /* GELU' needs the pre-activation: recompute it */
+      TRY(expert_products(k, &g, x, w, dz));
+      TRY(expert_bias_act(k, &g, b, PCGC_ACT_NONE, dz));
+    }
+    TRY(act_bwd(k, g.act, ny, dy, y, dz));
+    dzp = dz;
+  }
+  for (int64_t gi = 0; gi < g.G; gi++) {
+    const float *xg = x + gi * g.X * g.C * g.M, *dzg = dzp + gi * g.X * g.C * g.N;
+    if (dx) /* dx_e = dz_e w_e^T */
+      TRY(gemmb(k, false, true, g.C, g.M, g.N, 1, dzg, g.N, g.C * g.N, w, g.N, g.M * g.N, 1,
+                dx + gi * g.X * g.C * g.M, g.M, g.C * g.M, g.X));
+    if (dw) /* dw_e += x_e^T dz_e */
+      TRY(gemmb(k, true, false, g.M, g.N, g.C, 1, xg, g.M, g.C * g.M, dzg, g.N, g.C * g.N, 1, dw, g.N, g.M * g.N,
+                g.X));
+  }
+  if (db) {
+    expert_bias_grad_kernel<<<pcgc__cu_blocks(g.X * g.N), PCGC_CU_THREADS, 0, k->cu->stream>>>(g.G, g.X, g.C, g.N,
+                                                                                                dzp, db);
+    TRY(pcgc__cu_launched(k, "expert bias gradient"));
+  }
   return PCGC_OK;
 }

@@ -199,7 +199,12 @@ static pcgc_buf to_host(const pcgc_buf *d) {
 /* ------------------------------------------------------------ comparison */
 
 static double get(const pcgc_buf *b, int64_t i) {
-  return b->dtype == PCGC_F32 ? ((const float *)b->data)[i] : ((const double *)b->data)[i];
+  switch (b->dtype) {
+  case PCGC_F32: return ((const float *)b->data)[i];
+  case PCGC_I32: return ((const int32_t *)b->data)[i]; /* moe_route's slots */
+  case PCGC_I64: return (double)((const int64_t *)b->data)[i];
+  default: return ((const double *)b->data)[i];
+  }
 }
 
 /* max |got - want| / max(max |want|, floor); INFINITY on NaN or differing shapes */
@@ -256,7 +261,8 @@ static void run_case_to(pcgc_op_kind k, const pcgc_attrs *a, const char *what, i
   for (int j = 0; j < n_out; j++) {
     out[j] = hbuf(tout[j].dtype, tout[j].rank, tout[j].dims);
     d_out[j] = dev_zero(&out[j]);
-    dout[j] = frand(out[j].rank, out[j].dims);
+    /* an integer output (moe_route's slots) takes no gradient: zeros */
+    dout[j] = is_f(tout[j].dtype) ? frand(out[j].rank, out[j].dims) : hbuf(tout[j].dtype, out[j].rank, out[j].dims);
     d_dout[j] = to_dev(&dout[j]);
   }
   for (int i = 0; i < n_in; i++) {
@@ -523,6 +529,42 @@ static void test_rmsnorm(void) {
   setf(&a, "eps", 1e-3);
   pcgc_buf in5[2] = {frand(DIMS(3, 5, 6)), frand(DIMS(5, 6))};
   run_case(PCGC_OP_RMSNORM, &a, "x[3,5,6] axes=2 eps=1e-3 scale", 2, in5, NULL, TOL_EW);
+}
+
+/* ------------------------------------------------------ mixture of experts */
+
+/* the slots of tests/golden/moe.pcg's routing: 2 groups of 5 tokens, 2
+ * choices each, 4 experts of 3 slots, one choice dropped */
+static pcgc_buf moe_slots(void) {
+  static const int32_t v[] = {0, 6, 3, 1, 4, 11, 9, 5, 10, 7, 0, 4, 6, -1, 1, 7, 3, 8, 2, 9};
+  pcgc_buf b = hbuf(PCGC_I32, DIMS(2, 5, 2));
+  memcpy(b.data, v, sizeof v);
+  return b;
+}
+
+static void test_moe(void) {
+  pcgc_attrs r = attrs(PCGC_OP_MOE_ROUTE);
+  seti(&r, "capacity", 3);
+  setf(&r, "aux", 0.1);
+  pcgc_buf l = frand(DIMS(2, 5, 4));
+  run_case(PCGC_OP_MOE_ROUTE, &r, "logits[2,5,4] k=2 capacity=3 aux=0.1", 1, &l, NULL, TOL_EW);
+  seti(&r, "k", 3);
+  seti(&r, "capacity", 40);
+  pcgc_buf l2 = frand(DIMS(3, 64, 8));
+  run_case(PCGC_OP_MOE_ROUTE, &r, "logits[3,64,8] k=3 capacity=40", 1, &l2, NULL, TOL_EW);
+  pcgc_attrs d = attrs(PCGC_OP_MOE_DISPATCH);
+  seti(&d, "experts", 4);
+  seti(&d, "capacity", 3);
+  pcgc_buf din_[2] = {frand(DIMS(2, 5, 6)), moe_slots()};
+  run_case(PCGC_OP_MOE_DISPATCH, &d, "x[2,5,6] into [2,4,3,6]", 2, din_, NULL, TOL_EW);
+  pcgc_attrs x = attrs(PCGC_OP_EXPERT_LINEAR);
+  pcgc_buf xin[3] = {frand(DIMS(2, 4, 3, 8)), frand(DIMS(4, 8, 6)), frand(DIMS(4, 6))};
+  run_case(PCGC_OP_EXPERT_LINEAR, &x, "x[2,4,3,8] w[4,8,6]", 2, xin, NULL, TOL_GEMM);
+  seti(&x, "act", PCGC_ACT_GELU);
+  run_case(PCGC_OP_EXPERT_LINEAR, &x, "x[2,4,3,8] w[4,8,6] b[4,6] gelu", 3, xin, NULL, TOL_GEMM);
+  pcgc_attrs c = attrs(PCGC_OP_MOE_COMBINE);
+  pcgc_buf cin[3] = {frand(DIMS(2, 4, 3, 6)), frand(DIMS(2, 5, 2)), moe_slots()};
+  run_case(PCGC_OP_MOE_COMBINE, &c, "y[2,4,3,6] gate[2,5,2]", 3, cin, NULL, TOL_EW);
 }
 
 /* ------------------------------------------------------------ embedding */
@@ -1068,6 +1110,7 @@ int main(void) {
   test_shape();
   test_reduce();
   test_attention();
+  test_moe();
   test_losses();
   test_batchnorm_split(true);
   test_batchnorm_split(false);
