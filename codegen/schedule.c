@@ -105,6 +105,57 @@ static int by_lo(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
+/* Each buffer's lifetime: the first and last instruction that touches it. */
+static void lifetimes(pcgc_device_program *P) {
+  int tb[PCGC_VARIADIC * 8 + 32];
+  for (int i = 0; i < P->n_ins; i++) {
+    int k = touched(&P->ins[i], P->args, tb);
+    for (int j = 0; j < k; j++) {
+      pcgc_plan_buf *B = &P->buf[tb[j]];
+      if (B->first < 0) B->first = i;
+      B->last = i;
+    }
+  }
+}
+
+/* What plan_memory reads of a device's buffers: sizes, persistence and
+ * lifetimes. Devices alike in all of it (the data-parallel copies of a
+ * strategy) get the same placement, computed once. */
+static uint64_t layout_hash(const pcgc_device_program *P) {
+  XXH3_state_t *s = XXH3_createState();
+  if (!s) return 0;
+  XXH3_64bits_reset(s);
+  XXH3_64bits_update(s, &P->n_ins, sizeof P->n_ins);
+  for (int b = 0; b < P->n_buf; b++) {
+    const pcgc_plan_buf *B = &P->buf[b];
+    int64_t v[4] = {B->bytes, B->persistent, B->first, B->last};
+    XXH3_64bits_update(s, v, sizeof v);
+  }
+  uint64_t h = XXH3_64bits_digest(s);
+  XXH3_freeState(s);
+  return h;
+}
+
+static bool same_layout(const pcgc_device_program *a, const pcgc_device_program *b) {
+  if (a->n_ins != b->n_ins || a->n_buf != b->n_buf) return false;
+  for (int i = 0; i < a->n_buf; i++) {
+    const pcgc_plan_buf *x = &a->buf[i], *y = &b->buf[i];
+    if (x->bytes != y->bytes || x->persistent != y->persistent || x->first != y->first || x->last != y->last)
+      return false;
+  }
+  return true;
+}
+
+/* P takes the placement of `like`, whose layout is the same. */
+static void copy_layout(pcgc_device_program *P, const pcgc_device_program *like) {
+  for (int b = 0; b < P->n_buf; b++) P->buf[b].addr = like->buf[b].addr;
+  P->arena_bytes = like->arena_bytes;
+  P->persistent_bytes = like->persistent_bytes;
+  P->peak_bytes = like->peak_bytes;
+  P->unplanned_bytes = like->unplanned_bytes;
+}
+
+/* Places the buffers (lifetimes known) in one arena. */
 static pcgc_status plan_memory(pcgc_device_program *P) {
   int n = P->n_buf;
   sized *idx = malloc((size_t)(n ? n : 1) * sizeof *idx);
@@ -114,15 +165,6 @@ static pcgc_status plan_memory(pcgc_device_program *P) {
     free(pl);
     free(live);
     return PCGC_ERR_NOMEM;
-  }
-  int tb[PCGC_VARIADIC * 8 + 32];
-  for (int i = 0; i < P->n_ins; i++) {
-    int k = touched(&P->ins[i], P->args, tb);
-    for (int j = 0; j < k; j++) {
-      pcgc_plan_buf *B = &P->buf[tb[j]];
-      if (B->first < 0) B->first = i;
-      B->last = i;
-    }
   }
   int64_t off = 0;
   int m = 0;
@@ -238,9 +280,10 @@ pcgc_status pcgc__cg_schedule(cg *C, pcgc_program **out) {
   hitem *heap = malloc((size_t)(nt ? nt : 1) * sizeof *heap);
   int32_t **pos = calloc((size_t)C->D, sizeof *pos);
   int64_t *npos = calloc((size_t)C->D, sizeof *npos);
+  uint64_t *lay = calloc((size_t)C->D, sizeof *lay);
   pcgc_program *p = calloc(1, sizeof *p);
   pcgc_status st = PCGC_OK;
-  if (!off || !succ || !indeg || !heap || !pos || !npos || !p) {
+  if (!off || !succ || !indeg || !heap || !pos || !npos || !lay || !p) {
     st = PCGC_ERR_NOMEM;
     goto done;
   }
@@ -344,7 +387,13 @@ pcgc_status pcgc__cg_schedule(cg *C, pcgc_program **out) {
       if (I->kind != PCGC_INS_COPY && !pcgc_allreduce_in_place(P, I) && bytes > P->max_message_bytes)
         P->max_message_bytes = bytes;
     }
-    if ((st = plan_memory(P))) goto done;
+    lifetimes(P);
+    lay[d] = layout_hash(P);
+    int like = -1;
+    for (int e = d - 1; e >= 0 && like < 0; e--) /* the most recent alike: dp copies are usually neighbours */
+      if (lay[e] == lay[d] && same_layout(&p->dev[e], P)) like = e;
+    if (like >= 0) copy_layout(P, &p->dev[like]);
+    else if ((st = plan_memory(P))) goto done;
   }
   p->digest = digest(p);
 done:
@@ -352,6 +401,7 @@ done:
     for (int d = 0; d < C->D; d++) free(pos[d]);
   free(pos);
   free(npos);
+  free(lay);
   free(off);
   free(succ);
   free(indeg);
