@@ -148,6 +148,7 @@ static void cost_flatten(cctx *x) { cost_view(x); }
 static void cost_softmax(cctx *x) { set(x, 5 * numel(&x->in[0]), 4.0 / 5); }
 static void cost_reduce(cctx *x) { set(x, numel(&x->in[0]), 0); }
 static void cost_mask(cctx *x) { set(x, numel(&x->in[0]), 1); } /* a comparison an element */
+static void cost_rope(cctx *x) { set(x, 3 * numel(&x->in[0]), 1); } /* two products and a sum */
 
 /* Any arity (7, 10 or 11 inputs): the bias adds (B*Sq*E + 2*B*Sk*F, and
  * B*Sq*Eo for bo) are not counted, a fraction 1/Eq of the projections; the

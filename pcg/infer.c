@@ -997,6 +997,24 @@ static pcgc_status infer_mask(ictx *c) {
   return PCGC_OK;
 }
 
+/* rope: x [..., T, D], position t = index along dim -2; D even and
+ * neither dim sharded (a piece would need its positions). A rotation is
+ * linear, so partial sums pass through. */
+static pcgc_status infer_rope(ictx *c) {
+  const pcgc_ptensor *x = &c->in[0];
+  TRY(need_float(c, 0));
+  if (x->rank < 2) return fail(c, "input must have at least 2 dims (positions and features), has %d", x->rank);
+  if (x->dims[x->rank - 1] % 2)
+    return fail(c, "the last dim (%lld) must be even: rope rotates its two halves together",
+                (long long)x->dims[x->rank - 1]);
+  double th = pcgc_attrs_float(c->a, "theta");
+  if (!(th > 1)) return fail(c, "theta must be above 1, got %g", th);
+  c->out[0] = *x;
+  TRY(unsharded(c, 0, x->rank - 2, "rope rotates by the position along it"));
+  TRY(unsharded(c, 0, x->rank - 1, "rope pairs its two halves"));
+  return PCGC_OK;
+}
+
 /* ------------------------------------------------------------- attention */
 
 static pcgc_status infer_attention(ictx *c) {

@@ -68,6 +68,7 @@
 #define EFF_softmax EFF_VECTOR
 #define EFF_reduce EFF_VECTOR
 #define EFF_mask EFF_VECTOR
+#define EFF_rope EFF_VECTOR
 #define EFF_xent EFF_VECTOR
 #define EFF_mse EFF_VECTOR
 #define EFF_concat EFF_COPY

@@ -1,8 +1,8 @@
 /*
  * k_elementwise.c — CPU kernels of the elementwise families: `unary`
  * (activations, exp, pow, clip, identity, scalar arithmetic, dropout),
- * `binary` (add, sub, mul, div with NumPy broadcasting) and `mask`
- * (causal_mask).
+ * `binary` (add, sub, mul, div with NumPy broadcasting), `mask`
+ * (causal_mask) and `rope`.
  *
  * Values are computed in double and stored in the buffers' dtype (f32 or
  * f64), but for the erf form of GELU on f32, which computes in float with
@@ -493,5 +493,47 @@ pcgc_status pcgc__cpu_bwd_mask(const pcgc__kargs *k) {
   pcgc_buf *dx = &k->din[0];
   if (!kx_want(dx)) return PCGC_OK;
   causal_run(k, &k->dout[0], dx, true);
+  return PCGC_OK;
+}
+
+/* ------------------------------------------------------------------ rope */
+
+/* x [..., T, D]: row t rotates each pair (i, i + D/2) by t theta^(-2i/D),
+ * the angles in double as the attention kernel's rope_table; backward
+ * rotates the gradient back. T and D are never sharded (infer.c). Each
+ * pair is read before it is written, so y may alias x. */
+static void rope_run(const pcgc__kargs *k, const pcgc_buf *src, pcgc_buf *dst, bool bwd) {
+  int r = src->rank;
+  int64_t T = src->dims[r - 2], D = src->dims[r - 1], h = D / 2, mats = pcgc_buf_numel(src) / (T * D);
+  double theta = pcgc_attrs_float(k->a, "theta");
+  for (int64_t i = 0; i < h; i++) {
+    double inv = pow(theta, -2.0 * (double)i / (double)D);
+    for (int64_t t = 0; t < T; t++) {
+      double a = (double)t * inv, cs = cos(a), sn = bwd ? -sin(a) : sin(a);
+      for (int64_t m = 0; m < mats; m++) {
+        int64_t e = (m * T + t) * D + i;
+        double x1 = kx_get(src, e), x2 = kx_get(src, e + h);
+        if (bwd) {
+          kx_add(dst, e, x1 * cs - x2 * sn);
+          kx_add(dst, e + h, x2 * cs + x1 * sn);
+        } else {
+          kx_set(dst, e, x1 * cs - x2 * sn);
+          kx_set(dst, e + h, x2 * cs + x1 * sn);
+        }
+      }
+    }
+  }
+}
+
+pcgc_status pcgc__cpu_fwd_rope(const pcgc__kargs *k) {
+  KX_TRY(pcgc__kcheck(k, false, 0));
+  rope_run(k, &k->in[0], &k->out[0], false);
+  return PCGC_OK;
+}
+
+pcgc_status pcgc__cpu_bwd_rope(const pcgc__kargs *k) {
+  KX_TRY(pcgc__kcheck(k, true, 0));
+  if (!kx_want(&k->din[0])) return PCGC_OK;
+  rope_run(k, &k->dout[0], &k->din[0], true);
   return PCGC_OK;
 }

@@ -1,8 +1,8 @@
 /*
  * cu_elementwise.cu — CUDA kernels of the elementwise families: `unary`
  * (activations, exp, pow, clip, identity, scalar arithmetic, dropout),
- * `binary` (add, sub, mul, div with NumPy broadcasting) and `mask`
- * (causal_mask), k_elementwise.c on the GPU.
+ * `binary` (add, sub, mul, div with NumPy broadcasting), `mask`
+ * (causal_mask) and `rope`, k_elementwise.c on the GPU.
  *
  * Every value is the CPU's expression in double, rounded to f32 once when
  * stored (see cu_common_impl.h for what can still differ: CUDA's erf, tanh
@@ -477,4 +477,50 @@ pcgc_status pcgc__cu_bwd_mask(const pcgc__cukargs *k) {
   causal_kernel<true><<<CUX_GRID(n)>>>(n, M, N, pcgc_attrs_int(k->a, "offset"), (const float *)dy->data,
                                        (float *)dx->data);
   return pcgc__cu_launched(k, "causal_mask backward");
+}
+
+/* ------------------------------------------------------------------ rope */
+
+namespace {
+
+/* one thread per pair (i, i + D/2) of row t of a matrix of [mats, T, D]:
+ * the CPU's rotation, its angle in double; backward rotates back and adds */
+template <bool BWD>
+__global__ void rope_kernel(int64_t pairs, int64_t T, int64_t D, double theta, const float *src, float *dst) {
+  int64_t h = D / 2;
+  CUX_FOR(p, pairs) {
+    int64_t i = p % h, t = (p / h) % T, e = (p / h) * D + i;
+    double a = (double)t * pow(theta, -2.0 * (double)i / (double)D), cs = cos(a), sn = BWD ? -sin(a) : sin(a);
+    double x1 = (double)src[e], x2 = (double)src[e + h];
+    double y1 = cux_mul(x1, cs) - cux_mul(x2, sn), y2 = cux_mul(x2, cs) + cux_mul(x1, sn);
+    if (BWD) {
+      dst[e] += (float)y1;
+      dst[e + h] += (float)y2;
+    } else {
+      dst[e] = (float)y1;
+      dst[e + h] = (float)y2;
+    }
+  }
+}
+
+} /* namespace */
+
+pcgc_status pcgc__cu_fwd_rope(const pcgc__cukargs *k) {
+  CUX_TRY(cux_check(k, false, 0));
+  if (pcgc__cu_measuring(k)) return PCGC_OK;
+  const pcgc_buf *x = &k->in[0];
+  int64_t T = x->dims[x->rank - 2], D = x->dims[x->rank - 1], pairs = pcgc_buf_numel(x) / 2;
+  rope_kernel<false><<<CUX_GRID(pairs)>>>(pairs, T, D, pcgc_attrs_float(k->a, "theta"), (const float *)x->data,
+                                          (float *)k->out[0].data);
+  return pcgc__cu_launched(k, "rope forward");
+}
+
+pcgc_status pcgc__cu_bwd_rope(const pcgc__cukargs *k) {
+  CUX_TRY(cux_check(k, true, 0));
+  if (pcgc__cu_measuring(k) || !cux_want(&k->din[0])) return PCGC_OK;
+  const pcgc_buf *dy = &k->dout[0];
+  int64_t T = dy->dims[dy->rank - 2], D = dy->dims[dy->rank - 1], pairs = pcgc_buf_numel(dy) / 2;
+  rope_kernel<true><<<CUX_GRID(pairs)>>>(pairs, T, D, pcgc_attrs_float(k->a, "theta"), (const float *)dy->data,
+                                         (float *)k->din[0].data);
+  return pcgc__cu_launched(k, "rope backward");
 }

@@ -618,6 +618,9 @@ static void test_unary(void) {
   run_case(PCGC_OP_CAUSAL_MASK, &mk_, "[2,3,5,7] offset 0", 1, &xm, NULL, TOL_EW);
   seti(&mk_, "offset", 2);
   run_case(PCGC_OP_CAUSAL_MASK, &mk_, "[2,3,5,7] offset 2", 1, &xm, NULL, TOL_EW);
+  pcgc_attrs ro = attrs(PCGC_OP_ROPE);
+  pcgc_buf xr = frand(DIMS(2, 3, 5, 8));
+  run_case(PCGC_OP_ROPE, &ro, "[2,3,5,8] theta 10000", 1, &xr, NULL, TOL_EW);
 
   pcgc_attrs a = attrs(PCGC_OP_RELU);
   pcgc_buf big = frand(DIMS(1000003));

@@ -312,7 +312,7 @@ START_TEST(test_elementwise_flops)
       {PCGC_OP_RELU6, 1, 1},      {PCGC_OP_HARDSIGMOID, 3, 3}, {PCGC_OP_HARDSWISH, 4, 4}, {PCGC_OP_LEAKY_RELU, 1, 1},
       {PCGC_OP_TANH, 4, 4},       {PCGC_OP_EXP, 4, 4},        {PCGC_OP_IDENTITY, 0, 0},
       {PCGC_OP_SCALAR_MUL, 1, 1}, {PCGC_OP_DROPOUT, 2, 2},    {PCGC_OP_SOFTMAX, 5, 4},
-      {PCGC_OP_LOG_SOFTMAX, 5, 4}, {PCGC_OP_POW, 4, 4},       {PCGC_OP_CLIP, 2, 2},      {PCGC_OP_CAUSAL_MASK, 1, 1},
+      {PCGC_OP_LOG_SOFTMAX, 5, 4}, {PCGC_OP_POW, 4, 4},       {PCGC_OP_CLIP, 2, 2},      {PCGC_OP_CAUSAL_MASK, 1, 1}, {PCGC_OP_ROPE, 3, 3},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     pcgc_attrs a = attrs(cases[i].k);

@@ -22,7 +22,7 @@
 
 /* A small legal sequential instance of op k: sets *a and in[], returns n_in.
  * Hand-written per op, so it is checked against the op count. */
-_Static_assert(PCGC_OP_COUNT == 53, "add the new op to plausible() in test_infer.c");
+_Static_assert(PCGC_OP_COUNT == 54, "add the new op to plausible() in test_infer.c");
 
 static int plausible(pcgc_op_kind k, pcgc_attrs *a, pcgc_ptensor *in)
 {
@@ -59,6 +59,7 @@ static int plausible(pcgc_op_kind k, pcgc_attrs *a, pcgc_ptensor *in)
   case PCGC_OP_LOG_SOFTMAX:
   case PCGC_OP_CLIP:
   case PCGC_OP_CAUSAL_MASK:
+  case PCGC_OP_ROPE:
   case PCGC_OP_FLATTEN: in[0] = F32(4, 6); return 1;
   case PCGC_OP_POW: *a = set_float(*a, "exponent", 0.5); in[0] = F32(4, 6); return 1;
   case PCGC_OP_ADD:

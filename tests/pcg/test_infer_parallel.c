@@ -612,6 +612,17 @@ START_TEST(test_log_softmax_and_mask_parallel)
   FAILS(r, PCGC_ERR_TYPE, "masking a partial sum", "reduce(degree=2)");
   r = INFER(PCGC_OP_CAUSAL_MASK, NULL, F32(5));
   FAILS(r, PCGC_ERR_TYPE, "at least 2 dims", NULL);
+  /* rope: linear, so partial sums pass; positions and features whole */
+  r = INFER(PCGC_OP_ROPE, NULL, psum(shard(F32(4, 2, 6, 8), 1, 2), 3));
+  OK(r);
+  DEG(r.out[0], 1, 2, 1, 1);
+  PAR(r.out[0], 3, 1, 1, -1);
+  r = INFER(PCGC_OP_ROPE, NULL, shard(F32(4, 6, 8), 1, 2));
+  FAILS(r, PCGC_ERR_TYPE, "rope rotates by the position along it", NULL);
+  r = INFER(PCGC_OP_ROPE, NULL, shard(F32(4, 6, 8), 2, 2));
+  FAILS(r, PCGC_ERR_TYPE, "rope pairs its two halves", NULL);
+  r = INFER(PCGC_OP_ROPE, NULL, F32(4, 6, 7));
+  FAILS(r, PCGC_ERR_TYPE, "must be even", NULL);
 }
 END_TEST
 

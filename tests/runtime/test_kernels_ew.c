@@ -325,6 +325,8 @@ static void build_cases(void) {
     CASE(PCGC_OP_LOG_SOFTMAX, with_int(attrs(PCGC_OP_LOG_SOFTMAX), "axis", ax), what, GF(2, 3, 4));
   }
   CASE(PCGC_OP_LOG_SOFTMAX, attrs(PCGC_OP_LOG_SOFTMAX), "rank 1", GF(5));
+  CASE(PCGC_OP_ROPE, attrs(PCGC_OP_ROPE), "[2, 3, 5, 4]", GF(2, 3, 5, 4));
+  CASE(PCGC_OP_ROPE, with_float(attrs(PCGC_OP_ROPE), "theta", 7.5), "theta 7.5 [6, 8]", GF(6, 8));
   static const int64_t dimsets[][4] = {{1, 0}, {2, 1, 2}, {1, -1}, {2, 0, 2}, {3, 0, 1, 2}};
   for (int k = PCGC_OP_REDUCE_SUM; k <= PCGC_OP_REDUCE_MAX; k++)
     for (int keep = 0; keep < 2; keep++)
@@ -628,6 +630,16 @@ END_TEST
 /* causal_mask: -inf where column > row + offset, over the last two dims of
  * every matrix; its gradient passes where the input does. (Not in the
  * gradient-check table: -inf outputs have no finite difference.) */
+/* rope against Hugging Face's LLaMA form in torch (f64): x * cos + rotate_half(x) * sin */
+START_TEST(values_rope) {
+  pcgc_buf x = F64(VALS(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12), 3, 4);
+  expect_fwd(PCGC_OP_ROPE, AP(PCGC_OP_ROPE), 1, &x,
+             VALS(1.0, 2.0, 3.0, 4.0, -3.1887853643145765, 5.919701335826659, 7.9894710651164615, 8.059599003338322,
+                  -13.747593224006781, 9.758016066345782, 3.6060616394125686, 12.197586746932263),
+             1e-14);
+}
+END_TEST
+
 START_TEST(values_causal_mask) {
   pcgc_buf x = F64(VALS(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12), 2, 2, 3);
   const double I = INFINITY;
@@ -1056,6 +1068,7 @@ static Suite *kernels_ew_suite(void) {
   tcase_add_test(tc, values_movement);
   tcase_add_test(tc, values_softmax_reduce);
   tcase_add_test(tc, values_causal_mask);
+  tcase_add_test(tc, values_rope);
   tcase_add_test(tc, values_norm);
   tcase_add_test(tc, values_losses);
   suite_add_tcase(s, tc);
