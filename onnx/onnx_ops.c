@@ -71,6 +71,9 @@ static bool scalar_of(onnx_ctx *c, onnx_value *v, double *out, pcgc_status *s) {
 
 static int norm_axis(int64_t a, int rank) { return (int)(a < 0 ? a + rank : a); }
 
+static pcgc_status take(onnx_ctx *c, pcgc_ref x, int axis, int64_t start, int64_t count, const char *suffix,
+                        pcgc_ref *out);
+
 /* ------------------------------------------------------------ elementwise */
 
 static pcgc_status conv_unary(onnx_ctx *c) {
@@ -581,11 +584,29 @@ static pcgc_status conv_pool(onnx_ctx *c) {
                              "whole window (count_include_pad=1)");
     return s;
   }
+  /* ceil_mode=1 where it adds a window: for max pooling, the input's last row (column)
+   * repeated as often as that window reaches past the padded input. The window starts
+   * inside the input, so it holds that row already and the copies change no maximum; the
+   * gradient of a copy flows back to the row through the concat. PyTorch's ceil mode
+   * exactly. Average pooling would divide differently: refused. */
   for (int i = 0; i < 2; i++) {
     pad[i] += extra[i];
-    int64_t span = xt->dims[2 + i] + 2 * pad[i] - k[i];
-    if (ceil_mode && stride[i] > 0 && span > 0 && span % stride[i])
-      return bad_attr(c, "ceil_mode", "1", "here it gives a larger output than ceil_mode=0, which is all pcgc has");
+    int64_t n = type_of(c, x)->dims[2 + i], span = n + 2 * pad[i] - k[i];
+    if (!ceil_mode || stride[i] <= 0 || span <= 0 || span % stride[i] == 0) continue;
+    int64_t last = span / stride[i] + 1; /* the added window's index */
+    int64_t more = last * stride[i] + k[i] - (n + 2 * pad[i]);
+    if (!is_max || last * stride[i] - pad[i] > n - 1 || more > PCGC_VARIADIC - 1)
+      return bad_attr(c, "ceil_mode", "1", is_max ? "here the added window starts in the padding" :
+                      "here it gives a larger output than ceil_mode=0, and pcgc's average pooling has no ceil "
+                      "mode");
+    pcgc_ref parts[PCGC_VARIADIC];
+    parts[0] = x;
+    TRY(take(c, x, 2 + i, n - 1, 1, i ? ".lastcol" : ".lastrow", &parts[1]));
+    for (int64_t j = 2; j <= more; j++) parts[j] = parts[1];
+    pcgc_attrs ca;
+    pcgc_attrs_init(&ca, PCGC_OP_CONCAT);
+    pcgc_attrs_set_int(&ca, "axis", 2 + i);
+    TRY(emit_ref(c, PCGC_OP_CONCAT, i ? ".ceilcols" : ".ceilrows", &ca, (int)more + 1, parts, &x));
   }
   pcgc_attrs a;
   pcgc_attrs_init(&a, PCGC_OP_POOL2D);

@@ -220,7 +220,8 @@ class SwiGLU(torch.nn.Module):
 class Ops17(torch.nn.Module):
     """The operators issue 16 asks for, at opset 17: convolutions at every
     group count (1, 2, 4, depthwise, depthwise with two outputs per input),
-    HardSwish, HardSigmoid, LeakyRelu, Clip with both bounds and with one,
+    HardSwish, HardSigmoid, LeakyRelu, a max pool with ceil_mode=1 that adds
+    a window, Clip with both bounds and with one,
     GroupNorm (Reshape -> InstanceNormalization -> Reshape -> Mul -> Add),
     InstanceNorm2d with affine parameters, Pow 3 and -0.5, Sqrt, Reciprocal,
     a constant divided by a tensor, GELU (Erf, decomposed below opset 20),
@@ -242,9 +243,10 @@ class Ops17(torch.nn.Module):
     def forward(self, x):                                          # x (B, 4, 8, 8)
         F = torch.nn.functional
         h = F.hardswish(self.conv2(self.conv1(x)))                 # (B, 8, 8, 8)
+        h = F.max_pool2d(h, 3, stride=2, ceil_mode=True)           # (B, 8, 4, 4): 3 without ceil
         h = F.hardsigmoid(self.conv4(h)) * h
         h = F.leaky_relu(self.dw(h), 0.1)
-        h = torch.clamp(self.dw2(h), -1.5, 2.0)                    # (B, 16, 4, 4)
+        h = torch.clamp(self.dw2(h), -1.5, 2.0)                    # (B, 16, 2, 2)
         h = self.inorm(self.gn(h)).clamp(min=-0.5)
         q = h * h + 1
         h = h.pow(3) * 0.1 + torch.sqrt(q) + q.pow(-0.5) + torch.reciprocal(q + 1) + 3 / q
