@@ -226,7 +226,9 @@ class Ops17(torch.nn.Module):
     InstanceNorm2d with affine parameters, Pow 3 and -0.5, Sqrt, Reciprocal,
     a constant divided by a tensor, GELU (Erf, decomposed below opset 20),
     SiLU (Sigmoid + Mul), ReduceMax (amax) next to ReduceMean, Slice,
-    Gather of one index and of consecutive ones, LogSoftmax."""
+    Gather of one index and of consecutive ones, LogSoftmax, a parameter
+    expanded to the batch (as ViT's class token: not folded into a weight
+    of the batch's size)."""
 
     def __init__(self):
         super().__init__()
@@ -239,6 +241,7 @@ class Ops17(torch.nn.Module):
         self.inorm = torch.nn.InstanceNorm2d(16, affine=True)
         self.fc = torch.nn.Linear(16, 7)
         self.act = torch.nn.SiLU()
+        self.token = torch.nn.Parameter(torch.randn(1, 5))
 
     def forward(self, x):                                          # x (B, 4, 8, 8)
         F = torch.nn.functional
@@ -253,6 +256,7 @@ class Ops17(torch.nn.Module):
         h = self.act(F.gelu(h))
         z = self.fc(h.mean((2, 3)) + h.amax((2, 3)))               # (B, 7)
         z = z[:, 1:6] + z[:, [2, 3, 4, 5, 6]]                      # (B, 5)
+        z = z + self.token.expand(z.shape[0], -1)                  # a parameter grown to the batch
         return F.log_softmax(z, dim=-1) + z[:, 0].unsqueeze(-1)
 
 
