@@ -12,6 +12,9 @@
  *   RMSNorm:     x / sqrt(mean(x^2) + eps) [* scale]     Pow|Mul -> ReduceMean -> Add -> Sqrt ->
  *                (Hugging Face's LlamaRMSNorm)             (Reciprocal|Div(1, .) -> Mul(x, .)) | Div(x, .)
  *                                                          [-> Mul(scale)]
+ *   RoPE:        x * cos + cat(-x2, x1) * sin           Slice(x, h:) -> Neg -> Concat(., Slice(x, :h)) ->
+ *                (LLaMA's rotate-half; cos, sin the        Mul(sin) -> Add(Mul(x, cos), .)
+ *                constant tables of one theta)
  *   SiLU:        x * sigmoid(x)                          Sigmoid -> Mul (x either side)
  *                (no ONNX operator before opset 23; a Sigmoid whose product is
  *                not with its own input stays a sigmoid)
@@ -341,6 +344,122 @@ static int match_rmsnorm(onnx_ctx *c, int sq, onnx_fused *f, chain *ch, pcgc_sta
   return absorb(c, ch, root, "Mul", &f->scale);
 }
 
+/* A one-element integer constant. */
+static bool const_int(onnx_ctx *c, const char *name, int64_t *v, pcgc_status *st) {
+  onnx_value *cv = pcgc__onnx_value(c, name);
+  onnx_tensor *t;
+  if (!cv || cv->kind != OV_CONST || (*st = pcgc__onnx_const(c, cv, &t)) != PCGC_OK || t->numel != 1 ||
+      !pcgc__onnx_type_is_int(t->type))
+    return false;
+  *v = pcgc__onnx_get_i(t, 0);
+  return true;
+}
+
+/* Slice i (opset >= 10) whose steps are absent or 1. Its start, end and
+ * axis when they are constants of one element already (*known); exporters
+ * often compute them from the input's shape (x.shape[-1] // 2), which is
+ * evaluated only during conversion, so then the caller checks them when
+ * the fused operator is emitted. */
+static bool slice_range(onnx_ctx *c, int i, int64_t *v, bool *known, pcgc_status *st) {
+  const Onnx__NodeProto *n = node_at(c, i);
+  if (c->fused[i].kind != OF_NONE || !n->op_type || strcmp(n->op_type, "Slice") != 0 || n->n_input < 4 ||
+      n->n_output < 1 || (n->domain && n->domain[0]))
+    return false;
+  int64_t step = 1;
+  if (n->n_input >= 5 && n->input[4][0] && (!is_const(c, n->input[4]) || !const_int(c, n->input[4], &step, st)))
+    return false;
+  *known = true;
+  for (int k = 0; k < 3; k++)
+    if (!const_int(c, n->input[1 + k], &v[k], st)) *known = false;
+  return step == 1;
+}
+
+/* The rotary table `name` ([..., T, D], leading dims 1) holds f(t theta^(-2 (i mod D/2) / D)) for f = cos (or
+ * sin), within 1e-5: the tables LLaMA precomputes (in f32). */
+static bool rope_table(onnx_ctx *c, const char *name, bool is_sin, int64_t D, double *theta, int64_t *T,
+                       pcgc_status *st) {
+  onnx_value *v = pcgc__onnx_value(c, name);
+  onnx_tensor *t;
+  if (!v || v->kind != OV_CONST || (*st = pcgc__onnx_const(c, v, &t)) != PCGC_OK || t->rank < 2 ||
+      !pcgc__onnx_type_is_float(t->type) || t->dims[t->rank - 1] != D || D < 4)
+    return false;
+  for (int d = 0; d < t->rank - 2; d++)
+    if (t->dims[d] != 1) return false;
+  *T = t->dims[t->rank - 2];
+  if (*T < 2) return false;
+  int64_t h = D / 2;
+  for (int64_t r = 0; r < *T; r++)
+    for (int64_t i = 0; i < D; i++) {
+      double a = (double)r * pow(*theta, -2.0 * (double)(i % h) / (double)D);
+      if (fabs(pcgc__onnx_get_f(t, r * D + i) - (is_sin ? sin(a) : cos(a))) > 1e-5) return false;
+    }
+  return true;
+}
+
+/* The angle of position 1, pair 1 from the tables: theta^(-2/D). */
+static bool rope_theta(onnx_ctx *c, const char *cosn, const char *sinn, int64_t D, double *theta, pcgc_status *st) {
+  onnx_value *cv = pcgc__onnx_value(c, cosn), *sv = pcgc__onnx_value(c, sinn);
+  onnx_tensor *ct, *stt;
+  if (!cv || !sv || cv->kind != OV_CONST || sv->kind != OV_CONST) return false;
+  if ((*st = pcgc__onnx_const(c, cv, &ct)) != PCGC_OK || (*st = pcgc__onnx_const(c, sv, &stt)) != PCGC_OK)
+    return false;
+  if (ct->rank < 2 || ct->dims[ct->rank - 1] != D || ct->numel < 2 * D || stt->numel != ct->numel) return false;
+  double a = atan2(pcgc__onnx_get_f(stt, D + 1), pcgc__onnx_get_f(ct, D + 1));
+  if (!(a > 0 && a < 1)) return false;
+  *theta = pcgc__onnx_nice_float((float)pow(a, -(double)D / 2));
+  return *theta > 1;
+}
+
+/* Rotary embeddings in the rotate-half form, x * cos + cat(-x2, x1) * sin
+ * with x1, x2 the halves of x's last dim and cos, sin constant tables:
+ * Slice(x, h:) -> Neg -> Concat(., Slice(x, :h)) -> Mul(sin) -> Add(Mul(x, cos), .),
+ * anchored at the Neg. */
+static int match_rope(onnx_ctx *c, int ng, onnx_fused *f, chain *ch, pcgc_status *st) {
+  int s2 = private_producer(c, in_k(c, ng, 0));
+  int64_t r2[3], r1[3];
+  bool k2, k1;
+  if (s2 < 0 || !slice_range(c, s2, r2, &k2, st)) return -1;
+  const char *x = in_k(c, s2, 0);
+  if (is_const(c, x)) return -1;
+  int cat = sole_user(c, out0(c, ng));
+  if (!is_op(c, cat, "Concat", 2) || strcmp(in_k(c, cat, 0), out0(c, ng)) != 0) return -1;
+  const Onnx__AttributeProto *aa = pcgc__onnx_attr(node_at(c, cat), "axis");
+  int s1 = private_producer(c, in_k(c, cat, 1));
+  if (!aa || s1 < 0 || !slice_range(c, s1, r1, &k1, st) || strcmp(in_k(c, s1, 0), x) != 0) return -1;
+  int ms = sole_user(c, out0(c, cat));
+  const char *sinn = is_op(c, ms, "Mul", 2) ? other_operand(c, ms, out0(c, cat)) : NULL;
+  int add = sinn ? sole_user(c, out0(c, ms)) : -1;
+  const char *mc_out = is_op(c, add, "Add", 2) ? other_operand(c, add, out0(c, ms)) : NULL;
+  int mc = mc_out ? private_producer(c, mc_out) : -1;
+  const char *cosn = is_op(c, mc, "Mul", 2) ? other_operand(c, mc, x) : NULL;
+  onnx_value *cv = cosn ? pcgc__onnx_value(c, cosn) : NULL;
+  onnx_tensor *ct;
+  if (!cv || cv->kind != OV_CONST || (*st = pcgc__onnx_const(c, cv, &ct)) != PCGC_OK || ct->rank < 2) return -1;
+  int64_t D = ct->dims[ct->rank - 1], h = D / 2;
+  if (k2 && (r2[0] != h || r2[1] < D)) return -1;                 /* x[..., h:] */
+  if (k1 && (r1[0] != 0 || r1[1] != h || r1[2] != r2[2])) return -1; /* x[..., :h] */
+  double theta = 0;
+  int64_t T, T2;
+  if (!rope_theta(c, cosn, sinn, D, &theta, st) || !rope_table(c, cosn, false, D, &theta, &T, st) ||
+      !rope_table(c, sinn, true, D, &theta, &T2, st) || T != T2)
+    return -1;
+  push(ch, s2);
+  push(ch, ng);
+  push(ch, s1);
+  push(ch, cat);
+  push(ch, ms);
+  push(ch, mc);
+  f->x = x;
+  f->eps = theta;
+  f->n_axes = 5; /* checked on emission: T, the Concat's axis, the two Slices */
+  f->axes[0] = T;
+  f->axes[1] = aa->i;
+  f->axes[2] = s2;
+  f->axes[3] = s1;
+  f->axes[4] = D;
+  return add;
+}
+
 static void commit(onnx_ctx *c, const chain *ch, int root, const onnx_fused *f) {
   for (int k = 0; k < ch->n; k++) c->fused[ch->nodes[k]].kind = OF_SKIP;
   c->fused[root] = *f;
@@ -365,6 +484,10 @@ pcgc_status pcgc__onnx_find_fusions(onnx_ctx *c) {
     } else if (is_op(c, n, "Sigmoid", 1)) {
       root = match_silu(c, n, &x, &ch);
       f.kind = OF_SILU;
+    } else if (is_op(c, n, "Neg", 1)) {
+      root = match_rope(c, n, &f, &ch, &st);
+      f.kind = OF_ROPE;
+      x = f.x;
     } else if (is_op(c, n, "Pow", 2) || is_op(c, n, "Mul", 2)) {
       root = match_rmsnorm(c, n, &f, &ch, &st);
       f.kind = OF_RMSNORM;

@@ -642,11 +642,13 @@ static pcgc_status add_inputs(onnx_ctx *c) {
 
 /* A Gather or Slice of a parameter (a floating constant derived from an
  * initializer) with constant indices, such as the first S rows of a
- * position embedding: converted as a split of the whole weight rather than
- * folded, so the weight keeps its name and size (the parameter count
+ * position embedding, or an Expand of one (ViT's class token repeated for
+ * the batch): converted as a split or concat of the whole weight rather
+ * than folded, so the weight keeps its name and size (the parameter count
  * matches the framework's). */
 static bool param_subset(onnx_ctx *c, const Onnx__NodeProto *n) {
-  if (strcmp(n->op_type, "Gather") != 0 && strcmp(n->op_type, "Slice") != 0) return false;
+  if (strcmp(n->op_type, "Gather") != 0 && strcmp(n->op_type, "Slice") != 0 && strcmp(n->op_type, "Expand") != 0)
+    return false;
   onnx_value *v = pcgc__onnx_value(c, n->n_input ? n->input[0] : NULL);
   onnx_tensor *t;
   if (!v || v->kind != OV_CONST || pcgc__onnx_const(c, v, &t) != PCGC_OK) return false;

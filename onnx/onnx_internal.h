@@ -103,15 +103,17 @@ typedef struct onnx_value {
 } onnx_value;
 
 /* Per ONNX node: whether a fusion swallowed it, or replaces it. */
-typedef enum onnx_fuse_kind { OF_NONE, OF_SKIP, OF_GELU, OF_LAYERNORM, OF_SILU, OF_RMSNORM } onnx_fuse_kind;
+typedef enum onnx_fuse_kind { OF_NONE, OF_SKIP, OF_GELU, OF_LAYERNORM, OF_SILU, OF_RMSNORM, OF_ROPE } onnx_fuse_kind;
 
 typedef struct onnx_fused {
   onnx_fuse_kind kind;
   const char *x;                 /* the input of the fused operator */
   const char *scale, *bias;      /* layernorm (either may be NULL), rmsnorm (scale, may be NULL) */
-  double eps;
+  double eps;                    /* rope: theta */
   int n_axes;
-  int64_t axes[ONNX_MAX_RANK];   /* layernorm: the reduced axes as written */
+  int64_t axes[ONNX_MAX_RANK];   /* layernorm: the reduced axes as written; rope: the
+                                    tables' positions T and width D, the Concat's axis,
+                                    the Slice nodes of x[..., h:] and x[..., :h] */
   const char *first;             /* name of the pattern's first node, for messages */
   bool gelu_tanh;                /* gelu: the tanh approximation */
 } onnx_fused;

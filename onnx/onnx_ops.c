@@ -71,6 +71,9 @@ static bool scalar_of(onnx_ctx *c, onnx_value *v, double *out, pcgc_status *s) {
 
 static int norm_axis(int64_t a, int rank) { return (int)(a < 0 ? a + rank : a); }
 
+static pcgc_status take(onnx_ctx *c, pcgc_ref x, int axis, int64_t start, int64_t count, const char *suffix,
+                        pcgc_ref *out);
+
 /* ------------------------------------------------------------ elementwise */
 
 static pcgc_status conv_unary(onnx_ctx *c) {
@@ -110,8 +113,10 @@ static pcgc_status conv_unary(onnx_ctx *c) {
   return emit_out(c, k, &a, 1, &x);
 }
 
-/* Clip to [0, 6] is relu6 (MobileNet's, as torch exports F.relu6); the
- * bounds are attributes below opset 11, constant inputs from it. */
+/* Clip with constant bounds: [0, 6] is relu6 (MobileNet's, as torch exports
+ * F.relu6), [0, +inf) relu, no bound at all nothing, anything else clip
+ * (an absent bound is clip's default, none). The bounds are attributes
+ * below opset 11, constant inputs from it. */
 static pcgc_status conv_clip(onnx_ctx *c) {
   double lo = -INFINITY, hi = INFINITY;
   if (c->opset < 11) {
@@ -126,20 +131,32 @@ static pcgc_status conv_clip(onnx_ctx *c) {
       double b;
       if (!scalar_of(c, v, &b, &s)) {
         TRY(s);
-        return pcgc__onnx_fail(c, PCGC_ERR_UNSUPPORTED, "Clip's %s bound must be a one-element constant",
-                               i == 1 ? "min" : "max");
+        pcgc_status st = pcgc__onnx_fail(c, PCGC_ERR_UNSUPPORTED, "Clip's %s bound must be a one-element "
+                                         "constant", i == 1 ? "min" : "max");
+        pcgc_error_hint(c->err, "pcgc's clip takes its bounds as attributes; a bound computed at run time "
+                        "has no pcgc operator");
+        return st;
       }
       *(i == 1 ? &lo : &hi) = b;
     }
   }
-  if (lo != 0 || hi != 6)
-    return pcgc__onnx_fail(c, PCGC_ERR_UNSUPPORTED, "Clip to [%g, %g] is not supported: pcgc has relu6, Clip to [0, 6]",
-                           lo, hi);
-  pcgc_attrs a;
-  pcgc_attrs_init(&a, PCGC_OP_RELU6);
+  if (lo != lo || hi != hi) return pcgc__onnx_fail(c, PCGC_ERR_UNSUPPORTED, "Clip with a NaN bound");
   pcgc_ref x;
   TRY(in_ref(c, 0, &x));
-  return emit_out(c, PCGC_OP_RELU6, &a, 1, &x);
+  pcgc_attrs a;
+  if (lo == 0 && hi == 6) {
+    pcgc_attrs_init(&a, PCGC_OP_RELU6);
+    return emit_out(c, PCGC_OP_RELU6, &a, 1, &x);
+  }
+  if (lo == 0 && hi == INFINITY) {
+    pcgc_attrs_init(&a, PCGC_OP_RELU);
+    return emit_out(c, PCGC_OP_RELU, &a, 1, &x);
+  }
+  if (lo == -INFINITY && hi == INFINITY) return emit_out(c, PCGC_OP_IDENTITY, NULL, 1, &x);
+  pcgc_attrs_init(&a, PCGC_OP_CLIP);
+  if (lo > -INFINITY) pcgc_attrs_set_float(&a, "min", lo);
+  if (hi < INFINITY) pcgc_attrs_set_float(&a, "max", hi);
+  return emit_out(c, PCGC_OP_CLIP, &a, 1, &x);
 }
 
 static pcgc_status emit_scalar(onnx_ctx *c, pcgc_op_kind k, const char *suffix, pcgc_ref x, double s,
@@ -148,6 +165,13 @@ static pcgc_status emit_scalar(onnx_ctx *c, pcgc_op_kind k, const char *suffix, 
   pcgc_attrs_init(&a, k);
   pcgc_attrs_set_float(&a, "scalar", s);
   return emit_ref(c, k, suffix, &a, 1, &x, out);
+}
+
+static pcgc_status emit_pow(onnx_ctx *c, const char *suffix, pcgc_ref x, double e, pcgc_ref *out) {
+  pcgc_attrs a;
+  pcgc_attrs_init(&a, PCGC_OP_POW);
+  pcgc_attrs_set_float(&a, "exponent", e);
+  return emit_ref(c, PCGC_OP_POW, suffix, &a, 1, &x, out);
 }
 
 static pcgc_status conv_neg(onnx_ctx *c) {
@@ -194,11 +218,14 @@ static pcgc_status conv_binary(onnx_ctx *c) {
       pcgc_ref neg;
       TRY(emit_scalar(c, PCGC_OP_SCALAR_MUL, ".neg", xr, -1.0, &neg));
       TRY(emit_scalar(c, PCGC_OP_SCALAR_ADD, NULL, neg, v, &y));
-    } else {
-      pcgc_status st = pcgc__onnx_fail(c, PCGC_ERR_UNSUPPORTED, "dividing the constant %g by a tensor is not "
-                                       "supported", v);
-      pcgc_error_hint(c->err, "pcgc has no reciprocal operator");
-      return st;
+    } else { /* s / x = pow(x, -1), times s unless it is 1 */
+      if (v == 1) {
+        TRY(emit_pow(c, NULL, xr, -1, &y));
+      } else {
+        pcgc_ref r;
+        TRY(emit_pow(c, ".reciprocal", xr, -1, &r));
+        TRY(emit_scalar(c, PCGC_OP_SCALAR_MUL, NULL, r, v, &y));
+      }
     }
     return pcgc__onnx_def_act(c, 0, y);
   }
@@ -208,23 +235,36 @@ static pcgc_status conv_binary(onnx_ctx *c) {
   return emit_out(c, map[m].k, NULL, 2, in);
 }
 
+/* Pow by a constant: 1 is nothing, 2 a mul of x by itself (what the layer
+ * and RMS norm patterns expect), anything else pow; Sqrt is pow 0.5,
+ * Reciprocal pow -1. */
 static pcgc_status conv_pow(onnx_ctx *c) {
   onnx_value *e;
-  pcgc_ref x, in[2];
+  pcgc_ref x, in[2], y;
   TRY(in_ref(c, 0, &x));
-  TRY(need_in(c, 1, &e));
-  pcgc_status s;
   double v;
-  if (!scalar_of(c, e, &v, &s)) {
-    if (s != PCGC_OK) return s;
-    return pcgc__onnx_fail(c, PCGC_ERR_UNSUPPORTED, "Pow with a tensor exponent is not supported");
+  if (strcmp(op(c), "Sqrt") == 0) {
+    v = 0.5;
+  } else if (strcmp(op(c), "Reciprocal") == 0) {
+    v = -1;
+  } else {
+    TRY(need_in(c, 1, &e));
+    pcgc_status s;
+    if (!scalar_of(c, e, &v, &s)) {
+      if (s != PCGC_OK) return s;
+      s = pcgc__onnx_fail(c, PCGC_ERR_UNSUPPORTED, "Pow with a tensor exponent is not supported");
+      pcgc_error_hint(c->err, "pcgc's pow raises to a constant exponent (an attribute)");
+      return s;
+    }
+    if (!isfinite(v)) return pcgc__onnx_fail(c, PCGC_ERR_UNSUPPORTED, "Pow with exponent %g is not supported", v);
   }
   if (v == 1) return emit_out(c, PCGC_OP_IDENTITY, NULL, 1, &x);
   if (v == 2) {
     in[0] = in[1] = x;
     return emit_out(c, PCGC_OP_MUL, NULL, 2, in);
   }
-  return pcgc__onnx_fail(c, PCGC_ERR_UNSUPPORTED, "Pow with exponent %g is not supported (only 1 and 2)", v);
+  TRY(emit_pow(c, NULL, x, v, &y));
+  return pcgc__onnx_def_act(c, 0, y);
 }
 
 static pcgc_status conv_softmax(onnx_ctx *c) {
@@ -236,11 +276,12 @@ static pcgc_status conv_softmax(onnx_ctx *c) {
   if (axis < -t->rank || axis >= t->rank)
     return pcgc__onnx_fail(c, PCGC_ERR_INVALID, "axis %lld is out of range for rank %d", (long long)axis, t->rank);
   int a = norm_axis(axis, t->rank);
+  pcgc_op_kind k = strcmp(op(c), "LogSoftmax") == 0 ? PCGC_OP_LOG_SOFTMAX : PCGC_OP_SOFTMAX;
   pcgc_attrs at;
-  pcgc_attrs_init(&at, PCGC_OP_SOFTMAX);
+  pcgc_attrs_init(&at, k);
   if (c->opset >= 13 || a == t->rank - 1) {
     pcgc_attrs_set_int(&at, "axis", a == t->rank - 1 ? -1 : a);
-    return emit_out(c, PCGC_OP_SOFTMAX, &at, 1, &x);
+    return emit_out(c, k, &at, 1, &x);
   }
   /* opset < 13: softmax over all dims from `axis` on, as one flattened dim */
   pcgc_ref f, sm, y;
@@ -251,7 +292,7 @@ static pcgc_status conv_softmax(onnx_ctx *c) {
   pcgc_attrs_init(&ra, PCGC_OP_RESHAPE);
   pcgc_attrs_set_ints(&ra, "shape", t->rank, t->dims);
   TRY(emit_ref(c, PCGC_OP_FLATTEN, ".flat", &fa, 1, &x, &f));
-  TRY(emit_ref(c, PCGC_OP_SOFTMAX, NULL, &at, 1, &f, &sm));
+  TRY(emit_ref(c, k, NULL, &at, 1, &f, &sm));
   TRY(emit_ref(c, PCGC_OP_RESHAPE, ".unflat", &ra, 1, &sm, &y));
   return pcgc__onnx_def_act(c, 0, y);
 }
@@ -543,11 +584,29 @@ static pcgc_status conv_pool(onnx_ctx *c) {
                              "whole window (count_include_pad=1)");
     return s;
   }
+  /* ceil_mode=1 where it adds a window: for max pooling, the input's last row (column)
+   * repeated as often as that window reaches past the padded input. The window starts
+   * inside the input, so it holds that row already and the copies change no maximum; the
+   * gradient of a copy flows back to the row through the concat. PyTorch's ceil mode
+   * exactly. Average pooling would divide differently: refused. */
   for (int i = 0; i < 2; i++) {
     pad[i] += extra[i];
-    int64_t span = xt->dims[2 + i] + 2 * pad[i] - k[i];
-    if (ceil_mode && stride[i] > 0 && span > 0 && span % stride[i])
-      return bad_attr(c, "ceil_mode", "1", "here it gives a larger output than ceil_mode=0, which is all pcgc has");
+    int64_t n = type_of(c, x)->dims[2 + i], span = n + 2 * pad[i] - k[i];
+    if (!ceil_mode || stride[i] <= 0 || span <= 0 || span % stride[i] == 0) continue;
+    int64_t last = span / stride[i] + 1; /* the added window's index */
+    int64_t more = last * stride[i] + k[i] - (n + 2 * pad[i]);
+    if (!is_max || last * stride[i] - pad[i] > n - 1 || more > PCGC_VARIADIC - 1)
+      return bad_attr(c, "ceil_mode", "1", is_max ? "here the added window starts in the padding" :
+                      "here it gives a larger output than ceil_mode=0, and pcgc's average pooling has no ceil "
+                      "mode");
+    pcgc_ref parts[PCGC_VARIADIC];
+    parts[0] = x;
+    TRY(take(c, x, 2 + i, n - 1, 1, i ? ".lastcol" : ".lastrow", &parts[1]));
+    for (int64_t j = 2; j <= more; j++) parts[j] = parts[1];
+    pcgc_attrs ca;
+    pcgc_attrs_init(&ca, PCGC_OP_CONCAT);
+    pcgc_attrs_set_int(&ca, "axis", 2 + i);
+    TRY(emit_ref(c, PCGC_OP_CONCAT, i ? ".ceilcols" : ".ceilrows", &ca, (int)more + 1, parts, &x));
   }
   pcgc_attrs a;
   pcgc_attrs_init(&a, PCGC_OP_POOL2D);
@@ -706,6 +765,188 @@ static pcgc_status conv_layernorm(onnx_ctx *c) {
     return pcgc__onnx_fail(c, PCGC_ERR_INVALID, "axis %lld is out of range for rank %d", (long long)axis, r);
   TRY(emit_norm(c, PCGC_OP_LAYERNORM, x, r - norm_axis(axis, r), eps, scale, bias));
   return pcgc__onnx_drop_outputs(c, 1, "a layer-norm statistic");
+}
+
+/* Whether constant v is all `want` and was made by the exporter rather
+ * than being an initializer (a parameter): the ones and zeros torch writes
+ * as the InstanceNormalization scale and bias of a GroupNorm, which would
+ * otherwise become weights PyTorch does not have. */
+static bool made_constant(onnx_ctx *c, onnx_value *v, double want) {
+  onnx_tensor *t;
+  if (!v || v->kind != OV_CONST || pcgc__onnx_const(c, v, &t) != PCGC_OK || t->origin) return false;
+  for (int64_t i = 0; i < t->numel; i++)
+    if (pcgc__onnx_get_f(t, i) != want) return false;
+  return true;
+}
+
+/* y * scale + bias per channel (dim 1 of y), scale and bias [C] (either may
+ * be NULL) broadcast as [C, 1, ...]; an exporter's all-ones scale and
+ * all-zeros bias are left out. */
+static pcgc_status channel_affine(onnx_ctx *c, pcgc_ref y, onnx_value *scale, onnx_value *bias, pcgc_ref *out) {
+  const pcgc_ptensor *t = type_of(c, y);
+  int64_t shape[PCGC_MAX_RANK];
+  shape[0] = t->dims[1];
+  for (int d = 1; d < t->rank - 1; d++) shape[d] = 1;
+  for (int k = 0; k < 2; k++) {
+    onnx_value *v = k ? bias : scale;
+    if (!v || made_constant(c, v, k ? 0 : 1)) continue;
+    onnx_tensor *ct = NULL;
+    if (v->kind == OV_CONST) TRY(pcgc__onnx_const(c, v, &ct));
+    if (!ct || ct->numel != t->dims[1])
+      return pcgc__onnx_fail(c, PCGC_ERR_UNSUPPORTED, "the %s must be a constant of %lld values (one per channel)",
+                             k ? "bias" : "scale", (long long)t->dims[1]);
+    pcgc_ref in[2] = {y, {0, 0}};
+    TRY(pcgc__onnx_tensor_ref(c, v, t->rank - 1, shape, &in[1]));
+    TRY(emit_ref(c, k ? PCGC_OP_ADD : PCGC_OP_MUL, k ? ".bias" : ".scale", NULL, 2, in, &y));
+  }
+  *out = y;
+  return PCGC_OK;
+}
+
+/* InstanceNormalization: each (sample, channel) normalised over its
+ * spatial dims, which is layernorm over the dims from 2 on, then the
+ * per-channel scale and bias. torch writes GroupNorm as Reshape([N, G, -1])
+ * -> InstanceNormalization (scale ones, bias zeros) -> Reshape -> Mul ->
+ * Add, which this turns into reshape, layernorm, reshape, mul, add. */
+static pcgc_status conv_instancenorm(onnx_ctx *c) {
+  pcgc_ref x, y;
+  onnx_value *scale, *bias;
+  double eps;
+  TRY(in_ref(c, 0, &x));
+  TRY(pcgc__onnx_input(c, 1, &scale));
+  TRY(pcgc__onnx_input(c, 2, &bias));
+  TRY(pcgc__onnx_attr_float(c, "epsilon", 1e-5, &eps));
+  int r = type_of(c, x)->rank;
+  if (r < 3) {
+    pcgc_status s = pcgc__onnx_fail(c, PCGC_ERR_UNSUPPORTED, "InstanceNormalization of a rank-%d input", r);
+    pcgc_error_hint(c->err, "the input is [N, C, D1, ...]: at least one dim to normalise over");
+    return s;
+  }
+  pcgc_attrs a;
+  pcgc_attrs_init(&a, PCGC_OP_LAYERNORM);
+  pcgc_attrs_set_int(&a, "axes", r - 2);
+  pcgc_attrs_set_float(&a, "eps", pcgc__onnx_nice_float((float)eps));
+  TRY(emit_ref(c, PCGC_OP_LAYERNORM, NULL, &a, 1, &x, &y));
+  TRY(channel_affine(c, y, scale, bias, &y));
+  return pcgc__onnx_def_act(c, 0, y);
+}
+
+/* GroupNormalization (opset 18): reshape to [N, G, rest], layernorm over
+ * rest, then the scale and bias: per group ([G], opset 18) before the
+ * reshape back, per channel ([C], opset 21) after it. */
+static pcgc_status conv_groupnorm(onnx_ctx *c) {
+  pcgc_ref x, y;
+  onnx_value *scale, *bias;
+  double eps;
+  int64_t groups;
+  TRY(in_ref(c, 0, &x));
+  TRY(pcgc__onnx_input(c, 1, &scale));
+  TRY(pcgc__onnx_input(c, 2, &bias));
+  TRY(pcgc__onnx_attr_float(c, "epsilon", 1e-5, &eps));
+  TRY(pcgc__onnx_attr_int(c, "num_groups", 0, &groups));
+  const pcgc_ptensor *t = type_of(c, x);
+  int r = t->rank;
+  int64_t dims[PCGC_MAX_RANK], C = r >= 2 ? t->dims[1] : 0;
+  memcpy(dims, t->dims, (size_t)r * sizeof *dims);
+  if (r < 3 || groups < 1 || C % groups)
+    return pcgc__onnx_fail(c, PCGC_ERR_UNSUPPORTED, "GroupNormalization of %lld groups over a rank-%d input "
+                           "of %lld channels", (long long)groups, r, (long long)C);
+  pcgc_attrs ra, la;
+  pcgc_attrs_init(&ra, PCGC_OP_RESHAPE);
+  pcgc_attrs_set_ints(&ra, "shape", 3, (int64_t[]){dims[0], groups, -1});
+  TRY(emit_ref(c, PCGC_OP_RESHAPE, ".groups", &ra, 1, &x, &y));
+  pcgc_attrs_init(&la, PCGC_OP_LAYERNORM);
+  pcgc_attrs_set_float(&la, "eps", pcgc__onnx_nice_float((float)eps));
+  TRY(emit_ref(c, PCGC_OP_LAYERNORM, ".norm", &la, 1, &y, &y));
+  onnx_tensor *st = NULL;
+  if (scale && scale->kind == OV_CONST) TRY(pcgc__onnx_const(c, scale, &st));
+  bool per_group = st && st->numel == groups && groups != C;
+  if (per_group) TRY(channel_affine(c, y, scale, bias, &y));
+  pcgc_attrs_init(&ra, PCGC_OP_RESHAPE);
+  pcgc_attrs_set_ints(&ra, "shape", r, dims);
+  TRY(emit_ref(c, PCGC_OP_RESHAPE, per_group ? NULL : ".ungroup", &ra, 1, &y, &y));
+  if (!per_group) TRY(channel_affine(c, y, scale, bias, &y));
+  return pcgc__onnx_def_act(c, 0, y);
+}
+
+/* ---------------------------------------------------------------- masking */
+
+/* Where(cond, x, -inf) (or Where(cond, -inf, x)) with a constant cond that
+ * keeps, in every matrix of the last two dims, the elements on and below a
+ * diagonal (column <= row + offset): a causal attention mask, as
+ * masked_fill(mask, -inf) exports. Returns the offset, or false when cond
+ * is not such a mask (*all: it keeps everything). */
+static bool causal_offset(const onnx_tensor *cond, bool keep_if, const pcgc_ptensor *x, int64_t *offset, bool *all) {
+  int cr = cond->rank, xr = x->rank;
+  *all = false;
+  if (cr > xr || xr < 2) return false;
+  for (int d = 0; d < cr; d++)
+    if (cond->dims[d] != 1 && cond->dims[d] != x->dims[xr - cr + d]) return false;
+  int64_t M = cr >= 2 ? cond->dims[cr - 2] : 1, N = cr >= 1 ? cond->dims[cr - 1] : 1;
+  int64_t kept = 0;
+  for (int64_t e = 0; e < cond->numel; e++) kept += (pcgc__onnx_get_i(cond, e) != 0) == keep_if;
+  if (kept == cond->numel) {
+    *all = true;
+    return false;
+  }
+  if (M != x->dims[xr - 2] || N != x->dims[xr - 1]) return false; /* a mask broadcast over rows or columns */
+  /* the offset from the first row that keeps anything (k elements of row
+   * i: k - 1 - i), then every element checked against it */
+  int64_t off = INT64_MIN;
+  for (int64_t i = 0; i < M && off == INT64_MIN; i++) {
+    int64_t k = 0;
+    for (int64_t j = 0; j < N; j++) k += (pcgc__onnx_get_i(cond, i * N + j) != 0) == keep_if;
+    if (k > 0) off = k - 1 - i;
+  }
+  if (off == INT64_MIN) return false; /* keeps nothing */
+  for (int64_t e = 0; e < cond->numel; e++) {
+    int64_t i = (e / N) % M, j = e % N;
+    if (((pcgc__onnx_get_i(cond, e) != 0) == keep_if) != (j <= i + off)) return false;
+  }
+  *offset = off;
+  return true;
+}
+
+static pcgc_status conv_where(onnx_ctx *c) {
+  onnx_value *cv, *av, *bv;
+  TRY(need_in(c, 0, &cv));
+  TRY(need_in(c, 1, &av));
+  TRY(need_in(c, 2, &bv));
+  pcgc_status s = PCGC_OK;
+  double fill = 0;
+  bool keep_if = true; /* x where cond is true */
+  onnx_value *xv = av, *fv = bv;
+  if (av->kind == OV_CONST && bv->kind != OV_CONST) {
+    xv = bv, fv = av, keep_if = false;
+  }
+  const char *why = NULL;
+  if (cv->kind != OV_CONST) why = "its condition is computed at run time";
+  else if (fv->kind != OV_CONST) why = "it picks between two tensors";
+  else if (!scalar_of(c, fv, &fill, &s)) why = "the value it fills with is not a one-element constant";
+  else if (fill != -INFINITY) why = "it fills with a value other than -inf";
+  TRY(s);
+  onnx_tensor *cond = NULL;
+  pcgc_ref x;
+  int64_t off = 0;
+  bool all = false;
+  if (!why) {
+    TRY(pcgc__onnx_const(c, cv, &cond));
+    TRY(pcgc__onnx_tensor_ref(c, xv, 0, NULL, &x));
+    if (!causal_offset(cond, keep_if, type_of(c, x), &off, &all) && !all)
+      why = "its condition is not a causal mask (kept: column <= row + offset in the last two dims)";
+  }
+  if (why) {
+    s = pcgc__onnx_fail(c, PCGC_ERR_UNSUPPORTED, "this Where is not supported: %s", why);
+    pcgc_error_hint(c->err, "pcgc maps Where(constant lower-triangular mask, x, -inf) -- masked_fill(mask, "
+                    "float('-inf')) on attention scores -- onto causal_mask; other selections have no pcgc "
+                    "operator");
+    return s;
+  }
+  if (all) return pcgc__onnx_def_act(c, 0, x);
+  pcgc_attrs a;
+  pcgc_attrs_init(&a, PCGC_OP_CAUSAL_MASK);
+  pcgc_attrs_set_int(&a, "offset", off);
+  return emit_out(c, PCGC_OP_CAUSAL_MASK, &a, 1, &x);
 }
 
 /* ---------------------------------------------------------- data movement */
@@ -919,7 +1160,9 @@ static pcgc_status conv_reduce(onnx_ctx *c) {
     n = type_of(c, x)->rank;
     for (int i = 0; i < n; i++) axes[i] = i;
   }
-  pcgc_op_kind k = strcmp(op(c), "ReduceSum") == 0 ? PCGC_OP_REDUCE_SUM : PCGC_OP_REDUCE_MEAN;
+  pcgc_op_kind k = strcmp(op(c), "ReduceSum") == 0   ? PCGC_OP_REDUCE_SUM
+                   : strcmp(op(c), "ReduceMax") == 0 ? PCGC_OP_REDUCE_MAX
+                                                      : PCGC_OP_REDUCE_MEAN;
   pcgc_attrs a;
   pcgc_attrs_init(&a, k);
   pcgc_attrs_set_ints(&a, "dims", n, axes);
@@ -945,6 +1188,10 @@ static pcgc_status conv_cast(onnx_ctx *c) {
   return pcgc__onnx_def_act(c, 0, x); /* same type: nothing to do */
 }
 
+/* Expand: dims of size 1 grown to n become a concat of n copies along them
+ * (a new leading dim: a reshape first). Exact; meant for the small counts
+ * exporters write (a class token expanded to the batch, grouped-query
+ * attention's key/value heads repeated for their query heads). */
 static pcgc_status conv_expand(onnx_ctx *c) {
   pcgc_ref x;
   onnx_value *sv;
@@ -954,11 +1201,50 @@ static pcgc_status conv_expand(onnx_ctx *c) {
   int n;
   TRY(pcgc__onnx_const_ints(c, sv, "the shape", ONNX_MAX_RANK, shape, &n));
   const pcgc_ptensor *t = type_of(c, x);
-  bool same = n <= t->rank;
-  for (int i = 0; same && i < n; i++) same = shape[i] == 1 || shape[i] == t->dims[t->rank - n + i];
-  if (!same)
-    return pcgc__onnx_fail(c, PCGC_ERR_UNSUPPORTED, "Expand that grows a tensor is not supported (pcgc broadcasts "
-                           "only inside elementwise operators)");
+  int r = n > t->rank ? n : t->rank;
+  int64_t in[PCGC_MAX_RANK], out[PCGC_MAX_RANK];
+  if (r > PCGC_MAX_RANK)
+    return pcgc__onnx_fail(c, PCGC_ERR_UNSUPPORTED, "the result has %d dims; pcgc tensors have at most %d", r,
+                           PCGC_MAX_RANK);
+  bool grows = false;
+  for (int d = 0; d < r; d++) {
+    int ix = d - (r - t->rank), is = d - (r - n);
+    int64_t a = ix >= 0 ? t->dims[ix] : 1, b = is >= 0 ? shape[is] : 1;
+    if (a != b && a != 1 && b != 1)
+      return pcgc__onnx_fail(c, PCGC_ERR_INVALID, "Expand of dim %d from %lld to %lld", d, (long long)a,
+                             (long long)b);
+    in[d] = a;
+    out[d] = a > b ? a : b;
+    grows |= out[d] != a;
+  }
+  if (!grows) return pcgc__onnx_def_act(c, 0, x); /* nothing pcgc sees changes */
+  if (r > t->rank) {
+    pcgc_attrs ra;
+    pcgc_attrs_init(&ra, PCGC_OP_RESHAPE);
+    pcgc_attrs_set_ints(&ra, "shape", r, in);
+    TRY(emit_ref(c, PCGC_OP_RESHAPE, ".unsqueeze", &ra, 1, &x, &x));
+  }
+  int last = -1;
+  for (int d = 0; d < r; d++)
+    if (out[d] != in[d]) last = d;
+  for (int d = 0; d < r; d++) {
+    if (out[d] == in[d]) continue;
+    if (out[d] > PCGC_VARIADIC) {
+      pcgc_status s = pcgc__onnx_fail(c, PCGC_ERR_UNSUPPORTED, "Expand of dim %d to %lld copies; pcgc repeats a "
+                                      "tensor by concatenating at most %d", d, (long long)out[d], PCGC_VARIADIC);
+      pcgc_error_hint(c->err, "pcgc broadcasts inside elementwise operators; an Expand that feeds one can "
+                      "often be left out of the export");
+      return s;
+    }
+    pcgc_ref copies[PCGC_VARIADIC];
+    for (int64_t i = 0; i < out[d]; i++) copies[i] = x;
+    pcgc_attrs ca;
+    pcgc_attrs_init(&ca, PCGC_OP_CONCAT);
+    pcgc_attrs_set_int(&ca, "axis", d);
+    char suffix[24];
+    snprintf(suffix, sizeof suffix, ".repeat%d", d);
+    TRY(emit_ref(c, PCGC_OP_CONCAT, d == last ? NULL : suffix, &ca, (int)out[d], copies, &x));
+  }
   return pcgc__onnx_def_act(c, 0, x);
 }
 
@@ -974,6 +1260,7 @@ pcgc_status pcgc__onnx_emit_fused(onnx_ctx *c, const onnx_fused *f) {
   const char *what = f->kind == OF_GELU     ? "Gelu"
                      : f->kind == OF_SILU    ? "SiLU"
                      : f->kind == OF_RMSNORM ? "RMSNormalization"
+                     : f->kind == OF_ROPE    ? "RotaryEmbedding"
                                              : "LayerNormalization";
   if (slash) snprintf(base, sizeof base, "%.*s/%s", (int)(slash - root > 500 ? 500 : slash - root), root, what);
   else snprintf(base, sizeof base, "%.500s", root);
@@ -985,6 +1272,33 @@ pcgc_status pcgc__onnx_emit_fused(onnx_ctx *c, const onnx_fused *f) {
     pcgc_attrs_init(&a, PCGC_OP_GELU);
     pcgc_attrs_set_int(&a, "approximate", f->gelu_tanh);
     s = emit_out(c, PCGC_OP_GELU, &a, 1, &x);
+  } else if (s == PCGC_OK && f->kind == OF_ROPE) {
+    const pcgc_ptensor *t = type_of(c, x);
+    int r = t->rank;
+    bool halves = r >= 2 && t->dims[r - 1] == f->axes[4];
+    for (int k = 0; halves && k < 2; k++) { /* the Slices' ranges, evaluated by now: [h, >= D) and [0, h) */
+      const Onnx__NodeProto *sn = c->gp->node[f->axes[2 + k]];
+      int64_t v[3], h = f->axes[4] / 2;
+      for (int q = 0; q < 3 && halves; q++) {
+        int nv;
+        onnx_value *sv = pcgc__onnx_value(c, sn->input[1 + q]);
+        halves = sv && sv->kind == OV_CONST &&
+                 pcgc__onnx_const_ints(c, sv, "a slice bound", 1, &v[q], &nv) == PCGC_OK && nv == 1;
+      }
+      halves = halves && (v[2] == -1 || v[2] == r - 1) &&
+               (k == 0 ? v[0] == h && v[1] >= 2 * h : v[0] == 0 && v[1] == h);
+    }
+    if (!halves || (f->axes[1] != -1 && f->axes[1] != r - 1) || t->dims[r - 2] != f->axes[0]) {
+      s = pcgc__onnx_fail(c, PCGC_ERR_UNSUPPORTED, "these rotary embeddings (from '%.200s') rotate a tensor of "
+                          "rank %d along axis %lld with tables of %lld positions; pcgc's rope needs [..., T, D] "
+                          "rotated along D, T the tables' positions", f->first, r, (long long)f->axes[1],
+                          (long long)f->axes[0]);
+    } else {
+      pcgc_attrs a;
+      pcgc_attrs_init(&a, PCGC_OP_ROPE);
+      pcgc_attrs_set_float(&a, "theta", f->eps);
+      s = emit_out(c, PCGC_OP_ROPE, &a, 1, &x);
+    }
   } else if (s == PCGC_OK && f->kind == OF_SILU) {
     pcgc_attrs a;
     pcgc_attrs_init(&a, PCGC_OP_SILU);
@@ -1021,14 +1335,15 @@ static const struct {
     {"Cast", conv_cast}, {"Clip", conv_clip}, {"Concat", conv_concat}, {"Conv", conv_conv}, {"Div", conv_binary},
     {"Dropout", conv_dropout}, {"Exp", conv_unary}, {"Expand", conv_expand}, {"Flatten", conv_reshape},
     {"Gather", conv_gather}, {"Gelu", conv_unary}, {"Gemm", conv_gemm},
-    {"GlobalAveragePool", conv_global_pool}, {"GlobalMaxPool", conv_global_pool}, {"HardSigmoid", conv_unary},
-    {"HardSwish", conv_unary}, {"Identity", conv_unary},
-    {"LayerNormalization", conv_layernorm}, {"LeakyRelu", conv_unary}, {"MatMul", conv_matmul}, {"MaxPool", conv_pool},
-    {"Mul", conv_binary}, {"Neg", conv_neg}, {"Pad", conv_pad}, {"Pow", conv_pow},
-    {"ReduceMean", conv_reduce}, {"ReduceSum", conv_reduce}, {"Relu", conv_unary}, {"Reshape", conv_reshape},
-    {"Sigmoid", conv_unary}, {"Slice", conv_slice}, {"Softmax", conv_softmax}, {"Split", conv_split},
-    {"Squeeze", conv_reshape}, {"Sub", conv_binary}, {"Tanh", conv_unary}, {"Transpose", conv_transpose},
-    {"Unsqueeze", conv_reshape},
+    {"GlobalAveragePool", conv_global_pool}, {"GlobalMaxPool", conv_global_pool},
+    {"GroupNormalization", conv_groupnorm}, {"HardSigmoid", conv_unary}, {"HardSwish", conv_unary},
+    {"Identity", conv_unary}, {"InstanceNormalization", conv_instancenorm}, {"LayerNormalization", conv_layernorm}, {"LeakyRelu", conv_unary}, {"LogSoftmax", conv_softmax},
+    {"MatMul", conv_matmul}, {"MaxPool", conv_pool},
+    {"Mul", conv_binary}, {"Neg", conv_neg}, {"Pad", conv_pad}, {"Pow", conv_pow}, {"Reciprocal", conv_pow},
+    {"ReduceMax", conv_reduce}, {"ReduceMean", conv_reduce}, {"ReduceSum", conv_reduce}, {"Relu", conv_unary},
+    {"Reshape", conv_reshape}, {"Sigmoid", conv_unary}, {"Slice", conv_slice}, {"Softmax", conv_softmax},
+    {"Split", conv_split}, {"Sqrt", conv_pow}, {"Squeeze", conv_reshape}, {"Sub", conv_binary},
+    {"Tanh", conv_unary}, {"Transpose", conv_transpose}, {"Unsqueeze", conv_reshape}, {"Where", conv_where},
 };
 
 pcgc_status pcgc__onnx_unsupported(onnx_ctx *c) {

@@ -169,7 +169,8 @@ pcgc_status pcgc_op_axes(pcgc_op_kind k, const pcgc_attrs *a, int n_in, const pc
     return PCGC_OK;
   }
   case PCGC_OP_REDUCE_SUM:
-  case PCGC_OP_REDUCE_MEAN: {
+  case PCGC_OP_REDUCE_MEAN:
+  case PCGC_OP_REDUCE_MAX: { /* reduce_max: its reduced dims are never sharded (infer.c) */
     const pcgc_attr_value *dl = pcgc_attrs_get(a, "dims");
     bool keep = pcgc_attrs_int(a, "keepdims") != 0, red[PCGC_MAX_RANK] = {false};
     for (int i = 0; i < dl->n; i++) red[dl->v[i] < 0 ? dl->v[i] + r : dl->v[i]] = true;

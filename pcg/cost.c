@@ -125,6 +125,8 @@ static void cost_unary(cctx *x) {
   case PCGC_OP_EXP: ew = 4; break;
   case PCGC_OP_IDENTITY: ew = 0; break;
   case PCGC_OP_DROPOUT: ew = 2; break; /* compare with the mask, scale */
+  case PCGC_OP_CLIP: ew = 2; break;    /* two comparisons */
+  case PCGC_OP_POW: ew = 4; break;     /* a libm pow (sqrt, or products, for the common exponents) */
   default: ew = 1;
   }
   set(x, ew * numel(&x->out[0]), 1);
@@ -145,6 +147,8 @@ static void cost_flatten(cctx *x) { cost_view(x); }
 
 static void cost_softmax(cctx *x) { set(x, 5 * numel(&x->in[0]), 4.0 / 5); }
 static void cost_reduce(cctx *x) { set(x, numel(&x->in[0]), 0); }
+static void cost_mask(cctx *x) { set(x, numel(&x->in[0]), 1); } /* a comparison an element */
+static void cost_rope(cctx *x) { set(x, 3 * numel(&x->in[0]), 1); } /* two products and a sum */
 
 /* Any arity (7, 10 or 11 inputs): the bias adds (B*Sq*E + 2*B*Sk*F, and
  * B*Sq*Eo for bo) are not counted, a fraction 1/Eq of the projections; the

@@ -947,8 +947,11 @@ static pcgc_status infer_softmax(ictx *c) {
   int axis;
   TRY(norm_axis(c, pcgc_attrs_int(c->a, "axis"), x->rank, "axis", &axis));
   c->out[0] = *x;
-  TRY(no_sum(c, 0, "softmax of a partial sum is not a partial sum"));
-  TRY(unsharded(c, 0, axis, "softmax normalises along it"));
+  char why[64];
+  snprintf(why, sizeof why, "%s of a partial sum is not a partial sum", pcgc_op_name(c->kind));
+  TRY(no_sum(c, 0, why));
+  snprintf(why, sizeof why, "%s normalises along it", pcgc_op_name(c->kind));
+  TRY(unsharded(c, 0, axis, why));
   return PCGC_OK;
 }
 
@@ -964,6 +967,11 @@ static pcgc_status infer_reduce(ictx *c) {
     TRY(norm_axis(c, dl->v[i], x->rank, "dims entry", &d));
     if (red[d]) return fail(c, "dims lists dim %d twice", d);
     red[d] = true;
+  }
+  if (c->kind == PCGC_OP_REDUCE_MAX) { /* the max of pieces is no sum of them */
+    TRY(no_sum(c, 0, "the maximum of a partial sum is not a partial sum"));
+    for (int i = 0; i < x->rank; i++)
+      if (red[i]) TRY(unsharded(c, 0, i, "reduce_max takes the maximum over it"));
   }
   int64_t dims[PCGC_MAX_RANK];
   int32_t deg[PCGC_MAX_RANK];
@@ -983,6 +991,39 @@ static pcgc_status infer_reduce(ictx *c) {
   for (int i = 0; i < r; i++) o->degree[i] = deg[i];
   o->sum = (int32_t)sum;
   o->replica = x->replica;
+  return PCGC_OK;
+}
+
+/* ----------------------------------------------------------------- masking */
+
+/* causal_mask: rows and columns are the last two dims, and which elements
+ * are masked depends on both indices, so neither may be sharded. */
+static pcgc_status infer_mask(ictx *c) {
+  const pcgc_ptensor *x = &c->in[0];
+  TRY(need_float(c, 0));
+  if (x->rank < 2) return fail(c, "input must have at least 2 dims (rows and columns), has %d", x->rank);
+  c->out[0] = *x;
+  TRY(no_sum(c, 0, "masking a partial sum with -inf is not a partial sum"));
+  TRY(unsharded(c, 0, x->rank - 2, "the mask depends on the row index"));
+  TRY(unsharded(c, 0, x->rank - 1, "the mask depends on the column index"));
+  return PCGC_OK;
+}
+
+/* rope: x [..., T, D], position t = index along dim -2; D even and
+ * neither dim sharded (a piece would need its positions). A rotation is
+ * linear, so partial sums pass through. */
+static pcgc_status infer_rope(ictx *c) {
+  const pcgc_ptensor *x = &c->in[0];
+  TRY(need_float(c, 0));
+  if (x->rank < 2) return fail(c, "input must have at least 2 dims (positions and features), has %d", x->rank);
+  if (x->dims[x->rank - 1] % 2)
+    return fail(c, "the last dim (%lld) must be even: rope rotates its two halves together",
+                (long long)x->dims[x->rank - 1]);
+  double th = pcgc_attrs_float(c->a, "theta");
+  if (!(th > 1)) return fail(c, "theta must be above 1, got %g", th);
+  c->out[0] = *x;
+  TRY(unsharded(c, 0, x->rank - 2, "rope rotates by the position along it"));
+  TRY(unsharded(c, 0, x->rank - 1, "rope pairs its two halves"));
   return PCGC_OK;
 }
 

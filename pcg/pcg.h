@@ -83,7 +83,7 @@ typedef struct pcgc_error {
   char source_line[512];  /* the offending source line, if known: of a long
                              line only the part around col, "..." marking cuts */
   int caret;              /* column of col in source_line (0: col itself) */
-  char hint[512];         /* what to do about it, if known */
+  char hint[768];         /* what to do about it, if known */
 } pcgc_error;
 
 const char *pcgc_status_str(pcgc_status s);

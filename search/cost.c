@@ -68,6 +68,8 @@
 #define EFF_binary EFF_VECTOR
 #define EFF_softmax EFF_VECTOR
 #define EFF_reduce EFF_VECTOR
+#define EFF_mask EFF_VECTOR
+#define EFF_rope EFF_VECTOR
 #define EFF_xent EFF_VECTOR
 #define EFF_mse EFF_VECTOR
 #define EFF_moe_route EFF_VECTOR

@@ -1,7 +1,8 @@
 /*
  * k_elementwise.c — CPU kernels of the elementwise families: `unary`
- * (activations, exp, identity, scalar arithmetic, dropout) and `binary`
- * (add, sub, mul, div with NumPy broadcasting).
+ * (activations, exp, pow, clip, identity, scalar arithmetic, dropout),
+ * `binary` (add, sub, mul, div with NumPy broadcasting), `mask`
+ * (causal_mask) and `rope`.
  *
  * Values are computed in double and stored in the buffers' dtype (f32 or
  * f64), but for the erf form of GELU on f32, which computes in float with
@@ -19,6 +20,7 @@
  * broadcast dims in double, each operand element's terms in the output's
  * row-major order (the order does not depend on the layout of the loops).
  */
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 
@@ -26,6 +28,10 @@
 #include "k_fastmath.h"
 
 /* ------------------------------------------------------------------ unary */
+
+/* clip's bounds: +-DBL_MAX (the defaults) is no bound, so that infinities
+ * pass unchanged */
+static double clip_bound(double b) { return b >= DBL_MAX ? INFINITY : b <= -DBL_MAX ? -INFINITY : b; }
 
 static double scalar_attr(const pcgc__kargs *k) {
   switch (k->kind) {
@@ -35,8 +41,15 @@ static double scalar_attr(const pcgc__kargs *k) {
   case PCGC_OP_SCALAR_DIV: return pcgc_attrs_float(k->a, "scalar");
   case PCGC_OP_GELU: return pcgc_attrs_int(k->a, "approximate") ? 1 : 0; /* 1: the tanh form */
   case PCGC_OP_LEAKY_RELU: return pcgc_attrs_float(k->a, "alpha");
+  case PCGC_OP_POW: return pcgc_attrs_float(k->a, "exponent");
+  case PCGC_OP_CLIP: return clip_bound(pcgc_attrs_float(k->a, "min"));
   default: return 0;
   }
+}
+
+/* The second attribute of a unary op: clip's max. */
+static double scalar2_attr(const pcgc__kargs *k) {
+  return k->kind == PCGC_OP_CLIP ? clip_bound(pcgc_attrs_float(k->a, "max")) : 0;
 }
 
 #define SQRT1_2 0.70710678118654752440      /* 1/sqrt(2) */
@@ -81,6 +94,25 @@ static double hardsigmoid(double x) { return x <= -3 ? 0 : x >= 3 ? 1 : x / 6 + 
 static double hardsigmoid_grad(double x) { return x > -3 && x < 3 ? 1.0 / 6 : 0; }
 static double hardswish(double x) { return x <= -3 ? x * 0.0 : x >= 3 ? x : x * (x + 3) / 6; } /* -0 as torch */
 static double hardswish_grad(double x) { return x < -3 ? 0 : x > 3 ? 1 : (2 * x + 3) / 6; }
+
+/* x^p, exactly rounded where a cheaper form is (sqrt for 0.5, products for
+ * small integers), libm's pow otherwise; its derivative p x^(p-1), 0 for
+ * p = 0 (PyTorch's pow_backward). */
+static double pow_exact(double x, double p) {
+  if (p == 1) return x;
+  if (p == 2) return x * x;
+  if (p == 3) return x * x * x;
+  if (p == 0.5) return sqrt(x);
+  if (p == -1) return 1 / x;
+  if (p == -0.5) return 1 / sqrt(x);
+  return pow(x, p);
+}
+static double pow_grad(double x, double p) { return p == 0 ? 0 : p == 1 ? 1 : p * pow_exact(x, p - 1); }
+
+/* min(max(x, lo), hi) as torch.clamp (hi wins where lo > hi, NaN
+ * propagates); the gradient passes where lo <= x <= hi (clamp_backward). */
+static double clip(double x, double lo, double hi) { return x != x ? x : x < lo ? (lo > hi ? hi : lo) : x > hi ? hi : x; }
+static double clip_grad(double x, double lo, double hi) { return x >= lo && x <= hi ? 1 : 0; }
 
 /* Dropout is active when training with rate > 0; *scale = 1/(1-rate). */
 static bool dropout_on(const pcgc__kargs *k, double *rate, double *scale) {
@@ -151,7 +183,7 @@ static inline double ew_grad(int op, int j, double dy, double a, double b) {
 /* A unary call cut for the parallel loop: elements [lo, hi). */
 typedef struct unary_job {
   pcgc_op_kind kind;
-  double s;
+  double s, s2;
   bool f32, fast;
   const void *x, *dy; /* dy: backward only */
   void *y;            /* the output, or dx */
@@ -160,20 +192,20 @@ typedef struct unary_job {
 static void unary_fwd_range(void *p, int64_t lo, int64_t hi) {
   const unary_job *j = p;
   if (j->f32)
-    (j->fast ? unary_fwd_fast_f32 : unary_fwd_alias_f32)(j->kind, j->s, hi - lo, (const float *)j->x + lo,
+    (j->fast ? unary_fwd_fast_f32 : unary_fwd_alias_f32)(j->kind, j->s, j->s2, hi - lo, (const float *)j->x + lo,
                                                           (float *)j->y + lo);
   else
-    (j->fast ? unary_fwd_fast_f64 : unary_fwd_alias_f64)(j->kind, j->s, hi - lo, (const double *)j->x + lo,
+    (j->fast ? unary_fwd_fast_f64 : unary_fwd_alias_f64)(j->kind, j->s, j->s2, hi - lo, (const double *)j->x + lo,
                                                           (double *)j->y + lo);
 }
 
 static void unary_bwd_range(void *p, int64_t lo, int64_t hi) {
   const unary_job *j = p;
   if (j->f32)
-    (j->fast ? unary_bwd_fast_f32 : unary_bwd_alias_f32)(j->kind, j->s, hi - lo, (const float *)j->x + lo,
+    (j->fast ? unary_bwd_fast_f32 : unary_bwd_alias_f32)(j->kind, j->s, j->s2, hi - lo, (const float *)j->x + lo,
                                                           (const float *)j->dy + lo, (float *)j->y + lo);
   else
-    (j->fast ? unary_bwd_fast_f64 : unary_bwd_alias_f64)(j->kind, j->s, hi - lo, (const double *)j->x + lo,
+    (j->fast ? unary_bwd_fast_f64 : unary_bwd_alias_f64)(j->kind, j->s, j->s2, hi - lo, (const double *)j->x + lo,
                                                           (const double *)j->dy + lo, (double *)j->y + lo);
 }
 
@@ -182,7 +214,7 @@ static void unary_bwd_range(void *p, int64_t lo, int64_t hi) {
  * piece, in element order. */
 static int64_t unary_grain(pcgc_op_kind kind, bool fast, int64_t n) {
   bool libm = kind == PCGC_OP_GELU || kind == PCGC_OP_SIGMOID || kind == PCGC_OP_SILU || kind == PCGC_OP_TANH ||
-              kind == PCGC_OP_EXP;
+              kind == PCGC_OP_EXP || kind == PCGC_OP_POW;
   return fast && libm ? KX_GRAIN_LIBM : n;
 }
 
@@ -234,7 +266,7 @@ pcgc_status pcgc__cpu_fwd_unary(const pcgc__kargs *k) {
     dropout_run(k, false, rate, scale, x, y);
     return PCGC_OK;
   }
-  unary_job j = {k->kind, scalar_attr(k), x->dtype == PCGC_F32, kx_disjoint(x, y), x->data, NULL, y->data};
+  unary_job j = {k->kind, scalar_attr(k), scalar2_attr(k), x->dtype == PCGC_F32, kx_disjoint(x, y), x->data, NULL, y->data};
   pcgc__parallel_for(n, unary_grain(k->kind, j.fast, n), unary_fwd_range, &j);
   return PCGC_OK;
 }
@@ -250,7 +282,7 @@ pcgc_status pcgc__cpu_bwd_unary(const pcgc__kargs *k) {
     dropout_run(k, true, rate, scale, dy, dx);
     return PCGC_OK;
   }
-  unary_job j = {k->kind, scalar_attr(k), x->dtype == PCGC_F32, kx_disjoint(dx, x) && kx_disjoint(dx, dy),
+  unary_job j = {k->kind, scalar_attr(k), scalar2_attr(k), x->dtype == PCGC_F32, kx_disjoint(dx, x) && kx_disjoint(dx, dy),
                  x->data, dy->data, dx->data};
   pcgc__parallel_for(n, unary_grain(k->kind, j.fast, n), unary_bwd_range, &j);
   return PCGC_OK;
@@ -425,5 +457,83 @@ pcgc_status pcgc__cpu_bwd_binary(const pcgc__kargs *k) {
   KX_TRY(pcgc__kcheck(k, true, 0));
   for (int j = 0; j < 2; j++)
     if (kx_want(&k->din[j])) KX_TRY(binary_bwd_operand(k, j));
+  return PCGC_OK;
+}
+
+/* ------------------------------------------------------------ causal mask */
+
+/* x as [rows of M x N matrices]: element (i, j) of each matrix is masked
+ * where j > i + offset. The last two dims are never sharded (infer.c), so
+ * a piece's local indices are the logical ones. y may alias x. */
+static void causal_run(const pcgc__kargs *k, const pcgc_buf *src, pcgc_buf *dst, bool bwd) {
+  int r = src->rank;
+  int64_t M = src->dims[r - 2], N = src->dims[r - 1], mats = pcgc_buf_numel(src) / (M * N);
+  int64_t off = pcgc_attrs_int(k->a, "offset");
+  for (int64_t m = 0; m < mats; m++)
+    for (int64_t i = 0; i < M; i++)
+      for (int64_t j = 0; j < N; j++) {
+        int64_t e = (m * M + i) * N + j;
+        bool masked = j > i + off;
+        if (bwd) {
+          if (!masked) kx_add(dst, e, kx_get(src, e));
+        } else {
+          kx_set(dst, e, masked ? -INFINITY : kx_get(src, e));
+        }
+      }
+}
+
+pcgc_status pcgc__cpu_fwd_mask(const pcgc__kargs *k) {
+  KX_TRY(pcgc__kcheck(k, false, 0));
+  causal_run(k, &k->in[0], &k->out[0], false);
+  return PCGC_OK;
+}
+
+pcgc_status pcgc__cpu_bwd_mask(const pcgc__kargs *k) {
+  KX_TRY(pcgc__kcheck(k, true, 0));
+  pcgc_buf *dx = &k->din[0];
+  if (!kx_want(dx)) return PCGC_OK;
+  causal_run(k, &k->dout[0], dx, true);
+  return PCGC_OK;
+}
+
+/* ------------------------------------------------------------------ rope */
+
+/* x [..., T, D]: row t rotates each pair (i, i + D/2) by t theta^(-2i/D),
+ * the angles in double as the attention kernel's rope_table; backward
+ * rotates the gradient back. T and D are never sharded (infer.c). Each
+ * pair is read before it is written, so y may alias x. */
+static void rope_run(const pcgc__kargs *k, const pcgc_buf *src, pcgc_buf *dst, bool bwd) {
+  int r = src->rank;
+  int64_t T = src->dims[r - 2], D = src->dims[r - 1], h = D / 2, mats = pcgc_buf_numel(src) / (T * D);
+  double theta = pcgc_attrs_float(k->a, "theta");
+  for (int64_t i = 0; i < h; i++) {
+    double inv = pow(theta, -2.0 * (double)i / (double)D);
+    for (int64_t t = 0; t < T; t++) {
+      double a = (double)t * inv, cs = cos(a), sn = bwd ? -sin(a) : sin(a);
+      for (int64_t m = 0; m < mats; m++) {
+        int64_t e = (m * T + t) * D + i;
+        double x1 = kx_get(src, e), x2 = kx_get(src, e + h);
+        if (bwd) {
+          kx_add(dst, e, x1 * cs - x2 * sn);
+          kx_add(dst, e + h, x2 * cs + x1 * sn);
+        } else {
+          kx_set(dst, e, x1 * cs - x2 * sn);
+          kx_set(dst, e + h, x2 * cs + x1 * sn);
+        }
+      }
+    }
+  }
+}
+
+pcgc_status pcgc__cpu_fwd_rope(const pcgc__kargs *k) {
+  KX_TRY(pcgc__kcheck(k, false, 0));
+  rope_run(k, &k->in[0], &k->out[0], false);
+  return PCGC_OK;
+}
+
+pcgc_status pcgc__cpu_bwd_rope(const pcgc__kargs *k) {
+  KX_TRY(pcgc__kcheck(k, true, 0));
+  if (!kx_want(&k->din[0])) return PCGC_OK;
+  rope_run(k, &k->dout[0], &k->din[0], true);
   return PCGC_OK;
 }

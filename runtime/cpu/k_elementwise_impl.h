@@ -16,7 +16,7 @@
 
 /* ------------------------------------------------------------------ unary */
 
-KX_INLINE void SFX(unary_fwd_loop)(pcgc_op_kind kind, double s, int64_t n, const REAL *x, REAL *y) {
+KX_INLINE void SFX(unary_fwd_loop)(pcgc_op_kind kind, double s, double s2, int64_t n, const REAL *x, REAL *y) {
   switch (kind) {
   case PCGC_OP_RELU:
     KX_FOR(i, n, double v = x[i]; y[i] = (REAL)(v < 0 ? 0 : v)); /* NaN propagates, as in PyTorch */
@@ -39,6 +39,10 @@ KX_INLINE void SFX(unary_fwd_loop)(pcgc_op_kind kind, double s, int64_t n, const
   case PCGC_OP_LEAKY_RELU: KX_FOR(i, n, double v = x[i]; y[i] = (REAL)(v < 0 ? s * v : v)); break;
   case PCGC_OP_HARDSIGMOID: KX_FOR(i, n, y[i] = (REAL)hardsigmoid(x[i])); break;
   case PCGC_OP_HARDSWISH: KX_FOR(i, n, y[i] = (REAL)hardswish(x[i])); break;
+  case PCGC_OP_POW:
+    for (int64_t i = 0; i < n; i++) y[i] = (REAL)pow_exact(x[i], s);
+    break;
+  case PCGC_OP_CLIP: KX_FOR(i, n, y[i] = (REAL)clip(x[i], s, s2)); break;
   case PCGC_OP_TANH:
     for (int64_t i = 0; i < n; i++) y[i] = (REAL)tanh(x[i]);
     break;
@@ -54,7 +58,7 @@ KX_INLINE void SFX(unary_fwd_loop)(pcgc_op_kind kind, double s, int64_t n, const
 }
 
 /* dx += dy * (d unary / dx at x) */
-KX_INLINE void SFX(unary_bwd_loop)(pcgc_op_kind kind, double s, int64_t n, const REAL *x, const REAL *dy,
+KX_INLINE void SFX(unary_bwd_loop)(pcgc_op_kind kind, double s, double s2, int64_t n, const REAL *x, const REAL *dy,
                                    REAL *dx) {
   switch (kind) {
   case PCGC_OP_RELU:
@@ -83,6 +87,10 @@ KX_INLINE void SFX(unary_bwd_loop)(pcgc_op_kind kind, double s, int64_t n, const
     break;
   case PCGC_OP_HARDSIGMOID: KX_FOR(i, n, dx[i] += (REAL)((double)dy[i] * hardsigmoid_grad(x[i]))); break;
   case PCGC_OP_HARDSWISH: KX_FOR(i, n, dx[i] += (REAL)((double)dy[i] * hardswish_grad(x[i]))); break;
+  case PCGC_OP_POW:
+    for (int64_t i = 0; i < n; i++) dx[i] += (REAL)((double)dy[i] * pow_grad(x[i], s));
+    break;
+  case PCGC_OP_CLIP: KX_FOR(i, n, dx[i] += (REAL)((double)dy[i] * clip_grad(x[i], s, s2))); break;
   case PCGC_OP_TANH:
     for (int64_t i = 0; i < n; i++) {
       double y = tanh(x[i]);
@@ -102,18 +110,18 @@ KX_INLINE void SFX(unary_bwd_loop)(pcgc_op_kind kind, double s, int64_t n, const
   }
 }
 
-static void SFX(unary_fwd_fast)(pcgc_op_kind kind, double s, int64_t n, const REAL *restrict x, REAL *restrict y) {
-  SFX(unary_fwd_loop)(kind, s, n, x, y);
+static void SFX(unary_fwd_fast)(pcgc_op_kind kind, double s, double s2, int64_t n, const REAL *restrict x, REAL *restrict y) {
+  SFX(unary_fwd_loop)(kind, s, s2, n, x, y);
 }
-static void SFX(unary_fwd_alias)(pcgc_op_kind kind, double s, int64_t n, const REAL *x, REAL *y) {
-  SFX(unary_fwd_loop)(kind, s, n, x, y);
+static void SFX(unary_fwd_alias)(pcgc_op_kind kind, double s, double s2, int64_t n, const REAL *x, REAL *y) {
+  SFX(unary_fwd_loop)(kind, s, s2, n, x, y);
 }
-static void SFX(unary_bwd_fast)(pcgc_op_kind kind, double s, int64_t n, const REAL *restrict x,
+static void SFX(unary_bwd_fast)(pcgc_op_kind kind, double s, double s2, int64_t n, const REAL *restrict x,
                                 const REAL *restrict dy, REAL *restrict dx) {
-  SFX(unary_bwd_loop)(kind, s, n, x, dy, dx);
+  SFX(unary_bwd_loop)(kind, s, s2, n, x, dy, dx);
 }
-static void SFX(unary_bwd_alias)(pcgc_op_kind kind, double s, int64_t n, const REAL *x, const REAL *dy, REAL *dx) {
-  SFX(unary_bwd_loop)(kind, s, n, x, dy, dx);
+static void SFX(unary_bwd_alias)(pcgc_op_kind kind, double s, double s2, int64_t n, const REAL *x, const REAL *dy, REAL *dx) {
+  SFX(unary_bwd_loop)(kind, s, s2, n, x, dy, dx);
 }
 
 /* v where keep, else `other` (its bits): a select through the bits, which

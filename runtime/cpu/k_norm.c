@@ -1,5 +1,6 @@
 /*
- * k_norm.c — CPU kernels of softmax, reductions (reduce_sum, reduce_mean)
+ * k_norm.c — CPU kernels of softmax and log_softmax, reductions (reduce_sum, reduce_mean,
+ * reduce_max)
  * and normalisation (batchnorm, layernorm), plus the batch-norm entry points
  * for a batch sharded over pieces.
  *
@@ -49,11 +50,44 @@ static axis_view view_axis(const pcgc_buf *x, int64_t axis) {
   return (axis_view){kx_prod(x->dims, 0, a), x->dims[a], kx_prod(x->dims, a + 1, x->rank)};
 }
 
+/* log_softmax: (x - max) - log(sum(exp(x - max))) along the axis, and its
+ * backward from the output, dx = dy - exp(y) sum(dy). One loop for both
+ * dtypes (through kx_get/kx_set): no model spends its time here. The
+ * element reads come before the writes of each line, so y may alias x. */
+static void log_softmax_fwd(const pcgc_buf *x, pcgc_buf *y, axis_view v) {
+  for (int64_t o = 0; o < v.outer; o++)
+    for (int64_t t = 0; t < v.inner; t++) {
+      int64_t base = o * v.n * v.inner + t;
+      double mx = -INFINITY, sum = 0;
+      for (int64_t j = 0; j < v.n; j++) mx = fmax(mx, kx_get(x, base + j * v.inner));
+      for (int64_t j = 0; j < v.n; j++) sum += exp(kx_get(x, base + j * v.inner) - mx);
+      double ls = log(sum);
+      for (int64_t j = 0; j < v.n; j++) kx_set(y, base + j * v.inner, (kx_get(x, base + j * v.inner) - mx) - ls);
+    }
+}
+
+static void log_softmax_bwd(const pcgc_buf *y, const pcgc_buf *dy, pcgc_buf *dx, axis_view v) {
+  for (int64_t o = 0; o < v.outer; o++)
+    for (int64_t t = 0; t < v.inner; t++) {
+      int64_t base = o * v.n * v.inner + t;
+      double sum = 0;
+      for (int64_t j = 0; j < v.n; j++) sum += kx_get(dy, base + j * v.inner);
+      for (int64_t j = 0; j < v.n; j++) {
+        int64_t i = base + j * v.inner;
+        kx_add(dx, i, kx_get(dy, i) - exp(kx_get(y, i)) * sum);
+      }
+    }
+}
+
 pcgc_status pcgc__cpu_fwd_softmax(const pcgc__kargs *k) {
   KX_TRY(pcgc__kcheck(k, false, 0));
   const pcgc_buf *x = &k->in[0];
   pcgc_buf *y = &k->out[0];
   axis_view v = view_axis(x, pcgc_attrs_int(k->a, "axis"));
+  if (k->kind == PCGC_OP_LOG_SOFTMAX) {
+    log_softmax_fwd(x, y, v);
+    return PCGC_OK;
+  }
   if (v.inner == 1 && kx_disjoint(x, y)) {
     double row[4096]; /* the exponentials of a row, computed once */
     KX_BY_DTYPE(x->dtype, softmax_rows, v.outer, v.n, x->data, y->data, v.n <= 4096 ? row : NULL);
@@ -78,6 +112,10 @@ pcgc_status pcgc__cpu_bwd_softmax(const pcgc__kargs *k) {
   pcgc_buf *dx = &k->din[0];
   if (!kx_want(dx)) return PCGC_OK;
   axis_view v = view_axis(y, pcgc_attrs_int(k->a, "axis"));
+  if (k->kind == PCGC_OP_LOG_SOFTMAX) {
+    log_softmax_bwd(y, dy, dx, v);
+    return PCGC_OK;
+  }
   if (v.inner == 1 && kx_disjoint(dx, y) && kx_disjoint(dx, dy)) {
     KX_BY_DTYPE(y->dtype, softmax_rows_bwd, v.outer, v.n, y->data, dy->data, dx->data);
     return PCGC_OK;
@@ -138,6 +176,19 @@ pcgc_status pcgc__cpu_fwd_reduce(const pcgc__kargs *k) {
   double scale;
   kx_iter it = reduce_iter(k, x, &inner, &scale);
   int64_t blocks = pcgc_buf_numel(x) / inner;
+  if (k->kind == PCGC_OP_REDUCE_MAX) {
+    for (int64_t b = 0; b < blocks; b++) {
+      int64_t dst = it.off[1];
+      double mx = -INFINITY;
+      for (int64_t e = 0; e < inner; e++, kx_iter_next(&it)) {
+        double v = kx_get(x, it.off[0]);
+        if (v > mx || v != v) mx = v; /* NaN sticks, as in torch.amax */
+        if (mx != mx) { for (e++, kx_iter_next(&it); e < inner; e++) kx_iter_next(&it); break; }
+      }
+      kx_set(y, dst, mx);
+    }
+    return PCGC_OK;
+  }
   for (int64_t b = 0; b < blocks; b++) {
     int64_t dst = it.off[1];
     double acc = 0;
@@ -148,7 +199,7 @@ pcgc_status pcgc__cpu_fwd_reduce(const pcgc__kargs *k) {
 }
 
 pcgc_status pcgc__cpu_bwd_reduce(const pcgc__kargs *k) {
-  KX_TRY(pcgc__kcheck(k, true, 0));
+  KX_TRY(pcgc__kcheck(k, true, k->kind == PCGC_OP_REDUCE_MAX ? KX_READS_OUT : 0));
   pcgc_buf *dx = &k->din[0];
   if (!kx_want(dx)) return PCGC_OK;
   const pcgc_buf *dy = &k->dout[0];
@@ -156,6 +207,20 @@ pcgc_status pcgc__cpu_bwd_reduce(const pcgc__kargs *k) {
   double scale;
   kx_iter it = reduce_iter(k, &k->in[0], &inner, &scale);
   int64_t n = pcgc_buf_numel(&k->in[0]);
+  if (k->kind == PCGC_OP_REDUCE_MAX) { /* torch.amax: the gradient shared evenly by the maxima */
+    const pcgc_buf *x = &k->in[0], *y = &k->out[0];
+    for (int64_t b = 0; b < n / inner; b++) {
+      kx_iter start = it;
+      double mx = kx_get(y, it.off[1]), ties = 0;
+      for (int64_t e = 0; e < inner; e++, kx_iter_next(&it)) ties += kx_get(x, it.off[0]) == mx;
+      if (ties == 0) continue;
+      double g = kx_get(dy, start.off[1]) / ties;
+      it = start;
+      for (int64_t e = 0; e < inner; e++, kx_iter_next(&it))
+        if (kx_get(x, it.off[0]) == mx) kx_add(dx, it.off[0], g);
+    }
+    return PCGC_OK;
+  }
   for (int64_t i = 0; i < n; i++, kx_iter_next(&it)) kx_add(dx, it.off[0], kx_get(dy, it.off[1]) * scale);
   return PCGC_OK;
 }

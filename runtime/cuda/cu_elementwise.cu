@@ -1,7 +1,8 @@
 /*
  * cu_elementwise.cu — CUDA kernels of the elementwise families: `unary`
- * (activations, exp, identity, scalar arithmetic, dropout) and `binary`
- * (add, sub, mul, div with NumPy broadcasting), k_elementwise.c on the GPU.
+ * (activations, exp, pow, clip, identity, scalar arithmetic, dropout),
+ * `binary` (add, sub, mul, div with NumPy broadcasting), `mask`
+ * (causal_mask) and `rope`, k_elementwise.c on the GPU.
  *
  * Every value is the CPU's expression in double, rounded to f32 once when
  * stored (see cu_common_impl.h for what can still differ: CUDA's erf, tanh
@@ -19,6 +20,7 @@
  * when an operand has few elements (its partial sums: at most about
  * 1024 + 8 * nx doubles).
  */
+#include <float.h>
 #include <math.h>
 
 #include "cu_common_impl.h"
@@ -33,7 +35,7 @@ namespace {
 
 /* The unary ops, numbered for the kernels' template argument. */
 enum { U_RELU, U_GELU, U_GELU_TANH, U_SIGMOID, U_SILU, U_RELU6, U_HSIG, U_HSWISH, U_LEAKY, U_TANH, U_EXP, U_ADD, U_SUB,
-       U_MUL, U_DIV, U_ONE };
+       U_MUL, U_DIV, U_POW, U_CLIP, U_ONE };
 
 __device__ __forceinline__ double d_gelu(double x) { return 0.5 * x * (1 + erf(x * SQRT1_2)); }
 
@@ -56,8 +58,20 @@ __device__ __forceinline__ double d_sigmoid(double x) {
   return x >= 0 ? 1 / (1 + e) : e / (1 + e);
 }
 
+/* x^p as the CPU's pow_exact: sqrt and products for the common exponents */
+__device__ __forceinline__ double d_pow(double x, double p) {
+  if (p == 1) return x;
+  if (p == 2) return cux_mul(x, x);
+  if (p == 3) return cux_mul(cux_mul(x, x), x);
+  if (p == 0.5) return sqrt(x);
+  if (p == -1) return 1 / x;
+  if (p == -0.5) return 1 / sqrt(x);
+  return pow(x, p);
+}
+
+/* s2: the second attribute (clip's max) */
 template <int OP>
-__device__ __forceinline__ double unary_fwd(double x, double s) {
+__device__ __forceinline__ double unary_fwd(double x, double s, double s2) {
   switch (OP) {
   case U_RELU: return x < 0 ? 0 : x; /* NaN propagates */
   case U_GELU: return d_gelu(x);
@@ -74,13 +88,15 @@ __device__ __forceinline__ double unary_fwd(double x, double s) {
   case U_SUB: return x - s;
   case U_MUL: return x * s;
   case U_DIV: return x / s;
+  case U_POW: return d_pow(x, s);
+  case U_CLIP: return x != x ? x : x < s ? (s > s2 ? s2 : s) : x > s2 ? s2 : x;
   default: return x;
   }
 }
 
 /* dy * (d op / dx at x); s is 1/scalar for U_DIV */
 template <int OP>
-__device__ __forceinline__ double unary_bwd(double x, double dy, double s) {
+__device__ __forceinline__ double unary_bwd(double x, double dy, double s, double s2) {
   switch (OP) {
   case U_RELU: return dy * (x > 0 ? 1.0 : 0.0);
   case U_GELU: return dy * d_gelu_grad(x);
@@ -104,22 +120,27 @@ __device__ __forceinline__ double unary_bwd(double x, double dy, double s) {
   case U_EXP: return dy * exp(x);
   case U_MUL:
   case U_DIV: return dy * s;
+  case U_POW: return dy * (s == 0 ? 0.0 : s == 1 ? 1.0 : s * d_pow(x, s - 1));
+  case U_CLIP: return dy * (x >= s && x <= s2 ? 1.0 : 0.0);
   default: return dy * 1.0; /* identity, scalar add/sub, dropout off */
   }
 }
 
 template <int OP>
-__global__ void unary_fwd_kernel(int64_t n, double s, const float *x, float *y) {
-  CUX_FOR(i, n) y[i] = (float)unary_fwd<OP>((double)x[i], s);
+__global__ void unary_fwd_kernel(int64_t n, double s, double s2, const float *x, float *y) {
+  CUX_FOR(i, n) y[i] = (float)unary_fwd<OP>((double)x[i], s, s2);
 }
 
 template <int OP>
-__global__ void unary_bwd_kernel(int64_t n, double s, const float *x, const float *dy, float *dx) {
-  CUX_FOR(i, n) dx[i] += (float)unary_bwd<OP>((double)x[i], (double)dy[i], s);
+__global__ void unary_bwd_kernel(int64_t n, double s, double s2, const float *x, const float *dy, float *dx) {
+  CUX_FOR(i, n) dx[i] += (float)unary_bwd<OP>((double)x[i], (double)dy[i], s, s2);
 }
 
-static int unary_op(const pcgc__cukargs *k, double *s) {
-  *s = 0;
+/* clip's bounds: +-DBL_MAX (the defaults) is no bound */
+static double clip_bound(double b) { return b >= DBL_MAX ? INFINITY : b <= -DBL_MAX ? -INFINITY : b; }
+
+static int unary_op(const pcgc__cukargs *k, double *s, double *s2) {
+  *s = *s2 = 0;
   switch (k->kind) {
   case PCGC_OP_RELU: return U_RELU;
   case PCGC_OP_GELU: return pcgc_attrs_int(k->a, "approximate") ? U_GELU_TANH : U_GELU;
@@ -135,13 +156,18 @@ static int unary_op(const pcgc__cukargs *k, double *s) {
   case PCGC_OP_SCALAR_SUB: *s = pcgc_attrs_float(k->a, "scalar"); return U_SUB;
   case PCGC_OP_SCALAR_MUL: *s = pcgc_attrs_float(k->a, "scalar"); return U_MUL;
   case PCGC_OP_SCALAR_DIV: *s = pcgc_attrs_float(k->a, "scalar"); return U_DIV;
+  case PCGC_OP_POW: *s = pcgc_attrs_float(k->a, "exponent"); return U_POW;
+  case PCGC_OP_CLIP:
+    *s = clip_bound(pcgc_attrs_float(k->a, "min"));
+    *s2 = clip_bound(pcgc_attrs_float(k->a, "max"));
+    return U_CLIP;
   default: return U_ONE;
   }
 }
 
 #define UNARY_CASES(X)                                                                              \
   X(U_RELU) X(U_GELU) X(U_GELU_TANH) X(U_SIGMOID) X(U_SILU) X(U_RELU6) X(U_HSIG) X(U_HSWISH) X(U_LEAKY) X(U_TANH) X(U_EXP) X(U_ADD) X(U_SUB) X(U_MUL) \
-  X(U_DIV) X(U_ONE)
+  X(U_DIV) X(U_POW) X(U_CLIP) X(U_ONE)
 
 /* ---------------------------------------------------------------- dropout */
 
@@ -217,13 +243,13 @@ pcgc_status pcgc__cu_fwd_unary(const pcgc__cukargs *k) {
                                              cudaMemcpyDeviceToDevice, k->cu->stream), "copy");
   }
   if (k->kind == PCGC_OP_DROPOUT) return dropout_run(k, false, rate, scale, x, y);
-  double s;
-  int op = unary_op(k, &s);
+  double s, s2;
+  int op = unary_op(k, &s, &s2);
   const float *xp = (const float *)x->data;
   float *yp = (float *)y->data;
   switch (op) {
 #define FWD_CASE(o) \
-  case o: unary_fwd_kernel<o><<<CUX_GRID(n)>>>(n, s, xp, yp); break;
+  case o: unary_fwd_kernel<o><<<CUX_GRID(n)>>>(n, s, s2, xp, yp); break;
     UNARY_CASES(FWD_CASE)
 #undef FWD_CASE
   }
@@ -239,14 +265,14 @@ pcgc_status pcgc__cu_bwd_unary(const pcgc__cukargs *k) {
   int64_t n = pcgc_buf_numel(x);
   double rate, scale;
   if (k->kind == PCGC_OP_DROPOUT && dropout_on(k, &rate, &scale)) return dropout_run(k, true, rate, scale, dy, dx);
-  double s;
-  int op = unary_op(k, &s);
+  double s, s2;
+  int op = unary_op(k, &s, &s2);
   if (op == U_DIV) s = 1 / s; /* the CPU multiplies by r = 1/s */
   const float *xp = (const float *)x->data, *dp = (const float *)dy->data;
   float *gp = (float *)dx->data;
   switch (op) {
 #define BWD_CASE(o) \
-  case o: unary_bwd_kernel<o><<<CUX_GRID(n)>>>(n, s, xp, dp, gp); break;
+  case o: unary_bwd_kernel<o><<<CUX_GRID(n)>>>(n, s, s2, xp, dp, gp); break;
     UNARY_CASES(BWD_CASE)
 #undef BWD_CASE
   }
@@ -406,4 +432,95 @@ pcgc_status pcgc__cu_bwd_binary(const pcgc__cukargs *k) {
     CUX_LAUNCHED(k, "binary backward");
   }
   return PCGC_OK;
+}
+
+/* ------------------------------------------------------------ causal mask */
+
+namespace {
+
+/* element e of [mats, M, N]: masked (-inf) where column > row + offset;
+ * backward adds dy where the element was kept */
+template <bool BWD>
+__global__ void causal_kernel(int64_t n, int64_t M, int64_t N, int64_t off, const float *src, float *dst) {
+  CUX_FOR(e, n) {
+    int64_t j = e % N, i = (e / N) % M;
+    bool masked = j > i + off;
+    if (BWD) {
+      if (!masked) dst[e] += src[e];
+    } else {
+      dst[e] = masked ? -INFINITY : src[e];
+    }
+  }
+}
+
+} /* namespace */
+
+/* The last two dims are never sharded (infer.c): local indices are the
+ * logical ones. */
+pcgc_status pcgc__cu_fwd_mask(const pcgc__cukargs *k) {
+  CUX_TRY(cux_check(k, false, 0));
+  if (pcgc__cu_measuring(k)) return PCGC_OK;
+  const pcgc_buf *x = &k->in[0];
+  int64_t n = pcgc_buf_numel(x), M = x->dims[x->rank - 2], N = x->dims[x->rank - 1];
+  causal_kernel<false><<<CUX_GRID(n)>>>(n, M, N, pcgc_attrs_int(k->a, "offset"), (const float *)x->data,
+                                        (float *)k->out[0].data);
+  return pcgc__cu_launched(k, "causal_mask forward");
+}
+
+pcgc_status pcgc__cu_bwd_mask(const pcgc__cukargs *k) {
+  CUX_TRY(cux_check(k, true, 0));
+  if (pcgc__cu_measuring(k)) return PCGC_OK;
+  pcgc_buf *dx = &k->din[0];
+  if (!cux_want(dx)) return PCGC_OK;
+  const pcgc_buf *dy = &k->dout[0];
+  int64_t n = pcgc_buf_numel(dy), M = dy->dims[dy->rank - 2], N = dy->dims[dy->rank - 1];
+  causal_kernel<true><<<CUX_GRID(n)>>>(n, M, N, pcgc_attrs_int(k->a, "offset"), (const float *)dy->data,
+                                       (float *)dx->data);
+  return pcgc__cu_launched(k, "causal_mask backward");
+}
+
+/* ------------------------------------------------------------------ rope */
+
+namespace {
+
+/* one thread per pair (i, i + D/2) of row t of a matrix of [mats, T, D]:
+ * the CPU's rotation, its angle in double; backward rotates back and adds */
+template <bool BWD>
+__global__ void rope_kernel(int64_t pairs, int64_t T, int64_t D, double theta, const float *src, float *dst) {
+  int64_t h = D / 2;
+  CUX_FOR(p, pairs) {
+    int64_t i = p % h, t = (p / h) % T, e = (p / h) * D + i;
+    double a = (double)t * pow(theta, -2.0 * (double)i / (double)D), cs = cos(a), sn = BWD ? -sin(a) : sin(a);
+    double x1 = (double)src[e], x2 = (double)src[e + h];
+    double y1 = cux_mul(x1, cs) - cux_mul(x2, sn), y2 = cux_mul(x2, cs) + cux_mul(x1, sn);
+    if (BWD) {
+      dst[e] += (float)y1;
+      dst[e + h] += (float)y2;
+    } else {
+      dst[e] = (float)y1;
+      dst[e + h] = (float)y2;
+    }
+  }
+}
+
+} /* namespace */
+
+pcgc_status pcgc__cu_fwd_rope(const pcgc__cukargs *k) {
+  CUX_TRY(cux_check(k, false, 0));
+  if (pcgc__cu_measuring(k)) return PCGC_OK;
+  const pcgc_buf *x = &k->in[0];
+  int64_t T = x->dims[x->rank - 2], D = x->dims[x->rank - 1], pairs = pcgc_buf_numel(x) / 2;
+  rope_kernel<false><<<CUX_GRID(pairs)>>>(pairs, T, D, pcgc_attrs_float(k->a, "theta"), (const float *)x->data,
+                                          (float *)k->out[0].data);
+  return pcgc__cu_launched(k, "rope forward");
+}
+
+pcgc_status pcgc__cu_bwd_rope(const pcgc__cukargs *k) {
+  CUX_TRY(cux_check(k, true, 0));
+  if (pcgc__cu_measuring(k) || !cux_want(&k->din[0])) return PCGC_OK;
+  const pcgc_buf *dy = &k->dout[0];
+  int64_t T = dy->dims[dy->rank - 2], D = dy->dims[dy->rank - 1], pairs = pcgc_buf_numel(dy) / 2;
+  rope_kernel<true><<<CUX_GRID(pairs)>>>(pairs, T, D, pcgc_attrs_float(k->a, "theta"), (const float *)dy->data,
+                                         (float *)k->din[0].data);
+  return pcgc__cu_launched(k, "rope backward");
 }

@@ -1,7 +1,9 @@
 /*
  * cu_shape.cu — CUDA kernels of data movement (concat, split, reshape,
- * flatten, transpose), softmax and the reductions (reduce_sum,
- * reduce_mean): k_shape.c and the softmax/reduce part of k_norm.c on the GPU.
+ * flatten, transpose), softmax, log_softmax and the reductions (reduce_sum,
+ * reduce_mean, reduce_max): k_shape.c and the softmax/reduce part of k_norm.c
+ * on the GPU. log_softmax and reduce_max take one thread per row or output
+ * (no model spends its time in them).
  *
  * Forward of data movement moves 4- or 8-byte elements (f32, i32, i64);
  * backward adds the moved gradient (f32). Concat and split view a tensor as
@@ -298,6 +300,33 @@ __global__ void softmax_rows_bwd_kernel(int64_t rows, int64_t n, const float *y,
   }
 }
 
+/* log_softmax, one thread per row (column c = o * inner + t): y = (x - max)
+ * - log(sum(exp(x - max))) in double, as the CPU; backward
+ * dx += dy - exp(y) * sum(dy). */
+__global__ void log_softmax_cols_kernel(int64_t cols, int64_t n, int64_t inner, const float *x, float *y) {
+  CUX_FOR(c, cols) {
+    int64_t base = (c / inner) * n * inner + c % inner;
+    double mx = -INFINITY, sum = 0;
+    for (int64_t j = 0; j < n; j++) mx = fmax(mx, (double)x[base + j * inner]);
+    for (int64_t j = 0; j < n; j++) sum += exp((double)x[base + j * inner] - mx);
+    double ls = log(sum);
+    for (int64_t j = 0; j < n; j++) y[base + j * inner] = (float)(((double)x[base + j * inner] - mx) - ls);
+  }
+}
+
+__global__ void log_softmax_cols_bwd_kernel(int64_t cols, int64_t n, int64_t inner, const float *y, const float *dy,
+                                            float *dx) {
+  CUX_FOR(c, cols) {
+    int64_t base = (c / inner) * n * inner + c % inner;
+    double sum = 0;
+    for (int64_t j = 0; j < n; j++) sum += (double)dy[base + j * inner];
+    for (int64_t j = 0; j < n; j++) {
+      int64_t i = base + j * inner;
+      dx[i] += (float)((double)dy[i] - cux_mul(exp((double)y[i]), sum));
+    }
+  }
+}
+
 /* Blocks for one warp per row. */
 static unsigned warp_blocks(int64_t rows) { return pcgc__cu_blocks(rows * 32); }
 
@@ -311,6 +340,11 @@ pcgc_status pcgc__cu_fwd_softmax(const pcgc__cukargs *k) {
   axis_view v = view_axis(x, pcgc_attrs_int(k->a, "axis"));
   const float *xp = (const float *)x->data;
   float *yp = (float *)y->data;
+  if (k->kind == PCGC_OP_LOG_SOFTMAX) {
+    int64_t cols = v.outer * v.inner;
+    log_softmax_cols_kernel<<<CUX_GRID(cols)>>>(cols, v.n, v.inner, xp, yp);
+    return pcgc__cu_launched(k, "log_softmax");
+  }
   if (by_warp(v)) {
     softmax_rows_kernel<<<warp_blocks(v.outer), PCGC_CU_THREADS, 0, k->cu->stream>>>(v.outer, v.n, xp, yp);
   } else {
@@ -328,6 +362,11 @@ pcgc_status pcgc__cu_bwd_softmax(const pcgc__cukargs *k) {
   axis_view v = view_axis(y, pcgc_attrs_int(k->a, "axis"));
   const float *yp = (const float *)y->data, *dp = (const float *)dy->data;
   float *gp = (float *)k->din[0].data;
+  if (k->kind == PCGC_OP_LOG_SOFTMAX) {
+    int64_t cols = v.outer * v.inner;
+    log_softmax_cols_bwd_kernel<<<CUX_GRID(cols)>>>(cols, v.n, v.inner, yp, dp, gp);
+    return pcgc__cu_launched(k, "log_softmax backward");
+  }
   if (by_warp(v)) {
     softmax_rows_bwd_kernel<<<warp_blocks(v.outer), PCGC_CU_THREADS, 0, k->cu->stream>>>(v.outer, v.n, yp, dp, gp);
   } else {
@@ -371,10 +410,73 @@ __global__ void reduce_bwd_kernel(int64_t n, cux_nd g, double scale, const float
   }
 }
 
+/* reduce_max, one thread per output: the kept dims of x in `outer`, the
+ * reduced ones in `inner` (offset 0: x's strides). Backward shares dy
+ * evenly among the elements equal to the maximum (torch.amax); each x
+ * element belongs to one output, so the adds do not conflict. */
+template <bool BWD>
+__global__ void reduce_max_kernel(int64_t nx, int64_t m, cux_nd outer, cux_nd inner, const float *x, const float *y,
+                                  const float *dy, float *out) {
+  CUX_FOR(e, nx) {
+    int64_t base[3] = {0, 0, 0};
+    cux_nd_at(outer, e, base);
+    if (!BWD) {
+      double mx = -INFINITY;
+      for (int64_t t = 0; t < m; t++) {
+        int64_t off[3] = {base[0], 0, 0};
+        cux_nd_at(inner, t, off);
+        double v = (double)x[off[0]];
+        if (v > mx || v != v) mx = v;
+        if (mx != mx) break;
+      }
+      out[e] = (float)mx;
+    } else {
+      double mx = (double)y[e], ties = 0;
+      for (int64_t t = 0; t < m; t++) {
+        int64_t off[3] = {base[0], 0, 0};
+        cux_nd_at(inner, t, off);
+        ties += (double)x[off[0]] == mx;
+      }
+      if (ties == 0) continue;
+      float g = (float)((double)dy[e] / ties);
+      for (int64_t t = 0; t < m; t++) {
+        int64_t off[3] = {base[0], 0, 0};
+        cux_nd_at(inner, t, off);
+        if ((double)x[off[0]] == mx) out[off[0]] += g;
+      }
+    }
+  }
+}
+
+static pcgc_status reduce_max_run(const pcgc__cukargs *k, bool bwd) {
+  const pcgc_buf *x = &k->in[0];
+  bool red[PCGC_MAX_RANK];
+  reduce_dims(k, x, red);
+  int64_t xs[PCGC_MAX_RANK], nx = 1, m = 1;
+  kx_strides(x->rank, x->dims, xs);
+  cux_nd outer, inner;
+  memset(&outer, 0, sizeof outer);
+  memset(&inner, 0, sizeof inner);
+  for (int d = 0; d < x->rank; d++) {
+    cux_nd_push(red[d] ? &inner : &outer, x->dims[d], xs[d], 0, 0);
+    *(red[d] ? &m : &nx) *= x->dims[d];
+  }
+  cux_nd_collapse(&outer);
+  cux_nd_collapse(&inner);
+  const float *xp = (const float *)x->data, *yp = (const float *)k->out[0].data;
+  if (bwd)
+    reduce_max_kernel<true><<<CUX_GRID(nx)>>>(nx, m, outer, inner, xp, yp, (const float *)k->dout[0].data,
+                                              (float *)k->din[0].data);
+  else
+    reduce_max_kernel<false><<<CUX_GRID(nx)>>>(nx, m, outer, inner, xp, NULL, NULL, (float *)k->out[0].data);
+  return pcgc__cu_launched(k, bwd ? "reduce_max backward" : "reduce_max");
+}
+
 } /* namespace */
 
 pcgc_status pcgc__cu_fwd_reduce(const pcgc__cukargs *k) {
   CUX_TRY(cux_check(k, false, 0));
+  if (k->kind == PCGC_OP_REDUCE_MAX) return pcgc__cu_measuring(k) ? PCGC_OK : reduce_max_run(k, false);
   const pcgc_buf *x = &k->in[0];
   bool red[PCGC_MAX_RANK];
   double scale = reduce_dims(k, x, red);
@@ -392,8 +494,9 @@ pcgc_status pcgc__cu_fwd_reduce(const pcgc__cukargs *k) {
 }
 
 pcgc_status pcgc__cu_bwd_reduce(const pcgc__cukargs *k) {
-  CUX_TRY(cux_check(k, true, 0));
+  CUX_TRY(cux_check(k, true, k->kind == PCGC_OP_REDUCE_MAX ? CUX_READS_OUT : 0));
   if (pcgc__cu_measuring(k) || !cux_want(&k->din[0])) return PCGC_OK;
+  if (k->kind == PCGC_OP_REDUCE_MAX) return reduce_max_run(k, true);
   const pcgc_buf *x = &k->in[0];
   bool red[PCGC_MAX_RANK];
   double scale = reduce_dims(k, x, red);

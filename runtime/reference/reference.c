@@ -516,7 +516,7 @@ pcgc_status pcgc_ref_forward(pcgc_reference *r, double *loss, pcgc_error *err) {
       st = run_ordinary(r, n, false, err);
     }
     if (st != PCGC_OK) return st;
-    for (int j = 0; j < n->n_out; j++)
+    for (int j = 0; j < n->n_out && n->kind != PCGC_OP_CAUSAL_MASK; j++) /* its -inf is the point */
       if (!all_finite(&r->val[n->id][j])) {
         pcgc_error_set(err, PCGC_ERR_INVALID, "%s '%s' produced NaN or Inf; the loss cannot be computed",
                        pcgc_op_name(n->kind), n->name);

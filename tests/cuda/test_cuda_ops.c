@@ -207,7 +207,8 @@ static double get(const pcgc_buf *b, int64_t i) {
   }
 }
 
-/* max |got - want| / max(max |want|, floor); INFINITY on NaN or differing shapes */
+/* max |got - want| / max(max |want|, floor) over the finite values; INFINITY on
+ * NaN or an infinity in one and not the other, or differing shapes */
 static double maxrel_floor(const pcgc_buf *want, const pcgc_buf *got, double floor) {
   if (want->dtype != got->dtype || numel(want) != numel(got)) return INFINITY;
   double scale = floor, diff = 0;
@@ -215,6 +216,10 @@ static double maxrel_floor(const pcgc_buf *want, const pcgc_buf *got, double flo
     double w = get(want, i), g = get(got, i);
     if (isnan(w) != isnan(g)) return INFINITY;
     if (isnan(w)) continue;
+    if (isinf(w) || isinf(g)) { /* causal_mask's -inf: equal or wrong */
+      if (w != g) return INFINITY;
+      continue;
+    }
     scale = fmax(scale, fabs(w));
     diff = fmax(diff, fabs(g - w));
   }
@@ -624,6 +629,10 @@ static void test_unary(void) {
       {PCGC_OP_SCALAR_MUL, "scalar", -2.5, "scalar=-2.5"},
       {PCGC_OP_SCALAR_DIV, "scalar", 3, "scalar=3"},
       {PCGC_OP_DROPOUT, "rate", 0.3, "rate=0.3 not training (identity)"},
+      {PCGC_OP_POW, "exponent", 3, "exponent=3"},
+      {PCGC_OP_POW, "exponent", 2, "exponent=2"},
+      {PCGC_OP_CLIP, "min", -1.25, "min=-1.25 (no max)"},
+      {PCGC_OP_CLIP, "max", 0.5, "max=0.5 (no min)"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     pcgc_attrs a = attrs(cases[i].k);
@@ -632,6 +641,29 @@ static void test_unary(void) {
     pcgc_buf x = frange(-3, 3, DIMS(4, 5, 6));
     run_case(cases[i].k, &a, cases[i].what, 1, &x, NULL, TOL_EW);
   }
+  /* pow's fractional exponents on positive inputs; clip with both bounds */
+  static const double exps[] = {0.5, -0.5, -1, 1.7};
+  for (size_t i = 0; i < sizeof exps / sizeof exps[0]; i++) {
+    pcgc_attrs p = attrs(PCGC_OP_POW);
+    setf(&p, "exponent", exps[i]);
+    char what[48];
+    snprintf(what, sizeof what, "exponent=%g x in [0.5, 3]", exps[i]);
+    pcgc_buf xp = frange(0.5, 3, DIMS(4, 5, 6));
+    run_case(PCGC_OP_POW, &p, what, 1, &xp, NULL, TOL_EW);
+  }
+  pcgc_attrs c = attrs(PCGC_OP_CLIP);
+  setf(&c, "min", -1), setf(&c, "max", 2);
+  pcgc_buf xc = frange(-3, 3, DIMS(4, 5, 6));
+  run_case(PCGC_OP_CLIP, &c, "min=-1 max=2", 1, &xc, NULL, TOL_EW);
+  pcgc_attrs mk_ = attrs(PCGC_OP_CAUSAL_MASK);
+  pcgc_buf xm = frand(DIMS(2, 3, 5, 7));
+  run_case(PCGC_OP_CAUSAL_MASK, &mk_, "[2,3,5,7] offset 0", 1, &xm, NULL, TOL_EW);
+  seti(&mk_, "offset", 2);
+  run_case(PCGC_OP_CAUSAL_MASK, &mk_, "[2,3,5,7] offset 2", 1, &xm, NULL, TOL_EW);
+  pcgc_attrs ro = attrs(PCGC_OP_ROPE);
+  pcgc_buf xr = frand(DIMS(2, 3, 5, 8));
+  run_case(PCGC_OP_ROPE, &ro, "[2,3,5,8] theta 10000", 1, &xr, NULL, TOL_EW);
+
   pcgc_attrs a = attrs(PCGC_OP_RELU);
   pcgc_buf big = frand(DIMS(1000003));
   run_case(PCGC_OP_RELU, &a, "x[1000003] (grid-stride)", 1, &big, NULL, TOL_EW);
@@ -741,6 +773,17 @@ static void test_reduce(void) {
   seti(&a, "axis", -1);
   pcgc_buf x3 = frange(-4, 4, DIMS(3, 1000));
   run_case(PCGC_OP_SOFTMAX, &a, "[3,1000] axis=-1 (long rows)", 1, &x3, NULL, TOL_EW);
+  a = attrs(PCGC_OP_LOG_SOFTMAX);
+  run_case(PCGC_OP_LOG_SOFTMAX, &a, "[4,7,9] axis=-1", 1, &x1, NULL, TOL_EW);
+  seti(&a, "axis", 1);
+  run_case(PCGC_OP_LOG_SOFTMAX, &a, "[3,5,4] axis=1 (not innermost)", 1, &x2, NULL, TOL_EW);
+  a = attrs(PCGC_OP_REDUCE_MAX);
+  setn(&a, "dims", DIMS(1));
+  pcgc_buf m1 = frand(DIMS(3, 4, 5));
+  run_case(PCGC_OP_REDUCE_MAX, &a, "[3,4,5] dims 1", 1, &m1, NULL, TOL_EW);
+  setn(&a, "dims", DIMS(0, 2));
+  seti(&a, "keepdims", 1);
+  run_case(PCGC_OP_REDUCE_MAX, &a, "[3,4,5] dims 0,2 keepdims", 1, &m1, NULL, TOL_EW);
 
   for (int mean = 0; mean < 2; mean++) {
     pcgc_op_kind k = mean ? PCGC_OP_REDUCE_MEAN : PCGC_OP_REDUCE_SUM;

@@ -3,7 +3,7 @@
 
     /usr/bin/python3 tests/onnx/export_models.py OUTDIR [MODEL...]
 
-MODEL is any of: mlp cnn transformer transformer_gelu ops swiglu resnet18
+MODEL is any of: mlp cnn transformer transformer_gelu ops swiglu ops17 decoder resnet18
 resnext50_32x4d inception_v3 mobilenet_v2 mobilenet_v3_small
 (default: all). For each model it writes
 
@@ -41,6 +41,7 @@ Sidecar (JSON):
       "buffers": 9600,                 # float buffers (BatchNorm running stats)
       "batchnorm_layers": 20,          # nn.BatchNorm* modules
       "layernorm_layers": 0,           # nn.LayerNorm modules
+      "groupnorm_layers": 0,           # nn.GroupNorm and nn.InstanceNorm* modules
       "silu_layers": 0,                # nn.SiLU modules (absent: 0)
       "onnx_nodes": {"Conv": 20, ...}, # node count per op_type, from onnx.load
       "onnx_node_total": 69,
@@ -66,11 +67,11 @@ importer holds that weight transposed), "parameter" that the name is one of
 named_parameters() (not a BatchNorm running statistic, not a tensor the
 exporter folded), "sum" and "sum_abs" the float64 sums of its values.
 
-tests/onnx/models/ holds the outputs for mlp, cnn, transformer and ops,
+tests/onnx/models/ holds the outputs for mlp, cnn, transformer, ops, ops17 and decoder,
 committed so that tests/onnx/test_onnx.c runs without torch; the export is
 deterministic, so regenerating them changes nothing unless torch does:
 
-    /usr/bin/python3 tests/onnx/export_models.py tests/onnx/models mlp cnn transformer ops
+    /usr/bin/python3 tests/onnx/export_models.py tests/onnx/models mlp cnn transformer ops ops17 decoder
 
 tests/onnx/test_onnx_torch.c exports every model into a temporary folder.
 
@@ -107,6 +108,7 @@ init_weights=False), all with weights=None.
 import argparse
 import collections
 import json
+import math
 import os
 import sys
 import warnings
@@ -215,6 +217,120 @@ class SwiGLU(torch.nn.Module):
         return torch.nn.functional.leaky_relu(y, 0.2) * torch.sigmoid(x)   # a gate, not a SiLU
 
 
+class Ops17(torch.nn.Module):
+    """The operators issue 16 asks for, at opset 17: convolutions at every
+    group count (1, 2, 4, depthwise, depthwise with two outputs per input),
+    HardSwish, HardSigmoid, LeakyRelu, a max pool with ceil_mode=1 that adds
+    a window, Clip with both bounds and with one,
+    GroupNorm (Reshape -> InstanceNormalization -> Reshape -> Mul -> Add),
+    InstanceNorm2d with affine parameters, Pow 3 and -0.5, Sqrt, Reciprocal,
+    a constant divided by a tensor, GELU (Erf, decomposed below opset 20),
+    SiLU (Sigmoid + Mul), ReduceMax (amax) next to ReduceMean, Slice,
+    Gather of one index and of consecutive ones, LogSoftmax, a parameter
+    expanded to the batch (as ViT's class token: not folded into a weight
+    of the batch's size)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(4, 8, 3, padding=1)
+        self.conv2 = torch.nn.Conv2d(8, 8, 3, padding=1, groups=2)
+        self.conv4 = torch.nn.Conv2d(8, 8, 1, groups=4)
+        self.dw = torch.nn.Conv2d(8, 8, 3, padding=1, groups=8, bias=False)
+        self.dw2 = torch.nn.Conv2d(8, 16, 3, padding=1, stride=2, groups=8)
+        self.gn = torch.nn.GroupNorm(4, 16)
+        self.inorm = torch.nn.InstanceNorm2d(16, affine=True)
+        self.fc = torch.nn.Linear(16, 7)
+        self.act = torch.nn.SiLU()
+        self.token = torch.nn.Parameter(torch.randn(1, 5))
+
+    def forward(self, x):                                          # x (B, 4, 8, 8)
+        F = torch.nn.functional
+        h = F.hardswish(self.conv2(self.conv1(x)))                 # (B, 8, 8, 8)
+        h = F.max_pool2d(h, 3, stride=2, ceil_mode=True)           # (B, 8, 4, 4): 3 without ceil
+        h = F.hardsigmoid(self.conv4(h)) * h
+        h = F.leaky_relu(self.dw(h), 0.1)
+        h = torch.clamp(self.dw2(h), -1.5, 2.0)                    # (B, 16, 2, 2)
+        h = self.inorm(self.gn(h)).clamp(min=-0.5)
+        q = h * h + 1
+        h = h.pow(3) * 0.1 + torch.sqrt(q) + q.pow(-0.5) + torch.reciprocal(q + 1) + 3 / q
+        h = self.act(F.gelu(h))
+        z = self.fc(h.mean((2, 3)) + h.amax((2, 3)))               # (B, 7)
+        z = z[:, 1:6] + z[:, [2, 3, 4, 5, 6]]                      # (B, 5)
+        z = z + self.token.expand(z.shape[0], -1)                  # a parameter grown to the batch
+        return F.log_softmax(z, dim=-1) + z[:, 0].unsqueeze(-1)
+
+
+def rotate_half(x):
+    h = x.shape[-1] // 2
+    return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
+
+
+class DecoderLayer(torch.nn.Module):
+    """A LLaMA decoder layer in plain torch: pre-norm RMSNorm, causal
+    grouped-query attention (4 query heads sharing 2 key/value heads, each
+    repeated for its query heads with expand + reshape, as Hugging Face's
+    repeat_kv), rotary position embeddings in the rotate-half form on q and
+    k, masked_fill(mask, -inf) before the softmax, then a SwiGLU
+    feed-forward; no biases."""
+
+    def __init__(self, d=32, heads=4, kv_heads=2, ffn=64):
+        super().__init__()
+        self.heads, self.kv_heads, self.hd = heads, kv_heads, d // heads
+        self.attn_norm = RMSNorm(d)
+        self.wq = torch.nn.Linear(d, heads * self.hd, bias=False)
+        self.wk = torch.nn.Linear(d, kv_heads * self.hd, bias=False)
+        self.wv = torch.nn.Linear(d, kv_heads * self.hd, bias=False)
+        self.wo = torch.nn.Linear(heads * self.hd, d, bias=False)
+        self.ffn_norm = RMSNorm(d)
+        self.w1 = torch.nn.Linear(d, ffn, bias=False)
+        self.w3 = torch.nn.Linear(d, ffn, bias=False)
+        self.w2 = torch.nn.Linear(ffn, d, bias=False)
+        self.act = torch.nn.SiLU()
+
+    def forward(self, x, cos, sin, mask):                       # x (B, T, d)
+        B, T, _ = x.shape
+        H, K, hd = self.heads, self.kv_heads, self.hd
+        h = self.attn_norm(x)
+        q = self.wq(h).view(B, T, H, hd).transpose(1, 2)        # (B, H, T, hd)
+        k = self.wk(h).view(B, T, K, hd).transpose(1, 2)        # (B, K, T, hd)
+        v = self.wv(h).view(B, T, K, hd).transpose(1, 2)
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        k = k[:, :, None].expand(B, K, H // K, T, hd).reshape(B, H, T, hd)
+        v = v[:, :, None].expand(B, K, H // K, T, hd).reshape(B, H, T, hd)
+        s = (q @ k.transpose(-2, -1)) / math.sqrt(hd)           # (B, H, T, T)
+        p = torch.softmax(s.masked_fill(mask, float("-inf")), dim=-1)
+        o = (p @ v).transpose(1, 2).reshape(B, T, H * hd)
+        x = x + self.wo(o)
+        h = self.ffn_norm(x)
+        return x + self.w2(self.act(self.w1(h)) * self.w3(h))
+
+
+class Decoder(torch.nn.Module):
+    """A small causal decoder (LLaMA's architecture): two DecoderLayers
+    (d 32), a final RMSNorm and an output projection to 40 logits, from
+    token embeddings (B, 6, 32). The rotary tables (theta 10000) and the
+    causal mask are buffers, not parameters."""
+
+    def __init__(self, d=32, layers=2, vocab=40, seq=6, theta=10000.0):
+        super().__init__()
+        self.layers = torch.nn.ModuleList(DecoderLayer(d) for _ in range(layers))
+        self.norm = RMSNorm(d)
+        self.head = torch.nn.Linear(d, vocab, bias=False)
+        hd = self.layers[0].hd
+        inv = 1.0 / (theta ** (torch.arange(0, hd, 2).float() / hd))
+        ang = torch.outer(torch.arange(seq).float(), inv)
+        ang = torch.cat((ang, ang), dim=-1)                     # (T, hd)
+        self.register_buffer("cos", ang.cos(), persistent=False)
+        self.register_buffer("sin", ang.sin(), persistent=False)
+        self.register_buffer("mask", torch.ones(seq, seq, dtype=torch.bool).triu(1), persistent=False)
+
+    def forward(self, x):                                       # x (B, T, d)
+        for layer in self.layers:
+            x = layer(x, self.cos, self.sin, self.mask)
+        return self.head(self.norm(x))                          # (B, T, 40)
+
+
 def transformer(activation="relu"):
     layer = torch.nn.TransformerEncoderLayer(
         d_model=32, nhead=4, dim_feedforward=64, dropout=0.0, batch_first=True,
@@ -232,6 +348,8 @@ MODELS = collections.OrderedDict([
     ("transformer_gelu", (lambda: transformer("gelu"), (5, 32), 14, EVAL, True)),
     ("ops", (Ops, (4, 6, 6), 11, EVAL, True)),
     ("swiglu", (SwiGLU, (5, 16), 14, EVAL, True)),
+    ("ops17", (Ops17, (4, 8, 8), 17, EVAL, True)),
+    ("decoder", (Decoder, (6, 32), 17, EVAL, True)),
     ("resnet18", (lambda: torchvision.models.resnet18(weights=None),
                   (3, 224, 224), 14, PRESERVE, False)),
     ("resnext50_32x4d", (lambda: torchvision.models.resnext50_32x4d(weights=None),
@@ -247,11 +365,18 @@ MODELS = collections.OrderedDict([
 ])
 
 
+def persistent_buffers(model):
+    """Buffers of the state dict: running statistics, not tables the model
+    derives from its configuration (the decoder's rotary tables)."""
+    keep = set(model.state_dict())
+    return [b for n, b in model.named_buffers() if n in keep]
+
+
 def nudge(model, gen):
-    """Adds U(0, 0.01) noise to every float parameter and buffer (see above).
-    Positive noise keeps BatchNorm's running variance positive."""
+    """Adds U(0, 0.01) noise to every float parameter and persistent buffer
+    (see above). Positive noise keeps BatchNorm's running variance positive."""
     with torch.no_grad():
-        for t in list(model.parameters()) + list(model.buffers()):
+        for t in list(model.parameters()) + persistent_buffers(model):
             if t.is_floating_point():
                 t.add_(torch.rand(t.shape, generator=gen) * 0.01)
 
@@ -291,7 +416,7 @@ def export(name, outdir):
     counts = collections.Counter(n.op_type for n in m.graph.node)
     params = list(model.named_parameters())
     n_params = sum(p.numel() for _, p in params)
-    n_buffers = sum(b.numel() for b in model.buffers() if b.is_floating_point())
+    n_buffers = sum(b.numel() for b in persistent_buffers(model) if b.is_floating_point())
     init_elems = sum(int(np.prod(t.dims)) for t in m.graph.initializer)
     side = collections.OrderedDict([
         ("model", name),
@@ -305,6 +430,8 @@ def export(name, outdir):
         ("batchnorm_layers", sum(isinstance(mod, torch.nn.modules.batchnorm._BatchNorm)
                                  for mod in model.modules())),
         ("layernorm_layers", sum(isinstance(mod, torch.nn.LayerNorm) for mod in model.modules())),
+        ("groupnorm_layers", sum(isinstance(mod, (torch.nn.GroupNorm, torch.nn.modules.instancenorm._InstanceNorm))
+                                 for mod in model.modules())),
         ("silu_layers", sum(isinstance(mod, torch.nn.SiLU) for mod in model.modules())),
         ("onnx_nodes", collections.OrderedDict(sorted(counts.items()))),
         ("onnx_node_total", len(m.graph.node)),

@@ -203,6 +203,28 @@ def cases():
     m = model(list(inner.node), [vi("c", [], TensorProto.BOOL)], [vi("x", ["batch", 4])])
     yield "nested-too-deep", m.SerializeToString(), ["status: syntax error", "message: nested more than"]
 
+    # Where with a constant condition that is not a causal mask
+    m = model([helper.make_node("Where", ["c", "x", "ninf"], ["y"], name="pick")],
+              [vi("x", ["batch", 3, 3])], [vi("y", ["batch", 3, 3])],
+              [helper.make_tensor("c", TensorProto.BOOL, [3, 3], [1, 1, 0, 0, 1, 1, 1, 0, 1]),
+               helper.make_tensor("ninf", TensorProto.FLOAT, [], [float("-inf")])])
+    yield "where-not-causal", m.SerializeToString(), [
+        "status: unsupported", "message: 'pick'", "message: not a causal mask", "hint: masked_fill"]
+
+    # Clip whose bound is computed at run time
+    m = model([helper.make_node("Clip", ["x", "lo"], ["y"], name="clamp")],
+              [vi("x", ["batch", 4]), vi("lo", [])], [vi("y", ["batch", 4])])
+    yield "clip-runtime-bound", m.SerializeToString(), [
+        "status: unsupported", "message: 'clamp'", "message: min bound must be a one-element constant",
+        "hint: attributes"]
+
+    # Expand to more copies than a concat takes
+    m = model([helper.make_node("Expand", ["x", "s"], ["y"], name="grow")],
+              [vi("x", ["batch", 1])], [vi("y", ["batch", 100])],
+              [helper.make_tensor("s", TensorProto.INT64, [2], [1, 100])])
+    yield "expand-too-many", m.SerializeToString(), [
+        "status: unsupported", "message: 'grow'", "message: 100 copies", "hint: broadcasts"]
+
     m = base_mlp()
     m.graph.node.append(helper.make_node("Relu", ["y"], ["y"], name="again"))
     yield "duplicate-output", m.SerializeToString(), ["status: malformed graph", "message: 'again'",

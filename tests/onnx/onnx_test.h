@@ -60,7 +60,7 @@ typedef struct side_init {
 
 typedef struct model_side {
   char dir[1024], model[64];
-  int64_t opset, parameters, buffers, batchnorm_layers, layernorm_layers, silu_layers;
+  int64_t opset, parameters, buffers, batchnorm_layers, layernorm_layers, groupnorm_layers, silu_layers;
   int n_ops;
   char op_type[SIDE_MAX_OPS][48];
   int op_count[SIDE_MAX_OPS];
@@ -125,6 +125,7 @@ static void side_load(const char *dir, const char *model, model_side *s) {
   s->layernorm_layers = json_int(j, "layernorm_layers");
   /* sidecars written before SiLU was imported do not count it: none there */
   s->silu_layers = cJSON_GetObjectItemCaseSensitive(j, "silu_layers") ? json_int(j, "silu_layers") : 0;
+  s->groupnorm_layers = cJSON_GetObjectItemCaseSensitive(j, "groupnorm_layers") ? json_int(j, "groupnorm_layers") : 0;
   const cJSON *ops = cJSON_GetObjectItemCaseSensitive(j, "onnx_nodes"), *op;
   ck_assert(cJSON_IsObject(ops));
   cJSON_ArrayForEach(op, ops) {
@@ -244,7 +245,9 @@ static void check_params(const pcgc_graph *g, const model_side *s) {
  *   gelu                   == Gelu + Erf (below opset 20 torch writes GELU
  *                          as x * 0.5 * (1 + Erf(x / sqrt 2)): one Erf each)
  *   softmax                == Softmax
- *   layernorm              == PyTorch's LayerNorm layers (one
+ *   layernorm              == PyTorch's LayerNorm, GroupNorm and InstanceNorm
+ *                          layers (GroupNorm exports as an InstanceNormalization
+ *                          between Reshapes: one layernorm each); LayerNorm: one
  *                          LayerNormalization each from opset 17; below,
  *                          a ReduceMean/Sub/Pow/Sqrt/Div chain the importer
  *                          recognises); == LayerNormalization from opset 17
@@ -281,13 +284,20 @@ static void check_ops(const pcgc_graph *g, const model_side *s) {
          side_ops(s, "Tanh"));
   OPS_EQ(g, s, "softmax vs Softmax", kind_count(g, PCGC_OP_SOFTMAX), side_ops(s, "Softmax"));
   OPS_EQ(g, s, "gelu vs Gelu+Erf", kind_count(g, PCGC_OP_GELU), side_ops(s, "Gelu") + side_ops(s, "Erf"));
-  OPS_EQ(g, s, "layernorm vs LayerNorm layers", kind_count(g, PCGC_OP_LAYERNORM), (int)s->layernorm_layers);
+  OPS_EQ(g, s, "log_softmax vs LogSoftmax", kind_count(g, PCGC_OP_LOG_SOFTMAX), side_ops(s, "LogSoftmax"));
+  OPS_EQ(g, s, "reduce_max vs ReduceMax", kind_count(g, PCGC_OP_REDUCE_MAX), side_ops(s, "ReduceMax"));
+  ck_assert_msg(kind_count(g, PCGC_OP_CAUSAL_MASK) <= side_ops(s, "Where"), "%s: more causal_mask nodes than Where",
+                s->model);
+  ck_assert_msg(kind_count(g, PCGC_OP_ROPE) <= side_ops(s, "Neg"), "%s: more rope nodes than Neg (rotate_half)",
+                s->model);
+  OPS_EQ(g, s, "layernorm vs LayerNorm, GroupNorm and InstanceNorm layers", kind_count(g, PCGC_OP_LAYERNORM),
+         (int)(s->layernorm_layers + s->groupnorm_layers));
   OPS_EQ(g, s, "silu vs SiLU layers", kind_count(g, PCGC_OP_SILU), (int)s->silu_layers);
   OPS_EQ(g, s, "sigmoid + silu vs Sigmoid", kind_count(g, PCGC_OP_SIGMOID) + kind_count(g, PCGC_OP_SILU),
          side_ops(s, "Sigmoid"));
   if (s->opset >= 17)
-    OPS_EQ(g, s, "layernorm vs LayerNormalization", kind_count(g, PCGC_OP_LAYERNORM),
-           side_ops(s, "LayerNormalization"));
+    OPS_EQ(g, s, "layernorm vs LayerNormalization + InstanceNormalization", kind_count(g, PCGC_OP_LAYERNORM),
+           side_ops(s, "LayerNormalization") + side_ops(s, "InstanceNormalization"));
   if (side_ops(s, "Shape") == 0)
     OPS_EQ(g, s, "concat vs Concat", kind_count(g, PCGC_OP_CONCAT), side_ops(s, "Concat"));
   ck_assert_msg(kind_count(g, PCGC_OP_FLATTEN) + kind_count(g, PCGC_OP_RESHAPE) >= side_ops(s, "Flatten"),
@@ -442,7 +452,11 @@ static void check_values(const model_side *s, const pcgc_graph *g) {
     int64_t want_dims[PCGC_MAX_RANK];
     for (int d = 0; d < si->rank; d++) want_dims[d] = si->dims[si->transposed ? si->rank - 1 - d : d];
     ck_assert_msg(!si->transposed || si->rank == 2, "%s: transposed '%s' is not 2-D", s->model, n->name);
-    assert_dims(&n->out[0], si->rank, want_dims, n->name);
+    /* a per-channel scale or bias ([C], as InstanceNormalization takes it) is
+     * held as [C, 1, ...] to broadcast over the spatial dims */
+    int rank = n->out[0].rank > si->rank && !si->transposed ? n->out[0].rank : si->rank;
+    for (int d = si->rank; d < rank; d++) want_dims[d] = 1;
+    assert_dims(&n->out[0], rank, want_dims, n->name);
     int64_t rows = si->transposed ? si->dims[0] : 1, cols = si->transposed ? si->dims[1] : si->numel;
     for (int64_t i = 0; i < rows; i++)
       for (int64_t j = 0; j < cols; j++) {

@@ -30,7 +30,7 @@
 #define MODELS_DIR PCGC_SOURCE_DIR "/tests/onnx/models"
 #define BAD_DIR PCGC_SOURCE_DIR "/tests/data/bad-onnx"
 
-static const char *const MODELS[] = {"mlp", "cnn", "transformer", "ops"};
+static const char *const MODELS[] = {"mlp", "cnn", "transformer", "ops", "ops17", "decoder"};
 #define N_MODELS ((int)(sizeof MODELS / sizeof MODELS[0]))
 
 static bool has_suffix(const char *s, const char *suffix) {

@@ -5,12 +5,15 @@
  * 17), the same with GELU at opset 14 (LayerNorm and GELU decomposed into
  * elementwise chains the importer must recognise), a model of many small
  * operators at opset 11, a LLaMA-style SwiGLU block (SiLU exported as
- * Sigmoid + Mul), and torchvision's resnet18, resnext50_32x4d and
+ * Sigmoid + Mul), the operators of issue 16 at opset 17 (ops17: grouped
+ * and depthwise convolutions, Clip, GroupNorm, InstanceNorm, Pow, Sqrt,
+ * Reciprocal, ReduceMax, LogSoftmax, Gather, ...), a two-layer LLaMA-style
+ * decoder (RoPE, grouped-query causal attention, SwiGLU), and torchvision's resnet18, resnext50_32x4d and
  * inception_v3 (weights=None). Each is imported and checked as in
  * onnx_test.h: the parameter count equals PyTorch's exactly, the operator
  * counts match the ONNX node counts, every weight holds its initializer's
  * values (exactly for the small models, by the sum of its values for
- * every parameter of the big ones), the six small models reproduce
+ * every parameter of the big ones), the eight small models reproduce
  * PyTorch's output through the reference interpreter (f64, 1e-4
  * relative), and the dynamic batch sizes inputs and outputs. The
  * torchvision models (also mobilenet_v2: ReLU6 exported as Clip;
@@ -32,11 +35,11 @@
 
 static char g_dir[512];   /* the export folder, made by main() */
 
-static const char *const MODELS[] = {"mlp",          "cnn",          "transformer", "transformer_gelu", "ops",
-                                     "swiglu",       "resnet18",     "resnext50_32x4d", "inception_v3", "mobilenet_v2",
-                                     "mobilenet_v3_small"};
+static const char *const MODELS[] = {"mlp",          "cnn",          "transformer",     "transformer_gelu", "ops",
+                                     "swiglu",       "ops17",        "decoder",         "resnet18",
+                                     "resnext50_32x4d", "inception_v3", "mobilenet_v2", "mobilenet_v3_small"};
 #define N_MODELS ((int)(sizeof MODELS / sizeof MODELS[0]))
-#define N_SMALL 6   /* the first six have an input/output pair */
+#define N_SMALL 8   /* the first eight have an input/output pair */
 
 START_TEST(test_counts) {
   model_side s;

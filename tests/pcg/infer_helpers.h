@@ -181,15 +181,16 @@ static inline pcgc_attrs pool(pcgc_pool_kind kind, int kernel, int stride)
 static const pcgc_op_kind unary_ops[] __attribute__((unused)) = {
     PCGC_OP_RELU,       PCGC_OP_GELU,       PCGC_OP_SIGMOID,    PCGC_OP_SILU,       PCGC_OP_RELU6,      PCGC_OP_HARDSIGMOID, PCGC_OP_HARDSWISH, PCGC_OP_LEAKY_RELU, PCGC_OP_TANH,
     PCGC_OP_EXP,        PCGC_OP_IDENTITY,   PCGC_OP_SCALAR_ADD, PCGC_OP_SCALAR_SUB,
-    PCGC_OP_SCALAR_MUL, PCGC_OP_SCALAR_DIV, PCGC_OP_DROPOUT,
+    PCGC_OP_SCALAR_MUL, PCGC_OP_SCALAR_DIV, PCGC_OP_DROPOUT,    PCGC_OP_POW,        PCGC_OP_CLIP,
 };
 #define N_UNARY (int)(sizeof unary_ops / sizeof unary_ops[0])
 
-/* Attributes of a unary op, with scalar=2 where it has one. */
+/* Attributes of a unary op, with scalar=2 where it has one (pow: exponent 0.5). */
 static inline pcgc_attrs unary_attrs(pcgc_op_kind k)
 {
   pcgc_attrs a = attrs(k);
   if (pcgc_op_attr_index(k, "scalar") >= 0) a = set_float(a, "scalar", 2.0);
+  if (k == PCGC_OP_POW) a = set_float(a, "exponent", 0.5);
   return a;
 }
 

@@ -312,11 +312,13 @@ START_TEST(test_elementwise_flops)
       {PCGC_OP_RELU6, 1, 1},      {PCGC_OP_HARDSIGMOID, 3, 3}, {PCGC_OP_HARDSWISH, 4, 4}, {PCGC_OP_LEAKY_RELU, 1, 1},
       {PCGC_OP_TANH, 4, 4},       {PCGC_OP_EXP, 4, 4},        {PCGC_OP_IDENTITY, 0, 0},
       {PCGC_OP_SCALAR_MUL, 1, 1}, {PCGC_OP_DROPOUT, 2, 2},    {PCGC_OP_SOFTMAX, 5, 4},
+      {PCGC_OP_LOG_SOFTMAX, 5, 4}, {PCGC_OP_POW, 4, 4},       {PCGC_OP_CLIP, 2, 2},      {PCGC_OP_CAUSAL_MASK, 1, 1}, {PCGC_OP_ROPE, 3, 3},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     pcgc_attrs a = attrs(cases[i].k);
     if (pcgc_op_attr_index(cases[i].k, "scalar") >= 0)
       ck_assert_int_eq(pcgc_attrs_set_float(&a, "scalar", 3.0), PCGC_OK);
+    if (cases[i].k == PCGC_OP_POW) ck_assert_int_eq(pcgc_attrs_set_float(&a, "exponent", 0.5), PCGC_OK);
     pcgc_op_cost c = COST(cases[i].k, &a, F32(8, 6));
     ck_assert_msg(c.fwd_flops == cases[i].fwd * 48, "%s fwd %g", pcgc_op_name(cases[i].k), c.fwd_flops);
     ck_assert_msg(c.bwd_flops == cases[i].bwd * 48, "%s bwd %g", pcgc_op_name(cases[i].k), c.bwd_flops);

@@ -304,7 +304,7 @@ START_TEST(test_hash_sensitive_to_op_kind) {
   int n = 0;
   static const pcgc_op_kind unary[] = {PCGC_OP_RELU, PCGC_OP_GELU, PCGC_OP_SIGMOID, PCGC_OP_SILU, PCGC_OP_RELU6,
                                        PCGC_OP_HARDSIGMOID, PCGC_OP_HARDSWISH, PCGC_OP_LEAKY_RELU, PCGC_OP_TANH,
-                                       PCGC_OP_EXP, PCGC_OP_IDENTITY};
+                                       PCGC_OP_EXP, PCGC_OP_IDENTITY, PCGC_OP_CLIP, PCGC_OP_LOG_SOFTMAX};
   for (size_t i = 0; i < sizeof unary / sizeof *unary; i++) {
     pcgc_graph *g = pcgc_graph_new();
     int x = input(g, "x", 1, (int64_t[]){4}, PCGC_F32);

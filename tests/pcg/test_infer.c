@@ -22,7 +22,7 @@
 
 /* A small legal sequential instance of op k: sets *a and in[], returns n_in.
  * Hand-written per op, so it is checked against the op count. */
-_Static_assert(PCGC_OP_COUNT == 52, "add the new op to plausible() in test_infer.c");
+_Static_assert(PCGC_OP_COUNT == 58, "add the new op to plausible() in test_infer.c");
 
 static int plausible(pcgc_op_kind k, pcgc_attrs *a, pcgc_ptensor *in)
 {
@@ -56,7 +56,12 @@ static int plausible(pcgc_op_kind k, pcgc_attrs *a, pcgc_ptensor *in)
   case PCGC_OP_IDENTITY:
   case PCGC_OP_DROPOUT:
   case PCGC_OP_SOFTMAX:
+  case PCGC_OP_LOG_SOFTMAX:
+  case PCGC_OP_CLIP:
+  case PCGC_OP_CAUSAL_MASK:
+  case PCGC_OP_ROPE:
   case PCGC_OP_FLATTEN: in[0] = F32(4, 6); return 1;
+  case PCGC_OP_POW: *a = set_float(*a, "exponent", 0.5); in[0] = F32(4, 6); return 1;
   case PCGC_OP_ADD:
   case PCGC_OP_SUB:
   case PCGC_OP_MUL:
@@ -70,7 +75,8 @@ static int plausible(pcgc_op_kind k, pcgc_attrs *a, pcgc_ptensor *in)
   case PCGC_OP_RESHAPE: *a = set_ints(*a, "shape", 24); in[0] = F32(4, 6); return 1;
   case PCGC_OP_TRANSPOSE: *a = set_ints(*a, "perm", 1, 0); in[0] = F32(4, 6); return 1;
   case PCGC_OP_REDUCE_SUM:
-  case PCGC_OP_REDUCE_MEAN: *a = set_ints(*a, "dims", 1); in[0] = F32(4, 6); return 1;
+  case PCGC_OP_REDUCE_MEAN:
+  case PCGC_OP_REDUCE_MAX: *a = set_ints(*a, "dims", 1); in[0] = F32(4, 6); return 1;
   case PCGC_OP_ATTENTION:
     *a = set_int(*a, "heads", 2);
     in[0] = in[1] = in[2] = F32(2, 5, 8);

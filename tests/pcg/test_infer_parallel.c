@@ -576,6 +576,53 @@ START_TEST(test_reduce_parallel)
   SHAPE(r.out[0], PCGC_F32, 1, 6, 1);
   DEG(r.out[0], 1, 1, 1);
   PAR(r.out[0], 12, 1, 1, -1);
+  /* reduce_max: the maximum of pieces is not a sum of them */
+  pcgc_attrs x = set_ints(attrs(PCGC_OP_REDUCE_MAX), "dims", 1);
+  r = INFER(PCGC_OP_REDUCE_MAX, &x, rep(shard(F32(8, 16), 0, 2), 3));
+  OK(r);
+  DEG(r.out[0], 2);
+  PAR(r.out[0], 1, 3, 1, -1);
+  r = INFER(PCGC_OP_REDUCE_MAX, &x, shard(F32(8, 16), 1, 4));
+  FAILS(r, PCGC_ERR_TYPE, "input dim 1 is sharded 4 ways, but reduce_max takes the maximum over it",
+        "combine(dim=1, degree=4)");
+  r = INFER(PCGC_OP_REDUCE_MAX, &x, psum(F32(8, 16), 2));
+  FAILS(r, PCGC_ERR_TYPE, "the maximum of a partial sum is not a partial sum", "reduce(degree=2)");
+}
+END_TEST
+
+START_TEST(test_log_softmax_and_mask_parallel)
+{
+  result r = INFER(PCGC_OP_LOG_SOFTMAX, NULL, rep(shard(F32(8, 10), 0, 2), 2));
+  OK(r);
+  DEG(r.out[0], 2, 1);
+  r = INFER(PCGC_OP_LOG_SOFTMAX, NULL, shard(F32(8, 10), 1, 2));
+  FAILS(r, PCGC_ERR_TYPE, "input dim 1 is sharded 2 ways, but log_softmax normalises along it", NULL);
+  r = INFER(PCGC_OP_LOG_SOFTMAX, NULL, psum(F32(8, 10), 2));
+  FAILS(r, PCGC_ERR_TYPE, "log_softmax of a partial sum is not a partial sum", "reduce(degree=2)");
+  /* causal_mask: batch and heads may be split, rows and columns not */
+  r = INFER(PCGC_OP_CAUSAL_MASK, NULL, rep(shard(shard(F32(4, 6, 5, 5), 0, 2), 1, 3), 2));
+  OK(r);
+  DEG(r.out[0], 2, 3, 1, 1);
+  PAR(r.out[0], 1, 2, 1, -1);
+  r = INFER(PCGC_OP_CAUSAL_MASK, NULL, shard(F32(4, 5, 5), 1, 5));
+  FAILS(r, PCGC_ERR_TYPE, "input dim 1 is sharded 5 ways, but the mask depends on the row index", NULL);
+  r = INFER(PCGC_OP_CAUSAL_MASK, NULL, shard(F32(4, 5, 5), 2, 5));
+  FAILS(r, PCGC_ERR_TYPE, "the mask depends on the column index", NULL);
+  r = INFER(PCGC_OP_CAUSAL_MASK, NULL, psum(F32(5, 5), 2));
+  FAILS(r, PCGC_ERR_TYPE, "masking a partial sum", "reduce(degree=2)");
+  r = INFER(PCGC_OP_CAUSAL_MASK, NULL, F32(5));
+  FAILS(r, PCGC_ERR_TYPE, "at least 2 dims", NULL);
+  /* rope: linear, so partial sums pass; positions and features whole */
+  r = INFER(PCGC_OP_ROPE, NULL, psum(shard(F32(4, 2, 6, 8), 1, 2), 3));
+  OK(r);
+  DEG(r.out[0], 1, 2, 1, 1);
+  PAR(r.out[0], 3, 1, 1, -1);
+  r = INFER(PCGC_OP_ROPE, NULL, shard(F32(4, 6, 8), 1, 2));
+  FAILS(r, PCGC_ERR_TYPE, "rope rotates by the position along it", NULL);
+  r = INFER(PCGC_OP_ROPE, NULL, shard(F32(4, 6, 8), 2, 2));
+  FAILS(r, PCGC_ERR_TYPE, "rope pairs its two halves", NULL);
+  r = INFER(PCGC_OP_ROPE, NULL, F32(4, 6, 7));
+  FAILS(r, PCGC_ERR_TYPE, "must be even", NULL);
 }
 END_TEST
 
@@ -1136,6 +1183,7 @@ static Suite *infer_parallel_suite(void)
   tcase_add_test(tc, test_transpose_permutes_degrees);
   tcase_add_test(tc, test_softmax_parallel);
   tcase_add_test(tc, test_reduce_parallel);
+  tcase_add_test(tc, test_log_softmax_and_mask_parallel);
   tcase_add_test(tc, test_attention_by_heads);
   tcase_add_test(tc, test_attention_by_batch_and_query);
   tcase_add_test(tc, test_attention_parallel_errors);

@@ -134,14 +134,16 @@ static void expect_fwd(pcgc_op_kind k, const pcgc_attrs *a, int n_in, const pcgc
   forward_ok(k, a, n_in, in, n_out, out, NULL);
   int64_t n = pcgc_buf_numel(&out[0]);
   for (int64_t i = 0; i < n; i++)
-    ck_assert_msg(fabs(at(&out[0], i) - want[i]) <= tol, "%s element %lld: got %.17g, want %.17g",
+    ck_assert_msg(at(&out[0], i) == want[i] || fabs(at(&out[0], i) - want[i]) <= tol,
+                  "%s element %lld: got %.17g, want %.17g",
                   pcgc_op_name(k), (long long)i, at(&out[0], i), want[i]);
 }
 
 static void expect_vals(const pcgc_buf *b, const double *want, double tol) {
   int64_t n = pcgc_buf_numel(b);
   for (int64_t i = 0; i < n; i++)
-    ck_assert_msg(fabs(at(b, i) - want[i]) <= tol, "element %lld: got %.17g, want %.17g", (long long)i, at(b, i),
+    ck_assert_msg(at(b, i) == want[i] || fabs(at(b, i) - want[i]) <= tol, "element %lld: got %.17g, want %.17g",
+                  (long long)i, at(b, i),
                   want[i]);
 }
 
@@ -241,6 +243,8 @@ static pcgc_attrs unary_attrs(pcgc_op_kind k) {
   case PCGC_OP_SCALAR_MUL: return with_float(a, "scalar", 0.7);
   case PCGC_OP_SCALAR_DIV: return with_float(a, "scalar", -3);
   case PCGC_OP_DROPOUT: return with_float(a, "rate", 0.3);
+  case PCGC_OP_POW: return with_float(a, "exponent", 3);
+  case PCGC_OP_CLIP: return with_float(with_float(a, "min", -0.3), "max", 0.4);
   default: return a;
   }
 }
@@ -258,6 +262,15 @@ static void build_cases(void) {
   }
   add_case(PCGC_OP_GELU, with_int(attrs(PCGC_OP_GELU), "approximate", 1), NULL, 1, (gc_input[]){GF(3, 4)},
            "approximate=true (tanh form)");
+  /* pow's other exponents on positive inputs; clip bounded on one side */
+  static const double exps[] = {0.5, -0.5, -1, 2, 2.5, 1, 0};
+  for (size_t e = 0; e < sizeof exps / sizeof exps[0]; e++) {
+    snprintf(what, sizeof what, "exponent %g", exps[e]);
+    add_case(PCGC_OP_POW, with_float(attrs(PCGC_OP_POW), "exponent", exps[e]), NULL, 1,
+             (gc_input[]){gshift(GF(3, 4), 0.3, 1.5)}, what);
+  }
+  add_case(PCGC_OP_CLIP, with_float(attrs(PCGC_OP_CLIP), "min", 0.1), NULL, 1, (gc_input[]){GF(3, 4)}, "min only");
+  add_case(PCGC_OP_CLIP, with_float(attrs(PCGC_OP_CLIP), "max", -0.2), NULL, 1, (gc_input[]){GF(3, 4)}, "max only");
   add_case(PCGC_OP_DROPOUT, unary_attrs(PCGC_OP_DROPOUT), &eval_ctx, 1, (gc_input[]){GF(4, 5)}, "not training");
   add_case(PCGC_OP_DROPOUT, with_float(attrs(PCGC_OP_DROPOUT), "rate", 0), &train_ctx, 1, (gc_input[]){GF(4, 5)}, "rate 0");
   add_case(PCGC_OP_DROPOUT, with_float(attrs(PCGC_OP_DROPOUT), "rate", 0.8), &train_ctx, 1, (gc_input[]){GF(6, 5)},
@@ -307,8 +320,15 @@ static void build_cases(void) {
     CASE(PCGC_OP_SOFTMAX, with_int(attrs(PCGC_OP_SOFTMAX), "axis", ax), what, GF(2, 3, 4));
   }
   CASE(PCGC_OP_SOFTMAX, attrs(PCGC_OP_SOFTMAX), "rank 1", GF(5));
+  for (int ax = -1; ax <= 2; ax++) {
+    snprintf(what, sizeof what, "axis %d", ax);
+    CASE(PCGC_OP_LOG_SOFTMAX, with_int(attrs(PCGC_OP_LOG_SOFTMAX), "axis", ax), what, GF(2, 3, 4));
+  }
+  CASE(PCGC_OP_LOG_SOFTMAX, attrs(PCGC_OP_LOG_SOFTMAX), "rank 1", GF(5));
+  CASE(PCGC_OP_ROPE, attrs(PCGC_OP_ROPE), "[2, 3, 5, 4]", GF(2, 3, 5, 4));
+  CASE(PCGC_OP_ROPE, with_float(attrs(PCGC_OP_ROPE), "theta", 7.5), "theta 7.5 [6, 8]", GF(6, 8));
   static const int64_t dimsets[][4] = {{1, 0}, {2, 1, 2}, {1, -1}, {2, 0, 2}, {3, 0, 1, 2}};
-  for (int k = PCGC_OP_REDUCE_SUM; k <= PCGC_OP_REDUCE_MEAN; k++)
+  for (int k = PCGC_OP_REDUCE_SUM; k <= PCGC_OP_REDUCE_MAX; k++)
     for (int keep = 0; keep < 2; keep++)
       for (size_t s = 0; s < sizeof dimsets / sizeof dimsets[0]; s++) {
         a = with_ints_(attrs((pcgc_op_kind)k), "dims", &dimsets[s][1], (int)dimsets[s][0]);
@@ -448,6 +468,21 @@ START_TEST(values_unary) {
              VALS(0, 0, 0.3333333333333333, 0.5, 0.8333333333333334, 1, 1), 1e-15);
   expect_fwd(PCGC_OP_HARDSWISH, AP(PCGC_OP_HARDSWISH), 1, &xk,
              VALS(-0.0, -0.0, -0.3333333333333333, 0, 1.6666666666666667, 3, 7), 1e-15);
+  /* torch.clamp(min=-1.5, max=2.5), clamp(min=-1.5), torch.pow, torch.sqrt, torch.rsqrt, torch.reciprocal */
+  pcgc_attrs clip = with_float(with_float(attrs(PCGC_OP_CLIP), "min", -1.5), "max", 2.5);
+  expect_fwd(PCGC_OP_CLIP, &clip, 1, &xk, VALS(-1.5, -1.5, -1, 0, 2, 2.5, 2.5), 0);
+  clip = with_float(attrs(PCGC_OP_CLIP), "min", -1.5);
+  pcgc_buf xinf = F64(VALS(-INFINITY, -1, INFINITY), 3);
+  expect_fwd(PCGC_OP_CLIP, &clip, 1, &xinf, VALS(-1.5, -1, INFINITY), 0);
+  pcgc_buf xp = F64(VALS(0.25, 4, 9), 3);
+  expect_fwd(PCGC_OP_POW, (pcgc_attrs[1]){with_float(attrs(PCGC_OP_POW), "exponent", 0.5)}, 1, &xp, VALS(0.5, 2, 3), 0);
+  expect_fwd(PCGC_OP_POW, (pcgc_attrs[1]){with_float(attrs(PCGC_OP_POW), "exponent", -0.5)}, 1, &xp,
+             VALS(2, 0.5, 1.0 / 3), 0);
+  expect_fwd(PCGC_OP_POW, (pcgc_attrs[1]){with_float(attrs(PCGC_OP_POW), "exponent", -1)}, 1, &xp,
+             VALS(4, 0.25, 1.0 / 9), 0);
+  expect_fwd(PCGC_OP_POW, (pcgc_attrs[1]){with_float(attrs(PCGC_OP_POW), "exponent", 1.5)}, 1, &xp,
+             VALS(0.125, 8, 27), 1e-15);
+  expect_fwd(PCGC_OP_POW, (pcgc_attrs[1]){with_float(attrs(PCGC_OP_POW), "exponent", 3)}, 1, &x, VALS(-1, 0, 8), 0);
   /* torch.nn.functional.silu */
   expect_fwd(PCGC_OP_SILU, AP(PCGC_OP_SILU), 1, &x, VALS(-0.2689414213699951, 0, 1.7615941559557646), 1e-15);
   expect_fwd(PCGC_OP_TANH, AP(PCGC_OP_TANH), 1, &x,
@@ -571,6 +606,56 @@ START_TEST(values_softmax_reduce) {
   expect_vals(&s, VALS(21), 0);
   a = WITH_INTS(attrs(PCGC_OP_REDUCE_MEAN), "dims", -1);
   expect_fwd(PCGC_OP_REDUCE_MEAN, &a, 1, &m, VALS(2, 5), 0);
+
+  /* torch.nn.functional.log_softmax([1, 2, 3]); large values do not overflow */
+  pcgc_buf r = F64(VALS(1, 2, 3), 3);
+  expect_fwd(PCGC_OP_LOG_SOFTMAX, AP(PCGC_OP_LOG_SOFTMAX), 1, &r,
+             VALS(-2.4076059644443806, -1.4076059644443804, -0.4076059644443804), 1e-15);
+  expect_fwd(PCGC_OP_LOG_SOFTMAX, AP(PCGC_OP_LOG_SOFTMAX), 1, &big, VALS(-0.69314718055994531, -0.69314718055994531), 1e-15);
+
+  /* reduce_max (torch.amax): the gradient of tied maxima is shared evenly */
+  pcgc_buf t = F64(VALS(1, 7, 7, 4, -2, 0), 2, 3);
+  a = WITH_INTS(attrs(PCGC_OP_REDUCE_MAX), "dims", 1);
+  expect_fwd(PCGC_OP_REDUCE_MAX, &a, 1, &t, VALS(7, 4), 0);
+  a = WITH_INTS(attrs(PCGC_OP_REDUCE_MAX), "dims", 0);
+  expect_fwd(PCGC_OP_REDUCE_MAX, &a, 1, &t, VALS(4, 7, 7), 0);
+  a = WITH_INTS(attrs(PCGC_OP_REDUCE_MAX), "dims", 1);
+  pcgc_buf mx = F64(NULL, 2), dmx = F64(VALS(1, 3), 2), dt = F64(NULL, 2, 3);
+  forward_ok(PCGC_OP_REDUCE_MAX, &a, 1, &t, 1, &mx, NULL);
+  backward_ok(PCGC_OP_REDUCE_MAX, &a, 1, &t, 1, &mx, &dmx, &dt, NULL);
+  expect_vals(&dt, VALS(0, 0.5, 0.5, 3, 0, 0), 0);
+}
+END_TEST
+
+/* causal_mask: -inf where column > row + offset, over the last two dims of
+ * every matrix; its gradient passes where the input does. (Not in the
+ * gradient-check table: -inf outputs have no finite difference.) */
+/* rope against Hugging Face's LLaMA form in torch (f64): x * cos + rotate_half(x) * sin */
+START_TEST(values_rope) {
+  pcgc_buf x = F64(VALS(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12), 3, 4);
+  expect_fwd(PCGC_OP_ROPE, AP(PCGC_OP_ROPE), 1, &x,
+             VALS(1.0, 2.0, 3.0, 4.0, -3.1887853643145765, 5.919701335826659, 7.9894710651164615, 8.059599003338322,
+                  -13.747593224006781, 9.758016066345782, 3.6060616394125686, 12.197586746932263),
+             1e-14);
+}
+END_TEST
+
+START_TEST(values_causal_mask) {
+  pcgc_buf x = F64(VALS(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12), 2, 2, 3);
+  const double I = INFINITY;
+  expect_fwd(PCGC_OP_CAUSAL_MASK, AP(PCGC_OP_CAUSAL_MASK), 1, &x, VALS(1, -I, -I, 4, 5, -I, 7, -I, -I, 10, 11, -I), 0);
+  pcgc_attrs a = with_int(attrs(PCGC_OP_CAUSAL_MASK), "offset", 1);
+  expect_fwd(PCGC_OP_CAUSAL_MASK, &a, 1, &x, VALS(1, 2, -I, 4, 5, 6, 7, 8, -I, 10, 11, 12), 0);
+  a = with_int(attrs(PCGC_OP_CAUSAL_MASK), "offset", -1);
+  expect_fwd(PCGC_OP_CAUSAL_MASK, &a, 1, &x, VALS(-I, -I, -I, 4, -I, -I, -I, -I, -I, 10, -I, -I), 0);
+  pcgc_buf y = F64(NULL, 2, 2, 3), dy = F64(VALS(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12), 2, 2, 3);
+  pcgc_buf dx = F64(VALS(1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1), 2, 2, 3);
+  a = attrs(PCGC_OP_CAUSAL_MASK);
+  forward_ok(PCGC_OP_CAUSAL_MASK, &a, 1, &x, 1, &y, NULL);
+  backward_ok(PCGC_OP_CAUSAL_MASK, &a, 1, &x, 1, &y, &dy, &dx, NULL); /* accumulates */
+  expect_vals(&dx, VALS(2, 1, 1, 5, 6, 1, 8, 1, 1, 11, 12, 1), 0);
+  pcgc_buf f32 = mk(PCGC_F32, VALS(1, 2, 3, 4), DIMS(2, 2));
+  expect_fwd(PCGC_OP_CAUSAL_MASK, &a, 1, &f32, VALS(1, -I, 3, 4), 0);
 }
 END_TEST
 
@@ -982,6 +1067,8 @@ static Suite *kernels_ew_suite(void) {
   tcase_add_test(tc, values_binary);
   tcase_add_test(tc, values_movement);
   tcase_add_test(tc, values_softmax_reduce);
+  tcase_add_test(tc, values_causal_mask);
+  tcase_add_test(tc, values_rope);
   tcase_add_test(tc, values_norm);
   tcase_add_test(tc, values_losses);
   suite_add_tcase(s, tc);

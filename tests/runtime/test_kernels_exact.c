@@ -120,6 +120,8 @@ static double ref_unary(pcgc_op_kind k, double x, double s, bool grad) {
   case PCGC_OP_LEAKY_RELU: return grad ? (x > 0 ? 1 : s) : (x < 0 ? s * x : x);
   case PCGC_OP_TANH: return grad ? 1 - tanh(x) * tanh(x) : tanh(x);
   case PCGC_OP_EXP: return exp(x);
+  case PCGC_OP_POW: return grad ? 3 * (x * x) : x * x * x; /* exponent 3 */
+  case PCGC_OP_CLIP: return grad ? (x >= -0.5 && x <= 0.7 ? 1 : 0) : (x < -0.5 ? -0.5 : x > 0.7 ? 0.7 : x);
   case PCGC_OP_SCALAR_ADD: return grad ? 1 : x + s;
   case PCGC_OP_SCALAR_MUL: return grad ? s : x * s;
   default: return grad ? 1 / s : x / s; /* scalar_div */
@@ -129,7 +131,8 @@ static double ref_unary(pcgc_op_kind k, double x, double s, bool grad) {
 START_TEST(unary_matches_definition) {
   static const pcgc_op_kind ks[] = {PCGC_OP_RELU,       PCGC_OP_GELU,       PCGC_OP_SIGMOID,   PCGC_OP_SILU, PCGC_OP_RELU6,
                                     PCGC_OP_HARDSIGMOID, PCGC_OP_HARDSWISH, PCGC_OP_LEAKY_RELU, PCGC_OP_TANH,
-                                    PCGC_OP_EXP,        PCGC_OP_SCALAR_ADD, PCGC_OP_SCALAR_MUL, PCGC_OP_SCALAR_DIV};
+                                    PCGC_OP_EXP,        PCGC_OP_SCALAR_ADD, PCGC_OP_SCALAR_MUL, PCGC_OP_SCALAR_DIV,
+                                    PCGC_OP_POW,        PCGC_OP_CLIP};
   for (size_t ki = 0; ki < sizeof ks / sizeof *ks; ki++)
     for (int t = 0; t < 2; t++)
       for (int rep = 0; rep < 6; rep++) {
@@ -140,6 +143,11 @@ START_TEST(unary_matches_definition) {
         if (k == PCGC_OP_LEAKY_RELU) {
           s = 0.05 + 0.3 * unif();
           pcgc_attrs_set_float(&a, "alpha", s);
+        }
+        if (k == PCGC_OP_POW) pcgc_attrs_set_float(&a, "exponent", 3);
+        if (k == PCGC_OP_CLIP) {
+          pcgc_attrs_set_float(&a, "min", -0.5);
+          pcgc_attrs_set_float(&a, "max", 0.7);
         }
         if (k == PCGC_OP_SCALAR_ADD || k == PCGC_OP_SCALAR_MUL || k == PCGC_OP_SCALAR_DIV) {
           s = 0.25 + 3 * unif();
