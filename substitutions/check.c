@@ -27,7 +27,8 @@
  * parallel operators (a partial sum by a linear over a partitioned
  * contraction dim). The rewrite side is built on the same inputs; it must
  * type-check and give yields of the same types. Both run in the reference
- * interpreter in f64 on random nonzero small integers, forward and then
+ * interpreter in f64 on random nonzero integers in [-4, 4] ([-8, 8] where an op
+ * has a kink past 4, as relu6), forward and then
  * backward from random small-integer yield gradients, and every yield and
  * every source's gradient must agree (relative 1e-9). A rule with a dropout
  * (or an attention) runs in training mode too: a rewrite dropout that
@@ -89,6 +90,7 @@ typedef struct inst {
   int n_aslots;
   aslot aslots[MAX_ASLOTS];
   bool training;                        /* the rule has a dropout (or attention): run in training mode too */
+  int64_t span;                         /* float inputs are drawn from -span..-1, 1..span */
   bool refused;                         /* the last draw's match side was refused by type inference */
   /* scanning the size space: input types computed from A alone, no graph */
   bool fake;
@@ -303,6 +305,13 @@ static bool build_side(inst *I, side_graph *sg, const rside *sd, int side, uint6
         if (as->node != k || !I->A->av[j]) continue;
         a.v[as->attr] = as->vals[I->A->av[j] - 1];
         a.set[as->attr] = true;
+        /* rope's base shows only with rope on: an open rope goes on with it */
+        if (n->op == PCGC_OP_ATTENTION && !strcmp(pcgc_op_attr(n->op, as->attr)->name, "rope_theta")) {
+          int ri = pcgc_op_attr_index(n->op, "rope");
+          bool open = true;
+          for (int q = 0; q < n->n_attrs && open; q++) open = n->attrs[q].attr != ri;
+          if (open) pcgc_attrs_set_int(&a, "rope", 1);
+        }
       }
       if (pcgc_attrs_check(&a, err) != PCGC_OK) return false;
     } else if (pcgc__rnode_attrs(&I->env, n, &a, err) != PCGC_OK) {
@@ -465,8 +474,8 @@ static run_result run_seed(inst *I, pcgc_reference *A, pcgc_reference *B, uint64
     }
     for (int64_t k = 0; k < n; k++) {
       if (pcgc_dtype_is_float(t->dtype)) {
-        int64_t v = (int64_t)(rng_next(&rs) % 8);
-        buf[0][k] = (double)(v < 4 ? v - 4 : v - 3); /* -4..-1, 1..4: never 0 */
+        int64_t v = (int64_t)(rng_next(&rs) % (uint64_t)(2 * I->span));
+        buf[0][k] = (double)(v < I->span ? v - I->span : v - I->span + 1); /* never 0 */
       } else {
         buf[0][k] = (double)(rng_next(&rs) % (uint64_t)(bound > 0 ? bound : 1));
       }
@@ -815,10 +824,19 @@ static void attr_slots_init(inst *I) {
     }
   }
   I->training = false;
+  I->span = 4;
   for (int side = 0; side < 2; side++) {
     const rside *sd = side ? &r->rewrite : &r->match;
-    for (int k = 0; k < sd->n_nodes; k++)
-      if (sd->nodes[k].op == PCGC_OP_DROPOUT || sd->nodes[k].op == PCGC_OP_ATTENTION) I->training = true;
+    for (int k = 0; k < sd->n_nodes; k++) {
+      int op = sd->nodes[k].op;
+      if (op == PCGC_OP_DROPOUT || op == PCGC_OP_ATTENTION) I->training = true;
+      /* a kink past 4 (relu6's at 6; clip's anywhere): inputs reach past it,
+       * so that relu and relu6 are told apart; elsewhere small values keep
+       * softmaxes and exponentials well conditioned */
+      if (op == PCGC_OP_RELU || op == PCGC_OP_RELU6 || op == PCGC_OP_CLIP || op == PCGC_OP_HARDSWISH ||
+          op == PCGC_OP_HARDSIGMOID || op == PCGC_OP_LEAKY_RELU)
+        I->span = 8;
+    }
   }
 }
 
@@ -1279,7 +1297,18 @@ static draw_result try_agree(inst *I, const space *sp, assign *A, int fixed, uin
 static bool attr_visible(const inst *I, int j) {
   const aslot *as = &I->aslots[j];
   const rnode *rn = &I->r->match.nodes[as->node];
-  bool causal = rn->op == PCGC_OP_ATTENTION && !strcmp(pcgc_op_attr(rn->op, as->attr)->name, "causal");
+  const char *an = pcgc_op_attr(rn->op, as->attr)->name;
+  bool causal = rn->op == PCGC_OP_ATTENTION && !strcmp(an, "causal");
+  if (rn->op == PCGC_OP_ATTENTION && (!strcmp(an, "rope") || !strcmp(an, "rope_theta"))) {
+    /* rotary embeddings show only where some position is past 0 (position
+     * 0 rotates by nothing); their base only where they are on */
+    int gn = I->m.node_of[as->node];
+    if (!I->m.g || gn < 0) return false;
+    const pcgc_node *n = &I->m.g->nodes[gn];
+    const pcgc_ptensor *q = n->n_in > 0 ? pcgc_graph_ref_type(I->m.g, n->in[0]) : NULL;
+    bool on = !strcmp(an, "rope") || pcgc_attrs_int(&n->attrs, "rope");
+    return on && q && q->rank >= 2 && q->dims[q->rank - 2] > 1;
+  }
   if (!causal &&
       ((rn->op != PCGC_OP_CONV2D && rn->op != PCGC_OP_POOL2D) || pcgc_op_attr(rn->op, as->attr)->type != PCGC_ATTR_INTS2))
     return true;

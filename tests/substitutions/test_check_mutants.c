@@ -52,6 +52,26 @@
                   r_.instances, r_.executions);                                                             \
   } while (0)
 
+/* relu_relu_merge: op: `r = relu(x);` -> `r = relu6(x);`
+ *   relu and relu6 differ only past 6: inputs of rules with such kinks are
+ *   drawn from [-8, 8] */
+START_TEST(relu_became_relu6) {
+  REJECTED(
+    "rule relu_relu_merge {\n"
+    "  match {\n"
+    "    input x: [...S];\n"
+    "    a = relu(x);\n"
+    "    b = relu(a);\n"
+    "    yield b;\n"
+    "  }\n"
+    "  rewrite {\n"
+    "    r = relu6(x);\n"
+    "    yield r;\n"
+    "  }\n"
+    "}\n");
+}
+END_TEST
+
 /* merge_conv2d_pair: attr: `y = conv2d(x, w, y1.*);` -> `y = conv2d(x, w);`
  *   the merged conv2d loses y1's stride, padding and dilation (W1: unconstrained match attributes are built only at their defaults) */
 START_TEST(conv2d_copy_lost) {
@@ -428,6 +448,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, conv2d_height_dilation_shift);
   tcase_add_test(tc, bmm_rows_dim_from_rank);
   tcase_add_test(tc, reduce_sum2_dim_from_rank);
+  tcase_add_test(tc, relu_became_relu6);
   suite_add_tcase(s, tc);
   return s;
 }
