@@ -35,7 +35,7 @@ Inputs are 224x224, but 299x299 for inception_v3 and 256x256 for swin_v2_*
 (their window size needs it).
 
 Prints a table as it goes and writes it as Markdown to --markdown (default
-benchmarks/onnx_torchvision.md). Takes about an hour on two cores.
+benchmarks/onnx_torchvision.md). Takes about an hour on two idle cores.
 """
 
 import argparse
