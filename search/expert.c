@@ -874,12 +874,17 @@ pcgc_status pcgc_compile(const pcgc_graph *seq, const pcgc_machine *m, const pcg
     pcgc_sim_options so = o->sim;
     so.replicas = c.dp;
     so.replica_stride = c.tp;
+    so.copies_alike = true; /* built alike: only copy 0's tasks are made */
     so.oom_skips_run = true; /* a candidate that does not fit needs no time */
     so.schedule = c.schedule; /* as given by --choice (the grid's start in GPipe order) */
     so.recompute = so.recompute || c.recompute;
     if (s == PCGC_OK) s = pcgc_simulate(pg, &mp, m, &so, &sr, &e);
+    /* the DP's views need not keep the copies alike: their simulations
+     * check it (options.replicas alone) */
+    so.copies_alike = false;
     bool dp_changed; /* the DP's views replace the greedy's where they simulate better */
     if (s == PCGC_OK) s = pcgc_views_dp_if_better(pg, c.dp * c.tp, c.tp, m, &so, memo, &mp, &sr, &dp_changed, &e);
+    so.copies_alike = s == PCGC_OK && !dp_changed; /* the greedy's views, built alike, kept */
     if (s == PCGC_OK) s = fit_in_memory(pg, &mp, m, &so, &c, &sr, &e);
     if (s == PCGC_OK) fmt_choice(cs, sizeof cs, c);
     if (s == PCGC_ERR_NOMEM || (s != PCGC_OK && o->only)) {

@@ -570,6 +570,14 @@ typedef struct pcgc_sim_options {
                                 carries its first copy's load, only copy 0 runs in
                                 the event loop, the others take its times; else
                                 (or when a transfer crosses copies) all run. */
+  bool copies_alike;         /* with replicas: the builder vouches that the copies
+                                are alike (the expert grid builds them so), and
+                                only copy 0's tasks are built at all, with the
+                                collectives they take part in over every copy;
+                                the other copies take copy 0's times and memory.
+                                A transfer that crosses copies (nothing the grid
+                                builds) makes it build everything instead.
+                                Default false. */
   bool oom_skips_run;        /* a search that wants no time of a strategy that does
                                 not fit (default false): when a device's memory
                                 exceeds the machine's, the event loop is skipped and

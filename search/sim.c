@@ -167,6 +167,8 @@ typedef struct snode {
   int32_t fwd, bwd;  /* ordinary: first forward/backward task; parallel: first forward/gradient
                         join; -1: none */
   int64_t ts;        /* first tensor-slice id of its outputs */
+  int64_t P0;        /* pieces that have tasks: P, or those of copy 0 (options.copies_alike) */
+  int32_t *cix;      /* copies_alike: piece -> its task slot among the P0, -1 off copy 0; NULL: the piece */
   int topo;          /* position in topological order */
   pcgc_op_time t;    /* ordinary: one task's times */
 } snode;
@@ -224,6 +226,11 @@ typedef struct sim {
   int32_t *first_bwd;      /* [D * mb_max]: the backward of its first op with one (the last to run) */
   pcgc__piece_map pm;      /* of the op being built */
   int *first_topo;         /* [D]: topological position of the first pipelined op a device runs */
+  bool copy0;              /* options.copies_alike in force: tasks of copy 0 only */
+  int reps, rstride;       /* its copies: options.replicas, options.replica_stride */
+  bool crossed;            /* copy0, and a task of copy 0 reads one of another copy: build all */
+  double inner_coll;       /* copy0: time of the collectives within copy 0 (every copy runs its own) */
+  int32_t *cix_pool;       /* the snodes' cix arrays */
 } sim;
 
 static pcgc_status fail_nomem(sim *S) {
@@ -401,8 +408,9 @@ static int32_t transfer(sim *S, int phase, int node, int64_t piece, int micro, i
     res_push(S, b);
   }
   T->res_n[t] = (int32_t)(T->n_res - T->res_off[t]);
-  if (same) S->bytes_intra += bytes;
-  else S->bytes_inter += bytes;
+  double copies = S->copy0 ? S->reps : 1; /* copy0: every copy makes it */
+  if (same) S->bytes_intra += copies * bytes;
+  else S->bytes_inter += copies * bytes;
   comm_infinite(S, t, "transfer");
   return t;
 }
@@ -455,7 +463,11 @@ static int32_t collective(sim *S, int phase, int node, int64_t piece, int micro,
     if (!S->o.overlap) res_push(S, devs[i]);
   }
   T->res_n[t] = (int32_t)(T->n_res - T->res_off[t]);
-  double k = c == PCGC_COLL_BROADCAST ? 1 : 2;
+  /* copy0: a collective within copy 0 stands for one in every copy */
+  bool inner = S->copy0;
+  for (int i = 0; inner && i < n; i++) inner = copy_of(devs[i], S->reps, S->rstride) == 0;
+  if (inner) S->inner_coll += T->dur[t];
+  double k = (c == PCGC_COLL_BROADCAST ? 1 : 2) * (inner ? S->reps : 1);
   S->bytes_intra += k * (n - grp.nodes) * bytes;
   S->bytes_inter += k * (grp.nodes - 1) * bytes;
   comm_infinite(S, t, pcgc_collective_name(c));
@@ -504,13 +516,26 @@ static void keep(sim *S, int dev, bool micro, double bytes) {
 
 /* The forward-ready task and the gradient sink of slice (q, mu) of a
  * non-resident node's outputs. */
-static int32_t fready(const sim *S, int node, int64_t q, int mu) {
-  const snode *N = &S->nd[node];
-  return (int32_t)(N->fwd + (int64_t)mu * N->P + q);
+/* The task slot of piece q of node N: q itself, or (copy0) its index among
+ * copy 0's pieces, -1 when it is on another copy. */
+static int64_t slot_of(const snode *N, int64_t q) { return N->cix ? N->cix[q] : q; }
+
+/* A piece of another copy read by one of copy 0: its tasks do not exist. */
+static int32_t crossed(sim *S) {
+  S->crossed = true;
+  return -1;
 }
-static int32_t gsink(const sim *S, int node, int64_t q, int mu) {
+
+static int32_t fready(sim *S, int node, int64_t q, int mu) {
   const snode *N = &S->nd[node];
-  return N->bwd < 0 ? -1 : (int32_t)(N->bwd + (int64_t)mu * N->P + q);
+  int64_t c = slot_of(N, q);
+  return c < 0 ? crossed(S) : (int32_t)(N->fwd + (int64_t)mu * N->P0 + c);
+}
+static int32_t gsink(sim *S, int node, int64_t q, int mu) {
+  const snode *N = &S->nd[node];
+  if (N->bwd < 0) return -1;
+  int64_t c = slot_of(N, q);
+  return c < 0 ? crossed(S) : (int32_t)(N->bwd + (int64_t)mu * N->P0 + c);
 }
 
 /* Slice mu of an input with `m` slices, read by micro-batch mu of its consumer. */
@@ -637,10 +662,10 @@ static void gen_ordinary(sim *S, const pcgc_node *n) {
     tin[i] = *pcgc_graph_ref_type(S->g, n->in[i]);
     in_bytes[i] = pcgc_cost_piece_bytes(&tin[i]);
   }
-  int64_t P = N->P;
+  int64_t P = N->P, P0 = N->P0;
   int mb = N->m;
-  N->fwd = task_add(S, P * mb, PCGC_TASK_FORWARD, PCGC__SIM_FWD, n->id);
-  N->bwd = N->has_bwd ? task_add(S, P * mb, PCGC_TASK_BACKWARD, PCGC__SIM_BWD, n->id) : -1;
+  N->fwd = task_add(S, P0 * mb, PCGC_TASK_FORWARD, PCGC__SIM_FWD, n->id);
+  N->bwd = N->has_bwd ? task_add(S, P0 * mb, PCGC_TASK_BACKWARD, PCGC__SIM_BWD, n->id) : -1;
   if (S->st) return;
   bool kept = pcgc_cost_efficiency(n->kind)->kernel && pcgc_op_class_of(n->kind) != PCGC_CLASS_LOSS;
   /* recomputed: its outputs are not kept but made again before its backward */
@@ -652,6 +677,8 @@ static void gen_ordinary(sim *S, const pcgc_node *n) {
   bool closed = pcgc__piece_map_build(&S->pm, n, tin, false);
   int64_t inp[PCGC_VARIADIC];
   for (int64_t p = 0; p < P && !S->st; p++) {
+    int64_t c = slot_of(N, p);
+    if (c < 0) continue; /* another copy's piece */
     if (closed) {
       pcgc__piece_map_apply(&S->pm, n, p, inp);
     } else {
@@ -663,11 +690,11 @@ static void gen_ordinary(sim *S, const pcgc_node *n) {
     }
     int X = home(S, n->id, p);
     for (int mu = 0; mu < mb; mu++) {
-      int32_t f = (int32_t)(N->fwd + (int64_t)mu * P + p), b = -1;
+      int32_t f = (int32_t)(N->fwd + (int64_t)mu * P0 + c), b = -1;
       set_piece(S, f, X, p, mu);
       S->T.dur[f] = N->t.fwd;
       if (N->has_bwd) {
-        b = (int32_t)(N->bwd + (int64_t)mu * P + p);
+        b = (int32_t)(N->bwd + (int64_t)mu * P0 + c);
         set_piece(S, b, X, p, mu);
         S->T.dur[b] = bwd_time;
         edge(S, f, b);
@@ -728,6 +755,7 @@ static void gen_relayout(sim *S, const pcgc_node *n) {
   double es = (double)pcgc_dtype_size(to->dtype);
   for (int mu = 0; mu < mo && !S->st; mu++)
     for (int64_t p = 0; p < N->P; p++) {
+      if (slot_of(N, p) < 0) continue; /* another copy's piece */
       int X = home(S, n->id, p);
       int32_t fj = fready(S, n->id, p, mu), gj = gsink(S, n->id, p, mu);
       int64_t c[PCGC_MAX_RANK], s, rr, lo[PCGC_MAX_RANK], hi[PCGC_MAX_RANK], a[PCGC_MAX_RANK],
@@ -790,6 +818,11 @@ static void gen_replicate(sim *S, const pcgc_node *n, int32_t *dev) {
     for (int64_t q = 0; q < I->P; q++) {
       int64_t c[PCGC_MAX_RANK], s, rr;
       pcgc_piece_coords(ti, q, c, &s, &rr);
+      if (slot_of(I, q) < 0) { /* another copy's piece: its copies too, or the copies cross */
+        for (int64_t j = 0; j < d && !S->crossed; j++)
+          if (slot_of(N, pcgc_piece_index(to, c, s, rr * d + j)) >= 0) crossed(S);
+        continue;
+      }
       int Y = home(S, src, q), mi = in_mu(I->m, mu);
       int32_t fr = fready(S, src, q, mi), gs = gsink(S, src, q, mi);
       for (int64_t j = 0; j < d; j++) dev[j] = home(S, n->id, pcgc_piece_index(to, c, s, rr * d + j));
@@ -827,6 +860,7 @@ static void gen_reduce(sim *S, const pcgc_node *n, int32_t *dev) {
                                        (double)(d + 1) * bytes);
   for (int mu = 0; mu < N->m && !S->st; mu++)
     for (int64_t p = 0; p < N->P; p++) {
+      if (slot_of(N, p) < 0) continue; /* another copy's piece (its partial sums are fready's to check) */
       int64_t c[PCGC_MAX_RANK], s, rr;
       pcgc_piece_coords(to, p, c, &s, &rr);
       int X = home(S, n->id, p), mi = in_mu(I->m, mu);
@@ -877,11 +911,12 @@ static void gen_reduce(sim *S, const pcgc_node *n, int32_t *dev) {
 
 static void gen_parallel(sim *S, const pcgc_node *n, int32_t *scratch) {
   snode *N = &S->nd[n->id];
-  int64_t cnt = N->P * N->m;
+  int64_t cnt = N->P0 * N->m;
   N->fwd = task_add(S, cnt, PCGC_TASK_JOIN, PCGC__SIM_FWD, n->id);
   N->bwd = N->grad && N->reach ? task_add(S, cnt, PCGC_TASK_JOIN, PCGC__SIM_BWD, n->id) : -1;
   for (int mu = 0; mu < N->m && !S->st; mu++)
     for (int64_t p = 0; p < N->P; p++) {
+      if (slot_of(N, p) < 0) continue;
       int X = home(S, n->id, p);
       set_piece(S, fready(S, n->id, p, mu), X, p, mu);
       if (N->bwd >= 0) set_piece(S, gsink(S, n->id, p, mu), X, p, mu);
@@ -928,6 +963,10 @@ static void gen_weights(sim *S) {
       if (sorted[j].bwd >= 0) deps[nd++] = sorted[j].bwd;
       j++;
     }
+    int nu = ng; /* devices whose update is a task: copy 0's (the others are alike) */
+    if (S->copy0) /* only copy 0 read it: its copies' devices hold it too */
+      for (int k = 0; k < nu; k++)
+        for (int c = 1; c < S->reps; c++) S->grp[ng++] = S->grp[k] + c * S->rstride;
     int node = sorted[i].node, src = node; /* the tensor read; the weight it comes from */
     while (pcgc_op_class_of(S->g->nodes[src].kind) == PCGC_CLASS_PARALLEL) src = S->g->nodes[src].in[0].node;
     const pcgc_ptensor *t = &S->g->nodes[node].out[0];
@@ -945,8 +984,8 @@ static void gen_weights(sim *S) {
         S->coll_in_place = false;
         for (int k = 0; k < nd; k++) edge(S, deps[k], ar);
       }
-      int32_t u = task_add(S, ng, PCGC_TASK_OPTIMIZER, PCGC__SIM_UPDATE, src);
-      for (int k = 0; k < ng && !S->st; k++) {
+      int32_t u = task_add(S, nu, PCGC_TASK_OPTIMIZER, PCGC__SIM_UPDATE, src);
+      for (int k = 0; k < nu && !S->st; k++) {
         set_piece(S, u + k, S->grp[k], box, 0);
         S->T.dur[u + k] = tu;
         if (ar >= 0) edge(S, ar, u + k);
@@ -995,7 +1034,7 @@ static int pipeline_stages(const sim *S, int *stage, int *tmp) {
 static void gen_schedule(sim *S, const int *stage, int stages) {
   const snode *L = &S->nd[S->loss];
   if (S->st || L->m <= 1 || L->bwd < 0) return;
-  int64_t n = L->P * L->m;
+  int64_t n = L->P0 * L->m;
   if (S->o.schedule == PCGC_SCHEDULE_GPIPE) {
     int32_t j = task_add(S, 1, PCGC_TASK_JOIN, PCGC__SIM_FWD, S->loss);
     for (int64_t i = 0; i < n; i++) {
@@ -1033,7 +1072,8 @@ static pcgc_status analyse(sim *S) {
       pcgc_error_hint(S->err, "infer the graph (pcgc_graph_infer) before simulating it");
       return PCGC_ERR_TYPE;
     }
-    N->P = pcgc_ptensor_pieces(&x->out[0]);
+    N->P = N->P0 = pcgc_ptensor_pieces(&x->out[0]);
+    N->cix = NULL;
     N->m = x->out[0].micro > 1 ? x->out[0].micro : 1;
     for (int j = 1; j < x->n_out; j++)
       if (pcgc_ptensor_pieces(&x->out[j]) != N->P || (x->out[j].micro > 1 ? x->out[j].micro : 1) != N->m)
@@ -1292,7 +1332,7 @@ static pcgc_status run(sim *S, pcgc_sim_result *r) {
   /* replicas: the tasks of copy 0 and the collectives it takes part in run;
    * the copies' tasks are left out (drop[t]) */
   int reps = 1, stride = 1;
-  drop = symmetric_drop(S, &reps, &stride);
+  if (!S->copy0) drop = symmetric_drop(S, &reps, &stride);
   int64_t n_run = n;
   for (int32_t t = 0; drop && t < n; t++) n_run -= drop[t];
   for (int64_t e = 0; e < ne; e++) {
@@ -1387,6 +1427,16 @@ static pcgc_status run(sim *S, pcgc_sim_result *r) {
       if (copy_of(d, reps, stride)) r->device[d].compute = r->device[d - copy_of(d, reps, stride) * stride].compute;
     r->symmetric = true;
   }
+  if (S->copy0) { /* only copy 0 was built: the others are its copies */
+    double own = S->inner_coll; /* what every copy runs of its own */
+    for (int32_t t = 0; t < n; t++)
+      if (T->kind[t] != PCGC_TASK_COLLECTIVE) own += T->dur[t];
+    total += (S->reps - 1) * own;
+    for (int d = 0; d < D; d++)
+      if (copy_of(d, S->reps, S->rstride))
+        r->device[d].compute = r->device[d - copy_of(d, S->reps, S->rstride) * S->rstride].compute;
+    r->symmetric = true;
+  }
   r->iteration_time = end_all;
   r->forward_time = fwd_end;
   r->critical_path = crit;
@@ -1464,7 +1514,44 @@ static void sim_free(sim *S) {
   free(S->first_fwd);
   free(S->first_bwd);
   free(S->first_topo);
+  free(S->cix_pool);
   free(S->pm.g);
+}
+
+/* options.copies_alike: each non-resident node's pieces on copy 0, and the
+ * slot of each among them (sim.cix). */
+static pcgc_status copy0_index(sim *S) {
+  int64_t total = 0;
+  for (int i = 0; i < S->g->n_nodes; i++)
+    if (!S->nd[i].resident) total += S->nd[i].P;
+  if (!(S->cix_pool = malloc((size_t)(total ? total : 1) * sizeof *S->cix_pool))) return fail_nomem(S);
+  int64_t off = 0;
+  for (int i = 0; i < S->g->n_nodes; i++) {
+    snode *N = &S->nd[i];
+    if (N->resident) continue;
+    N->cix = S->cix_pool + off;
+    off += N->P;
+    int32_t k = 0;
+    for (int64_t p = 0; p < N->P; p++) N->cix[p] = copy_of(home(S, i, p), S->reps, S->rstride) ? -1 : k++;
+    N->P0 = k;
+  }
+  return PCGC_OK;
+}
+
+/* copies_alike: what the other copies' devices hold is what copy 0's do */
+static void copy0_spread(sim *S) {
+  for (int d = 0; d < S->D; d++) {
+    int k = copy_of(d, S->reps, S->rstride);
+    if (!k) continue;
+    int c = d - k * S->rstride;
+    S->act[d] = S->act[c];
+    S->act_mb[d] = S->act_mb[c];
+    S->comm[d] = S->comm[c];
+    S->sendsum[d] = S->sendsum[c];
+    S->first_topo[d] = S->first_topo[c];
+    if (S->work)
+      memcpy(S->work + (int64_t)d * S->n_units, S->work + (int64_t)c * S->n_units, (size_t)S->n_units * sizeof *S->work);
+  }
 }
 
 pcgc_status pcgc_simulate(const pcgc_graph *g, const pcgc_mapping *mp, const pcgc_machine *m,
@@ -1524,6 +1611,11 @@ pcgc_status pcgc_simulate(const pcgc_graph *g, const pcgc_mapping *mp, const pcg
   }
   for (int d = 0; d < D; d++) S->first_topo[d] = -1;
   if ((st = analyse(S)) != PCGC_OK) goto out;
+  S->reps = S->o.replicas;
+  S->rstride = S->o.replica_stride;
+  S->copy0 = S->o.copies_alike && S->reps > 1 && S->rstride > 0 && !m->intra.shared && !m->inter.shared &&
+             D % (S->reps * S->rstride) == 0;
+  if (S->copy0 && (st = copy0_index(S)) != PCGC_OK) goto out;
   if (S->o.recompute && (!(S->unit = pcgc__checkpoint_units(g, &S->n_units, &S->ckpt)) ||
                          !(S->work = calloc((size_t)D * (size_t)S->n_units, sizeof *S->work)))) {
     st = pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
@@ -1568,7 +1660,18 @@ pcgc_status pcgc_simulate(const pcgc_graph *g, const pcgc_mapping *mp, const pcg
     if (cls == PCGC_CLASS_PARALLEL) gen_parallel(S, x, scratch);
     else gen_ordinary(S, x);
   }
+  if (!S->st && S->crossed) { /* a task of copy 0 reads another copy's: build every copy */
+    pcgc_sim_options all = S->o;
+    all.copies_alike = false;
+    free(stage);
+    free(scratch);
+    sim_free(S);
+    free(r->device);
+    memset(r, 0, sizeof *r);
+    return pcgc_simulate(g, mp, m, &all, r, err);
+  }
   gen_weights(S);
+  if (S->copy0) copy0_spread(S);
   int stages = 1;
   for (int d = 0; d < D; d++) stage[d] = -1;
   if (S->mb_max > 1) stages = pipeline_stages(S, stage, stage + D);

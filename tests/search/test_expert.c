@@ -512,6 +512,26 @@ START_TEST(one_dp_copy_simulated_for_all) {
       ck_assert_double_eq_tol(one.device[d].compute, full.device[d].compute, 1e-12 * (full.device[d].compute + 1));
       ck_assert_double_eq(one.device[d].memory.total, full.device[d].memory.total);
     }
+    /* copies_alike: copy 0's tasks are all that is built, with the same results */
+    pcgc_sim_result built;
+    o.copies_alike = true;
+    ck_assert_int_eq(pcgc_simulate(pg, &mp, &m, &o, &built, &err), PCGC_OK);
+    ck_assert_msg(fabs(built.iteration_time - full.iteration_time) <= 1e-12 * full.iteration_time,
+                  "choice %zu: %.12g s from copy 0's tasks, %.12g s for all", i, built.iteration_time,
+                  full.iteration_time);
+    ck_assert_double_eq_tol(built.critical_path, full.critical_path, 1e-12 * full.critical_path);
+    ck_assert_double_eq_tol(built.task_time, full.task_time, 1e-9 * full.task_time);
+    ck_assert_double_eq_tol(built.bytes_intra, full.bytes_intra, 1e-9 * (full.bytes_intra + 1));
+    ck_assert_double_eq_tol(built.bytes_inter, full.bytes_inter, 1e-9 * (full.bytes_inter + 1));
+    for (int d = 0; d < full.n_devices; d++) {
+      ck_assert_double_eq_tol(built.device[d].compute, full.device[d].compute, 1e-12 * (full.device[d].compute + 1));
+      ck_assert_msg(built.device[d].memory.total == full.device[d].memory.total,
+                    "choice %zu device %d: %.17g bytes from copy 0's tasks, %.17g for all", i, d,
+                    built.device[d].memory.total, full.device[d].memory.total);
+    }
+    ck_assert_msg(cs[i].dp == 1 || built.n_tasks < full.n_tasks, "choice %zu: %lld tasks built, %lld for all", i,
+                  (long long)built.n_tasks, (long long)full.n_tasks);
+    pcgc_sim_result_destroy(&built);
     pcgc_sim_result_destroy(&full);
     pcgc_sim_result_destroy(&one);
     pcgc_mapping_destroy(&mp);
