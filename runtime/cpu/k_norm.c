@@ -54,13 +54,20 @@ static axis_view view_axis(const pcgc_buf *x, int64_t axis) {
  * backward from the output, dx = dy - exp(y) sum(dy). One loop for both
  * dtypes (through kx_get/kx_set): no model spends its time here. The
  * element reads come before the writes of each line, so y may alias x. */
+/* The maximum of one line along the axis and the sum of exp(x - max). */
+static void line_max_sum(const pcgc_buf *x, int64_t base, axis_view v, double *mx, double *sum) {
+  *mx = -INFINITY;
+  *sum = 0;
+  for (int64_t j = 0; j < v.n; j++) *mx = fmax(*mx, kx_get(x, base + j * v.inner));
+  for (int64_t j = 0; j < v.n; j++) *sum += exp(kx_get(x, base + j * v.inner) - *mx);
+}
+
 static void log_softmax_fwd(const pcgc_buf *x, pcgc_buf *y, axis_view v) {
   for (int64_t o = 0; o < v.outer; o++)
     for (int64_t t = 0; t < v.inner; t++) {
       int64_t base = o * v.n * v.inner + t;
-      double mx = -INFINITY, sum = 0;
-      for (int64_t j = 0; j < v.n; j++) mx = fmax(mx, kx_get(x, base + j * v.inner));
-      for (int64_t j = 0; j < v.n; j++) sum += exp(kx_get(x, base + j * v.inner) - mx);
+      double mx, sum;
+      line_max_sum(x, base, v, &mx, &sum);
       double ls = log(sum);
       for (int64_t j = 0; j < v.n; j++) kx_set(y, base + j * v.inner, (kx_get(x, base + j * v.inner) - mx) - ls);
     }
@@ -96,9 +103,8 @@ pcgc_status pcgc__cpu_fwd_softmax(const pcgc__kargs *k) {
   for (int64_t o = 0; o < v.outer; o++)
     for (int64_t t = 0; t < v.inner; t++) {
       int64_t base = o * v.n * v.inner + t;
-      double mx = -INFINITY, sum = 0;
-      for (int64_t j = 0; j < v.n; j++) mx = fmax(mx, kx_get(x, base + j * v.inner));
-      for (int64_t j = 0; j < v.n; j++) sum += exp(kx_get(x, base + j * v.inner) - mx);
+      double mx, sum;
+      line_max_sum(x, base, v, &mx, &sum);
       for (int64_t j = 0; j < v.n; j++)
         kx_set(y, base + j * v.inner, exp(kx_get(x, base + j * v.inner) - mx) / sum);
     }
