@@ -178,8 +178,8 @@ static pcgc_status check_slots(const pcgc__kargs *k, const pcgc_buf *s, int64_t 
   return PCGC_OK;
 }
 
-/* dispatched[G, X, C, N] (piece `t` of input/output `which`) against slot[G, S, k] */
-static void slot_geometry(const pcgc__kargs *k, const pcgc_buf *d, pcgc_piece pd, const pcgc_buf *s, slot_geo *g) {
+/* the dispatched tensor's piece d[G, X, C, N] (placed by pd) against slot[G, S, k] */
+static void slot_geometry(const pcgc_buf *d, pcgc_piece pd, const pcgc_buf *s, slot_geo *g) {
   g->G = s->dims[0];
   g->S = s->dims[1];
   g->k = s->dims[2];
@@ -188,7 +188,6 @@ static void slot_geometry(const pcgc__kargs *k, const pcgc_buf *d, pcgc_piece pd
   g->N = d->dims[3];
   g->x0 = pd.offset[1];
   g->all = pd.global[1] * g->C;
-  (void)k;
 }
 
 /* For each routed (token, choice) of the piece: fn(group, token, choice, local slot row). */
@@ -199,7 +198,7 @@ static void slot_geometry(const pcgc__kargs *k, const pcgc_buf *d, pcgc_piece pd
         int64_t id_ = kx_geti((s), (gi * (g).S + t) * (g).k + j) - (g).x0 * (g).C;    \
         if (id_ < 0 || id_ >= (g).X * (g).C) continue;                                \
         int64_t tok = gi * (g).S + t, ch = tok * (g).k + j, row = gi * (g).X * (g).C + id_; \
-        (void)ch;                                                                     \
+        (void)ch; /* dispatch reads no gate */                                        \
         __VA_ARGS__                                                                   \
       }
 
@@ -228,7 +227,7 @@ pcgc_status pcgc__cpu_fwd_moe_dispatch(const pcgc__kargs *k) {
   const pcgc_buf *x = &k->in[0], *s = &k->in[1];
   pcgc_buf *y = &k->out[0];
   slot_geo g;
-  slot_geometry(k, y, pcgc__out_piece(k, 0), s, &g);
+  slot_geometry(y, pcgc__out_piece(k, 0), s, &g);
   TRY(check_slots(k, s, g.all));
   TRY(check_unique(k, s, &g));
   memset(y->data, 0, (size_t)pcgc_buf_numel(y) * pcgc_dtype_size(y->dtype));
@@ -244,7 +243,7 @@ pcgc_status pcgc__cpu_bwd_moe_dispatch(const pcgc__kargs *k) {
   pcgc_buf *dx = &k->din[0];
   if (!kx_want(dx)) return PCGC_OK;
   slot_geo g;
-  slot_geometry(k, dy, pcgc__out_piece(k, 0), s, &g);
+  slot_geometry(dy, pcgc__out_piece(k, 0), s, &g);
   TRY(check_slots(k, s, g.all));
   FOR_ROUTED(g, s, {
     for (int64_t n = 0; n < g.N; n++) kx_add(dx, tok * g.N + n, kx_get(dy, row * g.N + n));
@@ -257,7 +256,7 @@ pcgc_status pcgc__cpu_fwd_moe_combine(const pcgc__kargs *k) {
   const pcgc_buf *y = &k->in[0], *gate = &k->in[1], *s = &k->in[2];
   pcgc_buf *o = &k->out[0];
   slot_geo g;
-  slot_geometry(k, y, pcgc__in_piece(k, 0), s, &g);
+  slot_geometry(y, pcgc__in_piece(k, 0), s, &g);
   TRY(check_slots(k, s, g.all));
   memset(o->data, 0, (size_t)pcgc_buf_numel(o) * pcgc_dtype_size(o->dtype));
   FOR_ROUTED(g, s, {
@@ -272,7 +271,7 @@ pcgc_status pcgc__cpu_bwd_moe_combine(const pcgc__kargs *k) {
   const pcgc_buf *y = &k->in[0], *gate = &k->in[1], *s = &k->in[2], *dout = &k->dout[0];
   pcgc_buf *dy = kx_want(&k->din[0]) ? &k->din[0] : NULL, *dg = kx_want(&k->din[1]) ? &k->din[1] : NULL;
   slot_geo g;
-  slot_geometry(k, y, pcgc__in_piece(k, 0), s, &g);
+  slot_geometry(y, pcgc__in_piece(k, 0), s, &g);
   TRY(check_slots(k, s, g.all));
   FOR_ROUTED(g, s, {
     double w = kx_get(gate, ch), dot = 0;

@@ -244,13 +244,20 @@ static axis_view view_axis(const pcgc_buf *x, int64_t axis) {
 /* Whether rows take a warp each (else a thread each, in the CPU's order). */
 static bool by_warp(axis_view v) { return v.inner == 1 && v.n > 32; }
 
+/* The maximum of the line at `base` (stride `inner`) and the sum of exp(x - max), in double. */
+static __device__ void col_max_sum(const float *x, int64_t base, int64_t n, int64_t inner, double *mx, double *sum) {
+  *mx = -INFINITY;
+  *sum = 0;
+  for (int64_t j = 0; j < n; j++) *mx = fmax(*mx, (double)x[base + j * inner]);
+  for (int64_t j = 0; j < n; j++) *sum += exp((double)x[base + j * inner] - *mx);
+}
+
 /* Rows at `base` with stride `inner`, one thread each (column c = o * inner + t). */
 __global__ void softmax_cols_kernel(int64_t cols, int64_t n, int64_t inner, const float *x, float *y) {
   CUX_FOR(c, cols) {
     int64_t base = (c / inner) * n * inner + c % inner;
-    double mx = -INFINITY, sum = 0;
-    for (int64_t j = 0; j < n; j++) mx = fmax(mx, (double)x[base + j * inner]);
-    for (int64_t j = 0; j < n; j++) sum += exp((double)x[base + j * inner] - mx);
+    double mx, sum;
+    col_max_sum(x, base, n, inner, &mx, &sum);
     for (int64_t j = 0; j < n; j++) y[base + j * inner] = (float)(exp((double)x[base + j * inner] - mx) / sum);
   }
 }
@@ -306,9 +313,8 @@ __global__ void softmax_rows_bwd_kernel(int64_t rows, int64_t n, const float *y,
 __global__ void log_softmax_cols_kernel(int64_t cols, int64_t n, int64_t inner, const float *x, float *y) {
   CUX_FOR(c, cols) {
     int64_t base = (c / inner) * n * inner + c % inner;
-    double mx = -INFINITY, sum = 0;
-    for (int64_t j = 0; j < n; j++) mx = fmax(mx, (double)x[base + j * inner]);
-    for (int64_t j = 0; j < n; j++) sum += exp((double)x[base + j * inner] - mx);
+    double mx, sum;
+    col_max_sum(x, base, n, inner, &mx, &sum);
     double ls = log(sum);
     for (int64_t j = 0; j < n; j++) y[base + j * inner] = (float)(((double)x[base + j * inner] - mx) - ls);
   }
