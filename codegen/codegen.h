@@ -51,6 +51,16 @@
  * bytes (greedy first fit by size). The runtime allocates one arena per
  * device of `arena_bytes` before the first step.
  *
+ * Send staging. A SEND packs its box into the device's send staging
+ * (`send_off[k]` for its k-th SEND) and goes on. Its bytes are free again
+ * from the sender's first instruction that comes after the matching RECV in
+ * the global order: a SEND that reuses bytes first completes the sends that
+ * held them (the runtime waits for them), which cannot deadlock, because
+ * each of those receives comes earlier in the one order that every stream
+ * follows. Staging offsets are planned like the arena (first fit over those
+ * lifetimes), so a pipeline stage holds the messages of the micro-batches
+ * in flight, not of the whole step; `send_bytes` is the planned size.
+ *
  * Example:
  *     pcgc_program *p;
  *     pcgc_codegen_options o;
@@ -162,7 +172,9 @@ typedef struct pcgc_device_program {
   int64_t persistent_bytes;    /* of which weights, gradients, state, data */
   int64_t peak_bytes;          /* most bytes live at one instruction (<= arena) */
   int64_t unplanned_bytes;     /* sum of every buffer's bytes, without reuse */
-  int64_t send_bytes;          /* staging for non-blocking sends, per step */
+  int64_t send_bytes;          /* staging for non-blocking sends: the most they hold at once */
+  int n_sends;                 /* SEND instructions in the stream */
+  int64_t *send_off;           /* [n_sends]: the k-th SEND's staging offset (see "Send staging") */
   int64_t max_message_bytes;   /* largest receive or collective region */
   int64_t request_bytes;       /* staging of the non-blocking all-reduces that are not in place */
   int64_t count_by_kind[PCGC_INS_KIND_COUNT];

@@ -61,6 +61,7 @@ typedef struct cg_edge {
 typedef struct cg_pair {
   int64_t key;
   int count;
+  int32_t *recv_at;  /* schedule.c: the global position of the receive of each tag */
   UT_hash_handle hh;
 } cg_pair;
 

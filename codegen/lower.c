@@ -1469,6 +1469,7 @@ static void free_cg(cg *C) {
   cg_pair *pp, *pt;
   HASH_ITER(hh, C->pairs, pp, pt) {
     HASH_DEL(C->pairs, pp);
+    free(pp->recv_at);
     free(pp);
   }
   cg_group *gg, *gt;

@@ -88,18 +88,6 @@ typedef struct placed {
   int first, last;  /* instructions */
 } placed;
 
-/* A buffer to place, and the placement order: largest first, then by id. */
-typedef struct sized {
-  int64_t bytes;
-  int id;
-} sized;
-
-static int by_size_desc(const void *a, const void *b) {
-  const sized *x = a, *y = b;
-  if (x->bytes != y->bytes) return x->bytes > y->bytes ? -1 : 1;
-  return (x->id > y->id) - (x->id < y->id);
-}
-
 static int by_lo(const void *a, const void *b) {
   int64_t x = ((const placed *)a)->lo, y = ((const placed *)b)->lo;
   return (x > y) - (x < y);
@@ -155,15 +143,52 @@ static void copy_layout(pcgc_device_program *P, const pcgc_device_program *like)
   P->unplanned_bytes = like->unplanned_bytes;
 }
 
+/* Greedy first fit: each of the m spans (largest first; pl and live have
+ * room for m) at the lowest offset >= base that overlaps no span placed
+ * before it and live at the same time (inclusive instruction ranges);
+ * at[id] gets its offset. Returns the top. */
+typedef struct span {
+  int64_t bytes;
+  int first, last, id;
+} span;
+
+static int by_span_size(const void *a, const void *b) {
+  const span *x = a, *y = b;
+  if (x->bytes != y->bytes) return x->bytes > y->bytes ? -1 : 1;
+  return (x->id > y->id) - (x->id < y->id);
+}
+
+static int64_t first_fit(span *sp, int m, int64_t base, int64_t *at_of, placed *pl, placed *live) {
+  qsort(sp, (size_t)m, sizeof *sp, by_span_size);
+  int64_t top = base;
+  for (int i = 0; i < m; i++) {
+    int64_t size = align64(sp[i].bytes ? sp[i].bytes : 1), at = base;
+    /* sweep the placements live at the same time by their start, stepping
+     * past each that overlaps, until a gap holds the span */
+    int nl = 0;
+    for (int k = 0; k < i; k++)
+      if (!(pl[k].last < sp[i].first || pl[k].first > sp[i].last)) live[nl++] = pl[k];
+    qsort(live, (size_t)nl, sizeof *live, by_lo);
+    for (int k = 0; k < nl && live[k].lo < at + size; k++)
+      if (live[k].hi > at) at = live[k].hi;
+    at_of[sp[i].id] = at;
+    pl[i] = (placed){at, at + size, sp[i].first, sp[i].last};
+    if (at + size > top) top = at + size;
+  }
+  return top;
+}
+
 /* Places the buffers (lifetimes known) in one arena. */
 static pcgc_status plan_memory(pcgc_device_program *P) {
   int n = P->n_buf;
-  sized *idx = malloc((size_t)(n ? n : 1) * sizeof *idx);
+  span *idx = malloc((size_t)(n ? n : 1) * sizeof *idx);
   placed *pl = malloc((size_t)(n ? n : 1) * sizeof *pl), *live = malloc((size_t)(n ? n : 1) * sizeof *live);
-  if (!idx || !pl || !live) {
+  int64_t *at = malloc((size_t)(n ? n : 1) * sizeof *at);
+  if (!idx || !pl || !live || !at) {
     free(idx);
     free(pl);
     free(live);
+    free(at);
     return PCGC_ERR_NOMEM;
   }
   int64_t off = 0;
@@ -176,37 +201,15 @@ static pcgc_status plan_memory(pcgc_device_program *P) {
       B->addr = off;
       off += align64(B->bytes);
     } else if (B->first >= 0) {
-      idx[m++] = (sized){B->bytes, b};
+      idx[m++] = (span){B->bytes, B->first, B->last, b};
     } else {
       B->addr = 0; /* never used */
     }
   }
   P->persistent_bytes = off;
-  /* largest first (by id among equals) */
-  qsort(idx, (size_t)m, sizeof *idx, by_size_desc);
-  int np = 0;
-  int64_t top = off;
-  for (int i = 0; i < m; i++) {
-    pcgc_plan_buf *B = &P->buf[idx[i].id];
-    int64_t size = align64(B->bytes ? B->bytes : 1), at = off;
-    /* the lowest offset that overlaps no placement live at the same time:
-     * sweep those placements by their start, stepping past each that
-     * overlaps, until a gap holds the buffer */
-    int nl = 0;
-    for (int k = 0; k < np; k++)
-      if (!(pl[k].last < B->first || pl[k].first > B->last)) live[nl++] = pl[k];
-    qsort(live, (size_t)nl, sizeof *live, by_lo);
-    for (int k = 0; k < nl && live[k].lo < at + size; k++)
-      if (live[k].hi > at) at = live[k].hi;
-    B->addr = at;
-    pl[np].lo = at;
-    pl[np].hi = at + size;
-    pl[np].first = B->first;
-    pl[np].last = B->last;
-    np++;
-    if (at + size > top) top = at + size;
-  }
-  P->arena_bytes = top;
+  P->arena_bytes = first_fit(idx, m, off, at, pl, live);
+  for (int i = 0; i < m; i++) P->buf[idx[i].id].addr = at[idx[i].id];
+  free(at);
   /* peak: live bytes at each instruction */
   int64_t *delta = calloc((size_t)P->n_ins + 1, sizeof *delta);
   if (!delta) {
@@ -233,12 +236,6 @@ static pcgc_status plan_memory(pcgc_device_program *P) {
   return PCGC_OK;
 }
 
-static int64_t box_bytes(const pcgc_box *b, pcgc_dtype t) {
-  int64_t n = 1;
-  for (int d = 0; d < b->rank; d++) n *= b->len[d];
-  return n * (int64_t)pcgc_dtype_size(t);
-}
-
 static uint64_t digest(const pcgc_program *p) {
   XXH64_state_t *s = XXH64_createState();
   if (!s) return 0;
@@ -258,6 +255,7 @@ static uint64_t digest(const pcgc_program *p) {
         XXH64_update(s, b->len, (size_t)b->rank * sizeof *b->len);
       }
     }
+    if (P->n_sends) XXH64_update(s, P->send_off, (size_t)P->n_sends * sizeof *P->send_off);
     for (int b = 0; b < P->n_buf; b++) {
       const pcgc_plan_buf *B = &P->buf[b];
       int64_t v[9] = {B->role, B->dtype, B->node, B->slot, B->piece, B->micro, B->rank, B->bytes, B->addr};
@@ -273,23 +271,100 @@ static uint64_t digest(const pcgc_program *p) {
   return h;
 }
 
+static int64_t box_bytes(const pcgc_box *b, pcgc_dtype t) {
+  int64_t n = 1;
+  for (int d = 0; d < b->rank; d++) n *= b->len[d];
+  return n * (int64_t)pcgc_dtype_size(t);
+}
+
+static cg_pair *pair_of(const cg *C, int from, int to) {
+  int64_t key = (int64_t)from * C->D + to;
+  cg_pair *e = NULL;
+  HASH_FIND(hh, C->pairs, &key, sizeof key, e);
+  return e;
+}
+
+/* Each message's receive: its position in the global order (gp: of every
+ * instruction of each device's stream, pos its creation index). */
+static pcgc_status receive_positions(cg *C, int32_t *const *pos, int32_t *const *gp) {
+  for (int e = 0; e < C->D; e++) {
+    const cg_dev *V = &C->dv[e];
+    for (int64_t j = 0; j < V->n_ins; j++) {
+      const pcgc_ins *I = &V->ins[pos[e][j]];
+      if (I->kind != PCGC_INS_RECV) continue;
+      cg_pair *pr = pair_of(C, I->peer, e);
+      if (!pr || I->tag < 0 || I->tag >= pr->count)
+        return pcgc_error_set(C->err, PCGC_ERR_GRAPH, "codegen: device %d receives tag %d from device %d, which "
+                              "sends no such message", e, I->tag, I->peer);
+      if (!pr->recv_at && !(pr->recv_at = malloc((size_t)pr->count * sizeof *pr->recv_at))) return PCGC_ERR_NOMEM;
+      pr->recv_at[I->tag] = gp[e][j];
+    }
+  }
+  return PCGC_OK;
+}
+
+/* Send staging (codegen.h): the k-th SEND of device d holds its bytes from
+ * its instruction until the last one before the first whose global
+ * position comes after its receive's; offsets by first fit. */
+static pcgc_status plan_sends(cg *C, pcgc_device_program *P, int d, const int32_t *gpos) {
+  int n = 0;
+  for (int i = 0; i < P->n_ins; i++) n += P->ins[i].kind == PCGC_INS_SEND;
+  P->n_sends = n;
+  P->send_bytes = 0;
+  P->send_off = malloc((size_t)(n ? n : 1) * sizeof *P->send_off);
+  span *sp = malloc((size_t)(n ? n : 1) * sizeof *sp);
+  placed *pl = malloc((size_t)(n ? n : 1) * sizeof *pl), *live = malloc((size_t)(n ? n : 1) * sizeof *live);
+  pcgc_status st = PCGC_OK;
+  if (!P->send_off || !sp || !pl || !live) {
+    st = PCGC_ERR_NOMEM;
+    goto out;
+  }
+  for (int i = 0, k = 0; i < P->n_ins; i++) {
+    const pcgc_ins *I = &P->ins[i];
+    if (I->kind != PCGC_INS_SEND) continue;
+    const cg_pair *pr = pair_of(C, d, I->peer);
+    if (!pr || !pr->recv_at || I->tag < 0 || I->tag >= pr->count) {
+      st = pcgc_error_set(C->err, PCGC_ERR_GRAPH, "codegen: device %d sends tag %d to device %d, which never "
+                          "receives it", d, I->tag, I->peer);
+      goto out;
+    }
+    int32_t g = pr->recv_at[I->tag];
+    int lo = i + 1, hi = P->n_ins; /* the first instruction after i placed after the receive */
+    while (lo < hi) {
+      int mid = lo + (hi - lo) / 2;
+      if (gpos[mid] > g) hi = mid;
+      else lo = mid + 1;
+    }
+    const pcgc_plan_buf *B = &P->buf[I->src];
+    sp[k] = (span){I->box >= 0 ? box_bytes(&P->boxes[I->box], B->dtype) : B->bytes, i, lo - 1, k};
+    k++;
+  }
+  P->send_bytes = first_fit(sp, n, 0, P->send_off, pl, live);
+out:
+  free(sp);
+  free(pl);
+  free(live);
+  return st;
+}
+
 pcgc_status pcgc__cg_schedule(cg *C, pcgc_program **out) {
   int64_t nt = C->nt;
   int64_t *off = calloc((size_t)nt + 1, sizeof *off);
   int *succ = malloc((size_t)(C->ne ? C->ne : 1) * sizeof *succ), *indeg = calloc((size_t)(nt ? nt : 1), sizeof *indeg);
   hitem *heap = malloc((size_t)(nt ? nt : 1) * sizeof *heap);
-  int32_t **pos = calloc((size_t)C->D, sizeof *pos);
+  int32_t **pos = calloc((size_t)C->D, sizeof *pos), **gp = calloc((size_t)C->D, sizeof *gp);
   int64_t *npos = calloc((size_t)C->D, sizeof *npos);
   uint64_t *lay = calloc((size_t)C->D, sizeof *lay);
   pcgc_program *p = calloc(1, sizeof *p);
   pcgc_status st = PCGC_OK;
-  if (!off || !succ || !indeg || !heap || !pos || !npos || !lay || !p) {
+  if (!off || !succ || !indeg || !heap || !pos || !gp || !npos || !lay || !p) {
     st = PCGC_ERR_NOMEM;
     goto done;
   }
   for (int d = 0; d < C->D; d++) {
     pos[d] = malloc((size_t)(C->dv[d].n_ins ? C->dv[d].n_ins : 1) * sizeof **pos);
-    if (!pos[d]) {
+    gp[d] = malloc((size_t)(C->dv[d].n_ins ? C->dv[d].n_ins : 1) * sizeof **gp);
+    if (!pos[d] || !gp[d]) {
       st = PCGC_ERR_NOMEM;
       goto done;
     }
@@ -317,6 +392,7 @@ pcgc_status pcgc__cg_schedule(cg *C, pcgc_program **out) {
     const cg_task *T = &C->t[h.id];
     for (int k = 0; k < T->n_em; k++) {
       const cg_emit *E = &C->em[T->first_em + k];
+      gp[E->dev][npos[E->dev]] = (int32_t)done_n;
       pos[E->dev][npos[E->dev]++] = E->ins;
     }
     done_n++;
@@ -356,6 +432,7 @@ pcgc_status pcgc__cg_schedule(cg *C, pcgc_program **out) {
     HASH_ITER(hh, C->groups, g, tmp) memcpy(p->group_dev + p->group_off[g->id], g->devs, (size_t)g->n * sizeof *g->devs);
     free(cnt);
   }
+  if ((st = receive_positions(C, pos, gp)) != PCGC_OK) goto done;
   for (int d = 0; d < C->D; d++) {
     cg_dev *V = &C->dv[d];
     pcgc_device_program *P = &p->dev[d];
@@ -382,11 +459,11 @@ pcgc_status pcgc__cg_schedule(cg *C, pcgc_program **out) {
       if (I->box < 0) continue;
       int b = I->dst >= 0 ? I->dst : I->src;
       int64_t bytes = box_bytes(&P->boxes[I->box], b >= 0 ? P->buf[b].dtype : PCGC_F32);
-      if (I->kind == PCGC_INS_SEND) P->send_bytes += align64(bytes);
       if (I->kind == PCGC_INS_ALLREDUCE_START && !pcgc_allreduce_in_place(P, I)) P->request_bytes += align64(bytes);
       if (I->kind != PCGC_INS_COPY && !pcgc_allreduce_in_place(P, I) && bytes > P->max_message_bytes)
         P->max_message_bytes = bytes;
     }
+    if ((st = plan_sends(C, P, d, gp[d])) != PCGC_OK) goto done;
     lifetimes(P);
     lay[d] = layout_hash(P);
     int like = -1;
@@ -397,9 +474,12 @@ pcgc_status pcgc__cg_schedule(cg *C, pcgc_program **out) {
   }
   p->digest = digest(p);
 done:
-  if (pos)
-    for (int d = 0; d < C->D; d++) free(pos[d]);
+  for (int d = 0; d < C->D; d++) {
+    if (pos) free(pos[d]);
+    if (gp) free(gp[d]);
+  }
   free(pos);
+  free(gp);
   free(npos);
   free(lay);
   free(off);
@@ -429,6 +509,7 @@ void pcgc_program_free(pcgc_program *p) {
       free(p->dev[d].buf);
       free(p->dev[d].args);
       free(p->dev[d].boxes);
+      free(p->dev[d].send_off);
     }
   free(p->dev);
   free(p->group_off);

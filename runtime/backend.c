@@ -243,6 +243,9 @@ static pcgc_status cu_send(pcgc_backend *b, void *comm, const void *buf, int64_t
                            pcgc_error *err) {
   return pcgc_cuda_send(CU(b), COMM(comm), buf, n, t, peer, err);
 }
+static pcgc_status cu_send_mark(pcgc_backend *b, void *comm, int slot, pcgc_error *err) {
+  return pcgc_cuda_send_mark(CU(b), COMM(comm), slot, err);
+}
 static pcgc_status cu_recv(pcgc_backend *b, void *comm, void *buf, int64_t n, pcgc_dtype t, int peer,
                            pcgc_error *err) {
   return pcgc_cuda_recv(CU(b), COMM(comm), buf, n, t, peer, err);
@@ -289,6 +292,7 @@ static pcgc_status open_cuda(pcgc_backend *b, int device, pcgc_error *err) {
   b->broadcast = cu_broadcast;
   b->reduce = cu_reduce;
   b->send = cu_send;
+  b->send_mark = cu_send_mark;
   b->recv = cu_recv;
   b->set_precision = cu_set_precision;
   return PCGC_OK;

@@ -92,6 +92,10 @@ struct pcgc_backend {
   pcgc_status (*send)(pcgc_backend *b, void *comm, const void *buf, int64_t n, pcgc_dtype t, int peer,
                       pcgc_error *err);
   pcgc_status (*recv)(pcgc_backend *b, void *comm, void *buf, int64_t n, pcgc_dtype t, int peer, pcgc_error *err);
+  /* Marks slot `slot` (of comm_slots) at the end of the send just issued on
+   * comm: comm_wait(slot) then waits for that send alone, before its buffer
+   * is written again. */
+  pcgc_status (*send_mark)(pcgc_backend *b, void *comm, int slot, pcgc_error *err);
 };
 
 /* name "cpu" or "cuda"; device: the GPU of this process (cuda). Errors: an

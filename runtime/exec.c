@@ -2,8 +2,11 @@
  * exec.c — the CPU backend's executor: one rank runs its device's stream of
  * a program (runtime.h) with the runtime/cpu kernels and Open MPI.
  *
- * Communication: a SEND packs its box into the step's send staging and
- * starts MPI_Isend (completed at the end of the step); a RECV is a blocking
+ * Communication: a SEND packs its box into the send staging at the offset
+ * codegen planned for it and starts MPI_Isend; before that it completes the
+ * earlier sends whose staging it reuses (codegen.h, "Send staging": their
+ * receives come first in the order every stream follows, so this cannot
+ * deadlock), and the rest complete at the end of the step; a RECV is a blocking
  * MPI_Recv into the receive staging, then unpacked (set or added). BCAST,
  * REDUCE and ALLREDUCE pack into the same staging and run the MPI collective
  * on the group's communicator (created once, before the first step);
@@ -52,7 +55,9 @@ typedef struct rt {
   char *send_h, *recv_h, **req_h; /* their host mirrors (the same pointers on the CPU backend) */
   char *host_tmp;         /* one buffer's bytes on the host (GPU backends) */
   MPI_Request *sends, *reqs;
-  int n_sends;
+  int n_sends;            /* SENDs issued this step: sends[k] is the k-th's request */
+  int64_t *send_lo, *send_hi; /* the k-th's staging bytes */
+  int *pending, n_pending;    /* sends not completed yet, in no order */
   MPI_Comm *comm;      /* per group: its communicator, or MPI_COMM_NULL where not a member */
   bool dev_comm;       /* messages through the backend's communicators (NCCL), not host MPI */
   void **dcomm;        /* per group: the backend's communicator (NULL where not a member) */
@@ -240,7 +245,29 @@ static pcgc_status batchnorm(rt *R, const pcgc_ins *I) {
   }
 }
 
-static pcgc_status exec_one(rt *R, const pcgc_ins *I, int64_t *send_off) {
+/* Completes every pending send whose staging overlaps [lo, hi): the bytes
+ * are about to be written again. */
+static pcgc_status settle_sends(rt *R, int64_t lo, int64_t hi) {
+  for (int i = 0; i < R->n_pending;) {
+    int k = R->pending[i];
+    if (R->send_hi[k] <= lo || R->send_lo[k] >= hi) {
+      i++;
+      continue;
+    }
+    if (R->dev_comm) {
+      pcgc_status st = R->be->comm_wait(R->be, R->P->n_requests + k, R->err);
+      if (st) return st;
+    } else {
+      int rc = MPI_Wait(&R->sends[k], MPI_STATUS_IGNORE);
+      if (rc != MPI_SUCCESS)
+        return pcgc_error_set(R->err, PCGC_ERR_IO, "completing send %d of the step failed (MPI error %d)", k, rc);
+    }
+    R->pending[i] = R->pending[--R->n_pending];
+  }
+  return PCGC_OK;
+}
+
+static pcgc_status exec_one(rt *R, const pcgc_ins *I) {
   const pcgc_device_program *P = R->P;
   pcgc_backend *be = R->be;
   pcgc_status st = PCGC_OK;
@@ -285,12 +312,27 @@ static pcgc_status exec_one(rt *R, const pcgc_ins *I, int64_t *send_off) {
     const pcgc_plan_buf *S = &P->buf[I->src];
     pcgc_plan_buf sd = stage_desc(&x, S->dtype);
     int64_t n = box_numel(&x), bytes = n * (int64_t)pcgc_dtype_size(S->dtype);
-    char *buf = R->send_stage + *send_off, *h = R->send_h + *send_off;
-    *send_off += (bytes + 63) & ~(int64_t)63;
+    int k = R->n_sends;
+    if (k >= P->n_sends)
+      return pcgc_error_set(R->err, PCGC_ERR_INVALID, "send %d of a stream that plans %d", k + 1, P->n_sends);
+    int64_t at = P->send_off[k];
+    if (at < 0 || at + bytes > P->send_bytes)
+      return pcgc_error_set(R->err, PCGC_ERR_INVALID, "send %d's staging [%lld, %lld) lies outside the %lld planned",
+                            k + 1, (long long)at, (long long)(at + bytes), (long long)P->send_bytes);
+    if ((st = settle_sends(R, at, at + bytes))) return st;
+    char *buf = R->send_stage + at, *h = R->send_h + at;
+    R->send_lo[k] = at;
+    R->send_hi[k] = at + bytes;
+    R->sends[k] = MPI_REQUEST_NULL;
+    R->n_sends++;
+    R->pending[R->n_pending++] = k;
     if ((st = be->move(be, &sd, buf, S, data_of(R, I->src), &x, false, R->err))) return st;
-    if (R->dev_comm) return be->send(be, R->to[I->peer], buf, n, S->dtype, 1, R->err);
+    if (R->dev_comm) {
+      if ((st = be->send(be, R->to[I->peer], buf, n, S->dtype, 1, R->err))) return st;
+      return be->send_mark(be, R->to[I->peer], P->n_requests + k, R->err);
+    }
     if ((st = to_host(R, h, buf, bytes))) return st;
-    rc = MPI_Isend(h, (int)n, mpi_type(S->dtype), I->peer, I->tag, MPI_COMM_WORLD, &R->sends[R->n_sends++]);
+    rc = MPI_Isend(h, (int)n, mpi_type(S->dtype), I->peer, I->tag, MPI_COMM_WORLD, &R->sends[k]);
     return rc == MPI_SUCCESS ? PCGC_OK : mpi_fail(R, rc, "send", I);
   }
   case PCGC_INS_RECV: {
@@ -1059,7 +1101,11 @@ static pcgc_status open_device_comms(rt *R) {
       }
     }
   free(pair);
-  if (!st && R->P->n_requests) st = be->comm_slots(be, R->P->n_requests, R->err);
+  if (!st && !be->send_mark)
+    st = pcgc_error_set(R->err, PCGC_ERR_UNSUPPORTED, "backend %s cannot mark its sends", be->desc);
+  /* slots: the non-blocking all-reduces', then one per send of the step */
+  if (!st && R->P->n_requests + R->P->n_sends)
+    st = be->comm_slots(be, R->P->n_requests + R->P->n_sends, R->err);
   if (!st) R->dev_comm = true;
   return st;
 }
@@ -1106,12 +1152,15 @@ pcgc_status pcgc_run(const pcgc_graph *g, const pcgc_program *p, const pcgc_run_
   int64_t most = 64; /* the largest buffer: host staging of one buffer */
   for (int b = 0; b < P->n_buf; b++)
     if (P->buf[b].bytes > most) most = P->buf[b].bytes;
-  R.sends = malloc((size_t)(P->count_by_kind[PCGC_INS_SEND] + 1) * sizeof *R.sends);
+  R.sends = malloc((size_t)(P->n_sends + 1) * sizeof *R.sends);
+  R.send_lo = malloc((size_t)(P->n_sends + 1) * sizeof *R.send_lo);
+  R.send_hi = malloc((size_t)(P->n_sends + 1) * sizeof *R.send_hi);
+  R.pending = malloc((size_t)(P->n_sends + 1) * sizeof *R.pending);
   R.reqs = malloc((size_t)(P->n_requests + 1) * sizeof *R.reqs);
   R.req_stage = calloc((size_t)P->n_requests + 1, sizeof *R.req_stage);
   R.req_h = calloc((size_t)P->n_requests + 1, sizeof *R.req_h);
   R.comm = malloc((size_t)(p->n_groups + 1) * sizeof *R.comm);
-  if (!R.sends || !R.reqs || !R.req_stage || !R.req_h || !R.comm) {
+  if (!R.sends || !R.send_lo || !R.send_hi || !R.pending || !R.reqs || !R.req_stage || !R.req_h || !R.comm) {
     st = pcgc_error_set(err, PCGC_ERR_NOMEM, "rank %d: out of memory", R.rank);
     goto done;
   }
@@ -1215,7 +1264,7 @@ pcgc_status pcgc_run(const pcgc_graph *g, const pcgc_program *p, const pcgc_run_
     R.step = s + 1;
     R.loss = 0;
     R.n_sends = 0;
-    int64_t send_off = 0;
+    R.n_pending = 0;
     g_step = s + 1;
     if (R.data) st = load_step_data(&R, s + 1);
     for (int i = 0; i < P->n_ins && !st; i++) {
@@ -1223,7 +1272,7 @@ pcgc_status pcgc_run(const pcgc_graph *g, const pcgc_program *p, const pcgc_run_
       g_kind = P->ins[i].kind;
       g_peer = P->ins[i].kind == PCGC_INS_WAIT && slot_group ? slot_group[P->ins[i].tag] : P->ins[i].peer;
       double ti = traced ? now() : 0;
-      st = exec_one(&R, &P->ins[i], &send_off);
+      st = exec_one(&R, &P->ins[i]);
       if (traced) {
         if (!st) st = be->sync(be, err);
         tr[2 * i] = ti - ts;
@@ -1310,6 +1359,9 @@ done:
   free(R.req_h);
   free(R.reqs);
   free(R.sends);
+  free(R.send_lo);
+  free(R.send_hi);
+  free(R.pending);
   free(R.comm);
   be->release(be, R.arena);
   be->release(be, R.send_stage);

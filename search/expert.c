@@ -53,6 +53,19 @@
 #include "sim_internal.h"
 #include "substitutions.h"
 
+/* Where the fullest device's memory goes, for --verbose on a candidate that
+ * does not fit. */
+static void log_fullest(FILE *log, const pcgc_sim_result *sr) {
+  int worst = -1;
+  for (int d = 0; d < sr->n_devices; d++)
+    if (worst < 0 || sr->device[d].memory.total > sr->device[worst].memory.total) worst = d;
+  if (worst < 0) return;
+  const pcgc_memory *m = &sr->device[worst].memory;
+  const double G = 1073741824.0;
+  fprintf(log, "  %-30s device %d: weights %.3g + gradients %.3g + optimizer %.3g + activations %.3g + staging %.3g GiB\n",
+          "", worst, m->weights / G, m->gradients / G, m->optimizer / G, m->activations / G, m->comm / G);
+}
+
 /* ------------------------------------------------------------- rules */
 
 /* Megatron blocks, in the order they are tried: self-attention before the
@@ -903,10 +916,12 @@ pcgc_status pcgc_compile(const pcgc_graph *seq, const pcgc_machine *m, const pcg
                  sr.capacity / 1073741824.0);
       }
       if (fam) ref_update(fam, c, ok, sr.iteration_time, ok ? NULL : why);
-      if (o->log)
+      if (o->log) {
         fprintf(o->log, "  %-30s %12.6f ms  %.3g GiB%s  (%lld tasks%s; %.3f s)\n", cs, sr.iteration_time * 1e3,
                 pcgc_sim_result_max_memory(&sr) / 1073741824.0, ok ? "" : " (out of memory)", (long long)sr.n_tasks,
                 sr.symmetric ? ", one dp copy run" : "", sr.build_seconds + sr.run_seconds);
+        if (!ok) log_fullest(o->log, &sr);
+      }
       if (ok && sr.iteration_time < best_time) {
         best_time = sr.iteration_time;
         r->choice = c;

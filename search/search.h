@@ -302,16 +302,17 @@ typedef struct pcgc_memory {
   double gradients;    /* = weights: one gradient per weight element */
   double optimizer;    /* 0, 1 or 2 × weights */
   double activations;  /* outputs kept from forward for backward */
-  double comm;         /* staging: every message the device sends in the step, and the largest
-                          one it receives or a collective stages (codegen's program holds both) */
+  double comm;         /* staging: the messages the device has sent and not yet seen received
+                          (codegen.h, "Send staging"), and the largest one it receives or a
+                          collective stages */
   double total;
 } pcgc_memory;
 
 /* weight_bytes: sum of pcgc_cost_piece_bytes of the weights placed on the
  * device; activation_bytes: of the activations it keeps for backward (all
  * micro-batches in flight); comm_bytes: the staging of its messages (the
- * simulator: every send of the step plus the largest message received or
- * collective staged, as codegen's program allocates them). Compare total
+ * simulator: an estimate of the sends in flight, plus the largest message
+ * received or collective staged, as codegen's program allocates them). Compare total
  * with pcgc_machine_usable_memory. */
 pcgc_memory pcgc_cost_memory(pcgc_optim_kind opt, double weight_bytes, double activation_bytes,
                              double comm_bytes);
@@ -682,9 +683,10 @@ typedef struct pcgc_sim_result {
  * gradients and optimizer state), activations (every output of a kernel but
  * the loss, every piece received in forward, data pieces read) of every
  * micro-batch under GPipe or of at most s-k under 1F1B, and message
- * staging as codegen's program holds it: every transfer it sends in the step
- * (each kept until the step ends) plus the largest transfer it receives or
- * broadcast/reduce it takes part in; a weight's gradient all-reduce works in
+ * staging as codegen's program holds it: the transfers it has sent and
+ * that are not received yet, estimated as two micro-batches of the node
+ * whose transfers from the device are the largest (at most all it sends),
+ * plus the largest transfer it receives or broadcast/reduce it takes part in; a weight's gradient all-reduce works in
  * place. With
  * o->recompute, kernel outputs inside a unit count once, for the largest
  * unit on the device: one micro-batch of one unit is recomputed at a time.

@@ -209,7 +209,13 @@ typedef struct sim {
   int64_t nw, capw;
   int64_t n_ts;            /* tensor slices */
   double *act, *act_mb, *wbytes, *comm; /* [D] memory; comm: the largest message a device receives */
-  double *sendsum;                      /* [D] bytes a device sends per step (each staged until the step ends) */
+  double *sendsum;                      /* [D] bytes a device sends per step */
+  /* send staging (codegen.h: a send's bytes are free once it is received):
+   * per device the node whose sends are being made, their bytes and the
+   * micro-batches they span, and the most of one node's sends per
+   * micro-batch seen so far */
+  int32_t *send_node, *send_mb;
+  double *send_run, *send_peak;
   bool coll_in_place;                   /* the collective being made reduces in place (no staging) */
   /* recompute: per node its unit (-1: none) and whether it is a checkpoint;
    * work[d * n_units + u]: what unit u keeps on device d for one micro-batch */
@@ -397,7 +403,15 @@ static int32_t transfer(sim *S, int phase, int node, int64_t piece, int micro, i
   T->peer[t] = b;
   T->bytes[t] = bytes;
   T->dur[t] = pcgc_comm_p2p_time(S->m, same, 1, bytes);
-  S->sendsum[a] += bytes; /* staging, as codegen's program holds it: every send of the step, */
+  S->sendsum[a] += bytes; /* staging (see device_memory), */
+  if (S->send_node[a] != node) {
+    S->send_node[a] = node;
+    S->send_run[a] = 0;
+    S->send_mb[a] = 1;
+  }
+  S->send_run[a] += bytes;
+  if (micro + 1 > S->send_mb[a]) S->send_mb[a] = micro + 1;
+  if (S->send_run[a] / S->send_mb[a] > S->send_peak[a]) S->send_peak[a] = S->send_run[a] / S->send_mb[a];
   if (bytes > S->comm[b]) S->comm[b] = bytes; /* and the largest message received */
   T->res_off[t] = (int32_t)T->n_res;
   next_stamp(S);
@@ -1460,7 +1474,11 @@ done:
 /* Device d's memory: weights with their gradients and optimizer state,
  * activations kept for backward (of the micro-batches in flight: all under
  * GPipe, at most the stages still ahead under 1F1B), the largest recomputed
- * unit, staging. */
+ * unit, staging. A program frees a send's staging once the message has
+ * been received, which its schedule does soon after the send; what a device
+ * holds at once is taken as two micro-batches' worth of the node that sends
+ * the most (the forward message of one micro-batch beside the backward one
+ * of another, under 1F1B), at most all it sends. */
 static pcgc_memory device_memory(const sim *S, int d, const int *stage, int stages, bool f1b) {
   double act = S->act[d], mb = S->mb_max;
   if (S->act_mb[d] > 0) {
@@ -1471,7 +1489,8 @@ static pcgc_memory device_memory(const sim *S, int d, const int *stage, int stag
   double wmax = 0; /* recompute: the largest unit, one micro-batch of it at a time */
   for (int u = 0; S->work && u < S->n_units; u++)
     if (S->work[(int64_t)d * S->n_units + u] > wmax) wmax = S->work[(int64_t)d * S->n_units + u];
-  return pcgc_cost_memory(S->o.optimizer, S->wbytes[d], act + wmax, S->comm[d] + S->sendsum[d]);
+  double staging = 2 * S->send_peak[d] < S->sendsum[d] ? 2 * S->send_peak[d] : S->sendsum[d];
+  return pcgc_cost_memory(S->o.optimizer, S->wbytes[d], act + wmax, S->comm[d] + staging);
 }
 
 void pcgc__sim_tasks_release(pcgc__sim_tasks *T) {
@@ -1508,6 +1527,10 @@ static void sim_free(sim *S) {
   free(S->wbytes);
   free(S->comm);
   free(S->sendsum);
+  free(S->send_node);
+  free(S->send_mb);
+  free(S->send_run);
+  free(S->send_peak);
   free(S->stamp);
   free(S->ncount);
   free(S->grp);
@@ -1548,6 +1571,7 @@ static void copy0_spread(sim *S) {
     S->act_mb[d] = S->act_mb[c];
     S->comm[d] = S->comm[c];
     S->sendsum[d] = S->sendsum[c];
+    S->send_peak[d] = S->send_peak[c];
     S->first_topo[d] = S->first_topo[c];
     if (S->work)
       memcpy(S->work + (int64_t)d * S->n_units, S->work + (int64_t)c * S->n_units, (size_t)S->n_units * sizeof *S->work);
@@ -1596,6 +1620,10 @@ pcgc_status pcgc_simulate(const pcgc_graph *g, const pcgc_mapping *mp, const pcg
   S->wbytes = calloc((size_t)D, sizeof *S->wbytes);
   S->comm = calloc((size_t)D, sizeof *S->comm);
   S->sendsum = calloc((size_t)D, sizeof *S->sendsum);
+  S->send_node = malloc((size_t)D * sizeof *S->send_node);
+  S->send_mb = calloc((size_t)D, sizeof *S->send_mb);
+  S->send_run = calloc((size_t)D, sizeof *S->send_run);
+  S->send_peak = calloc((size_t)D, sizeof *S->send_peak);
   S->stamp = calloc((size_t)nstamp, sizeof *S->stamp);
   S->ncount = calloc((size_t)S->n_nodes_m, sizeof *S->ncount);
   S->grp = malloc(((size_t)D + 1) * sizeof *S->grp);
@@ -1604,12 +1632,13 @@ pcgc_status pcgc_simulate(const pcgc_graph *g, const pcgc_mapping *mp, const pcg
   pcgc_status st = PCGC_OK;
   int *stage = NULL;
   int32_t *scratch = NULL;
-  if (!S->nd || !S->order || !S->act || !S->act_mb || !S->wbytes || !S->comm || !S->sendsum || !S->stamp || !S->ncount ||
+  if (!S->nd || !S->order || !S->act || !S->act_mb || !S->wbytes || !S->comm || !S->sendsum || !S->send_node || !S->send_mb || !S->send_run ||
+      !S->send_peak || !S->stamp || !S->ncount ||
       !S->grp || !S->first_topo || !r->device || !tasks_grow(S, 4096)) {
     st = pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
     goto out;
   }
-  for (int d = 0; d < D; d++) S->first_topo[d] = -1;
+  for (int d = 0; d < D; d++) S->first_topo[d] = S->send_node[d] = -1;
   if ((st = analyse(S)) != PCGC_OK) goto out;
   S->reps = S->o.replicas;
   S->rstride = S->o.replica_stride;

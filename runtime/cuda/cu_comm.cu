@@ -410,6 +410,14 @@ pcgc_status pcgc_cuda_send(pcgc_cuda *cu, pcgc_cuda_comm *c, const void *buf, in
   return r == ncclSuccess ? PCGC_OK : nccl_fail(err, c->nc, r, op);
 }
 
+pcgc_status pcgc_cuda_send_mark(pcgc_cuda *cu, pcgc_cuda_comm *c, int slot, pcgc_error *err) {
+  static const char op[] = "marking a send";
+  pcgc_status st = check_slot(cu, slot, op, err);
+  if (st) return st;
+  if (!c) return pcgc_error_set(err, PCGC_ERR_INVALID, "NCCL: %s: no communicator", op);
+  return mark_end(cu, c, cu->slot_done[slot], false, op, err);
+}
+
 pcgc_status pcgc_cuda_recv(pcgc_cuda *cu, pcgc_cuda_comm *c, void *buf, int64_t n, pcgc_dtype t, int peer,
                            pcgc_error *err) {
   static const char op[] = "receive";

@@ -136,6 +136,10 @@ pcgc_status pcgc_cuda_reduce(pcgc_cuda *cu, pcgc_cuda_comm *c, void *buf, int64_
                              pcgc_error *err);
 /* point to point: peer is a rank of c (the runtime opens one two-member
  * communicator per direction, so a direction's messages keep their order) */
+/* Records slot `slot` (pcgc_cuda_comm_slots) at the end of what c's stream
+ * has been given so far (a send just issued), so that pcgc_cuda_comm_wait on
+ * it makes the compute stream wait for that send alone. */
+pcgc_status pcgc_cuda_send_mark(pcgc_cuda *cu, pcgc_cuda_comm *c, int slot, pcgc_error *err);
 pcgc_status pcgc_cuda_send(pcgc_cuda *cu, pcgc_cuda_comm *c, const void *buf, int64_t n, pcgc_dtype t, int peer,
                            pcgc_error *err);
 pcgc_status pcgc_cuda_recv(pcgc_cuda *cu, pcgc_cuda_comm *c, void *buf, int64_t n, pcgc_dtype t, int peer,
