@@ -767,7 +767,8 @@ static void space_init(space *sp, const pcgc_rule *r) {
 }
 
 /* The values an open attribute is tried at besides its default: every
- * other enum value, the other bool, one other float, an int one above and
+ * other enum value, the other bool, one other float (twice a default above
+ * 1, which is a base such as rope_theta), an int one above and
  * one below, a pair one above, both entries or only the first (stride 2,2
  * and 2,1; padding 1,1 and 1,0; kernel 2,2 and 2,1: the uneven one tells
  * the two spatial dims apart).
@@ -783,8 +784,8 @@ static int attr_values(const pcgc_attr_desc *d, pcgc_attr_value *out) {
     for (int64_t v = 0; pcgc_enum_value_name(d->enum_type, v) && n < MAX_AVALS; v++)
       if (v != def) out[n++].i = v;
     break;
-  case PCGC_ATTR_FLOAT:
-    if (!d->required) out[n++].f = d->def_f != 0.25 ? 0.25 : 0.5;
+  case PCGC_ATTR_FLOAT: /* a base above 1 (rope_theta) stays above it: twice it */
+    if (!d->required) out[n++].f = d->def_f > 1 ? 2 * d->def_f : d->def_f != 0.25 ? 0.25 : 0.5;
     break;
   case PCGC_ATTR_INT:
     if (!d->required) {
@@ -1278,11 +1279,94 @@ static bool unify(inst *I, const space *sp, assign *A, int fixed, uint64_t *rs) 
   return false;
 }
 
+/* The first attention of the match graph g with rotary embeddings on whose
+ * head size is odd (type inference refuses it) or below 4 (rope's base
+ * then shows nothing: the one frequency pair turns by base^0), and the
+ * dims of its inputs in vals (how many, at most max); 0 if none. */
+static int small_rope_head(const pcgc_graph *g, int64_t *vals, int max) {
+  for (int k = 0; g && k < g->n_nodes; k++) {
+    const pcgc_node *nd = &g->nodes[k];
+    if (nd->kind != PCGC_OP_ATTENTION || !pcgc_attrs_int(&nd->attrs, "rope") || nd->n_in < 4) continue;
+    const pcgc_ptensor *wq = pcgc_graph_ref_type(g, nd->in[3]);
+    int64_t heads = pcgc_attrs_int(&nd->attrs, "heads");
+    if (!wq || wq->rank != 2 || heads < 1) continue;
+    int64_t head = wq->dims[1] / heads;
+    if (head % 2 == 0 && head >= 4) continue;
+    /* the projection sizes first (they set the head sizes), then every dim */
+    const pcgc_ptensor *wk = nd->n_in > 4 ? pcgc_graph_ref_type(g, nd->in[4]) : NULL;
+    int n = 0;
+    if (max >= 2) {
+      vals[n++] = wq->dims[1];
+      vals[n++] = wk && wk->rank == 2 ? wk->dims[1] : wq->dims[1];
+    }
+    for (int j = 0; j < nd->n_in; j++) {
+      const pcgc_ptensor *t = pcgc_graph_ref_type(g, nd->in[j]);
+      for (int d = 0; t && d < t->rank && n < max; d++) vals[n++] = t->dims[d];
+    }
+    return n;
+  }
+  return 0;
+}
+
+/* Rotary embeddings need even head sizes (q's and the keys'), and show
+ * their base only from head size 4: sizes the draws seldom give together
+ * with a rule's conditions, so an open rope (or its base) would rarely run
+ * and a rewrite that turns it off would pass. When A's match graph (the
+ * last built) has such an attention, the sizes among the dims of its
+ * inputs are multiplied: those equal to a projection size (q's, the keys')
+ * by 2 then 4, all of them by 4 then 2 (head sizes grow, the heads stay),
+ * then one at a time by 2, slot `fixed` kept; the first that
+ * makes A an instance (with a head size that shows rope, where A's was
+ * accepted already) is kept. */
+static bool rope_sizes(inst *I, const space *sp, assign *A, int fixed, uint64_t *rs) {
+  const pcgc_rule *r = I->r;
+  int64_t vals[4 * PCGC_VARIADIC];
+  int nv = small_rope_head(I->m.g, vals, (int)(sizeof vals / sizeof vals[0]));
+  if (nv == 0) return false;
+  bool refused = I->refused;
+  char m[256];
+  int all = 0;
+  /* -4, -3: the projection sizes times 2, times 4; -2, -1: every dim times
+   * 4, times 2; then each alone times 2 */
+  for (int one = -4; one < sp->n_slots && (one < 0 || all > 1); one++) {
+    assign B = *A;
+    int changed = 0;
+    const int64_t *pick_from = one < -2 ? vals : vals + 2;
+    int n_pick = one < -2 ? 2 : nv - 2;
+    for (int i = 0; i < sp->n_slots; i++) {
+      const slot *si = &sp->slots[i];
+      if ((one >= 0 && i != one) || i == fixed || si->lo < 1 || !slot_active(r, A, si) ||
+          !among(pick_from, n_pick, *slot_val(A, si)))
+        continue;
+      *slot_val(&B, si) *= one == -4 ? 2 : one == -3 || one == -2 ? 4 : 2;
+      changed++;
+    }
+    if (one == -1) all = changed;
+    if (!changed || !sizes_pass(I, &B) || try_assign(I, &B, rs, m, sizeof m) == DRAW_NONE) continue;
+    int64_t again[4 * PCGC_VARIADIC];
+    if (!refused && small_rope_head(I->m.g, again, (int)(sizeof again / sizeof again[0]))) continue;
+    *A = B;
+    return true;
+  }
+  return false;
+}
+
+static bool match_has(const pcgc_rule *r, pcgc_op_kind op) {
+  for (int k = 0; k < r->match.n_nodes; k++)
+    if (r->match.nodes[k].op == op) return true;
+  return false;
+}
+
 /* A draw, and when type inference refuses its match side, the same draw
- * with the refused shapes made to agree (unify): A is updated. */
+ * with the refused shapes made to agree (unify); with rotary embeddings on,
+ * sizes that show them (rope_sizes): A is updated. */
 static draw_result try_agree(inst *I, const space *sp, assign *A, int fixed, uint64_t *rs, char *msg, size_t msg_n) {
   draw_result d = try_assign(I, A, rs, msg, msg_n);
-  if (d == DRAW_NONE && I->refused && unify(I, sp, A, fixed, rs)) d = try_assign(I, A, rs, msg, msg_n);
+  if (d == DRAW_NONE && I->refused && unify(I, sp, A, fixed, rs)) return try_assign(I, A, rs, msg, msg_n);
+  if (d == DRAW_NOMEM || !match_has(I->r, PCGC_OP_ATTENTION)) return d;
+  if (d == DRAW_NONE && !I->refused) return d; /* not an instance for other reasons */
+  if (d == DRAW_NONE) d = try_assign(I, A, rs, msg, msg_n); /* A's graph again: unify's draws replaced it */
+  if (rope_sizes(I, sp, A, fixed, rs)) d = try_assign(I, A, rs, msg, msg_n);
   return d;
 }
 
@@ -1307,7 +1391,16 @@ static bool attr_visible(const inst *I, int j) {
     const pcgc_node *n = &I->m.g->nodes[gn];
     const pcgc_ptensor *q = n->n_in > 0 ? pcgc_graph_ref_type(I->m.g, n->in[0]) : NULL;
     bool on = !strcmp(an, "rope") || pcgc_attrs_int(&n->attrs, "rope");
-    return on && q && q->rank >= 2 && q->dims[q->rank - 2] > 1;
+    if (!on || !q || q->rank < 2 || q->dims[q->rank - 2] < 2) return false;
+    /* the base shows only past the first frequency pair, which turns by
+     * base^0 = 1 whatever it is: head size 4 and up (rope_sizes) */
+    const pcgc_ptensor *wq = n->n_in > 3 ? pcgc_graph_ref_type(I->m.g, n->in[3]) : NULL;
+    int64_t heads = pcgc_attrs_int(&n->attrs, "heads");
+    if (!wq || wq->rank != 2 || heads < 1 || wq->dims[1] / heads < 4) return false;
+    /* rope turned on shows the default base too (a rewrite that changes it
+     * differs there): only with that base */
+    int ti = pcgc_op_attr_index(PCGC_OP_ATTENTION, "rope_theta");
+    return strcmp(an, "rope") || ti < 0 || n->attrs.v[ti].f == pcgc_op_attr(PCGC_OP_ATTENTION, ti)->def_f;
   }
   if (!causal &&
       ((rn->op != PCGC_OP_CONV2D && rn->op != PCGC_OP_POOL2D) || pcgc_op_attr(rn->op, as->attr)->type != PCGC_ATTR_INTS2))
@@ -1426,7 +1519,7 @@ static tried try_instance(checker *C, const assign *A, unsigned extra) {
       ran++;
       res->executions++;
       res->ok = false;
-      snprintf(res->message, sizeof res->message, "instance %s (%s): %s%.1400s", inst_text, cls_text, mode_text, rmsg);
+      snprintf(res->message, sizeof res->message, "instance %s (%s): %s%.1250s", inst_text, cls_text, mode_text, rmsg);
     }
     for (int s = 1; rr == RUN_AGREE && got < want && s <= 4 * want && res->ok; s++) {
       run_result q = run_seed(I, RA, RB, (uint64_t)s, rmsg, sizeof rmsg);
@@ -1440,7 +1533,7 @@ static tried try_instance(checker *C, const assign *A, unsigned extra) {
       res->executions++;
       if (q == RUN_DIFFER) {
         res->ok = false;
-        snprintf(res->message, sizeof res->message, "instance %s (%s): %s%.1400s", inst_text, cls_text, mode_text,
+        snprintf(res->message, sizeof res->message, "instance %s (%s): %s%.1250s", inst_text, cls_text, mode_text,
                  rmsg);
       }
     }

@@ -72,6 +72,71 @@ START_TEST(relu_became_relu6) {
 }
 END_TEST
 
+/* partition_attention_bias_batch: attr: `yp = attention(..., y.*);` ->
+ * `yp = attention(..., y.*, rope=false);` and `..., rope_theta=20000.0);`
+ *   rotary embeddings on need even head sizes and show their base only from
+ *   head size 4 (the first frequency pair turns by base^0 = 1), sizes the
+ *   draws seldom gave with the rule's: the checker now grows the projection
+ *   sizes until they do (rope_sizes), and counts rope as run only where its
+ *   default base shows */
+START_TEST(attention_rope_lost) {
+  REJECTED(
+    "rule partition_attention_bias_batch(d: degree) {\n"
+    "  match {\n"
+    "    input q: [B, S, Eq], k: [B, T, Ek], v: [B, T, Ev], wq: [Eq, E], wk: [Ek, F], wv: [Ev, F], wo: [E, Eo], bq: [E], bk: [F], bv: [F], bo: [Eo];\n"
+    "    y = attention(q, k, v, wq, wk, wv, wo, bq, bk, bv, bo, heads=h);\n"
+    "    yield y;\n"
+    "  }\n"
+    "  where { B % d == 0; }\n"
+    "  rewrite {\n"
+    "    qp = partition(q, dim=0, degree=d);\n"
+    "    kp = partition(k, dim=0, degree=d);\n"
+    "    vp = partition(v, dim=0, degree=d);\n"
+    "    wqr = replicate(wq, degree=d);\n"
+    "    wkr = replicate(wk, degree=d);\n"
+    "    wvr = replicate(wv, degree=d);\n"
+    "    wor = replicate(wo, degree=d);\n"
+    "    bqr = replicate(bq, degree=d);\n"
+    "    bkr = replicate(bk, degree=d);\n"
+    "    bvr = replicate(bv, degree=d);\n"
+    "    bor = replicate(bo, degree=d);\n"
+    "    yp = attention(qp, kp, vp, wqr, wkr, wvr, wor, bqr, bkr, bvr, bor, y.*, rope=false);\n"
+    "    yc = combine(yp, dim=0, degree=d);\n"
+    "    yield yc;\n"
+    "  }\n"
+    "}\n");
+}
+END_TEST
+
+START_TEST(attention_rope_base_changed) {
+  REJECTED(
+    "rule partition_attention_bias_batch(d: degree) {\n"
+    "  match {\n"
+    "    input q: [B, S, Eq], k: [B, T, Ek], v: [B, T, Ev], wq: [Eq, E], wk: [Ek, F], wv: [Ev, F], wo: [E, Eo], bq: [E], bk: [F], bv: [F], bo: [Eo];\n"
+    "    y = attention(q, k, v, wq, wk, wv, wo, bq, bk, bv, bo, heads=h);\n"
+    "    yield y;\n"
+    "  }\n"
+    "  where { B % d == 0; }\n"
+    "  rewrite {\n"
+    "    qp = partition(q, dim=0, degree=d);\n"
+    "    kp = partition(k, dim=0, degree=d);\n"
+    "    vp = partition(v, dim=0, degree=d);\n"
+    "    wqr = replicate(wq, degree=d);\n"
+    "    wkr = replicate(wk, degree=d);\n"
+    "    wvr = replicate(wv, degree=d);\n"
+    "    wor = replicate(wo, degree=d);\n"
+    "    bqr = replicate(bq, degree=d);\n"
+    "    bkr = replicate(bk, degree=d);\n"
+    "    bvr = replicate(bv, degree=d);\n"
+    "    bor = replicate(bo, degree=d);\n"
+    "    yp = attention(qp, kp, vp, wqr, wkr, wvr, wor, bqr, bkr, bvr, bor, y.*, rope_theta=20000.0);\n"
+    "    yc = combine(yp, dim=0, degree=d);\n"
+    "    yield yc;\n"
+    "  }\n"
+    "}\n");
+}
+END_TEST
+
 /* merge_conv2d_pair: attr: `y = conv2d(x, w, y1.*);` -> `y = conv2d(x, w);`
  *   the merged conv2d loses y1's stride, padding and dilation (W1: unconstrained match attributes are built only at their defaults) */
 START_TEST(conv2d_copy_lost) {
@@ -449,6 +514,8 @@ static Suite *suite(void) {
   tcase_add_test(tc, bmm_rows_dim_from_rank);
   tcase_add_test(tc, reduce_sum2_dim_from_rank);
   tcase_add_test(tc, relu_became_relu6);
+  tcase_add_test(tc, attention_rope_lost);
+  tcase_add_test(tc, attention_rope_base_changed);
   suite_add_tcase(s, tc);
   return s;
 }
