@@ -19,7 +19,8 @@
  *   - partition, combine, pipeline, unpipeline: the overlapping boxes of
  *     input and output pieces: COPY when both are on one device, SEND/RECV
  *     otherwise;
- *   - replicate: COPY locally, SEND/RECV to one other device, BCAST to two or
+ *   - replicate: nothing locally (the replica on its source's device is the
+ *     source's buffer), SEND/RECV to one other device, BCAST to two or
  *     more; backward sums the copies' gradients (REDUCE to the owner);
  *   - reduce: partial sums COPY-added locally, RECV-added from one other
  *     device, REDUCE from two or more; backward broadcasts the gradient;
@@ -43,8 +44,15 @@
  * that reads such a piece, its device runs the piece's FORWARD again into a
  * RECOMPUTE buffer (and, first, those of its inputs that are recomputed on
  * the same device), so a unit is made again from its kept cut tensor and
- * lives only while its backward runs. Pieces received from other devices,
- * sharded batch norms and inputs of other units stay kept.
+ * lives only while its backward runs (a local replica of a recomputed piece
+ * reads the recomputed one). Pieces received from other devices, sharded
+ * batch norms and inputs of other units stay kept. A backward piece's
+ * zeroing of the gradients it adds into and its recomputation wait for the
+ * gradients of its outputs: the global order would otherwise run them as
+ * soon as they are ready (a stage waiting for its gradient would zero and
+ * recompute every layer at once, and hold all of it).
+ * Pipeline stages (1F1B's in-flight limit): devices whose spans of
+ * pipelined ops overlap share a stage, as in the simulator.
  * Memory. After ordering, each buffer lives from its first to its last
  * instruction in the step (weights, their gradients and optimizer state, and
  * input data all the time); buffers whose lifetimes do not overlap share

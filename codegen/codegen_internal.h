@@ -109,6 +109,11 @@ typedef struct cg {
   /* context of the tasks being created */
   int phase, ctx_phase_save, ctx_node, ctx_micro;
   int64_t ctx_piece;
+  /* an ordinary op's backward piece being lowered: the gradients of its
+   * outputs on device gate_dev; the zeroing and recomputation it needs wait
+   * for them (lower.c, gate) */
+  int gate_dev, n_gate;
+  int gate[PCGC_VARIADIC];
 } cg;
 
 typedef struct cg_keys {

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "codegen_internal.h"
+#include "sim_internal.h"
 #include "uthash.h"
 
 /* --------------------------------------------------------- small helpers */
@@ -169,6 +170,22 @@ static int buf_add(cg *C, bkey k, pcgc_dtype t, const pcgc_box *b, bool persiste
     L->k[L->n++] = k;
   }
   return e->id;
+}
+
+/* Key k names buffer `id` too (a replicate's copy on its source's device is
+ * that source's buffer: nothing is copied or held twice). */
+static int buf_alias(cg *C, bkey k, int id) {
+  int have = buf_find(C, k);
+  if (have >= 0 || C->st || id < 0) return have;
+  bent *e = calloc(1, sizeof *e);
+  if (!e) {
+    C->st = PCGC_ERR_NOMEM;
+    return -1;
+  }
+  e->k = k;
+  e->id = id;
+  HASH_ADD(hh, C->bufs, k, sizeof e->k, e);
+  return id;
 }
 
 /* Gradient-staging keys in the order backward visits them: device, slot,
@@ -377,11 +394,24 @@ static int t_copy(cg *C, int dev, int dst, int src, const pcgc_box *box, bool ad
   return t;
 }
 
+/* Work that only a backward piece needs (zeroing the gradients it adds
+ * into, recomputing what it reads) is ready long before it: the global
+ * schedule would run it early (a pipeline stage, while it waits for its
+ * gradient from the next stage, would recompute and zero every layer's
+ * buffers at once, and hold them all). It waits for the gradients of that
+ * piece's outputs instead: just in time. */
+static void gate(cg *C, int task, int dev, int buf) {
+  if (C->st || task < 0 || dev != C->gate_dev) return;
+  for (int k = 0; k < C->n_gate; k++)
+    if (C->gate[k] >= 0 && C->gate[k] != buf) edge(C, C->dv[dev].acc[C->gate[k]].writer, task);
+}
+
 static int t_zero(cg *C, int dev, int dst, int sub) {
   int t = task_begin(C, sub);
   pcgc_ins I = ins_new(C, PCGC_INS_ZERO);
   I.dst = dst;
   emit(C, t, dev, I, NULL, 0, NULL, NULL, 0);
+  gate(C, t, dev, dst);
   return t;
 }
 
@@ -746,6 +776,7 @@ static int recomp_buf(cg *C, int node, int slot, int64_t q, int mu, int X) {
   I.piece = q;
   I.micro = mu;
   emit(C, t, X, I, args, n->n_in + n->n_out, NULL, args + n->n_in, n->n_out);
+  gate(C, t, X, -1);
   if (t >= 0) C->t[t].compute = true;
   C->n_recomputed++;
   return C->st ? -1 : args[n->n_in + slot];
@@ -754,6 +785,18 @@ static int recomp_buf(cg *C, int node, int slot, int64_t q, int mu, int X) {
 static int read_bwd(cg *C, pcgc_ref r, int64_t q, int mi, int X) {
   if (C->recomp && C->recomp[r.node] && pcgc__cg_home(C, r.node, q) == X)
     return recomp_buf(C, r.node, r.slot, q, mi, X);
+  const pcgc_node *n = &C->g->nodes[r.node];
+  if (C->recomp && n->kind == PCGC_OP_REPLICATE && !C->resident[r.node]) {
+    /* a replica on its source's device is that source (lower_fan): where
+     * the source is recomputed, so is it */
+    const pcgc_ptensor *ti = pcgc_graph_ref_type(C->g, n->in[0]);
+    int64_t c[PCGC_MAX_RANK], s, rr, d = pcgc_attrs_int(&n->attrs, "degree");
+    pcgc_piece_coords(&n->out[0], q, c, &s, &rr);
+    int64_t qs = pcgc_piece_index(ti, c, s, rr / d);
+    pcgc_ref src = n->in[0];
+    if (C->recomp[src.node] && pcgc__cg_home(C, src.node, qs) == X && pcgc__cg_home(C, r.node, q) == X)
+      return recomp_buf(C, src.node, src.slot, qs, in_mu(C, src, mi), X);
+  }
   return read_piece(C, r, q, mi, X);
 }
 
@@ -770,6 +813,9 @@ static void lower_ordinary_bwd(cg *C, const pcgc_node *n) {
       C->ctx_node = n->id;
       C->ctx_piece = p;
       C->ctx_micro = mu;
+      C->gate_dev = X;
+      C->n_gate = loss ? 0 : no;
+      for (int j = 0; j < C->n_gate; j++) C->gate[j] = value_buf(C, PCGC_BUF_GRAD, n->id, j, p, out_mu(n, j, mu), X);
       for (int i = 0; i < ni; i++) {
         int mi = in_mu(C, n->in[i], mu);
         args[i] = read_bwd(C, n->in[i], inp[i], mi, X);
@@ -798,6 +844,7 @@ static void lower_ordinary_bwd(cg *C, const pcgc_node *n) {
       pcgc_ins I = ins_new(C, PCGC_INS_BACKWARD);
       emit(C, t, X, I, args, 2 * ni + 2 * no, NULL, args + ni + 2 * no, ni);
       C->t[t].compute = true;
+      C->n_gate = 0;
     }
 }
 
@@ -999,7 +1046,8 @@ static void spread(cg *C, int Y, int srcbuf, member *ms, int nm, bool add, int n
   devs[nd++] = Y;
   for (int i = 0; i < nm; i++) {
     if (ms[i].dev == Y) {
-      for (int k = 0; k < ms[i].n; k++) t_copy(C, Y, ms[i].bufs[k], srcbuf, NULL, add, 2);
+      for (int k = 0; k < ms[i].n; k++)
+        if (ms[i].bufs[k] != srcbuf) t_copy(C, Y, ms[i].bufs[k], srcbuf, NULL, add, 2);
       continue;
     }
     /* with add and several targets, receive into scratch then add to each */
@@ -1120,18 +1168,20 @@ static void lower_fan(cg *C, const pcgc_node *n, bool backward) {
       C->ctx_node = n->id;
       C->ctx_piece = q;
       C->ctx_micro = mu;
-      int nm = 0;
-      for (int64_t j = 0; j < d; j++) {
-        int64_t p = rep ? pcgc_piece_index(wide, c, s, r * d + j) : pcgc_piece_index(wide, c, s * d + j, r);
-        int X = pcgc__cg_home(C, wnode, p);
-        int b = value_buf(C, role, wnode, wslot, p, wmu, X);
-        if (backward) touch(C, X, b, 3);
-        nm = members_add(ms, nm, X, b);
-      }
       pcgc_box box;
       pcgc__cg_piece_box(narrow, q, ymu, &box);
       int one = value_buf(C, role, nnode, nslot, q, ymu, Y);
       if (backward) touch(C, Y, one, 3);
+      int nm = 0;
+      for (int64_t j = 0; j < d; j++) {
+        int64_t p = rep ? pcgc_piece_index(wide, c, s, r * d + j) : pcgc_piece_index(wide, c, s * d + j, r);
+        int X = pcgc__cg_home(C, wnode, p);
+        /* a replica on its source's device is the source itself */
+        int b = rep && !backward && X == Y ? buf_alias(C, mkkey(X, role, wnode, wslot, p, wmu), one)
+                                           : value_buf(C, role, wnode, wslot, p, wmu, X);
+        if (backward) touch(C, X, b, 3);
+        nm = members_add(ms, nm, X, b);
+      }
       if (to_wide) spread(C, Y, one, ms, nm, backward, n->id, q, mu, &box);
       else gather_sum(C, Y, one, ms, nm, backward, n->id, q, mu, storage(narrow->dtype), &box);
     }
@@ -1279,11 +1329,6 @@ static void lower_updates(cg *C) {
 
 /* ---------------------------------------------------------------- driver */
 
-static int cmp_int(const void *a, const void *b) {
-  int x = *(const int *)a, y = *(const int *)b;
-  return (x > y) - (x < y);
-}
-
 static pcgc_status analyse(cg *C) {
   const pcgc_graph *g = C->g;
   int n = g->n_nodes;
@@ -1295,7 +1340,7 @@ static pcgc_status analyse(cg *C) {
   C->pipe_pos = calloc((size_t)(n ? n : 1), sizeof *C->pipe_pos);
   C->gkeys = calloc((size_t)(2 * n + 1), sizeof *C->gkeys);
   C->stage = malloc((size_t)C->D * sizeof *C->stage);
-  int *first = malloc((size_t)C->D * sizeof *first);
+  int *first = malloc(2 * (size_t)C->D * sizeof *first), *last = first ? first + C->D : NULL;
   if (!C->order || !C->topo || !C->resident || !C->needg || !C->reach || !C->pipe_pos || !C->gkeys || !C->stage ||
       !first) {
     free(first);
@@ -1347,7 +1392,7 @@ static pcgc_status analyse(cg *C) {
     for (int i = 0; i < x->n_in; i++) C->reach[x->in[i].node] = true;
   }
   for (int k = 0; k < n; k++) C->needg[k] = C->needg[k] && C->reach[k];
-  /* pipeline stages: devices ranked by the first pipelined op they run */
+  /* pipeline stages: the span of pipelined ops each device runs */
   for (int d = 0; d < C->D; d++) first[d] = INT_MAX;
   for (int k = 0; k < n; k++) {
     const pcgc_node *x = &g->nodes[C->order[k]];
@@ -1357,26 +1402,20 @@ static pcgc_status analyse(cg *C) {
     for (int64_t p = 0; p < P; p++) {
       int X = pcgc__cg_home(C, x->id, p);
       if (first[X] == INT_MAX) first[X] = k;
+      last[X] = k;
     }
   }
-  /* a device's stage: the rank of its first position among the distinct ones */
-  int *sorted = malloc((size_t)C->D * sizeof *sorted), nd = 0;
-  if (!sorted) {
+  /* a device's stage: its span of pipelined ops among the others' (the
+   * simulator's rule: pcgc__pipeline_stages) */
+  int *tmp = malloc((size_t)C->D * sizeof *tmp);
+  if (!tmp) {
     free(first);
     return PCGC_ERR_NOMEM;
   }
   for (int d = 0; d < C->D; d++)
-    if (first[d] != INT_MAX) sorted[nd++] = first[d];
-  qsort(sorted, (size_t)nd, sizeof *sorted, cmp_int);
-  int u = 0;
-  for (int i = 0; i < nd; i++)
-    if (u == 0 || sorted[i] != sorted[u - 1]) sorted[u++] = sorted[i];
-  for (int d = 0; d < C->D; d++) {
-    const int *at = first[d] == INT_MAX ? NULL : bsearch(&first[d], sorted, (size_t)u, sizeof *sorted, cmp_int);
-    C->stage[d] = at ? (int)(at - sorted) : -1;
-  }
-  C->stages = u > 0 ? u : 1;
-  free(sorted);
+    if (first[d] == INT_MAX) first[d] = last[d] = -1;
+  C->stages = pcgc__pipeline_stages(C->D, first, last, C->stage, tmp);
+  free(tmp);
   free(first);
   if (C->o.recompute) { /* the simulator's choice, less what is not one FORWARD per piece */
     if (!(C->recomp = calloc((size_t)(n ? n : 1), sizeof *C->recomp))) return PCGC_ERR_NOMEM;

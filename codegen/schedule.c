@@ -14,6 +14,7 @@
  */
 #include <inttypes.h>
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
@@ -576,8 +577,8 @@ void pcgc_program_print(FILE *f, const pcgc_program *p, const pcgc_graph *g, int
           p->stages == 1 ? "" : "s", (unsigned long long)p->digest);
   if (p->recompute)
     fprintf(f, "activations recomputed: %lld kernel pieces run again before backward\n", (long long)p->recomputed_pieces);
-  fprintf(f, "%-7s %8s %10s %10s %10s %10s %6s %6s %6s %6s\n", "device", "instrs", "arena", "persistent", "peak",
-          "no-reuse", "kernel", "p2p", "coll", "bufs");
+  fprintf(f, "%-7s %8s %10s %10s %10s %10s %10s %10s %6s %6s %6s %6s\n", "device", "instrs", "arena", "persistent",
+          "peak", "no-reuse", "sends", "staging", "kernel", "p2p", "coll", "bufs");
   for (int d = 0; d < p->n_devices; d++) {
     if (device >= 0 && d != device) continue;
     const pcgc_device_program *P = &p->dev[d];
@@ -587,7 +588,10 @@ void pcgc_program_print(FILE *f, const pcgc_program *p, const pcgc_graph *g, int
     fmt_bytes(b, sizeof b, P->persistent_bytes);
     fmt_bytes(c, sizeof c, P->peak_bytes);
     fmt_bytes(u, sizeof u, P->unplanned_bytes);
-    fprintf(f, "%-7d %8d %10s %10s %10s %10s %6lld %6lld %6lld %6d\n", d, P->n_ins, a, b, c, u,
+    char sn[32], st[32];
+    fmt_bytes(sn, sizeof sn, P->send_bytes);
+    fmt_bytes(st, sizeof st, P->send_bytes + P->max_message_bytes + P->request_bytes);
+    fprintf(f, "%-7d %8d %10s %10s %10s %10s %10s %10s %6lld %6lld %6lld %6d\n", d, P->n_ins, a, b, c, u, sn, st,
             (long long)(k[PCGC_INS_FORWARD] + k[PCGC_INS_BACKWARD] + k[PCGC_INS_BN_APPLY] + k[PCGC_INS_BN_BWD_APPLY]),
             (long long)(k[PCGC_INS_SEND] + k[PCGC_INS_RECV]),
             (long long)(k[PCGC_INS_BCAST] + k[PCGC_INS_REDUCE] + k[PCGC_INS_ALLREDUCE] + k[PCGC_INS_ALLREDUCE_START]),

@@ -350,6 +350,7 @@ pcgc_memory pcgc_cost_memory(pcgc_optim_kind opt, double weight_bytes, double ac
   r.gradients = weight_bytes;
   r.optimizer = opt == PCGC_OPTIM_ADAM ? 2 * weight_bytes : opt == PCGC_OPTIM_MOMENTUM ? weight_bytes : 0;
   r.activations = activation_bytes;
+  r.workspace = 0;
   r.comm = comm_bytes;
   r.total = r.weights + r.gradients + r.optimizer + r.activations + r.comm;
   return r;

@@ -62,8 +62,9 @@ static void log_fullest(FILE *log, const pcgc_sim_result *sr) {
   if (worst < 0) return;
   const pcgc_memory *m = &sr->device[worst].memory;
   const double G = 1073741824.0;
-  fprintf(log, "  %-30s device %d: weights %.3g + gradients %.3g + optimizer %.3g + activations %.3g + staging %.3g GiB\n",
-          "", worst, m->weights / G, m->gradients / G, m->optimizer / G, m->activations / G, m->comm / G);
+  fprintf(log, "  %-30s device %d: weights %.3g + gradients %.3g + optimizer %.3g + activations %.3g + backward "
+          "workspace %.3g + staging %.3g GiB\n", "", worst, m->weights / G, m->gradients / G, m->optimizer / G,
+          m->activations / G, m->workspace / G, m->comm / G);
 }
 
 /* ------------------------------------------------------------- rules */

@@ -302,6 +302,8 @@ typedef struct pcgc_memory {
   double gradients;    /* = weights: one gradient per weight element */
   double optimizer;    /* 0, 1 or 2 × weights */
   double activations;  /* outputs kept from forward for backward */
+  double workspace;    /* the gradients one backward piece holds at once (its outputs' and
+                          inputs'; the simulator's estimate: in a program they are in the arena) */
   double comm;         /* staging: the messages the device has sent and not yet seen received
                           (codegen.h, "Send staging"), and the largest one it receives or a
                           collective stages */
@@ -686,8 +688,10 @@ typedef struct pcgc_sim_result {
  * staging as codegen's program holds it: the transfers it has sent and
  * that are not received yet, estimated as two micro-batches of the node
  * whose transfers from the device are the largest (at most all it sends),
- * plus the largest transfer it receives or broadcast/reduce it takes part in; a weight's gradient all-reduce works in
- * place. With
+ * plus the largest transfer it receives or broadcast/reduce it takes part
+ * in; a weight's gradient all-reduce works in place. Its backward
+ * workspace: the gradients the backward piece that holds the most has at
+ * once (its outputs' and its inputs', one micro-batch). With
  * o->recompute, kernel outputs inside a unit count once, for the largest
  * unit on the device: one micro-batch of one unit is recomputed at a time.
  * Errors: bad views, a graph that is not typed, out of memory. r is zeroed

@@ -216,6 +216,7 @@ typedef struct sim {
    * micro-batch seen so far */
   int32_t *send_node, *send_mb;
   double *send_run, *send_peak;
+  double *gmax;                         /* [D] the most gradient bytes one backward piece holds */
   bool coll_in_place;                   /* the collective being made reduces in place (no staging) */
   /* recompute: per node its unit (-1: none) and whether it is a checkpoint;
    * work[d * n_units + u]: what unit u keeps on device d for one micro-batch */
@@ -232,6 +233,7 @@ typedef struct sim {
   int32_t *first_bwd;      /* [D * mb_max]: the backward of its first op with one (the last to run) */
   pcgc__piece_map pm;      /* of the op being built */
   int *first_topo;         /* [D]: topological position of the first pipelined op a device runs */
+  int *last_topo;          /* [D]: of the last */
   bool copy0;              /* options.copies_alike in force: tasks of copy 0 only */
   int reps, rstride;       /* its copies: options.replicas, options.replica_stride */
   bool crossed;            /* copy0, and a task of copy 0 reads one of another copy: build all */
@@ -703,6 +705,12 @@ static void gen_ordinary(sim *S, const pcgc_node *n) {
       }
     }
     int X = home(S, n->id, p);
+    if (N->has_bwd) { /* its backward holds its outputs' gradients and makes its inputs' */
+      double gb = out_bytes;
+      for (int i = 0; i < n->n_in; i++)
+        if (!S->nd[n->in[i].node].weight) gb += in_bytes[i];
+      if (gb > S->gmax[X]) S->gmax[X] = gb;
+    }
     for (int mu = 0; mu < mb; mu++) {
       int32_t f = (int32_t)(N->fwd + (int64_t)mu * P0 + c), b = -1;
       set_piece(S, f, X, p, mu);
@@ -723,6 +731,7 @@ static void gen_ordinary(sim *S, const pcgc_node *n) {
         if (S->first_fwd[k] < 0) S->first_fwd[k] = f;
         if (S->first_bwd[k] < 0) S->first_bwd[k] = b;
         if (S->first_topo[X] < 0) S->first_topo[X] = N->topo;
+        if (N->topo > S->last_topo[X]) S->last_topo[X] = N->topo;
       }
       for (int i = 0; i < n->n_in; i++) read_input(S, n, i, inp[i], mu, X, f, b, in_bytes[i]);
     }
@@ -1016,29 +1025,37 @@ static void gen_weights(sim *S) {
 
 /* ---------------------------------------------------------- schedules */
 
-static int cmp_int(const void *a, const void *b) {
-  int x = *(const int *)a, y = *(const int *)b;
-  return (x > y) - (x < y);
+static const int *span_first; /* pcgc__pipeline_stages' sort key */
+
+static int by_span_first(const void *a, const void *b) {
+  int x = span_first[*(const int *)a], y = span_first[*(const int *)b];
+  if (x != y) return (x > y) - (x < y);
+  return (*(const int *)a > *(const int *)b) - (*(const int *)a < *(const int *)b);
 }
 
-/* Devices' pipeline stages: ranked by the topological position of the
- * first pipelined op each runs (devices of one data-parallel pipeline
- * replica share a rank). Returns the number of stages; stage[d] = -1 for
- * devices that run no pipelined op. `tmp` has room for D ints. */
-static int pipeline_stages(const sim *S, int *stage, int *tmp) {
+int pcgc__pipeline_stages(int D, const int *first, const int *last, int *stage, int *tmp) {
   int n = 0, s = 0;
-  for (int d = 0; d < S->D; d++)
-    if (S->first_topo[d] >= 0) tmp[n++] = S->first_topo[d];
-  qsort(tmp, (size_t)n, sizeof *tmp, cmp_int);
-  for (int i = 0; i < n; i++)
-    if (i == 0 || tmp[i] != tmp[i - 1]) tmp[s++] = tmp[i];
-  for (int d = 0; d < S->D; d++) {
+  for (int d = 0; d < D; d++) {
     stage[d] = -1;
-    if (S->first_topo[d] < 0) continue;
-    const int *at = bsearch(&S->first_topo[d], tmp, (size_t)s, sizeof *tmp, cmp_int);
-    stage[d] = (int)(at - tmp);
+    if (first[d] >= 0) tmp[n++] = d;
   }
-  return s > 0 ? s : 1;
+  span_first = first;
+  qsort(tmp, (size_t)n, sizeof *tmp, by_span_first);
+  span_first = NULL;
+  int end = -1;
+  for (int i = 0; i < n; i++) {
+    int d = tmp[i];
+    if (i > 0 && first[d] > end) s++; /* past every span so far: a new stage */
+    if (last[d] > end) end = last[d];
+    stage[d] = s;
+  }
+  return n > 0 ? s + 1 : 1;
+}
+
+/* Devices' pipeline stages (pcgc__pipeline_stages over the span of the
+ * pipelined ops each runs). `tmp` has room for D ints. */
+static int pipeline_stages(const sim *S, int *stage, int *tmp) {
+  return pcgc__pipeline_stages(S->D, S->first_topo, S->last_topo, stage, tmp);
 }
 
 /* Where the loss is pipelined: GPipe puts every forward micro-batch before
@@ -1474,11 +1491,14 @@ done:
 /* Device d's memory: weights with their gradients and optimizer state,
  * activations kept for backward (of the micro-batches in flight: all under
  * GPipe, at most the stages still ahead under 1F1B), the largest recomputed
- * unit, staging. A program frees a send's staging once the message has
- * been received, which its schedule does soon after the send; what a device
- * holds at once is taken as two micro-batches' worth of the node that sends
- * the most (the forward message of one micro-batch beside the backward one
- * of another, under 1F1B), at most all it sends. */
+ * unit, the gradients of the backward piece that holds the most (its
+ * outputs' and its inputs', one micro-batch: a language model's logits
+ * and their gradient live together there), staging. A program frees a
+ * send's staging once the message has been received, which its schedule
+ * does soon after the send; what a device holds at once is taken as two
+ * micro-batches' worth of the node that sends the most (the forward message
+ * of one micro-batch beside the backward one of another, under 1F1B), at
+ * most all it sends. */
 static pcgc_memory device_memory(const sim *S, int d, const int *stage, int stages, bool f1b) {
   double act = S->act[d], mb = S->mb_max;
   if (S->act_mb[d] > 0) {
@@ -1490,7 +1510,10 @@ static pcgc_memory device_memory(const sim *S, int d, const int *stage, int stag
   for (int u = 0; S->work && u < S->n_units; u++)
     if (S->work[(int64_t)d * S->n_units + u] > wmax) wmax = S->work[(int64_t)d * S->n_units + u];
   double staging = 2 * S->send_peak[d] < S->sendsum[d] ? 2 * S->send_peak[d] : S->sendsum[d];
-  return pcgc_cost_memory(S->o.optimizer, S->wbytes[d], act + wmax, S->comm[d] + staging);
+  pcgc_memory r = pcgc_cost_memory(S->o.optimizer, S->wbytes[d], act + wmax, S->comm[d] + staging);
+  r.workspace = S->gmax[d];
+  r.total += r.workspace;
+  return r;
 }
 
 void pcgc__sim_tasks_release(pcgc__sim_tasks *T) {
@@ -1531,12 +1554,14 @@ static void sim_free(sim *S) {
   free(S->send_mb);
   free(S->send_run);
   free(S->send_peak);
+  free(S->gmax);
   free(S->stamp);
   free(S->ncount);
   free(S->grp);
   free(S->first_fwd);
   free(S->first_bwd);
   free(S->first_topo);
+  free(S->last_topo);
   free(S->cix_pool);
   free(S->pm.g);
 }
@@ -1572,7 +1597,9 @@ static void copy0_spread(sim *S) {
     S->comm[d] = S->comm[c];
     S->sendsum[d] = S->sendsum[c];
     S->send_peak[d] = S->send_peak[c];
+    S->gmax[d] = S->gmax[c];
     S->first_topo[d] = S->first_topo[c];
+    S->last_topo[d] = S->last_topo[c];
     if (S->work)
       memcpy(S->work + (int64_t)d * S->n_units, S->work + (int64_t)c * S->n_units, (size_t)S->n_units * sizeof *S->work);
   }
@@ -1624,21 +1651,23 @@ pcgc_status pcgc_simulate(const pcgc_graph *g, const pcgc_mapping *mp, const pcg
   S->send_mb = calloc((size_t)D, sizeof *S->send_mb);
   S->send_run = calloc((size_t)D, sizeof *S->send_run);
   S->send_peak = calloc((size_t)D, sizeof *S->send_peak);
+  S->gmax = calloc((size_t)D, sizeof *S->gmax);
   S->stamp = calloc((size_t)nstamp, sizeof *S->stamp);
   S->ncount = calloc((size_t)S->n_nodes_m, sizeof *S->ncount);
   S->grp = malloc(((size_t)D + 1) * sizeof *S->grp);
   S->first_topo = malloc((size_t)D * sizeof *S->first_topo);
+  S->last_topo = malloc((size_t)D * sizeof *S->last_topo);
   r->device = calloc((size_t)D, sizeof *r->device);
   pcgc_status st = PCGC_OK;
   int *stage = NULL;
   int32_t *scratch = NULL;
   if (!S->nd || !S->order || !S->act || !S->act_mb || !S->wbytes || !S->comm || !S->sendsum || !S->send_node || !S->send_mb || !S->send_run ||
-      !S->send_peak || !S->stamp || !S->ncount ||
-      !S->grp || !S->first_topo || !r->device || !tasks_grow(S, 4096)) {
+      !S->send_peak || !S->gmax || !S->stamp || !S->ncount ||
+      !S->grp || !S->first_topo || !S->last_topo || !r->device || !tasks_grow(S, 4096)) {
     st = pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
     goto out;
   }
-  for (int d = 0; d < D; d++) S->first_topo[d] = S->send_node[d] = -1;
+  for (int d = 0; d < D; d++) S->first_topo[d] = S->last_topo[d] = S->send_node[d] = -1;
   if ((st = analyse(S)) != PCGC_OK) goto out;
   S->reps = S->o.replicas;
   S->rstride = S->o.replica_stride;

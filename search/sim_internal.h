@@ -59,6 +59,16 @@ typedef struct pcgc__piece_map {
 bool pcgc__piece_map_build(pcgc__piece_map *pm, const pcgc_node *n, const pcgc_ptensor *tin, bool always);
 void pcgc__piece_map_apply(const pcgc__piece_map *pm, const pcgc_node *n, int64_t p, int64_t *in_piece);
 
+/* Pipeline stages from the span of topological positions of the pipelined
+ * ops each device runs (first[d] < 0: none): devices whose spans overlap
+ * work on the same layers (the tensor-parallel ranks of a stage, whose first
+ * ops differ, and the data-parallel copies) and share a stage; stages are
+ * numbered in the order of their spans. stage[d] = -1 for devices without
+ * one; tmp has room for D ints. Returns the number of stages (1 if none).
+ * The simulator and codegen both use it, so 1F1B holds the same
+ * micro-batches in flight in both. */
+int pcgc__pipeline_stages(int D, const int *first, const int *last, int *stage, int *tmp);
+
 /* Writes every task but the joins as a Chrome trace (JSON object format):
  * one process per device, compute on thread 0, communication on thread 1
  * (transfers on the sender, collectives on their first device). Atomic:

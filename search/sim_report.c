@@ -109,10 +109,11 @@ void pcgc_sim_report(FILE *f, const pcgc_sim_result *r, const pcgc_machine *m, c
   fprintf(f, "  memory         max %s on device %d of %s usable (%.0f%%), min %s\n", fmt_bytes(a, sizeof a, mm->total),
           top, fmt_bytes(b, sizeof b, r->capacity), r->capacity > 0 ? 100 * mm->total / r->capacity : 0.0,
           fmt_bytes(c, sizeof c, mmin));
-  fprintf(f, "                 weights %s, gradients %s, optimizer %s, activations %s, buffers %s\n",
-          fmt_bytes(a, sizeof a, mm->weights), fmt_bytes(b, sizeof b, mm->gradients),
+  char w[32];
+  fprintf(f, "                 weights %s, gradients %s, optimizer %s, activations %s, backward workspace %s, "
+          "buffers %s\n", fmt_bytes(a, sizeof a, mm->weights), fmt_bytes(b, sizeof b, mm->gradients),
           fmt_bytes(c, sizeof c, mm->optimizer), fmt_bytes(d, sizeof d, mm->activations),
-          fmt_bytes(e, sizeof e, mm->comm));
+          fmt_bytes(w, sizeof w, mm->workspace), fmt_bytes(e, sizeof e, mm->comm));
   if (r->oom_devices)
     fprintf(f, "  OUT OF MEMORY  %d of %d device%s need more than %s (device %d: %s)\n", r->oom_devices, D,
             D == 1 ? "" : "s", fmt_bytes(a, sizeof a, r->capacity), top, fmt_bytes(b, sizeof b, mm->total));

@@ -237,14 +237,14 @@ expect 3 "$pcgc" compile "$mlp" --machine dgx-h100 -o "$tmp/nope/s.json"; has "$
 
 # --- a plan whose program needs more memory than the search estimated is not written as
 # chosen: the search runs again with less usable memory until the program fits. cpu-4 with
-# 68 MiB usable: data parallel's transformer block is estimated at 66.1 MiB, its program 71.1 MiB
-# (the arena planned with lifetimes the estimate does not see).
-sed 's/^device.memory .*/device.memory 69 MiB/; s/^device.memory_reserved .*/device.memory_reserved 1 MiB/' \
+# 24.3 MiB usable: the small mixture of experts at dp 2 x tp 2 is estimated at 23.9 MiB, its
+# program 24.9 MiB (the arena planned with lifetimes the estimate does not see).
+sed 's/^device.memory .*/device.memory 25.3 MiB/; s/^device.memory_reserved .*/device.memory_reserved 1 MiB/' \
   "$src/machines/cpu-4.machine" >"$tmp/tight.machine"
-expect 0 "$pcgc" compile "$src/models/transformer-block.pcg" --machine "$tmp/tight.machine" -o "$tmp/tight.json"
-has "$tmp/err" "needs 71.1 MiB per device where the search estimated 66.1 MiB; searching again"
+expect 0 "$pcgc" compile "$src/models/moe-small.pcg" --machine "$tmp/tight.machine" -o "$tmp/tight.json"
+has "$tmp/err" "the program of dp 2 x tp 2 x pp 1, 1 micro-batch needs 24.9 MiB per device where the search estimated 23.9 MiB; searching again"
 has "$tmp/out" "memory margin"
-has "$tmp/out" "of 68 MiB usable"
+has "$tmp/out" "of 24.3 MiB usable"
 if grep -q "OUT OF MEMORY" "$tmp/out"; then bad "the tight machine's plan is out of memory"; else ok; fi
 
 finish test_compile
