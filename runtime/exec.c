@@ -189,6 +189,23 @@ static int group_index(const rt *R, int grp, int dev) {
   return -1;
 }
 
+/* A router's load-balancing term joins the step's loss (as the reference
+ * reports it): its piece's share, once per group (replica 0, not a
+ * recomputation), from its logits (buffer `logits`) on the host. */
+static pcgc_status route_aux(rt *R, const pcgc_node *n, const pcgc_ins *I, int logits, int out0) {
+  double aux = pcgc_attrs_float(&n->attrs, "aux");
+  int64_t c[PCGC_MAX_RANK], s, r;
+  pcgc_piece_coords(&n->out[0], I->piece, c, &s, &r);
+  if (!(aux > 0) || s != 0 || r != 0 || R->P->buf[out0].role == PCGC_BUF_RECOMPUTE) return PCGC_OK;
+  pcgc_status st;
+  pcgc_buf l = kbuf(R, logits);
+  l.data = host_of(R, logits, true, &st);
+  if (st) return st;
+  R->loss += pcgc_cpu_moe_aux_loss(&l, pcgc_attrs_int(&n->attrs, "k"), aux,
+                                   pcgc_graph_ref_type(R->g, n->in[0])->dims[0]);
+  return PCGC_OK;
+}
+
 static pcgc_status kernel(rt *R, const pcgc_ins *I) {
   const pcgc_node *n = &R->g->nodes[I->node];
   const int *a = R->P->args + I->args;
@@ -209,7 +226,11 @@ static pcgc_status kernel(rt *R, const pcgc_ins *I) {
   pcgc_ref_localize(n->kind, &attrs, tin, ni, in, no, out);
   pcgc_kernel_ctx ctx = {pin, pout, R->o->seed, pcgc_rng_stream(n->name), R->o->training};
   pcgc_backend *be = R->be;
-  if (I->kind == PCGC_INS_FORWARD) return be->forward(be, n->kind, &attrs, ni, in, no, out, &ctx, R->err);
+  if (I->kind == PCGC_INS_FORWARD) {
+    pcgc_status st = be->forward(be, n->kind, &attrs, ni, in, no, out, &ctx, R->err);
+    if (st == PCGC_OK && n->kind == PCGC_OP_MOE_ROUTE) st = route_aux(R, n, I, a[0], a[ni]);
+    return st;
+  }
   for (int j = 0; j < no; j++) dout[j] = kbuf(R, a[ni + no + j]);
   for (int i = 0; i < ni; i++) {
     int b = a[ni + 2 * no + i];

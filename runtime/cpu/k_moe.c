@@ -17,9 +17,9 @@
  *     L = mean over groups of  X * sum_e (n_e / S) * (mean_t p_te)
  * with p_t = softmax over all X logits of token t, and n_e the tokens whose
  * top-k holds e (whether or not e had room). n_e is a count, so
- * dL/dp_te = X * n_e / (G * S^2), then softmax's Jacobian. The loss value
- * is not reported (the model's loss is the training loss); its gradient
- * is what trains the router to balance, as the aux term does in PyTorch.
+ * dL/dp_te = X * n_e / (G * S^2), then softmax's Jacobian. aux * L is
+ * added to the loss the runtime and the reference report
+ * (pcgc_cpu_moe_aux_loss, per piece), as PyTorch's loss + aux * aux_loss.
  *
  * A piece of moe_route holds whole groups; moe_dispatch's and
  * moe_combine's pieces may hold some features, and moe_combine's some
@@ -104,6 +104,38 @@ pcgc_status pcgc__cpu_fwd_moe_route(const pcgc__kargs *k) {
   }
   free(ch);
   return PCGC_OK;
+}
+
+double pcgc_cpu_moe_aux_loss(const pcgc_buf *l, int64_t k, double aux, int64_t G_all) {
+  if (!(aux > 0) || l->rank != 3 || G_all < 1 || k < 1) return 0;
+  route_geo g = {l->dims[0], l->dims[1], l->dims[2], k, 0, G_all, aux};
+  if (g.S < 1 || g.X < 1 || k > g.X) return 0;
+  int64_t *ch = malloc((size_t)(g.S * g.k) * sizeof *ch);
+  double *w = malloc((size_t)(3 * g.X) * sizeof *w);
+  if (!ch || !w) {
+    free(ch);
+    free(w);
+    return NAN; /* out of memory: the reported loss says so */
+  }
+  double *n = w, *pm = w + g.X, *p = pm + g.X, total = 0;
+  for (int64_t gi = 0; gi < g.G; gi++) {
+    group_choices(l, &g, gi, ch);
+    for (int64_t e = 0; e < g.X; e++) n[e] = pm[e] = 0;
+    for (int64_t i = 0; i < g.S * g.k; i++) n[ch[i]] += 1;
+    for (int64_t t = 0; t < g.S; t++) {
+      int64_t row = (gi * g.S + t) * g.X;
+      double mx = -INFINITY, zs = 0;
+      for (int64_t e = 0; e < g.X; e++) mx = fmax(mx, kx_get(l, row + e));
+      for (int64_t e = 0; e < g.X; e++) zs += p[e] = exp(kx_get(l, row + e) - mx);
+      for (int64_t e = 0; e < g.X; e++) pm[e] += p[e] / zs;
+    }
+    double L = 0; /* X * sum_e (n_e / S) * mean_t p_te */
+    for (int64_t e = 0; e < g.X; e++) L += (n[e] / (double)g.S) * (pm[e] / (double)g.S);
+    total += (double)g.X * L;
+  }
+  free(ch);
+  free(w);
+  return aux * total / (double)G_all;
 }
 
 pcgc_status pcgc__cpu_bwd_moe_route(const pcgc__kargs *k) {

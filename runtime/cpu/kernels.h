@@ -75,6 +75,13 @@ typedef struct pcgc_kernel_ctx {
 pcgc_status pcgc_cpu_forward(pcgc_op_kind k, const pcgc_attrs *a, int n_in, const pcgc_buf *in,
                              int n_out, pcgc_buf *out, const pcgc_kernel_ctx *ctx, pcgc_error *err);
 
+/* moe_route's load-balancing loss (k_moe.c states it), the share of the
+ * groups whose logits a piece holds: `logits` [G, S, X] on the host (f32 or
+ * f64), the route's k and aux, G_all the groups of the whole tensor; the
+ * shares of all pieces sum to aux * the loss. The runtime and the reference
+ * add it to the loss they report (its gradient is moe_route's backward's). */
+double pcgc_cpu_moe_aux_loss(const pcgc_buf *logits, int64_t k, double aux, int64_t G_all);
+
 /* Backward: given dout (one per output, same shapes as out), adds the
  * gradient of each input into din[i] (skipped where din[i].data == NULL). */
 pcgc_status pcgc_cpu_backward(pcgc_op_kind k, const pcgc_attrs *a, int n_in, const pcgc_buf *in,

@@ -38,6 +38,7 @@ struct pcgc_reference {
   int *order;
   value **val;      /* val[node][slot] */
   int loss;
+  double aux_loss;  /* this forward's moe_route balancing terms (pcgc_cpu_moe_aux_loss) */
   pcgc_buf *opt_m, *opt_v; /* per node, for weights */
   int64_t step;
   bool have_forward, have_backward;
@@ -348,9 +349,14 @@ static pcgc_status run_ordinary(pcgc_reference *R, const pcgc_node *n, bool back
       st = pcgc_op_piece_inputs(n->kind, &n->attrs, n->n_in, tin, &n->out[0], p, in_piece, err);
       if (st != PCGC_OK) break;
       call_setup(R, n, tin, in_piece, p, mu, c);
-      if (!backward)
+      if (!backward) {
         st = pcgc_cpu_forward(n->kind, &c->attrs, n->n_in, c->in, n->n_out, c->out, &c->ctx, err);
-      else
+        int64_t oc[PCGC_MAX_RANK], os, orr;
+        pcgc_piece_coords(&n->out[0], p, oc, &os, &orr);
+        if (st == PCGC_OK && n->kind == PCGC_OP_MOE_ROUTE && orr == 0 && os == 0) /* once per group */
+          R->aux_loss += pcgc_cpu_moe_aux_loss(&c->in[0], pcgc_attrs_int(&n->attrs, "k"),
+                                               pcgc_attrs_float(&n->attrs, "aux"), tin[0].dims[0]);
+      } else
         st = pcgc_cpu_backward(n->kind, &c->attrs, n->n_in, c->in, n->n_out, c->out, c->dout, c->din,
                                &c->ctx, err);
     }
@@ -504,6 +510,7 @@ static bool all_finite(const value *v) {
 
 pcgc_status pcgc_ref_forward(pcgc_reference *r, double *loss, pcgc_error *err) {
   const pcgc_graph *g = r->g;
+  r->aux_loss = 0;
   for (int k = 0; k < g->n_nodes; k++) {
     const pcgc_node *n = &g->nodes[r->order[k]];
     pcgc_op_class cls = pcgc_op_class_of(n->kind);
@@ -524,7 +531,7 @@ pcgc_status pcgc_ref_forward(pcgc_reference *r, double *loss, pcgc_error *err) {
         return PCGC_ERR_INVALID;
       }
   }
-  double total = 0;
+  double total = r->aux_loss; /* the balancing terms of mixture-of-experts routers, then the loss */
   const value *lv = r->loss >= 0 ? &r->val[r->loss][0] : NULL;
   for (int64_t i = 0; lv && i < lv->m * lv->P; i++) {
     int64_t c[PCGC_MAX_RANK], s, rr;

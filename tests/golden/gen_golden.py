@@ -445,8 +445,9 @@ def moe_forward(W, I, probe):
     t["y"] = combine @ t["d"].reshape(G, MOE_X * MOE_C, E)
     t["res"] = x + t["y"]
     t["loss"] = F.mse_loss(t["res"], I["target"])
-    # what trains: the loss plus the router's balancing term (pcgc adds the
-    # term's gradient in moe_route's backward and reports the loss alone)
+    # what trains and is reported: the loss plus the router's balancing term
+    # (pcgc adds the term's gradient in moe_route's backward and its value
+    # to the loss it reports)
     t[OBJECTIVE] = t["loss"] + MOE_AUX * aux
     return t
 
@@ -489,8 +490,8 @@ MODELS = [
 
 # ------------------------------------------------------------------- runs
 
-# A forward's training objective where it is not the reported loss alone
-# (moe: the loss plus the router's balancing term); not written to the files.
+# A forward's training objective where it is more than its loss node (moe:
+# the loss plus the router's balancing term); written as fwd/loss.
 OBJECTIVE = "__objective"
 
 
@@ -523,7 +524,9 @@ def run(W0, I0, forward, dtype, probe):
     for v in t.values():
         if v.is_floating_point():
             v.retain_grad()
-    objective(t).backward()
+    obj = objective(t)
+    obj.backward()
+    t["loss"] = obj  # the reported loss is what trains (moe: with the balancing term, as pcgc reports it)
     t.pop(OBJECTIVE, None)
     res += [("fwd/" + k, v.detach()) for k, v in t.items()]
     res += [("grad/" + k, v.grad) for k, v in W.items()]
@@ -539,9 +542,10 @@ def run(W0, I0, forward, dtype, probe):
         for _ in range(STEPS):
             opt.zero_grad()
             t = forward(W, I, probe)
-            objective(t).backward()
+            obj = objective(t)
+            obj.backward()
             opt.step()
-            losses.append(t["loss"].item())
+            losses.append(obj.item())
         res += [(tag + "/" + k, v.detach()) for k, v in W.items()]
         res.append((tag + "/loss", torch.tensor(losses, dtype=dtype)))
     torch.set_default_dtype(torch.float64)
