@@ -199,6 +199,9 @@ typedef struct pcgc_program {
   pcgc_schedule schedule;
   bool recompute;              /* activations recomputed (pcgc_recomputed_nodes) */
   int64_t recomputed_pieces;   /* FORWARD instructions run again in backward, over all devices */
+  bool p2p_in_order;           /* every device receives each peer's messages in the order the peer
+                                  sends them: what NCCL's point to point needs (it matches by order;
+                                  MPI by tag). The runtime uses host MPI for messages otherwise */
   uint64_t digest;             /* xxHash of every stream and buffer table */
   int64_t n_tasks;
 } pcgc_program;

@@ -307,7 +307,8 @@ static pcgc_status receive_positions(cg *C, int32_t *const *pos, int32_t *const 
 /* Send staging (codegen.h): the k-th SEND of device d holds its bytes from
  * its instruction until the last one before the first whose global
  * position comes after its receive's; offsets by first fit. */
-static pcgc_status plan_sends(cg *C, pcgc_device_program *P, int d, const int32_t *gpos) {
+static pcgc_status plan_sends(cg *C, pcgc_device_program *P, int d, const int32_t *gpos, int32_t *last_recv,
+                              bool *in_order) {
   int n = 0;
   for (int i = 0; i < P->n_ins; i++) n += P->ins[i].kind == PCGC_INS_SEND;
   P->n_sends = n;
@@ -330,6 +331,8 @@ static pcgc_status plan_sends(cg *C, pcgc_device_program *P, int d, const int32_
       goto out;
     }
     int32_t g = pr->recv_at[I->tag];
+    if (g < last_recv[I->peer]) *in_order = false; /* a later message to that peer is received first */
+    last_recv[I->peer] = g;
     int lo = i + 1, hi = P->n_ins; /* the first instruction after i placed after the receive */
     while (lo < hi) {
       int mid = lo + (hi - lo) / 2;
@@ -354,11 +357,12 @@ pcgc_status pcgc__cg_schedule(cg *C, pcgc_program **out) {
   int *succ = malloc((size_t)(C->ne ? C->ne : 1) * sizeof *succ), *indeg = calloc((size_t)(nt ? nt : 1), sizeof *indeg);
   hitem *heap = malloc((size_t)(nt ? nt : 1) * sizeof *heap);
   int32_t **pos = calloc((size_t)C->D, sizeof *pos), **gp = calloc((size_t)C->D, sizeof *gp);
+  int32_t *last_recv = malloc((size_t)C->D * sizeof *last_recv);
   int64_t *npos = calloc((size_t)C->D, sizeof *npos);
   uint64_t *lay = calloc((size_t)C->D, sizeof *lay);
   pcgc_program *p = calloc(1, sizeof *p);
   pcgc_status st = PCGC_OK;
-  if (!off || !succ || !indeg || !heap || !pos || !gp || !npos || !lay || !p) {
+  if (!off || !succ || !indeg || !heap || !pos || !gp || !last_recv || !npos || !lay || !p) {
     st = PCGC_ERR_NOMEM;
     goto done;
   }
@@ -434,6 +438,7 @@ pcgc_status pcgc__cg_schedule(cg *C, pcgc_program **out) {
     free(cnt);
   }
   if ((st = receive_positions(C, pos, gp)) != PCGC_OK) goto done;
+  p->p2p_in_order = true;
   for (int d = 0; d < C->D; d++) {
     cg_dev *V = &C->dv[d];
     pcgc_device_program *P = &p->dev[d];
@@ -464,7 +469,8 @@ pcgc_status pcgc__cg_schedule(cg *C, pcgc_program **out) {
       if (I->kind != PCGC_INS_COPY && !pcgc_allreduce_in_place(P, I) && bytes > P->max_message_bytes)
         P->max_message_bytes = bytes;
     }
-    if ((st = plan_sends(C, P, d, gp[d])) != PCGC_OK) goto done;
+    for (int e = 0; e < C->D; e++) last_recv[e] = -1;
+    if ((st = plan_sends(C, P, d, gp[d], last_recv, &p->p2p_in_order)) != PCGC_OK) goto done;
     lifetimes(P);
     lay[d] = layout_hash(P);
     int like = -1;
@@ -481,6 +487,7 @@ done:
   }
   free(pos);
   free(gp);
+  free(last_recv);
   free(npos);
   free(lay);
   free(off);
@@ -577,6 +584,8 @@ void pcgc_program_print(FILE *f, const pcgc_program *p, const pcgc_graph *g, int
           p->stages == 1 ? "" : "s", (unsigned long long)p->digest);
   if (p->recompute)
     fprintf(f, "activations recomputed: %lld kernel pieces run again before backward\n", (long long)p->recomputed_pieces);
+  if (!p->p2p_in_order)
+    fprintf(f, "messages: some are received in another order than they are sent (host MPI carries them, not NCCL)\n");
   fprintf(f, "%-7s %8s %10s %10s %10s %10s %10s %10s %6s %6s %6s %6s\n", "device", "instrs", "arena", "persistent",
           "peak", "no-reuse", "sends", "staging", "kernel", "p2p", "coll", "bufs");
   for (int d = 0; d < p->n_devices; d++) {

@@ -1235,7 +1235,10 @@ pcgc_status pcgc_run(const pcgc_graph *g, const pcgc_program *p, const pcgc_run_
     MPI_Group_free(&world);
     if (rc != MPI_SUCCESS && !st) st = pcgc_error_set(err, PCGC_ERR_IO, "rank %d: creating the communicator of group %d failed", R.rank, k);
   }
-  if (!st && o->device_comm && R.mpi && be->comm_open) st = open_device_comms(&R);
+  if (!st && o->device_comm && R.mpi && be->comm_open && !p->p2p_in_order && R.rank == 0 && !o->quiet)
+    fprintf(stderr, "pcgc run: this program receives some messages in another order than they are sent, which "
+                    "NCCL cannot match: messages and collectives go through host MPI\n");
+  if (!st && o->device_comm && R.mpi && be->comm_open && p->p2p_in_order) st = open_device_comms(&R);
   /* kernel workspace: every kernel measured once, then fixed for the step loop */
   if (!st && be->measure) {
     be->measure(be, true);

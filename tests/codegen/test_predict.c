@@ -445,6 +445,7 @@ START_TEST(pipeline_staging_reused) {
     ck_assert_msg(sim >= 0.5 * prog && sim <= 2 * prog, "device %d: estimate %.0f, program %.0f", d, sim, prog);
   }
   ck_assert_int_eq(senders, 4);
+  ck_assert(p->p2p_in_order); /* NCCL can carry its messages */
   pcgc_sim_result_destroy(&r);
   pcgc_sim_result_destroy(&est);
   pcgc_program_free(p);
