@@ -63,9 +63,9 @@
  * (`send_off[k]` for its k-th SEND) and goes on. Its bytes are free again
  * from the sender's first instruction that comes after the matching RECV in
  * the global order: a SEND that reuses bytes first completes the sends that
- * held them (the runtime waits for them), which cannot deadlock, because
- * each of those receives comes earlier in the one order that every stream
- * follows. Staging offsets are planned like the arena (first fit over those
+ * held them (`send_wait`: the runtime waits for them, the prediction until
+ * they arrive), which cannot deadlock, because each of those receives
+ * comes earlier in the one order that every stream follows. Staging offsets are planned like the arena (first fit over those
  * lifetimes), so a pipeline stage holds the messages of the micro-batches
  * in flight, not of the whole step; `send_bytes` is the planned size.
  *
@@ -183,6 +183,9 @@ typedef struct pcgc_device_program {
   int64_t send_bytes;          /* staging for non-blocking sends: the most they hold at once */
   int n_sends;                 /* SEND instructions in the stream */
   int64_t *send_off;           /* [n_sends]: the k-th SEND's staging offset (see "Send staging") */
+  int *send_wait_off;          /* [n_sends + 1]: before packing, the k-th SEND completes the sends */
+  int *send_wait;              /* send_wait[send_wait_off[k] .. send_wait_off[k + 1]) (earlier ones
+                                  whose bytes it reuses and that no SEND between completed) */
   int64_t max_message_bytes;   /* largest receive or collective region */
   int64_t request_bytes;       /* staging of the non-blocking all-reduces that are not in place */
   int64_t count_by_kind[PCGC_INS_KIND_COUNT];

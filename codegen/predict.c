@@ -102,12 +102,9 @@ typedef struct psim {
   bool *nt_done;
   int prof[PCGC_PROFILE_SOURCE_COUNT], uprof[PCGC_PROFILE_SOURCE_COUNT];
   double *busy;      /* [D] */
-  /* send staging, per device: each send's arrival and bytes' end, the
-   * sends not completed yet, sends issued */
+  /* send staging, per device: each send's arrival, sends issued */
   double **s_arrive;
-  int64_t **s_hi;
-  int32_t **s_pend;
-  int32_t *n_pend, *n_sent;
+  int32_t *n_sent;
   double fwd_end, task_time, bytes_intra, bytes_inter;
   int64_t n_msgs;
   /* o->trace_path: one task per instruction (device d's at ins_off[d] + pc) */
@@ -387,15 +384,9 @@ static pcgc_status step(psim *S, int d, bool *moved) {
     if (k >= P->n_sends)
       return pcgc_error_set(S->err, PCGC_ERR_INVALID, "device %d sends more than the %d messages it plans", d,
                             P->n_sends);
-    int64_t lo = P->send_off[k], hi = lo + (int64_t)bytes;
-    for (int i = 0; i < S->n_pend[d];) { /* its staging's earlier messages must be gone */
-      int j = S->s_pend[d][i];
-      if (S->s_hi[d][j] <= lo || P->send_off[j] >= hi) {
-        i++;
-        continue;
-      }
-      if (S->s_arrive[d][j] > x->clock) x->clock = S->s_arrive[d][j];
-      S->s_pend[d][i] = S->s_pend[d][--S->n_pend[d]];
+    for (int w = P->send_wait_off[k]; w < P->send_wait_off[k + 1]; w++) { /* the messages its bytes held */
+      int j = P->send_wait[w];
+      if (j >= 0 && j < k && S->s_arrive[d][j] > x->clock) x->clock = S->s_arrive[d][j];
     }
     dur = mem_time(S, bytes, false);
     bool same = d / S->dpn == I->peer / S->dpn;
@@ -406,8 +397,6 @@ static pcgc_status step(psim *S, int d, bool *moved) {
     e->key = ((int64_t)d * S->D + I->peer) << 24 | (int64_t)(I->tag & 0xffffff);
     e->arrive = s0 + tt;
     S->s_arrive[d][k] = e->arrive;
-    S->s_hi[d][k] = hi;
-    S->s_pend[d][S->n_pend[d]++] = k;
     wire_start = s0;
     wire = tt;
     HASH_ADD(hh, S->msgs, key, sizeof e->key, e);
@@ -560,7 +549,7 @@ static void reset(psim *S) {
   for (int d = 0; d < S->D; d++)
     for (int k = 0; k < S->p->dev[d].n_requests; k++) S->slot_rv[d][k] = -1;
   for (int d = 0; d < S->D; d++) S->busy[d] = 0;
-  for (int d = 0; d < S->D; d++) S->n_pend[d] = S->n_sent[d] = 0;
+  for (int d = 0; d < S->D; d++) S->n_sent[d] = 0;
   for (int i = 0; i < P_KINDS * S->D; i++) S->port_free[i] = 0;
   S->hn = 0;
 }
@@ -584,15 +573,8 @@ static void psim_free(psim *S) {
   free(S->seq);
   for (int d = 0; S->slot_rv && d < S->D; d++) free(S->slot_rv[d]);
   free(S->slot_rv);
-  for (int d = 0; d < S->D; d++) {
-    if (S->s_arrive) free(S->s_arrive[d]);
-    if (S->s_hi) free(S->s_hi[d]);
-    if (S->s_pend) free(S->s_pend[d]);
-  }
+  for (int d = 0; S->s_arrive && d < S->D; d++) free(S->s_arrive[d]);
   free(S->s_arrive);
-  free(S->s_hi);
-  free(S->s_pend);
-  free(S->n_pend);
   free(S->n_sent);
   free(S->nt);
   free(S->nt_done);
@@ -718,23 +700,17 @@ pcgc_status pcgc_program_simulate(const pcgc_program *p, const pcgc_graph *g, co
   S->nt_done = calloc((size_t)(g->n_nodes ? g->n_nodes : 1), sizeof *S->nt_done);
   S->busy = calloc((size_t)D, sizeof *S->busy);
   S->s_arrive = calloc((size_t)D, sizeof *S->s_arrive);
-  S->s_hi = calloc((size_t)D, sizeof *S->s_hi);
-  S->s_pend = calloc((size_t)D, sizeof *S->s_pend);
-  S->n_pend = calloc((size_t)D, sizeof *S->n_pend);
   S->n_sent = calloc((size_t)D, sizeof *S->n_sent);
   r->device = calloc((size_t)pcgc_machine_num_devices(m), sizeof *r->device);
   pcgc_status st = PCGC_OK;
   if (!S->ds || !S->heap || !S->port_free || !S->grp_rv || !S->grp_n || !S->grp_cap || !S->seq || !S->slot_rv ||
-      !S->nt || !S->nt_done || !S->busy || !S->s_arrive || !S->s_hi || !S->s_pend || !S->n_pend || !S->n_sent ||
-      !r->device) {
+      !S->nt || !S->nt_done || !S->busy || !S->s_arrive || !S->n_sent || !r->device) {
     st = pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
     goto out;
   }
   for (int d = 0; d < D; d++)
     if (!(S->slot_rv[d] = malloc((size_t)(p->dev[d].n_requests + 1) * sizeof **S->slot_rv)) ||
-        !(S->s_arrive[d] = malloc((size_t)(p->dev[d].n_sends + 1) * sizeof **S->s_arrive)) ||
-        !(S->s_hi[d] = malloc((size_t)(p->dev[d].n_sends + 1) * sizeof **S->s_hi)) ||
-        !(S->s_pend[d] = malloc((size_t)(p->dev[d].n_sends + 1) * sizeof **S->s_pend))) {
+        !(S->s_arrive[d] = malloc((size_t)(p->dev[d].n_sends + 1) * sizeof **S->s_arrive))) {
       st = pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
       goto out;
     }

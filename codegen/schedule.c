@@ -304,6 +304,40 @@ static pcgc_status receive_positions(cg *C, int32_t *const *pos, int32_t *const 
   return PCGC_OK;
 }
 
+/* Which sends each SEND completes before it packs (codegen.h): the pending
+ * ones whose bytes it reuses, so the runtime and the prediction only follow
+ * the lists. sp: the sends' spans (any order; id = ordinal). */
+static pcgc_status send_waits(pcgc_device_program *P, const span *sp, int n) {
+  int64_t *end = malloc((size_t)(n ? n : 1) * sizeof *end);
+  int *pend = malloc((size_t)(n ? n : 1) * sizeof *pend), np = 0, nw = 0, cap = n;
+  P->send_wait_off = malloc((size_t)(n + 1) * sizeof *P->send_wait_off);
+  P->send_wait = malloc((size_t)(cap ? cap : 1) * sizeof *P->send_wait);
+  if (!end || !pend || !P->send_wait_off || !P->send_wait) {
+    free(end);
+    free(pend);
+    return PCGC_ERR_NOMEM;
+  }
+  for (int i = 0; i < n; i++) end[sp[i].id] = P->send_off[sp[i].id] + sp[i].bytes;
+  for (int k = 0; k < n; k++) {
+    P->send_wait_off[k] = nw;
+    for (int i = 0; i < np;) {
+      int j = pend[i];
+      if (end[j] <= P->send_off[k] || P->send_off[j] >= end[k]) {
+        i++;
+        continue;
+      }
+      /* each send is completed at most once: nw stays below n */
+      P->send_wait[nw++] = j;
+      pend[i] = pend[--np];
+    }
+    pend[np++] = k;
+  }
+  P->send_wait_off[n] = nw;
+  free(end);
+  free(pend);
+  return PCGC_OK;
+}
+
 /* Send staging (codegen.h): the k-th SEND of device d holds its bytes from
  * its instruction until the last one before the first whose global
  * position comes after its receive's; offsets by first fit. */
@@ -344,6 +378,7 @@ static pcgc_status plan_sends(cg *C, pcgc_device_program *P, int d, const int32_
     k++;
   }
   P->send_bytes = first_fit(sp, n, 0, P->send_off, pl, live);
+  st = send_waits(P, sp, n);
 out:
   free(sp);
   free(pl);
@@ -518,6 +553,8 @@ void pcgc_program_free(pcgc_program *p) {
       free(p->dev[d].args);
       free(p->dev[d].boxes);
       free(p->dev[d].send_off);
+      free(p->dev[d].send_wait_off);
+      free(p->dev[d].send_wait);
     }
   free(p->dev);
   free(p->group_off);

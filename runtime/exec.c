@@ -56,8 +56,6 @@ typedef struct rt {
   char *host_tmp;         /* one buffer's bytes on the host (GPU backends) */
   MPI_Request *sends, *reqs;
   int n_sends;            /* SENDs issued this step: sends[k] is the k-th's request */
-  int64_t *send_lo, *send_hi; /* the k-th's staging bytes */
-  int *pending, n_pending;    /* sends not completed yet, in no order */
   MPI_Comm *comm;      /* per group: its communicator, or MPI_COMM_NULL where not a member */
   bool dev_comm;       /* messages through the backend's communicators (NCCL), not host MPI */
   void **dcomm;        /* per group: the backend's communicator (NULL where not a member) */
@@ -266,24 +264,22 @@ static pcgc_status batchnorm(rt *R, const pcgc_ins *I) {
   }
 }
 
-/* Completes every pending send whose staging overlaps [lo, hi): the bytes
- * are about to be written again. */
-static pcgc_status settle_sends(rt *R, int64_t lo, int64_t hi) {
-  for (int i = 0; i < R->n_pending;) {
-    int k = R->pending[i];
-    if (R->send_hi[k] <= lo || R->send_lo[k] >= hi) {
-      i++;
-      continue;
-    }
+/* Completes the sends whose staging the k-th SEND is about to write again
+ * (the program's send_wait list). */
+static pcgc_status settle_sends(rt *R, int k) {
+  const pcgc_device_program *P = R->P;
+  for (int w = P->send_wait_off[k]; w < P->send_wait_off[k + 1]; w++) {
+    int j = P->send_wait[w];
+    if (j < 0 || j >= k)
+      return pcgc_error_set(R->err, PCGC_ERR_INVALID, "send %d waits for send %d, which is not earlier", k + 1, j + 1);
     if (R->dev_comm) {
-      pcgc_status st = R->be->comm_wait(R->be, R->P->n_requests + k, R->err);
+      pcgc_status st = R->be->comm_wait(R->be, P->n_requests + j, R->err);
       if (st) return st;
     } else {
-      int rc = MPI_Wait(&R->sends[k], MPI_STATUS_IGNORE);
+      int rc = MPI_Wait(&R->sends[j], MPI_STATUS_IGNORE);
       if (rc != MPI_SUCCESS)
-        return pcgc_error_set(R->err, PCGC_ERR_IO, "completing send %d of the step failed (MPI error %d)", k, rc);
+        return pcgc_error_set(R->err, PCGC_ERR_IO, "completing send %d of the step failed (MPI error %d)", j + 1, rc);
     }
-    R->pending[i] = R->pending[--R->n_pending];
   }
   return PCGC_OK;
 }
@@ -340,13 +336,10 @@ static pcgc_status exec_one(rt *R, const pcgc_ins *I) {
     if (at < 0 || at + bytes > P->send_bytes)
       return pcgc_error_set(R->err, PCGC_ERR_INVALID, "send %d's staging [%lld, %lld) lies outside the %lld planned",
                             k + 1, (long long)at, (long long)(at + bytes), (long long)P->send_bytes);
-    if ((st = settle_sends(R, at, at + bytes))) return st;
+    if ((st = settle_sends(R, k))) return st;
     char *buf = R->send_stage + at, *h = R->send_h + at;
-    R->send_lo[k] = at;
-    R->send_hi[k] = at + bytes;
     R->sends[k] = MPI_REQUEST_NULL;
     R->n_sends++;
-    R->pending[R->n_pending++] = k;
     if ((st = be->move(be, &sd, buf, S, data_of(R, I->src), &x, false, R->err))) return st;
     if (R->dev_comm) {
       if ((st = be->send(be, R->to[I->peer], buf, n, S->dtype, 1, R->err))) return st;
@@ -1174,14 +1167,11 @@ pcgc_status pcgc_run(const pcgc_graph *g, const pcgc_program *p, const pcgc_run_
   for (int b = 0; b < P->n_buf; b++)
     if (P->buf[b].bytes > most) most = P->buf[b].bytes;
   R.sends = malloc((size_t)(P->n_sends + 1) * sizeof *R.sends);
-  R.send_lo = malloc((size_t)(P->n_sends + 1) * sizeof *R.send_lo);
-  R.send_hi = malloc((size_t)(P->n_sends + 1) * sizeof *R.send_hi);
-  R.pending = malloc((size_t)(P->n_sends + 1) * sizeof *R.pending);
   R.reqs = malloc((size_t)(P->n_requests + 1) * sizeof *R.reqs);
   R.req_stage = calloc((size_t)P->n_requests + 1, sizeof *R.req_stage);
   R.req_h = calloc((size_t)P->n_requests + 1, sizeof *R.req_h);
   R.comm = malloc((size_t)(p->n_groups + 1) * sizeof *R.comm);
-  if (!R.sends || !R.send_lo || !R.send_hi || !R.pending || !R.reqs || !R.req_stage || !R.req_h || !R.comm) {
+  if (!R.sends || !R.reqs || !R.req_stage || !R.req_h || !R.comm) {
     st = pcgc_error_set(err, PCGC_ERR_NOMEM, "rank %d: out of memory", R.rank);
     goto done;
   }
@@ -1288,7 +1278,6 @@ pcgc_status pcgc_run(const pcgc_graph *g, const pcgc_program *p, const pcgc_run_
     R.step = s + 1;
     R.loss = 0;
     R.n_sends = 0;
-    R.n_pending = 0;
     g_step = s + 1;
     if (R.data) st = load_step_data(&R, s + 1);
     for (int i = 0; i < P->n_ins && !st; i++) {
@@ -1383,9 +1372,6 @@ done:
   free(R.req_h);
   free(R.reqs);
   free(R.sends);
-  free(R.send_lo);
-  free(R.send_hi);
-  free(R.pending);
   free(R.comm);
   be->release(be, R.arena);
   be->release(be, R.send_stage);

@@ -1362,10 +1362,14 @@ static bool match_has(const pcgc_rule *r, pcgc_op_kind op) {
  * sizes that show them (rope_sizes): A is updated. */
 static draw_result try_agree(inst *I, const space *sp, assign *A, int fixed, uint64_t *rs, char *msg, size_t msg_n) {
   draw_result d = try_assign(I, A, rs, msg, msg_n);
+  if (d == DRAW_NOMEM) return d;
+  /* a rope head to grow, told from A's graph before unify's draws replace it */
+  int64_t dims[4 * PCGC_VARIADIC];
+  bool rope = (d != DRAW_NONE || I->refused) && match_has(I->r, PCGC_OP_ATTENTION) &&
+              small_rope_head(I->m.g, dims, (int)(sizeof dims / sizeof dims[0])) > 0;
   if (d == DRAW_NONE && I->refused && unify(I, sp, A, fixed, rs)) return try_assign(I, A, rs, msg, msg_n);
-  if (d == DRAW_NOMEM || !match_has(I->r, PCGC_OP_ATTENTION)) return d;
-  if (d == DRAW_NONE && !I->refused) return d; /* not an instance for other reasons */
-  if (d == DRAW_NONE) d = try_assign(I, A, rs, msg, msg_n); /* A's graph again: unify's draws replaced it */
+  if (!rope) return d;
+  if (d == DRAW_NONE) d = try_assign(I, A, rs, msg, msg_n); /* A's graph again */
   if (rope_sizes(I, sp, A, fixed, rs)) d = try_assign(I, A, rs, msg, msg_n);
   return d;
 }

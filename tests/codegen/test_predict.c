@@ -70,6 +70,8 @@ static pcgc_program *hand_program(int D) {
     P->buf = calloc(2, sizeof *P->buf);
     P->ins = calloc(8, sizeof *P->ins);
     P->send_off = calloc(8, sizeof *P->send_off);
+    P->send_wait_off = calloc(9, sizeof *P->send_wait_off); /* no waits */
+    P->send_wait = calloc(8, sizeof *P->send_wait);
     P->n_buf = 2;
     P->n_requests = 1;
     for (int b = 0; b < 2; b++) {
@@ -212,6 +214,8 @@ START_TEST(reused_staging_waits) {
   add_ins(p, 0, PCGC_INS_SEND, 1, 1, 1);
   p->dev[0].send_off[1] = 0;
   p->dev[0].send_bytes = (int64_t)MIB;
+  p->dev[0].send_wait_off[2] = 1; /* the second completes the first (codegen's send_waits) */
+  p->dev[0].send_wait[0] = 0;
   add_ins(p, 1, PCGC_INS_RECV, 0, 0, 0);
   add_ins(p, 1, PCGC_INS_RECV, 1, 0, 1);
   pcgc_sim_result r = simulate_ok(p, g, &m);
