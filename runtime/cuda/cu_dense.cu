@@ -128,31 +128,55 @@ static pcgc_status blas_ready(const pcgc__cukargs *k) {
   return pcgc__cu_check_blas(k, cublasSetPointerMode(k->cu->blas, CUBLAS_POINTER_MODE_HOST), "cublasSetPointerMode");
 }
 
+/* Index arithmetic of the elementwise kernels below runs in I: 32-bit where
+ * the element count allows (a 64-bit division or remainder costs several
+ * times a 32-bit one on the GPU, and these kernels divide per element). */
+static bool fits_u32(int64_t n) { return n >= 0 && n <= (int64_t)UINT32_MAX; }
+
 /* C_i[m, n] = 0 at C + i * sc, rows ldc apart, i < count. */
-static __global__ void zero_blocks_kernel(int64_t count, int64_t m, int64_t n, float *__restrict__ C, int64_t ldc,
-                                          int64_t sc) {
-  int64_t total = count * m * n, stride = (int64_t)gridDim.x * blockDim.x;
-  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
-    int64_t b = i / (m * n), r = i / n % m, c = i % n;
-    C[b * sc + r * ldc + c] = 0;
+template <typename I>
+static __global__ void zero_blocks_kernel(I count, I m, I n, float *__restrict__ C, int64_t ldc, int64_t sc) {
+  I total = count * m * n, stride = (I)gridDim.x * blockDim.x;
+  for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
+    I b = i / (m * n), r = i / n % m, c = i % n;
+    C[(int64_t)b * sc + (int64_t)r * ldc + c] = 0;
   }
 }
 
 /* dst[i][r][c] = bf16(src[i * stride + r * ld + c]), rounded to nearest, for
  * i < count, r < rows, c < cols: a packed copy. */
-static __global__ void to_bf16_kernel(int64_t count, int64_t rows, int64_t cols, const float *__restrict__ src,
-                                      int64_t ld, int64_t stride, __nv_bfloat16 *__restrict__ dst) {
-  int64_t total = count * rows * cols, gs = (int64_t)gridDim.x * blockDim.x;
-  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gs) {
-    int64_t b = i / (rows * cols), r = i / cols % rows, c = i % cols;
-    dst[i] = __float2bfloat16_rn(src[b * stride + r * ld + c]);
+template <typename I>
+static __global__ void to_bf16_kernel(I count, I rows, I cols, const float *__restrict__ src, int64_t ld,
+                                      int64_t stride, __nv_bfloat16 *__restrict__ dst) {
+  I total = count * rows * cols, gs = (I)gridDim.x * blockDim.x;
+  for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gs) {
+    I b = i / (rows * cols), r = i / cols % rows, c = i % cols;
+    dst[i] = __float2bfloat16_rn(src[(int64_t)b * stride + (int64_t)r * ld + c]);
   }
+}
+
+/* The same of a contiguous source, two elements per thread and step
+ * (src 8-byte and dst 4-byte aligned; the odd last one alone). */
+static __global__ void to_bf16_flat_kernel(int64_t n, const float *__restrict__ src, __nv_bfloat16 *__restrict__ dst) {
+  int64_t pairs = n / 2, gs = (int64_t)gridDim.x * blockDim.x;
+  const float2 *s2 = (const float2 *)src;
+  __nv_bfloat162 *d2 = (__nv_bfloat162 *)dst;
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < pairs; i += gs)
+    d2[i] = __float22bfloat162_rn(s2[i]);
+  if (n % 2 && blockIdx.x == 0 && threadIdx.x == 0) dst[n - 1] = __float2bfloat16_rn(src[n - 1]);
 }
 
 static pcgc_status to_bf16(const pcgc__cukargs *k, int64_t count, int64_t rows, int64_t cols, const float *src,
                            int64_t ld, int64_t stride, __nv_bfloat16 *dst) {
-  to_bf16_kernel<<<pcgc__cu_blocks(count * rows * cols), PCGC_CU_THREADS, 0, k->cu->stream>>>(count, rows, cols, src,
-                                                                                             ld, stride, dst);
+  int64_t n = count * rows * cols;
+  if (n <= 0) return PCGC_OK;
+  cudaStream_t st = k->cu->stream;
+  bool flat = ld == cols && (count == 1 || stride == rows * cols) && (uintptr_t)src % 8 == 0 && (uintptr_t)dst % 4 == 0;
+  if (flat) to_bf16_flat_kernel<<<pcgc__cu_blocks((n + 1) / 2), PCGC_CU_THREADS, 0, st>>>(n, src, dst);
+  else if (fits_u32(n))
+    to_bf16_kernel<uint32_t><<<pcgc__cu_blocks(n), PCGC_CU_THREADS, 0, st>>>((uint32_t)count, (uint32_t)rows,
+                                                                              (uint32_t)cols, src, ld, stride, dst);
+  else to_bf16_kernel<int64_t><<<pcgc__cu_blocks(n), PCGC_CU_THREADS, 0, st>>>(count, rows, cols, src, ld, stride, dst);
   return pcgc__cu_launched(k, "rounding GEMM operands to bf16");
 }
 
@@ -195,7 +219,12 @@ static pcgc_status gemmb(const pcgc__cukargs *k, bool ta, bool tb, int64_t m, in
   if (m <= 0 || n <= 0 || count <= 0) return PCGC_OK;
   if (kk <= 0) {
     if (beta != 0) return PCGC_OK;
-    zero_blocks_kernel<<<pcgc__cu_blocks(count * m * n), PCGC_CU_THREADS, 0, k->cu->stream>>>(count, m, n, C, ldc, sc);
+    if (fits_u32(count * m * n))
+      zero_blocks_kernel<uint32_t><<<pcgc__cu_blocks(count * m * n), PCGC_CU_THREADS, 0, k->cu->stream>>>(
+          (uint32_t)count, (uint32_t)m, (uint32_t)n, C, ldc, sc);
+    else
+      zero_blocks_kernel<int64_t><<<pcgc__cu_blocks(count * m * n), PCGC_CU_THREADS, 0, k->cu->stream>>>(count, m, n,
+                                                                                                        C, ldc, sc);
     return pcgc__cu_launched(k, "zero");
   }
   TRY(int_fits(k, {m, n, kk, lda, ldb, ldc, count}));
@@ -245,10 +274,10 @@ static __device__ __forceinline__ float act_fwd(int act, float z) {
 }
 
 /* y[i] = act(y[i] + b[(i / inner) % C]) (b may be NULL) */
-static __global__ void bias_act_kernel(int64_t n, int64_t C, int64_t inner, const float *__restrict__ b, int act,
-                                       float *__restrict__ y) {
-  int64_t stride = (int64_t)gridDim.x * blockDim.x;
-  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+template <typename I>
+static __global__ void bias_act_kernel(I n, I C, I inner, const float *__restrict__ b, int act, float *__restrict__ y) {
+  I stride = (I)gridDim.x * blockDim.x;
+  for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
     float v = y[i];
     if (b) v += b[i / inner % C];
     y[i] = act_fwd(act, v);
@@ -258,7 +287,10 @@ static __global__ void bias_act_kernel(int64_t n, int64_t C, int64_t inner, cons
 static pcgc_status bias_act(const pcgc__cukargs *k, int64_t n, int64_t C, int64_t inner, const float *b, int act,
                             float *y) {
   if (n <= 0 || (!b && act == PCGC_ACT_NONE)) return PCGC_OK;
-  bias_act_kernel<<<pcgc__cu_blocks(n), PCGC_CU_THREADS, 0, k->cu->stream>>>(n, C, inner, b, act, y);
+  if (fits_u32(n))
+    bias_act_kernel<uint32_t><<<pcgc__cu_blocks(n), PCGC_CU_THREADS, 0, k->cu->stream>>>(
+        (uint32_t)n, (uint32_t)C, (uint32_t)inner, b, act, y);
+  else bias_act_kernel<int64_t><<<pcgc__cu_blocks(n), PCGC_CU_THREADS, 0, k->cu->stream>>>(n, C, inner, b, act, y);
   return pcgc__cu_launched(k, "bias and activation");
 }
 
@@ -1169,10 +1201,11 @@ static __global__ void attn_softmax_kernel(attn_rows a, int64_t n_rows, float *_
       s += e;
     }
     s = block_sum(s);
+    uint64_t c0 = Pd ? drop_row(a, r) : 0; /* once per row: its divisions are 64-bit */
     for (int64_t j = threadIdx.x; j < a.Sk; j += blockDim.x) {
       float v = j < lim ? row[j] / s : 0.0f; /* each thread rereads only what it wrote */
       row[j] = v;
-      if (Pd) Pd[r * a.Sk + j] = kept(a, drop_row(a, r) + (uint64_t)j) ? v * a.keep : 0.0f;
+      if (Pd) Pd[r * a.Sk + j] = kept(a, c0 + (uint64_t)j) ? v * a.keep : 0.0f;
     }
   }
 }
@@ -1185,9 +1218,10 @@ static __global__ void attn_softmax_bwd_kernel(attn_rows a, int64_t n_rows, cons
     float *dr = dP + r * a.Sk;
     const float *pr = P + r * a.Sk;
     float dot = 0;
+    uint64_t c0 = a.drop ? drop_row(a, r) : 0;
     for (int64_t j = threadIdx.x; j < a.Sk; j += blockDim.x) {
       float d = dr[j];
-      if (a.drop) d = kept(a, drop_row(a, r) + (uint64_t)j) ? d * a.keep : 0.0f;
+      if (a.drop) d = kept(a, c0 + (uint64_t)j) ? d * a.keep : 0.0f;
       dr[j] = d;
       dot += d * pr[j];
     }
