@@ -31,7 +31,8 @@ void pcgc_cli_simulate_help(FILE *f) {
           "  --machine M        machine preset (machines/) or file; required\n"
           "  --strategy S       sequential | data-parallel (default data-parallel)\n"
           "  --devices N        devices to use (default: all of the machine's)\n"
-          "  --optimizer O      sgd | momentum | adam (default adam): optimizer state and update cost\n"
+          "  --optimizer O      sgd | momentum | adam (default adam; for a plan, the one pcgc compile\n"
+          "                     chose): optimizer state and update cost\n"
           "  --schedule S       gpipe | 1f1b: micro-batch order of a pipelined model (default gpipe;\n"
           "                     for a strategy file, the schedule pcgc compile chose)\n"
           "  --no-overlap       communication does not overlap computation\n"
@@ -72,7 +73,7 @@ static pcgc_status load_profile(const char *profile, const pcgc_machine *m, pcgc
 /* schedule_given: --schedule was on the command line; otherwise the file's
  * schedule (the one compile chose) applies. */
 static int simulate_file(const char *path, const char *machine, const char *profile, bool schedule_given,
-                         pcgc_sim_options *o) {
+                         bool optimizer_given, pcgc_sim_options *o) {
   pcgc_error err;
   pcgc_error_clear(&err);
   pcgc_machine m;
@@ -96,6 +97,7 @@ static int simulate_file(const char *path, const char *machine, const char *prof
     pcgc_sim_result r;
     pcgc_machine_set_precision(&m, info.precision); /* the plan's GEMM arithmetic */
     if (info.has_choice && !schedule_given) o->schedule = info.choice.schedule;
+    if (info.has_optimizer && !optimizer_given) o->optimizer = info.optimizer; /* the one compile costed */
     if (info.has_choice && info.choice.recompute) o->recompute = true;
     /* the search's estimate; the trace draws the program (below) unless it cannot be lowered */
     pcgc_sim_options est = *o;
@@ -160,7 +162,7 @@ int pcgc_cli_simulate(int argc, char **argv) {
   long long batch = 0;
   pcgc_sim_options o;
   pcgc_sim_options_default(&o);
-  bool schedule_given = false;
+  bool schedule_given = false, optimizer_given = false;
   for (int i = 0; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     int k;
@@ -192,6 +194,7 @@ int pcgc_cli_simulate(int argc, char **argv) {
       if ((k = pcgc_optimizer_from_name(argv[++i])) < 0)
         return pcgc_cli_usage_error("simulate", "unknown optimizer '%s' (sgd, momentum, adam)", argv[i]);
       o.optimizer = (pcgc_optim_kind)k;
+      optimizer_given = true;
     } else if (strcmp(a, "--schedule") == 0) {
       if ((k = pcgc_schedule_from_name(argv[++i])) < 0)
         return pcgc_cli_usage_error("simulate", "unknown schedule '%s' (gpipe, 1f1b)", argv[i]);
@@ -217,7 +220,7 @@ int pcgc_cli_simulate(int argc, char **argv) {
     if (sets.n || batch || devices || loss >= 0 || strcmp(strategy, "data-parallel") != 0)
       return pcgc_cli_usage_error("simulate", "--strategy, --devices, --batch, --set and --loss apply to models, not "
                                               "to strategy files like '%s'", model);
-    return simulate_file(model, machine, profile, schedule_given, &o);
+    return simulate_file(model, machine, profile, schedule_given, optimizer_given, &o);
   }
   int code = EXIT_OK;
   pcgc_graph *g = pcgc_cli_load(model, sets.n, sets.names, sets.values, batch, loss, &code);

@@ -161,6 +161,15 @@ if [ -n "$want" ] && [ "$want" = "$got" ]; then ok; else bad "simulate gives '$g
 predicted=$(sed -n 's/.*"iteration_s":[[:space:]]*\([0-9.e+-]*\).*/\1/p' "$tmp/mlp.json")
 if awk -v a="$predicted" -v b="$want" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 1e-5 * a) }'; then ok
 else bad "file says $predicted s, simulate says $want s"; fi
+# a plan compiled for SGD replays with SGD (no optimizer state), unless --optimizer says otherwise
+expect 0 "$pcgc" compile "$mlp" --machine dgx-h100 --budget 0 --optimizer sgd -o "$tmp/mlp-sgd.json"
+expect 0 "$pcgc" simulate "$tmp/mlp-sgd.json" --machine dgx-h100
+has "$tmp/out" "optimizer sgd"
+line=$(grep -E '^  predicted ' "$tmp/out")
+[ -n "$line" ] && [ "$(echo "$line" | awk '{print $2}')" = "$(echo "$line" | awk '{print $7}')" ] && ok ||
+  bad "an SGD plan does not replay to its predicted time: $line"
+expect 0 "$pcgc" simulate "$tmp/mlp-sgd.json" --machine dgx-h100 --optimizer adam
+has "$tmp/out" "optimizer adam"
 # a strategy file without the .json extension is recognised by its content
 cp "$tmp/mlp.json" "$tmp/mlp.strategy"
 expect 0 "$pcgc" simulate "$tmp/mlp.strategy" --machine dgx-h100; has "$tmp/out" "predicted"
