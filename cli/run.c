@@ -217,10 +217,15 @@ static int parse_double(const char *cmd, const char *name, const char *val, doub
   return -1;
 }
 
+/* The launcher: $PCGC_MPIRUN, else the mpirun found at build time ("" if none). */
+static const char *mpirun_path(void) {
+  const char *mpirun = getenv("PCGC_MPIRUN");
+  return mpirun && *mpirun ? mpirun : PCGC_MPIRUN;
+}
+
 /* Starts N copies of this command under mpirun and waits for them (exec). */
 static int self_launch(int n, int argc, char **argv) {
-  const char *mpirun = getenv("PCGC_MPIRUN");
-  if (!mpirun || !*mpirun) mpirun = PCGC_MPIRUN;
+  const char *mpirun = mpirun_path();
   if (!*mpirun) {
     fprintf(stderr, "pcgc run: error: mpirun was not found at build time\n"
                     "  hint: apt-get install openmpi-bin, or start the processes yourself: mpirun -np %d pcgc run ...\n",
@@ -402,7 +407,7 @@ int pcgc_cli_run(int argc, char **argv) {
     pcgc_program_free(prog);
     pcgc_mapping_destroy(&mp);
     pcgc_graph_free(g);
-    printf("pcgc run: starting %d process%s with %s\n", n, n == 1 ? "" : "es", PCGC_MPIRUN);
+    printf("pcgc run: starting %d process%s with %s\n", n, n == 1 ? "" : "es", mpirun_path());
     return self_launch(n, argc, argv);
   }
   int rank = 0, size = 1, local_rank = 0, local_size = 1;
