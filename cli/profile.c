@@ -41,14 +41,15 @@
 void pcgc_cli_profile_help(FILE *f) {
   fprintf(f,
           "usage: pcgc profile MODEL --machine M -o DB [--append] [--repeat N] [--rounds R] [--threads N] [--cores N]\n"
-          "                    [--no-dropout] [--all-gradients] [--batch B] [--set NAME=VALUE]...\n"
+          "                    [--no-dropout] [--all-gradients] [--precision P] [--batch B] [--set NAME=VALUE]...\n"
           "\n"
           "Measures the local CPU backend's kernels (f32, one BLAS thread) for every distinct\n"
           "operator, attributes and input shapes MODEL needs: a warm-up call, then the median of N\n"
           "calls, forward and backward. Writes the profile database DB (JSON, atomically) that\n"
           "`pcgc simulate --profile DB` uses in place of the roofline estimate, with the device the\n"
           "kernels ran as: M's per-node rates x threads / cores (M describes this host), from which\n"
-          "the simulator carries the times to the device it simulates.\n"
+          "the simulator carries the times to the device it simulates. For a GPU machine the\n"
+          "kernels run on this host's GPU (CUDA backend) and the device is one of M's GPUs.\n"
           "\n"
           "options:\n"
           "  --machine M        the machine this host is (preset or file); required\n"
@@ -64,6 +65,10 @@ void pcgc_cli_profile_help(FILE *f) {
           "  --all-gradients    backward computes the gradient of every float input, data inputs\n"
           "                     included, as the reference trainer does (default: only what\n"
           "                     training needs: weights and what depends on them)\n"
+          "  --precision P      f32 | tf32 | bf16 (GPU machines; default f32): the arithmetic of\n"
+          "                     GEMMs and convolutions, as `pcgc compile --precision`; the device is\n"
+          "                     recorded at that precision's rates, so a plan compiled with the same\n"
+          "                     precision takes the measured times as they are\n"
           "  --batch B          batch size (`const B`, or an ONNX model's symbolic batch dim)\n"
           "  --set NAME=VALUE   override a `const` of the model; repeatable\n"
           "  -h, --help         show this help\n");
@@ -157,6 +162,7 @@ static pcgc_status open_append(const char *path, const pcgc_machine *m, const pc
 
 int pcgc_cli_profile(int argc, char **argv) {
   const char *model = NULL, *machine = NULL, *output = NULL;
+  pcgc_precision precision = PCGC_PREC_F32;
   pcgc_cli_sets sets = {0};
   int repeat = 10, threads = 1, cores = 0, rounds = 1;
   bool training = true, all_grads = false, append = false;
@@ -194,6 +200,10 @@ int pcgc_cli_profile(int argc, char **argv) {
       } else {
         batch = x;
       }
+    } else if (strcmp(a, "--precision") == 0) {
+      int k = pcgc_precision_from_name(argv[++i]);
+      if (k < 0) return pcgc_cli_usage_error("profile", "unknown precision '%s' (f32, tf32, bf16)", argv[i]);
+      precision = (pcgc_precision)k;
     } else if (strcmp(a, "--set") == 0) {
       int r = pcgc_cli_add_set("profile", argv[++i], &sets);
       if (r >= 0) return r;
@@ -217,11 +227,18 @@ int pcgc_cli_profile(int argc, char **argv) {
   pcgc_profile *p = NULL;
   pcgc_status st = pcgc_machine_load(machine, &m, &err);
   bool gpu = st == PCGC_OK && m.device.kind == PCGC_DEVICE_GPU;
+  if (st == PCGC_OK && !gpu && precision != PCGC_PREC_F32) {
+    pcgc_graph_free(g);
+    return pcgc_cli_usage_error("profile", "--precision %s needs a GPU machine; CPU machines compute in f32",
+                                pcgc_precision_name(precision));
+  }
   pcgc_backend be;
   memset(&be, 0, sizeof be);
   if (gpu && (st = pcgc_backend_open(&be, "cuda", 0, &err)) != PCGC_OK)
     pcgc_error_hint(&err, "machine '%s' has GPUs: its kernels are measured on this host's GPU (profile a CPU "
                           "machine such as cpu-local to measure this host's CPU)", m.name);
+  if (st == PCGC_OK && gpu && precision != PCGC_PREC_F32)
+    st = be.set_precision(&be, pcgc_precision_name(precision), &err);
   if (!cores) {
     long c = sysconf(_SC_NPROCESSORS_ONLN); /* what `pcgc run` divides among its processes */
     cores = c > 0 && c <= 65536 ? (int)c : 1;
@@ -231,12 +248,7 @@ int pcgc_cli_profile(int argc, char **argv) {
             cores);
   pcgc_profile_device dev = {0};
   if (st == PCGC_OK && !gpu) dev = pcgc_profile_thread_device(&m, threads, cores);
-  if (st == PCGC_OK && gpu) { /* one of M's GPUs, as the machine file rates it */
-    dev.kind = PCGC_DEVICE_GPU;
-    dev.threads = dev.cores = 1;
-    memcpy(dev.flops, m.device.flops, sizeof dev.flops);
-    dev.memory_bandwidth = m.device.memory_bandwidth;
-  }
+  if (st == PCGC_OK && gpu) dev = pcgc_profile_gpu_device(&m, precision); /* one of M's GPUs, as M rates it */
   if (st == PCGC_OK && append) st = open_append(output, &m, &dev, &p, &err);
   if (st == PCGC_OK && !p && !(p = pcgc_profile_new(m.name))) st = pcgc_error_set(&err, PCGC_ERR_NOMEM, "out of memory");
   if (st == PCGC_OK) pcgc_profile_set_device(p, &dev);
@@ -251,9 +263,9 @@ int pcgc_cli_profile(int argc, char **argv) {
   }
   if (st == PCGC_OK) st = pcgc_profile_write(p, output, &err);
   if (st == PCGC_OK && gpu)
-    printf("wrote %s (%d entries%s, machine %s, measured on one GPU rated %.3g TFLOP/s f32 and %.3g TB/s)\n", output,
-           pcgc_profile_size(p), append && before ? ", some kept" : "", m.name, dev.flops[PCGC_F32] / 1e12,
-           dev.memory_bandwidth / 1e12);
+    printf("wrote %s (%d entries%s, machine %s, measured in %s on one GPU rated %.3g TFLOP/s and %.3g TB/s)\n",
+           output, pcgc_profile_size(p), append && before ? ", some kept" : "", m.name, pcgc_precision_name(precision),
+           dev.flops[PCGC_F32] / 1e12, dev.memory_bandwidth / 1e12);
   else if (st == PCGC_OK)
     printf("wrote %s (%d entries%s, machine %s, measured as %.3g GFLOP/s f32 and %.3g GB/s: %d of %d cores)\n", output,
            pcgc_profile_size(p), append && before ? ", some kept" : "", m.name, dev.flops[PCGC_F32] / 1e9,

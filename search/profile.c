@@ -95,6 +95,18 @@ pcgc_profile_device pcgc_profile_thread_device(const pcgc_machine *m, int thread
   return d;
 }
 
+pcgc_profile_device pcgc_profile_gpu_device(const pcgc_machine *m, pcgc_precision p) {
+  pcgc_machine at = *m;
+  pcgc_machine_set_precision(&at, p);
+  pcgc_profile_device d;
+  memset(&d, 0, sizeof d);
+  d.kind = at.device.kind;
+  d.threads = d.cores = 1;
+  memcpy(d.flops, at.device.flops, sizeof d.flops);
+  d.memory_bandwidth = at.device.memory_bandwidth;
+  return d;
+}
+
 void pcgc_profile_attrs_text(char *buf, size_t n, const pcgc_attrs *a) {
   if (!n) return;
   buf[0] = '\0';

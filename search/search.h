@@ -546,6 +546,12 @@ int pcgc_precision_from_name(const char *name);            /* -1 if unknown */
  * CPUs and f32 leave m as it is. */
 void pcgc_machine_set_precision(pcgc_machine *m, pcgc_precision p);
 
+/* One of GPU machine m's devices computing in precision p (pcgc_machine_set_precision):
+ * what `pcgc profile --machine m --precision p` measures its kernels as, so that a plan
+ * compiled with the same precision takes them as measured, and one compiled with
+ * another carries them by the rooflines' ratio. */
+pcgc_profile_device pcgc_profile_gpu_device(const pcgc_machine *m, pcgc_precision p);
+
 typedef struct pcgc_sim_options {
   pcgc_optim_kind optimizer;  /* state kept per weight, update cost (default Adam) */
   pcgc_schedule schedule;    /* default GPipe */

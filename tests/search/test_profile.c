@@ -442,6 +442,60 @@ START_TEST(carried_between_devices) {
 }
 END_TEST
 
+/* A GPU profile measured in TF32 (`pcgc profile --precision tf32`): a TF32
+ * plan takes its times as measured; an f32 plan's GEMM is slower by the
+ * rooflines' ratio (the tensor cores' rate over the f32 units'), a bf16
+ * plan's faster. */
+START_TEST(gpu_precision) {
+  pcgc_graph *g = model_text("model big\n"
+                             "input x: f32[4096, 1024]\n"
+                             "input t: f32[4096, 4096]\n"
+                             "y = linear(x, out=4096)\n"
+                             "loss = mse(y, t)\n");
+  pcgc_error err = {0};
+  pcgc_machine h100;
+  ck_assert_int_eq(pcgc_machine_load("dgx-h100", &h100, &err), PCGC_OK);
+  int y = pcgc_graph_find(g, "y");
+  pcgc_profile *p = pcgc_profile_new("dgx-h100");
+  pcgc_profile_device d = pcgc_profile_gpu_device(&h100, PCGC_PREC_TF32);
+  ck_assert(d.kind == PCGC_DEVICE_GPU && d.threads == 1 && d.cores == 1);
+  ck_assert(d.flops[PCGC_F32] == h100.device.flops[PCGC_BF16] / 2); /* TF32: half the bf16 tensor rate */
+  ck_assert(d.memory_bandwidth == h100.device.memory_bandwidth);
+  pcgc_profile_device f = pcgc_profile_gpu_device(&h100, PCGC_PREC_F32);
+  ck_assert(f.flops[PCGC_F32] == h100.device.flops[PCGC_F32]);
+  pcgc_profile_set_device(p, &d);
+  pcgc_profile_entry e;
+  ck_assert_int_eq(pcgc_profile_key(g, y, &e, &err), PCGC_OK);
+  e.fwd = 0.12e-3;
+  e.bwd = 0.25e-3;
+  ck_assert_int_eq(pcgc_profile_add(p, &e, &err), PCGC_OK);
+
+  pcgc_op_time t, r32, rtf;
+  pcgc_machine tf32 = h100, bf16 = h100;
+  pcgc_machine_set_precision(&tf32, PCGC_PREC_TF32);
+  pcgc_machine_set_precision(&bf16, PCGC_PREC_BF16);
+  ck_assert_int_eq(pcgc_profile_node_time(p, &tf32, g, y, &t), PCGC_PROFILE_MEASURED);
+  ck_assert(t.fwd == 0.12e-3 && t.bwd == 0.25e-3);
+
+  /* f32: L + (t - L) x the rooflines' ratio, compute-bound at both rates */
+  pcgc_machine z32 = h100, ztf = tf32;
+  z32.device.launch_overhead = ztf.device.launch_overhead = 0;
+  ck_assert_int_eq(pcgc_cost_node_time(&z32, g, y, &r32, &err), PCGC_OK);
+  ck_assert_int_eq(pcgc_cost_node_time(&ztf, g, y, &rtf, &err), PCGC_OK);
+  double ratio = h100.device.flops[PCGC_BF16] / 2 / h100.device.flops[PCGC_F32];
+  ck_assert_msg(close_to(r32.fwd / rtf.fwd, ratio), "f32/tf32 roofline %.6g, rates %.6g", r32.fwd / rtf.fwd, ratio);
+  double L = h100.device.launch_overhead;
+  ck_assert_int_eq(pcgc_profile_node_time(p, &h100, g, y, &t), PCGC_PROFILE_MEASURED);
+  ck_assert_msg(close_to(t.fwd, L + (0.12e-3 - L) * ratio), "f32 fwd %.6g", t.fwd);
+  ck_assert(close_to(t.bwd, L + (0.25e-3 - L) * r32.bwd / rtf.bwd));
+  /* bf16: twice TF32's rate */
+  ck_assert_int_eq(pcgc_profile_node_time(p, &bf16, g, y, &t), PCGC_PROFILE_MEASURED);
+  ck_assert_msg(close_to(t.fwd, L + (0.12e-3 - L) / 2), "bf16 fwd %.6g", t.fwd);
+  pcgc_profile_free(p);
+  pcgc_graph_free(g);
+}
+END_TEST
+
 static const char *SLICE = /* ONE_OP's linear as a tensor-parallel slice would be: half its outputs */
     "model slice\n"
     "input x: f32[8, 16]\n"
@@ -553,6 +607,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, simulate_uses_update_profile);
   tcase_add_test(tc, thread_device);
   tcase_add_test(tc, carried_between_devices);
+  tcase_add_test(tc, gpu_precision);
   tcase_add_test(tc, nearest_kernel);
   suite_add_tcase(s, tc);
   return s;
