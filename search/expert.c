@@ -890,6 +890,9 @@ pcgc_status pcgc_compile(const pcgc_graph *seq, const pcgc_machine *m, const pcg
     so.replica_stride = c.tp;
     so.copies_alike = true; /* built alike: only copy 0's tasks are made */
     so.oom_skips_run = true; /* a candidate that does not fit needs no time */
+    /* nor one slower than the best so far: its simulation stops there (the
+     * families' best are reported with their times, so theirs run to the end) */
+    so.give_up_after = fam || !isfinite(best_time) ? 0 : best_time;
     so.schedule = c.schedule; /* as given by --choice (the grid's start in GPipe order) */
     so.recompute = so.recompute || c.recompute;
     if (s == PCGC_OK) s = pcgc_simulate(pg, &mp, m, &so, &sr, &e);
@@ -917,10 +920,15 @@ pcgc_status pcgc_compile(const pcgc_graph *seq, const pcgc_machine *m, const pcg
                  sr.capacity / 1073741824.0);
       }
       if (fam) ref_update(fam, c, ok, sr.iteration_time, ok ? NULL : why);
-      if (o->log) {
-        fprintf(o->log, "  %-30s %12.6f ms  %.3g GiB%s  (%lld tasks%s; %.3f s)\n", cs, sr.iteration_time * 1e3,
-                pcgc_sim_result_max_memory(&sr) / 1073741824.0, ok ? "" : " (out of memory)", (long long)sr.n_tasks,
-                sr.symmetric ? ", one dp copy run" : "", sr.build_seconds + sr.run_seconds);
+      if (o->log && sr.gave_up) {
+        fprintf(o->log, "  %-30s %12s     %.3g GiB  (%lld tasks%s; built in %.3f s, run in %.3f s until its clock "
+                "passed the best so far, %.6f ms)\n", cs, "slower", pcgc_sim_result_max_memory(&sr) / 1073741824.0,
+                (long long)sr.n_tasks, sr.symmetric ? ", one dp copy run" : "", sr.build_seconds, sr.run_seconds,
+                best_time * 1e3);
+      } else if (o->log) {
+        fprintf(o->log, "  %-30s %12.6f ms  %.3g GiB%s  (%lld tasks%s; built in %.3f s, run in %.3f s)\n", cs,
+                sr.iteration_time * 1e3, pcgc_sim_result_max_memory(&sr) / 1073741824.0, ok ? "" : " (out of memory)",
+                (long long)sr.n_tasks, sr.symmetric ? ", one dp copy run" : "", sr.build_seconds, sr.run_seconds);
         if (!ok) log_fullest(o->log, &sr);
       }
       if (ok && sr.iteration_time < best_time) {

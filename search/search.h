@@ -591,6 +591,10 @@ typedef struct pcgc_sim_options {
                                 not fit (default false): when a device's memory
                                 exceeds the machine's, the event loop is skipped and
                                 iteration_time is infinite (memory is complete) */
+  double give_up_after;      /* s (default 0: never): a search's bound, the best time
+                                found so far. Once the simulated clock passes it the
+                                event loop stops: iteration_time is infinite and
+                                gave_up set (memory is complete; times are not) */
 } pcgc_sim_options;
 
 void pcgc_sim_options_default(pcgc_sim_options *o);
@@ -642,6 +646,8 @@ typedef struct pcgc_sim_result {
   int64_t tasks_by_kind[PCGC_TASK_KIND_COUNT];
   double build_seconds, run_seconds;  /* wall time: task graph, event loop */
   bool symmetric;                     /* only the first of the replicas ran (options.replicas) */
+  bool gave_up;                       /* the clock passed options.give_up_after: iteration_time
+                                         is infinite, the per-device times partial */
   bool program;               /* a program's simulation (codegen.h, pcgc_program_simulate): n_tasks
                                  counts instructions, n_edges messages and collectives */
 } pcgc_sim_result;

@@ -1425,6 +1425,10 @@ static pcgc_status run(sim *S, pcgc_sim_result *r) {
       else dq[dev].armed = false;
     } else if (hn || wn) {
       now = !wn || (hn && heap[0].key <= wake[0].key) ? heap[0].key : wake[0].key;
+      if (S->o.give_up_after > 0 && now > S->o.give_up_after) { /* slower than the bound: no need to finish */
+        r->gave_up = true;
+        break;
+      }
       continue;
     } else {
       break;
@@ -1442,6 +1446,12 @@ static pcgc_status run(sim *S, pcgc_sim_result *r) {
       if (--x->indeg == 0) heap_push(heap, &hn, (hitem){x->ready, succ[i]});
     }
     done++;
+  }
+  if (r->gave_up) {
+    r->iteration_time = r->forward_time = INFINITY;
+    r->critical_path = crit;
+    r->task_time = total;
+    goto done;
   }
   if (done != n_run) {
     st = pcgc_error_set(S->err, PCGC_ERR_GRAPH, "the task graph has a cycle: %lld of %lld tasks never became ready "

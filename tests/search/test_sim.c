@@ -876,6 +876,32 @@ START_TEST(out_of_memory) {
 }
 END_TEST
 
+/* A search's bound (options.give_up_after): below the iteration time the
+ * event loop stops there (infinite time, gave_up, memory complete); at or
+ * above it the result is the unbounded one. */
+START_TEST(give_up_after_the_bound) {
+  pcgc_graph *g = model_file("models/transformer-block.pcg", NULL);
+  pcgc_machine m = preset("dgx-h100");
+  pcgc_sim_options o = opts();
+  pcgc_sim_result full = baseline(g, PCGC_STRATEGY_DATA_PARALLEL, &m, 8, &o);
+  ck_assert(isfinite(full.iteration_time) && full.iteration_time > 0 && !full.gave_up);
+  o.give_up_after = 0.5 * full.iteration_time;
+  pcgc_sim_result cut = baseline(g, PCGC_STRATEGY_DATA_PARALLEL, &m, 8, &o);
+  ck_assert(cut.gave_up && isinf(cut.iteration_time));
+  ck_assert(cut.critical_path < full.iteration_time); /* the loop stopped early */
+  ck_assert_int_eq(cut.n_tasks, full.n_tasks);
+  for (int d = 0; d < m.nodes * m.devices_per_node; d++)
+    ck_assert(cut.device[d].memory.total == full.device[d].memory.total);
+  pcgc_sim_result_destroy(&cut);
+  o.give_up_after = full.iteration_time;
+  cut = baseline(g, PCGC_STRATEGY_DATA_PARALLEL, &m, 8, &o);
+  ck_assert(!cut.gave_up && cut.iteration_time == full.iteration_time && cut.task_time == full.task_time);
+  pcgc_sim_result_destroy(&cut);
+  pcgc_sim_result_destroy(&full);
+  pcgc_graph_free(g);
+}
+END_TEST
+
 /* -------------------------------------------------------- piece maps */
 
 static void check_piece_maps(const char *what, const pcgc_graph *g) {
@@ -1143,6 +1169,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, bounds_on_baselines);
   tcase_add_test(tc, dp_memory);
   tcase_add_test(tc, out_of_memory);
+  tcase_add_test(tc, give_up_after_the_bound);
   tcase_add_test(tc, piece_map_closed_form);
   suite_add_tcase(s, tc);
   tc = tcase_create("interface");
