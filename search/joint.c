@@ -202,21 +202,24 @@ double pcgc__joint_cost(const pcgc_graph *g, const pcgc_mapping *mp, const pcgc_
 }
 
 /* Candidate c's cost with its views, which the DP's replace where they
- * simulate better (o->views_dp). Only running out of memory is an error. */
-static pcgc_status cost_candidate(search *S, cand *c, pcgc_error *err) {
-  if (!S->o->views_dp) {
-    c->cost = cost_of(S, c->g, &c->mp);
-    return PCGC_OK;
-  }
+ * simulate better (o->views_dp). Only running out of memory is an error.
+ * A candidate slower than alpha x the best is dropped whatever its time,
+ * so its simulations stop there (INFINITY; *slower set). */
+static pcgc_status cost_candidate(search *S, cand *c, bool *slower, pcgc_error *err) {
   pcgc_sim_options so = sim_options(S->o);
+  if (isfinite(S->best.cost) && S->best.cost > 0) so.give_up_after = S->o->alpha * S->best.cost;
   pcgc_sim_result sr;
   pcgc_error e = {0};
   c->cost = INFINITY;
+  *slower = false;
   if (pcgc_simulate(c->g, &c->mp, S->m, &so, &sr, &e) != PCGC_OK) return PCGC_OK;
   bool changed = false;
-  pcgc_status st = pcgc_views_dp_if_better(c->g, S->block, S->t, S->m, &so, S->o->memo, &c->mp, &sr, &changed, err);
+  pcgc_status st = PCGC_OK;
+  if (S->o->views_dp)
+    st = pcgc_views_dp_if_better(c->g, S->block, S->t, S->m, &so, S->o->memo, &c->mp, &sr, &changed, err);
   S->r->dp_better += changed;
   c->cost = cost_of_result(&sr);
+  *slower = sr.gave_up && !sr.oom_devices;
   pcgc_sim_result_destroy(&sr);
   return st;
 }
@@ -295,7 +298,8 @@ static pcgc_status consider(search *S, const pcgc_rule_inst *ri, pcgc_graph *g2,
     cand_free(&c);
     return PCGC_OK;
   }
-  if ((st = cost_candidate(S, &c, err)) != PCGC_OK) {
+  bool slower;
+  if ((st = cost_candidate(S, &c, &slower, err)) != PCGC_OK) {
     cand_free(&c);
     return st;
   }
@@ -304,7 +308,7 @@ static pcgc_status consider(search *S, const pcgc_rule_inst *ri, pcgc_graph *g2,
   r->wide += wide;
   if (S->o->log)
     fprintf(S->o->log, "  %-36s%s %s\n", pcgc_rule_name(ri->rule), wide ? " (everywhere)" : "",
-            isfinite(c.cost) ? "" : "out of memory");
+            isfinite(c.cost) ? "" : slower ? "slower than alpha x the best" : "out of memory");
   if (!isfinite(c.cost) || c.cost > S->o->alpha * S->best.cost) {
     cand_free(&c);
     return PCGC_OK;
