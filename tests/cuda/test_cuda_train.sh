@@ -27,6 +27,12 @@ if [ $? -eq 77 ]; then
   expect 1 "$pcgc" run "$tmp/g.json";       has "$tmp/err" "on the cuda backend"
   grep -q "built without the CUDA backend\|no usable CUDA device" "$tmp/err" && ok || bad "no reason given: $(cat "$tmp/err")"
   expect 0 "$pcgc" run "$tmp/g.json" --backend cpu --check
+  # a GPU profile needs a GPU, in any precision; a CPU machine takes only f32
+  expect 1 "$pcgc" profile "$src/models/mlp.pcg" --machine "$tmp/h100-1.machine" --precision tf32 -o "$tmp/p.json"
+  grep -q "built without the CUDA backend\|no usable CUDA device" "$tmp/err" && ok || bad "profile without a GPU: $(cat "$tmp/err")"
+  [ ! -e "$tmp/p.json" ] && ok || bad "a failed profile wrote its database"
+  expect 2 "$pcgc" profile "$src/models/mlp.pcg" --machine cpu-local --precision bf16 -o "$tmp/p.json"
+  has "$tmp/err" "needs a GPU machine"
   finish test_cuda_train
   echo "no GPU: the GPU runs were skipped"
   exit 77
@@ -60,6 +66,17 @@ for pt in tf32:1e-2 bf16:5e-2; do
   has "$tmp/out" ", $p"
   grep -E "check against" "$tmp/out" | sed "s/^/  transformer-block $p: /"
 done
+
+# a profile measured in the plan's precision: the simulator takes its kernels as measured
+expect 0 "$pcgc" profile "$src/models/transformer-block.pcg" --machine "$tmp/h100-1.machine" --precision tf32 \
+  -o "$tmp/tb-tf32.prof"
+has "$tmp/out" "measured in tf32"
+expect 0 "$pcgc" simulate "$tmp/tb-tf32.json" --machine "$tmp/h100-1.machine"
+roof=$(awk '/^  iteration/ {print $2, $3; exit}' "$tmp/out")
+expect 0 "$pcgc" simulate "$tmp/tb-tf32.json" --machine "$tmp/h100-1.machine" --profile "$tmp/tb-tf32.prof"
+prof=$(awk '/^  iteration/ {print $2, $3; exit}' "$tmp/out")
+echo "  transformer-block tf32: roofline $roof, profiled $prof"
+[ -n "$prof" ] && [ "$prof" != "$roof" ] && ok || bad "the tf32 profile changed nothing ($roof, $prof)"
 
 # checkpoint after 2 of 4 steps, resume: the same weights as 4 steps at once
 expect 0 "$pcgc" run "$tmp/mlp.json" --steps 4 --save-weights "$tmp/w4"
