@@ -476,7 +476,11 @@ static int32_t collective(sim *S, int phase, int node, int64_t piece, int micro,
       res_push(S, port(S, PORT_INTER_OUT, devs[i]));
       res_push(S, port(S, PORT_INTER_IN, devs[i]));
     }
-    if (!S->o.overlap) res_push(S, devs[i]);
+    /* a broadcast or reduce of a replicate or reduce operator holds its
+     * members' streams, as the program's BCAST and REDUCE do (the next
+     * instruction waits for them); only the gradient all-reduce runs
+     * beside the computation */
+    if (!S->o.overlap || coll != PCGC_COLL_ALL_REDUCE) res_push(S, devs[i]);
   }
   T->res_n[t] = (int32_t)(T->n_res - T->res_off[t]);
   /* copy0: a collective within copy 0 stands for one in every copy */
