@@ -53,6 +53,11 @@ void pcgc_cli_format_choice(char *buf, size_t n, pcgc_expert_choice c);
 const char *pcgc_cli_fmt_time(char *b, size_t n, double s);
 /* "8.29 MiB": bytes with three significant digits in B, KiB ... TiB; returns b. */
 const char *pcgc_cli_fmt_bytes(char *b, size_t n, double x);
+/* Loads a profile database (--profile DB) for machine m, whose precision is
+ * already applied (pcgc_machine_set_precision), and says on stderr, as
+ * "pcgc CMD: ...", how its times reach m's device. */
+pcgc_status pcgc_cli_load_profile(const char *cmd, const char *profile, const pcgc_machine *m, pcgc_profile **p,
+                                  pcgc_error *err);
 #define PCGC_CLI_LOSS_HELP                                                                          \
   "  --loss KIND        softmax_cross_entropy | mse: add this loss on the model's one output,\n"    \
   "                     against a new input 'labels' (for ONNX inference graphs, which have none)\n"

@@ -137,3 +137,27 @@ const char *pcgc_cli_fmt_bytes(char *b, size_t n, double x) {
   return b;
 }
 
+/* Loads --profile DB and says on stderr how its times reach m's device. */
+pcgc_status pcgc_cli_load_profile(const char *cmd, const char *profile, const pcgc_machine *m, pcgc_profile **p,
+                                  pcgc_error *err) {
+  pcgc_status st = pcgc_profile_load(profile, p, err);
+  if (st != PCGC_OK) return st;
+  const pcgc_profile_device *d = pcgc_profile_device_of(*p);
+  const pcgc_device *t = &m->device;
+  if (!d) {
+    if (strcmp(pcgc_profile_machine(*p), m->name) != 0)
+      fprintf(stderr, "pcgc %s: warning: %s was measured on '%s', not '%s', and does not say as what device: its "
+                      "times are used as measured\n", cmd, profile, pcgc_profile_machine(*p), m->name);
+  } else if (d->kind != t->kind) {
+    fprintf(stderr, "pcgc %s: warning: %s was measured on a %s ('%s'); its times are carried to '%s''s %s by peak "
+                    "rates alone, a rough estimate\n", cmd, profile, d->kind == PCGC_DEVICE_CPU ? "CPU" : "GPU",
+            pcgc_profile_machine(*p), m->name, t->kind == PCGC_DEVICE_CPU ? "CPU" : "GPU");
+  } else if (d->flops[PCGC_F32] != t->flops[PCGC_F32] || d->memory_bandwidth != t->memory_bandwidth ||
+             (t->kind == PCGC_DEVICE_CPU && d->threads > 1)) {
+    fprintf(stderr, "pcgc %s: note: %s was measured as %.3g GFLOP/s f32, %.3g GB/s (%d thread%s of %d cores of "
+                    "'%s'); times carried to '%s''s device, %.3g GFLOP/s, %.3g GB/s (no kernel faster than measured)\n",
+            cmd, profile, d->flops[PCGC_F32] / 1e9, d->memory_bandwidth / 1e9, d->threads, d->threads == 1 ? "" : "s", d->cores,
+            pcgc_profile_machine(*p), m->name, t->flops[PCGC_F32] / 1e9, t->memory_bandwidth / 1e9);
+  }
+  return PCGC_OK;
+}

@@ -34,7 +34,7 @@
 void pcgc_cli_compile_help(FILE *f) {
   fprintf(f,
           "usage: pcgc compile MODEL --machine M [-o STRATEGY] [--batch B] [--set NAME=VALUE]...\n"
-          "                    [--time-limit S] [--optimizer O] [--verbose]\n"
+          "                    [--time-limit S] [--optimizer O] [--profile DB] [--verbose]\n"
           "\n"
           "Searches parallel strategies for training MODEL on machine M (a preset name or a .machine\n"
           "file): data parallelism b x tensor (Megatron) parallelism t x pipeline parallelism s with\n"
@@ -86,6 +86,9 @@ void pcgc_cli_compile_help(FILE *f) {
           "  --choice C         start from this one expert strategy instead of searching the grid:\n"
           "                     dp=D,tp=T,pp=P[,micro=M][,schedule=gpipe|1f1b][,recompute] (degrees\n"
           "                     default 1, micro default pp); with --budget 0 the plan is exactly it\n"
+          "  --profile DB       kernel times measured by `pcgc profile` (on a GPU machine's GPU, with the\n"
+          "                     same --precision) in place of the roofline, for the search and the\n"
+          "                     program's prediction\n"
           "  --rules DIR        more rules (*.rules) for the joint search, beside the shipped library\n"
           "  --allow-unsound    use rules the checker refutes (they are checked, reported and left\n"
           "                     out otherwise)\n"
@@ -318,8 +321,20 @@ static int parse_choice(const char *text, pcgc_expert_choice *c) {
   return -1;
 }
 
+/* --profile DB, freed when the command ends (compile returns from many places) */
+static pcgc_profile *compile_profile;
+
+static int compile_main(int argc, char **argv);
+
 int pcgc_cli_compile(int argc, char **argv) {
-  const char *model = NULL, *machine = NULL, *output = NULL;
+  int rc = compile_main(argc, argv);
+  pcgc_profile_free(compile_profile);
+  compile_profile = NULL;
+  return rc;
+}
+
+static int compile_main(int argc, char **argv) {
+  const char *model = NULL, *machine = NULL, *output = NULL, *profile = NULL;
   pcgc_cli_sets sets = {0};
   int loss = -1; /* --loss: an op kind */
   long long batch = 0;
@@ -379,6 +394,8 @@ int pcgc_cli_compile(int argc, char **argv) {
       if (r >= 0) return r;
     } else if (strcmp(a, "--rules") == 0) {
       o.extra_rules_dir = argv[++i];
+    } else if (strcmp(a, "--profile") == 0) {
+      profile = argv[++i];
     } else if (strcmp(a, "--choice") == 0) {
       int r = parse_choice(argv[++i], &only);
       if (r >= 0) return r;
@@ -431,6 +448,14 @@ int pcgc_cli_compile(int argc, char **argv) {
     return pcgc_cli_exit_code(st);
   }
   pcgc_machine_set_precision(&m, precision);
+  if (profile) { /* measured kernel times for the search, the program's prediction and the bound */
+    if ((st = pcgc_cli_load_profile("compile", profile, &m, &compile_profile, &err)) != PCGC_OK) {
+      pcgc_error_print(stderr, &err);
+      pcgc_graph_free(g);
+      return pcgc_cli_exit_code(st);
+    }
+    o.sim.profile = compile_profile;
+  }
   int D = pcgc_machine_num_devices(&m);
   bool tty = !o.log && isatty(fileno(stderr));
   if (tty) {

@@ -45,30 +45,6 @@ void pcgc_cli_simulate_help(FILE *f) {
           "  -h, --help         show this help\n");
 }
 
-/* Loads --profile DB and says on stderr how its times reach m's device. */
-static pcgc_status load_profile(const char *profile, const pcgc_machine *m, pcgc_profile **p, pcgc_error *err) {
-  pcgc_status st = pcgc_profile_load(profile, p, err);
-  if (st != PCGC_OK) return st;
-  const pcgc_profile_device *d = pcgc_profile_device_of(*p);
-  const pcgc_device *t = &m->device;
-  if (!d) {
-    if (strcmp(pcgc_profile_machine(*p), m->name) != 0)
-      fprintf(stderr, "pcgc simulate: warning: %s was measured on '%s', not '%s', and does not say as what device: its "
-                      "times are used as measured\n", profile, pcgc_profile_machine(*p), m->name);
-  } else if (d->kind != t->kind) {
-    fprintf(stderr, "pcgc simulate: warning: %s was measured on a %s ('%s'); its times are carried to '%s''s %s by peak "
-                    "rates alone, a rough estimate\n", profile, d->kind == PCGC_DEVICE_CPU ? "CPU" : "GPU",
-            pcgc_profile_machine(*p), m->name, t->kind == PCGC_DEVICE_CPU ? "CPU" : "GPU");
-  } else if (d->flops[PCGC_F32] != t->flops[PCGC_F32] || d->memory_bandwidth != t->memory_bandwidth ||
-             (t->kind == PCGC_DEVICE_CPU && d->threads > 1)) {
-    fprintf(stderr, "pcgc simulate: note: %s was measured as %.3g GFLOP/s f32, %.3g GB/s (%d thread%s of %d cores of "
-                    "'%s'); times carried to '%s''s device, %.3g GFLOP/s, %.3g GB/s (no kernel faster than measured)\n",
-            profile, d->flops[PCGC_F32] / 1e9, d->memory_bandwidth / 1e9, d->threads, d->threads == 1 ? "" : "s", d->cores,
-            pcgc_profile_machine(*p), m->name, t->flops[PCGC_F32] / 1e9, t->memory_bandwidth / 1e9);
-  }
-  return PCGC_OK;
-}
-
 /* A strategy file: its graph with its views. */
 /* schedule_given: --schedule was on the command line; otherwise the file's
  * schedule (the one compile chose) applies. */
@@ -82,7 +58,6 @@ static int simulate_file(const char *path, const char *machine, const char *prof
   pcgc_mapping mp = {0};
   pcgc_strategy_info info;
   pcgc_status st = pcgc_machine_load(machine, &m, &err);
-  if (st == PCGC_OK && profile && (st = load_profile(profile, &m, &p, &err)) == PCGC_OK) o->profile = p;
   /* a plan may be simulated on another machine (what if?) with at least its devices */
   int D = pcgc_machine_num_devices(&m);
   if (st == PCGC_OK) st = pcgc_strategy_file_load(path, 0, &g, &mp, &info, &err);
@@ -94,8 +69,12 @@ static int simulate_file(const char *path, const char *machine, const char *prof
   if (st == PCGC_OK) {
     if (strcmp(info.machine, m.name) != 0)
       fprintf(stderr, "pcgc simulate: warning: %s was compiled for '%s', not '%s'\n", path, info.machine, m.name);
-    pcgc_sim_result r;
     pcgc_machine_set_precision(&m, info.precision); /* the plan's GEMM arithmetic */
+    /* a profile is carried to the plan's device at the plan's precision */
+    if (profile && (st = pcgc_cli_load_profile("simulate", profile, &m, &p, &err)) == PCGC_OK) o->profile = p;
+  }
+  if (st == PCGC_OK) {
+    pcgc_sim_result r;
     if (info.has_choice && !schedule_given) o->schedule = info.choice.schedule;
     if (info.has_optimizer && !optimizer_given) o->optimizer = info.optimizer; /* the one compile costed */
     if (info.has_choice && info.choice.recompute) o->recompute = true;
@@ -230,7 +209,8 @@ int pcgc_cli_simulate(int argc, char **argv) {
   pcgc_machine m;
   pcgc_profile *p = NULL;
   pcgc_status st = pcgc_machine_load(machine, &m, &err);
-  if (st == PCGC_OK && profile && (st = load_profile(profile, &m, &p, &err)) == PCGC_OK) o.profile = p;
+  if (st == PCGC_OK && profile && (st = pcgc_cli_load_profile("simulate", profile, &m, &p, &err)) == PCGC_OK)
+    o.profile = p;
   if (st == PCGC_OK) st = pcgc_simulate_strategy(g, strategy, &m, devices, &o, stdout, &err);
   if (st != PCGC_OK) pcgc_error_print(stderr, &err);
   pcgc_profile_free(p);

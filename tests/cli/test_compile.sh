@@ -170,6 +170,24 @@ line=$(grep -E '^  predicted ' "$tmp/out")
   bad "an SGD plan does not replay to its predicted time: $line"
 expect 0 "$pcgc" simulate "$tmp/mlp-sgd.json" --machine dgx-h100 --optimizer adam
 has "$tmp/out" "optimizer adam"
+# --profile: the search and the program's prediction take measured kernel times, and
+# simulate replays the plan with the same database to the same time
+expect 0 "$pcgc" profile "$mlp" --machine cpu-4 -o "$tmp/mlp4.prof"
+expect 0 "$pcgc" compile "$mlp" --machine cpu-4 --profile "$tmp/mlp4.prof" -o "$tmp/mlp4p.json"
+has "$tmp/out" "measured kernel times (--profile)"
+want=$(sed -n 's/.*"iteration_s":[[:space:]]*\([0-9.e+-]*\).*/\1/p' "$tmp/mlp4p.json")
+expect 0 "$pcgc" compile "$mlp" --machine cpu-4 -o "$tmp/mlp4r.json"
+roof=$(sed -n 's/.*"iteration_s":[[:space:]]*\([0-9.e+-]*\).*/\1/p' "$tmp/mlp4r.json")
+[ -n "$want" ] && [ "$want" != "$roof" ] && ok || bad "--profile changed nothing ($want, roofline $roof)"
+expect 0 "$pcgc" simulate "$tmp/mlp4p.json" --machine cpu-4 --profile "$tmp/mlp4.prof"
+line=$(grep -E '^  predicted ' "$tmp/out")
+[ "$(echo "$line" | awk '{print $2}')" = "$(echo "$line" | awk '{print $7}')" ] && ok ||
+  bad "simulate --profile does not replay compile --profile: $line"
+expect 3 "$pcgc" compile "$mlp" --machine cpu-4 --profile "$tmp/none.prof"
+has "$tmp/err" "none.prof"
+printf '{"format": "pcgc-profile", "version": 2, "machine": "cpu-4", "entries": [' >"$tmp/bad.prof"
+expect 1 "$pcgc" compile "$mlp" --machine cpu-4 --profile "$tmp/bad.prof"
+has "$tmp/err" "bad.prof"
 # a strategy file without the .json extension is recognised by its content
 cp "$tmp/mlp.json" "$tmp/mlp.strategy"
 expect 0 "$pcgc" simulate "$tmp/mlp.strategy" --machine dgx-h100; has "$tmp/out" "predicted"
