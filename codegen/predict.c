@@ -187,7 +187,8 @@ static pcgc_status node_time(psim *S, int node, pcgc_op_time *t) {
     if (st != PCGC_OK) return st;
     if (S->o->profile) {
       pcgc_profile_source src = pcgc_profile_node_time(S->o->profile, S->m, S->g, node, &S->nt[node]);
-      if (S->contention && pcgc_cost_efficiency(S->g->nodes[node].kind)->kernel) S->prof[src]++;
+      /* once per node: the time is kept for both runs (the critical path's comes first) */
+      if (pcgc_cost_efficiency(S->g->nodes[node].kind)->kernel) S->prof[src]++;
     }
     S->nt_done[node] = true;
   }
