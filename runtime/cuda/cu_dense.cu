@@ -130,8 +130,10 @@ static pcgc_status blas_ready(const pcgc__cukargs *k) {
 
 /* Index arithmetic of the elementwise kernels below runs in I: 32-bit where
  * the element count allows (a 64-bit division or remainder costs several
- * times a 32-bit one on the GPU, and these kernels divide per element). */
-static bool fits_u32(int64_t n) { return n >= 0 && n <= (int64_t)UINT32_MAX; }
+ * times a 32-bit one on the GPU, and these kernels divide per element).
+ * Up to 2^31 elements, so that a grid-stride step past the end (at most
+ * the grid's threads, far below 2^31) cannot wrap around 2^32. */
+static bool fits_u32(int64_t n) { return n >= 0 && n <= (int64_t)INT32_MAX; }
 
 /* C_i[m, n] = 0 at C + i * sc, rows ldc apart, i < count. */
 template <typename I>
