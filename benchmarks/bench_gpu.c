@@ -23,8 +23,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "bench_timing.h"
 #include "cuda_kernels.h"
 
 #define SKIP 77
@@ -61,17 +61,6 @@ static bench_case cases[] = {
     {"conv2d resnext 64x128x28x28 -> 128 3x3 g32", PCGC_OP_CONV2D, 2, {4, 4}, {{64, 128, 28, 28}, {128, 4, 3, 3}}, 1,
      1, 32, 0},
 };
-
-static double now(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
 
 static int64_t numel(int rank, const int64_t *d) {
   int64_t n = 1;
@@ -119,15 +108,14 @@ static double time_op(const bench_case *c, const pcgc_attrs *a, pcgc_buf *in, pc
   if (!t) die("host allocation", NULL);
   for (int r = 0; r < repeat; r++) {
     if (pcgc_cuda_sync(cu, &err) != PCGC_OK) die("sync", &err);
-    double t0 = now();
+    double t0 = bench_now();
     pcgc_status s = bwd ? pcgc_cuda_backward(cu, c->kind, a, c->n_in, in, 1, out, dout, din, NULL, &err)
                         : pcgc_cuda_forward(cu, c->kind, a, c->n_in, in, 1, out, NULL, &err);
     if (s != PCGC_OK) die(c->name, &err);
     if (pcgc_cuda_sync(cu, &err) != PCGC_OK) die("sync", &err);
-    t[r] = 1e3 * (now() - t0);
+    t[r] = 1e3 * (bench_now() - t0);
   }
-  qsort(t, (size_t)repeat, sizeof *t, cmp_double);
-  double med = t[repeat / 2];
+  double med = bench_median(t, repeat);
   free(t);
   return med;
 }

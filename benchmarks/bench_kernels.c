@@ -22,9 +22,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <xxhash.h>
 
+#include "bench_timing.h"
 #include "kernels.h"
 
 #define MAX_IN 11
@@ -111,22 +111,6 @@ static const bench_case cases[] = {
     {"adam 1M", PCGC_OP_COUNT, 1, {2}, {{4096, 256}}, false, 2, NULL},
 };
 
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 static size_t nbytes(const pcgc_buf *b) { return (size_t)pcgc_buf_numel(b) * pcgc_dtype_size(b->dtype); }
 
 static pcgc_buf mkbuf(pcgc_dtype dt, int rank, const int64_t *dims) {
@@ -174,16 +158,16 @@ static int run_optimizer(const bench_case *c, pcgc_dtype dt, int repeat, bool ha
   double *t = calloc((size_t)repeat, sizeof *t);
   int rc = 0;
   for (int r = -1; r < repeat; r++) {
-    double t0 = now();
+    double t0 = bench_now();
     if (pcgc_cpu_optimizer_step(&o, &w, &g, &m, &v, r + 2, &err) != PCGC_OK) {
       fprintf(stderr, "%s: %s\n", c->name, err.message);
       rc = 1;
       break;
     }
-    if (r >= 0) t[r] = now() - t0;
+    if (r >= 0) t[r] = bench_now() - t0;
   }
   if (!rc) {
-    double n = (double)pcgc_buf_numel(&w), f = median(t, repeat);
+    double n = (double)pcgc_buf_numel(&w), f = bench_median(t, repeat);
     printf("%-20s fwd %10.1f us %6.2f ns/el\n", c->name, f * 1e6, f * 1e9 / n);
     if (hash) {
       hash_print("w", &w);
@@ -226,13 +210,13 @@ static int run_case(const bench_case *c, pcgc_dtype dt, int repeat, bool hash) {
   int rc = 0;
   for (int r = -2; r < repeat && !rc; r++) { /* -2: the clean call that is hashed, -1: warm-up */
     if (r == -2) zero(&out[0]);
-    double t0 = now();
+    double t0 = bench_now();
     if (pcgc_cpu_forward(c->kind, &a, c->n_in, in, 1, out, &ctx, &err) != PCGC_OK) rc = 1;
-    double t1 = now();
+    double t1 = bench_now();
     for (int i = 0; i < c->n_in && !rc; i++) zero(&din[i]);
-    double t2 = now();
+    double t2 = bench_now();
     if (!rc && pcgc_cpu_backward(c->kind, &a, c->n_in, in, 1, out, dout, din, &ctx, &err) != PCGC_OK) rc = 1;
-    double t3 = now();
+    double t3 = bench_now();
     if (r >= 0) ft[r] = t1 - t0, bt[r] = t3 - t2;
     if (r == -2 && hash && !rc) {
       printf("%s\n", c->name);
@@ -247,7 +231,7 @@ static int run_case(const bench_case *c, pcgc_dtype dt, int repeat, bool hash) {
   if (rc) {
     fprintf(stderr, "%s: %s\n", c->name, err.message);
   } else {
-    double f = median(ft, repeat), b = median(bt, repeat);
+    double f = bench_median(ft, repeat), b = bench_median(bt, repeat);
     printf("%-20s fwd %10.1f us %6.2f ns/el   bwd %10.1f us %6.2f ns/el\n", c->name, f * 1e6,
            f * 1e9 / (double)most, b * 1e6, b * 1e9 / (double)most);
   }

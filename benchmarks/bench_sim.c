@@ -18,8 +18,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "bench_timing.h"
 #include "search.h"
 
 #ifndef PCGC_SOURCE_DIR
@@ -38,17 +38,6 @@ static const bench_case cases[] = {
     {"bert-large.pcg", "64", "dgx-h100", "data-parallel"},
     {"bert-large.pcg", "192", "summit-v100", "data-parallel"},
 };
-
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
 
 int main(int argc, char **argv) {
   const char *dir = getenv("PCGC_SOURCE_DIR");
@@ -95,9 +84,9 @@ int main(int argc, char **argv) {
     int64_t tasks = 0;
     double iter = 0;
     for (int i = 0; i < repeat; i++) {
-      double t0 = now();
+      double t0 = bench_now();
       pcgc_status st = pcgc_simulate(pg, &mp, &m, &o, &r, &err);
-      wall[i] = now() - t0;
+      wall[i] = bench_now() - t0;
       if (st != PCGC_OK) {
         pcgc_error_print(stderr, &err);
         rc = 1;
@@ -107,7 +96,7 @@ int main(int argc, char **argv) {
       iter = r.iteration_time;
       pcgc_sim_result_destroy(&r);
     }
-    qsort(wall, (size_t)repeat, sizeof *wall, cmp_double);
+    bench_sort(wall, repeat);
     printf("%-22s %5s %-12s %-14s %9lld %8.2f ms %8.2f ms %12.3g %9.2f ms\n", k->model, k->batch, k->machine,
            k->strategy, (long long)tasks, 1e3 * wall[0], 1e3 * wall[repeat / 2], (double)tasks / wall[repeat / 2],
            1e3 * iter);
