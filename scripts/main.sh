@@ -7,10 +7,11 @@
 # fits only pipelined in 1F1B order with its activations recomputed; verified
 # as 16 processes), compile LLaMA-3 8B (grouped-query attention) for 64
 # H100s from the expert grid alone, train the shipped CNN for a few steps on
-# one CPU device, then compile the small mixture-of-experts decoder (top-2
-# routing, 8 SwiGLU experts) for this machine run as 4 CPU devices, data
-# parallel 2 x experts split 2, and run that plan as 4 MPI processes, checked
-# against the single-process reference.
+# one CPU device, then measure the kernels of the small mixture-of-experts
+# decoder (top-2 routing, 8 SwiGLU experts) on this machine, compile it for
+# this machine run as 4 CPU devices, data parallel 2 x experts split 2, its
+# step predicted from those measurements, and run that plan as 4 MPI
+# processes, checked against the single-process reference.
 #
 #   scripts/main.sh
 #
@@ -29,5 +30,7 @@ build/pcgc compile models/dlrm.pcg --machine dgx-h100 -o build/dlrm.plan.json
 build/pcgc compile models/gpt-3b.pcg --machine p100-4x4 --batch 16 --verify -o build/gpt-3b.plan.json
 build/pcgc compile models/llama3-8b.pcg --machine h100-8x8 --precision bf16 --budget 0
 build/pcgc train models/cnn.pcg --steps 8 --optimizer adam
-build/pcgc compile models/moe-small.pcg --machine cpu-4 --choice dp=2,tp=2 --budget 0 -o build/moe-small.cpu-4.json
+build/pcgc profile models/moe-small.pcg --machine cpu-4 -o build/moe-small.cpu-4.prof
+build/pcgc compile models/moe-small.pcg --machine cpu-4 --choice dp=2,tp=2 --budget 0 \
+  --profile build/moe-small.cpu-4.prof -o build/moe-small.cpu-4.json
 build/pcgc run build/moe-small.cpu-4.json --steps 5 --check
