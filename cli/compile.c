@@ -78,6 +78,8 @@ void pcgc_cli_compile_help(FILE *f) {
           "                     and convolutions, costed at the tensor cores' rate and recorded in the\n"
           "                     plan for `pcgc run` (weights, optimizer state and activations stay f32)\n"
           "  --verbose          one line per candidate, and what the bound cost (on standard error)\n"
+          "  --threads N        worker threads for the search (default: $PCGC_THREADS, else the cores,\n"
+          "                     at most 16); the plan does not depend on it\n"
           "  --budget N         graphs the joint search expands (default 4; 0: expert strategies only)\n"
           "  --alpha A          the joint search keeps candidates up to A x the best (default 1.05)\n"
           "  --segment-nodes N  split graphs of more than 2N computed nodes at bottleneck tensors into\n"
@@ -406,6 +408,13 @@ static int compile_main(int argc, char **argv) {
       if (!*argv[i] || *end || x < 0 || x > 1000000)
         return pcgc_cli_usage_error("compile", "--budget must be a number of graphs >= 0, not '%s'", argv[i]);
       o.joint.budget = (int)x;
+    } else if (strcmp(a, "--threads") == 0) {
+      char *end;
+      long x = strtol(argv[++i], &end, 10);
+      if (!*argv[i] || *end || x < 1 || x > 256)
+        return pcgc_cli_usage_error("compile", "--threads must be a number from 1 to 256, not '%s'", argv[i]);
+      o.threads = (int)x;
+      o.joint.threads = (int)x;
     } else if (strcmp(a, "--segment-nodes") == 0) {
       char *end;
       long x = strtol(argv[++i], &end, 10);

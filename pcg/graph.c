@@ -24,6 +24,15 @@ typedef struct pcgc__name_entry {
 
 pcgc_graph *pcgc_graph_new(void) { return calloc(1, sizeof(pcgc_graph)); }
 
+pcgc_status pcgc_graph_reserve(pcgc_graph *g, int n) {
+  if (!g || n <= g->cap) return PCGC_OK;
+  pcgc_node *nodes = realloc(g->nodes, (size_t)n * sizeof *nodes);
+  if (!nodes) return PCGC_ERR_NOMEM;
+  g->nodes = nodes;
+  g->cap = n;
+  return PCGC_OK;
+}
+
 static void node_destroy(pcgc_node *n) {
   free(n->value);
   if (n->out_names)
@@ -112,9 +121,8 @@ int pcgc_graph_add_node(pcgc_graph *g, pcgc_op_kind kind, const char *name, cons
   bool ok = n->name && (!n_in || n->in) && n->out && n->out_names;
   for (int i = 0; ok && i < n->n_out; i++) {
     char buf[600];
-    if (i == 0) snprintf(buf, sizeof buf, "%s", name);
-    else snprintf(buf, sizeof buf, "%.500s.%d", name, i);
-    ok = (n->out_names[i] = dupstr(buf)) != NULL;
+    if (i > 0) snprintf(buf, sizeof buf, "%.500s.%d", name, i);
+    ok = (n->out_names[i] = dupstr(i == 0 ? name : buf)) != NULL;
   }
   if (!ok || index_add(g, id) != PCGC_OK) {
     node_destroy(n);
@@ -186,6 +194,7 @@ int pcgc_graph_copy_node(pcgc_graph *dst, const pcgc_graph *src, int node, const
 pcgc_graph *pcgc_graph_clone(const pcgc_graph *g) {
   pcgc_graph *c = pcgc_graph_new();
   if (!c) return NULL;
+  if (pcgc_graph_reserve(c, g->n_nodes) != PCGC_OK) goto fail; /* every node at once, not by doubling */
   if (g->name && !(c->name = dupstr(g->name))) goto fail;
   if (g->file && !(c->file = dupstr(g->file))) goto fail;
   for (int i = 0; i < g->n_nodes; i++) {

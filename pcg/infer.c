@@ -70,7 +70,7 @@ static const char *slot_name(pcgc_op_kind k, int i) {
   static const char *const xl[] = {"input", "weight", "bias"};
   static const char *const disp[] = {"x", "slot"};
   static const char *const comb[] = {"y", "gate", "slot"};
-  static char buf[PCGC_VARIADIC][12];
+  static _Thread_local char buf[PCGC_VARIADIC][12];
   switch (k) {
   case PCGC_OP_LINEAR:
   case PCGC_OP_CONV2D: return i < 3 ? lin[i] : "?";

@@ -346,6 +346,8 @@ typedef struct pcgc_graph {
 } pcgc_graph;
 
 pcgc_graph *pcgc_graph_new(void);
+/* Room for n nodes in all, so that adding up to that many moves none. */
+pcgc_status pcgc_graph_reserve(pcgc_graph *g, int n);
 void pcgc_graph_free(pcgc_graph *g);
 /* Deep copy; NULL on out of memory. */
 pcgc_graph *pcgc_graph_clone(const pcgc_graph *g);
@@ -461,6 +463,25 @@ pcgc_status pcgc_json_check_strict(const char *text, size_t len, const char *pat
 /* Writes len bytes as the whole of `path`, atomically (pcg/fileio.c): a
  * temporary file beside it, fsync, rename. PCGC_ERR_IO naming the file. */
 pcgc_status pcgc_write_file_atomic(const char *path, const char *data, size_t len, pcgc_error *err);
+
+
+/* ------------------------------------------------------------- threads
+ * The search uses the machine's cores (pcg/work.c): independent pieces of
+ * work (candidates, rewrites, rules to check) run on worker threads, and
+ * their results are used in index order, so what is computed does not
+ * depend on the thread count. */
+
+/* Worker threads to use: $PCGC_THREADS when set to 1..256, else the online
+ * cores (at most 16). */
+int pcgc_threads_default(void);
+
+/* Calls fn(ctx, i, worker) for every i in [0, n), on `threads` threads
+ * (<= 1: this one, in order; worker 0 is always the calling thread), each
+ * taking the next index not yet taken. fn must be safe to run concurrently
+ * for different i; worker (0 .. threads - 1) indexes per-thread state.
+ * Returns the number of threads used (a thread that cannot start leaves
+ * its share to the others). */
+int pcgc_parallel_run(int n, int threads, void (*fn)(void *ctx, int i, int worker), void *ctx);
 
 #ifdef __cplusplus
 }

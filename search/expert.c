@@ -45,6 +45,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -673,6 +674,7 @@ void pcgc_compile_options_default(pcgc_compile_options *o) {
   memset(o, 0, sizeof *o);
   pcgc_sim_options_default(&o->sim);
   pcgc_joint_options_default(&o->joint);
+  o->threads = pcgc_threads_default();
 }
 
 void pcgc_compile_result_destroy(pcgc_compile_result *r) {
@@ -823,6 +825,214 @@ static pcgc_status fit_in_memory(const pcgc_graph *pg, const pcgc_mapping *mp, c
   return PCGC_OK;
 }
 
+/* ------------------------------------------------ the grid on worker threads
+ * Each candidate is built and simulated on a worker thread (its own
+ * pcgc_expert: the Megatron graphs it caches are per expert; the DP's memo
+ * is shared under its lock) into an outcome; outcomes are then taken in
+ * candidate order, so the best, the families and the log are those of a
+ * run on one thread. A candidate's simulation gives up past the best time
+ * any finished candidate has, which may be a later one's: such a candidate
+ * is slower than that one and chosen in neither order, so what is chosen
+ * does not depend on the thread count. */
+
+enum { OUT_PENDING, OUT_SKIPPED, OUT_HEAVY, OUT_FAILED, OUT_FATAL, OUT_SIMULATED };
+
+typedef struct outcome {
+  bool done;              /* set under the grid's lock once the rest is written */
+  int state;
+  pcgc_expert_choice c;   /* as simulated (fit_in_memory may change the schedule) */
+  pcgc_compile_ref *fam;
+  pcgc_graph *pg;
+  pcgc_mapping mp;
+  pcgc_sim_result sr;
+  pcgc_status status;     /* OUT_FATAL */
+  char why[640];          /* OUT_HEAVY, OUT_FAILED, OUT_FATAL, and out of memory */
+  char *log;              /* the candidate's log lines (NULL: none) */
+  size_t log_len;
+} outcome;
+
+typedef struct grid {
+  const pcgc_compile_options *o;
+  const pcgc_machine *m;
+  const cand_list *L;
+  pcgc_compile_result *r;
+  pcgc_expert **x;        /* [threads]: worker w builds with x[w] */
+  pcgc_views_memo *memo;
+  double wbytes, t0;
+  outcome *out;
+  pthread_mutex_t lock;   /* everything below, the progress callback and the log */
+  double bound;           /* the best time of any candidate finished: others give up past it */
+  int merged;             /* outcomes taken, in order */
+  bool stop;              /* a fatal error: start no more candidates */
+  double best_time;
+  pcgc_graph *best;
+  pcgc_mapping best_mp;
+  pcgc_status st;
+  pcgc_error *err;
+} grid;
+
+/* Candidate i built and simulated into G->out[i] (worker w). */
+static void grid_eval(grid *G, int i, int w) {
+  const pcgc_compile_options *o = G->o;
+  const pcgc_machine *m = G->m;
+  const cand_list *L = G->L;
+  outcome *u = &G->out[i];
+  pcgc_expert_choice c = L->c[i];
+  pthread_mutex_lock(&G->lock);
+  bool skip = G->stop || (i > 0 && o->time_limit > 0 && pcgc__now() - G->t0 > o->time_limit);
+  double bound = G->bound;
+  if (!skip && o->progress) o->progress(o->progress_ctx, i, L->n, c);
+  pthread_mutex_unlock(&G->lock);
+  if (skip) {
+    u->state = OUT_SKIPPED;
+    return;
+  }
+  u->fam = c.dp == L->c[0].dp && c.tp == 1 && c.pp == 1 ? &G->r->data_parallel
+           : c.dp == 1 && c.pp == 1 && c.tp > 1         ? &G->r->megatron
+           : c.dp == 1 && c.tp == 1 && c.pp > 1         ? &G->r->pipeline
+                                                        : NULL;
+  FILE *log = o->log ? open_memstream(&u->log, &u->log_len) : NULL;
+  char cs[96];
+  fmt_choice(cs, sizeof cs, c);
+  double share = pcgc_cost_memory(o->sim.optimizer, G->wbytes / ((double)c.tp * c.pp), 0, 0).total;
+  if (share > pcgc_machine_usable_memory(m)) {
+    snprintf(u->why, sizeof u->why, "%s is out of memory: its weights, gradients and optimizer state alone need "
+             "%.3g GiB per device on average (%.3g GiB usable)", cs, share / 1073741824.0,
+             pcgc_machine_usable_memory(m) / 1073741824.0);
+    if (log) fprintf(log, "  %-30s not simulated: weights need %.3g GiB per device\n", cs, share / 1073741824.0);
+    u->state = OUT_HEAVY;
+    u->c = c;
+    if (log) fclose(log);
+    return;
+  }
+  pcgc_graph *pg = NULL;
+  pcgc_mapping mp;
+  memset(&mp, 0, sizeof mp);
+  pcgc_error e;
+  pcgc_error_clear(&e);
+  pcgc_status s = pcgc_expert_build(G->x[w], c, &pg, &mp, &e);
+  pcgc_sim_result sr;
+  memset(&sr, 0, sizeof sr);
+  /* the dp copies are laid out alike (step 3 above): the simulator runs one */
+  pcgc_sim_options so = o->sim;
+  so.replicas = c.dp;
+  so.replica_stride = c.tp;
+  so.copies_alike = true; /* built alike: only copy 0's tasks are made */
+  so.oom_skips_run = true; /* a candidate that does not fit needs no time */
+  /* nor one slower than the best so far: its simulation stops there (the
+   * families' best are reported with their times, so theirs run to the end) */
+  so.give_up_after = u->fam || !isfinite(bound) ? 0 : bound;
+  so.schedule = c.schedule; /* as given by --choice (the grid's start in GPipe order) */
+  so.recompute = so.recompute || c.recompute;
+  if (s == PCGC_OK) s = pcgc_simulate(pg, &mp, m, &so, &sr, &e);
+  /* the DP's views need not keep the copies alike: their simulations
+   * check it (options.replicas alone) */
+  so.copies_alike = false;
+  bool dp_changed; /* the DP's views replace the greedy's where they simulate better */
+  if (s == PCGC_OK) s = pcgc_views_dp_if_better(pg, c.dp * c.tp, c.tp, m, &so, G->memo, &mp, &sr, &dp_changed, &e);
+  so.copies_alike = s == PCGC_OK && !dp_changed; /* the greedy's views, built alike, kept */
+  if (s == PCGC_OK) s = fit_in_memory(pg, &mp, m, &so, &c, &sr, &e);
+  if (s == PCGC_OK) fmt_choice(cs, sizeof cs, c);
+  u->c = c;
+  if (s == PCGC_ERR_NOMEM || (s != PCGC_OK && o->only)) {
+    u->state = OUT_FATAL;
+    u->status = s;
+    snprintf(u->why, sizeof u->why, "%s: %.500s", cs, e.message);
+  } else if (s != PCGC_OK) {
+    u->state = OUT_FAILED;
+    snprintf(u->why, sizeof u->why, "%.600s", e.message);
+    if (log) fprintf(log, "  %-30s not built: %s\n", cs, e.message);
+  } else {
+    u->state = OUT_SIMULATED;
+    bool ok = sr.oom_devices == 0;
+    if (!ok) {
+      snprintf(u->why, sizeof u->why, "%s is out of memory on %d of its %d devices (%.3g GiB needed, %.3g GiB usable)",
+               cs, sr.oom_devices, sr.used_devices, pcgc_sim_result_max_memory(&sr) / 1073741824.0,
+               sr.capacity / 1073741824.0);
+    }
+    if (log && sr.gave_up) {
+      fprintf(log, "  %-30s %12s     %.3g GiB  (%lld tasks%s; built in %.3f s, run in %.3f s until its clock "
+              "passed the best so far, %.6f ms)\n", cs, "slower", pcgc_sim_result_max_memory(&sr) / 1073741824.0,
+              (long long)sr.n_tasks, sr.symmetric ? ", one dp copy run" : "", sr.build_seconds, sr.run_seconds,
+              bound * 1e3);
+    } else if (log) {
+      fprintf(log, "  %-30s %12.6f ms  %.3g GiB%s  (%lld tasks%s; built in %.3f s, run in %.3f s)\n", cs,
+              sr.iteration_time * 1e3, pcgc_sim_result_max_memory(&sr) / 1073741824.0, ok ? "" : " (out of memory)",
+              (long long)sr.n_tasks, sr.symmetric ? ", one dp copy run" : "", sr.build_seconds, sr.run_seconds);
+      if (!ok) log_fullest(log, &sr);
+    }
+    if (ok && !sr.gave_up) {
+      u->pg = pg;
+      u->mp = mp;
+      pg = NULL;
+      memset(&mp, 0, sizeof mp);
+    }
+    u->sr = sr;
+    memset(&sr, 0, sizeof sr);
+  }
+  if (log) fclose(log);
+  pcgc_sim_result_destroy(&sr);
+  pcgc_graph_free(pg);
+  pcgc_mapping_destroy(&mp);
+}
+
+/* Outcome i taken into the result (in candidate order; under G->lock). */
+static void grid_merge(grid *G, int i) {
+  outcome *u = &G->out[i];
+  pcgc_compile_result *r = G->r;
+  if (u->log && G->o->log) fwrite(u->log, 1, u->log_len, G->o->log);
+  switch (u->state) {
+  case OUT_SKIPPED: r->skipped++; break;
+  case OUT_HEAVY:
+    if (u->fam) ref_update(u->fam, u->c, false, 0, u->why);
+    r->tried++;
+    break;
+  case OUT_FAILED:
+    if (u->fam) ref_update(u->fam, u->c, false, 0, u->why);
+    break;
+  case OUT_FATAL:
+    if (G->st == PCGC_OK) G->st = pcgc_error_set(G->err, u->status, "%s", u->why);
+    G->stop = true;
+    break;
+  case OUT_SIMULATED: {
+    bool ok = u->sr.oom_devices == 0;
+    r->tried++;
+    r->feasible += ok;
+    if (u->fam) ref_update(u->fam, u->c, ok, u->sr.iteration_time, ok ? NULL : u->why);
+    if (ok && u->pg && u->sr.iteration_time < G->best_time) {
+      G->best_time = u->sr.iteration_time;
+      r->choice = u->c;
+      pcgc_graph_free(G->best);
+      pcgc_mapping_destroy(&G->best_mp);
+      G->best = u->pg;
+      G->best_mp = u->mp;
+      u->pg = NULL;
+      memset(&u->mp, 0, sizeof u->mp);
+    }
+    break;
+  }
+  }
+  free(u->log);
+  u->log = NULL;
+  pcgc_sim_result_destroy(&u->sr);
+  pcgc_graph_free(u->pg);
+  pcgc_mapping_destroy(&u->mp);
+  u->pg = NULL;
+}
+
+static void grid_work(void *ctx, int i, int w) {
+  grid *G = ctx;
+  grid_eval(G, i, w);
+  pthread_mutex_lock(&G->lock);
+  outcome *u = &G->out[i];
+  u->done = true;
+  if (u->state == OUT_SIMULATED && !u->sr.oom_devices && !u->sr.gave_up && u->sr.iteration_time < G->bound)
+    G->bound = u->sr.iteration_time;
+  /* take every finished outcome that is next in order */
+  while (G->merged < G->L->n && G->out[G->merged].done) grid_merge(G, G->merged++);
+  pthread_mutex_unlock(&G->lock);
+}
+
 pcgc_status pcgc_compile(const pcgc_graph *seq, const pcgc_machine *m, const pcgc_compile_options *o,
                          pcgc_compile_result *r, pcgc_error *err) {
   if (r) memset(r, 0, sizeof *r);
@@ -854,98 +1064,27 @@ pcgc_status pcgc_compile(const pcgc_graph *seq, const pcgc_machine *m, const pcg
   double wbytes = 0;
   for (int i = 0; i < seq->n_nodes; i++)
     if (seq->nodes[i].kind == PCGC_OP_WEIGHT) wbytes += pcgc_cost_piece_bytes(&seq->nodes[i].out[0]);
-  for (int i = 0; i < L.n && st == PCGC_OK; i++) {
-    pcgc_expert_choice c = L.c[i];
-    if (i > 0 && o->time_limit > 0 && pcgc__now() - t0 > o->time_limit) {
-      r->skipped = L.n - i;
-      break;
-    }
-    pcgc_compile_ref *fam = c.dp == L.c[0].dp && c.tp == 1 && c.pp == 1 ? &r->data_parallel
-                            : c.dp == 1 && c.pp == 1 && c.tp > 1 ? &r->megatron
-                            : c.dp == 1 && c.tp == 1 && c.pp > 1 ? &r->pipeline
-                                                                 : NULL;
-    if (o->progress) o->progress(o->progress_ctx, i, L.n, c);
-    char cs[96], why[640];
-    fmt_choice(cs, sizeof cs, c);
-    double share = pcgc_cost_memory(o->sim.optimizer, wbytes / ((double)c.tp * c.pp), 0, 0).total;
-    if (share > pcgc_machine_usable_memory(m)) {
-      snprintf(why, sizeof why, "%s is out of memory: its weights, gradients and optimizer state alone need %.3g GiB "
-               "per device on average (%.3g GiB usable)", cs, share / 1073741824.0,
-               pcgc_machine_usable_memory(m) / 1073741824.0);
-      if (fam) ref_update(fam, c, false, 0, why);
-      if (o->log) fprintf(o->log, "  %-30s not simulated: weights need %.3g GiB per device\n", cs, share / 1073741824.0);
-      r->tried++;
-      continue;
-    }
-    pcgc_graph *pg = NULL;
-    pcgc_mapping mp;
-    pcgc_error e;
-    pcgc_error_clear(&e);
-    pcgc_status s = pcgc_expert_build(x, c, &pg, &mp, &e);
-    pcgc_sim_result sr;
-    memset(&sr, 0, sizeof sr);
-    /* the dp copies are laid out alike (step 3 above): the simulator runs one */
-    pcgc_sim_options so = o->sim;
-    so.replicas = c.dp;
-    so.replica_stride = c.tp;
-    so.copies_alike = true; /* built alike: only copy 0's tasks are made */
-    so.oom_skips_run = true; /* a candidate that does not fit needs no time */
-    /* nor one slower than the best so far: its simulation stops there (the
-     * families' best are reported with their times, so theirs run to the end) */
-    so.give_up_after = fam || !isfinite(best_time) ? 0 : best_time;
-    so.schedule = c.schedule; /* as given by --choice (the grid's start in GPipe order) */
-    so.recompute = so.recompute || c.recompute;
-    if (s == PCGC_OK) s = pcgc_simulate(pg, &mp, m, &so, &sr, &e);
-    /* the DP's views need not keep the copies alike: their simulations
-     * check it (options.replicas alone) */
-    so.copies_alike = false;
-    bool dp_changed; /* the DP's views replace the greedy's where they simulate better */
-    if (s == PCGC_OK) s = pcgc_views_dp_if_better(pg, c.dp * c.tp, c.tp, m, &so, memo, &mp, &sr, &dp_changed, &e);
-    so.copies_alike = s == PCGC_OK && !dp_changed; /* the greedy's views, built alike, kept */
-    if (s == PCGC_OK) s = fit_in_memory(pg, &mp, m, &so, &c, &sr, &e);
-    if (s == PCGC_OK) fmt_choice(cs, sizeof cs, c);
-    if (s == PCGC_ERR_NOMEM || (s != PCGC_OK && o->only)) {
-      st = pcgc_error_set(err, s, "%s: %s", cs, e.message);
-    } else if (s != PCGC_OK) {
-      snprintf(why, sizeof why, "%.600s", e.message);
-      if (fam) ref_update(fam, c, false, 0, why);
-      if (o->log) fprintf(o->log, "  %-30s not built: %s\n", cs, e.message);
-    } else {
-      bool ok = sr.oom_devices == 0;
-      r->tried++;
-      r->feasible += ok;
-      if (!ok) {
-        snprintf(why, sizeof why, "%s is out of memory on %d of its %d devices (%.3g GiB needed, %.3g GiB usable)",
-                 cs, sr.oom_devices, sr.used_devices, pcgc_sim_result_max_memory(&sr) / 1073741824.0,
-                 sr.capacity / 1073741824.0);
-      }
-      if (fam) ref_update(fam, c, ok, sr.iteration_time, ok ? NULL : why);
-      if (o->log && sr.gave_up) {
-        fprintf(o->log, "  %-30s %12s     %.3g GiB  (%lld tasks%s; built in %.3f s, run in %.3f s until its clock "
-                "passed the best so far, %.6f ms)\n", cs, "slower", pcgc_sim_result_max_memory(&sr) / 1073741824.0,
-                (long long)sr.n_tasks, sr.symmetric ? ", one dp copy run" : "", sr.build_seconds, sr.run_seconds,
-                best_time * 1e3);
-      } else if (o->log) {
-        fprintf(o->log, "  %-30s %12.6f ms  %.3g GiB%s  (%lld tasks%s; built in %.3f s, run in %.3f s)\n", cs,
-                sr.iteration_time * 1e3, pcgc_sim_result_max_memory(&sr) / 1073741824.0, ok ? "" : " (out of memory)",
-                (long long)sr.n_tasks, sr.symmetric ? ", one dp copy run" : "", sr.build_seconds, sr.run_seconds);
-        if (!ok) log_fullest(o->log, &sr);
-      }
-      if (ok && sr.iteration_time < best_time) {
-        best_time = sr.iteration_time;
-        r->choice = c;
-        pcgc_graph_free(best);
-        pcgc_mapping_destroy(&best_mp);
-        best = pg;
-        best_mp = mp;
-        pg = NULL;
-        memset(&mp, 0, sizeof mp);
-      }
-    }
-    pcgc_sim_result_destroy(&sr);
-    pcgc_graph_free(pg);
-    pcgc_mapping_destroy(&mp);
+  int threads = o->threads > 0 ? o->threads : 1;
+  if (threads > L.n) threads = L.n > 0 ? L.n : 1;
+  pcgc_expert **xs = st == PCGC_OK ? calloc((size_t)threads, sizeof *xs) : NULL;
+  outcome *out = st == PCGC_OK && L.n ? calloc((size_t)L.n, sizeof *out) : NULL;
+  if (st == PCGC_OK && (!xs || (L.n && !out))) st = pcgc_error_set(err, PCGC_ERR_NOMEM, "pcgc_compile: out of memory");
+  if (xs) xs[0] = x;
+  for (int w = 1; w < threads && st == PCGC_OK; w++) st = pcgc_expert_new(seq, m, o->rules_dir, &xs[w], err);
+  if (st == PCGC_OK) {
+    grid G = {.o = o, .m = m, .L = &L, .r = r, .x = xs, .memo = memo, .wbytes = wbytes, .t0 = t0, .out = out,
+              .bound = INFINITY, .best_time = INFINITY, .st = PCGC_OK, .err = err};
+    pthread_mutex_init(&G.lock, NULL);
+    pcgc_parallel_run(L.n, threads, grid_work, &G);
+    pthread_mutex_destroy(&G.lock);
+    st = G.st;
+    best = G.best;
+    best_mp = G.best_mp;
+    best_time = G.best_time;
   }
+  for (int w = 1; xs && w < threads; w++) pcgc_expert_free(xs[w]);
+  free(xs);
+  free(out);
   if (st == PCGC_OK && !r->data_parallel.tried)
     snprintf(r->data_parallel.note, sizeof r->data_parallel.note, "not tried");
   if (st == PCGC_OK && !best) {
@@ -966,7 +1105,10 @@ pcgc_status pcgc_compile(const pcgc_graph *seq, const pcgc_machine *m, const pcg
      * library checked by execution first */
     if (o->extra_rules_dir) st = pcgc_ruleset_load_dir(x->rs, o->extra_rules_dir, err);
     r->rules = pcgc_ruleset_size(x->rs);
-    if (st == PCGC_OK) st = pcgc_ruleset_verify(x->rs, NULL, o->allow_unsound, o->rules_report, &r->rules_unsound, NULL, err);
+    pcgc_check_options co;
+    pcgc_check_options_default(&co);
+    co.threads = o->threads > 0 ? o->threads : 1;
+    if (st == PCGC_OK) st = pcgc_ruleset_verify(x->rs, &co, o->allow_unsound, o->rules_report, &r->rules_unsound, NULL, err);
     pcgc_joint_options jo = o->joint;
     /* rewrites of the expert strategy keep its dp copies mostly: the
      * simulator runs one where they are still alike (it checks), and skips
@@ -977,6 +1119,7 @@ pcgc_status pcgc_compile(const pcgc_graph *seq, const pcgc_machine *m, const pcg
     js.oom_skips_run = true;
     jo.sim = &js;
     if (!jo.memo) jo.memo = memo;
+    jo.threads = o->threads;
     if (o->time_limit > 0) {
       double left = o->time_limit - (pcgc__now() - t0);
       if (jo.time_limit <= 0 || jo.time_limit > left) jo.time_limit = left > 0.001 ? left : 0.001;

@@ -51,6 +51,17 @@ typedef struct seen {
   UT_hash_handle hh;
 } seen;
 
+/* A rewrite waiting for its simulation: costed with the others of its batch
+ * on worker threads, then taken in the order the rewrites were made. */
+typedef struct pend {
+  cand c;
+  const pcgc_rule_inst *ri;
+  bool wide;
+  bool slower, dp_changed, skipped;
+  pcgc_status st;
+  pcgc_error err;
+} pend;
+
 typedef struct search {
   const pcgc_machine *m;
   const pcgc_joint_options *o;
@@ -66,8 +77,12 @@ typedef struct search {
   double t0;
   /* the graph being expanded, and the matches of one instance */
   const cand *cur;
-  pcgc_match *matches;
-  int n_matches, cap_matches;
+  pcgc_match *matches;     /* of every instance, in instance order */
+  int n_matches, cap_matches, inst_first;
+  /* rewrites made and not yet costed */
+  pend *pend;
+  int n_pend, cap_pend;
+  double bound;   /* of the batch being costed: its simulations give up past it (0: never) */
 } search;
 
 void pcgc_joint_options_default(pcgc_joint_options *o) {
@@ -79,6 +94,7 @@ void pcgc_joint_options_default(pcgc_joint_options *o) {
   o->max_held = 32;
   o->segment_nodes = 40;
   o->views_dp = true;
+  o->threads = pcgc_threads_default();
 }
 
 void pcgc_joint_result_destroy(pcgc_joint_result *r) {
@@ -204,20 +220,21 @@ double pcgc__joint_cost(const pcgc_graph *g, const pcgc_mapping *mp, const pcgc_
 /* Candidate c's cost with its views, which the DP's replace where they
  * simulate better (o->views_dp). Only running out of memory is an error.
  * A candidate slower than alpha x the best is dropped whatever its time,
- * so its simulations stop there (INFINITY; *slower set). */
-static pcgc_status cost_candidate(search *S, cand *c, bool *slower, pcgc_error *err) {
+ * so its simulations stop at `bound` (that, at the batch's start; 0: never)
+ * (INFINITY; *slower set). Runs on worker threads: touches only c. */
+static pcgc_status cost_candidate(const search *S, cand *c, double bound, bool *slower, bool *changed,
+                                  pcgc_error *err) {
   pcgc_sim_options so = sim_options(S->o);
-  if (isfinite(S->best.cost) && S->best.cost > 0) so.give_up_after = S->o->alpha * S->best.cost;
+  so.give_up_after = bound;
   pcgc_sim_result sr;
   pcgc_error e = {0};
   c->cost = INFINITY;
   *slower = false;
+  *changed = false;
   if (pcgc_simulate(c->g, &c->mp, S->m, &so, &sr, &e) != PCGC_OK) return PCGC_OK;
-  bool changed = false;
   pcgc_status st = PCGC_OK;
   if (S->o->views_dp)
-    st = pcgc_views_dp_if_better(c->g, S->block, S->t, S->m, &so, S->o->memo, &c->mp, &sr, &changed, err);
-  S->r->dp_better += changed;
+    st = pcgc_views_dp_if_better(c->g, S->block, S->t, S->m, &so, S->o->memo, &c->mp, &sr, changed, err);
   c->cost = cost_of_result(&sr);
   *slower = sr.gave_up && !sr.oom_devices;
   pcgc_sim_result_destroy(&sr);
@@ -234,7 +251,7 @@ static bool collect(const pcgc_match *m, void *ctx) {
     S->cap_matches = cap;
   }
   S->matches[S->n_matches++] = *m;
-  return S->o->max_matches > 0 && S->n_matches >= S->o->max_matches;
+  return S->o->max_matches > 0 && S->n_matches - S->inst_first >= S->o->max_matches;
 }
 
 static bool out_of_time(const search *S) { return S->o->time_limit > 0 && pcgc__now() - S->t0 > S->o->time_limit; }
@@ -246,19 +263,29 @@ static void report(const search *S) {
   S->o->progress(S->o->progress_ctx, &p);
 }
 
+static pcgc_status flush(search *S, pcgc_error *err);
+
+/* More pieces than devices: several pieces of one tensor share a device,
+ * which only costs (and grows the simulation without bound). */
+static bool too_many_pieces(const search *S, const pcgc_graph *g) {
+  int D = pcgc_machine_num_devices(S->m);
+  for (int i = 0; i < g->n_nodes; i++)
+    for (int k = 0; k < g->nodes[i].n_out; k++)
+      if (pcgc_ptensor_pieces(&g->nodes[i].out[k]) > D) return true;
+  return false;
+}
+
 /* A rewritten graph g2 (owned) of S->cur, made by the trace lines `step`
  * (owned; NULL: out of memory): dropped as a duplicate, or given views and
  * simulated, kept when within alpha of the best. */
-static pcgc_status consider(search *S, const pcgc_rule_inst *ri, pcgc_graph *g2, bool wide, char *step,
+static pcgc_status consider(search *S, const pcgc_rule_inst *ri, pcgc_graph *g2, bool wide, char *step, uint64_t h,
                             pcgc_error *err) {
   pcgc_joint_result *r = S->r;
   pcgc_error e = {0};
-  pcgc_status st;
   if (!step) {
     pcgc_graph_free(g2);
     return pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory in the search");
   }
-  uint64_t h = pcgc_graph_hash(g2);
   if (already_seen(S, g2, h)) {
     r->duplicates++;
     pcgc_graph_free(g2);
@@ -276,17 +303,12 @@ static pcgc_status consider(search *S, const pcgc_rule_inst *ri, pcgc_graph *g2,
     free(step);
     return PCGC_OK;
   }
-  /* more pieces than devices: several pieces of one tensor share a device,
-   * which only costs (and grows the simulation without bound) */
-  int D = pcgc_machine_num_devices(S->m);
-  for (int i = 0; i < g2->n_nodes; i++)
-    for (int k = 0; k < g2->nodes[i].n_out; k++)
-      if (pcgc_ptensor_pieces(&g2->nodes[i].out[k]) > D) {
-        r->refused++;
-        pcgc_graph_free(g2);
-        free(step);
-        return PCGC_OK;
-      }
+  if (too_many_pieces(S, g2)) {
+    r->refused++;
+    pcgc_graph_free(g2);
+    free(step);
+    return PCGC_OK;
+  }
   cand c = {.g = g2, .seq = S->seq++, .hash = h, .trace = pcgc__trace_join(S->cur->trace, step)};
   free(step);
   if (!c.trace) {
@@ -298,18 +320,53 @@ static pcgc_status consider(search *S, const pcgc_rule_inst *ri, pcgc_graph *g2,
     cand_free(&c);
     return PCGC_OK;
   }
-  bool slower;
-  if ((st = cost_candidate(S, &c, &slower, err)) != PCGC_OK) {
-    cand_free(&c);
-    return st;
+  if (S->n_pend == S->cap_pend) {
+    int cap = S->cap_pend ? 2 * S->cap_pend : 16;
+    pend *v = realloc(S->pend, (size_t)cap * sizeof *v);
+    if (!v) {
+      cand_free(&c);
+      return pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory in the search");
+    }
+    S->pend = v;
+    S->cap_pend = cap;
   }
+  S->pend[S->n_pend++] = (pend){.c = c, .ri = ri, .wide = wide};
+  /* a batch per few rewrites a thread: the time limit and alpha x the best
+   * are checked between batches */
+  int batch = S->o->threads > 1 ? 4 * S->o->threads : 1;
+  return S->n_pend >= batch ? flush(S, err) : PCGC_OK;
+}
+
+static void cost_one(void *ctx, int i, int worker) {
+  (void)worker;
+  search *S = ctx;
+  pend *p = &S->pend[i];
+  if (out_of_time(S)) {
+    p->skipped = true;
+    return;
+  }
+  p->st = cost_candidate(S, &p->c, S->bound, &p->slower, &p->dp_changed, &p->err);
+}
+
+/* A costed rewrite p taken (in the order rewrites were made): kept when
+ * within alpha of the best, the new best when faster. */
+static pcgc_status take(search *S, pend *p, pcgc_error *err) {
+  pcgc_joint_result *r = S->r;
+  pcgc_error e = {0};
+  cand c = p->c;
+  const pcgc_rule_inst *ri = p->ri;
+  bool wide = p->wide;
+  r->dp_better += p->dp_changed;
   r->evaluated++;
   if (r->evaluated % 32 == 0) report(S);
   r->wide += wide;
+  /* slower than alpha x the best taken so far: dropped, as a search on one
+   * thread would have (its bound was that best's) */
+  bool slower = p->slower || (isfinite(c.cost) && c.cost > S->o->alpha * S->best.cost);
   if (S->o->log)
     fprintf(S->o->log, "  %-36s%s %s\n", pcgc_rule_name(ri->rule), wide ? " (everywhere)" : "",
-            isfinite(c.cost) ? "" : slower ? "slower than alpha x the best" : "out of memory");
-  if (!isfinite(c.cost) || c.cost > S->o->alpha * S->best.cost) {
+            !isfinite(c.cost) && !slower ? "out of memory" : slower ? "slower than alpha x the best" : "");
+  if (!isfinite(c.cost) || slower) {
     cand_free(&c);
     return PCGC_OK;
   }
@@ -349,6 +406,27 @@ static pcgc_status consider(search *S, const pcgc_rule_inst *ri, pcgc_graph *g2,
     return pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory in the search");
   }
   return PCGC_OK;
+}
+
+/* The rewrites waiting (S->pend) costed on worker threads, then taken in
+ * order. Their simulations give up past alpha x the best at the batch's
+ * start, which is no less than the best when each is taken: what a search
+ * on one thread keeps, this keeps. */
+static pcgc_status flush(search *S, pcgc_error *err) {
+  S->bound = isfinite(S->best.cost) && S->best.cost > 0 ? S->o->alpha * S->best.cost : 0;
+  pcgc_parallel_run(S->n_pend, S->o->threads, cost_one, S);
+  pcgc_status st = PCGC_OK;
+  for (int i = 0; i < S->n_pend; i++) {
+    pend *p = &S->pend[i];
+    if (st == PCGC_OK && p->st != PCGC_OK) {
+      if (err) *err = p->err;
+      st = p->st;
+    }
+    if (st != PCGC_OK || p->skipped) cand_free(&p->c);
+    else st = take(S, p, err);
+  }
+  S->n_pend = 0;
+  return st;
 }
 
 static bool first_only(const pcgc_match *m, void *ctx) {
@@ -401,33 +479,98 @@ static pcgc_graph *apply_everywhere(const pcgc_graph *g0, const pcgc_rule_inst *
   return g;
 }
 
-/* The rule applied everywhere it matches in S->cur (a move across all the
- * layers at once), when it matches twice or more. */
-static pcgc_status expand_wide(search *S, const pcgc_rule_inst *ri, const pcgc_graph_index *ix, pcgc_error *err) {
+/* ------------------------------------------------------ expansion
+ * Expanding S->cur makes one rewrite per job: first every instance applied
+ * everywhere it matches (when it matches twice or more: a move across all
+ * the layers at once), then every match of every instance alone. Jobs run
+ * in chunks on worker threads (the rewriting), and their graphs are then
+ * considered in job order (duplicates, views; costed in batches). */
+
+typedef struct job {
+  const pcgc_rule_inst *ri;
+  int match;              /* index in S->matches; -1: the rule-wide move */
+  pcgc_graph *g;          /* the rewrite (NULL: none) */
+  char *step;
+  uint64_t hash;          /* pcgc_graph_hash(g) */
+  bool refused, nomem;
+} job;
+
+typedef struct expansion {
+  search *S;
+  const pcgc_graph_index *ix;
+  job *jobs;
+} expansion;
+
+static void make_one(void *ctx, int i, int worker) {
+  (void)worker;
+  expansion *X = ctx;
+  search *S = X->S;
+  job *j = &X->jobs[i];
   pcgc_error e = {0};
-  if (pcgc_rule_count_matches(ri, S->cur->g, ix, 2, &e) < 2) return PCGC_OK;
-  char *step = NULL;
-  pcgc_graph *all = apply_everywhere(S->cur->g, ri, S->o->max_matches > 0 ? 4 * S->o->max_matches : 256,
-                                     S->accept != NULL, &step, &e);
-  return all ? consider(S, ri, all, true, step, err) : PCGC_OK;
+  if (out_of_time(S)) return;
+  if (j->match < 0) {
+    if (pcgc_rule_count_matches(j->ri, S->cur->g, X->ix, 2, &e) < 2) return;
+    j->g = apply_everywhere(S->cur->g, j->ri, S->o->max_matches > 0 ? 4 * S->o->max_matches : 256, S->accept != NULL,
+                            &j->step, &e);
+    j->nomem = j->g && !j->step;
+    if (j->g) j->hash = pcgc_graph_hash(j->g);
+    return;
+  }
+  const pcgc_match *m = &S->matches[j->match];
+  if (pcgc_rule_apply(S->cur->g, m, &j->g, &e) != PCGC_OK) {
+    j->g = NULL;
+    j->nomem = e.status == PCGC_ERR_NOMEM;
+    j->refused = !j->nomem;
+    return;
+  }
+  j->step = pcgc__trace_step(j->ri, S->cur->g, m, 0);
+  j->nomem = !j->step;
+  j->hash = pcgc_graph_hash(j->g);
 }
 
-/* Every match of instance ri in S->cur, applied alone. */
-static pcgc_status expand_inst(search *S, const pcgc_rule_inst *ri, const pcgc_graph_index *ix, pcgc_error *err) {
+/* Every rewrite of S->cur made and considered (the last batch is left in
+ * S->pend for the caller's flush). */
+static pcgc_status expand(search *S, const pcgc_rule_inst *insts, int n_insts, const pcgc_graph_index *ix,
+                          pcgc_error *err) {
+  pcgc_status st = PCGC_OK;
   S->n_matches = 0;
-  pcgc_status st = pcgc_rule_find_matches(ri, S->cur->g, ix, collect, S, err);
-  if (st != PCGC_OK) return st;
-  pcgc_joint_result *r = S->r;
-  for (int k = 0; k < S->n_matches && st == PCGC_OK && !out_of_time(S); k++) {
-    pcgc_graph *g2 = NULL;
-    pcgc_error e = {0};
-    if (pcgc_rule_apply(S->cur->g, &S->matches[k], &g2, &e) != PCGC_OK) {
-      if (e.status == PCGC_ERR_NOMEM) return pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory in the search");
-      r->refused++;
-      continue;
-    }
-    st = consider(S, ri, g2, false, pcgc__trace_step(ri, S->cur->g, &S->matches[k], 0), err);
+  int *inst_of = NULL; /* match -> instance */
+  for (int i = 0; i < n_insts && st == PCGC_OK; i++) {
+    S->inst_first = S->n_matches;
+    st = pcgc_rule_find_matches(&insts[i], S->cur->g, ix, collect, S, err);
+    int *v = realloc(inst_of, (size_t)(S->n_matches ? S->n_matches : 1) * sizeof *v);
+    if (!v) st = pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory in the search");
+    else inst_of = v;
+    for (int k = S->inst_first; k < S->n_matches && st == PCGC_OK; k++) inst_of[k] = i;
   }
+  int n_jobs = n_insts + S->n_matches;
+  int chunk = S->o->threads > 1 ? 8 * S->o->threads : 1;
+  job *jobs = st == PCGC_OK ? calloc((size_t)chunk, sizeof *jobs) : NULL;
+  if (st == PCGC_OK && !jobs) st = pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory in the search");
+  expansion X = {S, ix, jobs};
+  pcgc_joint_result *r = S->r;
+  for (int first = 0; first < n_jobs && st == PCGC_OK && !out_of_time(S); first += chunk) {
+    int n = n_jobs - first < chunk ? n_jobs - first : chunk;
+    for (int k = 0; k < n; k++) {
+      int j = first + k;
+      jobs[k] = j < n_insts ? (job){.ri = &insts[j], .match = -1}
+                            : (job){.ri = &insts[inst_of[j - n_insts]], .match = j - n_insts};
+    }
+    pcgc_parallel_run(n, S->o->threads, make_one, &X);
+    for (int k = 0; k < n; k++) {
+      job *j = &jobs[k];
+      if (st == PCGC_OK && j->nomem) st = pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory in the search");
+      if (st != PCGC_OK) {
+        pcgc_graph_free(j->g);
+        free(j->step);
+        continue;
+      }
+      r->refused += j->refused;
+      if (j->g) st = consider(S, j->ri, j->g, j->match < 0, j->step, j->hash, err); /* takes g and step */
+    }
+  }
+  free(jobs);
+  free(inst_of);
   return st;
 }
 
@@ -479,8 +622,11 @@ pcgc_status pcgc__joint_run(const pcgc_graph *start, const pcgc_mapping *start_m
     pcgc_graph_index *ix = pcgc_graph_index_new(cur.g, err);
     if (!ix) st = err ? err->status : PCGC_ERR_NOMEM;
     /* rule-wide moves first (few, and each reaches every layer), then single matches */
-    for (int i = 0; i < n_insts && st == PCGC_OK && !out_of_time(&S); i++) st = expand_wide(&S, &insts[i], ix, err);
-    for (int i = 0; i < n_insts && st == PCGC_OK && !out_of_time(&S); i++) st = expand_inst(&S, &insts[i], ix, err);
+    if (st == PCGC_OK) st = expand(&S, insts, n_insts, ix, err);
+    /* before S.cur goes: the rewrites of it not yet costed */
+    if (st == PCGC_OK) st = flush(&S, err);
+    for (int i = 0; i < S.n_pend; i++) cand_free(&S.pend[i].c);
+    S.n_pend = 0;
     if (out_of_time(&S)) r->time_hit = true;
     report(&S);
     pcgc_graph_index_free(ix);
@@ -494,6 +640,7 @@ done:
   }
   free(S.heap);
   free(S.matches);
+  free(S.pend);
   seen *e, *tmp;
   HASH_ITER(hh, S.seen, e, tmp) {
     HASH_DEL(S.seen, e);

@@ -37,6 +37,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include <assert.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -308,6 +309,7 @@ typedef struct mpair {
 } mpair;
 
 struct pcgc_views_memo {
+  pthread_mutex_t lock;  /* the search's worker threads share one memo */
   mnode *nodes;
   mpair *pairs;
   int64_t hits, misses;
@@ -317,7 +319,9 @@ struct pcgc_views_memo {
 pcgc_status pcgc_views_memo_new(pcgc_views_memo **out, pcgc_error *err) {
   if (!out) return pcgc_error_set(err, PCGC_ERR_INVALID, "pcgc_views_memo_new: bad argument");
   *out = calloc(1, sizeof **out);
-  return *out ? PCGC_OK : pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
+  if (!*out) return pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
+  pthread_mutex_init(&(*out)->lock, NULL);
+  return PCGC_OK;
 }
 
 void pcgc_views_memo_free(pcgc_views_memo *memo) {
@@ -335,17 +339,20 @@ void pcgc_views_memo_free(pcgc_views_memo *memo) {
     free(p->cost);
     free(p);
   }
+  pthread_mutex_destroy(&memo->lock);
   free(memo);
 }
 
 pcgc_views_memo_stats pcgc_views_memo_get_stats(const pcgc_views_memo *memo) {
   pcgc_views_memo_stats s = {0};
   if (!memo) return s;
+  pthread_mutex_lock((pthread_mutex_t *)&memo->lock);
   s.hits = memo->hits;
   s.misses = memo->misses;
   s.nodes = HASH_COUNT(memo->nodes);
   s.matrices = HASH_COUNT(memo->pairs);
   s.bytes = memo->bytes;
+  pthread_mutex_unlock((pthread_mutex_t *)&memo->lock);
   return s;
 }
 
@@ -498,6 +505,7 @@ typedef struct vbuild {
   int *readers;             /* (computed consumer, slot) pairs that read the node */
   const mnode **mn;         /* [n] computed nodes' entries, owned by the memo */
   pcgc_views_memo *memo;
+  int64_t hits, misses;     /* this build's lookups of the memo */
   XXH128_hash_t machine;
   pcgc__piece_map pm;
   double **own;             /* summed matrices (a producer read through two slots) */
@@ -522,17 +530,31 @@ static void build_free(vbuild *B) {
 
 static const mnode *node_get(vbuild *B, const pcgc_node *n, pcgc_error *err) {
   XXH128_hash_t key = node_key(B->g, n, B->machine);
-  mnode *e;
-  HASH_FIND(hh, B->memo->nodes, &key, sizeof key, e);
-  if (e) {
-    B->memo->hits++;
-    return e;
-  }
+  pcgc_views_memo *M = B->memo;
+  mnode *e, *had;
+  pthread_mutex_lock(&M->lock);
+  HASH_FIND(hh, M->nodes, &key, sizeof key, e);
+  if (e) M->hits++;
+  pthread_mutex_unlock(&M->lock);
+  B->hits += e != NULL;
+  B->misses += e == NULL;
+  if (e) return e;
   if (!(e = node_compute(B->g, n, B->m, &B->pm, err))) return NULL;
   e->key = key;
-  HASH_ADD(hh, B->memo->nodes, key, sizeof key, e);
-  B->memo->misses++;
-  B->memo->bytes += sizeof *e + (size_t)e->off[n->n_in] * sizeof *e->r + (size_t)(n->n_in + 1) * sizeof *e->off;
+  pthread_mutex_lock(&M->lock);
+  HASH_FIND(hh, M->nodes, &key, sizeof key, had); /* another thread's, made meanwhile */
+  if (!had) {
+    HASH_ADD(hh, M->nodes, key, sizeof key, e);
+    M->misses++;
+    M->bytes += sizeof *e + (size_t)e->off[n->n_in] * sizeof *e->r + (size_t)(n->n_in + 1) * sizeof *e->off;
+  }
+  pthread_mutex_unlock(&M->lock);
+  if (had) {
+    free(e->r);
+    free(e->off);
+    free(e);
+    return had;
+  }
   return e;
 }
 
@@ -549,12 +571,15 @@ static const double *pair_get(vbuild *B, const pcgc_node *x, int slot) {
   kput(&k, N->K);
   for (int b = 0; b < N->K; b++) kput(&k, (int64_t)N->cand[b].start << 32 | (uint32_t)N->cand[b].stride);
   XXH128_hash_t key = kdigest(&k);
-  mpair *e;
-  HASH_FIND(hh, B->memo->pairs, &key, sizeof key, e);
-  if (e) {
-    B->memo->hits++;
-    return e->cost;
-  }
+  pcgc_views_memo *Mm = B->memo;
+  mpair *e, *had;
+  pthread_mutex_lock(&Mm->lock);
+  HASH_FIND(hh, Mm->pairs, &key, sizeof key, e);
+  if (e) Mm->hits++;
+  pthread_mutex_unlock(&Mm->lock);
+  B->hits += e != NULL;
+  B->misses += e == NULL;
+  if (e) return e->cost;
   double *c = malloc((size_t)(S->K * N->K) * sizeof *c);
   if (!c || !(e = malloc(sizeof *e))) {
     free(c);
@@ -566,9 +591,19 @@ static const double *pair_get(vbuild *B, const pcgc_node *x, int slot) {
   for (int a = 0; a < S->K; a++)
     for (int b = 0; b < N->K; b++) c[a * N->K + b] = mul * move_time(B->m, B->D, r, n, N->cand[b], S->cand[a]);
   *e = (mpair){.key = key, .cost = c};
-  HASH_ADD(hh, B->memo->pairs, key, sizeof key, e);
-  B->memo->misses++;
-  B->memo->bytes += sizeof *e + (size_t)(S->K * N->K) * sizeof *c;
+  pthread_mutex_lock(&Mm->lock);
+  HASH_FIND(hh, Mm->pairs, &key, sizeof key, had); /* another thread's, made meanwhile */
+  if (!had) {
+    HASH_ADD(hh, Mm->pairs, key, sizeof key, e);
+    Mm->misses++;
+    Mm->bytes += sizeof *e + (size_t)(S->K * N->K) * sizeof *c;
+  }
+  pthread_mutex_unlock(&Mm->lock);
+  if (had) {
+    free(c);
+    free(e);
+    return had->cost;
+  }
   return c;
 }
 
@@ -1225,7 +1260,6 @@ pcgc_status pcgc_views_dp(const pcgc_graph *g, const pcgc_mapping *init, int blo
     return st;
   }
   memcpy(out->view, init->view, (size_t)g->n_nodes * sizeof *out->view);
-  int64_t hits = memo->hits, misses = memo->misses;
   vbuild B;
   st = build(&B, g, m, memo, init->view, block < 1 ? 1 : block, t, false, err);
   for (int v = 0; v < g->n_nodes && st == PCGC_OK; v++) {
@@ -1235,8 +1269,8 @@ pcgc_status pcgc_views_dp(const pcgc_graph *g, const pcgc_mapping *init, int blo
   }
   stats->capacity = pcgc_machine_usable_memory(m);
   if (st == PCGC_OK) st = views_dp(&B, init, o, out, stats, err);
-  stats->memo_hits = memo->hits - hits;
-  stats->memo_misses = memo->misses - misses;
+  stats->memo_hits = B.hits;
+  stats->memo_misses = B.misses;
   build_free(&B);
   if (!o->memo) pcgc_views_memo_free(memo);
   if (st != PCGC_OK) pcgc_mapping_destroy(out);

@@ -870,6 +870,9 @@ typedef struct pcgc_joint_options {
                             (pcgc_views_dp) and keep its views when they simulate
                             faster than the greedy placement's (default true) */
   struct pcgc_views_memo *memo;  /* the DP's shared terms (NULL: one for the search) */
+  int threads;           /* rewrites simulated at once, on worker threads (default
+                            pcgc_threads_default(); 1: one at a time); the result
+                            does not depend on it */
 } pcgc_joint_options;
 
 void pcgc_joint_options_default(pcgc_joint_options *o);
@@ -975,6 +978,9 @@ typedef struct pcgc_compile_options {
   const char *extra_rules_dir;  /* more rules for the joint search (NULL: none) */
   bool allow_unsound;
   FILE *rules_report;     /* a line per rule checked, when not NULL */
+  int threads;            /* worker threads for the grid, the rule check and the joint
+                             search (default pcgc_threads_default(); 1: none); what
+                             is chosen does not depend on it */
   /* not NULL: the expert grid is this one candidate (fit to memory by
    * recomputation as any other); building it or fitting it failing is the
    * error, with the reason */

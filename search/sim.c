@@ -1029,7 +1029,7 @@ static void gen_weights(sim *S) {
 
 /* ---------------------------------------------------------- schedules */
 
-static const int *span_first; /* pcgc__pipeline_stages' sort key */
+static _Thread_local const int *span_first; /* pcgc__pipeline_stages' sort key */
 
 static int by_span_first(const void *a, const void *b) {
   int x = span_first[*(const int *)a], y = span_first[*(const int *)b];

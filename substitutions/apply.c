@@ -195,7 +195,8 @@ pcgc_status pcgc_rule_apply(const pcgc_graph *g, const pcgc_match *m, pcgc_graph
                    malloc(max_in * sizeof(pcgc_ref))};
   pcgc_graph *ng = pcgc_graph_new();
   pcgc_status s = PCGC_OK;
-  if (!tmp.new_id || !tmp.order || !tmp.in || !ng || (g->name && !(ng->name = dupstr(g->name))) ||
+  if (!tmp.new_id || !tmp.order || !tmp.in || !ng || pcgc_graph_reserve(ng, g->n_nodes + PCGC_RULE_MAX_NODES) ||
+      (g->name && !(ng->name = dupstr(g->name))) ||
       (g->file && !(ng->file = dupstr(g->file)))) {
     s = pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory applying rule '%s'", r->name);
     goto fail;

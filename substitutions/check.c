@@ -598,6 +598,7 @@ void pcgc_check_options_default(pcgc_check_options *o) {
   o->degrees[2] = 4;
   o->n_degrees = 3;
   o->max_tries = 400;
+  o->threads = pcgc_threads_default();
 }
 
 /* ------------------------------------------------------- instance classes */
@@ -1880,34 +1881,74 @@ pcgc_status pcgc_rule_check(const pcgc_rule *r, const pcgc_check_options *opt, p
   return C.st;
 }
 
+typedef struct verify_job {
+  const pcgc_ruleset *rs;
+  const pcgc_check_options *o;
+  pcgc_check_result *res;
+  pcgc_status *st;
+  pcgc_error *err;
+} verify_job;
+
+static void verify_one(void *ctx, int i, int worker) {
+  (void)worker;
+  verify_job *j = ctx;
+  j->st[i] = pcgc_rule_check(pcgc_ruleset_rule(j->rs, i), j->o, &j->res[i], &j->err[i]);
+}
+
 pcgc_status pcgc_ruleset_verify(pcgc_ruleset *rs, const pcgc_check_options *o, bool allow_unsound, FILE *report,
                                 int *n_unsound, int64_t *n_executions, pcgc_error *err) {
-  int bad = 0;
-  for (int i = 0; i < pcgc_ruleset_size(rs);) {
-    const pcgc_rule *r = pcgc_ruleset_rule(rs, i);
-    pcgc_check_result res;
-    pcgc_status st = pcgc_rule_check(r, o, &res, err);
-    if (st != PCGC_OK) return st;
-    if (n_executions) *n_executions += res.executions;
-    if (report) {
-      if (res.ok)
-        fprintf(report, "ok       %-40s %3d instances, %4d runs  (%s:%d)\n", r->name, res.instances, res.executions,
-                r->loc.file ? r->loc.file : "?", r->loc.line);
-      else
-        fprintf(report, "UNSOUND  %-40s (%s:%d)\n         %s\n", r->name, r->loc.file ? r->loc.file : "?", r->loc.line,
-                res.message);
-    }
-    if (!res.ok) {
-      bad++;
-      if (!allow_unsound) {
-        pcgc_ruleset_remove(rs, i);
-        continue;
-      }
-    }
-    i++;
+  pcgc_check_options def;
+  if (!o) {
+    pcgc_check_options_default(&def);
+    o = &def;
   }
-  if (n_unsound) *n_unsound = bad;
-  return PCGC_OK;
+  int n = pcgc_ruleset_size(rs);
+  /* every rule checked (on worker threads), then reported and removed in order */
+  pcgc_check_result *res = n ? calloc((size_t)n, sizeof *res) : NULL;
+  pcgc_status *sts = n ? calloc((size_t)n, sizeof *sts) : NULL;
+  pcgc_error *errs = n ? calloc((size_t)n, sizeof *errs) : NULL;
+  if (n && (!res || !sts || !errs)) {
+    free(res);
+    free(sts);
+    free(errs);
+    return pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory checking the rules");
+  }
+  verify_job j = {rs, o, res, sts, errs};
+  pcgc_parallel_run(n, o->log ? 1 : o->threads, verify_one, &j);
+  pcgc_status st = PCGC_OK;
+  for (int i = 0; i < n; i++)
+    if (sts[i] != PCGC_OK) {
+      if (err) *err = errs[i];
+      st = sts[i];
+      break;
+    }
+  int bad = 0;
+  bool *drop = st == PCGC_OK && n ? calloc((size_t)n, sizeof *drop) : NULL;
+  if (st == PCGC_OK && n && !drop) st = pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory checking the rules");
+  for (int i = 0; i < n && st == PCGC_OK; i++) {
+    const pcgc_rule *r = pcgc_ruleset_rule(rs, i);
+    if (n_executions) *n_executions += res[i].executions;
+    if (report) {
+      if (res[i].ok)
+        fprintf(report, "ok       %-40s %3d instances, %4d runs  (%s:%d)\n", r->name, res[i].instances,
+                res[i].executions, r->loc.file ? r->loc.file : "?", r->loc.line);
+      else
+        fprintf(report, "UNSOUND  %-40s (%s:%d)\n         %s\n", r->name, r->loc.file ? r->loc.file : "?",
+                r->loc.line, res[i].message);
+    }
+    if (!res[i].ok) {
+      bad++;
+      drop[i] = !allow_unsound;
+    }
+  }
+  for (int i = n - 1; i >= 0 && st == PCGC_OK; i--)
+    if (drop[i]) pcgc_ruleset_remove(rs, i);
+  free(drop);
+  free(res);
+  free(sts);
+  free(errs);
+  if (st == PCGC_OK && n_unsound) *n_unsound = bad;
+  return st;
 }
 
 const char *pcgc_rules_default_dir(void) {

@@ -173,6 +173,9 @@ typedef struct pcgc_check_options {
   int n_degrees;
   int max_tries;        /* draws tried per parameter binding (default 400) */
   FILE *log;            /* per-instance lines and a per-rule summary when not NULL */
+  int threads;          /* pcgc_ruleset_verify: rules checked at once (default
+                           pcgc_threads_default(); 1 with a log); the results
+                           do not depend on it */
 } pcgc_check_options;
 
 void pcgc_check_options_default(pcgc_check_options *o);

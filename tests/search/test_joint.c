@@ -440,6 +440,52 @@ START_TEST(trace_of_compile) {
 }
 END_TEST
 
+/* The search on worker threads chooses what it chooses on one: DLRM on a
+ * DGX H100 (the grid, the rule check and the joint search with the DP's
+ * views all run on the workers) compiled with 1 and with 3 threads gives
+ * the same strategy, time, views, trace and counts. */
+START_TEST(threads_do_not_change_the_plan) {
+  pcgc_machine m;
+  pcgc_error err = {0};
+  ck_assert_int_eq(pcgc_machine_load("dgx-h100", &m, &err), PCGC_OK);
+  char path[4096];
+  snprintf(path, sizeof path, "%s/models/dlrm.pcg", PCGC_SOURCE_DIR);
+  pcgc_graph *seq = pcgc_model_load(path, NULL, &err);
+  ck_assert_msg(seq && pcgc_graph_infer(seq, &err) == PCGC_OK, "%s", err.message);
+  pcgc_compile_result r[2];
+  for (int k = 0; k < 2; k++) {
+    pcgc_compile_options o;
+    pcgc_compile_options_default(&o);
+    o.time_limit = 0; /* deterministic */
+    o.joint.time_limit = 0;
+    o.threads = o.joint.threads = k == 0 ? 1 : 3;
+    ck_assert_msg(pcgc_compile(seq, &m, &o, &r[k], &err) == PCGC_OK, "%s", err.message);
+  }
+  ck_assert(pcgc_expert_choice_equal(&r[0].choice, &r[1].choice));
+  ck_assert(pcgc_graph_hash(r[0].graph) == pcgc_graph_hash(r[1].graph));
+  ck_assert(pcgc_graph_equal(r[0].graph, r[1].graph));
+  ck_assert_int_eq(r[0].mapping.n_nodes, r[1].mapping.n_nodes);
+  ck_assert(memcmp(r[0].mapping.view, r[1].mapping.view, (size_t)r[0].mapping.n_nodes * sizeof *r[0].mapping.view) == 0);
+  ck_assert(r[0].sim.iteration_time == r[1].sim.iteration_time);
+  ck_assert(r[0].expert_time == r[1].expert_time);
+  ck_assert_int_eq(r[0].tried, r[1].tried);
+  ck_assert_int_eq(r[0].feasible, r[1].feasible);
+  ck_assert(r[0].megatron.time == r[1].megatron.time && r[0].pipeline.time == r[1].pipeline.time &&
+            r[0].data_parallel.time == r[1].data_parallel.time);
+  ck_assert_int_eq(r[0].rules, r[1].rules);
+  ck_assert_int_eq(r[0].joint.expanded, r[1].joint.expanded);
+  ck_assert_int_eq(r[0].joint.evaluated, r[1].joint.evaluated);
+  ck_assert_int_eq(r[0].joint.duplicates, r[1].joint.duplicates);
+  ck_assert_int_eq(r[0].joint.improvements, r[1].joint.improvements);
+  ck_assert_msg(r[0].joint.improvements > 0, "the joint search did not improve DLRM");
+  ck_assert_int_eq(r[0].joint.n_trace, r[1].joint.n_trace);
+  for (int i = 0; i < r[0].joint.n_trace; i++) ck_assert_str_eq(r[0].joint.trace[i], r[1].joint.trace[i]);
+  pcgc_compile_result_destroy(&r[0]);
+  pcgc_compile_result_destroy(&r[1]);
+  pcgc_graph_free(seq);
+}
+END_TEST
+
 /* The plan's "derivation" keeps the trace: written, read back line by line;
  * a derivation written without one reads back without one. */
 START_TEST(derivation_trace) {
@@ -503,6 +549,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, segments_on_models);
   tcase_add_test(tc, trace_replays);
   tcase_add_test(tc, trace_of_compile);
+  tcase_add_test(tc, threads_do_not_change_the_plan);
   tcase_add_test(tc, derivation_trace);
   suite_add_tcase(s, tc);
   return s;
