@@ -213,6 +213,8 @@ typedef struct pcgc_codegen_options {
   pcgc_schedule schedule;      /* order of micro-batches (default GPipe) */
   pcgc_optim_kind optimizer;   /* state buffers kept (default Adam: m and v) */
   bool recompute;              /* activation recomputation, as the simulator's (see above) */
+  int threads;                 /* devices' streams and memory planned at once (default
+                                  pcgc_threads_default(); the program does not depend on it) */
 } pcgc_codegen_options;
 
 void pcgc_codegen_options_default(pcgc_codegen_options *o);

@@ -34,8 +34,10 @@ typedef struct cg_dev {
   int64_t n_ins, cap_ins;
   int *args;
   int64_t n_args, cap_args;
-  pcgc_box *boxes;
+  pcgc_box *boxes;     /* each distinct box once (instructions of every micro-batch share them) */
   int64_t n_boxes, cap_boxes;
+  int32_t *box_slot;   /* open addressing over boxes by content: index + 1 (0: empty) */
+  int64_t n_slots;     /* a power of two, at least twice n_boxes */
   int n_requests;
 } cg_dev;
 
@@ -91,7 +93,8 @@ typedef struct cg {
   int64_t *tf, *tb;    /* [stage][micro] idealised start times */
   int64_t slot_max;
   cg_dev *dv;
-  struct bent *bufs;
+  struct bent *bufs;   /* open addressing over buffer keys (lower.c): bufs_cap slots, a power of two */
+  int64_t bufs_n, bufs_cap;
   /* per node, its VIEW_GRAD and STAGE_GRAD buffers (bkeys), in creation
    * order: backward visits them without probing every (device, piece) */
   struct cg_keys *gkeys;        /* [2 * n_nodes]: 2 node + (role == STAGE_GRAD) */

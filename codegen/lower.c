@@ -106,8 +106,7 @@ typedef struct bkey { /* hashed as bytes: no padding (unused is zeroed) */
 
 typedef struct bent {
   bkey k;
-  int id;
-  UT_hash_handle hh;
+  int id;      /* -1: an empty slot */
 } bent;
 
 static bkey mkkey(int dev, int role, int node, int slot, int64_t piece, int micro) {
@@ -122,10 +121,56 @@ static bkey mkkey(int dev, int role, int node, int slot, int64_t piece, int micr
   return k;
 }
 
+static uint64_t mix64(uint64_t x) {
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ull;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+static uint64_t bkey_hash(const bkey *k) {
+  uint64_t a = (uint64_t)(uint32_t)k->dev << 32 | (uint32_t)k->node;
+  uint64_t b = (uint64_t)(uint32_t)k->role << 48 ^ (uint64_t)(uint32_t)k->slot << 32 ^ (uint32_t)k->micro;
+  return mix64(a ^ mix64(b ^ mix64((uint64_t)k->piece)));
+}
+
+static bool bkey_equal(const bkey *a, const bkey *b) {
+  return a->dev == b->dev && a->node == b->node && a->piece == b->piece && a->micro == b->micro &&
+         a->role == b->role && a->slot == b->slot;
+}
+
+/* The slot of key k: where it is, or the empty one it would take. */
+static int64_t bmap_slot(const cg *C, const bkey *k) {
+  uint64_t mask = (uint64_t)C->bufs_cap - 1, i = bkey_hash(k) & mask;
+  while (C->bufs[i].id >= 0 && !bkey_equal(&C->bufs[i].k, k)) i = (i + 1) & mask;
+  return (int64_t)i;
+}
+
 static int buf_find(cg *C, bkey k) {
-  bent *e = NULL;
-  HASH_FIND(hh, C->bufs, &k, sizeof k, e);
-  return e ? e->id : -1;
+  if (!C->bufs_cap) return -1;
+  return C->bufs[bmap_slot(C, &k)].id;
+}
+
+/* Key k (not present) names buffer id. */
+static bool bmap_put(cg *C, bkey k, int id) {
+  if (2 * (C->bufs_n + 1) > C->bufs_cap) {
+    int64_t cap = C->bufs_cap ? 2 * C->bufs_cap : 1024;
+    bent *old = C->bufs, *t = malloc((size_t)cap * sizeof *t);
+    if (!t) return false;
+    for (int64_t i = 0; i < cap; i++) t[i].id = -1;
+    int64_t oc = C->bufs_cap;
+    C->bufs = t;
+    C->bufs_cap = cap;
+    for (int64_t i = 0; i < oc; i++)
+      if (old[i].id >= 0) C->bufs[bmap_slot(C, &old[i].k)] = old[i];
+    free(old);
+  }
+  int64_t i = bmap_slot(C, &k);
+  C->bufs[i].k = k;
+  C->bufs[i].id = id;
+  C->bufs_n++;
+  return true;
 }
 
 /* A new buffer on device k.dev holding box b of a tensor of dtype t. */
@@ -134,12 +179,7 @@ static int buf_add(cg *C, bkey k, pcgc_dtype t, const pcgc_box *b, bool persiste
   cg_dev *V = &C->dv[k.dev];
   GROW(C, V->buf, V->cap_buf, V->n_buf + 1);
   GROW(C, V->acc, V->cap_acc, V->n_buf + 1);
-  bent *e = calloc(1, sizeof *e);
-  if (C->st || !e) {
-    free(e);
-    C->st = PCGC_ERR_NOMEM;
-    return -1;
-  }
+  if (C->st) return -1;
   pcgc_plan_buf *B = &V->buf[V->n_buf];
   memset(B, 0, sizeof *B);
   B->role = (uint8_t)k.role;
@@ -160,16 +200,18 @@ static int buf_add(cg *C, bkey k, pcgc_dtype t, const pcgc_box *b, bool persiste
   B->persistent = persistent;
   memset(&V->acc[V->n_buf], 0, sizeof V->acc[V->n_buf]);
   V->acc[V->n_buf].writer = -1;
-  e->k = k;
-  e->id = V->n_buf++;
-  HASH_ADD(hh, C->bufs, k, sizeof e->k, e);
+  int id = (int)V->n_buf++;
+  if (!bmap_put(C, k, id)) {
+    C->st = PCGC_ERR_NOMEM;
+    return -1;
+  }
   if ((k.role == PCGC_BUF_VIEW_GRAD || k.role == PCGC_BUF_STAGE_GRAD) && C->gkeys) {
     cg_keys *L = &C->gkeys[2 * k.node + (k.role == PCGC_BUF_STAGE_GRAD)];
     GROW(C, L->k, L->cap, L->n + 1);
     if (C->st) return -1;
     L->k[L->n++] = k;
   }
-  return e->id;
+  return id;
 }
 
 /* Key k names buffer `id` too (a replicate's copy on its source's device is
@@ -177,14 +219,10 @@ static int buf_add(cg *C, bkey k, pcgc_dtype t, const pcgc_box *b, bool persiste
 static int buf_alias(cg *C, bkey k, int id) {
   int have = buf_find(C, k);
   if (have >= 0 || C->st || id < 0) return have;
-  bent *e = calloc(1, sizeof *e);
-  if (!e) {
+  if (!bmap_put(C, k, id)) {
     C->st = PCGC_ERR_NOMEM;
     return -1;
   }
-  e->k = k;
-  e->id = id;
-  HASH_ADD(hh, C->bufs, k, sizeof e->k, e);
   return id;
 }
 
@@ -330,6 +368,57 @@ int pcgc__cg_ins_access(const pcgc_ins *I, const int *args, int *rd, int *nrd, i
 
 /* Adds instruction I (args[0..n_args) copied into the device's pool) on
  * device dev to task `task`; extra_w: more buffers it writes (kernels). */
+/* Index of box b in V->boxes, added when new: a device's instructions
+ * name few distinct boxes (the same piece region in every micro-batch). */
+static uint64_t box_hash(const pcgc_box *b) {
+  uint64_t h = 1469598103934665603ull ^ (uint64_t)b->rank;
+  for (int d = 0; d < b->rank; d++) {
+    h = (h ^ (uint64_t)b->lo[d]) * 1099511628211ull;
+    h = (h ^ (uint64_t)b->len[d]) * 1099511628211ull;
+  }
+  return h ^ (h >> 29);
+}
+
+static bool box_same(const pcgc_box *a, const pcgc_box *b) {
+  if (a->rank != b->rank) return false;
+  for (int d = 0; d < a->rank; d++)
+    if (a->lo[d] != b->lo[d] || a->len[d] != b->len[d]) return false;
+  return true;
+}
+
+static int box_intern(cg *C, cg_dev *V, const pcgc_box *b) {
+  if (2 * (V->n_boxes + 1) > V->n_slots) { /* grow the table and place every box again */
+    int64_t n = V->n_slots ? 2 * V->n_slots : 64;
+    int32_t *t = calloc((size_t)n, sizeof *t);
+    if (!t) {
+      C->st = PCGC_ERR_NOMEM;
+      return -1;
+    }
+    for (int64_t i = 0; i < V->n_boxes; i++) {
+      uint64_t k = box_hash(&V->boxes[i]) & (uint64_t)(n - 1);
+      while (t[k]) k = (k + 1) & (uint64_t)(n - 1);
+      t[k] = (int32_t)(i + 1);
+    }
+    free(V->box_slot);
+    V->box_slot = t;
+    V->n_slots = n;
+  }
+  uint64_t k = box_hash(b) & (uint64_t)(V->n_slots - 1);
+  for (; V->box_slot[k]; k = (k + 1) & (uint64_t)(V->n_slots - 1))
+    if (box_same(&V->boxes[V->box_slot[k] - 1], b)) return V->box_slot[k] - 1;
+  GROW(C, V->boxes, V->cap_boxes, V->n_boxes + 1);
+  if (C->st) return -1;
+  pcgc_box *nb = &V->boxes[V->n_boxes];
+  memset(nb, 0, sizeof *nb); /* unused dims zero: boxes compare and hash as bytes elsewhere */
+  nb->rank = b->rank;
+  for (int d = 0; d < b->rank; d++) {
+    nb->lo[d] = b->lo[d];
+    nb->len[d] = b->len[d];
+  }
+  V->box_slot[k] = (int32_t)(V->n_boxes + 1);
+  return (int)V->n_boxes++;
+}
+
 static int emit(cg *C, int task, int dev, pcgc_ins I, const int *args, int n_args, const pcgc_box *box,
                 const int *extra_w, int n_extra) {
   if (C->st || task < 0) return -1;
@@ -344,13 +433,8 @@ static int emit(cg *C, int task, int dev, pcgc_ins I, const int *args, int n_arg
   } else {
     I.args = I.n_args = 0;
   }
-  I.box = -1;
-  if (box) {
-    GROW(C, V->boxes, V->cap_boxes, V->n_boxes + 1);
-    if (C->st) return -1;
-    V->boxes[V->n_boxes] = *box;
-    I.box = (int)V->n_boxes++;
-  }
+  I.box = box ? box_intern(C, V, box) : -1;
+  if (C->st) return -1;
   GROW(C, V->ins, V->cap_ins, V->n_ins + 1);
   GROW(C, C->em, C->cap_em, C->nem + 1);
   if (C->st) return -1;
@@ -1495,11 +1579,7 @@ static void one_f_one_b(cg *C) {
 }
 
 static void free_cg(cg *C) {
-  bent *e, *tmp;
-  HASH_ITER(hh, C->bufs, e, tmp) {
-    HASH_DEL(C->bufs, e);
-    free(e);
-  }
+  free(C->bufs);
   hbox *h, *ht;
   HASH_ITER(hh, C->boxes, h, ht) {
     HASH_DEL(C->boxes, h);
@@ -1526,6 +1606,7 @@ static void free_cg(cg *C) {
       free(V->ins);
       free(V->args);
       free(V->boxes);
+      free(V->box_slot);
     }
   free(C->dv);
   free(C->t);
@@ -1549,6 +1630,7 @@ void pcgc_codegen_options_default(pcgc_codegen_options *o) {
   memset(o, 0, sizeof *o);
   o->schedule = PCGC_SCHEDULE_GPIPE;
   o->optimizer = PCGC_OPTIM_ADAM;
+  o->threads = pcgc_threads_default();
 }
 
 pcgc_status pcgc_codegen(const pcgc_graph *g, const pcgc_mapping *mp, int n_devices, const pcgc_codegen_options *o,

@@ -159,23 +159,84 @@ static int by_span_size(const void *a, const void *b) {
   return (x->id > y->id) - (x->id < y->id);
 }
 
+/* The placed spans live at the same time as a new one are found through
+ * blocks of the instruction axis: each placed span is listed in the blocks
+ * its lifetime covers, so a query reads the few blocks of its own lifetime
+ * instead of every span placed (quadratic in a device's buffers: LLaMA-3
+ * 70B's 1F1B stages hold tens of thousands). Blocks are sized so that the
+ * lists hold about 32 entries per span. */
+typedef struct tblocks {
+  int64_t blk;          /* instructions per block */
+  int nblk;
+  int *off, *cnt;       /* block b's entries: ent[off[b] .. off[b] + cnt[b]) */
+  int *ent;             /* indices into the placed array */
+  int *stamp;           /* [m]: the query that last saw placed span k (dedup) */
+} tblocks;
+
+static bool tblocks_init(tblocks *T, const span *sp, int m) {
+  memset(T, 0, sizeof *T);
+  int64_t len = 0, end = 1;
+  for (int i = 0; i < m; i++) {
+    len += sp[i].last - sp[i].first + 1;
+    if (sp[i].last + 1 > end) end = sp[i].last + 1;
+  }
+  T->blk = m ? (len + 32 * (int64_t)m - 1) / (32 * (int64_t)m) : 1;
+  if (T->blk < 1) T->blk = 1;
+  T->nblk = (int)((end + T->blk - 1) / T->blk);
+  int64_t total = 0;
+  T->off = calloc((size_t)T->nblk + 1, sizeof *T->off);
+  T->cnt = calloc((size_t)T->nblk + 1, sizeof *T->cnt);
+  T->stamp = malloc((size_t)(m ? m : 1) * sizeof *T->stamp);
+  if (!T->off || !T->cnt || !T->stamp) return false;
+  for (int i = 0; i < m; i++) /* room: every span's blocks, counted before any is placed */
+    for (int64_t b = sp[i].first / T->blk; b <= sp[i].last / T->blk; b++) T->off[b + 1]++;
+  for (int b = 0; b < T->nblk; b++) T->off[b + 1] += T->off[b];
+  total = T->off[T->nblk];
+  T->ent = malloc((size_t)(total ? total : 1) * sizeof *T->ent);
+  for (int i = 0; i < m; i++) T->stamp[i] = -1;
+  return T->ent != NULL;
+}
+
+static void tblocks_free(tblocks *T) {
+  free(T->off);
+  free(T->cnt);
+  free(T->ent);
+  free(T->stamp);
+}
+
 static int64_t first_fit(span *sp, int m, int64_t base, int64_t *at_of, placed *pl, placed *live) {
   qsort(sp, (size_t)m, sizeof *sp, by_span_size);
+  tblocks T;
+  bool fast = tblocks_init(&T, sp, m);
   int64_t top = base;
   for (int i = 0; i < m; i++) {
     int64_t size = align64(sp[i].bytes ? sp[i].bytes : 1), at = base;
     /* sweep the placements live at the same time by their start, stepping
-     * past each that overlaps, until a gap holds the span */
+     * past each that overlaps, until a gap holds the span (the result does
+     * not depend on how those placements are ordered among equal starts) */
     int nl = 0;
-    for (int k = 0; k < i; k++)
-      if (!(pl[k].last < sp[i].first || pl[k].first > sp[i].last)) live[nl++] = pl[k];
+    if (fast) {
+      for (int64_t b = sp[i].first / T.blk; b <= sp[i].last / T.blk; b++)
+        for (int e = 0; e < T.cnt[b]; e++) {
+          int k = T.ent[T.off[b] + e];
+          if (T.stamp[k] == i) continue;
+          T.stamp[k] = i;
+          if (!(pl[k].last < sp[i].first || pl[k].first > sp[i].last)) live[nl++] = pl[k];
+        }
+    } else {
+      for (int k = 0; k < i; k++)
+        if (!(pl[k].last < sp[i].first || pl[k].first > sp[i].last)) live[nl++] = pl[k];
+    }
     qsort(live, (size_t)nl, sizeof *live, by_lo);
     for (int k = 0; k < nl && live[k].lo < at + size; k++)
       if (live[k].hi > at) at = live[k].hi;
     at_of[sp[i].id] = at;
     pl[i] = (placed){at, at + size, sp[i].first, sp[i].last};
     if (at + size > top) top = at + size;
+    if (fast)
+      for (int64_t b = sp[i].first / T.blk; b <= sp[i].last / T.blk; b++) T.ent[T.off[b] + T.cnt[b]++] = i;
   }
+  tblocks_free(&T);
   return top;
 }
 
@@ -245,8 +306,9 @@ static uint64_t digest(const pcgc_program *p) {
     const pcgc_device_program *P = &p->dev[d];
     for (int i = 0; i < P->n_ins; i++) {
       const pcgc_ins *I = &P->ins[i];
+      /* a box by its content (below), not its index: boxes are shared */
       int64_t v[12] = {I->kind, I->add, I->node, I->piece, I->micro, I->dst, I->src, I->peer, I->root, I->tag, I->n_args,
-                       I->box};
+                       I->box >= 0};
       XXH64_update(s, v, sizeof v);
       if (I->n_args) XXH64_update(s, P->args + I->args, (size_t)I->n_args * sizeof *P->args);
       if (I->box >= 0) {
@@ -341,8 +403,8 @@ static pcgc_status send_waits(pcgc_device_program *P, const span *sp, int n) {
 /* Send staging (codegen.h): the k-th SEND of device d holds its bytes from
  * its instruction until the last one before the first whose global
  * position comes after its receive's; offsets by first fit. */
-static pcgc_status plan_sends(cg *C, pcgc_device_program *P, int d, const int32_t *gpos, int32_t *last_recv,
-                              bool *in_order) {
+static pcgc_status plan_sends(const cg *C, pcgc_device_program *P, int d, const int32_t *gpos, int32_t *last_recv,
+                              bool *in_order, pcgc_error *err) {
   int n = 0;
   for (int i = 0; i < P->n_ins; i++) n += P->ins[i].kind == PCGC_INS_SEND;
   P->n_sends = n;
@@ -360,7 +422,7 @@ static pcgc_status plan_sends(cg *C, pcgc_device_program *P, int d, const int32_
     if (I->kind != PCGC_INS_SEND) continue;
     const cg_pair *pr = pair_of(C, d, I->peer);
     if (!pr || !pr->recv_at || I->tag < 0 || I->tag >= pr->count) {
-      st = pcgc_error_set(C->err, PCGC_ERR_GRAPH, "codegen: device %d sends tag %d to device %d, which never "
+      st = pcgc_error_set(err, PCGC_ERR_GRAPH, "codegen: device %d sends tag %d to device %d, which never "
                           "receives it", d, I->tag, I->peer);
       goto out;
     }
@@ -386,18 +448,94 @@ out:
   return st;
 }
 
+/* The per-device steps of pcgc__cg_schedule, run on worker threads. */
+typedef struct dev_job {
+  cg *C;
+  pcgc_program *p;
+  int32_t **pos, **gp;
+  uint64_t *lay;
+  pcgc_status *st;     /* per device */
+  pcgc_error *err;     /* per device */
+  bool *in_order;      /* per device: its messages to each peer are received in order */
+  int *like;           /* per device: an earlier device of the same layout (-1: none) */
+  int *plan;           /* devices whose memory is planned (the rest copy a like's) */
+} dev_job;
+
+/* Device d's stream in the global order, its sends, lifetimes and layout hash. */
+static void dev_stream(void *ctx, int d, int worker) {
+  (void)worker;
+  dev_job *J = ctx;
+  cg *C = J->C;
+  cg_dev *V = &C->dv[d];
+  pcgc_device_program *P = &J->p->dev[d];
+  J->in_order[d] = true;
+  P->n_ins = (int)V->n_ins;
+  P->n_buf = (int)V->n_buf;
+  P->n_args = (int)V->n_args;
+  P->n_box = (int)V->n_boxes;
+  P->n_requests = V->n_requests;
+  /* the buffers, arguments and boxes move to the program (codegen is done
+   * with them: free_cg follows); the instructions are put in stream order */
+  P->ins = malloc((size_t)(P->n_ins ? P->n_ins : 1) * sizeof *P->ins);
+  int32_t *last_recv = malloc((size_t)C->D * sizeof *last_recv);
+  if (!P->ins || !last_recv) {
+    free(last_recv);
+    J->st[d] = PCGC_ERR_NOMEM;
+    return;
+  }
+  for (int i = 0; i < P->n_ins; i++) P->ins[i] = V->ins[J->pos[d][i]];
+  free(V->ins);
+  V->ins = NULL;
+  P->buf = V->buf;
+  P->args = V->args;
+  P->boxes = V->boxes;
+  V->buf = NULL;
+  V->args = NULL;
+  V->boxes = NULL;
+  if (!P->buf) P->buf = malloc(sizeof *P->buf); /* never NULL, as before: callers copy from them */
+  if (!P->args) P->args = malloc(sizeof *P->args);
+  if (!P->boxes) P->boxes = malloc(sizeof *P->boxes);
+  if (!P->buf || !P->args || !P->boxes) {
+    free(last_recv);
+    J->st[d] = PCGC_ERR_NOMEM;
+    return;
+  }
+  for (int i = 0; i < P->n_ins; i++) {
+    const pcgc_ins *I = &P->ins[i];
+    P->count_by_kind[I->kind]++;
+    if (I->box < 0) continue;
+    int b = I->dst >= 0 ? I->dst : I->src;
+    int64_t bytes = box_bytes(&P->boxes[I->box], b >= 0 ? P->buf[b].dtype : PCGC_F32);
+    if (I->kind == PCGC_INS_ALLREDUCE_START && !pcgc_allreduce_in_place(P, I)) P->request_bytes += align64(bytes);
+    if (I->kind != PCGC_INS_COPY && !pcgc_allreduce_in_place(P, I) && bytes > P->max_message_bytes)
+      P->max_message_bytes = bytes;
+  }
+  for (int e = 0; e < C->D; e++) last_recv[e] = -1;
+  J->st[d] = plan_sends(C, P, d, J->gp[d], last_recv, &J->in_order[d], &J->err[d]);
+  free(last_recv);
+  if (J->st[d] != PCGC_OK) return;
+  lifetimes(P);
+  J->lay[d] = layout_hash(P);
+}
+
+static void dev_memory(void *ctx, int k, int worker) {
+  (void)worker;
+  dev_job *J = ctx;
+  int d = J->plan[k];
+  J->st[d] = plan_memory(&J->p->dev[d]);
+}
+
 pcgc_status pcgc__cg_schedule(cg *C, pcgc_program **out) {
   int64_t nt = C->nt;
   int64_t *off = calloc((size_t)nt + 1, sizeof *off);
   int *succ = malloc((size_t)(C->ne ? C->ne : 1) * sizeof *succ), *indeg = calloc((size_t)(nt ? nt : 1), sizeof *indeg);
   hitem *heap = malloc((size_t)(nt ? nt : 1) * sizeof *heap);
   int32_t **pos = calloc((size_t)C->D, sizeof *pos), **gp = calloc((size_t)C->D, sizeof *gp);
-  int32_t *last_recv = malloc((size_t)C->D * sizeof *last_recv);
   int64_t *npos = calloc((size_t)C->D, sizeof *npos);
   uint64_t *lay = calloc((size_t)C->D, sizeof *lay);
   pcgc_program *p = calloc(1, sizeof *p);
   pcgc_status st = PCGC_OK;
-  if (!off || !succ || !indeg || !heap || !pos || !gp || !last_recv || !npos || !lay || !p) {
+  if (!off || !succ || !indeg || !heap || !pos || !gp || !npos || !lay || !p) {
     st = PCGC_ERR_NOMEM;
     goto done;
   }
@@ -473,46 +611,43 @@ pcgc_status pcgc__cg_schedule(cg *C, pcgc_program **out) {
     free(cnt);
   }
   if ((st = receive_positions(C, pos, gp)) != PCGC_OK) goto done;
-  p->p2p_in_order = true;
-  for (int d = 0; d < C->D; d++) {
-    cg_dev *V = &C->dv[d];
-    pcgc_device_program *P = &p->dev[d];
-    P->n_ins = (int)V->n_ins;
-    P->n_buf = (int)V->n_buf;
-    P->n_args = (int)V->n_args;
-    P->n_box = (int)V->n_boxes;
-    P->n_requests = V->n_requests;
-    P->ins = malloc((size_t)(P->n_ins ? P->n_ins : 1) * sizeof *P->ins);
-    P->buf = malloc((size_t)(P->n_buf ? P->n_buf : 1) * sizeof *P->buf);
-    P->args = malloc((size_t)(P->n_args ? P->n_args : 1) * sizeof *P->args);
-    P->boxes = malloc((size_t)(P->n_box ? P->n_box : 1) * sizeof *P->boxes);
-    if (!P->ins || !P->buf || !P->args || !P->boxes) {
-      st = PCGC_ERR_NOMEM;
-      goto done;
+  {
+    /* each device's stream, sends and lifetimes on worker threads; then its
+     * memory, planned once per layout (the data-parallel copies share one) */
+    dev_job J = {.C = C, .p = p, .pos = pos, .gp = gp, .lay = lay};
+    J.st = calloc((size_t)C->D, sizeof *J.st);
+    J.err = calloc((size_t)C->D, sizeof *J.err);
+    J.in_order = malloc((size_t)C->D * sizeof *J.in_order);
+    J.like = malloc((size_t)C->D * sizeof *J.like);
+    J.plan = malloc((size_t)C->D * sizeof *J.plan);
+    if (!J.st || !J.err || !J.in_order || !J.like || !J.plan) st = PCGC_ERR_NOMEM;
+    int threads = C->o.threads > 0 ? C->o.threads : 1;
+    if (st == PCGC_OK) pcgc_parallel_run(C->D, threads, dev_stream, &J);
+    p->p2p_in_order = true;
+    for (int d = 0; d < C->D && st == PCGC_OK; d++) {
+      if ((st = J.st[d]) != PCGC_OK && C->err && J.err[d].message[0]) *C->err = J.err[d];
+      p->p2p_in_order = p->p2p_in_order && J.in_order[d];
     }
-    for (int i = 0; i < P->n_ins; i++) P->ins[i] = V->ins[pos[d][i]];
-    if (P->n_buf) memcpy(P->buf, V->buf, (size_t)P->n_buf * sizeof *P->buf);
-    if (P->n_args) memcpy(P->args, V->args, (size_t)P->n_args * sizeof *P->args);
-    if (P->n_box) memcpy(P->boxes, V->boxes, (size_t)P->n_box * sizeof *P->boxes);
-    for (int i = 0; i < P->n_ins; i++) {
-      const pcgc_ins *I = &P->ins[i];
-      P->count_by_kind[I->kind]++;
-      if (I->box < 0) continue;
-      int b = I->dst >= 0 ? I->dst : I->src;
-      int64_t bytes = box_bytes(&P->boxes[I->box], b >= 0 ? P->buf[b].dtype : PCGC_F32);
-      if (I->kind == PCGC_INS_ALLREDUCE_START && !pcgc_allreduce_in_place(P, I)) P->request_bytes += align64(bytes);
-      if (I->kind != PCGC_INS_COPY && !pcgc_allreduce_in_place(P, I) && bytes > P->max_message_bytes)
-        P->max_message_bytes = bytes;
+    int n_plan = 0;
+    for (int d = 0; d < C->D && st == PCGC_OK; d++) {
+      J.like[d] = -1;
+      for (int e = d - 1; e >= 0 && J.like[d] < 0; e--) /* the most recent alike: dp copies are usually neighbours */
+        if (lay[e] == lay[d] && same_layout(&p->dev[e], &p->dev[d])) J.like[d] = e;
+      if (J.like[d] < 0) J.plan[n_plan++] = d;
     }
-    for (int e = 0; e < C->D; e++) last_recv[e] = -1;
-    if ((st = plan_sends(C, P, d, gp[d], last_recv, &p->p2p_in_order)) != PCGC_OK) goto done;
-    lifetimes(P);
-    lay[d] = layout_hash(P);
-    int like = -1;
-    for (int e = d - 1; e >= 0 && like < 0; e--) /* the most recent alike: dp copies are usually neighbours */
-      if (lay[e] == lay[d] && same_layout(&p->dev[e], P)) like = e;
-    if (like >= 0) copy_layout(P, &p->dev[like]);
-    else if ((st = plan_memory(P))) goto done;
+    if (st == PCGC_OK) {
+      for (int d = 0; d < C->D; d++) J.st[d] = PCGC_OK;
+      pcgc_parallel_run(n_plan, threads, dev_memory, &J);
+      for (int k = 0; k < n_plan && st == PCGC_OK; k++) st = J.st[J.plan[k]];
+    }
+    for (int d = 0; d < C->D && st == PCGC_OK; d++) /* in order: a device's like is planned or copied before it */
+      if (J.like[d] >= 0) copy_layout(&p->dev[d], &p->dev[J.like[d]]);
+    free(J.st);
+    free(J.err);
+    free(J.in_order);
+    free(J.like);
+    free(J.plan);
+    if (st != PCGC_OK) goto done;
   }
   p->digest = digest(p);
 done:
@@ -522,7 +657,6 @@ done:
   }
   free(pos);
   free(gp);
-  free(last_recv);
   free(npos);
   free(lay);
   free(off);
