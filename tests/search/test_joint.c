@@ -403,17 +403,24 @@ START_TEST(trace_replays) {
 }
 END_TEST
 
+/* DLRM (typed) and the DGX H100 it is compiled for in the README. */
+static pcgc_graph *dlrm_on_dgx(pcgc_machine *m) {
+  pcgc_error err = {0};
+  ck_assert_int_eq(pcgc_machine_load("dgx-h100", m, &err), PCGC_OK);
+  char path[4096];
+  snprintf(path, sizeof path, "%s/models/dlrm.pcg", PCGC_SOURCE_DIR);
+  pcgc_graph *seq = pcgc_model_load(path, NULL, &err);
+  ck_assert_msg(seq && pcgc_graph_infer(seq, &err) == PCGC_OK, "%s", err.message);
+  return seq;
+}
+
 /* compile on a model whose joint search improves on the expert strategy
  * (DLRM on a DGX H100, README): the trace replayed on that strategy, as
  * pcgc_expert_build makes it at the same sizes, gives the compiled graph. */
 START_TEST(trace_of_compile) {
   pcgc_machine m;
   pcgc_error err = {0};
-  ck_assert_int_eq(pcgc_machine_load("dgx-h100", &m, &err), PCGC_OK);
-  char path[4096];
-  snprintf(path, sizeof path, "%s/models/dlrm.pcg", PCGC_SOURCE_DIR);
-  pcgc_graph *seq = pcgc_model_load(path, NULL, &err);
-  ck_assert_msg(seq && pcgc_graph_infer(seq, &err) == PCGC_OK, "%s", err.message);
+  pcgc_graph *seq = dlrm_on_dgx(&m);
   pcgc_compile_options o;
   pcgc_compile_options_default(&o);
   o.joint.time_limit = 0; /* deterministic */
@@ -447,11 +454,7 @@ END_TEST
 START_TEST(threads_do_not_change_the_plan) {
   pcgc_machine m;
   pcgc_error err = {0};
-  ck_assert_int_eq(pcgc_machine_load("dgx-h100", &m, &err), PCGC_OK);
-  char path[4096];
-  snprintf(path, sizeof path, "%s/models/dlrm.pcg", PCGC_SOURCE_DIR);
-  pcgc_graph *seq = pcgc_model_load(path, NULL, &err);
-  ck_assert_msg(seq && pcgc_graph_infer(seq, &err) == PCGC_OK, "%s", err.message);
+  pcgc_graph *seq = dlrm_on_dgx(&m);
   pcgc_compile_result r[2];
   for (int k = 0; k < 2; k++) {
     pcgc_compile_options o;
