@@ -1138,7 +1138,29 @@ static void spread(cg *C, int Y, int srcbuf, member *ms, int nm, bool add, int n
     recv_into[i] = add && ms[i].n > 1 ? scratch_buf(C, node, key, mu, ms[i].dev, PCGC_F32, box) : ms[i].bufs[0];
     devs[nd++] = ms[i].dev;
   }
-  if (others == 1) {
+  bool on_root = false;
+  for (int i = 0; i < nm; i++) on_root |= ms[i].dev == Y;
+  if (others > 1 && !on_root && !add) {
+    /* the source is outside the group (another pipeline stage's device):
+     * one message to the first member, then a broadcast among the members,
+     * so that no collective spans two stages (a stage's streams would wait
+     * for the next stage to reach it) */
+    t_sendrecv(C, Y, srcbuf, ms[0].dev, recv_into[0], box, false);
+    int grp = group_id(C, devs + 1, nd - 1);
+    int t = task_begin(C, 8);
+    pcgc_ins I = ins_new(C, PCGC_INS_BCAST);
+    I.peer = grp;
+    I.root = ms[0].dev;
+    I.src = recv_into[0];
+    emit(C, t, ms[0].dev, I, NULL, 0, box, NULL, 0);
+    for (int i = 1; i < nm; i++) {
+      pcgc_ins R = ins_new(C, PCGC_INS_BCAST);
+      R.peer = grp;
+      R.root = ms[0].dev;
+      R.dst = recv_into[i];
+      emit(C, t, ms[i].dev, R, NULL, 0, box, NULL, 0);
+    }
+  } else if (others == 1) {
     for (int i = 0; i < nm; i++)
       if (ms[i].dev != Y) {
         bool into_scratch = add && ms[i].n > 1;
@@ -1199,6 +1221,31 @@ static void gather_sum(cg *C, int X, int dst, member *ms, int nm, bool add, int 
   int devs[4096], nd = 0, srcs[4096];
   if (nm + 1 > 4096) {
     C->st = pcgc_error_set(C->err, PCGC_ERR_UNSUPPORTED, "a collective over more than 4096 devices");
+    return;
+  }
+  if (local < 0) {
+    /* the destination is outside the group (another pipeline stage's
+     * device): the members reduce to the first of them, which sends the sum
+     * on, so that no collective spans two stages */
+    for (int i = 0; i < nm; i++) {
+      devs[nd] = ms[i].dev;
+      srcs[nd++] = member_sum(C, &ms[i], node, key, mu, t, box);
+    }
+    /* its own scratch (slot 1): member_sum's (slot 0) may be a reduce's source */
+    bkey sk = mkkey(ms[0].dev, PCGC_BUF_SCRATCH, node, 1, key, mu);
+    int sum = buf_find(C, sk);
+    if (sum < 0) sum = buf_add(C, sk, t, box, false);
+    int grp = group_id(C, devs, nd);
+    int tk = task_begin(C, 8);
+    for (int i = 0; i < nd; i++) {
+      pcgc_ins I = ins_new(C, PCGC_INS_REDUCE);
+      I.peer = grp;
+      I.root = ms[0].dev;
+      I.src = srcs[i];
+      if (i == 0) I.dst = sum;
+      emit(C, tk, devs[i], I, NULL, 0, box, NULL, 0);
+    }
+    t_sendrecv(C, ms[0].dev, sum, X, dst, box, add);
     return;
   }
   devs[nd] = X;
