@@ -278,4 +278,19 @@ has "$tmp/out" "memory margin"
 has "$tmp/out" "of 24.3 MiB usable"
 if grep -q "OUT OF MEMORY" "$tmp/out"; then bad "the tight machine's plan is out of memory"; else ok; fi
 
+# No collective spans two pipeline stages: under tp 8 x pp 2 on h100-4x8 (stage k on
+# devices 8k..8k+7) every broadcast and reduce group lies within one stage, and the
+# program's step is within 10% of the search's estimate (a broadcast from the last
+# device of a stage onto the next stage's group made it 20% slower).
+expect 0 "$pcgc" compile "$src/models/llama3-70b.pcg" --machine h100-4x8 --set LAYERS=2 --set B=16 --set S=512 \
+  --set VOCAB=4096 --precision bf16 --choice dp=1,tp=8,pp=2,micro=4,schedule=1f1b --budget 0 -o "$tmp/stages.json"
+cp "$tmp/out" "$tmp/stages.out"
+expect 0 "$pcgc" plan show "$tmp/stages.json" --streams
+if grep -o "group {[0-9,]*}" "$tmp/out" | sort -u | tr -d 'group{}' |
+    awk -F, '{ for (i = 2; i <= NF; i++) if (int($i / 8) != int($1 / 8)) bad = 1 } END { exit bad }'; then ok
+else bad "a collective group spans two pipeline stages: $(grep -o 'group {[0-9,]*}' "$tmp/out" | sort -u | tr '\n' ' ')"; fi
+awk '/^predicted iteration time/ { p = $4; e = $(NF - 1); u = $5 }
+     END { if (u != "ms" || p > 1.1 * e) exit 1 }' "$tmp/stages.out" && ok ||
+  bad "the program's step is not within 10% of the estimate: $(grep '^predicted iteration' "$tmp/stages.out")"
+
 finish test_compile
