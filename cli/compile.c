@@ -78,8 +78,8 @@ void pcgc_cli_compile_help(FILE *f) {
           "                     and convolutions, costed at the tensor cores' rate and recorded in the\n"
           "                     plan for `pcgc run` (weights, optimizer state and activations stay f32)\n"
           "  --verbose          one line per candidate, and what the bound cost (on standard error)\n"
-          "  --threads N        worker threads for the search (default: $PCGC_THREADS, else the cores,\n"
-          "                     at most 16); the plan does not depend on it\n"
+          "  --threads N        worker threads for the search and the lowering (default: $PCGC_THREADS,\n"
+          "                     else the cores, at most 16); the plan does not depend on it\n"
           "  --budget N         graphs the joint search expands (default 4; 0: expert strategies only)\n"
           "  --alpha A          the joint search keeps candidates up to A x the best (default 1.05)\n"
           "  --segment-nodes N  split graphs of more than 2N computed nodes at bottleneck tensors into\n"
@@ -269,6 +269,7 @@ static void lower_plan(const pcgc_compile_result *r, const pcgc_machine *m, cons
   co.optimizer = o->sim.optimizer;
   co.schedule = r->choice.schedule;
   co.recompute = r->choice.recompute;
+  co.threads = o->threads;
   if (pcgc_codegen(r->graph, &r->mapping, D, &co, &L->prog, &L->cerr) != PCGC_OK) return;
   for (int d = 0; d < L->prog->n_devices; d++) {
     if (L->prog->dev[d].peak_bytes > L->planned) L->planned = L->prog->dev[d].peak_bytes;
@@ -413,8 +414,7 @@ static int compile_main(int argc, char **argv) {
       long x = strtol(argv[++i], &end, 10);
       if (!*argv[i] || *end || x < 1 || x > 256)
         return pcgc_cli_usage_error("compile", "--threads must be a number from 1 to 256, not '%s'", argv[i]);
-      o.threads = (int)x;
-      o.joint.threads = (int)x;
+      o.threads = (int)x; /* pcgc_compile passes it to the rule check and the joint search */
     } else if (strcmp(a, "--segment-nodes") == 0) {
       char *end;
       long x = strtol(argv[++i], &end, 10);

@@ -16,6 +16,7 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <xxhash.h>
 
 #include "codegen_internal.h"
 #include "sim_internal.h"
@@ -121,24 +122,9 @@ static bkey mkkey(int dev, int role, int node, int slot, int64_t piece, int micr
   return k;
 }
 
-static uint64_t mix64(uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ull;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
+static uint64_t bkey_hash(const bkey *k) { return XXH3_64bits(k, sizeof *k); }
 
-static uint64_t bkey_hash(const bkey *k) {
-  uint64_t a = (uint64_t)(uint32_t)k->dev << 32 | (uint32_t)k->node;
-  uint64_t b = (uint64_t)(uint32_t)k->role << 48 ^ (uint64_t)(uint32_t)k->slot << 32 ^ (uint32_t)k->micro;
-  return mix64(a ^ mix64(b ^ mix64((uint64_t)k->piece)));
-}
-
-static bool bkey_equal(const bkey *a, const bkey *b) {
-  return a->dev == b->dev && a->node == b->node && a->piece == b->piece && a->micro == b->micro &&
-         a->role == b->role && a->slot == b->slot;
-}
+static bool bkey_equal(const bkey *a, const bkey *b) { return memcmp(a, b, sizeof *a) == 0; }
 
 /* The slot of key k: where it is, or the empty one it would take. */
 static int64_t bmap_slot(const cg *C, const bkey *k) {
@@ -366,17 +352,9 @@ int pcgc__cg_ins_access(const pcgc_ins *I, const int *args, int *rd, int *nrd, i
   return r + w;
 }
 
-/* Adds instruction I (args[0..n_args) copied into the device's pool) on
- * device dev to task `task`; extra_w: more buffers it writes (kernels). */
-/* Index of box b in V->boxes, added when new: a device's instructions
- * name few distinct boxes (the same piece region in every micro-batch). */
 static uint64_t box_hash(const pcgc_box *b) {
-  uint64_t h = 1469598103934665603ull ^ (uint64_t)b->rank;
-  for (int d = 0; d < b->rank; d++) {
-    h = (h ^ (uint64_t)b->lo[d]) * 1099511628211ull;
-    h = (h ^ (uint64_t)b->len[d]) * 1099511628211ull;
-  }
-  return h ^ (h >> 29);
+  size_t n = (size_t)b->rank * sizeof *b->lo;
+  return XXH3_64bits_withSeed(b->len, n, XXH3_64bits_withSeed(b->lo, n, (uint64_t)b->rank));
 }
 
 static bool box_same(const pcgc_box *a, const pcgc_box *b) {
@@ -386,6 +364,8 @@ static bool box_same(const pcgc_box *a, const pcgc_box *b) {
   return true;
 }
 
+/* Index of box b in V->boxes, added when new: a device's instructions
+ * name few distinct boxes (the same piece region in every micro-batch). */
 static int box_intern(cg *C, cg_dev *V, const pcgc_box *b) {
   if (2 * (V->n_boxes + 1) > V->n_slots) { /* grow the table and place every box again */
     int64_t n = V->n_slots ? 2 * V->n_slots : 64;
@@ -419,6 +399,8 @@ static int box_intern(cg *C, cg_dev *V, const pcgc_box *b) {
   return (int)V->n_boxes++;
 }
 
+/* Adds instruction I (args[0..n_args) copied into the device's pool) on
+ * device dev to task `task`; extra_w: more buffers it writes (kernels). */
 static int emit(cg *C, int task, int dev, pcgc_ins I, const int *args, int n_args, const pcgc_box *box,
                 const int *extra_w, int n_extra) {
   if (C->st || task < 0) return -1;
@@ -1138,48 +1120,38 @@ static void spread(cg *C, int Y, int srcbuf, member *ms, int nm, bool add, int n
     recv_into[i] = add && ms[i].n > 1 ? scratch_buf(C, node, key, mu, ms[i].dev, PCGC_F32, box) : ms[i].bufs[0];
     devs[nd++] = ms[i].dev;
   }
-  bool on_root = false;
-  for (int i = 0; i < nm; i++) on_root |= ms[i].dev == Y;
-  if (others > 1 && !on_root && !add) {
-    /* the source is outside the group (another pipeline stage's device):
-     * one message to the first member, then a broadcast among the members,
-     * so that no collective spans two stages (a stage's streams would wait
-     * for the next stage to reach it) */
+  /* the source outside a group of two or more (another pipeline stage's
+   * device): one message to the first member, which broadcasts to the rest,
+   * so that no collective spans two stages (a stage's streams would wait for
+   * the next stage to reach it) */
+  int root = Y, rsrc = srcbuf, *gdevs = devs, ng = nd;
+  if (others > 1 && others == nm && !add) {
     t_sendrecv(C, Y, srcbuf, ms[0].dev, recv_into[0], box, false);
-    int grp = group_id(C, devs + 1, nd - 1);
-    int t = task_begin(C, 8);
-    pcgc_ins I = ins_new(C, PCGC_INS_BCAST);
-    I.peer = grp;
-    I.root = ms[0].dev;
-    I.src = recv_into[0];
-    emit(C, t, ms[0].dev, I, NULL, 0, box, NULL, 0);
-    for (int i = 1; i < nm; i++) {
-      pcgc_ins R = ins_new(C, PCGC_INS_BCAST);
-      R.peer = grp;
-      R.root = ms[0].dev;
-      R.dst = recv_into[i];
-      emit(C, t, ms[i].dev, R, NULL, 0, box, NULL, 0);
-    }
-  } else if (others == 1) {
+    root = ms[0].dev;
+    rsrc = recv_into[0];
+    gdevs = devs + 1;
+    ng = nd - 1;
+  }
+  if (others == 1) {
     for (int i = 0; i < nm; i++)
       if (ms[i].dev != Y) {
         bool into_scratch = add && ms[i].n > 1;
         t_sendrecv(C, Y, srcbuf, ms[i].dev, recv_into[i], box, add && !into_scratch);
       }
   } else if (others > 1) {
-    int grp = group_id(C, devs, nd);
+    int grp = group_id(C, gdevs, ng);
     int t = task_begin(C, 8);
     pcgc_ins I = ins_new(C, PCGC_INS_BCAST);
     I.peer = grp;
-    I.root = Y;
-    I.src = srcbuf;
-    emit(C, t, Y, I, NULL, 0, box, NULL, 0);
+    I.root = root;
+    I.src = rsrc;
+    emit(C, t, root, I, NULL, 0, box, NULL, 0);
     for (int i = 0; i < nm; i++) {
-      if (ms[i].dev == Y) continue;
+      if (ms[i].dev == Y || ms[i].dev == root) continue;
       bool into_scratch = add && ms[i].n > 1;
       pcgc_ins R = ins_new(C, PCGC_INS_BCAST);
       R.peer = grp;
-      R.root = Y;
+      R.root = root;
       R.dst = recv_into[i];
       R.add = add && !into_scratch;
       emit(C, t, ms[i].dev, R, NULL, 0, box, NULL, 0);
@@ -1223,51 +1195,38 @@ static void gather_sum(cg *C, int X, int dst, member *ms, int nm, bool add, int 
     C->st = pcgc_error_set(C->err, PCGC_ERR_UNSUPPORTED, "a collective over more than 4096 devices");
     return;
   }
-  if (local < 0) {
-    /* the destination is outside the group (another pipeline stage's
-     * device): the members reduce to the first of them, which sends the sum
-     * on, so that no collective spans two stages */
-    for (int i = 0; i < nm; i++) {
-      devs[nd] = ms[i].dev;
-      srcs[nd++] = member_sum(C, &ms[i], node, key, mu, t, box);
-    }
-    /* its own scratch (slot 1): member_sum's (slot 0) may be a reduce's source */
-    bkey sk = mkkey(ms[0].dev, PCGC_BUF_SCRATCH, node, 1, key, mu);
-    int sum = buf_find(C, sk);
-    if (sum < 0) sum = buf_add(C, sk, t, box, false);
-    int grp = group_id(C, devs, nd);
-    int tk = task_begin(C, 8);
-    for (int i = 0; i < nd; i++) {
-      pcgc_ins I = ins_new(C, PCGC_INS_REDUCE);
-      I.peer = grp;
-      I.root = ms[0].dev;
-      I.src = srcs[i];
-      if (i == 0) I.dst = sum;
-      emit(C, tk, devs[i], I, NULL, 0, box, NULL, 0);
-    }
-    t_sendrecv(C, ms[0].dev, sum, X, dst, box, add);
-    return;
+  if (local >= 0) {
+    devs[nd] = X;
+    srcs[nd++] = member_sum(C, &ms[local], node, key, mu, t, box);
   }
-  devs[nd] = X;
-  srcs[nd++] = local >= 0 ? member_sum(C, &ms[local], node, key, mu, t, box) : -1;
   for (int i = 0; i < nm; i++)
     if (ms[i].dev != X) {
       devs[nd] = ms[i].dev;
       srcs[nd++] = member_sum(C, &ms[i], node, key, mu, t, box);
     }
+  /* the destination outside the group (another pipeline stage's device):
+   * the members reduce to the first of them, into its own scratch (slot 1:
+   * member_sum's, slot 0, may be a source), which sends the sum on, so that
+   * no collective spans two stages */
+  int root = devs[0], rdst = dst;
+  if (local < 0) {
+    bkey sk = mkkey(root, PCGC_BUF_SCRATCH, node, 1, key, mu);
+    if ((rdst = buf_find(C, sk)) < 0) rdst = buf_add(C, sk, t, box, false);
+  }
   int grp = group_id(C, devs, nd);
   int tk = task_begin(C, 8);
   for (int i = 0; i < nd; i++) {
     pcgc_ins I = ins_new(C, PCGC_INS_REDUCE);
     I.peer = grp;
-    I.root = X;
+    I.root = root;
     I.src = srcs[i];
     if (i == 0) {
-      I.dst = dst;
-      I.add = add;
+      I.dst = rdst;
+      I.add = add && local >= 0;
     }
     emit(C, tk, devs[i], I, NULL, 0, box, NULL, 0);
   }
+  if (local < 0) t_sendrecv(C, root, rdst, X, dst, box, add);
 }
 
 /* replicate and reduce, mirror images of each other: one piece on the

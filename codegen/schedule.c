@@ -183,7 +183,6 @@ static bool tblocks_init(tblocks *T, const span *sp, int m) {
   T->blk = m ? (len + 32 * (int64_t)m - 1) / (32 * (int64_t)m) : 1;
   if (T->blk < 1) T->blk = 1;
   T->nblk = (int)((end + T->blk - 1) / T->blk);
-  int64_t total = 0;
   T->off = calloc((size_t)T->nblk + 1, sizeof *T->off);
   T->cnt = calloc((size_t)T->nblk + 1, sizeof *T->cnt);
   T->stamp = malloc((size_t)(m ? m : 1) * sizeof *T->stamp);
@@ -191,7 +190,7 @@ static bool tblocks_init(tblocks *T, const span *sp, int m) {
   for (int i = 0; i < m; i++) /* room: every span's blocks, counted before any is placed */
     for (int64_t b = sp[i].first / T->blk; b <= sp[i].last / T->blk; b++) T->off[b + 1]++;
   for (int b = 0; b < T->nblk; b++) T->off[b + 1] += T->off[b];
-  total = T->off[T->nblk];
+  int64_t total = T->off[T->nblk];
   T->ent = malloc((size_t)(total ? total : 1) * sizeof *T->ent);
   for (int i = 0; i < m; i++) T->stamp[i] = -1;
   return T->ent != NULL;

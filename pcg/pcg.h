@@ -464,7 +464,6 @@ pcgc_status pcgc_json_check_strict(const char *text, size_t len, const char *pat
  * temporary file beside it, fsync, rename. PCGC_ERR_IO naming the file. */
 pcgc_status pcgc_write_file_atomic(const char *path, const char *data, size_t len, pcgc_error *err);
 
-
 /* ------------------------------------------------------------- threads
  * The search uses the machine's cores (pcg/work.c): independent pieces of
  * work (candidates, rewrites, rules to check) run on worker threads, and

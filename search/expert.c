@@ -835,7 +835,7 @@ static pcgc_status fit_in_memory(const pcgc_graph *pg, const pcgc_mapping *mp, c
  * is slower than that one and chosen in neither order, so what is chosen
  * does not depend on the thread count. */
 
-enum { OUT_PENDING, OUT_SKIPPED, OUT_HEAVY, OUT_FAILED, OUT_FATAL, OUT_SIMULATED };
+enum { OUT_SKIPPED, OUT_HEAVY, OUT_FAILED, OUT_FATAL, OUT_SIMULATED };
 
 typedef struct outcome {
   bool done;              /* set under the grid's lock once the rest is written */

@@ -534,14 +534,9 @@ static pcgc_status expand(search *S, const pcgc_rule_inst *insts, int n_insts, c
                           pcgc_error *err) {
   pcgc_status st = PCGC_OK;
   S->n_matches = 0;
-  int *inst_of = NULL; /* match -> instance */
-  for (int i = 0; i < n_insts && st == PCGC_OK; i++) {
+  for (int i = 0; i < n_insts && st == PCGC_OK; i++) { /* each match names its instance (inst) */
     S->inst_first = S->n_matches;
     st = pcgc_rule_find_matches(&insts[i], S->cur->g, ix, collect, S, err);
-    int *v = realloc(inst_of, (size_t)(S->n_matches ? S->n_matches : 1) * sizeof *v);
-    if (!v) st = pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory in the search");
-    else inst_of = v;
-    for (int k = S->inst_first; k < S->n_matches && st == PCGC_OK; k++) inst_of[k] = i;
   }
   int n_jobs = n_insts + S->n_matches;
   int chunk = S->o->threads > 1 ? 8 * S->o->threads : 1;
@@ -554,7 +549,7 @@ static pcgc_status expand(search *S, const pcgc_rule_inst *insts, int n_insts, c
     for (int k = 0; k < n; k++) {
       int j = first + k;
       jobs[k] = j < n_insts ? (job){.ri = &insts[j], .match = -1}
-                            : (job){.ri = &insts[inst_of[j - n_insts]], .match = j - n_insts};
+                            : (job){.ri = S->matches[j - n_insts].inst, .match = j - n_insts};
     }
     pcgc_parallel_run(n, S->o->threads, make_one, &X);
     for (int k = 0; k < n; k++) {
@@ -570,7 +565,6 @@ static pcgc_status expand(search *S, const pcgc_rule_inst *insts, int n_insts, c
     }
   }
   free(jobs);
-  free(inst_of);
   return st;
 }
 

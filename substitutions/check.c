@@ -1923,8 +1923,6 @@ pcgc_status pcgc_ruleset_verify(pcgc_ruleset *rs, const pcgc_check_options *o, b
       break;
     }
   int bad = 0;
-  bool *drop = st == PCGC_OK && n ? calloc((size_t)n, sizeof *drop) : NULL;
-  if (st == PCGC_OK && n && !drop) st = pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory checking the rules");
   for (int i = 0; i < n && st == PCGC_OK; i++) {
     const pcgc_rule *r = pcgc_ruleset_rule(rs, i);
     if (n_executions) *n_executions += res[i].executions;
@@ -1936,14 +1934,10 @@ pcgc_status pcgc_ruleset_verify(pcgc_ruleset *rs, const pcgc_check_options *o, b
         fprintf(report, "UNSOUND  %-40s (%s:%d)\n         %s\n", r->name, r->loc.file ? r->loc.file : "?",
                 r->loc.line, res[i].message);
     }
-    if (!res[i].ok) {
-      bad++;
-      drop[i] = !allow_unsound;
-    }
+    bad += !res[i].ok;
   }
-  for (int i = n - 1; i >= 0 && st == PCGC_OK; i--)
-    if (drop[i]) pcgc_ruleset_remove(rs, i);
-  free(drop);
+  for (int i = n - 1; i >= 0 && st == PCGC_OK && !allow_unsound; i--) /* from the end: indices stay valid */
+    if (!res[i].ok) pcgc_ruleset_remove(rs, i);
   free(res);
   free(sts);
   free(errs);
