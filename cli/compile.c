@@ -6,7 +6,7 @@
  * perfect-scaling bound, and writes the strategy file
  * (docs/plan-format.md) that `pcgc simulate STRATEGY.json` reads.
  *
- * The bound: under the roofline cost model (search/cost.c) a piece of an
+ * The bound: under the roofline cost model (cost/cost.c) a piece of an
  * operator costs max(F/(P·e), B/W) + L with e fixed per op kind, so the
  * pieces of a split operator together cost at least the whole (max is
  * subadditive, split inputs are read whole or more, each piece pays L), and

@@ -92,8 +92,9 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "cost.h"
 #include "pcg.h"
-#include "search.h"
+#include "taskgraph.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -156,11 +157,6 @@ typedef enum pcgc_ins_kind {
 } pcgc_ins_kind;
 
 const char *pcgc_ins_kind_name(pcgc_ins_kind k);
-
-typedef struct pcgc_box {
-  int rank;
-  int64_t lo[PCGC_MAX_RANK], len[PCGC_MAX_RANK];
-} pcgc_box;
 
 typedef struct pcgc_ins {
   uint8_t kind;          /* pcgc_ins_kind */

@@ -125,7 +125,6 @@ typedef struct cg_keys {
 } cg_keys;
 
 int pcgc__cg_home(const cg *C, int node, int64_t p);
-void pcgc__cg_piece_box(const pcgc_ptensor *t, int64_t q, int mu, pcgc_box *b);
 /* Buffers an instruction reads (rd) and writes (wr); kernels' extra written
  * buffers are not included (the lowering passes them). */
 int pcgc__cg_ins_access(const pcgc_ins *I, const int *args, int *rd, int *nrd, int *wr, int *nwr);

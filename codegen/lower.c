@@ -19,7 +19,6 @@
 #include <xxhash.h>
 
 #include "codegen_internal.h"
-#include "sim_internal.h"
 #include "uthash.h"
 
 /* --------------------------------------------------------- small helpers */
@@ -50,23 +49,6 @@ int pcgc__cg_home(const cg *C, int node, int64_t p) {
 static int value_m(const pcgc_ptensor *t) { return t->micro > 1 ? t->micro : 1; }
 
 /* The logical box of piece q, micro-batch mu, of a value of type t. */
-void pcgc__cg_piece_box(const pcgc_ptensor *t, int64_t q, int mu, pcgc_box *b) {
-  int64_t c[PCGC_MAX_RANK], s, r;
-  pcgc_piece_coords(t, q, c, &s, &r);
-  int m = value_m(t);
-  b->rank = t->rank;
-  for (int d = 0; d < t->rank; d++) {
-    int64_t len = t->dims[d] / t->degree[d];
-    int64_t lo = c[d] * len;
-    if (m > 1 && d == t->micro_dim) {
-      len /= m;
-      lo += mu * len;
-    }
-    b->lo[d] = lo;
-    b->len[d] = len;
-  }
-}
-
 static bool box_intersect(const pcgc_box *a, const pcgc_box *b, pcgc_box *out) {
   out->rank = a->rank;
   for (int d = 0; d < a->rank; d++) {
@@ -236,7 +218,7 @@ static int value_buf(cg *C, int role, int node, int slot, int64_t q, int mu, int
   if (id >= 0) return id;
   const pcgc_ptensor *t = &C->g->nodes[node].out[slot];
   pcgc_box b;
-  pcgc__cg_piece_box(t, q, mu, &b);
+  pcgc_piece_box(t, q, mu, &b);
   return buf_add(C, k, storage(t->dtype), &b, false);
 }
 
@@ -291,65 +273,6 @@ static void access_write(cg *C, int task, int dev, int buf) {
   for (int64_t i = 0; i < A->n_readers; i++) edge(C, A->readers[i], task);
   A->n_readers = 0;
   A->writer = task;
-}
-
-int pcgc__cg_ins_access(const pcgc_ins *I, const int *args, int *rd, int *nrd, int *wr, int *nwr) {
-  int r = 0, w = 0;
-#define R(x)                                                                                                   \
-  do {                                                                                                         \
-    if ((x) >= 0) rd[r++] = (x);                                                                               \
-  } while (0)
-#define W(x)                                                                                                   \
-  do {                                                                                                         \
-    if ((x) >= 0) wr[w++] = (x);                                                                               \
-  } while (0)
-  switch ((pcgc_ins_kind)I->kind) {
-  case PCGC_INS_FORWARD:
-  case PCGC_INS_BACKWARD:
-  case PCGC_INS_BN_STATS:
-  case PCGC_INS_BN_APPLY:
-  case PCGC_INS_BN_BWD_STATS:
-  case PCGC_INS_BN_BWD_APPLY:
-  case PCGC_INS_UPDATE:
-    /* args: the kinds' layouts name which are written; dst lists them too */
-    for (int i = 0; i < I->n_args; i++) R(args[I->args + i]);
-    W(I->dst);
-    R(I->src);
-    break;
-  case PCGC_INS_COPY:
-    R(I->src);
-    if (I->add) R(I->dst);
-    W(I->dst);
-    break;
-  case PCGC_INS_ZERO:
-  case PCGC_INS_SEED:
-    W(I->dst);
-    break;
-  case PCGC_INS_SEND:
-  case PCGC_INS_LOSS:
-    R(I->src);
-    break;
-  case PCGC_INS_RECV:
-  case PCGC_INS_BCAST:
-  case PCGC_INS_REDUCE:
-    R(I->src);
-    if (I->add) R(I->dst);
-    W(I->dst);
-    break;
-  case PCGC_INS_ALLREDUCE:
-  case PCGC_INS_ALLREDUCE_START:
-  case PCGC_INS_WAIT:
-    R(I->dst);
-    W(I->dst);
-    break;
-  default:
-    break;
-  }
-#undef R
-#undef W
-  *nrd = r;
-  *nwr = w;
-  return r + w;
 }
 
 static uint64_t box_hash(const pcgc_box *b) {
@@ -704,7 +627,7 @@ static int read_piece(cg *C, pcgc_ref r, int64_t q, int mi, int X) {
   if (C->st) return -1;
   const pcgc_ptensor *t = &C->g->nodes[r.node].out[r.slot];
   pcgc_box b;
-  pcgc__cg_piece_box(t, q, mi, &b);
+  pcgc_piece_box(t, q, mi, &b);
   if (C->resident[r.node]) {
     int src = root_of(C, r.node);
     int S = source_buf(C, src, X, PCGC_BUF_SOURCE);
@@ -833,7 +756,7 @@ static int recomp_buf(cg *C, int node, int slot, int64_t q, int mu, int X) {
   for (int j = 0; j < n->n_out; j++) {
     pcgc_box b;
     int om = out_mu(n, j, mu);
-    pcgc__cg_piece_box(&n->out[j], q, om, &b);
+    pcgc_piece_box(&n->out[j], q, om, &b);
     args[n->n_in + j] = buf_add(C, mkkey(X, PCGC_BUF_RECOMPUTE, node, j, q, om), storage(n->out[j].dtype), &b, false);
   }
   int t = task_begin(C, 1); /* in the context of the backward that needs it */
@@ -1027,46 +950,77 @@ static void lower_bn(cg *C, const pcgc_node *n, bool backward) {
 
 /* ------------------------------------------------------- parallel ops */
 
-/* partition, combine, pipeline, unpipeline: overlapping boxes with equal (sum, replica). */
+/* partition, combine, pipeline, unpipeline: the cells pcgc_relayout_cells
+ * names (the simulator's transfers), copied or sent, in the order of their
+ * input micro-batch slice and piece. */
+typedef struct cell {
+  int64_t q;
+  int mi;
+  pcgc_box part;
+} cell;
+
+typedef struct cells {
+  cell *c;
+  int64_t n, cap;
+  bool oom;
+} cells;
+
+static bool cell_push(void *ctx, int64_t q, int mi, const pcgc_box *part, double bytes) {
+  (void)bytes;
+  cells *L = ctx;
+  if (L->n == L->cap) {
+    cell *c = grow(L->c, &L->cap, L->n + 1, sizeof *c);
+    if (!c) return !(L->oom = true);
+    L->c = c;
+  }
+  L->c[L->n++] = (cell){q, mi, *part};
+  return true;
+}
+
+static int by_slice(const void *a, const void *b) {
+  const cell *x = a, *y = b;
+  if (x->mi != y->mi) return x->mi < y->mi ? -1 : 1;
+  return (x->q > y->q) - (x->q < y->q);
+}
+
 static void lower_relayout(cg *C, const pcgc_node *n, bool backward) {
-  const pcgc_ptensor *to = &n->out[0], *ti = pcgc_graph_ref_type(C->g, n->in[0]);
-  int mo = value_m(to), mi = value_m(ti), src = n->in[0].node, slot = n->in[0].slot;
-  int64_t Po = pcgc_ptensor_pieces(to), Pi = pcgc_ptensor_pieces(ti);
+  const pcgc_ptensor *to = &n->out[0];
+  int mo = value_m(to), src = n->in[0].node, slot = n->in[0].slot;
+  int64_t Po = pcgc_ptensor_pieces(to);
+  cells L = {0};
   for (int mu = 0; mu < mo && !C->st; mu++)
     for (int64_t p = 0; p < Po && !C->st; p++) {
-      int64_t co[PCGC_MAX_RANK], so, ro;
-      pcgc_piece_coords(to, p, co, &so, &ro);
-      pcgc_box bo;
-      pcgc__cg_piece_box(to, p, mu, &bo);
       int X = pcgc__cg_home(C, n->id, p);
       C->ctx_node = n->id;
       C->ctx_piece = p;
       C->ctx_micro = mu;
       int out = value_buf(C, backward ? PCGC_BUF_GRAD : PCGC_BUF_VALUE, n->id, 0, p, mu, X);
       if (backward) touch(C, X, out, 3);
-      for (int ui = 0; ui < mi && !C->st; ui++) {
-        if (mi > 1 && mo > 1 && ui != mu) continue; /* both pipelined: micro-batch by micro-batch */
-        for (int64_t q = 0; q < Pi && !C->st; q++) {
-          int64_t ci[PCGC_MAX_RANK], si, ri;
-          pcgc_piece_coords(ti, q, ci, &si, &ri);
-          if (si != so || ri != ro) continue;
-          pcgc_box bi, x;
-          pcgc__cg_piece_box(ti, q, ui, &bi);
-          if (!box_intersect(&bo, &bi, &x)) continue;
-          int Y = pcgc__cg_home(C, src, q);
-          if (!backward) {
-            int in = value_buf(C, PCGC_BUF_VALUE, src, slot, q, ui, Y);
-            if (Y == X) t_copy(C, X, out, in, &x, false, 2);
-            else t_sendrecv(C, Y, in, X, out, &x, false);
-          } else if (C->needg[src]) {
-            int gin = value_buf(C, PCGC_BUF_GRAD, src, slot, q, ui, Y);
-            touch(C, Y, gin, 3);
-            if (Y == X) t_copy(C, X, gin, out, &x, true, 6);
-            else t_sendrecv(C, X, out, Y, gin, &x, true);
-          }
+      L.n = 0;
+      pcgc_relayout_cells(C->g, n, p, mu, cell_push, &L);
+      if (L.oom) {
+        C->st = PCGC_ERR_NOMEM;
+        break;
+      }
+      qsort(L.c, (size_t)L.n, sizeof *L.c, by_slice);
+      for (int64_t k = 0; k < L.n && !C->st; k++) {
+        int64_t q = L.c[k].q;
+        int ui = L.c[k].mi;
+        const pcgc_box *x = &L.c[k].part;
+        int Y = pcgc__cg_home(C, src, q);
+        if (!backward) {
+          int in = value_buf(C, PCGC_BUF_VALUE, src, slot, q, ui, Y);
+          if (Y == X) t_copy(C, X, out, in, x, false, 2);
+          else t_sendrecv(C, Y, in, X, out, x, false);
+        } else if (C->needg[src]) {
+          int gin = value_buf(C, PCGC_BUF_GRAD, src, slot, q, ui, Y);
+          touch(C, Y, gin, 3);
+          if (Y == X) t_copy(C, X, gin, out, x, true, 6);
+          else t_sendrecv(C, X, out, Y, gin, x, true);
         }
       }
     }
+  free(L.c);
 }
 
 /* Local buffers of one device among a list: returns how many, ids in out. */
@@ -1259,7 +1213,7 @@ static void lower_fan(cg *C, const pcgc_node *n, bool backward) {
       C->ctx_piece = q;
       C->ctx_micro = mu;
       pcgc_box box;
-      pcgc__cg_piece_box(narrow, q, ymu, &box);
+      pcgc_piece_box(narrow, q, ymu, &box);
       int one = value_buf(C, role, nnode, nslot, q, ymu, Y);
       if (backward) touch(C, Y, one, 3);
       int nm = 0;
@@ -1496,7 +1450,7 @@ static pcgc_status analyse(cg *C) {
     }
   }
   /* a device's stage: its span of pipelined ops among the others' (the
-   * simulator's rule: pcgc__pipeline_stages) */
+   * simulator's rule: pcgc_pipeline_stages) */
   int *tmp = malloc((size_t)C->D * sizeof *tmp);
   if (!tmp) {
     free(first);
@@ -1504,7 +1458,7 @@ static pcgc_status analyse(cg *C) {
   }
   for (int d = 0; d < C->D; d++)
     if (first[d] == INT_MAX) first[d] = last[d] = -1;
-  C->stages = pcgc__pipeline_stages(C->D, first, last, C->stage, tmp);
+  C->stages = pcgc_pipeline_stages(C->D, first, last, C->stage, tmp);
   free(tmp);
   free(first);
   if (C->o.recompute) { /* the simulator's choice, less what is not one FORWARD per piece */
@@ -1540,7 +1494,7 @@ static void find_boxes(cg *C) {
         const pcgc_ptensor *t = pcgc_graph_ref_type(g, n->in[i]);
         for (int mu = 0; mu < m; mu++) {
           pcgc_box b;
-          pcgc__cg_piece_box(t, inp[i], in_mu(C, n->in[i], mu), &b);
+          pcgc_piece_box(t, inp[i], in_mu(C, n->in[i], mu), &b);
           need_box(C, root_of(C, n->in[i].node), X, &b);
           if (value_m(t) <= 1) break;
         }

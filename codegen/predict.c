@@ -43,7 +43,6 @@
 #include <time.h>
 
 #include "codegen.h"
-#include "sim_internal.h"
 #include "uthash.h"
 
 /* The link ports a message or collective holds (search/sim.c's model). */
@@ -108,7 +107,7 @@ typedef struct psim {
   double fwd_end, task_time, bytes_intra, bytes_inter;
   int64_t n_msgs;
   /* o->trace_path: one task per instruction (device d's at ins_off[d] + pc) */
-  pcgc__sim_tasks *tr;
+  pcgc_tasks *tr;
   int64_t *ins_off;
   int32_t *tr_rv;    /* collectives: their rendezvous */
   pcgc_error *err;
@@ -313,17 +312,17 @@ static pcgc_task_kind task_kind(int k) {
 /* Task i of a trace stands for instruction I of device d of p: kernels,
  * copies and updates on the compute stream, SENDs and collectives on the
  * links, a RECV or WAIT as the copy that follows it. */
-static void trace_fill(pcgc__sim_tasks *T, int64_t i, int d, const pcgc_program *p, const pcgc_ins *I, double start,
+static void trace_fill(pcgc_tasks *T, int64_t i, int d, const pcgc_program *p, const pcgc_ins *I, double start,
                        double dur) {
   pcgc_task_kind k = task_kind(I->kind);
   if (k == PCGC_TASK_JOIN) k = PCGC_TASK_ADD;
   T->kind[i] = (uint8_t)k;
-  T->phase[i] = k == PCGC_TASK_BACKWARD ? PCGC__SIM_BWD : k == PCGC_TASK_OPTIMIZER ? PCGC__SIM_UPDATE : PCGC__SIM_FWD;
+  T->phase[i] = k == PCGC_TASK_BACKWARD ? PCGC_PHASE_BACKWARD : k == PCGC_TASK_OPTIMIZER ? PCGC_PHASE_UPDATE : PCGC_PHASE_FORWARD;
   T->dev[i] = d;
   T->peer[i] = I->peer;
   T->coll[i] = 0;
   if (k == PCGC_TASK_COLLECTIVE) {
-    T->coll[i] = I->kind == PCGC_INS_REDUCE ? PCGC__COLL_REDUCE
+    T->coll[i] = I->kind == PCGC_INS_REDUCE ? PCGC_COLL_REDUCE
                : I->kind == PCGC_INS_BCAST  ? PCGC_COLL_BROADCAST
                                             : PCGC_COLL_ALL_REDUCE;
     T->peer[i] = I->peer >= 0 && I->peer < p->n_groups ? p->group_off[I->peer + 1] - p->group_off[I->peer] : 0;
@@ -555,7 +554,7 @@ static void reset(psim *S) {
   S->hn = 0;
 }
 
-static void tasks_free(pcgc__sim_tasks *T);
+static void tasks_free(pcgc_tasks *T);
 
 static void psim_free(psim *S) {
   msg *e, *tmp;
@@ -585,22 +584,22 @@ static void psim_free(psim *S) {
   tasks_free(S->tr);
 }
 
-static void tasks_free(pcgc__sim_tasks *T) {
+static void tasks_free(pcgc_tasks *T) {
   if (!T) return;
-  pcgc__sim_tasks_release(T);
+  pcgc_tasks_release(T);
   free(T);
 }
 
 /* Room for a trace of every instruction of p, device d's at off[d] + pc
  * (off: D + 1 entries). */
-static pcgc__sim_tasks *tasks_new(const pcgc_program *p, int64_t *off) {
+static pcgc_tasks *tasks_new(const pcgc_program *p, int64_t *off) {
   int64_t n = 0;
   for (int d = 0; d < p->n_devices; d++) {
     off[d] = n;
     n += p->dev[d].n_ins;
   }
   off[p->n_devices] = n;
-  pcgc__sim_tasks *T = n <= INT32_MAX ? calloc(1, sizeof *T) : NULL;
+  pcgc_tasks *T = n <= INT32_MAX ? calloc(1, sizeof *T) : NULL;
   if (!T) return NULL;
   size_t k = (size_t)(n ? n : 1);
   T->n = (int32_t)n;
@@ -631,7 +630,7 @@ static bool trace_alloc(psim *S) {
 
 /* Collectives take their rendezvous' time on the links; then the file. */
 static pcgc_status trace_write(psim *S) {
-  pcgc__sim_tasks *T = S->tr;
+  pcgc_tasks *T = S->tr;
   for (int d = 0; d < S->D; d++)
     for (int pc = 0; pc < S->p->dev[d].n_ins; pc++) {
       int64_t i = S->ins_off[d] + pc;
@@ -640,7 +639,7 @@ static pcgc_status trace_write(psim *S) {
       T->start[i] = r->start;
       T->dur[i] = r->end - r->start;
     }
-  return pcgc__sim_write_trace(S->o->trace_path, S->g, S->m, T, S->err);
+  return pcgc_tasks_write_trace(S->o->trace_path, S->g, S->m, T, S->err);
 }
 
 /* What a device's buffers hold, by role. */
@@ -784,7 +783,7 @@ pcgc_status pcgc_program_trace_write(const char *path, const pcgc_program *p, co
   if (!path || !p || !g || !start || !dur)
     return pcgc_error_set(err, PCGC_ERR_INVALID, "pcgc_program_trace_write: every argument is required");
   int64_t *off = malloc(((size_t)p->n_devices + 1) * sizeof *off);
-  pcgc__sim_tasks *T = off ? tasks_new(p, off) : NULL;
+  pcgc_tasks *T = off ? tasks_new(p, off) : NULL;
   if (!T) {
     free(off);
     return pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory for the trace");
@@ -797,7 +796,7 @@ pcgc_status pcgc_program_trace_write(const char *path, const pcgc_program *p, co
   snprintf(m.name, sizeof m.name, "run");
   m.nodes = 1;
   m.devices_per_node = p->n_devices;
-  pcgc_status st = pcgc__sim_write_trace(path, g, &m, T, err);
+  pcgc_status st = pcgc_tasks_write_trace(path, g, &m, T, err);
   tasks_free(T);
   free(off);
   return st;

@@ -703,6 +703,68 @@ void pcgc_plan_buf_box(const pcgc_plan_buf *b, pcgc_box *box) {
   }
 }
 
+/* ----------------------------------------------------- instructions */
+
+/* Which buffers instruction I reads and writes (codegen_internal.h). */
+int pcgc__cg_ins_access(const pcgc_ins *I, const int *args, int *rd, int *nrd, int *wr, int *nwr) {
+  int r = 0, w = 0;
+#define R(x)                                                                                                   \
+  do {                                                                                                         \
+    if ((x) >= 0) rd[r++] = (x);                                                                               \
+  } while (0)
+#define W(x)                                                                                                   \
+  do {                                                                                                         \
+    if ((x) >= 0) wr[w++] = (x);                                                                               \
+  } while (0)
+  switch ((pcgc_ins_kind)I->kind) {
+  case PCGC_INS_FORWARD:
+  case PCGC_INS_BACKWARD:
+  case PCGC_INS_BN_STATS:
+  case PCGC_INS_BN_APPLY:
+  case PCGC_INS_BN_BWD_STATS:
+  case PCGC_INS_BN_BWD_APPLY:
+  case PCGC_INS_UPDATE:
+    /* args: the kinds' layouts name which are written; dst lists them too */
+    for (int i = 0; i < I->n_args; i++) R(args[I->args + i]);
+    W(I->dst);
+    R(I->src);
+    break;
+  case PCGC_INS_COPY:
+    R(I->src);
+    if (I->add) R(I->dst);
+    W(I->dst);
+    break;
+  case PCGC_INS_ZERO:
+  case PCGC_INS_SEED:
+    W(I->dst);
+    break;
+  case PCGC_INS_SEND:
+  case PCGC_INS_LOSS:
+    R(I->src);
+    break;
+  case PCGC_INS_RECV:
+  case PCGC_INS_BCAST:
+  case PCGC_INS_REDUCE:
+    R(I->src);
+    if (I->add) R(I->dst);
+    W(I->dst);
+    break;
+  case PCGC_INS_ALLREDUCE:
+  case PCGC_INS_ALLREDUCE_START:
+  case PCGC_INS_WAIT:
+    R(I->dst);
+    W(I->dst);
+    break;
+  default:
+    break;
+  }
+#undef R
+#undef W
+  *nrd = r;
+  *nwr = w;
+  return r + w;
+}
+
 /* ----------------------------------------------------------------- printing */
 
 const char *pcgc_buf_role_name(pcgc_buf_role r) {

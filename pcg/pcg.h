@@ -482,6 +482,9 @@ int pcgc_threads_default(void);
  * its share to the others). */
 int pcgc_parallel_run(int n, int threads, void (*fn)(void *ctx, int i, int worker), void *ctx);
 
+/* Monotonic wall-clock seconds (pcg/work.c), for timings and time limits. */
+double pcgc_now(void);
+
 #ifdef __cplusplus
 }
 #endif

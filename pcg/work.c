@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "pcg.h"
@@ -71,4 +72,10 @@ int pcgc_parallel_run(int n, int threads, void (*fn)(void *ctx, int i, int worke
   drain(&j, 0);
   for (int t = 1; t < started; t++) pthread_join(th[t], NULL);
   return started;
+}
+
+double pcgc_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }

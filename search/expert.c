@@ -51,7 +51,6 @@
 #include <string.h>
 
 #include "search.h"
-#include "sim_internal.h"
 #include "substitutions.h"
 
 /* Where the fullest device's memory goes, for --verbose on a candidate that
@@ -480,123 +479,6 @@ static void assign_stages(const pcgc_expert *x, const pcgc_graph *pg, const int 
   free(sst);
 }
 
-/* --------------------------------------------------------------- views */
-
-typedef struct vctx {
-  const pcgc_graph *g;
-  const bool *res;
-  pcgc_view *view;
-  int D;
-  pcgc__reads R;   /* the reads of the node being placed */
-} vctx;
-
-static int home(const pcgc_view *v, int64_t p, int D) { return pcgc_view_device(*v, p, D); }
-
-static double view_cost(const vctx *V, pcgc_view v) {
-  double moved = 0;
-  for (int64_t i = 0; i < V->R.n; i++) {
-    const pcgc__read *r = &V->R.r[i];
-    if (home(&v, r->p, V->D) != home(&V->view[r->src], r->q, V->D)) moved += r->bytes;
-  }
-  return moved;
-}
-
-/* Does v keep P pieces on distinct devices of [base, base + B)? */
-static bool view_fits(pcgc_view v, int64_t P, int base, int B) {
-  if (v.start < base || v.start >= base + B) return false;
-  if (P <= 1) return true;
-  return v.stride >= 1 && v.start + (P - 1) * (int64_t)v.stride < base + B;
-}
-
-static pcgc_status place_views(const pcgc_graph *pg, const int *order, const bool *res, const int *stage, int B,
-                               int t, int D, pcgc_view *view, pcgc_error *err) {
-  vctx V = {.g = pg, .res = res, .view = view, .D = D};
-  pcgc_status st = PCGC_OK;
-  for (int k = 0; k < pg->n_nodes && st == PCGC_OK; k++) {
-    const pcgc_node *n = &pg->nodes[order[k]];
-    int base = stage[n->id] * B;
-    view[n->id] = (pcgc_view){base, 1};
-    if (res[n->id]) continue;
-    int64_t P = pcgc_ptensor_pieces(&n->out[0]);
-    pcgc_view cand[4];
-    int nc = 0;
-    cand[nc++] = P <= B && B % P == 0 ? (pcgc_view){base, (int)(B / P)} : (pcgc_view){base, 1};
-    if ((st = pcgc__collect_reads(&V.R, pg, res, n, err)) != PCGC_OK) break;
-    double best_b = -1;
-    int main_src = -1;
-    for (int i = 0; i < n->n_in; i++) { /* the producer read most */
-      int src = n->in[i].node;
-      if (res[src]) continue;
-      double b = 0;
-      for (int64_t j = 0; j < V.R.n; j++)
-        if (V.R.r[j].src == src) b += V.R.r[j].bytes;
-      if (b > best_b) {
-        best_b = b;
-        main_src = src;
-      }
-    }
-    if (main_src >= 0) cand[nc++] = view[main_src];
-    cand[nc++] = (pcgc_view){base, 1};
-    if (t > 1) cand[nc++] = (pcgc_view){base, t};
-    int best = 0;
-    double best_cost = INFINITY;
-    for (int c = 0; c < nc; c++) {
-      if (c > 0 && !view_fits(cand[c], P, base, B)) continue;
-      bool dup = false;
-      for (int e = 0; e < c; e++) dup |= cand[e].start == cand[c].start && cand[e].stride == cand[c].stride;
-      if (dup) continue;
-      double cost = view_cost(&V, cand[c]);
-      if (cost < best_cost) {
-        best_cost = cost;
-        best = c;
-      }
-    }
-    view[n->id] = cand[best];
-  }
-  pcgc__reads_destroy(&V.R);
-  return st;
-}
-
-/* Views for g, a rewrite of prev (whose views are prev_mp): each node keeps
- * the stage of the node of prev with its name, or with its name's first
- * '/'-part (rewrite nodes are "<anchor>/<tensor>"), never less than its
- * producers'; then the greedy placement within blocks of `block` devices. */
-pcgc_status pcgc_views_replace(const pcgc_graph *g, const pcgc_graph *prev, const pcgc_mapping *prev_mp, int block,
-                               int t, const pcgc_machine *m, pcgc_mapping *out, pcgc_error *err) {
-  memset(out, 0, sizeof *out);
-  int n = g->n_nodes, D = pcgc_machine_num_devices(m);
-  if (block < 1) block = 1;
-  int *order = malloc((size_t)(n ? n : 1) * sizeof *order), *stage = calloc((size_t)(n ? n : 1), sizeof *stage);
-  bool *res = calloc((size_t)(n ? n : 1), sizeof *res);
-  pcgc_status st = order && stage && res ? pcgc_graph_topo_order(g, order, err)
-                                         : pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
-  if (st == PCGC_OK) {
-    pcgc__find_resident(g, order, res);
-    for (int k = 0; k < n; k++) {
-      const pcgc_node *x = &g->nodes[order[k]];
-      int id = pcgc_graph_find(prev, x->name), sg = 0;
-      const char *slash = strchr(x->name, '/');
-      if (id < 0 && slash && slash - x->name < 256) {
-        char base[256];
-        memcpy(base, x->name, (size_t)(slash - x->name));
-        base[slash - x->name] = '\0';
-        id = pcgc_graph_find(prev, base);
-      }
-      if (id >= 0 && id < prev_mp->n_nodes) sg = prev_mp->view[id].start / block;
-      for (int i = 0; i < x->n_in; i++)
-        if (!res[x->in[i].node] && stage[x->in[i].node] > sg) sg = stage[x->in[i].node];
-      stage[x->id] = res[x->id] ? 0 : sg;
-    }
-    st = pcgc_mapping_init(out, n, (pcgc_view){0, 1}, err);
-  }
-  if (st == PCGC_OK) st = place_views(g, order, res, stage, block, t, D, out->view, err);
-  if (st != PCGC_OK) pcgc_mapping_destroy(out);
-  free(order);
-  free(stage);
-  free(res);
-  return st;
-}
-
 /* -------------------------------------------------------------- build */
 
 static pcgc_status check_choice(const pcgc_expert *x, pcgc_expert_choice c, pcgc_error *err) {
@@ -649,10 +531,10 @@ pcgc_status pcgc_expert_build(pcgc_expert *x, pcgc_expert_choice c, pcgc_graph *
     goto fail;
   }
   if ((st = pcgc_graph_topo_order(pg, order, err)) != PCGC_OK) goto fail;
-  pcgc__find_resident(pg, order, res);
+  pcgc_resident_nodes(pg, order, res);
   assign_stages(x, pg, order, res, c.pp, stage);
   if ((st = pcgc_mapping_init(mp, n, (pcgc_view){0, 1}, err)) != PCGC_OK) goto fail;
-  st = place_views(pg, order, res, stage, c.dp * c.tp, c.tp, pcgc_machine_num_devices(&x->m), mp->view, err);
+  st = pcgc_views_place(pg, order, res, stage, c.dp * c.tp, c.tp, pcgc_machine_num_devices(&x->m), mp->view, err);
   if (st != PCGC_OK) goto fail;
   free(order);
   free(stage);
@@ -879,7 +761,7 @@ static void grid_eval(grid *G, int i, int w) {
   outcome *u = &G->out[i];
   pcgc_expert_choice c = L->c[i];
   pthread_mutex_lock(&G->lock);
-  bool skip = G->stop || (i > 0 && o->time_limit > 0 && pcgc__now() - G->t0 > o->time_limit);
+  bool skip = G->stop || (i > 0 && o->time_limit > 0 && pcgc_now() - G->t0 > o->time_limit);
   double bound = G->bound;
   if (!skip && o->progress) o->progress(o->progress_ctx, i, L->n, c);
   pthread_mutex_unlock(&G->lock);
@@ -1042,7 +924,7 @@ pcgc_status pcgc_compile(const pcgc_graph *seq, const pcgc_machine *m, const pcg
     pcgc_compile_options_default(&def);
     o = &def;
   }
-  double t0 = pcgc__now();
+  double t0 = pcgc_now();
   pcgc_expert *x = NULL;
   cand_list L = {0};
   pcgc_graph *best = NULL;
@@ -1121,7 +1003,7 @@ pcgc_status pcgc_compile(const pcgc_graph *seq, const pcgc_machine *m, const pcg
     if (!jo.memo) jo.memo = memo;
     jo.threads = o->threads;
     if (o->time_limit > 0) {
-      double left = o->time_limit - (pcgc__now() - t0);
+      double left = o->time_limit - (pcgc_now() - t0);
       if (jo.time_limit <= 0 || jo.time_limit > left) jo.time_limit = left > 0.001 ? left : 0.001;
     }
     if (st == PCGC_OK)
@@ -1143,7 +1025,7 @@ pcgc_status pcgc_compile(const pcgc_graph *seq, const pcgc_machine *m, const pcg
   pcgc_views_memo_free(memo);
   free(L.c);
   pcgc_expert_free(x);
-  r->seconds = pcgc__now() - t0;
+  r->seconds = pcgc_now() - t0;
   if (st != PCGC_OK) {
     pcgc_compile_result_destroy(r);
     pcgc_compile_ref keep[3] = {r->data_parallel, r->megatron, r->pipeline};

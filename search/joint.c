@@ -1,7 +1,8 @@
 /*
- * joint.c — the rule-driven joint search (search.h, "Joint search"): best-
- * first over rewritten parallel graphs, each costed by the simulator with
- * views re-placed after the rewrite.
+ * joint.c — the core of the rule-driven joint search (search.h, "Joint
+ * search"; the entry point, pcgc_joint_search, is segment.c's): best-first
+ * over rewritten parallel graphs, each costed by the simulator with views
+ * re-placed after the rewrite.
  *
  *   1. The start (the expert strategy compile found) is simulated and put
  *      in a min-heap keyed by predicted iteration time (ties: the order
@@ -33,7 +34,6 @@
 #include <uthash.h>
 
 #include "joint_internal.h"
-#include "sim_internal.h"
 #include "search.h"
 #include "substitutions.h"
 
@@ -254,7 +254,7 @@ static bool collect(const pcgc_match *m, void *ctx) {
   return S->o->max_matches > 0 && S->n_matches - S->inst_first >= S->o->max_matches;
 }
 
-static bool out_of_time(const search *S) { return S->o->time_limit > 0 && pcgc__now() - S->t0 > S->o->time_limit; }
+static bool out_of_time(const search *S) { return S->o->time_limit > 0 && pcgc_now() - S->t0 > S->o->time_limit; }
 
 static void report(const search *S) {
   if (!S->o->progress) return;
@@ -576,7 +576,7 @@ pcgc_status pcgc__joint_run(const pcgc_graph *start, const pcgc_mapping *start_m
   pcgc_joint_options o = *opt;
   if (o.alpha < 1) o.alpha = 1;
   search S = {.m = m, .o = &o, .accept = accept, .accept_ctx = accept_ctx, .block = block, .t = t, .r = r,
-              .t0 = pcgc__now()};
+              .t0 = pcgc_now()};
   pcgc_status st = PCGC_OK;
   r->instances = n_insts;
   uint64_t h0 = pcgc_graph_hash(start);
@@ -640,7 +640,7 @@ done:
     HASH_DEL(S.seen, e);
     free(e);
   }
-  r->seconds = pcgc__now() - S.t0;
+  r->seconds = pcgc_now() - S.t0;
   if (st == PCGC_OK && pcgc__trace_split(S.best.trace, r) != PCGC_OK) {
     pcgc__trace_free(r);
     st = pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory in the search");
@@ -653,35 +653,5 @@ done:
   } else {
     cand_free(&S.best);
   }
-  return st;
-}
-
-pcgc_status pcgc_joint_search(const pcgc_graph *start, const pcgc_mapping *start_mp, int block, int t,
-                              const pcgc_machine *m, const pcgc_ruleset *rs, const pcgc_joint_options *opt,
-                              pcgc_joint_result *r, pcgc_error *err) {
-  memset(r, 0, sizeof *r);
-  pcgc_joint_options o;
-  if (opt) o = *opt;
-  else pcgc_joint_options_default(&o);
-  int64_t deg[64];
-  int nd = pcgc_rules_machine_degrees(pcgc_machine_num_devices(m), deg, 64);
-  pcgc_rule_inst *insts = NULL;
-  int n_insts = 0;
-  pcgc_status st = pcgc_ruleset_instantiate(rs, deg, nd, pcgc_rules_max_rank(start), &insts, &n_insts, err);
-  if (st != PCGC_OK) return st;
-  pcgc_views_memo *own = NULL;
-  if (o.views_dp && !o.memo) {
-    if ((st = pcgc_views_memo_new(&own, err)) != PCGC_OK) {
-      free(insts);
-      return st;
-    }
-    o.memo = own;
-  }
-  bool done = false;
-  if (o.segment_nodes > 0)
-    st = pcgc__joint_segmented(start, start_mp, block, t, m, insts, n_insts, &o, r, &done, err);
-  if (st == PCGC_OK && !done) st = pcgc__joint_run(start, start_mp, block, t, m, insts, n_insts, &o, NULL, NULL, r, err);
-  pcgc_views_memo_free(own);
-  free(insts);
   return st;
 }

@@ -47,115 +47,11 @@
 #include <xxhash.h>
 
 #include "mapping_internal.h"
-#include "sim_internal.h"
 
 #define MAX_K PCGC_VIEWS_MAX_CANDIDATES
 #define MAX_MASKS 4      /* device sets per pair of end views, by default */
 #define MEMORY_FIXES 8   /* nodes the memory repair fixes, at most */
 #define MEMORY_MOVES 16  /* and moves it makes once the views fit (of fixed nodes and their neighbours) */
-
-/* ------------------------------------------------------------ reads */
-
-typedef bool (*read_fn)(void *ctx, int64_t p, int slot, int64_t q, double bytes);
-
-/* Every (piece, input piece) pair of node n: piece p reads `bytes` of piece
- * q of input `slot`. Inputs whose node is marked in `skip` (may be NULL)
- * are left out. */
-static pcgc_status gather(const pcgc_graph *g, const pcgc_node *n, const bool *skip, pcgc__piece_map *pm, read_fn fn,
-                          void *ctx, pcgc_error *err) {
-  const pcgc_ptensor *to = &n->out[0];
-  int64_t P = pcgc_ptensor_pieces(to);
-  if (pcgc_op_class_of(n->kind) != PCGC_CLASS_PARALLEL) {
-    pcgc_ptensor tin[PCGC_VARIADIC];
-    double bytes[PCGC_VARIADIC];
-    bool any = false;
-    for (int i = 0; i < n->n_in; i++) {
-      tin[i] = *pcgc_graph_ref_type(g, n->in[i]);
-      bytes[i] = pcgc_cost_piece_bytes(&tin[i]);
-      any |= !skip || !skip[n->in[i].node];
-    }
-    if (!any) return PCGC_OK;
-    bool closed = pcgc__piece_map_build(pm, n, tin, true);
-    int64_t q[PCGC_VARIADIC];
-    for (int64_t p = 0; p < P; p++) {
-      if (closed) {
-        pcgc__piece_map_apply(pm, n, p, q);
-      } else {
-        pcgc_status st = pcgc_op_piece_inputs(n->kind, &n->attrs, n->n_in, tin, to, p, q, err);
-        if (st != PCGC_OK) return st;
-      }
-      for (int i = 0; i < n->n_in; i++)
-        if ((!skip || !skip[n->in[i].node]) && !fn(ctx, p, i, q[i], bytes[i]))
-          return pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
-    }
-    return PCGC_OK;
-  }
-  const pcgc_ptensor *ti = pcgc_graph_ref_type(g, n->in[0]);
-  if (skip && skip[n->in[0].node]) return PCGC_OK;
-  int64_t d = n->kind == PCGC_OP_PIPELINE || n->kind == PCGC_OP_UNPIPELINE ? 1 : pcgc_attrs_int(&n->attrs, "degree");
-  int dim = n->kind == PCGC_OP_REPLICATE || n->kind == PCGC_OP_REDUCE ? -1 : (int)pcgc_attrs_int(&n->attrs, "dim");
-  double ob = pcgc_cost_piece_bytes(to), ib = pcgc_cost_piece_bytes(ti);
-  for (int64_t p = 0; p < P; p++) {
-    int64_t c[PCGC_MAX_RANK], s, r;
-    pcgc_piece_coords(to, p, c, &s, &r);
-    bool ok = true;
-    switch (n->kind) {
-    case PCGC_OP_PARTITION:
-      c[dim] /= d;
-      ok = fn(ctx, p, 0, pcgc_piece_index(ti, c, s, r), ob);
-      break;
-    case PCGC_OP_COMBINE: {
-      int64_t c0 = c[dim];
-      for (int64_t j = 0; j < d && ok; j++) {
-        c[dim] = c0 * d + j;
-        ok = fn(ctx, p, 0, pcgc_piece_index(ti, c, s, r), ib);
-      }
-      break;
-    }
-    case PCGC_OP_REPLICATE: ok = fn(ctx, p, 0, pcgc_piece_index(ti, c, s, r / d), ib); break;
-    case PCGC_OP_REDUCE:
-      for (int64_t j = 0; j < d && ok; j++) ok = fn(ctx, p, 0, pcgc_piece_index(ti, c, s * d + j, r), ob);
-      break;
-    default: ok = fn(ctx, p, 0, pcgc_piece_index(ti, c, s, r), ob); break;
-    }
-    if (!ok) return pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
-  }
-  return PCGC_OK;
-}
-
-typedef struct reads_ctx {
-  pcgc__reads *R;
-  const pcgc_node *n;
-} reads_ctx;
-
-static bool push_read(void *ctx, int64_t p, int slot, int64_t q, double bytes) {
-  reads_ctx *c = ctx;
-  pcgc__reads *R = c->R;
-  if (R->n == R->cap) {
-    int64_t cap = R->cap ? 2 * R->cap : 256;
-    pcgc__read *r = realloc(R->r, (size_t)cap * sizeof *r);
-    if (!r) return false;
-    R->r = r;
-    R->cap = cap;
-  }
-  R->r[R->n++] = (pcgc__read){p, c->n->in[slot].node, q, bytes};
-  return true;
-}
-
-/* Every (piece, producer piece) pair node n reads from non-resident
- * producers, into R (sim_internal.h). */
-pcgc_status pcgc__collect_reads(pcgc__reads *R, const pcgc_graph *g, const bool *res, const pcgc_node *n,
-                                pcgc_error *err) {
-  R->n = 0;
-  reads_ctx c = {R, n};
-  return gather(g, n, res, &R->pm, push_read, &c, err);
-}
-
-void pcgc__reads_destroy(pcgc__reads *R) {
-  free(R->r);
-  free(R->pm.g);
-  memset(R, 0, sizeof *R);
-}
 
 /* ------------------------------------------------------- cost terms */
 
@@ -218,19 +114,9 @@ static double move_time(const pcgc_machine *m, int D, const vread *r, int64_t n,
   return s;
 }
 
-void pcgc__find_resident(const pcgc_graph *g, const int *order, bool *res) {
-  for (int k = 0; k < g->n_nodes; k++) {
-    const pcgc_node *n = &g->nodes[order[k]];
-    pcgc_op_class c = pcgc_op_class_of(n->kind);
-    res[n->id] = c == PCGC_CLASS_SOURCE || (c == PCGC_CLASS_PARALLEL && res[n->in[0].node]);
-  }
-}
-
-void pcgc_resident_nodes(const pcgc_graph *g, const int *order, bool *res) { pcgc__find_resident(g, order, res); }
-
 static bool *find_resident(const pcgc_graph *g, const int *order) {
   bool *res = calloc((size_t)(g->n_nodes ? g->n_nodes : 1), sizeof *res);
-  if (res) pcgc__find_resident(g, order, res);
+  if (res) pcgc_resident_nodes(g, order, res);
   return res;
 }
 
@@ -455,7 +341,7 @@ static bool push_vread(void *ctx, int64_t p, int slot, int64_t q, double bytes) 
 
 /* A new entry for node n: its piece time and its reads, grouped by slot
  * (a counting sort keeps each slot's reads in piece order). */
-static mnode *node_compute(const pcgc_graph *g, const pcgc_node *n, const pcgc_machine *m, pcgc__piece_map *pm,
+static mnode *node_compute(const pcgc_graph *g, const pcgc_node *n, const pcgc_machine *m, pcgc_piece_map *pm,
                            pcgc_error *err) {
   mnode *e = calloc(1, sizeof *e);
   vreads V = {0};
@@ -463,7 +349,7 @@ static mnode *node_compute(const pcgc_graph *g, const pcgc_node *n, const pcgc_m
   vread *r = NULL;
   pcgc_status st = e && off ? PCGC_OK : pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
   if (st == PCGC_OK) st = piece_time(g, n, m, &e->time, err);
-  if (st == PCGC_OK) st = gather(g, n, NULL, pm, push_vread, &V, err);
+  if (st == PCGC_OK) st = pcgc_piece_reads(g, n, NULL, pm, push_vread, &V, err);
   if (st == PCGC_OK && !(r = malloc((size_t)(V.n ? V.n : 1) * sizeof *r)))
     st = pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
   if (st != PCGC_OK) {
@@ -507,7 +393,7 @@ typedef struct vbuild {
   pcgc_views_memo *memo;
   int64_t hits, misses;     /* this build's lookups of the memo */
   XXH128_hash_t machine;
-  pcgc__piece_map pm;
+  pcgc_piece_map pm;
   double **own;             /* summed matrices (a producer read through two slots) */
   int n_own;
   int cap_e;

@@ -1,8 +1,9 @@
 /*
- * segment.c — the joint search on large graphs (search.h, pcgc_joint_search):
- * split at bottleneck tensors, search each distinct segment alone, splice.
+ * segment.c — pcgc_joint_search (search.h): graphs too small to split are
+ * searched whole by the core (joint.c); large ones are split at bottleneck
+ * tensors, each distinct segment searched alone, and spliced:
  *
- *   1. Cuts (cuts.c): the graph is cut at bottleneck tensors into segments
+ *   1. Cuts (taskgraph/cuts.c): the graph is cut at bottleneck tensors into segments
  *      of about `segment_nodes` computed nodes.
  *   2. Resident nodes (sources and the parallel ops that only distribute
  *      them) belong to the one segment that reads their component (weight
@@ -33,9 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuts_internal.h"
 #include "joint_internal.h"
-#include "sim_internal.h"
 
 /* ------------------------------------------------------ one segment */
 
@@ -123,7 +122,7 @@ static int build_stub(segment *s, const pcgc_ptensor *t) {
 
 /* Step 3 for segment k. s->ok false when it cannot stand alone (a stub
  * type the parallel ops cannot build, an output the loss cannot take). */
-static pcgc_status segment_build(segment *s, const pcgc__cuts *P, int k, const pcgc_mapping *mp) {
+static pcgc_status segment_build(segment *s, const pcgc_cuts *P, int k, const pcgc_mapping *mp) {
   const pcgc_graph *g = P->g;
   memset(s, 0, sizeof *s);
   s->index = k;
@@ -277,7 +276,7 @@ static void member_name(const segment *lead, const segment *s, const char *name,
 }
 
 typedef struct splice {
-  const pcgc__cuts *P;
+  const pcgc_cuts *P;
   segment *segs;
   pcgc_graph **best;      /* per segment: its group's best rewrite (NULL: unchanged) */
   int *kid;               /* start node -> new node (-1: replaced) */
@@ -307,7 +306,7 @@ static pcgc_ref map_seg_ref(const splice *S, int k, pcgc_ref r) {
 
 /* The start with every improved segment replaced (untyped until inferred). */
 static pcgc_status splice_build(splice *S, pcgc_graph **out) {
-  const pcgc__cuts *P = S->P;
+  const pcgc_cuts *P = S->P;
   const pcgc_graph *g = P->g;
   pcgc_graph *ng = pcgc_graph_new();
   if (!ng) return PCGC_ERR_NOMEM;
@@ -473,14 +472,14 @@ pcgc_status pcgc__joint_segmented(const pcgc_graph *start, const pcgc_mapping *s
                                   const pcgc_machine *m, const pcgc_rule_inst *insts, int n_insts,
                                   const pcgc_joint_options *o, pcgc_joint_result *r, bool *done, pcgc_error *err) {
   *done = false;
-  double t0 = pcgc__now();
-  pcgc__cuts P;
-  if (!pcgc__cuts_build(&P, start, o->segment_nodes)) {
-    pcgc__cuts_free(&P);
+  double t0 = pcgc_now();
+  pcgc_cuts P;
+  if (!pcgc_cuts_build(&P, start, o->segment_nodes)) {
+    pcgc_cuts_free(&P);
     return pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory splitting the graph");
   }
   if (P.n_seg < 2) {
-    pcgc__cuts_free(&P);
+    pcgc_cuts_free(&P);
     return PCGC_OK;
   }
   pcgc_status st = PCGC_OK;
@@ -502,7 +501,7 @@ pcgc_status pcgc__joint_segmented(const pcgc_graph *start, const pcgc_mapping *s
     if (!segs[k].ok || segs[k].group != k) continue;
     pcgc_joint_options so = *o;
     if (o->time_limit > 0) {
-      double remain = o->time_limit - (pcgc__now() - t0);
+      double remain = o->time_limit - (pcgc_now() - t0);
       if (remain <= 0) {
         r->time_hit = true;
         break;
@@ -607,12 +606,46 @@ pcgc_status pcgc__joint_segmented(const pcgc_graph *start, const pcgc_mapping *s
   free(segs);
   free(best);
   free(res);
-  pcgc__cuts_free(&P);
-  r->seconds = pcgc__now() - t0;
+  pcgc_cuts_free(&P);
+  r->seconds = pcgc_now() - t0;
   if (st != PCGC_OK) {
     pcgc_joint_result_destroy(r);
     return err && err->status ? err->status : st;
   }
   *done = true;
   return PCGC_OK;
+}
+
+/* ------------------------------------------------------- entry point */
+
+/* The joint search (search.h): segment by segment where the graph splits,
+ * else whole (joint.c). */
+pcgc_status pcgc_joint_search(const pcgc_graph *start, const pcgc_mapping *start_mp, int block, int t,
+                              const pcgc_machine *m, const pcgc_ruleset *rs, const pcgc_joint_options *opt,
+                              pcgc_joint_result *r, pcgc_error *err) {
+  memset(r, 0, sizeof *r);
+  pcgc_joint_options o;
+  if (opt) o = *opt;
+  else pcgc_joint_options_default(&o);
+  int64_t deg[64];
+  int nd = pcgc_rules_machine_degrees(pcgc_machine_num_devices(m), deg, 64);
+  pcgc_rule_inst *insts = NULL;
+  int n_insts = 0;
+  pcgc_status st = pcgc_ruleset_instantiate(rs, deg, nd, pcgc_rules_max_rank(start), &insts, &n_insts, err);
+  if (st != PCGC_OK) return st;
+  pcgc_views_memo *own = NULL;
+  if (o.views_dp && !o.memo) {
+    if ((st = pcgc_views_memo_new(&own, err)) != PCGC_OK) {
+      free(insts);
+      return st;
+    }
+    o.memo = own;
+  }
+  bool done = false;
+  if (o.segment_nodes > 0)
+    st = pcgc__joint_segmented(start, start_mp, block, t, m, insts, n_insts, &o, r, &done, err);
+  if (st == PCGC_OK && !done) st = pcgc__joint_run(start, start_mp, block, t, m, insts, n_insts, &o, NULL, NULL, r, err);
+  pcgc_views_memo_free(own);
+  free(insts);
+  return st;
 }

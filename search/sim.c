@@ -50,108 +50,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "cuts_internal.h"
-#include "sim_internal.h"
-
-/* ------------------------------------------------------------- names */
-
-const char *pcgc_schedule_name(pcgc_schedule s) {
-  switch (s) {
-  case PCGC_SCHEDULE_GPIPE: return "gpipe";
-  case PCGC_SCHEDULE_1F1B: return "1f1b";
-  case PCGC_SCHEDULE_COUNT: break;
-  }
-  return "?";
-}
-
-int pcgc_schedule_from_name(const char *name) {
-  for (int s = 0; name && s < PCGC_SCHEDULE_COUNT; s++)
-    if (strcmp(name, pcgc_schedule_name((pcgc_schedule)s)) == 0) return s;
-  return -1;
-}
-
-const char *pcgc_optimizer_name(pcgc_optim_kind o) {
-  switch (o) {
-  case PCGC_OPTIM_SGD: return "sgd";
-  case PCGC_OPTIM_MOMENTUM: return "momentum";
-  case PCGC_OPTIM_ADAM: return "adam";
-  }
-  return "?";
-}
-
-int pcgc_optimizer_from_name(const char *name) {
-  for (int o = PCGC_OPTIM_SGD; name && o <= PCGC_OPTIM_ADAM; o++)
-    if (strcmp(name, pcgc_optimizer_name((pcgc_optim_kind)o)) == 0) return o;
-  return -1;
-}
-
-const char *pcgc_precision_name(pcgc_precision p) {
-  switch (p) {
-  case PCGC_PREC_F32: return "f32";
-  case PCGC_PREC_TF32: return "tf32";
-  case PCGC_PREC_BF16: return "bf16";
-  }
-  return "?";
-}
-
-int pcgc_precision_from_name(const char *name) {
-  for (int p = PCGC_PREC_F32; name && p <= PCGC_PREC_BF16; p++)
-    if (strcmp(name, pcgc_precision_name((pcgc_precision)p)) == 0) return p;
-  return -1;
-}
-
-const char *pcgc_task_kind_name(pcgc_task_kind k) {
-  switch (k) {
-  case PCGC_TASK_FORWARD: return "forward";
-  case PCGC_TASK_BACKWARD: return "backward";
-  case PCGC_TASK_ADD: return "add";
-  case PCGC_TASK_OPTIMIZER: return "optimizer";
-  case PCGC_TASK_TRANSFER: return "transfer";
-  case PCGC_TASK_COLLECTIVE: return "collective";
-  case PCGC_TASK_JOIN: return "join";
-  case PCGC_TASK_KIND_COUNT: break;
-  }
-  return "?";
-}
-
-void pcgc_sim_options_default(pcgc_sim_options *o) {
-  memset(o, 0, sizeof *o);
-  o->optimizer = PCGC_OPTIM_ADAM;
-  o->schedule = PCGC_SCHEDULE_GPIPE;
-  o->algo = PCGC_ALGO_AUTO;
-  o->overlap = true;
-}
-
-pcgc_status pcgc_mapping_init(pcgc_mapping *mp, int n_nodes, pcgc_view all, pcgc_error *err) {
-  mp->n_nodes = 0;
-  mp->view = NULL;
-  if (n_nodes < 0) return pcgc_error_set(err, PCGC_ERR_INVALID, "a mapping needs n_nodes >= 0, got %d", n_nodes);
-  mp->view = malloc((size_t)(n_nodes ? n_nodes : 1) * sizeof *mp->view);
-  if (!mp->view) return pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
-  mp->n_nodes = n_nodes;
-  for (int i = 0; i < n_nodes; i++) mp->view[i] = all;
-  return PCGC_OK;
-}
-
-void pcgc_mapping_destroy(pcgc_mapping *mp) {
-  if (!mp) return;
-  free(mp->view);
-  mp->view = NULL;
-  mp->n_nodes = 0;
-}
-
-double pcgc_sim_result_max_memory(const pcgc_sim_result *r) {
-  double mx = 0;
-  for (int d = 0; d < r->n_devices; d++)
-    if (r->device[d].memory.total > mx) mx = r->device[d].memory.total;
-  return mx;
-}
-
-void pcgc_sim_result_destroy(pcgc_sim_result *r) {
-  if (!r) return;
-  free(r->device);
-  r->device = NULL;
-}
+#include "search.h"
 
 /* ------------------------------------------------------------ the state */
 
@@ -200,7 +99,7 @@ typedef struct sim {
   int mb_max;              /* largest micro-batch count of any op */
   int prof[PCGC_PROFILE_SOURCE_COUNT];  /* o.profile: kernels (nodes) and updates (weight pieces) */
   int uprof[PCGC_PROFILE_SOURCE_COUNT]; /* by where their times came from */
-  pcgc__sim_tasks T;
+  pcgc_tasks T;
   int32_t *ef, *et;        /* edges */
   int64_t ne, cape;
   hent *h;
@@ -231,7 +130,7 @@ typedef struct sim {
   int32_t *grp;            /* [D + 1] scratch device list */
   int32_t *first_fwd;      /* [D * mb_max]: 1F1B, a device's first forward task of each micro-batch */
   int32_t *first_bwd;      /* [D * mb_max]: the backward of its first op with one (the last to run) */
-  pcgc__piece_map pm;      /* of the op being built */
+  pcgc_piece_map pm;      /* of the op being built */
   int *first_topo;         /* [D]: topological position of the first pipelined op a device runs */
   int *last_topo;          /* [D]: of the last */
   bool copy0;              /* options.copies_alike in force: tasks of copy 0 only */
@@ -244,12 +143,6 @@ typedef struct sim {
 static pcgc_status fail_nomem(sim *S) {
   if (S->st == PCGC_OK) S->st = pcgc_error_set(S->err, PCGC_ERR_NOMEM, "out of memory building the task graph");
   return S->st;
-}
-
-double pcgc__now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 static int32_t next_stamp(sim *S) {
@@ -266,7 +159,7 @@ static int32_t next_stamp(sim *S) {
 
 /* Room for `need` tasks: PCGC_OK, PCGC_ERR_NOMEM, or PCGC_ERR_UNSUPPORTED
  * past 2^31 tasks (ids are int32). Sets no error text. */
-static pcgc_status tasks_reserve(pcgc__sim_tasks *T, int64_t need) {
+static pcgc_status tasks_reserve(pcgc_tasks *T, int64_t need) {
   if (need <= T->cap) return PCGC_OK;
   if (need >= INT32_MAX) return PCGC_ERR_UNSUPPORTED;
   int64_t cap = T->cap ? T->cap : 4096;
@@ -305,7 +198,7 @@ static bool tasks_grow(sim *S, int64_t need) {
 
 /* Appends `count` tasks of one kind; returns the first id (0 after an error). */
 static int32_t task_add(sim *S, int64_t count, pcgc_task_kind kind, int phase, int node) {
-  pcgc__sim_tasks *T = &S->T;
+  pcgc_tasks *T = &S->T;
   if (S->st || !tasks_grow(S, (int64_t)T->n + count)) return 0;
   int32_t base = T->n;
   for (int32_t t = base; t < base + count; t++) {
@@ -345,7 +238,7 @@ static void edge(sim *S, int32_t a, int32_t b) {
 }
 
 static void res_push(sim *S, int32_t r) {
-  pcgc__sim_tasks *T = &S->T;
+  pcgc_tasks *T = &S->T;
   if (S->st) return;
   if (S->stamp[r] == S->stamp_gen) return; /* already held by this task */
   S->stamp[r] = S->stamp_gen;
@@ -399,7 +292,7 @@ static int copy_of(int d, int reps, int stride) { return d % (reps * stride) / s
 static int32_t transfer(sim *S, int phase, int node, int64_t piece, int micro, int a, int b, double bytes) {
   int32_t t = task_add(S, 1, PCGC_TASK_TRANSFER, phase, node);
   if (S->st) return 0;
-  pcgc__sim_tasks *T = &S->T;
+  pcgc_tasks *T = &S->T;
   bool same = a / S->dpn == b / S->dpn;
   set_piece(S, t, a, piece, micro);
   T->peer[t] = b;
@@ -431,7 +324,7 @@ static int32_t transfer(sim *S, int phase, int node, int64_t piece, int micro, i
   return t;
 }
 
-/* A collective over devices devs[0..n) (distinct). PCGC__COLL_REDUCE is
+/* A collective over devices devs[0..n) (distinct). PCGC_COLL_REDUCE is
  * timed as an all-reduce; bytes moved are the ring algorithm's: an
  * all-reduce over p devices on G nodes sends 2(p-G)·n within nodes and
  * 2(G-1)·n between them, a broadcast half of that. */
@@ -439,7 +332,7 @@ static int32_t collective(sim *S, int phase, int node, int64_t piece, int micro,
                           const int32_t *devs, double bytes) {
   int32_t t = task_add(S, 1, PCGC_TASK_COLLECTIVE, phase, node);
   if (S->st) return 0;
-  pcgc__sim_tasks *T = &S->T;
+  pcgc_tasks *T = &S->T;
   int32_t gen = next_stamp(S);
   pcgc_comm_group grp = {0, 0, 1};
   for (int i = 0; i < n; i++) {
@@ -451,7 +344,7 @@ static int32_t collective(sim *S, int phase, int node, int64_t piece, int micro,
     }
     if (++S->ncount[nd] > grp.per_node) grp.per_node = S->ncount[nd];
   }
-  pcgc_collective c = coll == PCGC__COLL_REDUCE ? PCGC_COLL_ALL_REDUCE : (pcgc_collective)coll;
+  pcgc_collective c = coll == PCGC_COLL_REDUCE ? PCGC_COLL_ALL_REDUCE : (pcgc_collective)coll;
   int first = devs[0]; /* with replicas: a member of copy 0 where one is, so that copy runs it */
   for (int i = 0; S->o.replicas > 1 && S->o.replica_stride > 0 && i < n; i++)
     if (copy_of(devs[i], S->o.replicas, S->o.replica_stride) == 0) {
@@ -606,71 +499,17 @@ static void read_input(sim *S, const pcgc_node *n, int i, int64_t q, int mu, int
   hent *e = hash_get(S, ts, X, &fresh);
   if (!e) return;
   if (fresh) {
-    e->fwd = transfer(S, PCGC__SIM_FWD, r.node, q, mi, Y, X, bytes);
+    e->fwd = transfer(S, PCGC_PHASE_FORWARD, r.node, q, mi, Y, X, bytes);
     edge(S, fr, e->fwd);
     keep(S, X, I->m > 1, bytes);
   }
   edge(S, e->fwd, f);
   if (gs >= 0) { /* the gradients of X's readers, summed on X, go back once */
     if (e->bwd < 0) {
-      e->bwd = transfer(S, PCGC__SIM_BWD, r.node, q, mi, X, Y, bytes); /* (transfer() leaves the table alone) */
+      e->bwd = transfer(S, PCGC_PHASE_BACKWARD, r.node, q, mi, X, Y, bytes); /* (transfer() leaves the table alone) */
       edge(S, e->bwd, gs);
     }
     edge(S, b, e->bwd);
-  }
-}
-
-/* The piece-to-piece map of an ordinary op in closed form. By pcg.h's axis
- * maps, the input piece that output piece p = (c, s, r) reads is linear in
- * the shard coordinates c and the replica index r, plus a term of the sum
- * index s alone (the sum index splits over contraction and sum axes):
- *     in_piece(p) = sum_j c_j W[j] + G[s] + r
- * so rank + sum calls of pcgc_op_piece_inputs give every piece. The form is
- * checked against the direct call on the corner pieces (tests compare every
- * piece); small ops, and any disagreement, use one call per piece. */
-bool pcgc__piece_map_build(pcgc__piece_map *pm, const pcgc_node *n, const pcgc_ptensor *tin, bool always) {
-  const pcgc_ptensor *o = &n->out[0];
-  int ni = n->n_in, rank = o->rank;
-  int64_t P = pcgc_ptensor_pieces(o), calls = rank + o->sum + 2, c[PCGC_MAX_RANK] = {0};
-  if (!always && P <= 4 * calls) return false;
-  if (pm->gcap < (int64_t)o->sum * ni) {
-    int64_t *g = realloc(pm->g, (size_t)o->sum * (size_t)ni * sizeof *g);
-    if (!g) return false;
-    pm->g = g;
-    pm->gcap = (int64_t)o->sum * ni;
-  }
-  int64_t got[PCGC_VARIADIC];
-  pcgc_error e;
-  for (int64_t s = 0; s < o->sum; s++)
-    if (pcgc_op_piece_inputs(n->kind, &n->attrs, ni, tin, o, pcgc_piece_index(o, c, s, 0), pm->g + s * ni, &e))
-      return false;
-  for (int j = 0; j < rank; j++) {
-    c[j] = 1;
-    if (o->degree[j] > 1 &&
-        pcgc_op_piece_inputs(n->kind, &n->attrs, ni, tin, o, pcgc_piece_index(o, c, 0, 0), pm->w[j], &e))
-      return false;
-    for (int i = 0; i < ni; i++) pm->w[j][i] = o->degree[j] > 1 ? pm->w[j][i] - pm->g[i] : 0;
-    c[j] = 0;
-  }
-  for (int k = 0; k <= rank; k++) { /* corners: each coordinate at its largest, then all of them */
-    for (int j = 0; j < rank; j++) c[j] = k == rank || j == k ? o->degree[j] - 1 : 0;
-    int64_t p = pcgc_piece_index(o, c, o->sum - 1, o->replica - 1), want[PCGC_VARIADIC];
-    if (pcgc_op_piece_inputs(n->kind, &n->attrs, ni, tin, o, p, got, &e)) return false;
-    pcgc__piece_map_apply(pm, n, p, want);
-    for (int i = 0; i < ni; i++)
-      if (want[i] != got[i]) return false;
-  }
-  return true;
-}
-
-void pcgc__piece_map_apply(const pcgc__piece_map *pm, const pcgc_node *n, int64_t p, int64_t *in_piece) {
-  const pcgc_ptensor *o = &n->out[0];
-  int64_t c[PCGC_MAX_RANK], s, r;
-  pcgc_piece_coords(o, p, c, &s, &r);
-  for (int i = 0; i < n->n_in; i++) {
-    int64_t q = pm->g[s * n->n_in + i] + r;
-    for (int j = 0; j < o->rank; j++) q += c[j] * pm->w[j][i];
-    in_piece[i] = q;
   }
 }
 
@@ -684,8 +523,8 @@ static void gen_ordinary(sim *S, const pcgc_node *n) {
   }
   int64_t P = N->P, P0 = N->P0;
   int mb = N->m;
-  N->fwd = task_add(S, P0 * mb, PCGC_TASK_FORWARD, PCGC__SIM_FWD, n->id);
-  N->bwd = N->has_bwd ? task_add(S, P0 * mb, PCGC_TASK_BACKWARD, PCGC__SIM_BWD, n->id) : -1;
+  N->fwd = task_add(S, P0 * mb, PCGC_TASK_FORWARD, PCGC_PHASE_FORWARD, n->id);
+  N->bwd = N->has_bwd ? task_add(S, P0 * mb, PCGC_TASK_BACKWARD, PCGC_PHASE_BACKWARD, n->id) : -1;
   if (S->st) return;
   bool kept = pcgc_cost_efficiency(n->kind)->kernel && pcgc_op_class_of(n->kind) != PCGC_CLASS_LOSS;
   /* recomputed: its outputs are not kept but made again before its backward */
@@ -694,13 +533,13 @@ static void gen_ordinary(sim *S, const pcgc_node *n) {
   double out_bytes = 0;
   for (int k = 0; k < n->n_out; k++) out_bytes += pcgc_cost_piece_bytes(&n->out[k]);
   const pcgc_ptensor *o = &n->out[0];
-  bool closed = pcgc__piece_map_build(&S->pm, n, tin, false);
+  bool closed = pcgc_piece_map_build(&S->pm, n, tin, false);
   int64_t inp[PCGC_VARIADIC];
   for (int64_t p = 0; p < P && !S->st; p++) {
     int64_t c = slot_of(N, p);
     if (c < 0) continue; /* another copy's piece */
     if (closed) {
-      pcgc__piece_map_apply(&S->pm, n, p, inp);
+      pcgc_piece_map_apply(&S->pm, n, p, inp);
     } else {
       pcgc_status st = pcgc_op_piece_inputs(n->kind, &n->attrs, n->n_in, tin, o, p, inp, S->err);
       if (st != PCGC_OK) {
@@ -755,68 +594,42 @@ static void move(sim *S, int node, int64_t p, int mu, int X, int32_t fj, int32_t
     if (gs >= 0) edge(S, gj, gs);
     return;
   }
-  int32_t tr = transfer(S, PCGC__SIM_FWD, node, p, mu, Y, X, bytes);
+  int32_t tr = transfer(S, PCGC_PHASE_FORWARD, node, p, mu, Y, X, bytes);
   edge(S, fr, tr);
   edge(S, tr, fj);
   keep(S, X, S->nd[node].m > 1, bytes);
   if (gs >= 0) {
-    int32_t gt = transfer(S, PCGC__SIM_BWD, node, p, mu, X, Y, bytes);
+    int32_t gt = transfer(S, PCGC_PHASE_BACKWARD, node, p, mu, X, Y, bytes);
     edge(S, gj, gt);
     edge(S, gt, gs);
   }
 }
 
-/* Cells of tensor t along dim d: its shards, each cut into m micro-batch
- * slices on the pipelined dim. Cell index c*m + mu is monotone in offset. */
-static int64_t cells(const pcgc_ptensor *t, int m, int d) {
-  return (int64_t)t->degree[d] * (m > 1 && d == t->micro_dim ? m : 1);
-}
-
 /* partition, combine, pipeline, unpipeline: every output slice receives the
  * overlapping parts of the input slices with the same sum and replica index
- * (the reference interpreter's relayout). */
+ * (pcgc_relayout_cells, codegen's copies and messages too). */
+typedef struct relayout_ctx {
+  sim *S;
+  const pcgc_node *n;
+  int64_t p;
+  int mu, X;
+  int32_t fj, gj;
+} relayout_ctx;
+
+static bool relayout_cell(void *ctx, int64_t q, int mi, const pcgc_box *part, double bytes) {
+  (void)part;
+  relayout_ctx *R = ctx;
+  move(R->S, R->n->id, R->p, R->mu, R->X, R->fj, R->gj, R->n->in[0].node, q, mi, bytes);
+  return true;
+}
+
 static void gen_relayout(sim *S, const pcgc_node *n) {
-  const snode *N = &S->nd[n->id], *I = &S->nd[n->in[0].node];
-  const pcgc_ptensor *to = &n->out[0], *ti = pcgc_graph_ref_type(S->g, n->in[0]);
-  int mo = N->m, mi = I->m, r = to->rank;
-  double es = (double)pcgc_dtype_size(to->dtype);
-  for (int mu = 0; mu < mo && !S->st; mu++)
+  const snode *N = &S->nd[n->id];
+  for (int mu = 0; mu < N->m && !S->st; mu++)
     for (int64_t p = 0; p < N->P; p++) {
       if (slot_of(N, p) < 0) continue; /* another copy's piece */
-      int X = home(S, n->id, p);
-      int32_t fj = fready(S, n->id, p, mu), gj = gsink(S, n->id, p, mu);
-      int64_t c[PCGC_MAX_RANK], s, rr, lo[PCGC_MAX_RANK], hi[PCGC_MAX_RANK], a[PCGC_MAX_RANK],
-          e[PCGC_MAX_RANK], size_i[PCGC_MAX_RANK], cur[PCGC_MAX_RANK];
-      pcgc_piece_coords(to, p, c, &s, &rr);
-      for (int d = 0; d < r; d++) {
-        bool md = mo > 1 && d == to->micro_dim;
-        int64_t size_o = to->dims[d] / cells(to, mo, d);
-        lo[d] = (c[d] * (md ? mo : 1) + (md ? mu : 0)) * size_o;
-        hi[d] = lo[d] + size_o;
-        size_i[d] = ti->dims[d] / cells(ti, mi, d);
-        a[d] = cur[d] = lo[d] / size_i[d];
-        e[d] = (hi[d] - 1) / size_i[d];
-      }
-      for (;;) { /* every input cell overlapping the output slice's box */
-        int64_t ci[PCGC_MAX_RANK];
-        int mui = mi > 1 && mo > 1 ? mu : 0;
-        double bytes = es;
-        for (int d = 0; d < r; d++) {
-          int64_t l = cur[d] * size_i[d], h = l + size_i[d];
-          bytes *= (double)((h < hi[d] ? h : hi[d]) - (l > lo[d] ? l : lo[d]));
-          bool md = mi > 1 && d == ti->micro_dim;
-          ci[d] = md ? cur[d] / mi : cur[d];
-          if (md) mui = (int)(cur[d] % mi);
-        }
-        move(S, n->id, p, mu, X, fj, gj, n->in[0].node, pcgc_piece_index(ti, ci, s, rr), mui, bytes);
-        int d = r - 1;
-        while (d >= 0 && cur[d] == e[d]) {
-          cur[d] = a[d];
-          d--;
-        }
-        if (d < 0) break;
-        cur[d]++;
-      }
+      relayout_ctx R = {S, n, p, mu, home(S, n->id, p), fready(S, n->id, p, mu), gsink(S, n->id, p, mu)};
+      pcgc_relayout_cells(S->g, n, p, mu, relayout_cell, &R);
     }
 }
 
@@ -856,13 +669,13 @@ static void gen_replicate(sim *S, const pcgc_node *n, int32_t *dev) {
       int k = others(S, dev, (int)d, Y);
       int32_t fwd = fr, bwd = -1;
       if (k == 1) {
-        fwd = transfer(S, PCGC__SIM_FWD, n->id, q, mu, Y, S->grp[1], bytes);
+        fwd = transfer(S, PCGC_PHASE_FORWARD, n->id, q, mu, Y, S->grp[1], bytes);
         if (N->bwd >= 0) {
-          bwd = transfer(S, PCGC__SIM_BWD, n->id, q, mu, S->grp[1], Y, bytes);
+          bwd = transfer(S, PCGC_PHASE_BACKWARD, n->id, q, mu, S->grp[1], Y, bytes);
         }
       } else if (k > 1) {
-        fwd = collective(S, PCGC__SIM_FWD, n->id, q, mu, PCGC_COLL_BROADCAST, k + 1, S->grp, bytes);
-        if (N->bwd >= 0) bwd = collective(S, PCGC__SIM_BWD, n->id, q, mu, PCGC__COLL_REDUCE, k + 1, S->grp, bytes);
+        fwd = collective(S, PCGC_PHASE_FORWARD, n->id, q, mu, PCGC_COLL_BROADCAST, k + 1, S->grp, bytes);
+        if (N->bwd >= 0) bwd = collective(S, PCGC_PHASE_BACKWARD, n->id, q, mu, PCGC_COLL_REDUCE, k + 1, S->grp, bytes);
       }
       if (fwd != fr) edge(S, fr, fwd);
       if (bwd >= 0) edge(S, bwd, gs);
@@ -896,8 +709,8 @@ static void gen_reduce(sim *S, const pcgc_node *n, int32_t *dev) {
       int k = others(S, dev, (int)d, X);
       keep(S, X, N->m > 1, bytes);
       if (k > 1) { /* one reduce collective; the gradient goes back by broadcast */
-        int32_t co = collective(S, PCGC__SIM_FWD, n->id, p, mu, PCGC__COLL_REDUCE, k + 1, S->grp, bytes);
-        int32_t bc = gj >= 0 ? collective(S, PCGC__SIM_BWD, n->id, p, mu, PCGC_COLL_BROADCAST, k + 1, S->grp, bytes)
+        int32_t co = collective(S, PCGC_PHASE_FORWARD, n->id, p, mu, PCGC_COLL_REDUCE, k + 1, S->grp, bytes);
+        int32_t bc = gj >= 0 ? collective(S, PCGC_PHASE_BACKWARD, n->id, p, mu, PCGC_COLL_BROADCAST, k + 1, S->grp, bytes)
                              : -1;
         edge(S, co, fj);
         if (bc >= 0) edge(S, gj, bc);
@@ -911,14 +724,14 @@ static void gen_reduce(sim *S, const pcgc_node *n, int32_t *dev) {
       /* at most one other device: its partial sums come point to point, an add task sums */
       int32_t sink = fj;
       if (d > 1) {
-        sink = task_add(S, 1, PCGC_TASK_ADD, PCGC__SIM_FWD, n->id);
+        sink = task_add(S, 1, PCGC_TASK_ADD, PCGC_PHASE_FORWARD, n->id);
         set_piece(S, sink, X, p, mu);
         if (!S->st) S->T.dur[sink] = add_time;
         edge(S, sink, fj);
       }
       int32_t gt = -1;
       if (k == 1 && gj >= 0) {
-        gt = transfer(S, PCGC__SIM_BWD, n->id, p, mu, X, S->grp[1], bytes);
+        gt = transfer(S, PCGC_PHASE_BACKWARD, n->id, p, mu, X, S->grp[1], bytes);
         edge(S, gj, gt);
       }
       for (int64_t j = 0; j < d; j++) {
@@ -927,7 +740,7 @@ static void gen_reduce(sim *S, const pcgc_node *n, int32_t *dev) {
         if (dev[j] == X) {
           edge(S, fr, sink);
         } else {
-          int32_t tr = transfer(S, PCGC__SIM_FWD, n->id, p, mu, dev[j], X, bytes);
+          int32_t tr = transfer(S, PCGC_PHASE_FORWARD, n->id, p, mu, dev[j], X, bytes);
           edge(S, fr, tr);
           edge(S, tr, sink);
         }
@@ -939,8 +752,8 @@ static void gen_reduce(sim *S, const pcgc_node *n, int32_t *dev) {
 static void gen_parallel(sim *S, const pcgc_node *n, int32_t *scratch) {
   snode *N = &S->nd[n->id];
   int64_t cnt = N->P0 * N->m;
-  N->fwd = task_add(S, cnt, PCGC_TASK_JOIN, PCGC__SIM_FWD, n->id);
-  N->bwd = N->grad && N->reach ? task_add(S, cnt, PCGC_TASK_JOIN, PCGC__SIM_BWD, n->id) : -1;
+  N->fwd = task_add(S, cnt, PCGC_TASK_JOIN, PCGC_PHASE_FORWARD, n->id);
+  N->bwd = N->grad && N->reach ? task_add(S, cnt, PCGC_TASK_JOIN, PCGC_PHASE_BACKWARD, n->id) : -1;
   for (int mu = 0; mu < N->m && !S->st; mu++)
     for (int64_t p = 0; p < N->P; p++) {
       if (slot_of(N, p) < 0) continue;
@@ -1007,11 +820,11 @@ static void gen_weights(sim *S) {
       int32_t ar = -1;
       if (ng > 1) {
         S->coll_in_place = true; /* a whole gradient: reduced where it lies (codegen) */
-        ar = collective(S, PCGC__SIM_BWD, src, box, 0, PCGC_COLL_ALL_REDUCE, ng, S->grp, bytes);
+        ar = collective(S, PCGC_PHASE_BACKWARD, src, box, 0, PCGC_COLL_ALL_REDUCE, ng, S->grp, bytes);
         S->coll_in_place = false;
         for (int k = 0; k < nd; k++) edge(S, deps[k], ar);
       }
-      int32_t u = task_add(S, nu, PCGC_TASK_OPTIMIZER, PCGC__SIM_UPDATE, src);
+      int32_t u = task_add(S, nu, PCGC_TASK_OPTIMIZER, PCGC_PHASE_UPDATE, src);
       for (int k = 0; k < nu && !S->st; k++) {
         set_piece(S, u + k, S->grp[k], box, 0);
         S->T.dur[u + k] = tu;
@@ -1029,37 +842,10 @@ static void gen_weights(sim *S) {
 
 /* ---------------------------------------------------------- schedules */
 
-static _Thread_local const int *span_first; /* pcgc__pipeline_stages' sort key */
-
-static int by_span_first(const void *a, const void *b) {
-  int x = span_first[*(const int *)a], y = span_first[*(const int *)b];
-  if (x != y) return (x > y) - (x < y);
-  return (*(const int *)a > *(const int *)b) - (*(const int *)a < *(const int *)b);
-}
-
-int pcgc__pipeline_stages(int D, const int *first, const int *last, int *stage, int *tmp) {
-  int n = 0, s = 0;
-  for (int d = 0; d < D; d++) {
-    stage[d] = -1;
-    if (first[d] >= 0) tmp[n++] = d;
-  }
-  span_first = first;
-  qsort(tmp, (size_t)n, sizeof *tmp, by_span_first);
-  span_first = NULL;
-  int end = -1;
-  for (int i = 0; i < n; i++) {
-    int d = tmp[i];
-    if (i > 0 && first[d] > end) s++; /* past every span so far: a new stage */
-    if (last[d] > end) end = last[d];
-    stage[d] = s;
-  }
-  return n > 0 ? s + 1 : 1;
-}
-
-/* Devices' pipeline stages (pcgc__pipeline_stages over the span of the
+/* Devices' pipeline stages (pcgc_pipeline_stages over the span of the
  * pipelined ops each runs). `tmp` has room for D ints. */
 static int pipeline_stages(const sim *S, int *stage, int *tmp) {
-  return pcgc__pipeline_stages(S->D, S->first_topo, S->last_topo, stage, tmp);
+  return pcgc_pipeline_stages(S->D, S->first_topo, S->last_topo, stage, tmp);
 }
 
 /* Where the loss is pipelined: GPipe puts every forward micro-batch before
@@ -1071,7 +857,7 @@ static void gen_schedule(sim *S, const int *stage, int stages) {
   if (S->st || L->m <= 1 || L->bwd < 0) return;
   int64_t n = L->P0 * L->m;
   if (S->o.schedule == PCGC_SCHEDULE_GPIPE) {
-    int32_t j = task_add(S, 1, PCGC_TASK_JOIN, PCGC__SIM_FWD, S->loss);
+    int32_t j = task_add(S, 1, PCGC_TASK_JOIN, PCGC_PHASE_FORWARD, S->loss);
     for (int64_t i = 0; i < n; i++) {
       edge(S, L->fwd + (int32_t)i, j);
       edge(S, j, L->bwd + (int32_t)i);
@@ -1217,8 +1003,8 @@ static hitem heap_pop(hitem *h, int64_t *n) {
  * the forward and the backward schedule. The id (or its complement) fills
  * the low 31 bits, so the rank alone names the task:
  *     bit 62 backward | bits 31..61 micro-batch | bits 0..30 id */
-static inline uint64_t rank_of(const pcgc__sim_tasks *T, int32_t t) {
-  uint64_t bwd = T->phase[t] == PCGC__SIM_BWD;
+static inline uint64_t rank_of(const pcgc_tasks *T, int32_t t) {
+  uint64_t bwd = T->phase[t] == PCGC_PHASE_BACKWARD;
   uint64_t pos = bwd ? (uint64_t)(INT32_MAX - t) : (uint64_t)t;
   return bwd << 62 | (uint64_t)T->micro[t] << 31 | pos;
 }
@@ -1239,8 +1025,8 @@ typedef struct devq {
   bool armed; /* the device has a wake-up pending: in `todo` or in the wake heap */
 } devq;
 
-static void devq_push(uint64_t *q, devq *d, const pcgc__sim_tasks *T, int32_t t) {
-  if (T->phase[t] == PCGC__SIM_UPDATE) {
+static void devq_push(uint64_t *q, devq *d, const pcgc_tasks *T, int32_t t) {
+  if (T->phase[t] == PCGC_PHASE_UPDATE) {
     q[d->end - 1 - d->un++] = (uint64_t)t;
     return;
   }
@@ -1279,7 +1065,7 @@ static inline bool devq_empty(const devq *d) { return !d->n && d->uh == d->un; }
  * hash of what each is (node, kind, phase, micro-batch, the receiver's
  * offset). */
 static bool copies_alike(const sim *S, int reps, int stride, double *load, int64_t *count, uint64_t *sig) {
-  const pcgc__sim_tasks *T = &S->T;
+  const pcgc_tasks *T = &S->T;
   int D = S->D;
   memset(load, 0, (size_t)D * sizeof *load);
   memset(count, 0, (size_t)D * sizeof *count);
@@ -1288,7 +1074,7 @@ static bool copies_alike(const sim *S, int reps, int stride, double *load, int64
     int k = T->kind[t], d = T->dev[t];
     if (k == PCGC_TASK_TRANSFER && (copy_of(d, reps, stride) != 0) != (copy_of(T->peer[t], reps, stride) != 0))
       return false;
-    if (pcgc__task_is_compute(k) || k == PCGC_TASK_TRANSFER) {
+    if (pcgc_task_is_compute(k) || k == PCGC_TASK_TRANSFER) {
       uint64_t x = (uint64_t)(uint32_t)T->node[t] << 32 ^ (uint64_t)k << 24 ^ (uint64_t)T->phase[t] << 16 ^
                    (uint64_t)(uint32_t)T->micro[t];
       if (k == PCGC_TASK_TRANSFER) x ^= (uint64_t)(uint32_t)(T->peer[t] - d) * 0x9e3779b97f4a7c15ull;
@@ -1316,7 +1102,7 @@ static bool copies_alike(const sim *S, int reps, int stride, double *load, int64
  * without the hint, on a machine with shared ports (copies would contend
  * for them), when no grouping is alike, or out of memory. */
 static uint8_t *symmetric_drop(const sim *S, int *reps, int *stride) {
-  const pcgc__sim_tasks *T = &S->T;
+  const pcgc_tasks *T = &S->T;
   int D = S->D, R = S->o.replicas, st = S->o.replica_stride;
   if (R < 2 || st < 1 || S->m->intra.shared || S->m->inter.shared || T->n < 1) return NULL;
   double *load = malloc((size_t)D * sizeof *load);
@@ -1343,7 +1129,7 @@ typedef struct tstate {
 } tstate;
 
 static pcgc_status run(sim *S, pcgc_sim_result *r) {
-  pcgc__sim_tasks *T = &S->T;
+  pcgc_tasks *T = &S->T;
   int32_t n = T->n;
   int D = S->D;
   int64_t ne = S->ne;
@@ -1381,7 +1167,7 @@ static pcgc_status run(sim *S, pcgc_sim_result *r) {
   for (int32_t t = n; t > 0; t--) off[t] = off[t - 1];
   off[0] = 0;
   for (int32_t t = 0; t < n; t++) /* each device's queue gets room for all its compute tasks */
-    if (pcgc__task_is_compute(T->kind[t]) && !(drop && drop[t])) dq[T->dev[t]].end++;
+    if (pcgc_task_is_compute(T->kind[t]) && !(drop && drop[t])) dq[T->dev[t]].end++;
   for (int d = 0, o = 0; d < D; d++) {
     dq[d].off = o;
     o = dq[d].end += o;
@@ -1397,7 +1183,7 @@ static pcgc_status run(sim *S, pcgc_sim_result *r) {
     if (hn && heap[0].key <= now) { /* a task is ready */
       t = heap_pop(heap, &hn).id;
       int k = T->kind[t];
-      if (pcgc__task_is_compute(k)) { /* into its device's queue */
+      if (pcgc_task_is_compute(k)) { /* into its device's queue */
         int dev = T->dev[t];
         devq_push(q, &dq[dev], T, t);
         if (!dq[dev].armed) {
@@ -1441,7 +1227,7 @@ static pcgc_status run(sim *S, pcgc_sim_result *r) {
     T->start[t] = s;
     total += d;
     if (e > end_all) end_all = e;
-    if (T->phase[t] == PCGC__SIM_FWD && e > fwd_end) fwd_end = e;
+    if (T->phase[t] == PCGC_PHASE_FORWARD && e > fwd_end) fwd_end = e;
     if (ce > crit) crit = ce;
     for (int64_t i = off[t]; i < off[t + 1]; i++) {
       tstate *x = &ts[succ[i]];
@@ -1530,26 +1316,8 @@ static pcgc_memory device_memory(const sim *S, int d, const int *stage, int stag
   return r;
 }
 
-void pcgc__sim_tasks_release(pcgc__sim_tasks *T) {
-  free(T->dur);
-  free(T->kind);
-  free(T->phase);
-  free(T->coll);
-  free(T->dev);
-  free(T->peer);
-  free(T->node);
-  free(T->piece);
-  free(T->micro);
-  free(T->res_off);
-  free(T->res_n);
-  free(T->bytes);
-  free(T->start);
-  free(T->res);
-  memset(T, 0, sizeof *T);
-}
-
 static void sim_free(sim *S) {
-  pcgc__sim_tasks_release(&S->T);
+  pcgc_tasks_release(&S->T);
   free(S->nd);
   free(S->order);
   free(S->ef);
@@ -1633,7 +1401,7 @@ pcgc_status pcgc_simulate(const pcgc_graph *g, const pcgc_mapping *mp, const pcg
             (unsigned)o->algo >= PCGC_ALGO_COUNT))
     return pcgc_error_set(err, PCGC_ERR_INVALID, "pcgc_simulate: bad options (optimizer %d, schedule %d, algorithm %d)",
                           (int)o->optimizer, (int)o->schedule, (int)o->algo);
-  double t0 = pcgc__now();
+  double t0 = pcgc_now();
   sim S_, *S = &S_;
   memset(S, 0, sizeof *S);
   S->g = g;
@@ -1688,7 +1456,7 @@ pcgc_status pcgc_simulate(const pcgc_graph *g, const pcgc_mapping *mp, const pcg
   S->copy0 = S->o.copies_alike && S->reps > 1 && S->rstride > 0 && !m->intra.shared && !m->inter.shared &&
              D % (S->reps * S->rstride) == 0;
   if (S->copy0 && (st = copy0_index(S)) != PCGC_OK) goto out;
-  if (S->o.recompute && (!(S->unit = pcgc__checkpoint_units(g, &S->n_units, &S->ckpt)) ||
+  if (S->o.recompute && (!(S->unit = pcgc_checkpoint_units(g, &S->n_units, &S->ckpt)) ||
                          !(S->work = calloc((size_t)D * (size_t)S->n_units, sizeof *S->work)))) {
     st = pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
     goto out;
@@ -1749,17 +1517,17 @@ pcgc_status pcgc_simulate(const pcgc_graph *g, const pcgc_mapping *mp, const pcg
   if (S->mb_max > 1) stages = pipeline_stages(S, stage, stage + D);
   gen_schedule(S, stage, stages);
   if ((st = S->st) != PCGC_OK) goto out;
-  double t1 = pcgc__now();
+  double t1 = pcgc_now();
   bool f1b = S->o.schedule == PCGC_SCHEDULE_1F1B && S->nd[S->loss].m > 1;
   bool skip = false; /* out of memory, and its time not wanted */
   for (int d = 0; S->o.oom_skips_run && d < D && !skip; d++)
     skip = device_memory(S, d, stage, stages, f1b).total > pcgc_machine_usable_memory(m);
   if (skip) r->iteration_time = INFINITY;
   else if ((st = run(S, r)) != PCGC_OK) goto out;
-  double t2 = pcgc__now();
+  double t2 = pcgc_now();
 
   /* results */
-  pcgc__sim_tasks *T = &S->T;
+  pcgc_tasks *T = &S->T;
   r->n_devices = D;
   r->n_tasks = T->n;
   r->n_edges = S->ne;
@@ -1793,7 +1561,7 @@ pcgc_status pcgc_simulate(const pcgc_graph *g, const pcgc_mapping *mp, const pcg
     if (dv->compute > r->compute_max) r->compute_max = dv->compute;
     r->compute_mean += dv->compute / (r->used_devices ? r->used_devices : D);
   }
-  if (S->o.trace_path && (st = pcgc__sim_write_trace(S->o.trace_path, g, m, T, err)) != PCGC_OK) goto out;
+  if (S->o.trace_path && (st = pcgc_tasks_write_trace(S->o.trace_path, g, m, T, err)) != PCGC_OK) goto out;
   r->build_seconds = t1 - t0;
   r->run_seconds = t2 - t1;
 out:

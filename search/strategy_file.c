@@ -30,7 +30,6 @@
 #include <xxhash.h>
 
 #include "search.h"
-#include "sim_internal.h"
 
 /* ------------------------------------------------------- canonical form */
 

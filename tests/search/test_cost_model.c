@@ -1,5 +1,5 @@
 /*
- * test_cost_model.c — the first layer of the cost model (search/cost.c), against
+ * test_cost_model.c — the first layer of the cost model (cost/cost.c), against
  * hand-computed numbers on the shipped presets:
  *   - the efficiency table covers every op, matrix ops are the five GEMM
  *     families, no-kernel ops cost nothing;

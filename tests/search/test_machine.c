@@ -1,5 +1,5 @@
 /*
- * test_machine.c — machine files (search/machine.c): every preset in
+ * test_machine.c — machine files (cost/machine.c): every preset in
  * machines/ loads by name with its published numbers and writes back to an
  * equal machine; every malformed file in tests/data/bad-machines fails at the
  * line:col its first line states, with that message, the source line and a

@@ -1,5 +1,5 @@
 /*
- * test_profile.c — the profile database (search/profile.c) and its use by
+ * test_profile.c — the profile database (cost/profile.c) and its use by
  * the simulator:
  *   - entries written with pcgc_profile_write load back equal, are found by
  *     their key and not by a key that differs in op, attributes, dtype or a

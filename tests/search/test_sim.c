@@ -33,8 +33,7 @@
 #include <unistd.h>
 
 #include "search.h"
-#include "cuts_internal.h"
-#include "sim_internal.h"
+#include "search.h"
 
 #include "../common/toy_machine.h"
 
@@ -578,7 +577,7 @@ START_TEST(recompute_by_hand) {
     ck_assert_int_eq(pcgc_strategy_build(PCGC_STRATEGY_SEQUENTIAL, g, &m, 0, &pg, &mp, &err), PCGC_OK);
     int n_units = 0;
     bool *ckpt = NULL;
-    int *unit = pcgc__checkpoint_units(pg, &n_units, &ckpt);
+    int *unit = pcgc_checkpoint_units(pg, &n_units, &ckpt);
     ck_assert_ptr_nonnull(unit);
     /* the MLP's 5 computed nodes make one unit of sqrt(5) rounded up: all
      * recomputed, at once, for no memory saved */
@@ -905,19 +904,19 @@ END_TEST
 /* -------------------------------------------------------- piece maps */
 
 static void check_piece_maps(const char *what, const pcgc_graph *g) {
-  pcgc__piece_map pm = {0};
+  pcgc_piece_map pm = {0};
   for (int i = 0; i < g->n_nodes; i++) {
     const pcgc_node *x = &g->nodes[i];
     pcgc_op_class c = pcgc_op_class_of(x->kind);
     if (c != PCGC_CLASS_COMPUTE && c != PCGC_CLASS_LOSS) continue;
     pcgc_ptensor tin[PCGC_VARIADIC];
     for (int k = 0; k < x->n_in; k++) tin[k] = *pcgc_graph_ref_type(g, x->in[k]);
-    ck_assert_msg(pcgc__piece_map_build(&pm, x, tin, true), "%s: %s: no closed form", what, x->name);
+    ck_assert_msg(pcgc_piece_map_build(&pm, x, tin, true), "%s: %s: no closed form", what, x->name);
     int64_t P = pcgc_ptensor_pieces(&x->out[0]), want[PCGC_VARIADIC], got[PCGC_VARIADIC];
     for (int64_t p = 0; p < P; p++) {
       pcgc_error err = {0};
       ck_assert_int_eq(pcgc_op_piece_inputs(x->kind, &x->attrs, x->n_in, tin, &x->out[0], p, want, &err), PCGC_OK);
-      pcgc__piece_map_apply(&pm, x, p, got);
+      pcgc_piece_map_apply(&pm, x, p, got);
       for (int k = 0; k < x->n_in; k++)
         ck_assert_msg(got[k] == want[k], "%s: %s piece %lld input %d: %lld, want %lld", what, x->name, (long long)p,
                       k, (long long)got[k], (long long)want[k]);

@@ -1,5 +1,5 @@
 /*
- * cuts.c — a graph cut at bottleneck tensors (cuts_internal.h): what both
+ * cuts.c — a graph cut at bottleneck tensors (taskgraph.h): what both
  * the segmented joint search (segment.c: segments searched one by one) and
  * recomputation (the simulator and codegen: units made again in backward)
  * stand on, so the simulator does not depend on the joint search.
@@ -19,10 +19,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuts_internal.h"
-#include "sim_internal.h"
+#include "taskgraph.h"
 
-void pcgc__cuts_free(pcgc__cuts *P) {
+void pcgc_cuts_free(pcgc_cuts *P) {
   free(P->order);
   free(P->pos);
   free(P->res);
@@ -37,7 +36,7 @@ static int find_root(int *uf, int x) {
 
 /* Position of the last reader of each (node, slot) tensor, -1 when unread;
  * last[off[node] + slot]. */
-static int *last_readers(const pcgc__cuts *P, int **off_out) {
+static int *last_readers(const pcgc_cuts *P, int **off_out) {
   const pcgc_graph *g = P->g;
   int *off = malloc((size_t)(P->n + 1) * sizeof *off);
   if (!off) return NULL;
@@ -60,7 +59,7 @@ static int *last_readers(const pcgc__cuts *P, int **off_out) {
 }
 
 /* The one tensor crossing the cut after position i. */
-static pcgc_ref crossing(const pcgc__cuts *P, const int *off, const int *last, int i) {
+static pcgc_ref crossing(const pcgc_cuts *P, const int *off, const int *last, int i) {
   for (int x = 0; x < P->n; x++) {
     if (P->res[x] || P->pos[x] > i) continue;
     for (int s = 0; s < P->g->nodes[x].n_out; s++)
@@ -72,7 +71,7 @@ static pcgc_ref crossing(const pcgc__cuts *P, const int *off, const int *last, i
 /* The cuts and the resident nodes' segments, with segments of `target`
  * computed nodes (<= 0: the square root of their number). False on out of memory; P->n_seg < 2 when
  * there is nothing to split. */
-bool pcgc__cuts_build(pcgc__cuts *P, const pcgc_graph *g, int target) {
+bool pcgc_cuts_build(pcgc_cuts *P, const pcgc_graph *g, int target) {
   memset(P, 0, sizeof *P);
   P->g = g;
   P->n = g->n_nodes;
@@ -88,7 +87,7 @@ bool pcgc__cuts_build(pcgc__cuts *P, const pcgc_graph *g, int target) {
             pcgc_graph_topo_order(g, P->order, NULL) == PCGC_OK;
   bool *wonly = ok ? calloc(n, sizeof *wonly) : NULL; /* computed from weights alone */
   ok = ok && wonly;
-  if (ok) pcgc__find_resident(g, P->order, P->res);
+  if (ok) pcgc_resident_nodes(g, P->order, P->res);
   for (int k = 0; ok && k < P->n; k++) {
     const pcgc_node *x = &g->nodes[P->order[k]];
     pcgc_op_class c = pcgc_op_class_of(x->kind);
@@ -164,19 +163,19 @@ bool pcgc__cuts_build(pcgc__cuts *P, const pcgc_graph *g, int target) {
   return ok;
 }
 
-int *pcgc__checkpoint_units(const pcgc_graph *g, int *n_units, bool **checkpoint) {
-  pcgc__cuts P;
+int *pcgc_checkpoint_units(const pcgc_graph *g, int *n_units, bool **checkpoint) {
+  pcgc_cuts P;
   *checkpoint = NULL;
   /* units of about sqrt(n) computed nodes: about sqrt(n) checkpoints kept
    * and one unit of sqrt(n) recomputed at a time (Chen et al., 2016) */
-  if (!pcgc__cuts_build(&P, g, 0)) {
-    pcgc__cuts_free(&P);
+  if (!pcgc_cuts_build(&P, g, 0)) {
+    pcgc_cuts_free(&P);
     return NULL;
   }
   int *unit = P.seg;
   bool *ck = calloc((size_t)(g->n_nodes ? g->n_nodes : 1), sizeof *ck);
   if (!ck) {
-    pcgc__cuts_free(&P);
+    pcgc_cuts_free(&P);
     return NULL;
   }
   P.seg = NULL;
@@ -187,14 +186,14 @@ int *pcgc__checkpoint_units(const pcgc_graph *g, int *n_units, bool **checkpoint
   for (int k = 0; k + 1 < P.n_seg; k++) ck[P.out[k].node] = true;
   *n_units = P.n_seg;
   *checkpoint = ck;
-  pcgc__cuts_free(&P);
+  pcgc_cuts_free(&P);
   return unit;
 }
 
 pcgc_status pcgc_recomputed_nodes(const pcgc_graph *g, bool *recomputed, pcgc_error *err) {
   int n_units = 0;
   bool *ck = NULL;
-  int *unit = pcgc__checkpoint_units(g, &n_units, &ck);
+  int *unit = pcgc_checkpoint_units(g, &n_units, &ck);
   if (!unit) return pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory cutting the graph into recomputation units");
   for (int x = 0; x < g->n_nodes; x++) {
     const pcgc_node *n = &g->nodes[x];

@@ -21,7 +21,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "search.h"
+#include "cost.h"
 
 /* ------------------------------------------------------------ suggestions */
 

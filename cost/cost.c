@@ -18,7 +18,7 @@
  * operations in MPICH", IJHPCA 2005, and NCCL's double binary trees): a step
  * costs alpha (link latency) plus its bytes over beta (bandwidth per
  * direction). Groups within a node use the intra link; groups across nodes
- * run hierarchically (search.h has every formula). Shared links divide their
+ * run hierarchically (cost.h has every formula). Shared links divide their
  * bandwidth among the devices that use them at once.
  *
  * Everything here is pure: no allocation, no globals written, no errors
@@ -27,7 +27,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "search.h"
+#include "cost.h"
 
 /* ------------------------------------------------------- efficiency table */
 
@@ -365,4 +365,36 @@ pcgc_op_cost pcgc_cost_update(pcgc_optim_kind opt, const pcgc_ptensor *t) {
   c.fwd_flops = flops * bytes / es;
   c.fwd_bytes = streams * bytes;
   return c;
+}
+
+/* ------------------------------------------------------------- names */
+
+const char *pcgc_optimizer_name(pcgc_optim_kind o) {
+  switch (o) {
+  case PCGC_OPTIM_SGD: return "sgd";
+  case PCGC_OPTIM_MOMENTUM: return "momentum";
+  case PCGC_OPTIM_ADAM: return "adam";
+  }
+  return "?";
+}
+
+int pcgc_optimizer_from_name(const char *name) {
+  for (int o = PCGC_OPTIM_SGD; name && o <= PCGC_OPTIM_ADAM; o++)
+    if (strcmp(name, pcgc_optimizer_name((pcgc_optim_kind)o)) == 0) return o;
+  return -1;
+}
+
+const char *pcgc_precision_name(pcgc_precision p) {
+  switch (p) {
+  case PCGC_PREC_F32: return "f32";
+  case PCGC_PREC_TF32: return "tf32";
+  case PCGC_PREC_BF16: return "bf16";
+  }
+  return "?";
+}
+
+int pcgc_precision_from_name(const char *name) {
+  for (int p = PCGC_PREC_F32; name && p <= PCGC_PREC_BF16; p++)
+    if (strcmp(name, pcgc_precision_name((pcgc_precision)p)) == 0) return p;
+  return -1;
 }

@@ -11,7 +11,7 @@
  * database holds the few dozen distinct kernels of a model, and the
  * simulator looks each node up once per simulation, not per task.
  *
- * Times on a machine (search.h states the rule): a measured time is a
+ * Times on a machine (cost.h states the rule): a measured time is a
  * slowdown over the roofline of the device it was measured as, carried to
  * the simulated device, t = L + (t_k - L) × R_m(x) / R_p(k). k is the node's
  * own entry, or the nearest measured kernel of its kind: candidates ranked
@@ -44,8 +44,7 @@
 
 #include <cJSON.h>
 
-#include "search.h"
-#include "sim_internal.h"
+#include "cost.h"
 
 struct pcgc_profile {
   char machine[PCGC_MACHINE_NAME_MAX];
@@ -703,16 +702,8 @@ fail:
   return NULL;
 }
 
-pcgc_status pcgc_profile_write(const pcgc_profile *p, const char *path, pcgc_error *err) {
-  if (!p || !path) return pcgc_error_set(err, PCGC_ERR_INVALID, "pcgc_profile_write: bad argument");
-  cJSON *root = to_json(p);
-  if (!root) return pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory writing %s", path);
-  pcgc_status st = pcgc__write_json(root, path, err);
-  cJSON_Delete(root);
-  return st;
-}
-
-pcgc_status pcgc__write_json(const cJSON *root, const char *path, pcgc_error *err) {
+/* Writes a JSON document (and a final newline) to `path` atomically. */
+static pcgc_status write_json(const cJSON *root, const char *path, pcgc_error *err) {
   char *text = cJSON_Print(root);
   size_t len = text ? strlen(text) : 0;
   char *withnl = text ? realloc(text, len + 2) : NULL;
@@ -726,3 +717,13 @@ pcgc_status pcgc__write_json(const cJSON *root, const char *path, pcgc_error *er
   free(withnl);
   return st;
 }
+
+pcgc_status pcgc_profile_write(const pcgc_profile *p, const char *path, pcgc_error *err) {
+  if (!p || !path) return pcgc_error_set(err, PCGC_ERR_INVALID, "pcgc_profile_write: bad argument");
+  cJSON *root = to_json(p);
+  if (!root) return pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory writing %s", path);
+  pcgc_status st = write_json(root, path, err);
+  cJSON_Delete(root);
+  return st;
+}
+

@@ -1,7 +1,7 @@
 /*
  * sim_report.c — what the simulator shows: the text report of a result
  * (pcgc_sim_report) and the Chrome trace of every task
- * (pcgc__sim_write_trace, open it in chrome://tracing or ui.perfetto.dev).
+ * (pcgc_tasks_write_trace, open it in chrome://tracing or ui.perfetto.dev).
  *
  * The trace is streamed one event at a time (each built with cJSON and
  * printed unformatted), so a 200,000-task iteration does not hold a JSON
@@ -17,7 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "sim_internal.h"
+#include "taskgraph.h"
 
 /* ------------------------------------------------------------- report */
 
@@ -145,7 +145,7 @@ void pcgc_sim_report(FILE *f, const pcgc_sim_result *r, const pcgc_machine *m, c
 /* -------------------------------------------------------------- trace */
 
 static const char *coll_name(int c) {
-  return c == PCGC__COLL_REDUCE ? "reduce" : pcgc_collective_name((pcgc_collective)c);
+  return c == PCGC_COLL_REDUCE ? "reduce" : pcgc_collective_name((pcgc_collective)c);
 }
 
 static bool put_event(FILE *f, cJSON *ev, bool *first) {
@@ -169,14 +169,14 @@ static cJSON *meta(const char *what, int pid, int tid, const char *name) {
   return ev;
 }
 
-static cJSON *task_event(const pcgc_graph *g, const pcgc__sim_tasks *t, int32_t i) {
+static cJSON *task_event(const pcgc_graph *g, const pcgc_tasks *t, int32_t i) {
   int k = t->kind[i];
   const char *node = t->node[i] >= 0 ? g->nodes[t->node[i]].name : "";
   char name[320];
   if (k == PCGC_TASK_COLLECTIVE)
     snprintf(name, sizeof name, "%s %.256s", coll_name(t->coll[i]), node);
   else if (k == PCGC_TASK_TRANSFER)
-    snprintf(name, sizeof name, "%s %.256s -> %d", t->phase[i] == PCGC__SIM_BWD ? "grad" : "send", node, t->peer[i]);
+    snprintf(name, sizeof name, "%s %.256s -> %d", t->phase[i] == PCGC_PHASE_BACKWARD ? "grad" : "send", node, t->peer[i]);
   else
     snprintf(name, sizeof name, "%.256s", node);
   cJSON *ev = cJSON_CreateObject(), *args = cJSON_CreateObject();
@@ -186,7 +186,7 @@ static cJSON *task_event(const pcgc_graph *g, const pcgc__sim_tasks *t, int32_t 
   cJSON_AddNumberToObject(ev, "ts", t->start[i] * 1e6);
   cJSON_AddNumberToObject(ev, "dur", t->dur[i] * 1e6);
   cJSON_AddNumberToObject(ev, "pid", t->dev[i]);
-  cJSON_AddNumberToObject(ev, "tid", pcgc__task_is_compute(k) ? 0 : 1);
+  cJSON_AddNumberToObject(ev, "tid", pcgc_task_is_compute(k) ? 0 : 1);
   if (t->node[i] >= 0) cJSON_AddStringToObject(args, "op", pcgc_op_name(g->nodes[t->node[i]].kind));
   cJSON_AddNumberToObject(args, "piece", t->piece[i]);
   cJSON_AddNumberToObject(args, "micro_batch", t->micro[i]);
@@ -197,8 +197,8 @@ static cJSON *task_event(const pcgc_graph *g, const pcgc__sim_tasks *t, int32_t 
   return ev;
 }
 
-pcgc_status pcgc__sim_write_trace(const char *path, const pcgc_graph *g, const pcgc_machine *m,
-                                  const pcgc__sim_tasks *t, pcgc_error *err) {
+pcgc_status pcgc_tasks_write_trace(const char *path, const pcgc_graph *g, const pcgc_machine *m,
+                                  const pcgc_tasks *t, pcgc_error *err) {
   size_t n = strlen(path);
   char *tmp = malloc(n + 5);
   if (!tmp) return pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");

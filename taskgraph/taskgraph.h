@@ -1,0 +1,373 @@
+/*
+ * taskgraph.h — one training iteration of a mapped parallel graph as tasks:
+ * what both simulators and codegen walk, so that what the search predicts,
+ * what codegen lowers and what the program's simulation times are built
+ * from the same pieces, reads, stages and recomputation units.
+ *
+ *   views      where each node's pieces run (pcgc_view, pcgc_mapping)
+ *   pieces     which input pieces each output piece reads, and how many
+ *              bytes (pcgc_piece_map: the closed form; pcgc_piece_reads:
+ *              every pair, parallel ops included; pcgc_relayout_cells: the
+ *              overlapping input cells of a partition/combine/pipeline
+ *              slice); which nodes are resident (sources and what only
+ *              distributes them: placed where read, nothing computed)
+ *   schedule   pipeline stages from the spans of pipelined ops each device
+ *              runs; micro-batches in GPipe or 1F1B order
+ *   recompute  the graph cut at bottleneck tensors into units (pcgc_cuts):
+ *              kernels inside a unit are computed again before backward
+ *   tasks      forward, backward, add, optimizer, transfer, collective and
+ *              join tasks as arrays (pcgc_tasks), their timing options and
+ *              results (pcgc_sim_options, pcgc_sim_result), the report and
+ *              the Chrome trace of a timed iteration
+ *
+ * Who builds what on it: search/sim.c builds the search's estimate (one
+ * task per piece, micro-batch and movement, timed event by event);
+ * codegen/lower.c builds the program (the same pieces and movements with
+ * buffers, copies and staging) and codegen/predict.c times that program
+ * into the same pcgc_sim_result. Both take the pieces each piece reads,
+ * the relayout cells, the stages and the recomputed nodes from here.
+ *
+ * Depends on pcg/ (the graph) and cost/ (machines, collectives, optimizer
+ * kinds, profiles); nothing here searches.
+ */
+#ifndef PCGC_TASKGRAPH_H
+#define PCGC_TASKGRAPH_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "cost.h"
+#include "pcg.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------ views */
+
+/* Where a node runs: piece p of its outputs (numbered as pcgc_piece_coords
+ * says: shards outermost, then partial sums, then replicas) lives on device
+ *     (start + p * stride) mod n_devices.
+ * stride 0 puts every piece on `start`, stride 1 on consecutive devices.
+ * Ignored for sources, which live wherever they are read (a device loads its
+ * data shard and keeps its weight pieces; nothing moves), and for parallel
+ * operators that only distribute a source (partition/replicate of an input
+ * or a weight): they cost nothing in forward, and their backward is the
+ * gradient synchronisation of the weight (see pcgc_simulate). */
+typedef struct pcgc_view {
+  int start;
+  int stride;
+} pcgc_view;
+
+/* One view per node: view[node id]. */
+typedef struct pcgc_mapping {
+  int n_nodes;
+  pcgc_view *view;
+} pcgc_mapping;
+
+/* The device of piece p under view v on n_devices devices. */
+static inline int pcgc_view_device(pcgc_view v, int64_t p, int n_devices) {
+  int64_t D = n_devices;
+  return (int)(((p % D) * (v.stride % D) + v.start) % D);
+}
+
+/* Allocates n_nodes views, each set to `all`. */
+pcgc_status pcgc_mapping_init(pcgc_mapping *mp, int n_nodes, pcgc_view all, pcgc_error *err);
+void pcgc_mapping_destroy(pcgc_mapping *mp);
+
+/* Order of micro-batches where the loss is pipelined. GPIPE: every forward
+ * micro-batch, then every backward one. 1F1B: a device of pipeline stage k
+ * (of s; stages are told apart by the first pipelined operator each device
+ * runs) starts micro-batch i's forward only after micro-batch i-(s-k)'s
+ * backward, so at most s-k micro-batches are in flight on it. */
+typedef enum pcgc_schedule { PCGC_SCHEDULE_GPIPE, PCGC_SCHEDULE_1F1B, PCGC_SCHEDULE_COUNT } pcgc_schedule;
+
+const char *pcgc_schedule_name(pcgc_schedule s);            /* "gpipe", "1f1b" */
+int pcgc_schedule_from_name(const char *name);             /* -1 if unknown */
+
+/* ----------------------------------------------------------------- pieces */
+
+/* res[node] for every node of g (order: a topological order): a source, or
+ * a parallel operator whose input is resident (it only distributes a
+ * source), so it is placed where it is read and computes nothing. */
+void pcgc_resident_nodes(const pcgc_graph *g, const int *order, bool *res);
+
+/* An ordinary op's piece-to-piece map in closed form: in_piece(p) =
+ * sum_j c_j w[j][i] + g[s * n_in + i] + r for output piece p = (c, s, r).
+ * By pcg.h's axis maps the input piece an output piece reads is linear in
+ * its shard coordinates and replica index plus a term of the sum index
+ * alone, so rank + sum calls of pcgc_op_piece_inputs give every piece. */
+typedef struct pcgc_piece_map {
+  int64_t w[PCGC_MAX_RANK][PCGC_VARIADIC];
+  int64_t *g;       /* [sum][n_in], owned; free(g) when done */
+  int64_t gcap;
+} pcgc_piece_map;
+
+/* Fills pm for node n (input types tin); false when the closed form does
+ * not reproduce pcgc_op_piece_inputs on the corner pieces, or (unless
+ * `always`) when the op has too few pieces for it to pay: then call
+ * pcgc_op_piece_inputs per piece. */
+bool pcgc_piece_map_build(pcgc_piece_map *pm, const pcgc_node *n, const pcgc_ptensor *tin, bool always);
+void pcgc_piece_map_apply(const pcgc_piece_map *pm, const pcgc_node *n, int64_t p, int64_t *in_piece);
+
+/* A box of a tensor: per dim its first index and length. */
+typedef struct pcgc_box {
+  int rank;
+  int64_t lo[PCGC_MAX_RANK], len[PCGC_MAX_RANK];
+} pcgc_box;
+
+/* The box of piece q of t, micro-batch slice mu (of t->micro; 0 when t is
+ * not pipelined): its shard, cut into micro-batch slices on the pipelined dim. */
+void pcgc_piece_box(const pcgc_ptensor *t, int64_t q, int mu, pcgc_box *b);
+
+/* One read: piece p of a node reads `bytes` of piece q of input `slot`. */
+typedef bool (*pcgc_read_fn)(void *ctx, int64_t p, int slot, int64_t q, double bytes);
+
+/* Every (piece, input piece) pair of node n, in piece order, to fn (false
+ * from fn: out of memory). Ordinary ops by their piece map; partition,
+ * combine, pipeline and unpipeline read the input piece(s) their piece
+ * covers (bytes: the output piece's, combine: each input piece's);
+ * replicate the piece it copies, reduce its d partial sums. Inputs whose
+ * node is marked in `skip` (may be NULL) are left out. pm: scratch. */
+pcgc_status pcgc_piece_reads(const pcgc_graph *g, const pcgc_node *n, const bool *skip, pcgc_piece_map *pm,
+                             pcgc_read_fn fn, void *ctx, pcgc_error *err);
+
+/* The reads of a node as a list (pcgc_collect_reads): piece p of node n
+ * reads piece q of producer src, `bytes` of it; only producers that are not
+ * resident (res[src] false). */
+typedef struct pcgc_read {
+  int64_t p;
+  int src;
+  int64_t q;
+  double bytes;
+} pcgc_read;
+
+typedef struct pcgc_reads {
+  pcgc_read *r;
+  int64_t n, cap;
+  pcgc_piece_map pm;
+} pcgc_reads;
+
+pcgc_status pcgc_collect_reads(pcgc_reads *R, const pcgc_graph *g, const bool *res, const pcgc_node *n,
+                               pcgc_error *err);
+void pcgc_reads_destroy(pcgc_reads *R);
+
+/* A relayout (partition, combine, pipeline, unpipeline) moves, into output
+ * slice (p, mu) of node n, the overlapping part of every input cell with
+ * the same sum and replica index: input piece q, micro-batch slice mi, the
+ * box `part` (coordinates of the whole tensor, micro-batch slicing
+ * included) and its bytes. Cells come in the order of their coordinates
+ * (the pipelined dim's micro-batch slice inside its shard). fn returns
+ * false to stop. Both the simulator's transfers and codegen's copies and
+ * messages are these cells. */
+typedef bool (*pcgc_cell_fn)(void *ctx, int64_t q, int mi, const pcgc_box *part, double bytes);
+void pcgc_relayout_cells(const pcgc_graph *g, const pcgc_node *n, int64_t p, int mu, pcgc_cell_fn fn, void *ctx);
+
+/* --------------------------------------------------------------- schedule */
+
+/* Pipeline stages from the span of topological positions of the pipelined
+ * ops each device runs (first[d] < 0: none): devices whose spans overlap
+ * work on the same layers (the tensor-parallel ranks of a stage, whose
+ * first ops differ, and the data-parallel copies) and share a stage;
+ * stages are numbered in the order of their spans. stage[d] = -1 for
+ * devices without one; tmp has room for D ints. Returns the number of
+ * stages (1 if none). The simulator and codegen both use it, so 1F1B holds
+ * the same micro-batches in flight in both. */
+int pcgc_pipeline_stages(int D, const int *first, const int *last, int *stage, int *tmp);
+
+/* -------------------------------------------------------------- recompute */
+
+/* A graph cut at bottleneck tensors (taskgraph/cuts.c): in the topological
+ * order, a cut after position i is crossed by the tensors of computed
+ * nodes at or before i that are read after i; one crossed by exactly one
+ * tensor, not a partial sum, is a bottleneck. Used by recomputation's
+ * units and by the segmented joint search (search/segment.c). */
+typedef struct pcgc_cuts {
+  const pcgc_graph *g;
+  int n;
+  int *order, *pos;     /* topological order, and each node's position in it */
+  bool *res;            /* resident, or computed from weights alone */
+  int *seg;             /* node -> segment, -1: outside every segment */
+  int n_seg;
+  pcgc_ref *out;        /* per segment: the tensor it hands on ({-1, -1}: none) */
+} pcgc_cuts;
+
+/* Cuts g into segments of about `target` computed nodes (0: about sqrt(n)
+ * of its n). false on out of memory; P is to be freed either way. */
+bool pcgc_cuts_build(pcgc_cuts *P, const pcgc_graph *g, int target);
+void pcgc_cuts_free(pcgc_cuts *P);
+
+/* The recomputation units of g: g cut at bottleneck tensors into segments
+ * of about sqrt(n) of its n computed nodes. Returns unit[node] (-1:
+ * resident, or computed from weights alone and read in several units),
+ * *n_units, and (*checkpoint)[node]: its output is the one tensor crossing
+ * a cut. One unit when there is no bottleneck. NULL on out of memory; the
+ * caller frees both. */
+int *pcgc_checkpoint_units(const pcgc_graph *g, int *n_units, bool **checkpoint);
+
+/* Activation recomputation (pcgc_sim_options.recompute): recomputed[x] is
+ * true for the kernels (not the loss) whose outputs are not kept but
+ * computed again before backward: those inside a unit that are not the
+ * unit's cut tensor. What the simulator costs is what codegen lowers.
+ * recomputed has n_nodes entries. */
+pcgc_status pcgc_recomputed_nodes(const pcgc_graph *g, bool *recomputed, pcgc_error *err);
+
+/* ------------------------------------------------------------------ tasks */
+
+typedef struct pcgc_sim_options {
+  pcgc_optim_kind optimizer;  /* state kept per weight, update cost (default Adam) */
+  pcgc_schedule schedule;    /* default GPipe */
+  pcgc_comm_algo algo;       /* collectives (default AUTO) */
+  bool overlap;              /* default true; false: a transfer or collective also
+                                holds the compute stream of every device it
+                                involves (no communication/compute overlap) */
+  const char *trace_path;    /* Chrome trace JSON of every task (NULL: none),
+                                written atomically (temporary file, rename) */
+  const pcgc_profile *profile; /* measured kernel times (NULL, the default: none).
+                                When a node's op, attribute text, dtype and input
+                                piece shapes match an entry, its forward and
+                                backward tasks take the entry's times in place of
+                                the roofline (launch overhead included); other
+                                tasks keep the roofline. Not owned. */
+  bool recompute;            /* activation recomputation (default false): see
+                                pcgc_simulate's memory rule */
+  int replicas, replica_stride; /* a hint (default 0: none) from a builder that laid
+                                the strategy out as `replicas` identical copies:
+                                within each block of replicas × replica_stride
+                                devices, copy r on devices [r·stride, (r+1)·stride),
+                                talking to the others only through collectives
+                                (the expert grid's data parallelism). Where the
+                                machine's ports are not shared and every device
+                                carries its first copy's load, only copy 0 runs in
+                                the event loop, the others take its times; else
+                                (or when a transfer crosses copies) all run. */
+  bool copies_alike;         /* with replicas: the builder vouches that the copies
+                                are alike (the expert grid builds them so), and
+                                only copy 0's tasks are built at all, with the
+                                collectives they take part in over every copy;
+                                the other copies take copy 0's times and memory.
+                                A transfer that crosses copies (nothing the grid
+                                builds) makes it build everything instead.
+                                Default false. */
+  bool oom_skips_run;        /* a search that wants no time of a strategy that does
+                                not fit (default false): when a device's memory
+                                exceeds the machine's, the event loop is skipped and
+                                iteration_time is infinite (memory is complete) */
+  double give_up_after;      /* s (default 0: never): a search's bound, the best time
+                                found so far. Once the simulated clock passes it the
+                                event loop stops: iteration_time is infinite and
+                                gave_up set (memory is complete; times are not) */
+} pcgc_sim_options;
+
+void pcgc_sim_options_default(pcgc_sim_options *o);
+
+typedef enum pcgc_task_kind {
+  PCGC_TASK_FORWARD,     /* one piece of one micro-batch of an ordinary op */
+  PCGC_TASK_BACKWARD,    /* its backward */
+  PCGC_TASK_ADD,         /* a reduce adding partial sums that arrived point to point */
+  PCGC_TASK_OPTIMIZER,   /* update of one weight piece on one device */
+  PCGC_TASK_TRANSFER,    /* point to point, one link */
+  PCGC_TASK_COLLECTIVE,  /* all-reduce, broadcast or reduce over a device group */
+  PCGC_TASK_JOIN,        /* bookkeeping: no duration, no resource */
+  PCGC_TASK_KIND_COUNT
+} pcgc_task_kind;
+
+const char *pcgc_task_kind_name(pcgc_task_kind k);         /* "forward", ... */
+
+typedef struct pcgc_sim_device {
+  double compute;       /* s its compute stream is busy */
+  double idle;          /* iteration_time - compute */
+  pcgc_memory memory;   /* at the forward/backward boundary, the peak (see pcgc_simulate) */
+  bool oom;             /* memory.total > pcgc_machine_usable_memory */
+} pcgc_sim_device;
+
+typedef struct pcgc_sim_result {
+  double iteration_time;  /* s: when the last task ends */
+  double forward_time;    /* s: when the last forward task (compute or transfer) ends */
+  double critical_path;   /* s: the longest chain of dependent tasks, ignoring contention:
+                             a lower bound of iteration_time */
+  double task_time;       /* s: the sum of every task's duration: an upper bound */
+  double compute_min, compute_mean, compute_max;  /* over the devices used, s */
+  double bytes_intra, bytes_inter;  /* bytes moved over each link class (collectives:
+                                       their ring algorithm's traffic) */
+  double capacity;        /* usable memory per device, bytes */
+  int n_devices;          /* of the machine: device[] has them all */
+  int used_devices;       /* that run a task or hold memory */
+  int oom_devices;        /* devices whose memory exceeds capacity */
+  int stages, micro_batches;  /* pipeline stages and micro-batches (1, 1 if none) */
+  pcgc_optim_kind optimizer;
+  pcgc_schedule schedule;
+  bool recompute;
+  bool profiled;              /* o->profile was set: then by pcgc_profile_source (NONE: the
+                                 roofline), the nodes with kernels and the weight pieces
+                                 whose updates took each kind of time */
+  int profile_kernels[PCGC_PROFILE_SOURCE_COUNT];
+  int profile_updates[PCGC_PROFILE_SOURCE_COUNT];
+  pcgc_sim_device *device;    /* [n_devices], owned */
+  int64_t n_tasks, n_edges;
+  int64_t tasks_by_kind[PCGC_TASK_KIND_COUNT];
+  double build_seconds, run_seconds;  /* wall time: task graph, event loop */
+  bool symmetric;                     /* only the first of the replicas ran (options.replicas) */
+  bool gave_up;                       /* the clock passed options.give_up_after: iteration_time
+                                         is infinite, the per-device times partial */
+  bool program;               /* a program's simulation (codegen.h, pcgc_program_simulate): n_tasks
+                                 counts instructions, n_edges messages and collectives */
+} pcgc_sim_result;
+
+void pcgc_sim_result_destroy(pcgc_sim_result *r);
+/* The largest memory of any device of r (bytes). */
+double pcgc_sim_result_max_memory(const pcgc_sim_result *r);
+
+/* Prints the result: iteration time, compute and idle per device (min,
+ * mean, max), bytes per link class, memory per device against capacity and
+ * the devices out of memory, tasks by kind, simulation wall time. `title`
+ * (may be NULL) heads it. */
+void pcgc_sim_report(FILE *f, const pcgc_sim_result *r, const pcgc_machine *m, const char *title);
+
+/* Phase of the iteration a task belongs to. */
+enum { PCGC_PHASE_FORWARD, PCGC_PHASE_BACKWARD, PCGC_PHASE_UPDATE };
+
+/* The reduce collective (timed as an all-reduce), beside pcgc_collective. */
+#define PCGC_COLL_REDUCE PCGC_COLL_COUNT
+
+/* The tasks of an iteration, one entry per task, structure-of-arrays so an
+ * event loop touches only what it needs. */
+typedef struct pcgc_tasks {
+  int32_t n, cap;
+  double *dur;       /* s */
+  uint8_t *kind;     /* pcgc_task_kind */
+  uint8_t *phase;    /* PCGC_PHASE_* */
+  uint8_t *coll;     /* collectives: pcgc_collective or PCGC_COLL_REDUCE */
+  int32_t *dev;      /* compute: its device; transfer: the sender; collective: its first device */
+  int32_t *peer;     /* transfer: the receiver; collective: the number of devices */
+  int32_t *node;     /* the graph node it belongs to (-1: none) */
+  int32_t *piece;    /* output piece (-1: none) */
+  int32_t *micro;    /* micro-batch */
+  int32_t *res_off;  /* communication: resources res[res_off .. res_off + res_n) */
+  int32_t *res_n;
+  double *bytes;     /* communication: bytes of the piece moved */
+  double *start;     /* filled by the event loop */
+  int32_t *res;
+  int64_t n_res, cap_res;
+} pcgc_tasks;
+
+/* Frees every array of T (NULL ones too) and zeroes it. */
+void pcgc_tasks_release(pcgc_tasks *T);
+
+static inline bool pcgc_task_is_compute(int kind) {
+  return kind == PCGC_TASK_FORWARD || kind == PCGC_TASK_BACKWARD || kind == PCGC_TASK_ADD ||
+         kind == PCGC_TASK_OPTIMIZER;
+}
+
+/* Writes every task but the joins as a Chrome trace (JSON object format):
+ * one process per device, compute on thread 0, communication on thread 1
+ * (transfers on the sender, collectives on their first device). Atomic:
+ * written to PATH.tmp, flushed, fsync'ed, renamed over PATH. */
+pcgc_status pcgc_tasks_write_trace(const char *path, const pcgc_graph *g, const pcgc_machine *m,
+                                   const pcgc_tasks *t, pcgc_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* PCGC_TASKGRAPH_H */
