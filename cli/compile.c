@@ -551,7 +551,9 @@ static int compile_main(int argc, char **argv) {
            pcgc_cli_fmt_bytes(b, sizeof b, cap));
     printf("%-28s cannot be lowered yet: %s (pcgc run will refuse this plan)\n", "program", cerr.message);
   }
-  printf("%-28s %d simulated, %d fit in memory, %.2f s", "candidates", r.tried, r.feasible, r.seconds);
+  printf("%-28s %d simulated", "candidates", r.tried);
+  if (r.stopped) printf(" (%d stopped early: slower than the best)", r.stopped);
+  printf(", %d fit in memory, %.2f s", r.feasible, r.seconds);
   if (r.skipped) printf(" (time limit: %d not tried)", r.skipped);
   printf("\n");
   if (r.joint_ran) {

@@ -827,12 +827,18 @@ static void grid_eval(grid *G, int i, int w) {
   } else {
     u->state = OUT_SIMULATED;
     bool ok = sr.oom_devices == 0;
-    if (!ok) {
+    if (sr.stopped_building) {
+      snprintf(u->why, sizeof u->why, "%s is slower than %.6g ms: its busiest device's own work alone takes longer",
+               cs, bound * 1e3);
+    } else if (!ok) {
       snprintf(u->why, sizeof u->why, "%s is out of memory on %d of its %d devices (%.3g GiB needed, %.3g GiB usable)",
                cs, sr.oom_devices, sr.used_devices, pcgc_sim_result_max_memory(&sr) / 1073741824.0,
                sr.capacity / 1073741824.0);
     }
-    if (log && sr.gave_up) {
+    if (log && sr.stopped_building) {
+      fprintf(log, "  %-30s %12s     (stopped after %lld tasks: a device's own work passed the best so far, "
+              "%.6f ms, in %.3f s)\n", cs, "slower", (long long)sr.n_tasks, bound * 1e3, sr.build_seconds);
+    } else if (log && sr.gave_up) {
       fprintf(log, "  %-30s %12s     %.3g GiB  (%lld tasks%s; built in %.3f s, run in %.3f s until its clock "
               "passed the best so far, %.6f ms)\n", cs, "slower", pcgc_sim_result_max_memory(&sr) / 1073741824.0,
               (long long)sr.n_tasks, sr.symmetric ? ", one dp copy run" : "", sr.build_seconds, sr.run_seconds,
@@ -877,9 +883,10 @@ static void grid_merge(grid *G, int i) {
     G->stop = true;
     break;
   case OUT_SIMULATED: {
-    bool ok = u->sr.oom_devices == 0;
+    bool ok = u->sr.oom_devices == 0 && !u->sr.stopped_building;
     r->tried++;
     r->feasible += ok;
+    r->stopped += u->sr.stopped_building;
     if (u->fam) ref_update(u->fam, u->c, ok, u->sr.iteration_time, ok ? NULL : u->why);
     if (ok && u->pg && u->sr.iteration_time < G->best_time) {
       G->best_time = u->sr.iteration_time;

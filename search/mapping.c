@@ -1179,7 +1179,7 @@ pcgc_status pcgc_views_dp_if_better(const pcgc_graph *g, int block, int t, const
   if (st != PCGC_OK) return st == PCGC_ERR_NOMEM ? pcgc_error_set(err, st, "%s", e.message) : PCGC_OK;
   pcgc_sim_result r2;
   memset(&r2, 0, sizeof r2);
-  if (!ds.kept_init && (st = pcgc_simulate(g, &dp, m, so, &r2, &e)) == PCGC_OK) {
+  if (!ds.kept_init && (st = pcgc_simulate(g, &dp, m, so, &r2, &e)) == PCGC_OK && !r2.stopped_building) {
     bool fit1 = sr->oom_devices == 0, fit2 = r2.oom_devices == 0;
     if ((fit2 && !fit1) || (fit2 == fit1 && r2.iteration_time < sr->iteration_time)) {
       pcgc_mapping tm = *mp;

@@ -397,6 +397,10 @@ typedef struct pcgc_compile_result {
   pcgc_compile_ref megatron;       /* best with tp > 1 and dp = pp = 1 */
   pcgc_compile_ref pipeline;       /* best with pp > 1 and dp = tp = 1 */
   int tried, feasible;        /* candidates simulated; of them, fitting in memory */
+  int stopped;                /* of them, stopped while their task graph was built: a device's
+                                 own work already took longer than the best so far (their
+                                 memory is not known; not counted in feasible). Which ones
+                                 depends on the order candidates finish in, so on the threads */
   int skipped;                /* left untried by the time limit */
   double expert_time;         /* s, the best expert strategy's iteration time */
   pcgc_joint_result joint;    /* the joint search's statistics (its graph and

@@ -116,6 +116,12 @@ typedef struct sim {
   int32_t *send_node, *send_mb;
   double *send_run, *send_peak;
   double *gmax;                         /* [D] the most gradient bytes one backward piece holds */
+  /* [D] the time of the tasks made so far that hold a device's compute
+   * stream (its kernels, and the broadcasts and reduces it takes part in):
+   * the stream runs them one at a time, so the iteration takes at least
+   * the largest; past options.give_up_after the build stops (busy_max) */
+  double *busy, busy_max;
+  bool stopped;                         /* the build stopped there: slower than the bound */
   bool coll_in_place;                   /* the collective being made reduces in place (no staging) */
   /* recompute: per node its unit (-1: none) and whether it is a checkpoint;
    * work[d * n_units + u]: what unit u keeps on device d for one micro-batch */
@@ -288,6 +294,12 @@ static void comm_infinite(sim *S, int32_t t, const char *what) {
  * devices in each block of reps × stride (options.replicas). */
 static int copy_of(int d, int reps, int stride) { return d % (reps * stride) / stride; }
 
+/* Task time that holds device d's compute stream (S->busy). */
+static void hold(sim *S, int d, double dur) {
+  S->busy[d] += dur;
+  if (S->busy[d] > S->busy_max) S->busy_max = S->busy[d];
+}
+
 /* A point-to-point transfer of `bytes` from device a to device b. */
 static int32_t transfer(sim *S, int phase, int node, int64_t piece, int micro, int a, int b, double bytes) {
   int32_t t = task_add(S, 1, PCGC_TASK_TRANSFER, phase, node);
@@ -315,6 +327,8 @@ static int32_t transfer(sim *S, int phase, int node, int64_t piece, int micro, i
   if (!S->o.overlap) {
     res_push(S, a);
     res_push(S, b);
+    hold(S, a, T->dur[t]);
+    hold(S, b, T->dur[t]);
   }
   T->res_n[t] = (int32_t)(T->n_res - T->res_off[t]);
   double copies = S->copy0 ? S->reps : 1; /* copy0: every copy makes it */
@@ -373,7 +387,10 @@ static int32_t collective(sim *S, int phase, int node, int64_t piece, int micro,
      * members' streams, as the program's BCAST and REDUCE do (the next
      * instruction waits for them); only the gradient all-reduce runs
      * beside the computation */
-    if (!S->o.overlap || coll != PCGC_COLL_ALL_REDUCE) res_push(S, devs[i]);
+    if (!S->o.overlap || coll != PCGC_COLL_ALL_REDUCE) {
+      res_push(S, devs[i]);
+      hold(S, devs[i], T->dur[t]);
+    }
   }
   T->res_n[t] = (int32_t)(T->n_res - T->res_off[t]);
   /* copy0: a collective within copy 0 stands for one in every copy */
@@ -558,10 +575,12 @@ static void gen_ordinary(sim *S, const pcgc_node *n) {
       int32_t f = (int32_t)(N->fwd + (int64_t)mu * P0 + c), b = -1;
       set_piece(S, f, X, p, mu);
       S->T.dur[f] = N->t.fwd;
+      hold(S, X, N->t.fwd);
       if (N->has_bwd) {
         b = (int32_t)(N->bwd + (int64_t)mu * P0 + c);
         set_piece(S, b, X, p, mu);
         S->T.dur[b] = bwd_time;
+        hold(S, X, bwd_time);
         edge(S, f, b);
       }
       if (kept && recomputed) {
@@ -727,6 +746,7 @@ static void gen_reduce(sim *S, const pcgc_node *n, int32_t *dev) {
         sink = task_add(S, 1, PCGC_TASK_ADD, PCGC_PHASE_FORWARD, n->id);
         set_piece(S, sink, X, p, mu);
         if (!S->st) S->T.dur[sink] = add_time;
+        hold(S, X, add_time);
         edge(S, sink, fj);
       }
       int32_t gt = -1;
@@ -1337,6 +1357,7 @@ static void sim_free(sim *S) {
   free(S->send_run);
   free(S->send_peak);
   free(S->gmax);
+  free(S->busy);
   free(S->stamp);
   free(S->ncount);
   free(S->grp);
@@ -1434,6 +1455,7 @@ pcgc_status pcgc_simulate(const pcgc_graph *g, const pcgc_mapping *mp, const pcg
   S->send_run = calloc((size_t)D, sizeof *S->send_run);
   S->send_peak = calloc((size_t)D, sizeof *S->send_peak);
   S->gmax = calloc((size_t)D, sizeof *S->gmax);
+  S->busy = calloc((size_t)D, sizeof *S->busy);
   S->stamp = calloc((size_t)nstamp, sizeof *S->stamp);
   S->ncount = calloc((size_t)S->n_nodes_m, sizeof *S->ncount);
   S->grp = malloc(((size_t)D + 1) * sizeof *S->grp);
@@ -1499,6 +1521,21 @@ pcgc_status pcgc_simulate(const pcgc_graph *g, const pcgc_mapping *mp, const pcg
     if (S->nd[x->id].resident) continue;
     if (cls == PCGC_CLASS_PARALLEL) gen_parallel(S, x, scratch);
     else gen_ordinary(S, x);
+    if (S->o.give_up_after > 0 && S->busy_max > S->o.give_up_after) { /* slower than the bound already */
+      S->stopped = true;
+      break;
+    }
+  }
+  if (!S->st && S->stopped) {
+    r->n_devices = D;
+    r->n_tasks = S->T.n;
+    r->n_edges = S->ne;
+    r->capacity = pcgc_machine_usable_memory(m);
+    r->iteration_time = r->forward_time = INFINITY;
+    r->critical_path = r->task_time = S->busy_max;
+    r->gave_up = r->stopped_building = true;
+    r->build_seconds = pcgc_now() - t0;
+    goto out;
   }
   if (!S->st && S->crossed) { /* a task of copy 0 reads another copy's: build every copy */
     pcgc_sim_options all = S->o;

@@ -257,7 +257,12 @@ typedef struct pcgc_sim_options {
   double give_up_after;      /* s (default 0: never): a search's bound, the best time
                                 found so far. Once the simulated clock passes it the
                                 event loop stops: iteration_time is infinite and
-                                gave_up set (memory is complete; times are not) */
+                                gave_up set (memory is complete; times are not).
+                                Sooner, while the task graph is built: once the tasks
+                                made so far that hold one device's compute stream
+                                take longer than it (the stream runs them one at a
+                                time, so no schedule is faster), the build stops too
+                                (stopped_building: memory not known either) */
 } pcgc_sim_options;
 
 void pcgc_sim_options_default(pcgc_sim_options *o);
@@ -311,6 +316,12 @@ typedef struct pcgc_sim_result {
   bool symmetric;                     /* only the first of the replicas ran (options.replicas) */
   bool gave_up;                       /* the clock passed options.give_up_after: iteration_time
                                          is infinite, the per-device times partial */
+  bool stopped_building;              /* gave up before the event loop: the tasks made so far that
+                                         hold one device's compute stream (its kernels, the
+                                         broadcasts and reduces it takes part in) already took
+                                         longer than options.give_up_after. Memory, devices and
+                                         task counts are then partial (oom_devices 0);
+                                         critical_path and task_time hold that device's time */
   bool program;               /* a program's simulation (codegen.h, pcgc_program_simulate): n_tasks
                                  counts instructions, n_edges messages and collectives */
 } pcgc_sim_result;

@@ -450,7 +450,9 @@ END_TEST
 /* The search on worker threads chooses what it chooses on one: DLRM on a
  * DGX H100 (the grid, the rule check and the joint search with the DP's
  * views all run on the workers) compiled with 1 and with 3 threads gives
- * the same strategy, time, views, trace and counts. */
+ * the same strategy, time, views, trace and counts (but for the candidates
+ * whose build stopped early, and so the ones known to fit: which of the
+ * slower ones stop depends on the best time known when they start). */
 START_TEST(threads_do_not_change_the_plan) {
   pcgc_machine m;
   pcgc_error err = {0};
@@ -472,7 +474,7 @@ START_TEST(threads_do_not_change_the_plan) {
   ck_assert(r[0].sim.iteration_time == r[1].sim.iteration_time);
   ck_assert(r[0].expert_time == r[1].expert_time);
   ck_assert_int_eq(r[0].tried, r[1].tried);
-  ck_assert_int_eq(r[0].feasible, r[1].feasible);
+  for (int k = 0; k < 2; k++) ck_assert_int_le(r[k].feasible + r[k].stopped, r[k].tried);
   ck_assert(r[0].megatron.time == r[1].megatron.time && r[0].pipeline.time == r[1].pipeline.time &&
             r[0].data_parallel.time == r[1].data_parallel.time);
   ck_assert_int_eq(r[0].rules, r[1].rules);

@@ -876,21 +876,32 @@ START_TEST(out_of_memory) {
 END_TEST
 
 /* A search's bound (options.give_up_after): below the iteration time the
- * event loop stops there (infinite time, gave_up, memory complete); at or
- * above it the result is the unbounded one. */
+ * event loop stops there (infinite time, gave_up, memory complete); below
+ * the busiest device's own work the build stops first (stopped_building,
+ * fewer tasks made); at or above the iteration time the result is the
+ * unbounded one. */
 START_TEST(give_up_after_the_bound) {
   pcgc_graph *g = model_file("models/transformer-block.pcg", NULL);
   pcgc_machine m = preset("dgx-h100");
   pcgc_sim_options o = opts();
   pcgc_sim_result full = baseline(g, PCGC_STRATEGY_DATA_PARALLEL, &m, 8, &o);
   ck_assert(isfinite(full.iteration_time) && full.iteration_time > 0 && !full.gave_up);
-  o.give_up_after = 0.5 * full.iteration_time;
+  /* data parallel: the gradient all-reduces end the step after the last kernel */
+  ck_assert(full.compute_max < full.iteration_time);
+  o.give_up_after = 0.5 * (full.compute_max + full.iteration_time);
   pcgc_sim_result cut = baseline(g, PCGC_STRATEGY_DATA_PARALLEL, &m, 8, &o);
-  ck_assert(cut.gave_up && isinf(cut.iteration_time));
+  ck_assert(cut.gave_up && !cut.stopped_building && isinf(cut.iteration_time));
   ck_assert(cut.critical_path < full.iteration_time); /* the loop stopped early */
   ck_assert_int_eq(cut.n_tasks, full.n_tasks);
   for (int d = 0; d < m.nodes * m.devices_per_node; d++)
     ck_assert(cut.device[d].memory.total == full.device[d].memory.total);
+  pcgc_sim_result_destroy(&cut);
+  o.give_up_after = 0.5 * full.compute_max;
+  cut = baseline(g, PCGC_STRATEGY_DATA_PARALLEL, &m, 8, &o);
+  ck_assert(cut.gave_up && cut.stopped_building && isinf(cut.iteration_time));
+  ck_assert_int_lt(cut.n_tasks, full.n_tasks);
+  ck_assert(cut.critical_path > o.give_up_after && cut.critical_path <= full.compute_max);
+  ck_assert_int_eq(cut.oom_devices, 0);
   pcgc_sim_result_destroy(&cut);
   o.give_up_after = full.iteration_time;
   cut = baseline(g, PCGC_STRATEGY_DATA_PARALLEL, &m, 8, &o);
