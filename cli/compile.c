@@ -570,7 +570,9 @@ static int compile_main(int argc, char **argv) {
              j->splice_rejected ? " (the whole graph was not faster: kept the start)" : "");
     printf("%-28s %s the expert strategy's %s", "", j->improvements ? "improved on" : "no rewrite improved on",
            pcgc_cli_fmt_time(a, sizeof a, r.expert_time));
-    if (j->improvements) printf(" to %s (%d improvements, the last by %s)", pcgc_cli_fmt_time(b, sizeof b, j->time), j->improvements, j->last_rule);
+    if (j->improvements)
+      printf(" to %s (%d improvement%s, the last by %s)", pcgc_cli_fmt_time(b, sizeof b, j->time), j->improvements,
+             j->improvements == 1 ? "" : "s", j->last_rule);
     printf("\n");
     if (j->untraced)
       printf("%-28s the segments' rewrites could not be recorded as one trace: `pcgc verify` cannot derive this "
