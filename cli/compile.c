@@ -260,23 +260,23 @@ typedef struct lowered {
   pcgc_error cerr;
 } lowered;
 
-static void lower_plan(const pcgc_compile_result *r, const pcgc_machine *m, const pcgc_compile_options *o, int D,
-                       lowered *L) {
+static void lower_plan(const pcgc_graph *g, const pcgc_mapping *mp, pcgc_expert_choice choice, const pcgc_machine *m,
+                       const pcgc_compile_options *o, int D, lowered *L) {
   memset(L, 0, sizeof *L);
   pcgc_error_clear(&L->cerr);
   pcgc_codegen_options co;
   pcgc_codegen_options_default(&co);
   co.optimizer = o->sim.optimizer;
-  co.schedule = r->choice.schedule;
-  co.recompute = r->choice.recompute;
+  co.schedule = choice.schedule;
+  co.recompute = choice.recompute;
   co.threads = o->threads;
-  if (pcgc_codegen(r->graph, &r->mapping, D, &co, &L->prog, &L->cerr) != PCGC_OK) return;
+  if (pcgc_codegen(g, mp, D, &co, &L->prog, &L->cerr) != PCGC_OK) return;
   for (int d = 0; d < L->prog->n_devices; d++) {
     if (L->prog->dev[d].peak_bytes > L->planned) L->planned = L->prog->dev[d].peak_bytes;
     if (L->prog->dev[d].arena_bytes > L->arena) L->arena = L->prog->dev[d].arena_bytes;
     L->instructions += L->prog->dev[d].n_ins;
   }
-  L->predicted = pcgc_program_simulate(L->prog, r->graph, m, &o->sim, &L->pr, &L->cerr) == PCGC_OK;
+  L->predicted = pcgc_program_simulate(L->prog, g, m, &o->sim, &L->pr, &L->cerr) == PCGC_OK;
   if (L->predicted) L->pmem = pcgc_sim_result_max_memory(&L->pr);
 }
 
@@ -493,7 +493,7 @@ static int compile_main(int argc, char **argv) {
       pcgc_graph_free(g);
       return pcgc_cli_exit_code(st);
     }
-    lower_plan(&r, &m, &o, D, &L);
+    lower_plan(r.graph, &r.mapping, r.choice, &m, &o, D, &L);
     double est = pcgc_sim_result_max_memory(&r.sim);
     if (!L.predicted || !L.pr.oom_devices || o.only || attempt == 2 || !(est > 0) || !(L.pmem > est)) break;
     char a1[32], a2[32], a3[32], cc[128];
@@ -506,6 +506,34 @@ static int compile_main(int argc, char **argv) {
     lowered_free(&L);
     pcgc_compile_result_destroy(&r);
     memset(&r, 0, sizeof r);
+  }
+  /* The joint search compares estimates; a rewrite that shortens the
+   * estimate may add copies and messages its program pays for. Where it
+   * improved, the expert strategy it started from is lowered too, and kept
+   * when its program is faster (and fits where the rewrites' does). */
+  double rewrites_time = 0, start_time = 0;
+  bool kept_start = false;
+  if (r.start_graph && L.predicted) {
+    lowered Ls;
+    lower_plan(r.start_graph, &r.start_mapping, r.choice, &m, &o, D, &Ls);
+    if (Ls.predicted && (Ls.pr.oom_devices <= L.pr.oom_devices) && Ls.pr.iteration_time < L.pr.iteration_time) {
+      rewrites_time = L.pr.iteration_time;
+      start_time = Ls.pr.iteration_time;
+      kept_start = true;
+      pcgc_graph *tg = r.graph;
+      r.graph = r.start_graph;
+      r.start_graph = tg;
+      pcgc_mapping tm = r.mapping;
+      r.mapping = r.start_mapping;
+      r.start_mapping = tm;
+      pcgc_sim_result ts = r.sim;
+      r.sim = r.start_sim;
+      r.start_sim = ts;
+      lowered tl = L;
+      L = Ls;
+      Ls = tl;
+    }
+    lowered_free(&Ls);
   }
   char a[64], b[64], c[128];
   const char *name = g->name ? g->name : model;
@@ -574,7 +602,11 @@ static int compile_main(int argc, char **argv) {
       printf(" to %s (%d improvement%s, the last by %s)", pcgc_cli_fmt_time(b, sizeof b, j->time), j->improvements,
              j->improvements == 1 ? "" : "s", j->last_rule);
     printf("\n");
-    if (j->untraced)
+    if (kept_start)
+      printf("%-28s but as programs the rewrites were slower (%s against the expert strategy's %s): kept the "
+             "expert strategy\n", "", pcgc_cli_fmt_time(a, sizeof a, rewrites_time),
+             pcgc_cli_fmt_time(b, sizeof b, start_time));
+    if (j->untraced && !kept_start)
       printf("%-28s the segments' rewrites could not be recorded as one trace: `pcgc verify` cannot derive this "
              "plan (--segment-nodes 0 searches the graph whole)\n", "");
   }
@@ -617,11 +649,12 @@ static int compile_main(int argc, char **argv) {
       snprintf(d.set_values[d.n_set++], sizeof d.set_values[0], "%lld", batch);
     }
     d.loss = loss;
-    d.rewrites = r.joint_ran ? r.joint.improvements : 0;
+    d.rewrites = r.joint_ran && !kept_start ? r.joint.improvements : 0;
     /* the rewrites as the joint search's trace (none recorded when a
-     * segmented search's steps did not reproduce its splice) */
-    d.has_trace = !(r.joint_ran && r.joint.untraced);
-    if (d.has_trace && r.joint_ran && r.joint.n_trace > 0) {
+     * segmented search's steps did not reproduce its splice; none when the
+     * expert strategy was kept) */
+    d.has_trace = !(r.joint_ran && r.joint.untraced) || kept_start;
+    if (d.has_trace && r.joint_ran && !kept_start && r.joint.n_trace > 0) {
       if (!(d.trace = calloc((size_t)r.joint.n_trace, sizeof *d.trace))) d.has_trace = false;
       for (int i = 0; d.trace && i < r.joint.n_trace; i++)
         if (!(d.trace[d.n_trace++] = strdup(r.joint.trace[i]))) d.has_trace = false;

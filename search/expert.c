@@ -566,6 +566,10 @@ void pcgc_compile_result_destroy(pcgc_compile_result *r) {
   pcgc_mapping_destroy(&r->mapping);
   pcgc_sim_result_destroy(&r->sim);
   pcgc_joint_result_destroy(&r->joint); /* its trace (graph and mapping moved out) */
+  pcgc_graph_free(r->start_graph);
+  r->start_graph = NULL;
+  pcgc_mapping_destroy(&r->start_mapping);
+  pcgc_sim_result_destroy(&r->start_sim);
 }
 
 typedef struct cand_list {
@@ -1015,6 +1019,11 @@ pcgc_status pcgc_compile(const pcgc_graph *seq, const pcgc_machine *m, const pcg
     }
     if (st == PCGC_OK)
       st = pcgc_joint_search(best, &best_mp, r->choice.dp * r->choice.tp, r->choice.tp, m, x->rs, &jo, &r->joint, err);
+    if (st == PCGC_OK && r->joint.improvements > 0) { /* the start, kept for the caller */
+      st = pcgc_strategy_canonical(best, &best_mp, &r->start_graph, &r->start_mapping, err);
+      if (st == PCGC_OK) st = pcgc_simulate(r->start_graph, &r->start_mapping, m, &chosen, &r->start_sim, err);
+      if (st != PCGC_OK) pcgc_joint_result_destroy(&r->joint);
+    }
     if (st == PCGC_OK) {
       r->joint_ran = true;
       pcgc_graph_free(best);

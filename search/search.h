@@ -406,6 +406,14 @@ typedef struct pcgc_compile_result {
   pcgc_joint_result joint;    /* the joint search's statistics (its graph and
                                  mapping moved into graph/mapping above) */
   bool joint_ran;
+  /* Where the joint search improved on the expert strategy (joint.improvements > 0): the
+   * expert strategy it started from, canonical, and its simulation, so that a caller who
+   * lowers both (pcgc compile does) can keep it when its program turns out faster: the
+   * search compares estimates, and a rewrite that shortens the estimate may add copies the
+   * program pays for. NULL / empty otherwise. */
+  pcgc_graph *start_graph;
+  pcgc_mapping start_mapping;
+  pcgc_sim_result start_sim;
   int rules, rules_unsound;   /* rules loaded; of them, refused by the checker */
   double seconds;             /* wall time of the search */
 } pcgc_compile_result;
