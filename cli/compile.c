@@ -20,6 +20,7 @@
  * strategy is below it.
  */
 #define _POSIX_C_SOURCE 200809L
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,13 +40,15 @@ void pcgc_cli_compile_help(FILE *f) {
           "Searches parallel strategies for training MODEL on machine M (a preset name or a .machine\n"
           "file): data parallelism b x tensor (Megatron) parallelism t x pipeline parallelism s with\n"
           "m micro-batches, over the divisors of the device count. Every candidate is simulated\n"
-          "(as `pcgc simulate` does) and the fastest whose memory fits every device is chosen; data\n"
-          "parallelism on all devices is always a candidate, so the result is never slower. The\n"
-          "chosen plan is lowered to the program `pcgc run` executes; if that program does not fit\n"
-          "although the search's estimate did, the search runs again with less memory (at most twice).\n"
-          "Then the joint search rewrites the best of them with the rule library (docs/rules.md;\n"
+          "(as `pcgc simulate` does); of those whose memory fits every device, the best four within\n"
+          "10%% of the fastest estimate are lowered to the programs `pcgc run` would execute and the\n"
+          "fastest program is chosen; data parallelism on all devices is always a candidate. If the\n"
+          "chosen program does not fit although the search's estimate did, the search runs again\n"
+          "with less memory (at most twice).\n"
+          "Then the joint search rewrites the chosen one with the rule library (docs/rules.md;\n"
           "every rule checked by execution first): best-first over rewritten graphs, each simulated,\n"
-          "duplicates recognised by their canonical hash, within --budget, --alpha and the time limit.\n"
+          "duplicates recognised by their canonical hash, within --budget, --alpha and the time limit;\n"
+          "its result is kept only if its program is faster than the one it started from.\n"
           "Prints the strategy per operator (output type with its shard degrees, partial sums,\n"
           "replicas and micro-batches; the devices it runs on), the predicted iteration time against\n"
           "data parallel and the best pure tensor-parallel and pure pipeline candidates, the largest\n"
@@ -82,6 +85,9 @@ void pcgc_cli_compile_help(FILE *f) {
           "                     else the cores, at most 16); the plan does not depend on it\n"
           "  --budget N         graphs the joint search expands (default 4; 0: expert strategies only)\n"
           "  --alpha A          the joint search keeps candidates up to A x the best (default 1.05)\n"
+          "  --rerank N         lower the best N candidates within 10%% of the fastest estimate and\n"
+          "                     choose the fastest program (default 4, at most 8; 0 or 1: the best\n"
+          "                     estimate)\n"
           "  --segment-nodes N  split graphs of more than 2N computed nodes at bottleneck tensors into\n"
           "                     segments of about N, searched one by one, identical ones once\n"
           "                     (default 40; 0: search the graph whole)\n"
@@ -286,6 +292,23 @@ static void lowered_free(lowered *L) {
   memset(L, 0, sizeof *L);
 }
 
+/* pcgc_compile_options.program_time: a candidate's program simulated
+ * (infinite when it does not fit; -1 when it cannot be lowered). */
+typedef struct program_ctx {
+  const pcgc_machine *m;
+  const pcgc_compile_options *o;
+  int D;
+} program_ctx;
+
+static double program_time(void *ctx, const pcgc_graph *g, const pcgc_mapping *mp, pcgc_expert_choice c) {
+  const program_ctx *P = ctx;
+  lowered L;
+  lower_plan(g, mp, c, P->m, P->o, P->D, &L);
+  double t = !L.predicted ? -1 : L.pr.oom_devices ? INFINITY : L.pr.iteration_time;
+  lowered_free(&L);
+  return t;
+}
+
 /* --choice dp=D,tp=T,pp=P[,micro=M][,schedule=gpipe|1f1b][,recompute]:
  * -1 when parsed, else the usage error's exit code. */
 static int parse_choice(const char *text, pcgc_expert_choice *c) {
@@ -347,6 +370,7 @@ static int compile_main(int argc, char **argv) {
   pcgc_expert_choice only;
   pcgc_precision precision = PCGC_PREC_F32;
   bool verify = false, operators = false;
+  int rerank = 4;
   for (int i = 0; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     int k;
@@ -415,6 +439,12 @@ static int compile_main(int argc, char **argv) {
       if (!*argv[i] || *end || x < 1 || x > 256)
         return pcgc_cli_usage_error("compile", "--threads must be a number from 1 to 256, not '%s'", argv[i]);
       o.threads = (int)x; /* pcgc_compile passes it to the rule check and the joint search */
+    } else if (strcmp(a, "--rerank") == 0) {
+      char *end;
+      long x = strtol(argv[++i], &end, 10);
+      if (!*argv[i] || *end || x < 0 || x > 8)
+        return pcgc_cli_usage_error("compile", "--rerank must be a number of candidates from 0 to 8, not '%s'", argv[i]);
+      rerank = (int)x;
     } else if (strcmp(a, "--segment-nodes") == 0) {
       char *end;
       long x = strtol(argv[++i], &end, 10);
@@ -466,6 +496,13 @@ static int compile_main(int argc, char **argv) {
     o.sim.profile = compile_profile;
   }
   int D = pcgc_machine_num_devices(&m);
+  /* the grid's best few candidates ranked by their programs (what runs) */
+  program_ctx pctx = {&m, &o, D};
+  if (rerank > 1) {
+    o.program_time = program_time;
+    o.program_ctx = &pctx;
+    o.rerank_max = rerank;
+  }
   bool tty = !o.log && isatty(fileno(stderr));
   if (tty) {
     o.progress = progress;
@@ -558,7 +595,13 @@ static int compile_main(int argc, char **argv) {
   } else {
     printf("\n%-28s %s (the search's estimate)\n", "predicted iteration time", pcgc_cli_fmt_time(a, sizeof a, best));
   }
-  print_ref("data parallel", &r.data_parallel, best);
+  if (predicted && r.data_parallel.feasible && isfinite(r.dp_program)) { /* compared as programs */
+    pcgc_cli_format_choice(c, sizeof c, r.data_parallel.choice);
+    printf("  %-26s %-10s %6.2fx the chosen program  (%s, its program)\n", "data parallel",
+           pcgc_cli_fmt_time(a, sizeof a, r.dp_program), pr.iteration_time > 0 ? r.dp_program / pr.iteration_time : 0, c);
+  } else {
+    print_ref("data parallel", &r.data_parallel, best);
+  }
   print_ref("best pure Megatron", &r.megatron, best);
   print_ref("best pure pipeline", &r.pipeline, best);
   print_bound(g, &m, &o, &r, best);
@@ -584,6 +627,18 @@ static int compile_main(int argc, char **argv) {
   printf(", %d fit in memory, %.2f s", r.feasible, r.seconds);
   if (r.skipped) printf(" (time limit: %d not tried)", r.skipped);
   printf("\n");
+  if (r.rerank_changed) {
+    char bc[128];
+    pcgc_cli_format_choice(bc, sizeof bc, r.by_estimate);
+    if (isinf(r.by_estimate_program))
+      printf("%-28s the best %d by estimate lowered and ranked by their programs: the program of %s, the best "
+             "estimate, does not fit in memory; the chosen one runs in %s\n", "", r.reranked, bc,
+             pcgc_cli_fmt_time(b, sizeof b, r.chosen_program));
+    else
+      printf("%-28s the best %d by estimate lowered and ranked by their programs: %s, the best estimate, runs in "
+             "%s; the chosen one in %s\n", "", r.reranked, bc, pcgc_cli_fmt_time(a, sizeof a, r.by_estimate_program),
+             pcgc_cli_fmt_time(b, sizeof b, r.chosen_program));
+  }
   if (r.joint_ran) {
     const pcgc_joint_result *j = &r.joint;
     printf("%-28s %d rules (%d refused by the checker%s), %d instances; %d graphs expanded, %d rewrites "

@@ -167,15 +167,10 @@ static double region_bytes(const pcgc_device_program *P, const pcgc_ins *I, int 
 }
 
 /* Moving `bytes` through memory once (read and write: 2x; adding: 3x). */
-static double mem_time(const psim *S, double bytes, bool add) {
-  if (bytes <= 0) return 0;
-  return pcgc_cost_roofline(S->m, PCGC_OP_ADD, PCGC_F32, add ? bytes / 4 : 0, (add ? 3 : 2) * bytes);
-}
+static double mem_time(const psim *S, double bytes, bool add) { return pcgc_cost_copy_time(S->m, bytes, add); }
 
 /* Writing `bytes` once (zeroing). */
-static double fill_time(const psim *S, double bytes) {
-  return bytes > 0 ? pcgc_cost_roofline(S->m, PCGC_OP_ADD, PCGC_F32, 0, bytes) : 0;
-}
+static double fill_time(const psim *S, double bytes) { return pcgc_cost_fill_time(S->m, bytes); }
 
 static pcgc_status node_time(psim *S, int node, pcgc_op_time *t) {
   if (node < 0 || node >= S->g->n_nodes)

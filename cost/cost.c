@@ -115,6 +115,15 @@ double pcgc_cost_roofline(const pcgc_machine *m, pcgc_op_kind kind, pcgc_dtype d
   return (tc > tm ? tc : tm) + d->launch_overhead;
 }
 
+double pcgc_cost_copy_time(const pcgc_machine *m, double bytes, bool add) {
+  if (!(bytes > 0)) return 0;
+  return pcgc_cost_roofline(m, PCGC_OP_ADD, PCGC_F32, add ? bytes / 4 : 0, (add ? 3 : 2) * bytes);
+}
+
+double pcgc_cost_fill_time(const pcgc_machine *m, double bytes) {
+  return bytes > 0 ? pcgc_cost_roofline(m, PCGC_OP_ADD, PCGC_F32, 0, bytes) : 0;
+}
+
 pcgc_dtype pcgc_cost_op_dtype(int n_in, const pcgc_ptensor *in, int n_out, const pcgc_ptensor *out) {
   for (int i = 0; i < n_out; i++)
     if (pcgc_dtype_is_float(out[i].dtype)) return out[i].dtype;

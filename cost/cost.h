@@ -172,6 +172,14 @@ const pcgc_op_efficiency *pcgc_cost_efficiency(pcgc_op_kind kind);
 /* Time of one kernel doing `flops` and moving `bytes` on one device:
  *   max(flops / (peak × efficiency[kind]), bytes / memory_bandwidth) + launch
  * and 0 when the op launches no kernel or does no work. */
+/* A program's memory work, as a vector op: copying `bytes` (read and
+ * written; add: added into the target, which is read too) and filling
+ * `bytes` (zeroing a gradient before it accumulates). 0 for no bytes. The
+ * search's estimate (search/sim.c) and a program's simulation
+ * (codegen/predict.c) both charge these. */
+double pcgc_cost_copy_time(const pcgc_machine *m, double bytes, bool add);
+double pcgc_cost_fill_time(const pcgc_machine *m, double bytes);
+
 double pcgc_cost_roofline(const pcgc_machine *m, pcgc_op_kind kind, pcgc_dtype dtype, double flops,
                           double bytes);
 

@@ -4,8 +4,7 @@
 # simulator predicts, verified by execution at small sizes as 8 MPI processes,
 # written to build/bert-large.plan.json) and simulate that strategy, compile
 # DLRM (where tensor parallelism wins), compile GPT-3 2.7B for 16 GB P100s (it
-# fits only pipelined in 1F1B order with its activations recomputed; verified
-# as 16 processes), compile LLaMA-3 8B (grouped-query attention) for 64
+# fits only pipelined, in 1F1B order; verified as 16 processes), compile LLaMA-3 8B (grouped-query attention) for 64
 # H100s from the expert grid alone, train the shipped CNN for a few steps on
 # one CPU device, then measure the kernels of the small mixture-of-experts
 # decoder (top-2 routing, 8 SwiGLU experts) on this machine, compile it for

@@ -557,6 +557,9 @@ void pcgc_compile_options_default(pcgc_compile_options *o) {
   pcgc_sim_options_default(&o->sim);
   pcgc_joint_options_default(&o->joint);
   o->threads = pcgc_threads_default();
+  o->rerank_margin = 0.10;
+  o->rerank_max = 4;
+  o->rerank_max_tasks = 1000000;
 }
 
 void pcgc_compile_result_destroy(pcgc_compile_result *r) {
@@ -750,12 +753,40 @@ typedef struct grid {
   double bound;           /* the best time of any candidate finished: others give up past it */
   int merged;             /* outcomes taken, in order */
   bool stop;              /* a fatal error: start no more candidates */
-  double best_time;
-  pcgc_graph *best;
-  pcgc_mapping best_mp;
+  /* the best feasible candidates by estimate, fastest first (top[0] the
+   * best): up to RERANK_MAX of them, with their graphs, for the re-rank */
+  int n_top, max_top;
+  struct top_entry {
+    pcgc_expert_choice c;
+    double time;
+    int64_t tasks;
+    pcgc_graph *g;
+    pcgc_mapping mp;
+  } top[8], dp;           /* dp: data parallel on every device (candidate 0), compared too */
+  bool has_dp;
   pcgc_status st;
   pcgc_error *err;
 } grid;
+
+/* Keeps candidate (c, time) among G->top (taking g and mp) or frees them. */
+static void top_add(grid *G, pcgc_expert_choice c, double time, int64_t tasks, pcgc_graph *g, pcgc_mapping *mp) {
+  int k = G->n_top;
+  while (k > 0 && time < G->top[k - 1].time) k--; /* after equal times: the earlier candidate first */
+  if (k >= G->max_top) {
+    pcgc_graph_free(g);
+    pcgc_mapping_destroy(mp);
+    return;
+  }
+  if (G->n_top == G->max_top) { /* the last one drops out */
+    pcgc_graph_free(G->top[G->n_top - 1].g);
+    pcgc_mapping_destroy(&G->top[G->n_top - 1].mp);
+    G->n_top--;
+  }
+  memmove(&G->top[k + 1], &G->top[k], (size_t)(G->n_top - k) * sizeof G->top[0]);
+  G->top[k] = (struct top_entry){c, time, tasks, g, *mp};
+  memset(mp, 0, sizeof *mp);
+  G->n_top++;
+}
 
 /* Candidate i built and simulated into G->out[i] (worker w). */
 static void grid_eval(grid *G, int i, int w) {
@@ -807,7 +838,7 @@ static void grid_eval(grid *G, int i, int w) {
   so.oom_skips_run = true; /* a candidate that does not fit needs no time */
   /* nor one slower than the best so far: its simulation stops there (the
    * families' best are reported with their times, so theirs run to the end) */
-  so.give_up_after = u->fam || !isfinite(bound) ? 0 : bound;
+  so.give_up_after = u->fam || !isfinite(bound) ? 0 : o->program_time ? bound * (1 + o->rerank_margin) : bound;
   so.schedule = c.schedule; /* as given by --choice (the grid's start in GPipe order) */
   so.recompute = so.recompute || c.recompute;
   if (s == PCGC_OK) s = pcgc_simulate(pg, &mp, m, &so, &sr, &e);
@@ -892,15 +923,21 @@ static void grid_merge(grid *G, int i) {
     r->feasible += ok;
     r->stopped += u->sr.stopped_building;
     if (u->fam) ref_update(u->fam, u->c, ok, u->sr.iteration_time, ok ? NULL : u->why);
-    if (ok && u->pg && u->sr.iteration_time < G->best_time) {
-      G->best_time = u->sr.iteration_time;
-      r->choice = u->c;
-      pcgc_graph_free(G->best);
-      pcgc_mapping_destroy(&G->best_mp);
-      G->best = u->pg;
-      G->best_mp = u->mp;
+    if (ok && u->pg && i == 0 && G->max_top > 1 && !G->o->only) { /* a copy of data parallel's */
+      pcgc_graph *c = pcgc_graph_clone(u->pg);
+      pcgc_mapping cm;
+      pcgc_error e;
+      if (c && pcgc_mapping_init(&cm, u->mp.n_nodes, (pcgc_view){0, 1}, &e) == PCGC_OK) {
+        memcpy(cm.view, u->mp.view, (size_t)u->mp.n_nodes * sizeof *cm.view);
+        G->dp = (struct top_entry){u->c, u->sr.iteration_time, u->sr.n_tasks, c, cm};
+        G->has_dp = true;
+      } else {
+        pcgc_graph_free(c);
+      }
+    }
+    if (ok && u->pg) {
+      top_add(G, u->c, u->sr.iteration_time, u->sr.n_tasks, u->pg, &u->mp);
       u->pg = NULL;
-      memset(&u->mp, 0, sizeof u->mp);
     }
     break;
   }
@@ -966,14 +1003,73 @@ pcgc_status pcgc_compile(const pcgc_graph *seq, const pcgc_machine *m, const pcg
   for (int w = 1; w < threads && st == PCGC_OK; w++) st = pcgc_expert_new(seq, m, o->rules_dir, &xs[w], err);
   if (st == PCGC_OK) {
     grid G = {.o = o, .m = m, .L = &L, .r = r, .x = xs, .memo = memo, .wbytes = wbytes, .t0 = t0, .out = out,
-              .bound = INFINITY, .best_time = INFINITY, .st = PCGC_OK, .err = err};
+              .bound = INFINITY, .st = PCGC_OK, .err = err};
+    G.max_top = o->program_time ? (o->rerank_max < 1 ? 1 : o->rerank_max > 8 ? 8 : o->rerank_max) : 1;
     pthread_mutex_init(&G.lock, NULL);
     pcgc_parallel_run(L.n, threads, grid_work, &G);
     pthread_mutex_destroy(&G.lock);
     st = G.st;
-    best = G.best;
-    best_mp = G.best_mp;
-    best_time = G.best_time;
+    int pick = 0;
+    r->dp_program = NAN;
+    if (st == PCGC_OK && o->program_time && G.n_top > 1) { /* the best few, ranked by their programs */
+      double bestp = INFINITY, first = NAN;
+      for (int k = 0; k < G.n_top; k++) {
+        if (k > 0 && (G.top[k].time > G.top[0].time * (1 + o->rerank_margin) || G.top[k].tasks > o->rerank_max_tasks))
+          continue;
+        double p = o->program_time(o->program_ctx, G.top[k].g, &G.top[k].mp, G.top[k].c);
+        if (!(p >= 0)) continue; /* unknown (infinite: it does not fit) */
+        r->reranked++;
+        if (k == 0) first = p;
+        if (G.has_dp && pcgc_expert_choice_equal(&G.top[k].c, &G.dp.c)) r->dp_program = p;
+        if (p < bestp) {
+          bestp = p;
+          pick = k;
+        }
+      }
+      /* data parallel on every device too, so that the choice never runs slower than it */
+      bool dp_in = false;
+      for (int k = 0; k < G.n_top; k++) dp_in |= G.has_dp && pcgc_expert_choice_equal(&G.top[k].c, &G.dp.c) &&
+                                                 G.top[k].time <= G.top[0].time * (1 + o->rerank_margin);
+      if (G.has_dp && !dp_in && G.dp.tasks <= o->rerank_max_tasks) {
+        double p = o->program_time(o->program_ctx, G.dp.g, &G.dp.mp, G.dp.c);
+        if (p >= 0) {
+          r->reranked++;
+          r->dp_program = p;
+          if (p < bestp) { /* it takes the place of the top entry that would have been picked */
+            bestp = p;
+            pick = -1;
+          }
+        }
+      }
+      if (pick != 0 && r->reranked > 1) {
+        r->rerank_changed = true;
+        r->by_estimate = G.top[0].c;
+        r->by_estimate_program = first;
+        r->chosen_program = bestp;
+      }
+    }
+    for (int k = 0; k < G.n_top; k++) {
+      if (k == pick) continue;
+      pcgc_graph_free(G.top[k].g);
+      pcgc_mapping_destroy(&G.top[k].mp);
+    }
+    if (pick < 0) {
+      best = G.dp.g;
+      best_mp = G.dp.mp;
+      best_time = G.dp.time;
+      r->choice = G.dp.c;
+    } else {
+      if (G.has_dp) {
+        pcgc_graph_free(G.dp.g);
+        pcgc_mapping_destroy(&G.dp.mp);
+      }
+      if (G.n_top > 0) {
+        best = G.top[pick].g;
+        best_mp = G.top[pick].mp;
+        best_time = G.top[pick].time;
+        r->choice = G.top[pick].c;
+      }
+    }
   }
   for (int w = 1; xs && w < threads; w++) pcgc_expert_free(xs[w]);
   free(xs);

@@ -58,8 +58,10 @@ extern "C" {
  *   - an input piece on another device: a transfer of the piece (one per
  *     piece and destination), and in backward its gradient sent back;
  *   - partition, combine, pipeline, unpipeline: a transfer of every
- *     overlapping part between pieces on different devices (with the same
- *     sum and replica index), reversed in backward;
+ *     overlapping part (pcgc_relayout_cells) between pieces on different
+ *     devices (with the same sum and replica index), reversed in backward;
+ *     between pieces on the same device a copy task (in backward one that
+ *     adds), as the program copies them (pcgc_cost_copy_time);
  *   - replicate: the piece sent to each other device holding a copy, point
  *     to point to one device, a broadcast collective to two or more;
  *     backward adds the copies' gradients like a reduce;
@@ -73,6 +75,11 @@ extern "C" {
  *     all-reduced over those devices (data parallelism's gradient
  *     synchronisation, overlapping the rest of backward), then each device
  *     runs an optimizer task on its piece;
+ *   - zeroing: as the program zeroes every gradient once a step before the
+ *     first backward adds into it, a backward task also takes
+ *     pcgc_cost_fill_time of each gradient it is the first to add into (its
+ *     producer's on the producer's device, or the one received on this
+ *     device), and an optimizer task that of its weight's gradient;
  *   - pipelined loss: micro-batches in o->schedule's order;
  *   - o->recompute: the graph is cut at bottleneck tensors (one tensor, not
  *     a partial sum, carries everything from one part to the next: the
@@ -374,6 +381,19 @@ typedef struct pcgc_compile_options {
    * recomputation as any other); building it or fitting it failing is the
    * error, with the reason */
   const pcgc_expert_choice *only;
+  /* Not NULL: the iteration time of a candidate's program (what runs, as a
+   * caller who can lower it predicts it: pcgc compile passes codegen's
+   * simulation of the program; < 0 or NaN: unknown). The grid's best
+   * candidates by estimate, up to rerank_max of them within rerank_margin
+   * of the best (and of at most rerank_max_tasks tasks, so that lowering
+   * them stays cheap), are then ranked by it instead, and the joint search
+   * starts from the fastest program. Candidates within the margin are
+   * simulated to the end for it. Deterministic. */
+  double (*program_time)(void *ctx, const pcgc_graph *g, const pcgc_mapping *mp, pcgc_expert_choice c);
+  void *program_ctx;
+  double rerank_margin;        /* default 0.10 */
+  int rerank_max;              /* default 4 (at most 8) */
+  int64_t rerank_max_tasks;    /* default 1,000,000 */
 } pcgc_compile_options;
 
 void pcgc_compile_options_default(pcgc_compile_options *o);
@@ -402,6 +422,13 @@ typedef struct pcgc_compile_result {
                                  memory is not known; not counted in feasible). Which ones
                                  depends on the order candidates finish in, so on the threads */
   int skipped;                /* left untried by the time limit */
+  int reranked;               /* candidates whose programs were compared (options.program_time) */
+  bool rerank_changed;        /* the fastest program was not the best estimate's: by_estimate
+                                 is that one, with its estimate and program times */
+  pcgc_expert_choice by_estimate;
+  double by_estimate_program, chosen_program;
+  double dp_program;          /* data parallel on every device as a program, when it was compared
+                                 (the choice is then never slower than it); NaN otherwise */
   double expert_time;         /* s, the best expert strategy's iteration time */
   pcgc_joint_result joint;    /* the joint search's statistics (its graph and
                                  mapping moved into graph/mapping above) */

@@ -121,6 +121,8 @@ typedef struct sim {
    * the stream runs them one at a time, so the iteration takes at least
    * the largest; past options.give_up_after the build stops (busy_max) */
   double *busy, busy_max;
+  uint8_t *zeroed;                      /* [n_ts]: the gradient of a tensor slice on its home device is
+                                           zeroed already (once per step, as the program does) */
   bool stopped;                         /* the build stopped there: slower than the bound */
   bool coll_in_place;                   /* the collective being made reduces in place (no staging) */
   /* recompute: per node its unit (-1: none) and whether it is a checkpoint;
@@ -488,9 +490,18 @@ static void weight_read(sim *S, int node, int64_t box, int dev, int32_t bwd) {
   S->w[S->nw++] = (wrec){S->nd[node].ts + box, dev, bwd, node};
 }
 
-/* Task f (backward b, or -1) of micro-batch mu on device X reads piece q of input i. */
-static void read_input(sim *S, const pcgc_node *n, int i, int64_t q, int mu, int X, int32_t f, int32_t b,
-                       double bytes) {
+/* The bytes of a piece of `bytes` as the program stores it: floats in f32. */
+static double stored_bytes(const pcgc_ptensor *t, double bytes) {
+  return pcgc_dtype_is_float(t->dtype) ? bytes / (double)pcgc_dtype_size(t->dtype) * 4 : bytes;
+}
+
+/* Task f (backward b, or -1) of micro-batch mu on device X reads piece q of
+ * input i. Returns the time X spends zeroing the gradient buffer b adds
+ * into, the first time one is needed in the step (the program zeroes every
+ * gradient once before it accumulates: the producer's on its device, and a
+ * received value's where it was received); a weight's is its update's. */
+static double read_input(sim *S, const pcgc_node *n, int i, int64_t q, int mu, int X, int32_t f, int32_t b,
+                         double bytes) {
   pcgc_ref r = n->in[i];
   const snode *I = &S->nd[r.node];
   const pcgc_ptensor *t = &S->g->nodes[r.node].out[r.slot];
@@ -504,17 +515,22 @@ static void read_input(sim *S, const pcgc_node *n, int i, int64_t q, int mu, int
       hash_get(S, ts, X, &fresh); /* data: loaded where it is read, kept for backward */
       if (fresh) keep(S, X, I->m > 1, bytes);
     }
-    return;
+    return 0;
   }
   int Y = home(S, r.node, q);
   int32_t fr = fready(S, r.node, q, mi), gs = b >= 0 && I->grad ? gsink(S, r.node, q, mi) : -1;
+  double zero = 0;
+  if (gs >= 0 && !S->zeroed[ts]) { /* the producer's gradient, on its device */
+    S->zeroed[ts] = 1;
+    if (Y == X) zero = pcgc_cost_fill_time(S->m, stored_bytes(t, bytes));
+  }
   if (Y == X) {
     edge(S, fr, f);
     if (gs >= 0) edge(S, b, gs);
-    return;
+    return zero;
   }
   hent *e = hash_get(S, ts, X, &fresh);
-  if (!e) return;
+  if (!e) return 0;
   if (fresh) {
     e->fwd = transfer(S, PCGC_PHASE_FORWARD, r.node, q, mi, Y, X, bytes);
     edge(S, fr, e->fwd);
@@ -522,12 +538,14 @@ static void read_input(sim *S, const pcgc_node *n, int i, int64_t q, int mu, int
   }
   edge(S, e->fwd, f);
   if (gs >= 0) { /* the gradients of X's readers, summed on X, go back once */
-    if (e->bwd < 0) {
+    if (e->bwd < 0) { /* summed in a buffer zeroed on X first */
+      zero += pcgc_cost_fill_time(S->m, stored_bytes(t, bytes));
       e->bwd = transfer(S, PCGC_PHASE_BACKWARD, r.node, q, mi, X, Y, bytes); /* (transfer() leaves the table alone) */
       edge(S, e->bwd, gs);
     }
     edge(S, b, e->bwd);
   }
+  return zero;
 }
 
 static void gen_ordinary(sim *S, const pcgc_node *n) {
@@ -595,22 +613,46 @@ static void gen_ordinary(sim *S, const pcgc_node *n) {
         if (S->first_topo[X] < 0) S->first_topo[X] = N->topo;
         if (N->topo > S->last_topo[X]) S->last_topo[X] = N->topo;
       }
-      for (int i = 0; i < n->n_in; i++) read_input(S, n, i, inp[i], mu, X, f, b, in_bytes[i]);
+      double zero = 0;
+      for (int i = 0; i < n->n_in; i++) zero += read_input(S, n, i, inp[i], mu, X, f, b, in_bytes[i]);
+      if (b >= 0 && zero > 0 && !S->st) {
+        S->T.dur[b] += zero;
+        hold(S, X, zero);
+      }
     }
   }
 }
 
 /* ----------------------------------------------------- parallel ops */
 
+/* A copy of `bytes` on device X (forward; add: a gradient added in
+ * backward), as the program's COPY. */
+static int32_t local_copy(sim *S, int phase, int node, int64_t p, int mu, int X, double bytes, bool add) {
+  int32_t t = task_add(S, 1, PCGC_TASK_ADD, phase, node);
+  if (S->st) return t;
+  set_piece(S, t, X, p, mu);
+  S->T.dur[t] = pcgc_cost_copy_time(S->m, bytes, add);
+  hold(S, X, S->T.dur[t]);
+  return t;
+}
+
 /* Output slice (fj forward join, gj gradient join or -1) on device X
- * receives `bytes` of input slice (q, mi) of node `src`. */
+ * receives `bytes` of input slice (q, mi) of node `src`: copied where both
+ * are on X (as the program stores them), else a transfer. */
 static void move(sim *S, int node, int64_t p, int mu, int X, int32_t fj, int32_t gj, int src, int64_t q, int mi,
                  double bytes) {
   int Y = home(S, src, q);
   int32_t fr = fready(S, src, q, mi), gs = gj >= 0 ? gsink(S, src, q, mi) : -1;
   if (Y == X) {
-    edge(S, fr, fj);
-    if (gs >= 0) edge(S, gj, gs);
+    double stored = stored_bytes(&S->g->nodes[node].out[0], bytes);
+    int32_t cp = local_copy(S, PCGC_PHASE_FORWARD, node, p, mu, X, stored, false);
+    edge(S, fr, cp);
+    edge(S, cp, fj);
+    if (gs >= 0) {
+      int32_t cb = local_copy(S, PCGC_PHASE_BACKWARD, node, p, mu, X, stored, true);
+      edge(S, gj, cb);
+      edge(S, cb, gs);
+    }
     return;
   }
   int32_t tr = transfer(S, PCGC_PHASE_FORWARD, node, p, mu, Y, X, bytes);
@@ -847,7 +889,8 @@ static void gen_weights(sim *S) {
       int32_t u = task_add(S, nu, PCGC_TASK_OPTIMIZER, PCGC_PHASE_UPDATE, src);
       for (int k = 0; k < nu && !S->st; k++) {
         set_piece(S, u + k, S->grp[k], box, 0);
-        S->T.dur[u + k] = tu;
+        /* and the gradient's zeroing before backward first adds into it */
+        S->T.dur[u + k] = tu + pcgc_cost_fill_time(S->m, stored_bytes(t, bytes));
         if (ar >= 0) edge(S, ar, u + k);
         else
           for (int e = 0; e < nd; e++) edge(S, deps[e], u + k);
@@ -1358,6 +1401,7 @@ static void sim_free(sim *S) {
   free(S->send_peak);
   free(S->gmax);
   free(S->busy);
+  free(S->zeroed);
   free(S->stamp);
   free(S->ncount);
   free(S->grp);
@@ -1494,7 +1538,8 @@ pcgc_status pcgc_simulate(const pcgc_graph *g, const pcgc_mapping *mp, const pcg
       if (dg > maxdeg) maxdeg = dg;
     }
   scratch = malloc((size_t)maxdeg * sizeof *scratch);
-  if (!S->first_fwd || !S->first_bwd || !stage || !scratch) {
+  S->zeroed = calloc((size_t)(S->n_ts ? S->n_ts : 1), 1);
+  if (!S->first_fwd || !S->first_bwd || !stage || !scratch || !S->zeroed) {
     st = pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
     goto out;
   }

@@ -140,8 +140,13 @@ dpt=$(sed -n 's/^  data parallel *\([0-9.]*\) \([mun]*s\) .*/\1 \2/p' "$tmp/comp
 pred=$(secs $pred); dpt=$(secs $dpt)
 near "${chosen_x:-0}" "$(awk -v p="$pred" -v b="$bound" 'BEGIN { print p / b }')" 0.01 && ok ||
   bad "chosen ratio '${chosen_x:-}' is not $pred / $bound"
-near "${dp_x:-0}" "$(awk -v p="$dpt" -v b="$bound" 'BEGIN { print p / b }')" 0.01 && ok ||
-  bad "data parallel ratio '${dp_x:-}' is not $dpt / $bound"
+# (the bound's claim is about estimates: when data parallel's line shows its program, because
+# the best candidates were compared as programs, the estimate behind dp_x is not printed)
+if grep -qE '^  data parallel .*its program\)$' "$tmp/compile.out"; then ok
+else
+  near "${dp_x:-0}" "$(awk -v p="$dpt" -v b="$bound" 'BEGIN { print p / b }')" 0.01 && ok ||
+    bad "data parallel ratio '${dp_x:-}' is not $dpt / $bound"
+fi
 awk -v r="${chosen_x:-0}" 'BEGIN { exit !(r >= 1) }' && ok || bad "the chosen strategy beats the bound: $bline"
 # without a feasible data parallel (12 does not divide by 8), no claim about it
 expect 0 "$pcgc" compile "$mlp" --machine dgx-h100 --batch 12 --budget 0
@@ -217,11 +222,11 @@ has "$tmp/err" "broken.json:2:"; has "$tmp/err" "malformed JSON"
 sed 's/"views":/"viewz":/' "$tmp/mlp.json" >"$tmp/noviews.json"
 expect 1 "$pcgc" simulate "$tmp/noviews.json" --machine dgx-h100
 has "$tmp/err" "noviews.json:1:1: error:"; has "$tmp/err" '"views" must be an object'
-sed 's/"h1":	\[0, 1\]/"h1":	[0, -1]/' "$tmp/mlp.json" >"$tmp/badview.json"
+sed -E 's/"h1":	\[[0-9]+, [0-9]+\]/"h1":	[0, -1]/' "$tmp/mlp.json" >"$tmp/badview.json"
 expect 1 "$pcgc" simulate "$tmp/badview.json" --machine dgx-h100
 vline=$(grep -n '"h1":' "$tmp/badview.json" | head -1 | cut -d: -f1)
 has "$tmp/err" "badview.json:$vline:"; has "$tmp/err" "[start, stride]"
-sed 's/"h1":	\[0, 1\]/"h1":	[12, 1]/' "$tmp/mlp.json" >"$tmp/far.json"
+sed -E 's/"h1":	\[[0-9]+, [0-9]+\]/"h1":	[12, 1]/' "$tmp/mlp.json" >"$tmp/far.json"
 expect 1 "$pcgc" simulate "$tmp/far.json" --machine dgx-h100; has "$tmp/err" "the plan has 8 devices"
 sed 's/= linear(/= lineer(/' "$tmp/mlp.json" >"$tmp/badmodel.json"
 expect 1 "$pcgc" simulate "$tmp/badmodel.json" --machine dgx-h100
@@ -267,16 +272,24 @@ expect 1 "$pcgc" simulate "$tmp/latin.json" --machine dgx-h100; has "$tmp/err" "
 expect 3 "$pcgc" compile "$mlp" --machine dgx-h100 -o "$tmp/nope/s.json"; has "$tmp/err" "nope/s.json"
 
 # --- a plan whose program needs more memory than the search estimated is not written as
-# chosen: the search runs again with less usable memory until the program fits. cpu-4 with
-# 24.3 MiB usable: the small mixture of experts at dp 2 x tp 2 is estimated at 23.9 MiB, its
-# program 24.9 MiB (the arena planned with lifetimes the estimate does not see).
+# chosen. cpu-4 with 24.3 MiB usable: the small mixture of experts at dp 2 x tp 2 is
+# estimated at 23.9 MiB, its program 24.6 MiB (the arena planned with lifetimes the estimate
+# does not see). By default the best candidates are lowered and ranked by their programs, and
+# one that does not fit is passed over; with --rerank 0 the search runs again with less usable
+# memory until the program fits.
 sed 's/^device.memory .*/device.memory 25.3 MiB/; s/^device.memory_reserved .*/device.memory_reserved 1 MiB/' \
   "$src/machines/cpu-4.machine" >"$tmp/tight.machine"
 expect 0 "$pcgc" compile "$src/models/moe-small.pcg" --machine "$tmp/tight.machine" -o "$tmp/tight.json"
-has "$tmp/err" "the program of dp 2 x tp 2 x pp 1, 1 micro-batch needs 24.9 MiB per device where the search estimated 23.9 MiB; searching again"
+has "$tmp/out" "the program of dp 2 x tp 2 x pp 1, 1 micro-batch, the best estimate, does not fit in memory"
+has "$tmp/out" "of 24.3 MiB usable"
+if grep -q "OUT OF MEMORY" "$tmp/out"; then bad "the tight machine's plan is out of memory"; else ok; fi
+expect 0 "$pcgc" compile "$src/models/moe-small.pcg" --machine "$tmp/tight.machine" --rerank 0 -o "$tmp/tight0.json"
+has "$tmp/err" "the program of dp 2 x tp 2 x pp 1, 1 micro-batch needs 24.6 MiB per device where the search estimated 23.9 MiB; searching again"
 has "$tmp/out" "memory margin"
 has "$tmp/out" "of 24.3 MiB usable"
 if grep -q "OUT OF MEMORY" "$tmp/out"; then bad "the tight machine's plan is out of memory"; else ok; fi
+expect 2 "$pcgc" compile "$src/models/moe-small.pcg" --machine cpu-4 --rerank 9
+has "$tmp/err" "--rerank must be a number of candidates from 0 to 8"
 
 # No collective spans two pipeline stages: under tp 8 x pp 2 on h100-4x8 (stage k on
 # devices 8k..8k+7) every broadcast and reduce group lies within one stage, and the

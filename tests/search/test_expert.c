@@ -322,6 +322,66 @@ END_TEST
  * depends on the best time known when each starts, so on how the worker
  * threads interleave, and with it how many are known to fit; on one thread
  * that is fixed too. */
+/* options.program_time: the best candidates by estimate are ranked by the
+ * callback's times, and data parallel on every device is always among
+ * them; a callback that knows nothing (-1) leaves the choice alone. */
+typedef struct fake_programs {
+  int D, calls, dp_calls;
+} fake_programs;
+
+static double favour_dp(void *ctx, const pcgc_graph *g, const pcgc_mapping *mp, pcgc_expert_choice c) {
+  (void)g;
+  (void)mp;
+  fake_programs *f = ctx;
+  f->calls++;
+  bool dp = c.dp == f->D && c.tp == 1 && c.pp == 1;
+  f->dp_calls += dp;
+  return dp ? 0.5 : 1.0;
+}
+
+static double unknown_program(void *ctx, const pcgc_graph *g, const pcgc_mapping *mp, pcgc_expert_choice c) {
+  (void)g;
+  (void)mp;
+  (void)c;
+  ((fake_programs *)ctx)->calls++;
+  return -1;
+}
+
+START_TEST(ranked_by_programs) {
+  pcgc_graph *g = model(big_linear);
+  pcgc_machine m = preset("h100-4x8");
+  pcgc_compile_result plain, dp, same;
+  compile(g, &m, &plain);
+  ck_assert_int_eq(plain.reranked, 0);
+  ck_assert(!(plain.choice.dp == 32 && plain.choice.tp == 1 && plain.choice.pp == 1)); /* not data parallel */
+  pcgc_error err = {0};
+  pcgc_compile_options o;
+  pcgc_compile_options_default(&o);
+  o.joint.budget = 0;
+  fake_programs f = {.D = 32};
+  o.program_time = favour_dp;
+  o.program_ctx = &f;
+  ck_assert_msg(pcgc_compile(g, &m, &o, &dp, &err) == PCGC_OK, "%s", err.message);
+  ck_assert(dp.choice.dp == 32 && dp.choice.tp == 1 && dp.choice.pp == 1);
+  ck_assert_int_eq(f.dp_calls, 1);
+  ck_assert_int_ge(f.calls, 2);
+  ck_assert_int_eq(dp.reranked, f.calls);
+  ck_assert(dp.rerank_changed && pcgc_expert_choice_equal(&dp.by_estimate, &plain.choice));
+  ck_assert(dp.chosen_program == 0.5 && dp.by_estimate_program == 1.0 && dp.dp_program == 0.5);
+  f = (fake_programs){.D = 32};
+  o.program_time = unknown_program;
+  ck_assert_msg(pcgc_compile(g, &m, &o, &same, &err) == PCGC_OK, "%s", err.message);
+  ck_assert(pcgc_expert_choice_equal(&same.choice, &plain.choice));
+  ck_assert_int_ge(f.calls, 2);
+  ck_assert_int_eq(same.reranked, 0);
+  ck_assert(!same.rerank_changed);
+  pcgc_compile_result_destroy(&plain);
+  pcgc_compile_result_destroy(&dp);
+  pcgc_compile_result_destroy(&same);
+  pcgc_graph_free(g);
+}
+END_TEST
+
 START_TEST(deterministic) {
   pcgc_graph *g = model(big_linear);
   pcgc_machine m = preset("h100-4x8");
@@ -767,6 +827,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, one_f_one_b_and_recompute_where_gpipe_does_not_fit);
   tcase_add_test(tc, nothing_fits_is_an_error);
   tcase_add_test(tc, deterministic);
+  tcase_add_test(tc, ranked_by_programs);
   suite_add_tcase(s, tc);
   tc = tcase_create("build");
   tcase_set_timeout(tc, 60);
