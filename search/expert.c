@@ -559,7 +559,7 @@ void pcgc_compile_options_default(pcgc_compile_options *o) {
   o->threads = pcgc_threads_default();
   o->rerank_margin = 0.10;
   o->rerank_max = 4;
-  o->rerank_max_tasks = 1000000;
+  o->rerank_max_tasks = 100000;
 }
 
 void pcgc_compile_result_destroy(pcgc_compile_result *r) {
@@ -929,14 +929,17 @@ static void grid_merge(grid *G, int i) {
       pcgc_error e;
       if (c && pcgc_mapping_init(&cm, u->mp.n_nodes, (pcgc_view){0, 1}, &e) == PCGC_OK) {
         memcpy(cm.view, u->mp.view, (size_t)u->mp.n_nodes * sizeof *cm.view);
-        G->dp = (struct top_entry){u->c, u->sr.iteration_time, u->sr.n_tasks, c, cm};
+        G->dp = (struct top_entry){u->c, u->sr.iteration_time, u->sr.n_tasks * (int64_t)u->c.dp, c, cm};
         G->has_dp = true;
       } else {
         pcgc_graph_free(c);
       }
     }
+    /* the program's size, roughly: the tasks of every data-parallel copy
+     * (the grid builds copy 0's alone where the copies are alike) */
+    int64_t size = u->sr.n_tasks * (int64_t)u->c.dp;
     if (ok && u->pg) {
-      top_add(G, u->c, u->sr.iteration_time, u->sr.n_tasks, u->pg, &u->mp);
+      top_add(G, u->c, u->sr.iteration_time, size, u->pg, &u->mp);
       u->pg = NULL;
     }
     break;
@@ -1011,7 +1014,9 @@ pcgc_status pcgc_compile(const pcgc_graph *seq, const pcgc_machine *m, const pcg
     st = G.st;
     int pick = 0;
     r->dp_program = NAN;
-    if (st == PCGC_OK && o->program_time && G.n_top > 1) { /* the best few, ranked by their programs */
+    /* the best few, ranked by their programs (none when the best estimate's
+     * program is itself too large to lower more than once) */
+    if (st == PCGC_OK && o->program_time && G.n_top > 1 && G.top[0].tasks <= o->rerank_max_tasks) {
       double bestp = INFINITY, first = NAN;
       for (int k = 0; k < G.n_top; k++) {
         if (k > 0 && (G.top[k].time > G.top[0].time * (1 + o->rerank_margin) || G.top[k].tasks > o->rerank_max_tasks))
@@ -1030,7 +1035,7 @@ pcgc_status pcgc_compile(const pcgc_graph *seq, const pcgc_machine *m, const pcg
       bool dp_in = false;
       for (int k = 0; k < G.n_top; k++) dp_in |= G.has_dp && pcgc_expert_choice_equal(&G.top[k].c, &G.dp.c) &&
                                                  G.top[k].time <= G.top[0].time * (1 + o->rerank_margin);
-      if (G.has_dp && !dp_in && G.dp.tasks <= o->rerank_max_tasks) {
+      if (G.has_dp && !dp_in && G.dp.tasks <= o->rerank_max_tasks && r->reranked > 0) {
         double p = o->program_time(o->program_ctx, G.dp.g, &G.dp.mp, G.dp.c);
         if (p >= 0) {
           r->reranked++;

@@ -393,7 +393,9 @@ typedef struct pcgc_compile_options {
   void *program_ctx;
   double rerank_margin;        /* default 0.10 */
   int rerank_max;              /* default 4 (at most 8) */
-  int64_t rerank_max_tasks;    /* default 1,000,000 */
+  int64_t rerank_max_tasks;    /* default 100,000: the candidate's simulated tasks times its
+                                  data-parallel degree, about a third of its program's
+                                  instructions (lowering and simulating it: about a second) */
 } pcgc_compile_options;
 
 void pcgc_compile_options_default(pcgc_compile_options *o);
