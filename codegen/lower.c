@@ -78,7 +78,6 @@ static void box_union(pcgc_box *a, const pcgc_box *b) {
   }
 }
 
-static pcgc_dtype storage(pcgc_dtype t) { return pcgc_dtype_is_float(t) ? PCGC_F32 : t; }
 
 /* --------------------------------------------------------------- buffers */
 
@@ -219,7 +218,7 @@ static int value_buf(cg *C, int role, int node, int slot, int64_t q, int mu, int
   const pcgc_ptensor *t = &C->g->nodes[node].out[slot];
   pcgc_box b;
   pcgc_piece_box(t, q, mu, &b);
-  return buf_add(C, k, storage(t->dtype), &b, false);
+  return buf_add(C, k, pcgc_stored_dtype(t->dtype), &b, false);
 }
 
 static int scratch_buf(cg *C, int node, int64_t key, int mu, int dev, pcgc_dtype t, const pcgc_box *b) {
@@ -618,7 +617,7 @@ static int source_buf(cg *C, int src, int dev, int role) {
                            C->g->nodes[src].name);
     return -1;
   }
-  pcgc_dtype t = role == PCGC_BUF_SOURCE ? storage(C->g->nodes[src].out[0].dtype) : PCGC_F32;
+  pcgc_dtype t = role == PCGC_BUF_SOURCE ? pcgc_stored_dtype(C->g->nodes[src].out[0].dtype) : PCGC_F32;
   return buf_add(C, k, t, b, true);
 }
 
@@ -638,7 +637,7 @@ static int read_piece(cg *C, pcgc_ref r, int64_t q, int mi, int X) {
     bkey k = mkkey(X, PCGC_BUF_VIEW, r.node, r.slot, q, mi);
     int id = buf_find(C, k);
     if (id >= 0) return id;
-    id = buf_add(C, k, storage(t->dtype), &b, false);
+    id = buf_add(C, k, pcgc_stored_dtype(t->dtype), &b, false);
     t_copy(C, X, id, S, &b, false, 2);
     return id;
   }
@@ -648,7 +647,7 @@ static int read_piece(cg *C, pcgc_ref r, int64_t q, int mi, int X) {
   bkey k = mkkey(X, PCGC_BUF_STAGE, r.node, r.slot, q, mi);
   int id = buf_find(C, k);
   if (id >= 0) return id;
-  id = buf_add(C, k, storage(t->dtype), &b, false);
+  id = buf_add(C, k, pcgc_stored_dtype(t->dtype), &b, false);
   t_sendrecv(C, Y, V, X, id, &b, false);
   return id;
 }
@@ -757,7 +756,7 @@ static int recomp_buf(cg *C, int node, int slot, int64_t q, int mu, int X) {
     pcgc_box b;
     int om = out_mu(n, j, mu);
     pcgc_piece_box(&n->out[j], q, om, &b);
-    args[n->n_in + j] = buf_add(C, mkkey(X, PCGC_BUF_RECOMPUTE, node, j, q, om), storage(n->out[j].dtype), &b, false);
+    args[n->n_in + j] = buf_add(C, mkkey(X, PCGC_BUF_RECOMPUTE, node, j, q, om), pcgc_stored_dtype(n->out[j].dtype), &b, false);
   }
   int t = task_begin(C, 1); /* in the context of the backward that needs it */
   pcgc_ins I = ins_new(C, PCGC_INS_FORWARD);
@@ -1227,7 +1226,7 @@ static void lower_fan(cg *C, const pcgc_node *n, bool backward) {
         nm = members_add(ms, nm, X, b);
       }
       if (to_wide) spread(C, Y, one, ms, nm, backward, n->id, q, mu, &box);
-      else gather_sum(C, Y, one, ms, nm, backward, n->id, q, mu, storage(narrow->dtype), &box);
+      else gather_sum(C, Y, one, ms, nm, backward, n->id, q, mu, pcgc_stored_dtype(narrow->dtype), &box);
     }
   free(ms);
 }

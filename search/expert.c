@@ -862,10 +862,7 @@ static void grid_eval(grid *G, int i, int w) {
   } else {
     u->state = OUT_SIMULATED;
     bool ok = sr.oom_devices == 0;
-    if (sr.stopped_building) {
-      snprintf(u->why, sizeof u->why, "%s is slower than %.6g ms: its busiest device's own work alone takes longer",
-               cs, bound * 1e3);
-    } else if (!ok) {
+    if (!ok) {
       snprintf(u->why, sizeof u->why, "%s is out of memory on %d of its %d devices (%.3g GiB needed, %.3g GiB usable)",
                cs, sr.oom_devices, sr.used_devices, pcgc_sim_result_max_memory(&sr) / 1073741824.0,
                sr.capacity / 1073741824.0);

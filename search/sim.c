@@ -123,7 +123,6 @@ typedef struct sim {
   double *busy, busy_max;
   uint8_t *zeroed;                      /* [n_ts]: the gradient of a tensor slice on its home device is
                                            zeroed already (once per step, as the program does) */
-  bool stopped;                         /* the build stopped there: slower than the bound */
   bool coll_in_place;                   /* the collective being made reduces in place (no staging) */
   /* recompute: per node its unit (-1: none) and whether it is a checkpoint;
    * work[d * n_units + u]: what unit u keeps on device d for one micro-batch */
@@ -490,9 +489,9 @@ static void weight_read(sim *S, int node, int64_t box, int dev, int32_t bwd) {
   S->w[S->nw++] = (wrec){S->nd[node].ts + box, dev, bwd, node};
 }
 
-/* The bytes of a piece of `bytes` as the program stores it: floats in f32. */
+/* The bytes of a piece of t of `bytes` as the program stores it (pcgc_stored_dtype). */
 static double stored_bytes(const pcgc_ptensor *t, double bytes) {
-  return pcgc_dtype_is_float(t->dtype) ? bytes / (double)pcgc_dtype_size(t->dtype) * 4 : bytes;
+  return bytes / (double)pcgc_dtype_size(t->dtype) * (double)pcgc_dtype_size(pcgc_stored_dtype(t->dtype));
 }
 
 /* Task f (backward b, or -1) of micro-batch mu on device X reads piece q of
@@ -886,11 +885,11 @@ static void gen_weights(sim *S) {
         S->coll_in_place = false;
         for (int k = 0; k < nd; k++) edge(S, deps[k], ar);
       }
+      tu += pcgc_cost_fill_time(S->m, stored_bytes(t, bytes)); /* and zeroing the gradient first */
       int32_t u = task_add(S, nu, PCGC_TASK_OPTIMIZER, PCGC_PHASE_UPDATE, src);
       for (int k = 0; k < nu && !S->st; k++) {
         set_piece(S, u + k, S->grp[k], box, 0);
-        /* and the gradient's zeroing before backward first adds into it */
-        S->T.dur[u + k] = tu + pcgc_cost_fill_time(S->m, stored_bytes(t, bytes));
+        S->T.dur[u + k] = tu;
         if (ar >= 0) edge(S, ar, u + k);
         else
           for (int e = 0; e < nd; e++) edge(S, deps[e], u + k);
@@ -1560,18 +1559,16 @@ pcgc_status pcgc_simulate(const pcgc_graph *g, const pcgc_mapping *mp, const pcg
       }
     }
   } /* a failed reservation only means growing later */
-  for (int k = 0; k < n && !S->st; k++) {
+  bool stopped = false; /* slower than the bound already: no schedule finishes before the busiest stream */
+  for (int k = 0; k < n && !S->st && !stopped; k++) {
     const pcgc_node *x = &g->nodes[S->order[k]];
     pcgc_op_class cls = pcgc_op_class_of(x->kind);
     if (S->nd[x->id].resident) continue;
     if (cls == PCGC_CLASS_PARALLEL) gen_parallel(S, x, scratch);
     else gen_ordinary(S, x);
-    if (S->o.give_up_after > 0 && S->busy_max > S->o.give_up_after) { /* slower than the bound already */
-      S->stopped = true;
-      break;
-    }
+    stopped = S->o.give_up_after > 0 && S->busy_max > S->o.give_up_after;
   }
-  if (!S->st && S->stopped) {
+  if (!S->st && stopped) {
     r->n_devices = D;
     r->n_tasks = S->T.n;
     r->n_edges = S->ne;

@@ -117,6 +117,11 @@ typedef struct pcgc_box {
   int64_t lo[PCGC_MAX_RANK], len[PCGC_MAX_RANK];
 } pcgc_box;
 
+/* How a program stores a tensor of dtype t: floating point in f32 (bf16
+ * is an arithmetic, not a storage format, yet), the rest as it is. Codegen
+ * sizes its buffers by it; the search's estimate its copies and zeroing. */
+static inline pcgc_dtype pcgc_stored_dtype(pcgc_dtype t) { return pcgc_dtype_is_float(t) ? PCGC_F32 : t; }
+
 /* The box of piece q of t, micro-batch slice mu (of t->micro; 0 when t is
  * not pipelined): its shard, cut into micro-batch slices on the pipelined dim. */
 void pcgc_piece_box(const pcgc_ptensor *t, int64_t q, int mu, pcgc_box *b);
