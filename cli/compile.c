@@ -77,9 +77,12 @@ void pcgc_cli_compile_help(FILE *f) {
           "  --verify           before writing the plan, check it by execution (pcgc verify): the same\n"
           "                     strategy derived for the smallest sizes, trained as one process per\n"
           "                     device against the reference; the plan is written only if it matches\n"
-          "  --precision P      f32 | tf32 | bf16 (GPU machines; default f32): the arithmetic of GEMMs\n"
-          "                     and convolutions, costed at the tensor cores' rate and recorded in the\n"
-          "                     plan for `pcgc run` (weights, optimizer state and activations stay f32)\n"
+          "  --precision P      f32 | tf32 | bf16 (default f32): the arithmetic of GEMMs and\n"
+          "                     convolutions on GPUs, costed at the tensor cores' rate and recorded in\n"
+          "                     the plan for `pcgc run`; bf16 is mixed precision: activations and their\n"
+          "                     gradients stored in bf16 (half the memory and messages), weights,\n"
+          "                     their gradients and optimizer state in f32 (on CPU machines only the\n"
+          "                     storage changes: they compute in f32; tf32 needs a GPU machine)\n"
           "  --verbose          one line per candidate, and what the bound cost (on standard error)\n"
           "  --threads N        worker threads for the search and the lowering (default: $PCGC_THREADS,\n"
           "                     else the cores, at most 16); the plan does not depend on it\n"
@@ -275,6 +278,7 @@ static void lower_plan(const pcgc_graph *g, const pcgc_mapping *mp, pcgc_expert_
   co.optimizer = o->sim.optimizer;
   co.schedule = choice.schedule;
   co.recompute = choice.recompute;
+  co.bf16 = o->sim.bf16;
   co.threads = o->threads;
   if (pcgc_codegen(g, mp, D, &co, &L->prog, &L->cerr) != PCGC_OK) return;
   for (int d = 0; d < L->prog->n_devices; d++) {
@@ -477,10 +481,12 @@ static int compile_main(int argc, char **argv) {
   pcgc_compile_result r;
   memset(&r, 0, sizeof r);
   pcgc_status st = pcgc_machine_load(machine, &m, &err);
-  if (st == PCGC_OK && precision != PCGC_PREC_F32 && m.device.kind != PCGC_DEVICE_GPU) {
+  if (st == PCGC_OK && precision == PCGC_PREC_TF32 && m.device.kind != PCGC_DEVICE_GPU) {
     st = pcgc_error_set(&err, PCGC_ERR_INVALID, "--precision %s needs a GPU machine; '%s' has CPUs, which compute in f32",
                         pcgc_precision_name(precision), m.name);
+    pcgc_error_hint(&err, "--precision bf16 works there: activations stored in bf16, arithmetic in f32");
   }
+  o.sim.bf16 = precision == PCGC_PREC_BF16; /* mixed precision: activations stored in bf16 */
   if (st != PCGC_OK) {
     pcgc_error_print(stderr, &err);
     pcgc_graph_free(g);

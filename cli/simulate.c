@@ -78,6 +78,7 @@ static int simulate_file(const char *path, const char *machine, const char *prof
     if (info.has_choice && !schedule_given) o->schedule = info.choice.schedule;
     if (info.has_optimizer && !optimizer_given) o->optimizer = info.optimizer; /* the one compile costed */
     if (info.has_choice && info.choice.recompute) o->recompute = true;
+    o->bf16 = info.precision == PCGC_PREC_BF16; /* activations stored in bf16 */
     /* the search's estimate; the trace draws the program (below) unless it cannot be lowered */
     pcgc_sim_options est = *o;
     est.trace_path = NULL;
@@ -95,6 +96,7 @@ static int simulate_file(const char *path, const char *machine, const char *prof
       co.optimizer = o->optimizer;
       co.schedule = o->schedule;
       co.recompute = o->recompute;
+      co.bf16 = o->bf16;
       lowered = pcgc_codegen(g, &mp, used > 0 ? used : D, &co, &prog, &cerr) == PCGC_OK;
       /* a program that lowers but does not simulate (a deadlock, a trace not written) is an error */
       if (lowered) st = pcgc_program_simulate(prog, g, &m, o, &pr, &err);

@@ -191,6 +191,8 @@ typedef struct pcgc_device_program {
                                   whose bytes it reuses and that no SEND between completed) */
   int64_t max_message_bytes;   /* largest receive or collective region */
   int64_t request_bytes;       /* staging of the non-blocking all-reduces that are not in place */
+  int64_t widen_bytes;         /* bf16 storage: the f32 copies of one kernel's bf16 arguments, the
+                                  most any kernel needs (the runtime's widening workspace) */
   int64_t count_by_kind[PCGC_INS_KIND_COUNT];
 } pcgc_device_program;
 
@@ -204,6 +206,7 @@ typedef struct pcgc_program {
   int stages;
   pcgc_schedule schedule;
   bool recompute;              /* activations recomputed (pcgc_recomputed_nodes) */
+  bool bf16;                   /* activations stored in bf16 (options.bf16) */
   int64_t recomputed_pieces;   /* FORWARD instructions run again in backward, over all devices */
   bool p2p_in_order;           /* every device receives each peer's messages in the order the peer
                                   sends them: what NCCL's point to point needs (it matches by order;
@@ -216,6 +219,9 @@ typedef struct pcgc_codegen_options {
   pcgc_schedule schedule;      /* order of micro-batches (default GPipe) */
   pcgc_optim_kind optimizer;   /* state buffers kept (default Adam: m and v) */
   bool recompute;              /* activation recomputation, as the simulator's (see above) */
+  bool bf16;                   /* bf16 storage (mixed precision): activations and their gradients
+                                  in bf16, weights, their gradients and optimizer state in f32
+                                  (pcgc_value_dtype); kernels compute in f32 on widened copies */
   int threads;                 /* devices' streams and memory planned at once (default
                                   pcgc_threads_default(); the program does not depend on it) */
 } pcgc_codegen_options;

@@ -210,6 +210,9 @@ static cg_keys *grad_keys(cg *C, int node, bool stage) {
   return L;
 }
 
+/* How value (node, slot) and its gradient are stored (pcgc_value_dtype). */
+static pcgc_dtype vdtype(const cg *C, int node, int slot) { return pcgc_value_dtype(C->g, node, slot, C->o.bf16); }
+
 /* The buffer of piece (q, mu) of value (node, slot) on its device, role VALUE or GRAD. */
 static int value_buf(cg *C, int role, int node, int slot, int64_t q, int mu, int dev) {
   bkey k = mkkey(dev, role, node, slot, q, mu);
@@ -218,7 +221,7 @@ static int value_buf(cg *C, int role, int node, int slot, int64_t q, int mu, int
   const pcgc_ptensor *t = &C->g->nodes[node].out[slot];
   pcgc_box b;
   pcgc_piece_box(t, q, mu, &b);
-  return buf_add(C, k, pcgc_stored_dtype(t->dtype), &b, false);
+  return buf_add(C, k, vdtype(C, node, slot), &b, false);
 }
 
 static int scratch_buf(cg *C, int node, int64_t key, int mu, int dev, pcgc_dtype t, const pcgc_box *b) {
@@ -647,7 +650,7 @@ static int read_piece(cg *C, pcgc_ref r, int64_t q, int mi, int X) {
   bkey k = mkkey(X, PCGC_BUF_STAGE, r.node, r.slot, q, mi);
   int id = buf_find(C, k);
   if (id >= 0) return id;
-  id = buf_add(C, k, pcgc_stored_dtype(t->dtype), &b, false);
+  id = buf_add(C, k, vdtype(C, r.node, r.slot), &b, false);
   t_sendrecv(C, Y, V, X, id, &b, false);
   return id;
 }
@@ -669,7 +672,7 @@ static int grad_of(cg *C, pcgc_ref r, int64_t q, int mi, int X, int buf) {
     if (id < 0) {
       pcgc_box b;
       pcgc_plan_buf_box(B, &b);
-      id = buf_add(C, k, PCGC_F32, &b, false);
+      id = buf_add(C, k, role == PCGC_BUF_VIEW_GRAD ? PCGC_F32 : vdtype(C, r.node, r.slot), &b, false);
     }
     break;
   }
@@ -756,7 +759,7 @@ static int recomp_buf(cg *C, int node, int slot, int64_t q, int mu, int X) {
     pcgc_box b;
     int om = out_mu(n, j, mu);
     pcgc_piece_box(&n->out[j], q, om, &b);
-    args[n->n_in + j] = buf_add(C, mkkey(X, PCGC_BUF_RECOMPUTE, node, j, q, om), pcgc_stored_dtype(n->out[j].dtype), &b, false);
+    args[n->n_in + j] = buf_add(C, mkkey(X, PCGC_BUF_RECOMPUTE, node, j, q, om), vdtype(C, node, j), &b, false);
   }
   int t = task_begin(C, 1); /* in the context of the backward that needs it */
   pcgc_ins I = ins_new(C, PCGC_INS_FORWARD);
@@ -1226,7 +1229,7 @@ static void lower_fan(cg *C, const pcgc_node *n, bool backward) {
         nm = members_add(ms, nm, X, b);
       }
       if (to_wide) spread(C, Y, one, ms, nm, backward, n->id, q, mu, &box);
-      else gather_sum(C, Y, one, ms, nm, backward, n->id, q, mu, pcgc_stored_dtype(narrow->dtype), &box);
+      else gather_sum(C, Y, one, ms, nm, backward, n->id, q, mu, vdtype(C, nnode, nslot), &box);
     }
   free(ms);
 }
@@ -1699,6 +1702,7 @@ pcgc_status pcgc_codegen(const pcgc_graph *g, const pcgc_mapping *mp, int n_devi
     return st;
   }
   p->recompute = C.o.recompute;
+  p->bf16 = C.o.bf16;
   p->recomputed_pieces = C.n_recomputed;
   *out = p;
   return PCGC_OK;

@@ -342,6 +342,23 @@ static void trace_ins(psim *S, int d, const pcgc_ins *I, double at, double dur, 
   S->tr_rv[i] = (int32_t)rvid;
 }
 
+/* bf16 storage: a kernel's bf16 arguments widened into f32 before it runs
+ * and what it wrote rounded back after (runtime/exec.c): inputs, outputs
+ * read by backward and output gradients once, the gradients it adds into
+ * twice, forward's outputs once. */
+static double widen_time(const psim *S, const pcgc_device_program *P, const pcgc_ins *I) {
+  if (!S->p->bf16) return 0;
+  const pcgc_node *n = &S->g->nodes[I->node];
+  double bytes = 0;
+  for (int j = 0; j < I->n_args; j++) {
+    int b = P->args[I->args + j];
+    if (b < 0 || P->buf[b].dtype != PCGC_BF16) continue;
+    bool din = I->kind == PCGC_INS_BACKWARD && j >= n->n_in + 2 * n->n_out;
+    bytes += (din ? 2 : 1) * (double)P->buf[b].bytes;
+  }
+  return pcgc_cost_widen_time(S->m, bytes);
+}
+
 /* Runs instruction pc of device d at its clock; false when it must wait. */
 static pcgc_status step(psim *S, int d, bool *moved) {
   const pcgc_device_program *P = &S->p->dev[d];
@@ -363,6 +380,7 @@ static pcgc_status step(psim *S, int d, bool *moved) {
     bool fwd = I->kind == PCGC_INS_FORWARD || I->kind == PCGC_INS_BN_STATS || I->kind == PCGC_INS_BN_APPLY;
     dur = fwd ? t.fwd : t.bwd;
     if (I->kind != PCGC_INS_FORWARD && I->kind != PCGC_INS_BACKWARD) dur /= 2; /* statistics, then applying them */
+    dur += widen_time(S, P, I);
     bool recompute = I->kind == PCGC_INS_FORWARD && I->n_args > 0 && P->args[I->args + I->n_args - 1] >= 0 &&
                      P->buf[P->args[I->args + I->n_args - 1]].role == PCGC_BUF_RECOMPUTE;
     if (fwd && !recompute && x->clock + dur > S->fwd_end) S->fwd_end = x->clock + dur;
@@ -651,7 +669,8 @@ static pcgc_memory program_memory(const pcgc_device_program *P, const pcgc_graph
   mm.activations = arena - mm.weights - mm.gradients - mm.optimizer;
   if (mm.activations < 0) mm.activations = 0;
   mm.comm = (double)P->send_bytes + (double)P->max_message_bytes + (double)P->request_bytes;
-  mm.total = arena + mm.comm;
+  mm.activations += (double)P->widen_bytes; /* bf16 storage: the kernels' widening workspace */
+  mm.total = arena + mm.comm + (double)P->widen_bytes;
   return mm;
 }
 

@@ -502,6 +502,15 @@ static void dev_stream(void *ctx, int d, int worker) {
   for (int i = 0; i < P->n_ins; i++) {
     const pcgc_ins *I = &P->ins[i];
     P->count_by_kind[I->kind]++;
+    if (I->kind == PCGC_INS_FORWARD || I->kind == PCGC_INS_BACKWARD || I->kind == PCGC_INS_BN_STATS ||
+        I->kind == PCGC_INS_BN_APPLY || I->kind == PCGC_INS_BN_BWD_STATS || I->kind == PCGC_INS_BN_BWD_APPLY) {
+      int64_t w = 0; /* each bf16 argument widened to f32 once */
+      for (int j = 0; j < I->n_args; j++) {
+        int b = P->args[I->args + j];
+        if (b >= 0 && P->buf[b].dtype == PCGC_BF16) w += align64(P->buf[b].bytes * 2);
+      }
+      if (w > P->widen_bytes) P->widen_bytes = w;
+    }
     if (I->box < 0) continue;
     int b = I->dst >= 0 ? I->dst : I->src;
     int64_t bytes = box_bytes(&P->boxes[I->box], b >= 0 ? P->buf[b].dtype : PCGC_F32);
@@ -816,6 +825,14 @@ void pcgc_program_print(FILE *f, const pcgc_program *p, const pcgc_graph *g, int
           p->stages == 1 ? "" : "s", (unsigned long long)p->digest);
   if (p->recompute)
     fprintf(f, "activations recomputed: %lld kernel pieces run again before backward\n", (long long)p->recomputed_pieces);
+  if (p->bf16) {
+    int64_t w = 0;
+    for (int d = 0; d < p->n_devices; d++)
+      if (p->dev[d].widen_bytes > w && (device < 0 || d == device)) w = p->dev[d].widen_bytes;
+    fmt_bytes(a, sizeof a, w);
+    fprintf(f, "bf16 storage: activations and their gradients in bf16, weights and optimizer state in f32; "
+               "kernels widen their bf16 arguments into a workspace of up to %s (in staging)\n", a);
+  }
   if (!p->p2p_in_order)
     fprintf(f, "messages: some are received in another order than they are sent (host MPI carries them, not NCCL)\n");
   fprintf(f, "%-7s %8s %10s %10s %10s %10s %10s %10s %6s %6s %6s %6s\n", "device", "instrs", "arena", "persistent",
@@ -831,7 +848,7 @@ void pcgc_program_print(FILE *f, const pcgc_program *p, const pcgc_graph *g, int
     fmt_bytes(u, sizeof u, P->unplanned_bytes);
     char sn[32], st[32];
     fmt_bytes(sn, sizeof sn, P->send_bytes);
-    fmt_bytes(st, sizeof st, P->send_bytes + P->max_message_bytes + P->request_bytes);
+    fmt_bytes(st, sizeof st, P->send_bytes + P->max_message_bytes + P->request_bytes + P->widen_bytes);
     fprintf(f, "%-7d %8d %10s %10s %10s %10s %10s %10s %6lld %6lld %6lld %6d\n", d, P->n_ins, a, b, c, u, sn, st,
             (long long)(k[PCGC_INS_FORWARD] + k[PCGC_INS_BACKWARD] + k[PCGC_INS_BN_APPLY] + k[PCGC_INS_BN_BWD_APPLY]),
             (long long)(k[PCGC_INS_SEND] + k[PCGC_INS_RECV]),

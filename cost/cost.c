@@ -120,6 +120,10 @@ double pcgc_cost_copy_time(const pcgc_machine *m, double bytes, bool add) {
   return pcgc_cost_roofline(m, PCGC_OP_ADD, PCGC_F32, add ? bytes / 4 : 0, (add ? 3 : 2) * bytes);
 }
 
+double pcgc_cost_widen_time(const pcgc_machine *m, double bf16_bytes) {
+  return bf16_bytes > 0 ? pcgc_cost_roofline(m, PCGC_OP_ADD, PCGC_F32, 0, 3 * bf16_bytes) : 0;
+}
+
 double pcgc_cost_fill_time(const pcgc_machine *m, double bytes) {
   return bytes > 0 ? pcgc_cost_roofline(m, PCGC_OP_ADD, PCGC_F32, 0, bytes) : 0;
 }

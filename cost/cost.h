@@ -179,6 +179,10 @@ const pcgc_op_efficiency *pcgc_cost_efficiency(pcgc_op_kind kind);
  * (codegen/predict.c) both charge these. */
 double pcgc_cost_copy_time(const pcgc_machine *m, double bytes, bool add);
 double pcgc_cost_fill_time(const pcgc_machine *m, double bytes);
+/* bf16 storage: widening `bf16_bytes` of bf16 into f32 (or rounding f32
+ * back into them), as the runtime does around each kernel: a pass that
+ * reads one form and writes the other, 3x the bf16 bytes in all. */
+double pcgc_cost_widen_time(const pcgc_machine *m, double bf16_bytes);
 
 double pcgc_cost_roofline(const pcgc_machine *m, pcgc_op_kind kind, pcgc_dtype dtype, double flops,
                           double bytes);

@@ -47,6 +47,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -114,6 +115,22 @@ const char *pcgc_dtype_name(pcgc_dtype t);          /* "f32" */
 int pcgc_dtype_from_name(const char *name);         /* -1 if unknown */
 size_t pcgc_dtype_size(pcgc_dtype t);               /* bytes per element */
 bool pcgc_dtype_is_float(pcgc_dtype t);
+
+/* bf16 as stored: the high half of an f32, rounded to nearest even (NaN
+ * stays NaN); widening is exact. */
+static inline uint16_t pcgc_bf16_from_f32(float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (uint16_t)(u >> 16);
+}
+static inline float pcgc_f32_from_bf16(uint16_t h) {
+  uint32_t u = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
 
 /* A parallel tensor type. A sequential tensor has every degree 1. */
 typedef struct pcgc_ptensor {

@@ -13,12 +13,40 @@
 #include "cuda_kernels.h"
 #endif
 
+/* One contiguous run of n elements: d (+)= s, converting between f32 and
+ * bf16 where the two differ (a bf16 sum is taken in f32 and rounded). */
+static void run_move(pcgc_dtype dt, char *dp, pcgc_dtype st, const char *sp, int64_t n, bool add) {
+  if (dt == st && !add) {
+    memcpy(dp, sp, (size_t)n * pcgc_dtype_size(dt));
+  } else if (dt == PCGC_F64 && st == PCGC_F64) {
+    double *a = (double *)dp;
+    const double *b = (const double *)sp;
+    for (int64_t i = 0; i < n; i++) a[i] += b[i];
+  } else if (dt == PCGC_F32 && st == PCGC_F32) {
+    float *a = (float *)dp;
+    const float *b = (const float *)sp;
+    for (int64_t i = 0; i < n; i++) a[i] += b[i];
+  } else if (dt == PCGC_F32) { /* from bf16 */
+    float *a = (float *)dp;
+    const uint16_t *b = (const uint16_t *)sp;
+    for (int64_t i = 0; i < n; i++) a[i] = (add ? a[i] : 0.0f) + pcgc_f32_from_bf16(b[i]);
+  } else if (st == PCGC_F32) { /* bf16 from f32 */
+    uint16_t *a = (uint16_t *)dp;
+    const float *b = (const float *)sp;
+    for (int64_t i = 0; i < n; i++) a[i] = pcgc_bf16_from_f32((add ? pcgc_f32_from_bf16(a[i]) : 0.0f) + b[i]);
+  } else { /* bf16 += bf16 */
+    uint16_t *a = (uint16_t *)dp;
+    const uint16_t *b = (const uint16_t *)sp;
+    for (int64_t i = 0; i < n; i++) a[i] = pcgc_bf16_from_f32(pcgc_f32_from_bf16(a[i]) + pcgc_f32_from_bf16(b[i]));
+  }
+}
+
 void pcgc_box_move_host(const pcgc_plan_buf *D, void *dd_, const pcgc_plan_buf *S, const void *sd_, const pcgc_box *x,
                         bool add) {
   char *dd = dd_;
   const char *sd = sd_;
   int r = x->rank;
-  size_t es = pcgc_dtype_size(D->dtype);
+  size_t es = pcgc_dtype_size(D->dtype), ss = pcgc_dtype_size(S->dtype);
   int64_t inner = r ? x->len[r - 1] : 1, outer = 1;
   for (int d = 0; d + 1 < r; d++) outer *= x->len[d];
   int64_t idx[PCGC_MAX_RANK] = {0};
@@ -29,19 +57,7 @@ void pcgc_box_move_host(const pcgc_plan_buf *D, void *dd_, const pcgc_plan_buf *
       di = di * D->dims[d] + (at - D->offset[d]);
       si = si * S->dims[d] + (at - S->offset[d]);
     }
-    char *dp = dd + di * (int64_t)es;
-    const char *sp = sd + si * (int64_t)es;
-    if (!add) {
-      memcpy(dp, sp, (size_t)inner * es);
-    } else if (D->dtype == PCGC_F64) {
-      double *a = (double *)dp;
-      const double *b = (const double *)sp;
-      for (int64_t i = 0; i < inner; i++) a[i] += b[i];
-    } else {
-      float *a = (float *)dp;
-      const float *b = (const float *)sp;
-      for (int64_t i = 0; i < inner; i++) a[i] += b[i];
-    }
+    run_move(D->dtype, dd + di * (int64_t)es, S->dtype, sd + si * (int64_t)ss, inner, add);
     for (int d = r - 2; d >= 0; d--) {
       if (++idx[d] < x->len[d]) break;
       idx[d] = 0;
@@ -168,7 +184,7 @@ static pcgc_status cu_download(pcgc_backend *b, void *h, const void *d, size_t n
 }
 static pcgc_status cu_move(pcgc_backend *b, const pcgc_plan_buf *D, void *dd, const pcgc_plan_buf *S, const void *sd,
                            const pcgc_box *x, bool add, pcgc_error *err) {
-  return pcgc_cuda_move(CU(b), D->dtype, x->rank, dd, D->dims, D->offset, sd, S->dims, S->offset, x->lo, x->len, add,
+  return pcgc_cuda_move(CU(b), D->dtype, S->dtype, x->rank, dd, D->dims, D->offset, sd, S->dims, S->offset, x->lo, x->len, add,
                         err);
 }
 static pcgc_status cu_forward(pcgc_backend *b, pcgc_op_kind k, const pcgc_attrs *a, int ni, const pcgc_buf *in,

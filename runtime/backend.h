@@ -40,7 +40,9 @@ struct pcgc_backend {
   pcgc_status (*upload)(pcgc_backend *b, void *dst, const void *host, size_t bytes, pcgc_error *err);
   /* waits for every earlier operation */
   pcgc_status (*download)(pcgc_backend *b, void *host, const void *src, size_t bytes, pcgc_error *err);
-  /* dst (+)= src over box x, both described by their place in the logical tensor */
+  /* dst (+)= src over box x, both described by their place in the logical
+   * tensor; their dtypes may differ between f32 and bf16 (converted to
+   * nearest even; a bf16 sum is taken in f32) */
   pcgc_status (*move)(pcgc_backend *b, const pcgc_plan_buf *D, void *dd, const pcgc_plan_buf *S, const void *sd,
                       const pcgc_box *x, bool add, pcgc_error *err);
   pcgc_status (*forward)(pcgc_backend *b, pcgc_op_kind k, const pcgc_attrs *a, int n_in, const pcgc_buf *in,

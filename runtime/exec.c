@@ -54,6 +54,9 @@ typedef struct rt {
   char *arena, *send_stage, *recv_stage, **req_stage;  /* the backend's memory */
   char *send_h, *recv_h, **req_h; /* their host mirrors (the same pointers on the CPU backend) */
   char *host_tmp;         /* one buffer's bytes on the host (GPU backends) */
+  char *widen;            /* bf16 storage: f32 copies of a kernel's bf16 arguments (the backend's memory) */
+  MPI_Op bf16_sum;        /* MPI's sum of bf16 elements (MPI has no bf16 type) */
+  bool have_bf16_sum;
   MPI_Request *sends, *reqs;
   int n_sends;            /* SENDs issued this step: sends[k] is the k-th's request */
   MPI_Comm *comm;      /* per group: its communicator, or MPI_COMM_NULL where not a member */
@@ -81,9 +84,20 @@ static MPI_Datatype mpi_type(pcgc_dtype t) {
   case PCGC_F64: return MPI_DOUBLE;
   case PCGC_I32: return MPI_INT32_T;
   case PCGC_I64: return MPI_INT64_T;
+  case PCGC_BF16: return MPI_UINT16_T; /* carried as its bits; summed by bf16_sum */
   default: return MPI_FLOAT;
   }
 }
+
+/* a += b elementwise in bf16: each sum in f32, rounded to nearest even (as NCCL's) */
+static void bf16_sum_fn(void *in, void *inout, int *len, MPI_Datatype *type) {
+  (void)type;
+  const uint16_t *a = in;
+  uint16_t *b = inout;
+  for (int i = 0; i < *len; i++) b[i] = pcgc_bf16_from_f32(pcgc_f32_from_bf16(a[i]) + pcgc_f32_from_bf16(b[i]));
+}
+
+static MPI_Op sum_op(const rt *R, pcgc_dtype t) { return t == PCGC_BF16 ? R->bf16_sum : MPI_SUM; }
 
 static void *data_of(const rt *R, int b) { return b >= 0 ? R->arena + R->P->buf[b].addr : NULL; }
 
@@ -190,18 +204,83 @@ static int group_index(const rt *R, int grp, int dev) {
 /* A router's load-balancing term joins the step's loss (as the reference
  * reports it): its piece's share, once per group (replica 0, not a
  * recomputation), from its logits (buffer `logits`) on the host. */
-static pcgc_status route_aux(rt *R, const pcgc_node *n, const pcgc_ins *I, int logits, int out0) {
+static pcgc_status route_aux(rt *R, const pcgc_node *n, const pcgc_ins *I, int logits, const pcgc_buf *seen,
+                             int out0) {
   double aux = pcgc_attrs_float(&n->attrs, "aux");
   int64_t c[PCGC_MAX_RANK], s, r;
   pcgc_piece_coords(&n->out[0], I->piece, c, &s, &r);
   if (!(aux > 0) || s != 0 || r != 0 || R->P->buf[out0].role == PCGC_BUF_RECOMPUTE) return PCGC_OK;
-  pcgc_status st;
+  pcgc_status st = PCGC_OK;
   pcgc_buf l = kbuf(R, logits);
-  l.data = host_of(R, logits, true, &st);
+  if (seen->dtype != l.dtype) { /* bf16 logits: the kernel's f32 copy */
+    l = *seen;
+    if (!R->be->host) st = R->be->download(R->be, R->host_tmp, seen->data, (size_t)pcgc_buf_numel(seen) * 4, R->err);
+    if (!R->be->host) l.data = R->host_tmp;
+  } else {
+    l.data = host_of(R, logits, true, &st);
+  }
   if (st) return st;
   R->loss += pcgc_cpu_moe_aux_loss(&l, pcgc_attrs_int(&n->attrs, "k"), aux,
                                    pcgc_graph_ref_type(R->g, n->in[0])->dims[0]);
   return PCGC_OK;
+}
+
+/* bf16 storage: a kernel computes in f32 on copies of its bf16 arguments
+ * in the widening workspace (codegen's widen_bytes), and what it wrote is
+ * rounded back into the bf16 buffers after. A buffer named twice is
+ * widened once, so two gradients added into one buffer both land. */
+typedef struct widening {
+  int n, buf[2 * PCGC_VARIADIC + 2 * PCGC_MAX_INTS];
+  char *at[2 * PCGC_VARIADIC + 2 * PCGC_MAX_INTS];
+  bool back[2 * PCGC_VARIADIC + 2 * PCGC_MAX_INTS];
+  int64_t used;
+} widening;
+
+/* k (buffer b's kernel view) reads an f32 copy when b is bf16; fetch: the
+ * copy starts with b's values (else the kernel only writes it); back: the
+ * copy is rounded into b after the kernel. */
+static pcgc_status widen(rt *R, widening *W, int b, pcgc_buf *k, bool fetch, bool back) {
+  if (b < 0 || R->P->buf[b].dtype != PCGC_BF16) return PCGC_OK;
+  const pcgc_plan_buf *B = &R->P->buf[b];
+  for (int i = 0; i < W->n; i++)
+    if (W->buf[i] == b) {
+      k->data = W->at[i];
+      k->dtype = PCGC_F32;
+      W->back[i] |= back;
+      return PCGC_OK;
+    }
+  int64_t bytes = (B->bytes * 2 + 63) & ~(int64_t)63;
+  if (W->used + bytes > R->P->widen_bytes || W->n == (int)(sizeof W->buf / sizeof *W->buf))
+    return pcgc_error_set(R->err, PCGC_ERR_INVALID, "a kernel of '%s' widens more than the %lld bytes planned",
+                          R->g->nodes[B->node].name, (long long)R->P->widen_bytes);
+  char *w = R->widen + W->used;
+  W->used += bytes;
+  W->buf[W->n] = b;
+  W->at[W->n] = w;
+  W->back[W->n++] = back;
+  k->data = w;
+  k->dtype = PCGC_F32;
+  if (!fetch) return PCGC_OK;
+  pcgc_plan_buf F = *B;
+  F.dtype = PCGC_F32;
+  pcgc_box x;
+  pcgc_plan_buf_box(B, &x);
+  return R->be->move(R->be, &F, w, B, data_of(R, b), &x, false, R->err);
+}
+
+/* The kernel's results, rounded back into their bf16 buffers. */
+static pcgc_status narrow(rt *R, const widening *W) {
+  pcgc_status st = PCGC_OK;
+  for (int i = 0; i < W->n && !st; i++) {
+    if (!W->back[i]) continue;
+    const pcgc_plan_buf *B = &R->P->buf[W->buf[i]];
+    pcgc_plan_buf F = *B;
+    F.dtype = PCGC_F32;
+    pcgc_box x;
+    pcgc_plan_buf_box(B, &x);
+    st = R->be->move(R->be, B, data_of(R, W->buf[i]), &F, W->at[i], &x, false, R->err);
+  }
+  return st;
 }
 
 static pcgc_status kernel(rt *R, const pcgc_ins *I) {
@@ -224,18 +303,31 @@ static pcgc_status kernel(rt *R, const pcgc_ins *I) {
   pcgc_ref_localize(n->kind, &attrs, tin, ni, in, no, out);
   pcgc_kernel_ctx ctx = {pin, pout, R->o->seed, pcgc_rng_stream(n->name), R->o->training};
   pcgc_backend *be = R->be;
-  if (I->kind == PCGC_INS_FORWARD) {
-    pcgc_status st = be->forward(be, n->kind, &attrs, ni, in, no, out, &ctx, R->err);
-    if (st == PCGC_OK && n->kind == PCGC_OP_MOE_ROUTE) st = route_aux(R, n, I, a[0], a[ni]);
-    return st;
+  widening W;
+  W.n = 0;
+  W.used = 0;
+  pcgc_status st = PCGC_OK;
+  bool fwd = I->kind == PCGC_INS_FORWARD;
+  for (int i = 0; i < ni && !st; i++) st = widen(R, &W, a[i], &in[i], true, false);
+  for (int j = 0; j < no && !st; j++) st = widen(R, &W, a[ni + j], &out[j], !fwd, fwd);
+  if (st) return st;
+  if (fwd) {
+    st = be->forward(be, n->kind, &attrs, ni, in, no, out, &ctx, R->err);
+    if (st == PCGC_OK && n->kind == PCGC_OP_MOE_ROUTE) st = route_aux(R, n, I, a[0], &in[0], a[ni]);
+    return st ? st : narrow(R, &W);
   }
-  for (int j = 0; j < no; j++) dout[j] = kbuf(R, a[ni + no + j]);
-  for (int i = 0; i < ni; i++) {
+  for (int j = 0; j < no && !st; j++) {
+    dout[j] = kbuf(R, a[ni + no + j]);
+    st = widen(R, &W, a[ni + no + j], &dout[j], true, false);
+  }
+  for (int i = 0; i < ni && !st; i++) {
     int b = a[ni + 2 * no + i];
     din[i] = b >= 0 ? kbuf(R, b) : in[i];
     if (b < 0) din[i].data = NULL;
+    else st = widen(R, &W, b, &din[i], true, true); /* backward adds into din */
   }
-  return be->backward(be, n->kind, &attrs, ni, in, no, out, dout, din, &ctx, R->err);
+  if (!st) st = be->backward(be, n->kind, &attrs, ni, in, no, out, dout, din, &ctx, R->err);
+  return st ? st : narrow(R, &W);
 }
 
 static pcgc_status batchnorm(rt *R, const pcgc_ins *I) {
@@ -245,21 +337,31 @@ static pcgc_status batchnorm(rt *R, const pcgc_ins *I) {
   double count = (double)pcgc_ptensor_numel(o) / (double)o->dims[1];
   pcgc_buf x = kbuf(R, a[0]);
   pcgc_backend *be = R->be;
+  widening W;
+  W.n = 0;
+  W.used = 0;
+  pcgc_status st = widen(R, &W, a[0], &x, true, false);
+  if (st) return st;
   switch ((pcgc_ins_kind)I->kind) {
   case PCGC_INS_BN_STATS: return be->bn_stats(be, &x, data_of(R, a[1]), R->err);
   case PCGC_INS_BN_APPLY: {
     pcgc_buf sc = kbuf(R, a[1]), bi = kbuf(R, a[2]), y = kbuf(R, a[3]);
-    return be->bn_apply(be, &n->attrs, &x, a[1] >= 0 ? &sc : NULL, a[2] >= 0 ? &bi : NULL, data_of(R, a[4]), count,
+    if (!(st = widen(R, &W, a[3], &y, false, true)))
+      st = be->bn_apply(be, &n->attrs, &x, a[1] >= 0 ? &sc : NULL, a[2] >= 0 ? &bi : NULL, data_of(R, a[4]), count,
                         &y, R->err);
+    return st ? st : narrow(R, &W);
   }
   case PCGC_INS_BN_BWD_STATS: {
     pcgc_buf dy = kbuf(R, a[1]);
+    if ((st = widen(R, &W, a[1], &dy, true, false))) return st;
     return be->bn_bwd_stats(be, &n->attrs, &x, &dy, data_of(R, a[2]), count, R->err);
   }
   default: {
     pcgc_buf sc = kbuf(R, a[1]), dy = kbuf(R, a[2]), dx = kbuf(R, a[3]), dsc = kbuf(R, a[4]), dbi = kbuf(R, a[5]);
-    return be->bn_bwd_apply(be, &n->attrs, &x, a[1] >= 0 ? &sc : NULL, &dy, data_of(R, a[6]), count,
+    if (!(st = widen(R, &W, a[2], &dy, true, false)) && !(st = widen(R, &W, a[3], &dx, true, true)))
+      st = be->bn_bwd_apply(be, &n->attrs, &x, a[1] >= 0 ? &sc : NULL, &dy, data_of(R, a[6]), count,
                             a[3] >= 0 ? &dx : NULL, a[4] >= 0 ? &dsc : NULL, a[5] >= 0 ? &dbi : NULL, R->err);
+    return st ? st : narrow(R, &W);
   }
   }
 }
@@ -409,8 +511,8 @@ static pcgc_status exec_one(rt *R, const pcgc_ins *I) {
     }
     bool root = I->root == R->rank;
     int ri = group_index(R, I->peer, I->root);
-    rc = root ? MPI_Reduce(MPI_IN_PLACE, R->recv_h, (int)n, mpi_type(t), MPI_SUM, ri, R->comm[I->peer])
-              : MPI_Reduce(R->recv_h, NULL, (int)n, mpi_type(t), MPI_SUM, ri, R->comm[I->peer]);
+    rc = root ? MPI_Reduce(MPI_IN_PLACE, R->recv_h, (int)n, mpi_type(t), sum_op(R, t), ri, R->comm[I->peer])
+              : MPI_Reduce(R->recv_h, NULL, (int)n, mpi_type(t), sum_op(R, t), ri, R->comm[I->peer]);
     if (rc != MPI_SUCCESS) return mpi_fail(R, rc, "reduce", I);
     if (root && ((st = from_host(R, R->recv_stage, R->recv_h, bytes)) ||
                  (st = be->move(be, &P->buf[I->dst], data_of(R, I->dst), &sd, R->recv_stage, &x, I->add, R->err))))
@@ -430,7 +532,7 @@ static pcgc_status exec_one(rt *R, const pcgc_ins *I) {
       if (R->dev_comm) return be->allreduce_start(be, R->dcomm[I->peer], data, n, D->dtype, I->tag, R->err);
       char *h = be->host ? data : R->req_h[I->tag];
       if ((st = to_host(R, h, data, bytes))) return st;
-      rc = MPI_Iallreduce(MPI_IN_PLACE, h, (int)n, mpi_type(D->dtype), MPI_SUM, R->comm[I->peer], &R->reqs[I->tag]);
+      rc = MPI_Iallreduce(MPI_IN_PLACE, h, (int)n, mpi_type(D->dtype), sum_op(R, D->dtype), R->comm[I->peer], &R->reqs[I->tag]);
       return rc == MPI_SUCCESS ? PCGC_OK : mpi_fail(R, rc, "all-reduce", I);
     }
     char *stage = now_ ? R->recv_stage : R->req_stage[I->tag], *h = now_ ? R->recv_h : R->req_h[I->tag];
@@ -442,12 +544,12 @@ static pcgc_status exec_one(rt *R, const pcgc_ins *I) {
     if (R->dev_comm) return be->allreduce_start(be, R->dcomm[I->peer], stage, n, D->dtype, I->tag, R->err);
     if ((st = to_host(R, h, stage, bytes))) return st;
     if (now_) {
-      rc = MPI_Allreduce(MPI_IN_PLACE, h, (int)n, mpi_type(D->dtype), MPI_SUM, R->comm[I->peer]);
+      rc = MPI_Allreduce(MPI_IN_PLACE, h, (int)n, mpi_type(D->dtype), sum_op(R, D->dtype), R->comm[I->peer]);
       if (rc != MPI_SUCCESS) return mpi_fail(R, rc, "all-reduce", I);
       if ((st = from_host(R, stage, h, bytes))) return st;
       return be->move(be, D, data_of(R, I->dst), &sd, stage, &x, false, R->err);
     }
-    rc = MPI_Iallreduce(MPI_IN_PLACE, h, (int)n, mpi_type(D->dtype), MPI_SUM, R->comm[I->peer], &R->reqs[I->tag]);
+    rc = MPI_Iallreduce(MPI_IN_PLACE, h, (int)n, mpi_type(D->dtype), sum_op(R, D->dtype), R->comm[I->peer], &R->reqs[I->tag]);
     return rc == MPI_SUCCESS ? PCGC_OK : mpi_fail(R, rc, "all-reduce", I);
   }
   case PCGC_INS_WAIT: {
@@ -1184,6 +1286,15 @@ pcgc_status pcgc_run(const pcgc_graph *g, const pcgc_program *p, const pcgc_run_
     st = PCGC_ERR_NOMEM;
     goto done;
   }
+  if (P->widen_bytes > 0 && !(R.widen = be->alloc(be, (size_t)P->widen_bytes + 64, err))) {
+    st = PCGC_ERR_NOMEM;
+    goto done;
+  }
+  if (most < P->widen_bytes) most = P->widen_bytes; /* a router's widened logits, on the host */
+  if (R.mpi && !(R.have_bf16_sum = MPI_Op_create(bf16_sum_fn, 1, &R.bf16_sum) == MPI_SUCCESS)) {
+    st = pcgc_error_set(err, PCGC_ERR_IO, "rank %d: cannot create MPI's bf16 sum", R.rank);
+    goto done;
+  }
   if (be->host) {
     R.send_h = R.send_stage;
     R.recv_h = R.recv_stage;
@@ -1376,6 +1487,8 @@ done:
   be->release(be, R.arena);
   be->release(be, R.send_stage);
   be->release(be, R.recv_stage);
+  if (R.widen) be->release(be, R.widen);
+  if (R.have_bf16_sum) MPI_Op_free(&R.bf16_sum);
   if (!be->host) {
     free(R.send_h);
     free(R.recv_h);

@@ -494,8 +494,17 @@ static double stored_bytes(const pcgc_ptensor *t, double bytes) {
   return bytes / (double)pcgc_dtype_size(t->dtype) * (double)pcgc_dtype_size(pcgc_stored_dtype(t->dtype));
 }
 
+/* The same for value (node, slot) of `bytes`, and its gradient: bf16 under
+ * bf16 storage (pcgc_value_dtype). Activations kept, moved and zeroed are
+ * counted so; weights and data by stored_bytes. */
+static double value_bytes(const sim *S, int node, int slot, double bytes) {
+  const pcgc_ptensor *t = &S->g->nodes[node].out[slot];
+  return bytes / (double)pcgc_dtype_size(t->dtype) *
+         (double)pcgc_dtype_size(pcgc_value_dtype(S->g, node, slot, S->o.bf16));
+}
+
 /* Task f (backward b, or -1) of micro-batch mu on device X reads piece q of
- * input i. Returns the time X spends zeroing the gradient buffer b adds
+ * input i, of `bytes` as stored (value_bytes). Returns the time X spends zeroing the gradient buffer b adds
  * into, the first time one is needed in the step (the program zeroes every
  * gradient once before it accumulates: the producer's on its device, and a
  * received value's where it was received); a weight's is its update's. */
@@ -521,7 +530,7 @@ static double read_input(sim *S, const pcgc_node *n, int i, int64_t q, int mu, i
   double zero = 0;
   if (gs >= 0 && !S->zeroed[ts]) { /* the producer's gradient, on its device */
     S->zeroed[ts] = 1;
-    if (Y == X) zero = pcgc_cost_fill_time(S->m, stored_bytes(t, bytes));
+    if (Y == X) zero = pcgc_cost_fill_time(S->m, bytes);
   }
   if (Y == X) {
     edge(S, fr, f);
@@ -538,7 +547,7 @@ static double read_input(sim *S, const pcgc_node *n, int i, int64_t q, int mu, i
   edge(S, e->fwd, f);
   if (gs >= 0) { /* the gradients of X's readers, summed on X, go back once */
     if (e->bwd < 0) { /* summed in a buffer zeroed on X first */
-      zero += pcgc_cost_fill_time(S->m, stored_bytes(t, bytes));
+      zero += pcgc_cost_fill_time(S->m, bytes);
       e->bwd = transfer(S, PCGC_PHASE_BACKWARD, r.node, q, mi, X, Y, bytes); /* (transfer() leaves the table alone) */
       edge(S, e->bwd, gs);
     }
@@ -553,7 +562,7 @@ static void gen_ordinary(sim *S, const pcgc_node *n) {
   double in_bytes[PCGC_VARIADIC];
   for (int i = 0; i < n->n_in; i++) {
     tin[i] = *pcgc_graph_ref_type(S->g, n->in[i]);
-    in_bytes[i] = pcgc_cost_piece_bytes(&tin[i]);
+    in_bytes[i] = value_bytes(S, n->in[i].node, n->in[i].slot, pcgc_cost_piece_bytes(&tin[i]));
   }
   int64_t P = N->P, P0 = N->P0;
   int mb = N->m;
@@ -563,9 +572,22 @@ static void gen_ordinary(sim *S, const pcgc_node *n) {
   bool kept = pcgc_cost_efficiency(n->kind)->kernel && pcgc_op_class_of(n->kind) != PCGC_CLASS_LOSS;
   /* recomputed: its outputs are not kept but made again before its backward */
   bool recomputed = S->o.recompute && kept && S->unit[n->id] >= 0 && !S->ckpt[n->id];
-  double bwd_time = N->t.bwd + (recomputed ? N->t.fwd : 0);
-  double out_bytes = 0;
-  for (int k = 0; k < n->n_out; k++) out_bytes += pcgc_cost_piece_bytes(&n->out[k]);
+  double out_bytes = 0, bf_in = 0, bf_out = 0; /* bf16 storage: the bytes of its bf16 arguments */
+  for (int k = 0; k < n->n_out; k++) {
+    double b = value_bytes(S, n->id, k, pcgc_cost_piece_bytes(&n->out[k]));
+    out_bytes += b;
+    if (pcgc_value_dtype(S->g, n->id, k, S->o.bf16) == PCGC_BF16) bf_out += b;
+  }
+  for (int i = 0; i < n->n_in; i++)
+    if (!S->nd[n->in[i].node].resident && pcgc_value_dtype(S->g, n->in[i].node, n->in[i].slot, S->o.bf16) == PCGC_BF16)
+      bf_in += in_bytes[i];
+  /* the runtime widens them into f32 copies around each kernel (the copies
+   * of a backward piece's inputs, outputs and both gradients at once) and
+   * rounds what it wrote back: forward once each, backward its outputs and
+   * inputs with their gradients, added into twice (codegen/predict.c too) */
+  double widen = 4 * (bf_in + bf_out);
+  double fwd_time = N->t.fwd + pcgc_cost_widen_time(S->m, bf_in + bf_out);
+  double bwd_time = N->t.bwd + pcgc_cost_widen_time(S->m, 3 * bf_in + 2 * bf_out) + (recomputed ? fwd_time : 0);
   const pcgc_ptensor *o = &n->out[0];
   bool closed = pcgc_piece_map_build(&S->pm, n, tin, false);
   int64_t inp[PCGC_VARIADIC];
@@ -583,7 +605,7 @@ static void gen_ordinary(sim *S, const pcgc_node *n) {
     }
     int X = home(S, n->id, p);
     if (N->has_bwd) { /* its backward holds its outputs' gradients and makes its inputs' */
-      double gb = out_bytes;
+      double gb = out_bytes + widen;
       for (int i = 0; i < n->n_in; i++)
         if (!S->nd[n->in[i].node].weight) gb += in_bytes[i];
       if (gb > S->gmax[X]) S->gmax[X] = gb;
@@ -591,8 +613,8 @@ static void gen_ordinary(sim *S, const pcgc_node *n) {
     for (int mu = 0; mu < mb; mu++) {
       int32_t f = (int32_t)(N->fwd + (int64_t)mu * P0 + c), b = -1;
       set_piece(S, f, X, p, mu);
-      S->T.dur[f] = N->t.fwd;
-      hold(S, X, N->t.fwd);
+      S->T.dur[f] = fwd_time;
+      hold(S, X, fwd_time);
       if (N->has_bwd) {
         b = (int32_t)(N->bwd + (int64_t)mu * P0 + c);
         set_piece(S, b, X, p, mu);
@@ -642,8 +664,9 @@ static void move(sim *S, int node, int64_t p, int mu, int X, int32_t fj, int32_t
                  double bytes) {
   int Y = home(S, src, q);
   int32_t fr = fready(S, src, q, mi), gs = gj >= 0 ? gsink(S, src, q, mi) : -1;
+  bytes = value_bytes(S, node, 0, bytes);
   if (Y == X) {
-    double stored = stored_bytes(&S->g->nodes[node].out[0], bytes);
+    double stored = bytes;
     int32_t cp = local_copy(S, PCGC_PHASE_FORWARD, node, p, mu, X, stored, false);
     edge(S, fr, cp);
     edge(S, cp, fj);
@@ -713,7 +736,7 @@ static void gen_replicate(sim *S, const pcgc_node *n, int32_t *dev) {
   const pcgc_ptensor *to = &n->out[0], *ti = pcgc_graph_ref_type(S->g, n->in[0]);
   int src = n->in[0].node;
   int64_t d = pcgc_attrs_int(&n->attrs, "degree");
-  double bytes = pcgc_cost_piece_bytes(ti);
+  double bytes = value_bytes(S, n->id, 0, pcgc_cost_piece_bytes(ti));
   for (int mu = 0; mu < N->m && !S->st; mu++)
     for (int64_t q = 0; q < I->P; q++) {
       int64_t c[PCGC_MAX_RANK], s, rr;
@@ -755,7 +778,8 @@ static void gen_reduce(sim *S, const pcgc_node *n, int32_t *dev) {
   const pcgc_ptensor *to = &n->out[0], *ti = pcgc_graph_ref_type(S->g, n->in[0]);
   int src = n->in[0].node;
   int64_t d = pcgc_attrs_int(&n->attrs, "degree");
-  double bytes = pcgc_cost_piece_bytes(to), es = (double)pcgc_dtype_size(to->dtype);
+  double bytes = value_bytes(S, n->id, 0, pcgc_cost_piece_bytes(to)),
+         es = (double)pcgc_dtype_size(pcgc_value_dtype(S->g, n->id, 0, S->o.bf16));
   double add_time = pcgc_cost_roofline(S->m, PCGC_OP_ADD, to->dtype, (double)(d - 1) * bytes / es,
                                        (double)(d + 1) * bytes);
   for (int mu = 0; mu < N->m && !S->st; mu++)

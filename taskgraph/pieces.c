@@ -11,6 +11,15 @@
 
 /* ------------------------------------------------------------- boxes */
 
+pcgc_dtype pcgc_value_dtype(const pcgc_graph *g, int node, int slot, bool bf16) {
+  const pcgc_node *n = &g->nodes[node];
+  pcgc_dtype t = n->out[slot].dtype;
+  if (!bf16 || !pcgc_dtype_is_float(t)) return pcgc_stored_dtype(t);
+  while (pcgc_op_class_of(n->kind) == PCGC_CLASS_PARALLEL && n->n_in > 0) n = &g->nodes[n->in[0].node];
+  pcgc_op_class c = pcgc_op_class_of(n->kind);
+  return c == PCGC_CLASS_SOURCE || c == PCGC_CLASS_LOSS ? pcgc_stored_dtype(t) : PCGC_BF16;
+}
+
 void pcgc_piece_box(const pcgc_ptensor *t, int64_t q, int mu, pcgc_box *b) {
   int64_t c[PCGC_MAX_RANK], s, r;
   pcgc_piece_coords(t, q, c, &s, &r);

@@ -117,10 +117,20 @@ typedef struct pcgc_box {
   int64_t lo[PCGC_MAX_RANK], len[PCGC_MAX_RANK];
 } pcgc_box;
 
-/* How a program stores a tensor of dtype t: floating point in f32 (bf16
- * is an arithmetic, not a storage format, yet), the rest as it is. Codegen
- * sizes its buffers by it; the search's estimate its copies and zeroing. */
+/* How a program stores a tensor of dtype t: floating point in f32, the
+ * rest as it is. Weights, their gradients, optimizer state and input data
+ * are always stored so (f32 master weights). Codegen sizes its buffers by
+ * it; the search's estimate its copies and zeroing. */
 static inline pcgc_dtype pcgc_stored_dtype(pcgc_dtype t) { return pcgc_dtype_is_float(t) ? PCGC_F32 : t; }
+
+/* How a program stores value `slot` of node `node` of g, and its
+ * gradient: pcgc_stored_dtype, except that with bf16 storage (mixed
+ * precision, `--precision bf16`) every floating activation and activation
+ * gradient is bf16. A loss's output stays f32, and so do sources; a
+ * parallel operator's value is stored as its input's. Kernels compute in
+ * f32 on bf16 values (the runtime widens a kernel's bf16 arguments into
+ * its workspace and rounds its results back to nearest even). */
+pcgc_dtype pcgc_value_dtype(const pcgc_graph *g, int node, int slot, bool bf16);
 
 /* The box of piece q of t, micro-batch slice mu (of t->micro; 0 when t is
  * not pipelined): its shard, cut into micro-batch slices on the pipelined dim. */
@@ -237,6 +247,10 @@ typedef struct pcgc_sim_options {
                                 tasks keep the roofline. Not owned. */
   bool recompute;            /* activation recomputation (default false): see
                                 pcgc_simulate's memory rule */
+  bool bf16;                 /* bf16 storage (default false): activations and their
+                                gradients kept, moved and zeroed in bf16, each kernel's
+                                bf16 arguments widened to f32 in its workspace, as
+                                codegen's option of the same name (pcgc_value_dtype) */
   int replicas, replica_stride; /* a hint (default 0: none) from a builder that laid
                                 the strategy out as `replicas` identical copies:
                                 within each block of replicas × replica_stride

@@ -61,6 +61,7 @@ static bool nccl_type(pcgc_dtype t, ncclDataType_t *out) {
   switch (t) {
   case PCGC_F32: *out = ncclFloat32; return true;
   case PCGC_F64: *out = ncclFloat64; return true;
+  case PCGC_BF16: *out = ncclBfloat16; return true;
   case PCGC_I32: *out = ncclInt32; return true;
   case PCGC_I64: *out = ncclInt64; return true;
   default: return false;

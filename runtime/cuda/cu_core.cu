@@ -13,6 +13,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <cuda_bf16.h>
+
 #include "cu_internal.h"
 
 static pcgc_status cuda_fail(pcgc_error *err, cudaError_t e, const char *what) {
@@ -167,7 +169,88 @@ __global__ void move_kernel(move_geom g, T *__restrict__ d, const T *__restrict_
   }
 }
 
-pcgc_status pcgc_cuda_move(pcgc_cuda *cu, pcgc_dtype t, int rank, void *dst, const int64_t *ddims,
+/* f32 <-> bf16 and bf16 sums: each element through f32, rounded to nearest even. */
+__device__ __forceinline__ float to_f32(float x) { return x; }
+__device__ __forceinline__ float to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <typename T> __device__ __forceinline__ T from_f32(float x);
+template <> __device__ __forceinline__ float from_f32<float>(float x) { return x; }
+template <> __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+
+template <typename D, typename S, bool ADD>
+__global__ void convert_kernel(move_geom g, D *__restrict__ d, const S *__restrict__ s) {
+  int64_t stride = (int64_t)gridDim.x * blockDim.x;
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < g.n; i += stride) {
+    int64_t r = i, di = g.dbase, si = g.sbase;
+    for (int k = g.rank - 1; k >= 0; k--) {
+      int64_t c = r % g.len[k];
+      r /= g.len[k];
+      di += c * g.dstride[k];
+      si += c * g.sstride[k];
+    }
+    float v = to_f32(s[si]);
+    d[di] = from_f32<D>(ADD ? to_f32(d[di]) + v : v);
+  }
+}
+
+/* The same over one contiguous run of n elements (a whole buffer widened or
+ * rounded back, exec.c's bf16 storage): no index arithmetic, two elements a
+ * thread and step where both runs are aligned for it. */
+template <typename D, typename S> struct pair_of;
+template <> struct pair_of<float, __nv_bfloat16> { typedef float2 d; typedef __nv_bfloat162 s; };
+template <> struct pair_of<__nv_bfloat16, float> { typedef __nv_bfloat162 d; typedef float2 s; };
+template <> struct pair_of<__nv_bfloat16, __nv_bfloat16> { typedef __nv_bfloat162 d; typedef __nv_bfloat162 s; };
+
+__device__ __forceinline__ float2 to_f32x2(float2 x) { return x; }
+__device__ __forceinline__ float2 to_f32x2(__nv_bfloat162 x) { return __bfloat1622float2(x); }
+template <typename T> __device__ __forceinline__ T from_f32x2(float2 x);
+template <> __device__ __forceinline__ float2 from_f32x2<float2>(float2 x) { return x; }
+template <> __device__ __forceinline__ __nv_bfloat162 from_f32x2<__nv_bfloat162>(float2 x) { return __float22bfloat162_rn(x); }
+
+template <typename D, typename S, bool ADD>
+__global__ void convert_flat_kernel(int64_t n, bool pairs, D *__restrict__ d, const S *__restrict__ s) {
+  int64_t gs = (int64_t)gridDim.x * blockDim.x, i0 = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (pairs) {
+    typedef typename pair_of<D, S>::d D2;
+    typedef typename pair_of<D, S>::s S2;
+    D2 *d2 = (D2 *)d;
+    const S2 *s2 = (const S2 *)s;
+    for (int64_t i = i0; i < n / 2; i += gs) {
+      float2 v = to_f32x2(s2[i]);
+      if (ADD) {
+        float2 a = to_f32x2(d2[i]);
+        v.x += a.x;
+        v.y += a.y;
+      }
+      d2[i] = from_f32x2<D2>(v);
+    }
+    if (n % 2 && i0 == 0) {
+      float v = to_f32(s[n - 1]);
+      d[n - 1] = from_f32<D>(ADD ? to_f32(d[n - 1]) + v : v);
+    }
+    return;
+  }
+  for (int64_t i = i0; i < n; i += gs) {
+    float v = to_f32(s[i]);
+    d[i] = from_f32<D>(ADD ? to_f32(d[i]) + v : v);
+  }
+}
+
+template <typename D, typename S, bool ADD>
+static void convert_launch(cudaStream_t stream, const move_geom &g, bool flat, void *dst, const void *src) {
+  D *d = (D *)dst;
+  const S *s = (const S *)src;
+  if (flat) {
+    d += g.dbase;
+    s += g.sbase;
+    bool pairs = (uintptr_t)d % (2 * sizeof(D)) == 0 && (uintptr_t)s % (2 * sizeof(S)) == 0;
+    convert_flat_kernel<D, S, ADD><<<pcgc__cu_blocks(pairs ? (g.n + 1) / 2 : g.n), PCGC_CU_THREADS, 0, stream>>>(
+        g.n, pairs, d, s);
+  } else {
+    convert_kernel<D, S, ADD><<<pcgc__cu_blocks(g.n), PCGC_CU_THREADS, 0, stream>>>(g, d, s);
+  }
+}
+
+pcgc_status pcgc_cuda_move(pcgc_cuda *cu, pcgc_dtype t, pcgc_dtype st, int rank, void *dst, const int64_t *ddims,
                            const int64_t *doff, const void *src, const int64_t *sdims, const int64_t *soff,
                            const int64_t *lo, const int64_t *len, bool add, pcgc_error *err) {
   move_geom g;
@@ -188,10 +271,28 @@ pcgc_status pcgc_cuda_move(pcgc_cuda *cu, pcgc_dtype t, int rank, void *dst, con
   if (g.n <= 0) return PCGC_OK;
   size_t es = pcgc_dtype_size(t);
   if (rank == 0) g.rank = 0;
-  /* a contiguous run in both: one copy */
+  /* a contiguous run in both */
   bool contiguous = true;
   for (int k = 1; k < rank; k++)
     if (len[k] != ddims[k] || len[k] != sdims[k]) contiguous = false;
+  if (t != st || (add && t == PCGC_BF16)) {
+    typedef __nv_bfloat16 bf;
+    bool flat = contiguous || rank <= 1;
+    if (t == PCGC_F32 && st == PCGC_BF16) {
+      if (add) convert_launch<float, bf, true>(cu->stream, g, flat, dst, src);
+      else convert_launch<float, bf, false>(cu->stream, g, flat, dst, src);
+    } else if (t == PCGC_BF16 && st == PCGC_F32) {
+      if (add) convert_launch<bf, float, true>(cu->stream, g, flat, dst, src);
+      else convert_launch<bf, float, false>(cu->stream, g, flat, dst, src);
+    } else if (t == PCGC_BF16 && st == PCGC_BF16) {
+      convert_launch<bf, bf, true>(cu->stream, g, flat, dst, src);
+    } else {
+      return pcgc_error_set(err, PCGC_ERR_UNSUPPORTED, "moving a box of %s into one of %s is not supported",
+                            pcgc_dtype_name(st), pcgc_dtype_name(t));
+    }
+    cudaError_t e = cudaGetLastError();
+    return e == cudaSuccess ? PCGC_OK : cuda_fail(err, e, "converting a box");
+  }
   if (!add && (contiguous || rank <= 1)) {
     cudaError_t e = cudaMemcpyAsync((char *)dst + g.dbase * es, (const char *)src + g.sbase * es, (size_t)g.n * es,
                                     cudaMemcpyDeviceToDevice, cu->stream);

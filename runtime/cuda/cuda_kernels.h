@@ -54,8 +54,10 @@ pcgc_status pcgc_cuda_download(pcgc_cuda *cu, void *host, const void *dev, size_
 pcgc_status pcgc_cuda_sync(pcgc_cuda *cu, pcgc_error *err);
 /* dst (+)= src over the box (lo, len) of a logical tensor of `rank` dims;
  * dst and src are row-major blocks of dims ddims/sdims starting at logical
- * index doff/soff. add: only F32 and F64. */
-pcgc_status pcgc_cuda_move(pcgc_cuda *cu, pcgc_dtype t, int rank, void *dst, const int64_t *ddims,
+ * index doff/soff; dst's elements of type t, src's of st. Types differ only
+ * between F32 and BF16 (converted, to nearest even). add: F32, F64, BF16
+ * (summed in f32). */
+pcgc_status pcgc_cuda_move(pcgc_cuda *cu, pcgc_dtype t, pcgc_dtype st, int rank, void *dst, const int64_t *ddims,
                            const int64_t *doff, const void *src, const int64_t *sdims, const int64_t *soff,
                            const int64_t *lo, const int64_t *len, bool add, pcgc_error *err);
 

@@ -94,6 +94,33 @@ expect 0 "$pcgc" compile "$src/models/cnn.pcg" --machine cpu-2 --choice dp=2,rec
   -o "$tmp/rccnn.json"
 check_plan "$tmp/rccnn.json" "$src/models/cnn.pcg" "CNN data parallel, recomputed (batch norm kept)"
 
+# --- bf16 storage (mixed precision): activations and their gradients in bf16, weights,
+# their gradients and optimizer state in f32; kernels compute in f32 on widened copies;
+# bf16 messages, and bf16 partial sums of tensor parallelism summed by MPI (bf16_sum)
+bfc="tp=2,pp=2,micro=4,schedule=1f1b"
+expect 0 "$pcgc" compile "$tb" --machine cpu-4 --choice $bfc --budget 0 --optimizer sgd --precision bf16 -o "$tmp/bf16.json"
+expect 0 "$pcgc" compile "$tb" --machine cpu-4 --choice $bfc --budget 0 --optimizer sgd -o "$tmp/f32.json"
+expect 0 "$pcgc" plan show "$tmp/bf16.json" --device 0
+has "$tmp/out" "bf16 storage: activations and their gradients in bf16"
+a16=$(arena "$tmp/bf16.json"); a32=$(arena "$tmp/f32.json")
+awk -v a="$a16" -v b="$a32" 'BEGIN { exit !(a > 0 && a < b) }' && ok || bad "bf16 storage: arena $a16 MiB not below $a32 MiB"
+expect 0 "$pcgc" run "$tmp/bf16.json" --steps 3 --check
+has "$tmp/out" "activations stored in bf16, arithmetic in f32"; has "$tmp/out" "tolerance 1e-01: match"
+grep "^step" "$tmp/out" | awk '{print $4}' >"$tmp/l16"
+expect 0 "$pcgc" run "$tmp/f32.json" --steps 3
+grep "^step" "$tmp/out" | awk '{print $4}' >"$tmp/l32"
+# the storage is really bf16: the losses move off the f32 run's (by less than the tolerance above)
+paste "$tmp/l16" "$tmp/l32" | awk 'NF == 2 && $1 != $2 { d = 1 } END { exit !d }' && ok ||
+  bad "bf16 storage trains exactly as f32: $(tr '\n' ' ' <"$tmp/l16")"
+# a f32 plan run in bf16 is lowered again for it
+expect 0 "$pcgc" run "$tmp/f32.json" --steps 1 --precision bf16
+has "$tmp/out" "activations stored in bf16"
+# tf32 is GEMM arithmetic, which CPUs do not have: refused, with the way out
+expect 1 "$pcgc" compile "$tb" --machine cpu-4 --precision tf32 --budget 0
+has "$tmp/err" "needs a GPU machine"; has "$tmp/err" "--precision bf16 works there"
+expect 1 "$pcgc" run "$tmp/f32.json" --precision tf32
+has "$tmp/err" "the cpu backend computes in f32 only"
+
 # --- plans pcgc compile finds, on 2, 4 and 8 processes
 for m in mlp cnn transformer-block embedding-bag; do
   for n in 2 4 8; do

@@ -460,6 +460,92 @@ START_TEST(pipeline_staging_reused) {
 }
 END_TEST
 
+/* bf16 storage (mixed precision): activations and their gradients are bf16
+ * buffers, weights, their gradients, optimizer state and the loss stay f32;
+ * the activations take half the bytes, each kernel's widening workspace is
+ * planned, and the search's estimate halves its activations likewise. */
+START_TEST(bf16_storage) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/models/transformer-block.pcg", PCGC_SOURCE_DIR);
+  const char *names[] = {"B"}, *values[] = {"16"};
+  pcgc_model_options mo = {1, names, values};
+  pcgc_error err = {0};
+  pcgc_graph *g = pcgc_model_load(path, &mo, &err), *pg = NULL;
+  ck_assert_msg(g, "%s", err.message);
+  pcgc_machine m;
+  ck_assert_msg(pcgc_machine_load("cpu-4", &m, &err) == PCGC_OK, "%s", err.message);
+  pcgc_expert *x = NULL;
+  ck_assert_msg(pcgc_expert_new(g, &m, NULL, &x, &err) == PCGC_OK, "%s", err.message);
+  pcgc_expert_choice c = {.dp = 1, .tp = 2, .pp = 2, .micro = 4, .schedule = PCGC_SCHEDULE_1F1B};
+  pcgc_mapping mp = {0, NULL};
+  ck_assert_msg(pcgc_expert_build(x, c, &pg, &mp, &err) == PCGC_OK, "%s", err.message);
+  pcgc_program *p[2] = {NULL, NULL};
+  pcgc_sim_result est[2];
+  double act[2] = {0, 0}, act_est[2] = {0, 0};
+  for (int h = 0; h < 2; h++) {
+    pcgc_codegen_options co;
+    pcgc_codegen_options_default(&co);
+    co.schedule = PCGC_SCHEDULE_1F1B;
+    co.bf16 = h == 1;
+    ck_assert_msg(pcgc_codegen(pg, &mp, 4, &co, &p[h], &err) == PCGC_OK, "%s", err.message);
+    ck_assert(p[h]->bf16 == (h == 1));
+    pcgc_sim_options so;
+    pcgc_sim_options_default(&so);
+    so.schedule = PCGC_SCHEDULE_1F1B;
+    so.bf16 = h == 1;
+    ck_assert_msg(pcgc_simulate(pg, &mp, &m, &so, &est[h], &err) == PCGC_OK, "%s", err.message);
+    int n_bf16 = 0;
+    for (int d = 0; d < 4; d++) {
+      const pcgc_device_program *P = &p[h]->dev[d];
+      if (h == 0) ck_assert_int_eq(P->widen_bytes, 0);
+      else ck_assert_int_gt(P->widen_bytes, 0);
+      act_est[h] += est[h].device[d].memory.activations;
+      for (int b = 0; b < P->n_buf; b++) {
+        const pcgc_plan_buf *B = &P->buf[b];
+        const pcgc_node *n = &pg->nodes[B->node];
+        bool value = B->role == PCGC_BUF_VALUE || B->role == PCGC_BUF_GRAD || B->role == PCGC_BUF_STAGE ||
+                     B->role == PCGC_BUF_STAGE_GRAD || B->role == PCGC_BUF_RECOMPUTE;
+        bool loss = pcgc_op_class_of(n->kind) == PCGC_CLASS_LOSS;
+        pcgc_dtype want = h == 1 && value && !loss && pcgc_dtype_is_float(n->out[B->slot].dtype) ? PCGC_BF16 : PCGC_F32;
+        if (!pcgc_dtype_is_float(n->out[B->slot].dtype) && B->role != PCGC_BUF_SCRATCH) want = n->out[B->slot].dtype;
+        if (B->role == PCGC_BUF_SCRATCH) continue; /* partial sums: their tensor's, checked by the roles above */
+        ck_assert_msg(B->dtype == want, "device %d buffer %d (%s of '%s'): %s, want %s", d, b,
+                      pcgc_buf_role_name((pcgc_buf_role)B->role), n->name, pcgc_dtype_name(B->dtype),
+                      pcgc_dtype_name(want));
+        n_bf16 += B->dtype == PCGC_BF16;
+        if (!B->persistent) act[h] += (double)B->bytes;
+      }
+    }
+    if (h == 1) ck_assert_int_gt(n_bf16, 0);
+  }
+  printf("bf16 storage: activation buffers %.0f -> %.0f bytes (%.3f), the estimate's activations %.0f -> %.0f (%.3f)\n",
+         act[0], act[1], act[1] / act[0], act_est[0], act_est[1], act_est[1] / act_est[0]);
+  ck_assert_msg(act[1] > 0.45 * act[0] && act[1] < 0.55 * act[0], "bf16 buffers: %.0f of %.0f", act[1], act[0]);
+  /* the estimate counts the data read (f32) among activations too */
+  ck_assert_msg(act_est[1] > 0.45 * act_est[0] && act_est[1] < 0.65 * act_est[0], "estimate: %.0f of %.0f",
+                act_est[1], act_est[0]);
+  /* and the bf16 program's memory as simulated stays near the estimate's */
+  pcgc_sim_result pr;
+  pcgc_sim_options so;
+  pcgc_sim_options_default(&so);
+  so.schedule = PCGC_SCHEDULE_1F1B;
+  so.bf16 = true;
+  ck_assert_msg(pcgc_program_simulate(p[1], pg, &m, &so, &pr, &err) == PCGC_OK, "%s", err.message);
+  double pm = pcgc_sim_result_max_memory(&pr), em = pcgc_sim_result_max_memory(&est[1]);
+  printf("bf16 storage: program %.0f bytes per device at most, the estimate %.0f\n", pm, em);
+  ck_assert_msg(em > 0.8 * pm && em < 1.25 * pm, "estimate %.0f, program %.0f", em, pm);
+  pcgc_sim_result_destroy(&pr);
+  for (int h = 0; h < 2; h++) {
+    pcgc_sim_result_destroy(&est[h]);
+    pcgc_program_free(p[h]);
+  }
+  pcgc_mapping_destroy(&mp);
+  pcgc_expert_free(x);
+  pcgc_graph_free(pg);
+  pcgc_graph_free(g);
+}
+END_TEST
+
 static const shipped cases[] = {
     {"mlp.pcg", "64", "cpu-local", "sequential", 0.5, 1.05},
     {"mlp.pcg", "64", "cpu-4", "data-parallel", 0.5, 1.05},
@@ -481,6 +567,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, messages_share_a_link);
   tcase_add_test(tc, reused_staging_waits);
   tcase_add_test(tc, pipeline_staging_reused);
+  tcase_add_test(tc, bf16_storage);
   tcase_add_test(tc, allreduce_by_hand);
   tcase_add_test(tc, nonblocking_allreduce_overlaps);
   tcase_add_test(tc, deadlock_is_refused);

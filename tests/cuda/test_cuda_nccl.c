@@ -119,13 +119,13 @@ static pcgc_status refill(pcgc_cuda *cu, bufs *b, pcgc_error *err) {
   const int64_t dims[1] = {N}, zero[1] = {0};
   pcgc_status st = pcgc_cuda_zero(cu, b->buf, (size_t)N * pcgc_dtype_size(b->t), err);
   /* f32: an adding move is a kernel; i64 cannot add: a device copy */
-  return st ? st : pcgc_cuda_move(cu, b->t, 1, b->buf, dims, zero, b->src, dims, zero, zero, dims, b->t == PCGC_F32, err);
+  return st ? st : pcgc_cuda_move(cu, b->t, b->t, 1, b->buf, dims, zero, b->src, dims, zero, zero, dims, b->t == PCGC_F32, err);
 }
 
 /* out = buf, queued; then b->host = out */
 static pcgc_status fetch(pcgc_cuda *cu, bufs *b, pcgc_error *err) {
   const int64_t dims[1] = {N}, zero[1] = {0};
-  pcgc_status st = pcgc_cuda_move(cu, b->t, 1, b->out, dims, zero, b->buf, dims, zero, zero, dims, false, err);
+  pcgc_status st = pcgc_cuda_move(cu, b->t, b->t, 1, b->out, dims, zero, b->buf, dims, zero, zero, dims, false, err);
   return st ? st : pcgc_cuda_download(cu, b->host, b->out, (size_t)N * pcgc_dtype_size(b->t), err);
 }
 

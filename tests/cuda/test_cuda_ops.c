@@ -1152,6 +1152,44 @@ static void test_optimizers(void) {
 
 /* ----------------------------------------------------------------- main */
 
+/* Box moves between f32 and bf16 (bf16 storage, exec.c's widening): the
+ * GPU rounds to nearest even exactly as the host's pcgc_bf16_from_f32, a
+ * bf16 sum is taken in f32, and a sub-box lands where its offsets say. */
+static void test_convert(void) {
+  pcgc_error err;
+  pcgc_error_clear(&err);
+  int64_t dims[2] = {37, 63}, n = dims[0] * dims[1], zero[2] = {0, 0}; /* odd: a last element alone */
+  pcgc_buf x = frange(-300, 300, 2, dims), dx = to_dev(&x);
+  uint16_t *b16 = dalloc((size_t)n * 2), *c16 = dalloc((size_t)n * 2), *h = halloc((size_t)n * 2);
+  float *y = dalloc((size_t)n * 4), *hy = halloc((size_t)n * 4);
+  pcgc_status st = pcgc_cuda_move(cu, PCGC_BF16, PCGC_F32, 2, b16, dims, zero, dx.data, dims, zero, zero, dims, false, &err);
+  if (!st) st = pcgc_cuda_download(cu, h, b16, (size_t)n * 2, &err);
+  const float *xv = x.data;
+  int64_t bad = 0;
+  for (int64_t i = 0; !st && i < n; i++) bad += h[i] != pcgc_bf16_from_f32(xv[i]);
+  /* c16 = b16 over the box rows 3..20, cols 8..40, then c16 += b16 there: exactly twice */
+  int64_t lo[2] = {3, 8}, len[2] = {17, 32};
+  if (!st) st = pcgc_cuda_zero(cu, c16, (size_t)n * 2, &err);
+  if (!st) st = pcgc_cuda_move(cu, PCGC_BF16, PCGC_BF16, 2, c16, dims, zero, b16, dims, zero, lo, len, false, &err);
+  if (!st) st = pcgc_cuda_move(cu, PCGC_BF16, PCGC_BF16, 2, c16, dims, zero, b16, dims, zero, lo, len, true, &err);
+  /* y = 0; y += c16 (widened): 2 x(rounded) in the box, 0 elsewhere */
+  if (!st) st = pcgc_cuda_zero(cu, y, (size_t)n * 4, &err);
+  if (!st) st = pcgc_cuda_move(cu, PCGC_F32, PCGC_BF16, 2, y, dims, zero, c16, dims, zero, zero, dims, true, &err);
+  if (!st) st = pcgc_cuda_download(cu, hy, y, (size_t)n * 4, &err);
+  for (int64_t i = 0; !st && i < n; i++) {
+    int64_t r = i / dims[1], c = i % dims[1];
+    bool in = r >= lo[0] && r < lo[0] + len[0] && c >= lo[1] && c < lo[1] + len[1];
+    float want = in ? 2 * pcgc_f32_from_bf16(pcgc_bf16_from_f32(xv[i])) : 0;
+    bad += hy[i] != want;
+  }
+  if (st) die("pcgc_cuda_move (bf16)", &err);
+  char what[96];
+  snprintf(what, sizeof what, "f32->bf16, bf16 box += bf16, f32 += bf16, %lld x %lld", (long long)dims[0],
+           (long long)dims[1]);
+  report("move (bf16)", what, (double)bad, NAN, 0, NULL); /* fwd: elements that differ */
+  free_case();
+}
+
 int main(void) {
   pcgc_error err;
   pcgc_error_clear(&err);
@@ -1179,6 +1217,7 @@ int main(void) {
   test_batchnorm_split(true);
   test_batchnorm_split(false);
   test_optimizers();
+  test_convert();
   /* the GEMM-class cases again in each reduced precision, then back to f32 */
   for (size_t p = 1; p < sizeof precisions / sizeof precisions[0]; p++) {
     prec = &precisions[p];

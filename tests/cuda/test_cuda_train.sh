@@ -56,6 +56,7 @@ expect 0 "$pcgc" run "$tmp/cnn-rc.json" --steps 3 --check --tolerance $tol
 has "$tmp/out" "match"
 
 # tensor-core arithmetic against the f32 reference: TF32 keeps 10 mantissa bits, bf16 7
+# (and bf16 stores activations and their gradients in bf16: mixed precision)
 for pt in tf32:1e-2 bf16:5e-2; do
   p=${pt%%:*} t=${pt#*:}
   expect 0 "$pcgc" compile "$src/models/transformer-block.pcg" --machine "$tmp/h100-1.machine" --budget 0 \
@@ -66,6 +67,13 @@ for pt in tf32:1e-2 bf16:5e-2; do
   has "$tmp/out" ", $p"
   grep -E "check against" "$tmp/out" | sed "s/^/  transformer-block $p: /"
 done
+has "$tmp/out" "activations stored in bf16"
+# bf16 storage on a decoder (RMSNorm, rotary embeddings, grouped-query attention)
+expect 0 "$pcgc" compile "$src/models/decoder-small.pcg" --machine "$tmp/h100-1.machine" --budget 0 --optimizer sgd \
+  --precision bf16 -o "$tmp/dec-bf16.json"
+expect 0 "$pcgc" run "$tmp/dec-bf16.json" --steps 3 --check
+has "$tmp/out" "match"
+grep -E "check against" "$tmp/out" | sed "s/^/  decoder-small bf16: /"
 
 # a profile measured in the plan's precision: the simulator takes its kernels as measured
 expect 0 "$pcgc" profile "$src/models/transformer-block.pcg" --machine "$tmp/h100-1.machine" --precision tf32 \
@@ -92,6 +100,15 @@ if command -v mpirun >/dev/null; then
     expect 0 "$pcgc" run "$tmp/two.json" --steps 3 --check --tolerance $tol
     has "$tmp/out" "match"
     grep -E "check against" "$tmp/out" | sed "s/^/  mlp $c: /"
+  done
+  # bf16 storage over two processes: bf16 messages, and bf16 partial sums summed by MPI (bf16_sum)
+  # or NCCL, of tensor parallelism and a two-stage pipeline
+  for c in dp=1,tp=2 dp=1,tp=1,pp=2,micro=2,schedule=1f1b; do
+    expect 0 "$pcgc" compile "$src/models/transformer-block.pcg" --machine "$tmp/h100-2.machine" --choice $c \
+      --budget 0 --optimizer sgd --precision bf16 -o "$tmp/two-bf16.json"
+    expect 0 "$pcgc" run "$tmp/two-bf16.json" --steps 3 --check
+    has "$tmp/out" "match"
+    grep -E "check against" "$tmp/out" | sed "s/^/  transformer-block bf16 $c: /"
   done
   # NCCL refuses two processes on one GPU: forced onto one, the run fails clearly
   gpus=$(nvidia-smi -L 2>/dev/null | grep -c "^GPU")
