@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # compile_llama.sh — `pcgc compile` of LLaMA-3 8B on 64, 256 and 1,024 H100s, of
 # LLaMA-3 70B on 256 and 1,024 and of Mixtral 8x7B on 256 (nodes of 8, NDR InfiniBand per GPU: machines/h100-*x8),
-# bf16 GEMMs, the models' default batch of 4M tokens (LLaMA-3: 512 sequences of 8192; Mixtral: 1024 of 4096).
+# bf16 mixed precision (activations stored in bf16), the models' default batch of 4M tokens (LLaMA-3: 512 sequences of 8192; Mixtral: 1024 of 4096).
 # Prints one markdown table row per cell: wall time of the whole compile (searches,
 # lowering and the program's simulation) and of the search (expert grid and joint
 # search; a second search where the first choice's program did not fit), the predicted iteration time of the program
