@@ -15,7 +15,10 @@
  * gradients are never held twice (from a GPU through MPI, by way of a host
  * mirror); a region of a buffer is packed into its request's own staging and
  * unpacked by the WAIT (pcgc_allreduce_in_place). The order of the streams
- * (codegen/schedule.c) guarantees that this cannot deadlock.
+ * (codegen/schedule.c) guarantees that this cannot deadlock. Open MPI
+ * advances non-blocking collectives only inside MPI calls, so between
+ * instructions the oldest open all-reduce is tested (progress()): the
+ * gradients' all-reduces run while backward computes, not at their WAITs.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
@@ -58,6 +61,7 @@ typedef struct rt {
   MPI_Op bf16_sum;        /* MPI's sum of bf16 elements (MPI has no bf16 type) */
   bool have_bf16_sum;
   MPI_Request *sends, *reqs;
+  int *pend, n_pend;      /* request slots of the all-reduces started and not yet waited for (host MPI) */
   int n_sends;            /* SENDs issued this step: sends[k] is the k-th's request */
   MPI_Comm *comm;      /* per group: its communicator, or MPI_COMM_NULL where not a member */
   bool dev_comm;       /* messages through the backend's communicators (NCCL), not host MPI */
@@ -386,6 +390,19 @@ static pcgc_status settle_sends(rt *R, int k) {
   return PCGC_OK;
 }
 
+/* Open MPI advances a non-blocking collective only inside MPI calls (no
+ * progress thread): between instructions, a test of the oldest all-reduce
+ * still open moves every one of them (and the sends) on, so they run while
+ * backward computes instead of all at their WAITs. */
+static void progress(rt *R) {
+  if (!R->n_pend) return;
+  int done = 0;
+  if (MPI_Test(&R->reqs[R->pend[0]], &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && done) {
+    memmove(R->pend, R->pend + 1, (size_t)(R->n_pend - 1) * sizeof *R->pend);
+    R->n_pend--;
+  }
+}
+
 static pcgc_status exec_one(rt *R, const pcgc_ins *I) {
   const pcgc_device_program *P = R->P;
   pcgc_backend *be = R->be;
@@ -533,6 +550,7 @@ static pcgc_status exec_one(rt *R, const pcgc_ins *I) {
       char *h = be->host ? data : R->req_h[I->tag];
       if ((st = to_host(R, h, data, bytes))) return st;
       rc = MPI_Iallreduce(MPI_IN_PLACE, h, (int)n, mpi_type(D->dtype), sum_op(R, D->dtype), R->comm[I->peer], &R->reqs[I->tag]);
+      if (rc == MPI_SUCCESS) R->pend[R->n_pend++] = I->tag;
       return rc == MPI_SUCCESS ? PCGC_OK : mpi_fail(R, rc, "all-reduce", I);
     }
     char *stage = now_ ? R->recv_stage : R->req_stage[I->tag], *h = now_ ? R->recv_h : R->req_h[I->tag];
@@ -550,10 +568,17 @@ static pcgc_status exec_one(rt *R, const pcgc_ins *I) {
       return be->move(be, D, data_of(R, I->dst), &sd, stage, &x, false, R->err);
     }
     rc = MPI_Iallreduce(MPI_IN_PLACE, h, (int)n, mpi_type(D->dtype), sum_op(R, D->dtype), R->comm[I->peer], &R->reqs[I->tag]);
+    if (rc == MPI_SUCCESS) R->pend[R->n_pend++] = I->tag;
     return rc == MPI_SUCCESS ? PCGC_OK : mpi_fail(R, rc, "all-reduce", I);
   }
   case PCGC_INS_WAIT: {
     if (R->fault_no_allreduce) return PCGC_OK;
+    for (int k = 0; k < R->n_pend; k++) /* no longer progressed between instructions */
+      if (R->pend[k] == I->tag) {
+        memmove(R->pend + k, R->pend + k + 1, (size_t)(R->n_pend - k - 1) * sizeof *R->pend);
+        R->n_pend--;
+        break;
+      }
     if (pcgc_allreduce_in_place(P, I)) {
       if (R->dev_comm) return be->comm_wait(be, I->tag, R->err);
       rc = MPI_Wait(&R->reqs[I->tag], MPI_STATUS_IGNORE);
@@ -1270,10 +1295,11 @@ pcgc_status pcgc_run(const pcgc_graph *g, const pcgc_program *p, const pcgc_run_
     if (P->buf[b].bytes > most) most = P->buf[b].bytes;
   R.sends = malloc((size_t)(P->n_sends + 1) * sizeof *R.sends);
   R.reqs = malloc((size_t)(P->n_requests + 1) * sizeof *R.reqs);
+  R.pend = malloc((size_t)(P->n_requests + 1) * sizeof *R.pend);
   R.req_stage = calloc((size_t)P->n_requests + 1, sizeof *R.req_stage);
   R.req_h = calloc((size_t)P->n_requests + 1, sizeof *R.req_h);
   R.comm = malloc((size_t)(p->n_groups + 1) * sizeof *R.comm);
-  if (!R.sends || !R.reqs || !R.req_stage || !R.req_h || !R.comm) {
+  if (!R.sends || !R.reqs || !R.pend || !R.req_stage || !R.req_h || !R.comm) {
     st = pcgc_error_set(err, PCGC_ERR_NOMEM, "rank %d: out of memory", R.rank);
     goto done;
   }
@@ -1397,6 +1423,7 @@ pcgc_status pcgc_run(const pcgc_graph *g, const pcgc_program *p, const pcgc_run_
       g_peer = P->ins[i].kind == PCGC_INS_WAIT && slot_group ? slot_group[P->ins[i].tag] : P->ins[i].peer;
       double ti = traced ? now() : 0;
       st = exec_one(&R, &P->ins[i]);
+      if (!st && R.mpi && !R.dev_comm) progress(&R);
       if (traced) {
         if (!st) st = be->sync(be, err);
         tr[2 * i] = ti - ts;
@@ -1482,6 +1509,7 @@ done:
   free(R.req_stage);
   free(R.req_h);
   free(R.reqs);
+  free(R.pend);
   free(R.sends);
   free(R.comm);
   be->release(be, R.arena);

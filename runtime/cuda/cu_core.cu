@@ -153,17 +153,25 @@ typedef struct move_geom {
   int64_t dbase, sbase, n;
 } move_geom;
 
+/* Element i of the box: its offsets in dst and src. */
+__device__ __forceinline__ void box_at(const move_geom &g, int64_t i, int64_t *di, int64_t *si) {
+  int64_t r = i, a = g.dbase, b = g.sbase;
+  for (int k = g.rank - 1; k >= 0; k--) {
+    int64_t c = r % g.len[k];
+    r /= g.len[k];
+    a += c * g.dstride[k];
+    b += c * g.sstride[k];
+  }
+  *di = a;
+  *si = b;
+}
+
 template <typename T, bool ADD>
 __global__ void move_kernel(move_geom g, T *__restrict__ d, const T *__restrict__ s) {
   int64_t stride = (int64_t)gridDim.x * blockDim.x;
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < g.n; i += stride) {
-    int64_t r = i, di = g.dbase, si = g.sbase;
-    for (int k = g.rank - 1; k >= 0; k--) {
-      int64_t c = r % g.len[k];
-      r /= g.len[k];
-      di += c * g.dstride[k];
-      si += c * g.sstride[k];
-    }
+    int64_t di, si;
+    box_at(g, i, &di, &si);
     if (ADD) d[di] += s[si];
     else d[di] = s[si];
   }
@@ -180,13 +188,8 @@ template <typename D, typename S, bool ADD>
 __global__ void convert_kernel(move_geom g, D *__restrict__ d, const S *__restrict__ s) {
   int64_t stride = (int64_t)gridDim.x * blockDim.x;
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < g.n; i += stride) {
-    int64_t r = i, di = g.dbase, si = g.sbase;
-    for (int k = g.rank - 1; k >= 0; k--) {
-      int64_t c = r % g.len[k];
-      r /= g.len[k];
-      di += c * g.dstride[k];
-      si += c * g.sstride[k];
-    }
+    int64_t di, si;
+    box_at(g, i, &di, &si);
     float v = to_f32(s[si]);
     d[di] = from_f32<D>(ADD ? to_f32(d[di]) + v : v);
   }

@@ -398,21 +398,32 @@ static void check_shipped(const shipped *k) {
 /* A pipeline's send staging is planned over the messages' lifetimes: a
  * stage holds the micro-batches in flight, not every message of the step,
  * and the search's estimate of it is of the same size. */
-START_TEST(pipeline_staging_reused) {
+/* The transformer block at batch 16 on cpu-4 under expert choice c: *g the
+ * model, *pg and *mp the strategy (freed by the caller, with x). */
+static void block_on_cpu4(pcgc_expert_choice c, pcgc_graph **g, pcgc_machine *m, pcgc_expert **x, pcgc_graph **pg,
+                          pcgc_mapping *mp) {
   char path[4096];
   snprintf(path, sizeof path, "%s/models/transformer-block.pcg", PCGC_SOURCE_DIR);
   const char *names[] = {"B"}, *values[] = {"16"};
   pcgc_model_options mo = {1, names, values};
   pcgc_error err = {0};
-  pcgc_graph *g = pcgc_model_load(path, &mo, &err), *pg = NULL;
-  ck_assert_msg(g, "%s", err.message);
+  *g = pcgc_model_load(path, &mo, &err);
+  ck_assert_msg(*g, "%s", err.message);
+  ck_assert_msg(pcgc_machine_load("cpu-4", m, &err) == PCGC_OK, "%s", err.message);
+  ck_assert_msg(pcgc_expert_new(*g, m, NULL, x, &err) == PCGC_OK, "%s", err.message);
+  mp->n_nodes = 0;
+  mp->view = NULL;
+  ck_assert_msg(pcgc_expert_build(*x, c, pg, mp, &err) == PCGC_OK, "%s", err.message);
+}
+
+START_TEST(pipeline_staging_reused) {
+  pcgc_error err = {0};
+  pcgc_graph *g = NULL, *pg = NULL;
   pcgc_machine m;
-  ck_assert_msg(pcgc_machine_load("cpu-4", &m, &err) == PCGC_OK, "%s", err.message);
   pcgc_expert *x = NULL;
-  ck_assert_msg(pcgc_expert_new(g, &m, NULL, &x, &err) == PCGC_OK, "%s", err.message);
-  pcgc_expert_choice c = {.dp = 1, .tp = 1, .pp = 4, .micro = 8, .schedule = PCGC_SCHEDULE_1F1B};
-  pcgc_mapping mp = {0, NULL};
-  ck_assert_msg(pcgc_expert_build(x, c, &pg, &mp, &err) == PCGC_OK, "%s", err.message);
+  pcgc_mapping mp;
+  block_on_cpu4((pcgc_expert_choice){.dp = 1, .tp = 1, .pp = 4, .micro = 8, .schedule = PCGC_SCHEDULE_1F1B}, &g, &m,
+                &x, &pg, &mp);
   pcgc_codegen_options co;
   pcgc_codegen_options_default(&co);
   co.schedule = PCGC_SCHEDULE_1F1B;
@@ -465,20 +476,13 @@ END_TEST
  * the activations take half the bytes, each kernel's widening workspace is
  * planned, and the search's estimate halves its activations likewise. */
 START_TEST(bf16_storage) {
-  char path[4096];
-  snprintf(path, sizeof path, "%s/models/transformer-block.pcg", PCGC_SOURCE_DIR);
-  const char *names[] = {"B"}, *values[] = {"16"};
-  pcgc_model_options mo = {1, names, values};
   pcgc_error err = {0};
-  pcgc_graph *g = pcgc_model_load(path, &mo, &err), *pg = NULL;
-  ck_assert_msg(g, "%s", err.message);
+  pcgc_graph *g = NULL, *pg = NULL;
   pcgc_machine m;
-  ck_assert_msg(pcgc_machine_load("cpu-4", &m, &err) == PCGC_OK, "%s", err.message);
   pcgc_expert *x = NULL;
-  ck_assert_msg(pcgc_expert_new(g, &m, NULL, &x, &err) == PCGC_OK, "%s", err.message);
-  pcgc_expert_choice c = {.dp = 1, .tp = 2, .pp = 2, .micro = 4, .schedule = PCGC_SCHEDULE_1F1B};
-  pcgc_mapping mp = {0, NULL};
-  ck_assert_msg(pcgc_expert_build(x, c, &pg, &mp, &err) == PCGC_OK, "%s", err.message);
+  pcgc_mapping mp;
+  block_on_cpu4((pcgc_expert_choice){.dp = 1, .tp = 2, .pp = 2, .micro = 4, .schedule = PCGC_SCHEDULE_1F1B}, &g, &m,
+                &x, &pg, &mp);
   pcgc_program *p[2] = {NULL, NULL};
   pcgc_sim_result est[2];
   double act[2] = {0, 0}, act_est[2] = {0, 0};
