@@ -506,18 +506,19 @@ START_TEST(bf16_storage) {
       act_est[h] += est[h].device[d].memory.activations;
       for (int b = 0; b < P->n_buf; b++) {
         const pcgc_plan_buf *B = &P->buf[b];
+        if (!B->persistent) act[h] += (double)B->bytes;
+        /* partial sums (whose slot is a relay's, not an output): their tensor's, checked by the roles below */
+        if (B->role == PCGC_BUF_SCRATCH) continue;
         const pcgc_node *n = &pg->nodes[B->node];
         bool value = B->role == PCGC_BUF_VALUE || B->role == PCGC_BUF_GRAD || B->role == PCGC_BUF_STAGE ||
                      B->role == PCGC_BUF_STAGE_GRAD || B->role == PCGC_BUF_RECOMPUTE;
         bool loss = pcgc_op_class_of(n->kind) == PCGC_CLASS_LOSS;
         pcgc_dtype want = h == 1 && value && !loss && pcgc_dtype_is_float(n->out[B->slot].dtype) ? PCGC_BF16 : PCGC_F32;
-        if (!pcgc_dtype_is_float(n->out[B->slot].dtype) && B->role != PCGC_BUF_SCRATCH) want = n->out[B->slot].dtype;
-        if (B->role == PCGC_BUF_SCRATCH) continue; /* partial sums: their tensor's, checked by the roles above */
+        if (!pcgc_dtype_is_float(n->out[B->slot].dtype)) want = n->out[B->slot].dtype;
         ck_assert_msg(B->dtype == want, "device %d buffer %d (%s of '%s'): %s, want %s", d, b,
                       pcgc_buf_role_name((pcgc_buf_role)B->role), n->name, pcgc_dtype_name(B->dtype),
                       pcgc_dtype_name(want));
         n_bf16 += B->dtype == PCGC_BF16;
-        if (!B->persistent) act[h] += (double)B->bytes;
       }
     }
     if (h == 1) ck_assert_int_gt(n_bf16, 0);
