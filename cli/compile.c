@@ -611,6 +611,13 @@ static int compile_main(int argc, char **argv) {
   print_ref("best pure Megatron", &r.megatron, best);
   print_ref("best pure pipeline", &r.pipeline, best);
   print_bound(g, &m, &o, &r, best);
+  if (precision == PCGC_PREC_BF16)
+    printf("%-28s bf16 mixed precision: activations and their gradients stored in bf16 (the outputs above), "
+           "weights, their gradients and optimizer state in f32%s\n", "precision",
+           m.device.kind == PCGC_DEVICE_GPU ? "; GEMMs in bf16 with f32 accumulation"
+                                            : "; arithmetic in f32 (a CPU machine)");
+  else if (precision == PCGC_PREC_TF32)
+    printf("%-28s tf32 GEMMs and convolutions, everything stored in f32\n", "precision");
   if (predicted) {
     char e1[64], e2[64];
     printf("%-28s %s of %s usable (the arena of planned buffers, %s at its peak, plus message staging; the "

@@ -99,6 +99,7 @@ check_plan "$tmp/rccnn.json" "$src/models/cnn.pcg" "CNN data parallel, recompute
 # bf16 messages, and bf16 partial sums of tensor parallelism summed by MPI (bf16_sum)
 bfc="tp=2,pp=2,micro=4,schedule=1f1b"
 expect 0 "$pcgc" compile "$tb" --machine cpu-4 --choice $bfc --budget 0 --optimizer sgd --precision bf16 -o "$tmp/bf16.json"
+has "$tmp/out" "bf16 mixed precision: activations and their gradients stored in bf16"
 expect 0 "$pcgc" compile "$tb" --machine cpu-4 --choice $bfc --budget 0 --optimizer sgd -o "$tmp/f32.json"
 expect 0 "$pcgc" plan show "$tmp/bf16.json" --device 0
 has "$tmp/out" "bf16 storage: activations and their gradients in bf16"
