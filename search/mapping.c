@@ -103,13 +103,14 @@ static pcgc_status piece_time(const pcgc_graph *g, const pcgc_node *n, const pcg
 }
 
 /* Seconds to move reads r[0..n) of a consumer under views vd (its own)
- * and vs (the producer's). */
-static double move_time(const pcgc_machine *m, int D, const vread *r, int64_t n, pcgc_view vd, pcgc_view vs) {
+ * and vs (the producer's), each of its bytes times `sc` (vscale). */
+static double move_time(const pcgc_machine *m, int D, const vread *r, int64_t n, pcgc_view vd, pcgc_view vs,
+                        double sc) {
   double s = 0;
   for (int64_t i = 0; i < n; i++) {
     int a = home(vd, r[i].p, D), b = home(vs, r[i].q, D);
     if (a != b)
-      s += pcgc_comm_p2p_time(m, pcgc_machine_node_of(m, a) == pcgc_machine_node_of(m, b), 1, r[i].bytes);
+      s += pcgc_comm_p2p_time(m, pcgc_machine_node_of(m, a) == pcgc_machine_node_of(m, b), 1, r[i].bytes * sc);
   }
   return s;
 }
@@ -391,6 +392,7 @@ typedef struct vbuild {
   int *readers;             /* (computed consumer, slot) pairs that read the node */
   const mnode **mn;         /* [n] computed nodes' entries, owned by the memo */
   pcgc_views_memo *memo;
+  bool bf16;                /* bf16 storage (vscale) */
   int64_t hits, misses;     /* this build's lookups of the memo */
   XXH128_hash_t machine;
   pcgc_piece_map pm;
@@ -444,14 +446,25 @@ static const mnode *node_get(vbuild *B, const pcgc_node *n, pcgc_error *err) {
   return e;
 }
 
+/* The bytes of value `in` as stored over the bytes of its type: 1/2 for
+ * an activation under bf16 storage (pcgc_value_dtype), else 1. The memo
+ * keeps reads at their type's bytes; this scales them where used. */
+static double vscale(const vbuild *B, pcgc_ref in) {
+  if (!B->bf16) return 1;
+  pcgc_dtype t = B->g->nodes[in.node].out[in.slot].dtype;
+  return (double)pcgc_dtype_size(pcgc_value_dtype(B->g, in.node, in.slot, true)) / (double)pcgc_dtype_size(t);
+}
+
 /* The pair matrix of consumer x's input `slot` (from producer s). */
 static const double *pair_get(vbuild *B, const pcgc_node *x, int slot) {
   const pcgc__vnode *S = &B->P.nd[x->in[slot].node], *N = &B->P.nd[x->id];
   const mnode *M = B->mn[x->id];
   keybuf k;
   k.n = 0;
+  double sc = vscale(B, x->in[slot]);
   kput_hash(&k, M->key);
   kput(&k, slot);
+  kput_f(&k, sc);
   kput(&k, S->K);
   for (int a = 0; a < S->K; a++) kput(&k, (int64_t)S->cand[a].start << 32 | (uint32_t)S->cand[a].stride);
   kput(&k, N->K);
@@ -475,7 +488,7 @@ static const double *pair_get(vbuild *B, const pcgc_node *x, int slot) {
   int64_t n = M->off[slot + 1] - M->off[slot];
   double mul = micro_of(x);
   for (int a = 0; a < S->K; a++)
-    for (int b = 0; b < N->K; b++) c[a * N->K + b] = mul * move_time(B->m, B->D, r, n, N->cand[b], S->cand[a]);
+    for (int b = 0; b < N->K; b++) c[a * N->K + b] = mul * move_time(B->m, B->D, r, n, N->cand[b], S->cand[a], sc);
   *e = (mpair){.key = key, .cost = c};
   pthread_mutex_lock(&Mm->lock);
   HASH_FIND(hh, Mm->pairs, &key, sizeof key, had); /* another thread's, made meanwhile */
@@ -566,8 +579,9 @@ static pcgc_status node_add(vbuild *B, const pcgc_node *x, const pcgc_view *view
 /* The problem of g's views: candidates around `view` in blocks of `block`
  * devices, or only `view` itself when `single`. */
 static pcgc_status build(vbuild *B, const pcgc_graph *g, const pcgc_machine *m, pcgc_views_memo *memo,
-                         const pcgc_view *view, int block, int t, bool single, pcgc_error *err) {
+                         const pcgc_view *view, int block, int t, bool single, bool bf16, pcgc_error *err) {
   memset(B, 0, sizeof *B);
+  B->bf16 = bf16;
   int n = g->n_nodes;
   size_t nn = (size_t)(n ? n : 1);
   B->g = g;
@@ -656,10 +670,10 @@ static void pset_free(pset *s) {
   }
 }
 
-static double out_kept(const pcgc_node *x) {
+static double out_kept(const vbuild *B, const pcgc_node *x) {
   if (!pcgc_cost_efficiency(x->kind)->kernel || pcgc_op_class_of(x->kind) == PCGC_CLASS_LOSS) return 0;
   double b = 0;
-  for (int k = 0; k < x->n_out; k++) b += pcgc_cost_piece_bytes(&x->out[k]);
+  for (int k = 0; k < x->n_out; k++) b += pcgc_cost_piece_bytes(&x->out[k]) * vscale(B, (pcgc_ref){x->id, k});
   return b;
 }
 
@@ -669,7 +683,7 @@ static void node_memory(const vbuild *B, const pcgc_node *x, const pcgc_view *vi
   int D = B->D, mx = micro_of(x);
   pcgc_view v = view[x->id];
   int64_t P = pcgc_ptensor_pieces(&x->out[0]);
-  double kept = out_kept(x) * mx;
+  double kept = out_kept(B, x) * mx;
   for (int64_t p = 0; p < P && kept > 0; p++) a[home(v, p, D)] += kept;
   bool relayout = pcgc_op_class_of(x->kind) == PCGC_CLASS_PARALLEL, spread = max_load(v, P, D) == 1;
   const mnode *M = B->mn[x->id];
@@ -679,7 +693,7 @@ static void node_memory(const vbuild *B, const pcgc_node *x, const pcgc_view *vi
     /* x's pieces on distinct devices and the only reader: nothing to share */
     bool alone = spread && B->readers[in.node] == 1;
     uint64_t who = ((uint64_t)(uint32_t)in.node << 8 | (uint8_t)in.slot) << 24;
-    double ms = micro_of(&B->g->nodes[in.node]);
+    double ms = micro_of(&B->g->nodes[in.node]) * vscale(B, in); /* (1 for sources) */
     if (B->res[in.node] && B->weight[in.node]) {
       int64_t rep = pcgc_graph_ref_type(B->g, in)->replica;
       for (; r < end; r++) {
@@ -695,7 +709,7 @@ static void node_memory(const vbuild *B, const pcgc_node *x, const pcgc_view *vi
       for (; r < end; r++) {
         int d = home(v, r->p, D);
         if (home(view[in.node], r->q, D) == d) continue;
-        if (relayout) a[d] += r->bytes * mx; /* each output piece receives its own part */
+        if (relayout) a[d] += r->bytes * mx * vscale(B, in); /* each output piece receives its own part */
         else if (alone || pset_add(seen, who | (uint64_t)d, (uint64_t)r->q)) a[d] += r->bytes * ms;
       }
     }
@@ -733,7 +747,7 @@ static double memory_of(const vbuild *B, const pcgc_view *view, pcgc_optim_kind 
 static double piece_bytes_of(const vbuild *B, const pcgc_node *x, pcgc_optim_kind opt) {
   const mnode *M = B->mn[x->id];
   int64_t P = pcgc_ptensor_pieces(&x->out[0]);
-  double per_w = pcgc_cost_memory(opt, 1, 0, 0).total, b = out_kept(x) * micro_of(x) * (double)P;
+  double per_w = pcgc_cost_memory(opt, 1, 0, 0).total, b = out_kept(B, x) * micro_of(x) * (double)P;
   for (int64_t i = 0; i < M->off[x->n_in]; i++) {
     int src = x->in[M->r[i].slot].node;
     if (B->res[src]) b += M->r[i].bytes * (B->weight[src] ? per_w : micro_of(&B->g->nodes[src]));
@@ -974,14 +988,14 @@ void pcgc_views_dp_options_default(pcgc_views_dp_options *o) {
 /* The cost of views mp, and the largest memory of a device (per device
  * into per_dev when not NULL). */
 static pcgc_status evaluate(const pcgc_graph *g, const pcgc_mapping *mp, const pcgc_machine *m, pcgc_optim_kind opt,
-                            double *cost, double *memory, double *per_dev, pcgc_error *err) {
+                            bool bf16, double *cost, double *memory, double *per_dev, pcgc_error *err) {
   if (!g || !mp || !m || mp->n_nodes < g->n_nodes) return pcgc_error_set(err, PCGC_ERR_INVALID, "bad argument");
   pcgc_views_memo *memo = NULL;
   vbuild B;
   memset(&B, 0, sizeof B);
   pcgc__sp *S = NULL;
   pcgc_status st = pcgc_views_memo_new(&memo, err);
-  if (st == PCGC_OK) st = build(&B, g, m, memo, mp->view, 1, 1, true, err);
+  if (st == PCGC_OK) st = build(&B, g, m, memo, mp->view, 1, 1, true, bf16, err);
   if (st == PCGC_OK && cost) {
     int *choice = calloc((size_t)(g->n_nodes ? g->n_nodes : 1), sizeof *choice); /* every node's one candidate */
     if (!choice) st = pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
@@ -1002,14 +1016,14 @@ static pcgc_status evaluate(const pcgc_graph *g, const pcgc_mapping *mp, const p
 
 double pcgc_views_cost(const pcgc_graph *g, const pcgc_mapping *mp, const pcgc_machine *m, pcgc_error *err) {
   double c = NAN;
-  if (evaluate(g, mp, m, PCGC_OPTIM_ADAM, &c, NULL, NULL, err) != PCGC_OK) return NAN;
+  if (evaluate(g, mp, m, PCGC_OPTIM_ADAM, false, &c, NULL, NULL, err) != PCGC_OK) return NAN;
   return c;
 }
 
 double pcgc_views_memory(const pcgc_graph *g, const pcgc_mapping *mp, const pcgc_machine *m, pcgc_optim_kind opt,
                          double *per_device, pcgc_error *err) {
   double mx = NAN;
-  if (evaluate(g, mp, m, opt, NULL, &mx, per_device, err) != PCGC_OK) return NAN;
+  if (evaluate(g, mp, m, opt, false, NULL, &mx, per_device, err) != PCGC_OK) return NAN;
   return mx;
 }
 
@@ -1018,7 +1032,8 @@ double pcgc_views_memory(const pcgc_graph *g, const pcgc_mapping *mp, const pcgc
 static pcgc_status init_terms(vbuild *B, const pcgc__sp *S, const pcgc_mapping *init, pcgc_optim_kind opt, int *choice,
                               outcome *r, pcgc_error *err) {
   if (locate(B, init->view, choice)) r->cost = pcgc__sp_eval(S, &B->P, choice);
-  else if (evaluate(B->g, init, B->m, opt, &r->cost, NULL, NULL, err) != PCGC_OK) return err ? err->status : PCGC_ERR_NOMEM;
+  else if (evaluate(B->g, init, B->m, opt, B->bf16, &r->cost, NULL, NULL, err) != PCGC_OK)
+    return err ? err->status : PCGC_ERR_NOMEM;
   r->memory = memory_of(B, init->view, opt, NULL);
   return isnan(r->cost) || isnan(r->memory) ? pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory") : PCGC_OK;
 }
@@ -1147,7 +1162,7 @@ pcgc_status pcgc_views_dp(const pcgc_graph *g, const pcgc_mapping *init, int blo
   }
   memcpy(out->view, init->view, (size_t)g->n_nodes * sizeof *out->view);
   vbuild B;
-  st = build(&B, g, m, memo, init->view, block < 1 ? 1 : block, t, false, err);
+  st = build(&B, g, m, memo, init->view, block < 1 ? 1 : block, t, false, o->bf16, err);
   for (int v = 0; v < g->n_nodes && st == PCGC_OK; v++) {
     if (B.res[v]) continue;
     stats->nodes++;
@@ -1170,6 +1185,7 @@ pcgc_status pcgc_views_dp_if_better(const pcgc_graph *g, int block, int t, const
   pcgc_views_dp_options o;
   pcgc_views_dp_options_default(&o);
   o.optimizer = so->optimizer;
+  o.bf16 = so->bf16;
   o.memo = memo;
   pcgc_mapping dp;
   pcgc_views_dp_stats ds;

@@ -566,6 +566,8 @@ typedef struct pcgc_views_dp_options {
   int max_masks;             /* device sets the DP keeps per part and pair of end views
                                 (default 4); past it the costliest go (masks_dropped) */
   pcgc_views_memo *memo;     /* shared terms; NULL (the default): one for the call */
+  bool bf16;                 /* bf16 storage: activations moved and kept at bf16's bytes
+                                (pcgc_value_dtype), as the simulator counts them */
 } pcgc_views_dp_options;
 
 void pcgc_views_dp_options_default(pcgc_views_dp_options *o);

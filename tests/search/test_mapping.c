@@ -301,6 +301,34 @@ START_TEST(cost_by_hand) {
 }
 END_TEST
 
+/* bf16 storage (options.bf16): the DP moves and keeps activations at
+ * bf16's bytes, as the simulator does; the same views cost less. */
+START_TEST(bf16_moves_half) {
+  pcgc_machine m = one_by_four();
+  pcgc_graph *g = typed(SPLIT);
+  pcgc_error err = {0};
+  double ta = term(g, &m, "a"), t1 = term(g, &m, "b1"), t2 = term(g, &m, "b2"), tj = term(g, &m, "j"),
+         tl = term(g, &m, "loss"), mv = move2(&m, 32.0 * 1024 * 4), mv16 = move2(&m, 32.0 * 1024 * 2);
+  ck_assert(mv16 < mv);
+  pcgc_mapping mp, out;
+  place_all(g, &mp, 0);
+  set_view(g, &mp, "b1", 0, 2); /* shares device 0 with b2: a piece moved each way */
+  pcgc_views_dp_options o;
+  pcgc_views_dp_options_default(&o);
+  pcgc_views_dp_stats s;
+  ck_assert_msg(pcgc_views_dp(g, &mp, 4, 1, &m, &o, &out, &s, &err) == PCGC_OK, "%s", err.message);
+  ck_assert_msg(near(s.cost_init, ta + t1 + mv + t2 + tj + tl), "f32: %.9g", s.cost_init);
+  pcgc_mapping_destroy(&out);
+  o.bf16 = true;
+  ck_assert_msg(pcgc_views_dp(g, &mp, 4, 1, &m, &o, &out, &s, &err) == PCGC_OK, "%s", err.message);
+  ck_assert_msg(near(s.cost_init, ta + t1 + mv16 + t2 + tj + tl), "bf16: %.9g, want %.9g", s.cost_init,
+                ta + t1 + mv16 + t2 + tj + tl);
+  pcgc_mapping_destroy(&out);
+  pcgc_mapping_destroy(&mp);
+  pcgc_graph_free(g);
+}
+END_TEST
+
 /* The DP's views of a fork graph against the brute force; returns the
  * DP's cost. */
 static double fork_dp(const pcgc_graph *g, const pcgc_machine *m, pcgc_mapping *dp, pcgc_views_dp_stats *s) {
@@ -659,6 +687,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, skip_edges_exact);
   tcase_add_test(tc, bridge_fallback);
   tcase_add_test(tc, cost_by_hand);
+  tcase_add_test(tc, bf16_moves_half);
   tcase_add_test(tc, split_branches);
   tcase_add_test(tc, no_split_big_tensor);
   tcase_add_test(tc, memory_by_hand);
