@@ -154,7 +154,7 @@ static cJSON *to_json(const pcgc_graph *g, const pcgc_mapping *mp, const pcgc_st
       goto fail;
     for (int i = 0; i < d->n_set; i++)
       if (!cJSON_AddStringToObject(sets, d->set_names[i], d->set_values[i])) goto fail;
-    cJSON *tr;
+    cJSON *tr = NULL; /* (used only with a trace) */
     if (d->has_trace && !(tr = cJSON_AddArrayToObject(o, "trace"))) goto fail;
     for (int i = 0; d->has_trace && i < d->n_trace; i++) {
       cJSON *line = cJSON_CreateString(d->trace[i]);
