@@ -269,6 +269,11 @@ pcgc_status pcgc_program_simulate(const pcgc_program *p, const pcgc_graph *g, co
 pcgc_status pcgc_program_trace_write(const char *path, const pcgc_program *p, const pcgc_graph *g,
                                      const double *start, const double *dur, pcgc_error *err);
 
+/* bf16 storage: the bytes of buffer b's f32 copy in the widening
+ * workspace (twice its bytes, 64-byte aligned); codegen sums them into
+ * widen_bytes, the runtime places copies by them. */
+static inline int64_t pcgc_widened_bytes(const pcgc_plan_buf *b) { return (b->bytes * 2 + 63) & ~(int64_t)63; }
+
 /* The logical box a buffer holds. */
 void pcgc_plan_buf_box(const pcgc_plan_buf *b, pcgc_box *box);
 

@@ -507,7 +507,7 @@ static void dev_stream(void *ctx, int d, int worker) {
       int64_t w = 0; /* each bf16 argument widened to f32 once */
       for (int j = 0; j < I->n_args; j++) {
         int b = P->args[I->args + j];
-        if (b >= 0 && P->buf[b].dtype == PCGC_BF16) w += align64(P->buf[b].bytes * 2);
+        if (b >= 0 && P->buf[b].dtype == PCGC_BF16) w += pcgc_widened_bytes(&P->buf[b]);
       }
       if (w > P->widen_bytes) P->widen_bytes = w;
     }

@@ -218,8 +218,10 @@ static pcgc_status route_aux(rt *R, const pcgc_node *n, const pcgc_ins *I, int l
   pcgc_buf l = kbuf(R, logits);
   if (seen->dtype != l.dtype) { /* bf16 logits: the kernel's f32 copy */
     l = *seen;
-    if (!R->be->host) st = R->be->download(R->be, R->host_tmp, seen->data, (size_t)pcgc_buf_numel(seen) * 4, R->err);
-    if (!R->be->host) l.data = R->host_tmp;
+    if (!R->be->host) {
+      st = R->be->download(R->be, R->host_tmp, seen->data, (size_t)pcgc_buf_numel(seen) * 4, R->err);
+      l.data = R->host_tmp;
+    }
   } else {
     l.data = host_of(R, logits, true, &st);
   }
@@ -240,6 +242,18 @@ typedef struct widening {
   int64_t used;
 } widening;
 
+/* Buffer b and its f32 copy at w: the copy widened from b (to_f32), or
+ * rounded back into b. */
+static pcgc_status convert_copy(rt *R, int b, char *w, bool to_f32) {
+  const pcgc_plan_buf *B = &R->P->buf[b];
+  pcgc_plan_buf F = *B;
+  F.dtype = PCGC_F32;
+  pcgc_box x;
+  pcgc_plan_buf_box(B, &x);
+  return to_f32 ? R->be->move(R->be, &F, w, B, data_of(R, b), &x, false, R->err)
+                : R->be->move(R->be, B, data_of(R, b), &F, w, &x, false, R->err);
+}
+
 /* k (buffer b's kernel view) reads an f32 copy when b is bf16; fetch: the
  * copy starts with b's values (else the kernel only writes it); back: the
  * copy is rounded into b after the kernel. */
@@ -253,7 +267,7 @@ static pcgc_status widen(rt *R, widening *W, int b, pcgc_buf *k, bool fetch, boo
       W->back[i] |= back;
       return PCGC_OK;
     }
-  int64_t bytes = (B->bytes * 2 + 63) & ~(int64_t)63;
+  int64_t bytes = pcgc_widened_bytes(B);
   if (W->used + bytes > R->P->widen_bytes || W->n == (int)(sizeof W->buf / sizeof *W->buf))
     return pcgc_error_set(R->err, PCGC_ERR_INVALID, "a kernel of '%s' widens more than the %lld bytes planned",
                           R->g->nodes[B->node].name, (long long)R->P->widen_bytes);
@@ -264,26 +278,14 @@ static pcgc_status widen(rt *R, widening *W, int b, pcgc_buf *k, bool fetch, boo
   W->back[W->n++] = back;
   k->data = w;
   k->dtype = PCGC_F32;
-  if (!fetch) return PCGC_OK;
-  pcgc_plan_buf F = *B;
-  F.dtype = PCGC_F32;
-  pcgc_box x;
-  pcgc_plan_buf_box(B, &x);
-  return R->be->move(R->be, &F, w, B, data_of(R, b), &x, false, R->err);
+  return fetch ? convert_copy(R, b, w, true) : PCGC_OK;
 }
 
 /* The kernel's results, rounded back into their bf16 buffers. */
 static pcgc_status narrow(rt *R, const widening *W) {
   pcgc_status st = PCGC_OK;
-  for (int i = 0; i < W->n && !st; i++) {
-    if (!W->back[i]) continue;
-    const pcgc_plan_buf *B = &R->P->buf[W->buf[i]];
-    pcgc_plan_buf F = *B;
-    F.dtype = PCGC_F32;
-    pcgc_box x;
-    pcgc_plan_buf_box(B, &x);
-    st = R->be->move(R->be, B, data_of(R, W->buf[i]), &F, W->at[i], &x, false, R->err);
-  }
+  for (int i = 0; i < W->n && !st; i++)
+    if (W->back[i]) st = convert_copy(R, W->buf[i], W->at[i], false);
   return st;
 }
 
@@ -401,6 +403,15 @@ static void progress(rt *R) {
     memmove(R->pend, R->pend + 1, (size_t)(R->n_pend - 1) * sizeof *R->pend);
     R->n_pend--;
   }
+}
+
+/* MPI_Iallreduce of host buffer h (n elements of t) over I's group into
+ * request slot I->tag, kept open for progress() until its WAIT. */
+static pcgc_status iallreduce(rt *R, const pcgc_ins *I, void *h, int64_t n, pcgc_dtype t) {
+  int rc = MPI_Iallreduce(MPI_IN_PLACE, h, (int)n, mpi_type(t), sum_op(R, t), R->comm[I->peer], &R->reqs[I->tag]);
+  if (rc != MPI_SUCCESS) return mpi_fail(R, rc, "all-reduce", I);
+  R->pend[R->n_pend++] = I->tag;
+  return PCGC_OK;
 }
 
 static pcgc_status exec_one(rt *R, const pcgc_ins *I) {
@@ -549,9 +560,7 @@ static pcgc_status exec_one(rt *R, const pcgc_ins *I) {
       if (R->dev_comm) return be->allreduce_start(be, R->dcomm[I->peer], data, n, D->dtype, I->tag, R->err);
       char *h = be->host ? data : R->req_h[I->tag];
       if ((st = to_host(R, h, data, bytes))) return st;
-      rc = MPI_Iallreduce(MPI_IN_PLACE, h, (int)n, mpi_type(D->dtype), sum_op(R, D->dtype), R->comm[I->peer], &R->reqs[I->tag]);
-      if (rc == MPI_SUCCESS) R->pend[R->n_pend++] = I->tag;
-      return rc == MPI_SUCCESS ? PCGC_OK : mpi_fail(R, rc, "all-reduce", I);
+      return iallreduce(R, I, h, n, D->dtype);
     }
     char *stage = now_ ? R->recv_stage : R->req_stage[I->tag], *h = now_ ? R->recv_h : R->req_h[I->tag];
     int64_t n = box_numel(&x), bytes = n * (int64_t)pcgc_dtype_size(D->dtype);
@@ -567,9 +576,7 @@ static pcgc_status exec_one(rt *R, const pcgc_ins *I) {
       if ((st = from_host(R, stage, h, bytes))) return st;
       return be->move(be, D, data_of(R, I->dst), &sd, stage, &x, false, R->err);
     }
-    rc = MPI_Iallreduce(MPI_IN_PLACE, h, (int)n, mpi_type(D->dtype), sum_op(R, D->dtype), R->comm[I->peer], &R->reqs[I->tag]);
-    if (rc == MPI_SUCCESS) R->pend[R->n_pend++] = I->tag;
-    return rc == MPI_SUCCESS ? PCGC_OK : mpi_fail(R, rc, "all-reduce", I);
+    return iallreduce(R, I, h, n, D->dtype);
   }
   case PCGC_INS_WAIT: {
     if (R->fault_no_allreduce) return PCGC_OK;

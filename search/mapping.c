@@ -450,9 +450,7 @@ static const mnode *node_get(vbuild *B, const pcgc_node *n, pcgc_error *err) {
  * an activation under bf16 storage (pcgc_value_dtype), else 1. The memo
  * keeps reads at their type's bytes; this scales them where used. */
 static double vscale(const vbuild *B, pcgc_ref in) {
-  if (!B->bf16) return 1;
-  pcgc_dtype t = B->g->nodes[in.node].out[in.slot].dtype;
-  return (double)pcgc_dtype_size(pcgc_value_dtype(B->g, in.node, in.slot, true)) / (double)pcgc_dtype_size(t);
+  return B->bf16 ? pcgc_value_scale(B->g, in.node, in.slot, true) : 1;
 }
 
 /* The pair matrix of consumer x's input `slot` (from producer s). */

@@ -498,9 +498,7 @@ static double stored_bytes(const pcgc_ptensor *t, double bytes) {
  * bf16 storage (pcgc_value_dtype). Activations kept, moved and zeroed are
  * counted so; weights and data by stored_bytes. */
 static double value_bytes(const sim *S, int node, int slot, double bytes) {
-  const pcgc_ptensor *t = &S->g->nodes[node].out[slot];
-  return bytes / (double)pcgc_dtype_size(t->dtype) *
-         (double)pcgc_dtype_size(pcgc_value_dtype(S->g, node, slot, S->o.bf16));
+  return bytes * pcgc_value_scale(S->g, node, slot, S->o.bf16);
 }
 
 /* Task f (backward b, or -1) of micro-batch mu on device X reads piece q of

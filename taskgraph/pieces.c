@@ -20,6 +20,11 @@ pcgc_dtype pcgc_value_dtype(const pcgc_graph *g, int node, int slot, bool bf16) 
   return c == PCGC_CLASS_SOURCE || c == PCGC_CLASS_LOSS ? pcgc_stored_dtype(t) : PCGC_BF16;
 }
 
+double pcgc_value_scale(const pcgc_graph *g, int node, int slot, bool bf16) {
+  pcgc_dtype t = g->nodes[node].out[slot].dtype;
+  return (double)pcgc_dtype_size(pcgc_value_dtype(g, node, slot, bf16)) / (double)pcgc_dtype_size(t);
+}
+
 void pcgc_piece_box(const pcgc_ptensor *t, int64_t q, int mu, pcgc_box *b) {
   int64_t c[PCGC_MAX_RANK], s, r;
   pcgc_piece_coords(t, q, c, &s, &r);

@@ -131,6 +131,10 @@ static inline pcgc_dtype pcgc_stored_dtype(pcgc_dtype t) { return pcgc_dtype_is_
  * f32 on bf16 values (the runtime widens a kernel's bf16 arguments into
  * its workspace and rounds its results back to nearest even). */
 pcgc_dtype pcgc_value_dtype(const pcgc_graph *g, int node, int slot, bool bf16);
+/* The bytes of value (node, slot) as stored (pcgc_value_dtype) over the
+ * bytes of its type: what the search's estimate and the device-mapping DP
+ * scale a piece's bytes by (1/2 for an f32 activation under bf16). */
+double pcgc_value_scale(const pcgc_graph *g, int node, int slot, bool bf16);
 
 /* The box of piece q of t, micro-batch slice mu (of t->micro; 0 when t is
  * not pipelined): its shard, cut into micro-batch slices on the pipelined dim. */

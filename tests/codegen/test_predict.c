@@ -395,46 +395,54 @@ static void check_shipped(const shipped *k) {
   pcgc_graph_free(g);
 }
 
-/* A pipeline's send staging is planned over the messages' lifetimes: a
- * stage holds the micro-batches in flight, not every message of the step,
- * and the search's estimate of it is of the same size. */
-/* The transformer block at batch 16 on cpu-4 under expert choice c: *g the
- * model, *pg and *mp the strategy (freed by the caller, with x). */
-static void block_on_cpu4(pcgc_expert_choice c, pcgc_graph **g, pcgc_machine *m, pcgc_expert **x, pcgc_graph **pg,
-                          pcgc_mapping *mp) {
+/* The transformer block at batch 16 on cpu-4 under an expert choice: the
+ * model g, the strategy pg with views mp. */
+typedef struct block_case {
+  pcgc_graph *g, *pg;
+  pcgc_machine m;
+  pcgc_expert *x;
+  pcgc_mapping mp;
+} block_case;
+
+static void block_open(pcgc_expert_choice c, block_case *B) {
   char path[4096];
   snprintf(path, sizeof path, "%s/models/transformer-block.pcg", PCGC_SOURCE_DIR);
   const char *names[] = {"B"}, *values[] = {"16"};
   pcgc_model_options mo = {1, names, values};
   pcgc_error err = {0};
-  *g = pcgc_model_load(path, &mo, &err);
-  ck_assert_msg(*g, "%s", err.message);
-  ck_assert_msg(pcgc_machine_load("cpu-4", m, &err) == PCGC_OK, "%s", err.message);
-  ck_assert_msg(pcgc_expert_new(*g, m, NULL, x, &err) == PCGC_OK, "%s", err.message);
-  mp->n_nodes = 0;
-  mp->view = NULL;
-  ck_assert_msg(pcgc_expert_build(*x, c, pg, mp, &err) == PCGC_OK, "%s", err.message);
+  memset(B, 0, sizeof *B);
+  B->g = pcgc_model_load(path, &mo, &err);
+  ck_assert_msg(B->g, "%s", err.message);
+  ck_assert_msg(pcgc_machine_load("cpu-4", &B->m, &err) == PCGC_OK, "%s", err.message);
+  ck_assert_msg(pcgc_expert_new(B->g, &B->m, NULL, &B->x, &err) == PCGC_OK, "%s", err.message);
+  ck_assert_msg(pcgc_expert_build(B->x, c, &B->pg, &B->mp, &err) == PCGC_OK, "%s", err.message);
 }
 
+static void block_close(block_case *B) {
+  pcgc_mapping_destroy(&B->mp);
+  pcgc_expert_free(B->x);
+  pcgc_graph_free(B->pg);
+  pcgc_graph_free(B->g);
+}
+
+/* A pipeline's send staging is planned over the messages' lifetimes: a
+ * stage holds the micro-batches in flight, not every message of the step,
+ * and the search's estimate of it is of the same size. */
 START_TEST(pipeline_staging_reused) {
   pcgc_error err = {0};
-  pcgc_graph *g = NULL, *pg = NULL;
-  pcgc_machine m;
-  pcgc_expert *x = NULL;
-  pcgc_mapping mp;
-  block_on_cpu4((pcgc_expert_choice){.dp = 1, .tp = 1, .pp = 4, .micro = 8, .schedule = PCGC_SCHEDULE_1F1B}, &g, &m,
-                &x, &pg, &mp);
+  block_case B;
+  block_open((pcgc_expert_choice){.dp = 1, .tp = 1, .pp = 4, .micro = 8, .schedule = PCGC_SCHEDULE_1F1B}, &B);
   pcgc_codegen_options co;
   pcgc_codegen_options_default(&co);
   co.schedule = PCGC_SCHEDULE_1F1B;
   pcgc_program *p = NULL;
-  ck_assert_msg(pcgc_codegen(pg, &mp, pcgc_machine_num_devices(&m), &co, &p, &err) == PCGC_OK, "%s", err.message);
+  ck_assert_msg(pcgc_codegen(B.pg, &B.mp, pcgc_machine_num_devices(&B.m), &co, &p, &err) == PCGC_OK, "%s", err.message);
   pcgc_sim_options so;
   pcgc_sim_options_default(&so);
   so.schedule = PCGC_SCHEDULE_1F1B;
   pcgc_sim_result est, r;
-  ck_assert_msg(pcgc_simulate(pg, &mp, &m, &so, &est, &err) == PCGC_OK, "%s", err.message);
-  ck_assert_msg(pcgc_program_simulate(p, pg, &m, &so, &r, &err) == PCGC_OK, "%s", err.message);
+  ck_assert_msg(pcgc_simulate(B.pg, &B.mp, &B.m, &so, &est, &err) == PCGC_OK, "%s", err.message);
+  ck_assert_msg(pcgc_program_simulate(p, B.pg, &B.m, &so, &r, &err) == PCGC_OK, "%s", err.message);
   int senders = 0;
   for (int d = 0; d < p->n_devices; d++) {
     const pcgc_device_program *P = &p->dev[d];
@@ -464,10 +472,7 @@ START_TEST(pipeline_staging_reused) {
   pcgc_sim_result_destroy(&r);
   pcgc_sim_result_destroy(&est);
   pcgc_program_free(p);
-  pcgc_mapping_destroy(&mp);
-  pcgc_expert_free(x);
-  pcgc_graph_free(pg);
-  pcgc_graph_free(g);
+  block_close(&B);
 }
 END_TEST
 
@@ -477,12 +482,8 @@ END_TEST
  * planned, and the search's estimate halves its activations likewise. */
 START_TEST(bf16_storage) {
   pcgc_error err = {0};
-  pcgc_graph *g = NULL, *pg = NULL;
-  pcgc_machine m;
-  pcgc_expert *x = NULL;
-  pcgc_mapping mp;
-  block_on_cpu4((pcgc_expert_choice){.dp = 1, .tp = 2, .pp = 2, .micro = 4, .schedule = PCGC_SCHEDULE_1F1B}, &g, &m,
-                &x, &pg, &mp);
+  block_case B;
+  block_open((pcgc_expert_choice){.dp = 1, .tp = 2, .pp = 2, .micro = 4, .schedule = PCGC_SCHEDULE_1F1B}, &B);
   pcgc_program *p[2] = {NULL, NULL};
   pcgc_sim_result est[2];
   double act[2] = {0, 0}, act_est[2] = {0, 0};
@@ -491,13 +492,13 @@ START_TEST(bf16_storage) {
     pcgc_codegen_options_default(&co);
     co.schedule = PCGC_SCHEDULE_1F1B;
     co.bf16 = h == 1;
-    ck_assert_msg(pcgc_codegen(pg, &mp, 4, &co, &p[h], &err) == PCGC_OK, "%s", err.message);
+    ck_assert_msg(pcgc_codegen(B.pg, &B.mp, 4, &co, &p[h], &err) == PCGC_OK, "%s", err.message);
     ck_assert(p[h]->bf16 == (h == 1));
     pcgc_sim_options so;
     pcgc_sim_options_default(&so);
     so.schedule = PCGC_SCHEDULE_1F1B;
     so.bf16 = h == 1;
-    ck_assert_msg(pcgc_simulate(pg, &mp, &m, &so, &est[h], &err) == PCGC_OK, "%s", err.message);
+    ck_assert_msg(pcgc_simulate(B.pg, &B.mp, &B.m, &so, &est[h], &err) == PCGC_OK, "%s", err.message);
     int n_bf16 = 0;
     for (int d = 0; d < 4; d++) {
       const pcgc_device_program *P = &p[h]->dev[d];
@@ -505,20 +506,20 @@ START_TEST(bf16_storage) {
       else ck_assert_int_gt(P->widen_bytes, 0);
       act_est[h] += est[h].device[d].memory.activations;
       for (int b = 0; b < P->n_buf; b++) {
-        const pcgc_plan_buf *B = &P->buf[b];
-        if (!B->persistent) act[h] += (double)B->bytes;
+        const pcgc_plan_buf *pb = &P->buf[b];
+        if (!pb->persistent) act[h] += (double)pb->bytes;
         /* partial sums (whose slot is a relay's, not an output): their tensor's, checked by the roles below */
-        if (B->role == PCGC_BUF_SCRATCH) continue;
-        const pcgc_node *n = &pg->nodes[B->node];
-        bool value = B->role == PCGC_BUF_VALUE || B->role == PCGC_BUF_GRAD || B->role == PCGC_BUF_STAGE ||
-                     B->role == PCGC_BUF_STAGE_GRAD || B->role == PCGC_BUF_RECOMPUTE;
+        if (pb->role == PCGC_BUF_SCRATCH) continue;
+        const pcgc_node *n = &B.pg->nodes[pb->node];
+        bool value = pb->role == PCGC_BUF_VALUE || pb->role == PCGC_BUF_GRAD || pb->role == PCGC_BUF_STAGE ||
+                     pb->role == PCGC_BUF_STAGE_GRAD || pb->role == PCGC_BUF_RECOMPUTE;
         bool loss = pcgc_op_class_of(n->kind) == PCGC_CLASS_LOSS;
-        pcgc_dtype want = h == 1 && value && !loss && pcgc_dtype_is_float(n->out[B->slot].dtype) ? PCGC_BF16 : PCGC_F32;
-        if (!pcgc_dtype_is_float(n->out[B->slot].dtype)) want = n->out[B->slot].dtype;
-        ck_assert_msg(B->dtype == want, "device %d buffer %d (%s of '%s'): %s, want %s", d, b,
-                      pcgc_buf_role_name((pcgc_buf_role)B->role), n->name, pcgc_dtype_name(B->dtype),
+        pcgc_dtype want = h == 1 && value && !loss && pcgc_dtype_is_float(n->out[pb->slot].dtype) ? PCGC_BF16 : PCGC_F32;
+        if (!pcgc_dtype_is_float(n->out[pb->slot].dtype)) want = n->out[pb->slot].dtype;
+        ck_assert_msg(pb->dtype == want, "device %d buffer %d (%s of '%s'): %s, want %s", d, b,
+                      pcgc_buf_role_name((pcgc_buf_role)pb->role), n->name, pcgc_dtype_name(pb->dtype),
                       pcgc_dtype_name(want));
-        n_bf16 += B->dtype == PCGC_BF16;
+        n_bf16 += pb->dtype == PCGC_BF16;
       }
     }
     if (h == 1) ck_assert_int_gt(n_bf16, 0);
@@ -535,7 +536,7 @@ START_TEST(bf16_storage) {
   pcgc_sim_options_default(&so);
   so.schedule = PCGC_SCHEDULE_1F1B;
   so.bf16 = true;
-  ck_assert_msg(pcgc_program_simulate(p[1], pg, &m, &so, &pr, &err) == PCGC_OK, "%s", err.message);
+  ck_assert_msg(pcgc_program_simulate(p[1], B.pg, &B.m, &so, &pr, &err) == PCGC_OK, "%s", err.message);
   double pm = pcgc_sim_result_max_memory(&pr), em = pcgc_sim_result_max_memory(&est[1]);
   printf("bf16 storage: program %.0f bytes per device at most, the estimate %.0f\n", pm, em);
   ck_assert_msg(em > 0.8 * pm && em < 1.25 * pm, "estimate %.0f, program %.0f", em, pm);
@@ -544,10 +545,7 @@ START_TEST(bf16_storage) {
     pcgc_sim_result_destroy(&est[h]);
     pcgc_program_free(p[h]);
   }
-  pcgc_mapping_destroy(&mp);
-  pcgc_expert_free(x);
-  pcgc_graph_free(pg);
-  pcgc_graph_free(g);
+  block_close(&B);
 }
 END_TEST
 
