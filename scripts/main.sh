@@ -10,7 +10,8 @@
 # decoder (top-2 routing, 8 SwiGLU experts) on this machine, compile it for
 # this machine run as 4 CPU devices, data parallel 2 x experts split 2, its
 # step predicted from those measurements, and run that plan as 4 MPI
-# processes, checked against the single-process reference.
+# processes, checked against the single-process reference; then once more
+# with activations stored in bf16 (mixed precision), checked the same way.
 #
 #   scripts/main.sh
 #
@@ -33,3 +34,4 @@ build/pcgc profile models/moe-small.pcg --machine cpu-4 -o build/moe-small.cpu-4
 build/pcgc compile models/moe-small.pcg --machine cpu-4 --choice dp=2,tp=2 --budget 0 \
   --profile build/moe-small.cpu-4.prof -o build/moe-small.cpu-4.json
 build/pcgc run build/moe-small.cpu-4.json --steps 5 --check
+build/pcgc run build/moe-small.cpu-4.json --steps 5 --check --precision bf16
