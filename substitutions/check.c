@@ -1914,7 +1914,12 @@ pcgc_status pcgc_ruleset_verify(pcgc_ruleset *rs, const pcgc_check_options *o, b
     return pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory checking the rules");
   }
   verify_job j = {rs, o, res, sts, errs};
-  pcgc_parallel_run(n, o->log ? 1 : o->threads, verify_one, &j);
+  int workers = o->log ? 1 : o->threads;
+  /* the rules' instances are small: one kernel thread each, no BLAS threads
+   * idling beside the workers */
+  int kt = workers > 1 ? pcgc_cpu_set_threads(1) : 0;
+  pcgc_parallel_run(n, workers, verify_one, &j);
+  if (workers > 1) pcgc_cpu_set_threads(kt);
   pcgc_status st = PCGC_OK;
   for (int i = 0; i < n; i++)
     if (sts[i] != PCGC_OK) {

@@ -36,6 +36,12 @@ static int threads(void) {
   return t < 1 ? 1 : t > PAR_MAX ? PAR_MAX : t;
 }
 
+int pcgc_cpu_set_threads(int n) {
+  int was = threads();
+  openblas_set_num_threads(n < 1 ? 1 : n);
+  return was;
+}
+
 void pcgc__parallel_for(int64_t n, int64_t grain, pcgc__range_fn fn, void *arg) {
   if (n <= 0) return;
   int t = threads();

@@ -56,6 +56,11 @@ typedef struct pcgc_buf {
 
 int64_t pcgc_buf_numel(const pcgc_buf *b);
 
+/* Threads of one kernel call (OpenBLAS's and the parallel loops'): sets n
+ * (n >= 1) and returns what it was. Callers that run kernels on several
+ * threads of their own (the rule checker) set 1 meanwhile. */
+int pcgc_cpu_set_threads(int n);
+
 /* Where a piece sits in its logical tensor. */
 typedef struct pcgc_piece {
   int64_t global[PCGC_MAX_RANK];  /* logical dims */

@@ -133,11 +133,38 @@ static void set_elem(pcgc_buf *b, int64_t i, double x) {
   }
 }
 
+/* One row of a transfer: n elements from src[si..] into dst[di..], copied
+ * or added. Same-type rows are copied or added in their type (a float sum
+ * rounded once from double, as the element-wise path does). */
+static void transfer_row(pcgc_buf *dst, int64_t di, const pcgc_buf *src, int64_t si, int64_t n, bool add) {
+  if (dst->dtype == src->dtype && dst->dtype == PCGC_F32) {
+    float *d = (float *)dst->data + di;
+    const float *s = (const float *)src->data + si;
+    if (!add) memcpy(d, s, (size_t)n * sizeof *d);
+    else
+      for (int64_t i = 0; i < n; i++) d[i] = (float)((double)d[i] + (double)s[i]);
+    return;
+  }
+  if (dst->dtype == src->dtype && dst->dtype == PCGC_F64) {
+    double *d = (double *)dst->data + di;
+    const double *s = (const double *)src->data + si;
+    if (!add) memcpy(d, s, (size_t)n * sizeof *d);
+    else
+      for (int64_t i = 0; i < n; i++) d[i] += s[i];
+    return;
+  }
+  for (int64_t i = 0; i < n; i++) {
+    double x = get_elem(src, si + i);
+    set_elem(dst, di + i, add ? get_elem(dst, di + i) + x : x);
+  }
+}
+
 /* Copies (add=false) or adds (add=true) the part of src that overlaps dst,
- * both given with their positions in the same logical tensor. */
+ * both given with their positions in the same logical tensor: row by row
+ * along the last dim. */
 static void transfer(pcgc_buf *dst, const pcgc_piece *dp, const pcgc_buf *src, const pcgc_piece *sp, bool add) {
   int r = dst->rank;
-  int64_t lo[PCGC_MAX_RANK], len[PCGC_MAX_RANK];
+  int64_t lo[PCGC_MAX_RANK] = {0}, len[PCGC_MAX_RANK] = {0};
   for (int d = 0; d < r; d++) {
     int64_t a = dp->offset[d] > sp->offset[d] ? dp->offset[d] : sp->offset[d];
     int64_t e1 = dp->offset[d] + dst->dims[d], e2 = sp->offset[d] + src->dims[d];
@@ -146,17 +173,20 @@ static void transfer(pcgc_buf *dst, const pcgc_piece *dp, const pcgc_buf *src, c
     lo[d] = a;
     len[d] = b - a;
   }
-  int64_t idx[PCGC_MAX_RANK] = {0}, total = 1;
-  for (int d = 0; d < r; d++) total *= len[d];
-  for (int64_t n = 0; n < total; n++) {
+  if (r == 0) {
+    transfer_row(dst, 0, src, 0, 1, add);
+    return;
+  }
+  int64_t idx[PCGC_MAX_RANK] = {0}, rows = 1, row = len[r - 1];
+  for (int d = 0; d < r - 1; d++) rows *= len[d];
+  for (int64_t n = 0; n < rows; n++) {
     int64_t di = 0, si = 0;
     for (int d = 0; d < r; d++) {
       di = di * dst->dims[d] + (lo[d] + idx[d] - dp->offset[d]);
       si = si * src->dims[d] + (lo[d] + idx[d] - sp->offset[d]);
     }
-    double x = get_elem(src, si);
-    set_elem(dst, di, add ? get_elem(dst, di) + x : x);
-    for (int d = r - 1; d >= 0; d--) {
+    transfer_row(dst, di, src, si, row, add);
+    for (int d = r - 2; d >= 0; d--) {
       if (++idx[d] < len[d]) break;
       idx[d] = 0;
     }
