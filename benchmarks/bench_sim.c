@@ -11,6 +11,11 @@
  * tasks per second. --only runs the cases whose machine or strategy
  * contains TEXT. The headline case is BERT-Large (models/bert-large.pcg,
  * batch 192: one sequence per GPU) data parallel on summit-v100's 192 V100s.
+ * The LLaMA-3 8B cases are what `pcgc compile` chooses for 64 H100s (dp 8,
+ * pp 8, 64 micro-batches in 1F1B, bf16 storage), simulated as the joint
+ * search simulates its rewrites: every dp copy built, the event loop run on
+ * copy 0 where the copies are alike ("copies checked"), and as the expert
+ * grid does, copy 0 alone built ("copy 0 built").
  * Models are read from SOURCE_DIR (default: $PCGC_SOURCE_DIR, else the
  * source tree this was built from, else "."); machines are presets.
  */
@@ -28,15 +33,19 @@
 
 typedef struct bench_case {
   const char *model, *batch, *machine, *strategy;
+  pcgc_expert_choice choice; /* an expert strategy, where dp > 0 */
+  bool bf16, alike;          /* bf16 storage; copies_alike (else only the replicas hint) */
 } bench_case;
 
 static const bench_case cases[] = {
-    {"mlp.pcg", "64", "dgx-h100", "sequential"},
-    {"mlp.pcg", "64", "dgx-h100", "data-parallel"},
-    {"transformer-block.pcg", "64", "h100-4x8", "data-parallel"},
-    {"bert-large.pcg", "8", "dgx-h100", "sequential"},
-    {"bert-large.pcg", "64", "dgx-h100", "data-parallel"},
-    {"bert-large.pcg", "192", "summit-v100", "data-parallel"},
+    {"mlp.pcg", "64", "dgx-h100", "sequential", {0, 0, 0, 0, PCGC_SCHEDULE_GPIPE, false}, false, false},
+    {"mlp.pcg", "64", "dgx-h100", "data-parallel", {0, 0, 0, 0, PCGC_SCHEDULE_GPIPE, false}, false, false},
+    {"transformer-block.pcg", "64", "h100-4x8", "data-parallel", {0, 0, 0, 0, PCGC_SCHEDULE_GPIPE, false}, false, false},
+    {"bert-large.pcg", "8", "dgx-h100", "sequential", {0, 0, 0, 0, PCGC_SCHEDULE_GPIPE, false}, false, false},
+    {"bert-large.pcg", "64", "dgx-h100", "data-parallel", {0, 0, 0, 0, PCGC_SCHEDULE_GPIPE, false}, false, false},
+    {"bert-large.pcg", "192", "summit-v100", "data-parallel", {0, 0, 0, 0, PCGC_SCHEDULE_GPIPE, false}, false, false},
+    {"llama3-8b.pcg", "512", "h100-8x8", "copies checked", {8, 1, 8, 64, PCGC_SCHEDULE_1F1B, false}, true, false},
+    {"llama3-8b.pcg", "512", "h100-8x8", "copy 0 built", {8, 1, 8, 64, PCGC_SCHEDULE_1F1B, false}, true, true},
 };
 
 int main(int argc, char **argv) {
@@ -70,22 +79,38 @@ int main(int argc, char **argv) {
     pcgc_machine m;
     pcgc_graph *pg = NULL;
     pcgc_mapping mp = {0, NULL};
-    if (!g || pcgc_machine_load(k->machine, &m, &err) != PCGC_OK ||
-        pcgc_strategy_build((pcgc_strategy)pcgc_strategy_from_name(k->strategy), g, &m, 0, &pg, &mp, &err) !=
-            PCGC_OK) {
+    pcgc_expert *x = NULL;
+    pcgc_status st = g ? pcgc_machine_load(k->machine, &m, &err) : PCGC_ERR_INVALID;
+    if (st == PCGC_OK && k->choice.dp > 0) {
+      st = pcgc_expert_new(g, &m, NULL, &x, &err);
+      if (st == PCGC_OK) st = pcgc_expert_build(x, k->choice, &pg, &mp, &err);
+    } else if (st == PCGC_OK) {
+      st = pcgc_strategy_build((pcgc_strategy)pcgc_strategy_from_name(k->strategy), g, &m, 0, &pg, &mp, &err);
+    }
+    if (st != PCGC_OK) {
       pcgc_error_print(stderr, &err);
+      pcgc_expert_free(x);
       pcgc_graph_free(g);
       rc = 1;
       continue;
     }
     pcgc_sim_options o;
     pcgc_sim_options_default(&o);
+    if (k->choice.dp > 0) {
+      if (k->bf16) pcgc_machine_set_precision(&m, PCGC_PREC_BF16);
+      o.schedule = k->choice.schedule;
+      o.recompute = k->choice.recompute;
+      o.bf16 = k->bf16;
+      o.replicas = k->choice.dp;
+      o.replica_stride = k->choice.tp;
+      o.copies_alike = k->alike;
+    }
     pcgc_sim_result r;
     int64_t tasks = 0;
     double iter = 0;
     for (int i = 0; i < repeat; i++) {
       double t0 = bench_now();
-      pcgc_status st = pcgc_simulate(pg, &mp, &m, &o, &r, &err);
+      st = pcgc_simulate(pg, &mp, &m, &o, &r, &err);
       wall[i] = bench_now() - t0;
       if (st != PCGC_OK) {
         pcgc_error_print(stderr, &err);
@@ -102,6 +127,7 @@ int main(int argc, char **argv) {
            1e3 * iter);
     pcgc_mapping_destroy(&mp);
     pcgc_graph_free(pg);
+    pcgc_expert_free(x);
     pcgc_graph_free(g);
   }
   free(wall);
