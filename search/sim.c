@@ -554,38 +554,80 @@ static double read_input(sim *S, const pcgc_node *n, int i, int64_t q, int mu, i
   return zero;
 }
 
+/* What one piece of ordinary node n costs per micro-batch: its inputs'
+ * piece bytes as stored (value_bytes), its outputs', and the time of its
+ * forward and backward task (the kernel's, the widening of its bf16
+ * arguments around it, and under recomputation the forward again before
+ * the backward). */
+typedef struct otimes {
+  double in_bytes[PCGC_VARIADIC];
+  double out_bytes, widen, fwd, bwd;
+  bool kept, recomputed;
+} otimes;
+
+static void ordinary_times(const sim *S, const pcgc_node *n, otimes *o) {
+  const snode *N = &S->nd[n->id];
+  for (int i = 0; i < n->n_in; i++)
+    o->in_bytes[i] = value_bytes(S, n->in[i].node, n->in[i].slot, pcgc_cost_piece_bytes(pcgc_graph_ref_type(S->g, n->in[i])));
+  o->kept = pcgc_cost_efficiency(n->kind)->kernel && pcgc_op_class_of(n->kind) != PCGC_CLASS_LOSS;
+  /* recomputed: its outputs are not kept but made again before its backward */
+  o->recomputed = S->o.recompute && o->kept && S->unit[n->id] >= 0 && !S->ckpt[n->id];
+  double bf_in = 0, bf_out = 0; /* bf16 storage: the bytes of its bf16 arguments */
+  o->out_bytes = 0;
+  for (int k = 0; k < n->n_out; k++) {
+    double b = value_bytes(S, n->id, k, pcgc_cost_piece_bytes(&n->out[k]));
+    o->out_bytes += b;
+    if (pcgc_value_dtype(S->g, n->id, k, S->o.bf16) == PCGC_BF16) bf_out += b;
+  }
+  for (int i = 0; i < n->n_in; i++)
+    if (!S->nd[n->in[i].node].resident && pcgc_value_dtype(S->g, n->in[i].node, n->in[i].slot, S->o.bf16) == PCGC_BF16)
+      bf_in += o->in_bytes[i];
+  /* the runtime widens them into f32 copies around each kernel (the copies
+   * of a backward piece's inputs, outputs and both gradients at once) and
+   * rounds what it wrote back: forward once each, backward its outputs and
+   * inputs with their gradients, added into twice (codegen/predict.c too) */
+  o->widen = 4 * (bf_in + bf_out);
+  o->fwd = N->t.fwd + pcgc_cost_widen_time(S->m, bf_in + bf_out);
+  o->bwd = N->t.bwd + pcgc_cost_widen_time(S->m, 3 * bf_in + 2 * bf_out) + (o->recomputed ? o->fwd : 0);
+}
+
+/* Before anything is built, a lower bound of the busiest device's stream
+ * (S->busy_max once built): each device's kernels alone, as gen_ordinary
+ * holds them (the zeroing, adds and communication that also hold a stream
+ * left out). A search's bound below it stops the build before it starts,
+ * where it would stop later anyway. */
+static double kernel_busy_max(sim *S) {
+  double most = 0;
+  otimes o;
+  for (int i = 0; i < S->g->n_nodes; i++) {
+    const pcgc_node *n = &S->g->nodes[i];
+    const snode *N = &S->nd[i];
+    if (N->resident || pcgc_op_class_of(n->kind) == PCGC_CLASS_PARALLEL) continue;
+    ordinary_times(S, n, &o);
+    double per = (o.fwd + (N->has_bwd ? o.bwd : 0)) * N->m;
+    for (int64_t p = 0; p < N->P; p++) S->busy[home(S, i, p)] += per;
+  }
+  for (int d = 0; d < S->D; d++) {
+    if (S->busy[d] > most) most = S->busy[d];
+    S->busy[d] = 0;
+  }
+  return most;
+}
+
 static void gen_ordinary(sim *S, const pcgc_node *n) {
   snode *N = &S->nd[n->id];
   pcgc_ptensor tin[PCGC_VARIADIC];
-  double in_bytes[PCGC_VARIADIC];
-  for (int i = 0; i < n->n_in; i++) {
-    tin[i] = *pcgc_graph_ref_type(S->g, n->in[i]);
-    in_bytes[i] = value_bytes(S, n->in[i].node, n->in[i].slot, pcgc_cost_piece_bytes(&tin[i]));
-  }
+  otimes ot;
+  ordinary_times(S, n, &ot);
+  const double *in_bytes = ot.in_bytes;
+  for (int i = 0; i < n->n_in; i++) tin[i] = *pcgc_graph_ref_type(S->g, n->in[i]);
   int64_t P = N->P, P0 = N->P0;
   int mb = N->m;
   N->fwd = task_add(S, P0 * mb, PCGC_TASK_FORWARD, PCGC_PHASE_FORWARD, n->id);
   N->bwd = N->has_bwd ? task_add(S, P0 * mb, PCGC_TASK_BACKWARD, PCGC_PHASE_BACKWARD, n->id) : -1;
   if (S->st) return;
-  bool kept = pcgc_cost_efficiency(n->kind)->kernel && pcgc_op_class_of(n->kind) != PCGC_CLASS_LOSS;
-  /* recomputed: its outputs are not kept but made again before its backward */
-  bool recomputed = S->o.recompute && kept && S->unit[n->id] >= 0 && !S->ckpt[n->id];
-  double out_bytes = 0, bf_in = 0, bf_out = 0; /* bf16 storage: the bytes of its bf16 arguments */
-  for (int k = 0; k < n->n_out; k++) {
-    double b = value_bytes(S, n->id, k, pcgc_cost_piece_bytes(&n->out[k]));
-    out_bytes += b;
-    if (pcgc_value_dtype(S->g, n->id, k, S->o.bf16) == PCGC_BF16) bf_out += b;
-  }
-  for (int i = 0; i < n->n_in; i++)
-    if (!S->nd[n->in[i].node].resident && pcgc_value_dtype(S->g, n->in[i].node, n->in[i].slot, S->o.bf16) == PCGC_BF16)
-      bf_in += in_bytes[i];
-  /* the runtime widens them into f32 copies around each kernel (the copies
-   * of a backward piece's inputs, outputs and both gradients at once) and
-   * rounds what it wrote back: forward once each, backward its outputs and
-   * inputs with their gradients, added into twice (codegen/predict.c too) */
-  double widen = 4 * (bf_in + bf_out);
-  double fwd_time = N->t.fwd + pcgc_cost_widen_time(S->m, bf_in + bf_out);
-  double bwd_time = N->t.bwd + pcgc_cost_widen_time(S->m, 3 * bf_in + 2 * bf_out) + (recomputed ? fwd_time : 0);
+  bool kept = ot.kept, recomputed = ot.recomputed;
+  double out_bytes = ot.out_bytes, widen = ot.widen, fwd_time = ot.fwd, bwd_time = ot.bwd;
   const pcgc_ptensor *o = &n->out[0];
   bool closed = pcgc_piece_map_build(&S->pm, n, tin, false);
   int64_t inp[PCGC_VARIADIC];
@@ -1581,7 +1623,16 @@ pcgc_status pcgc_simulate(const pcgc_graph *g, const pcgc_mapping *mp, const pcg
       }
     }
   } /* a failed reservation only means growing later */
-  bool stopped = false; /* slower than the bound already: no schedule finishes before the busiest stream */
+  /* slower than the bound already: no schedule finishes before the busiest
+   * stream (its kernels alone tell before anything is built) */
+  bool stopped = false;
+  if (S->o.give_up_after > 0) {
+    double lb = kernel_busy_max(S);
+    if (lb > S->o.give_up_after * (1 + 1e-9)) {
+      S->busy_max = lb;
+      stopped = true;
+    }
+  }
   for (int k = 0; k < n && !S->st && !stopped; k++) {
     const pcgc_node *x = &g->nodes[S->order[k]];
     pcgc_op_class cls = pcgc_op_class_of(x->kind);
