@@ -1496,6 +1496,206 @@ static pcgc_status copy0_index(sim *S) {
   return PCGC_OK;
 }
 
+/* ------------------------------------------------- copies built alike */
+
+/* Whether the copies of (R, st) are alike by construction, so that copy 0
+ * built alone (options.copies_alike) gives what building every copy would:
+ * options.replicas without copies_alike, as the joint search simulates the
+ * rewrites of a strategy the expert grid laid out alike. Per non-resident
+ * node the pieces on each copy, in index order, pair off one to one with
+ * copy 0's (as many on every copy, each on its partner's device moved by
+ * k * st), and paired pieces read paired pieces: of a non-resident input
+ * the ones at the same place in their copies (for a relayout the same
+ * cells: micro-batch and bytes too); of a weight the same elements; of
+ * other resident data pieces in one map, one to one. A rewrite that
+ * spreads an operator over copies fails it, and every copy is built. */
+typedef struct alike {
+  sim *S;
+  int R, st;
+  int64_t *base;   /* [n_nodes]: each node's first entry in pos/cpy */
+  int32_t *pos;    /* a piece's place among its copy's pieces */
+  int32_t *cpy;    /* its copy */
+  int64_t *first;  /* [n_nodes]: each node's first entry in l0 */
+  int64_t *l0;     /* copy 0's pieces in index order */
+  int64_t **dmap;  /* [n_nodes]: resident data, per copy piece of copy 0 -> piece of copy k, then the inverse */
+} alike;
+
+static bool pair_read(alike *A, int k, int node, int64_t q0, int64_t q) {
+  sim *S = A->S;
+  const snode *I = &S->nd[node];
+  if (!I->resident) {
+    int64_t b = A->base[node];
+    return A->cpy[b + q0] == 0 && A->cpy[b + q] == k && A->pos[b + q0] == A->pos[b + q];
+  }
+  if (I->weight) {
+    int64_t rep = S->g->nodes[node].out[0].replica;
+    return q0 / rep == q / rep;
+  }
+  int64_t P = I->P;
+  if (!A->dmap[node]) {
+    if (!(A->dmap[node] = malloc(2 * (size_t)A->R * (size_t)P * sizeof **A->dmap))) return false;
+    for (int64_t i = 0; i < 2 * A->R * P; i++) A->dmap[node][i] = -1;
+  }
+  int64_t *fw = A->dmap[node] + (int64_t)k * P, *bw = A->dmap[node] + (int64_t)(A->R + k) * P;
+  if (fw[q0] < 0 && bw[q] < 0) {
+    fw[q0] = q;
+    bw[q] = q0;
+  }
+  return fw[q0] == q && bw[q] == q0;
+}
+
+typedef struct cellrec {
+  int64_t q;
+  int mi;
+  double bytes;
+} cellrec;
+
+typedef struct cells {
+  cellrec *c;
+  int n, cap;
+  bool nomem;
+} cells;
+
+static bool cell_rec(void *ctx, int64_t q, int mi, const pcgc_box *part, double bytes) {
+  (void)part;
+  cells *L = ctx;
+  if (L->n == L->cap) {
+    int cap = L->cap ? 2 * L->cap : 16;
+    cellrec *v = realloc(L->c, (size_t)cap * sizeof *v);
+    if (!v) {
+      L->nomem = true;
+      return false;
+    }
+    L->c = v;
+    L->cap = cap;
+  }
+  L->c[L->n++] = (cellrec){q, mi, bytes};
+  return true;
+}
+
+/* The pieces of input `i` that piece p of parallel node n reads (replicate:
+ * the one it copies; reduce: the partial sums it adds), into q; how many. */
+static int fan_reads(const sim *S, const pcgc_node *n, int64_t p, int64_t *q) {
+  const pcgc_ptensor *to = &n->out[0], *ti = pcgc_graph_ref_type(S->g, n->in[0]);
+  int64_t d = pcgc_attrs_int(&n->attrs, "degree"), c[PCGC_MAX_RANK], s, r;
+  pcgc_piece_coords(to, p, c, &s, &r);
+  if (n->kind == PCGC_OP_REPLICATE) {
+    q[0] = pcgc_piece_index(ti, c, s, r / d);
+    return 1;
+  }
+  for (int64_t j = 0; j < d; j++) q[j] = pcgc_piece_index(ti, c, s * d + j, r);
+  return (int)d;
+}
+
+static bool pair_node(alike *A, const pcgc_node *n, cells *C0, cells *Ck, int64_t *q0, int64_t *qk) {
+  sim *S = A->S;
+  const snode *N = &S->nd[n->id];
+  int64_t b = A->base[n->id];
+  pcgc_op_class cls = pcgc_op_class_of(n->kind);
+  bool closed = false;
+  pcgc_ptensor tin[PCGC_VARIADIC];
+  if (cls != PCGC_CLASS_PARALLEL) {
+    for (int i = 0; i < n->n_in; i++) tin[i] = *pcgc_graph_ref_type(S->g, n->in[i]);
+    closed = pcgc_piece_map_build(&S->pm, n, tin, false);
+  }
+  bool fan = n->kind == PCGC_OP_REPLICATE || n->kind == PCGC_OP_REDUCE;
+  for (int64_t p = 0; p < N->P; p++) {
+    int k = A->cpy[b + p];
+    if (k == 0) continue;
+    int64_t p0 = A->l0[A->first[n->id] + A->pos[b + p]];
+    if (cls != PCGC_CLASS_PARALLEL) {
+      if (closed) {
+        pcgc_piece_map_apply(&S->pm, n, p0, q0);
+        pcgc_piece_map_apply(&S->pm, n, p, qk);
+      } else if (pcgc_op_piece_inputs(n->kind, &n->attrs, n->n_in, tin, &n->out[0], p0, q0, NULL) != PCGC_OK ||
+                 pcgc_op_piece_inputs(n->kind, &n->attrs, n->n_in, tin, &n->out[0], p, qk, NULL) != PCGC_OK) {
+        return false;
+      }
+      for (int i = 0; i < n->n_in; i++)
+        if (!pair_read(A, k, n->in[i].node, q0[i], qk[i])) return false;
+    } else if (fan) {
+      int c = fan_reads(S, n, p0, q0);
+      fan_reads(S, n, p, qk);
+      for (int j = 0; j < c; j++)
+        if (!pair_read(A, k, n->in[0].node, q0[j], qk[j])) return false;
+    } else {
+      for (int mu = 0; mu < N->m; mu++) {
+        C0->n = Ck->n = 0;
+        pcgc_relayout_cells(S->g, n, p0, mu, cell_rec, C0);
+        pcgc_relayout_cells(S->g, n, p, mu, cell_rec, Ck);
+        if (C0->nomem || Ck->nomem || C0->n != Ck->n) return false;
+        for (int j = 0; j < C0->n; j++)
+          if (C0->c[j].mi != Ck->c[j].mi || C0->c[j].bytes != Ck->c[j].bytes ||
+              !pair_read(A, k, n->in[0].node, C0->c[j].q, Ck->c[j].q))
+            return false;
+      }
+    }
+  }
+  return true;
+}
+
+static bool copies_built_alike(sim *S, int R, int st) {
+  const pcgc_graph *g = S->g;
+  int n = g->n_nodes;
+  int64_t total = 0, most = 1;
+  for (int i = 0; i < n; i++)
+    if (!S->nd[i].resident) total += S->nd[i].P;
+  for (int i = 0; i < n; i++) {
+    int64_t d = g->nodes[i].kind == PCGC_OP_REDUCE ? pcgc_attrs_int(&g->nodes[i].attrs, "degree") : 0;
+    if (d > most) most = d;
+  }
+  if (most < PCGC_VARIADIC) most = PCGC_VARIADIC;
+  alike A = {S, R, st, NULL, NULL, NULL, NULL, NULL, NULL};
+  A.base = malloc((size_t)n * sizeof *A.base);
+  A.first = malloc((size_t)n * sizeof *A.first);
+  A.pos = malloc((size_t)(total ? total : 1) * sizeof *A.pos);
+  A.cpy = malloc((size_t)(total ? total : 1) * sizeof *A.cpy);
+  A.l0 = malloc((size_t)(total ? total : 1) * sizeof *A.l0);
+  A.dmap = calloc((size_t)n, sizeof *A.dmap);
+  int64_t *q0 = malloc((size_t)most * sizeof *q0), *qk = malloc((size_t)most * sizeof *qk);
+  int32_t *count = calloc((size_t)R, sizeof *count);
+  cells C0 = {0}, Ck = {0};
+  bool ok = A.base && A.first && A.pos && A.cpy && A.l0 && A.dmap && q0 && qk && count;
+  /* the pieces of each copy, paired by their place */
+  int64_t b = 0, f = 0;
+  for (int i = 0; ok && i < n; i++) {
+    const snode *N = &S->nd[i];
+    A.base[i] = b;
+    A.first[i] = f;
+    if (N->resident) continue;
+    memset(count, 0, (size_t)R * sizeof *count);
+    for (int64_t p = 0; p < N->P; p++) {
+      int k = copy_of(home(S, i, p), R, st);
+      A.cpy[b + p] = k;
+      A.pos[b + p] = count[k]++;
+      if (k == 0) A.l0[f + A.pos[b + p]] = p;
+    }
+    for (int k = 1; ok && k < R; k++) ok = count[k] == count[0];
+    for (int64_t p = 0; ok && p < N->P; p++) {
+      int k = A.cpy[b + p];
+      ok = home(S, i, p) - k * st == home(S, i, A.l0[f + A.pos[b + p]]);
+    }
+    b += N->P;
+    f += count[0];
+  }
+  /* paired pieces read paired pieces */
+  for (int i = 0; ok && i < n; i++)
+    if (!S->nd[i].resident) ok = pair_node(&A, &g->nodes[i], &C0, &Ck, q0, qk);
+  for (int i = 0; A.dmap && i < n; i++) free(A.dmap[i]);
+  free(A.dmap);
+  free(A.base);
+  free(A.first);
+  free(A.pos);
+  free(A.cpy);
+  free(A.l0);
+  free(q0);
+  free(qk);
+  free(count);
+  free(C0.c);
+  free(Ck.c);
+  return ok;
+}
+
 /* copies_alike: what the other copies' devices hold is what copy 0's do */
 static void copy0_spread(sim *S) {
   for (int d = 0; d < S->D; d++) {
@@ -1515,8 +1715,19 @@ static void copy0_spread(sim *S) {
   }
 }
 
+static pcgc_status simulate(const pcgc_graph *g, const pcgc_mapping *mp, const pcgc_machine *m,
+                            const pcgc_sim_options *o, bool check_alike, pcgc_sim_result *r, pcgc_error *err);
+
 pcgc_status pcgc_simulate(const pcgc_graph *g, const pcgc_mapping *mp, const pcgc_machine *m,
                           const pcgc_sim_options *o, pcgc_sim_result *r, pcgc_error *err) {
+  return simulate(g, mp, m, o, true, r, err);
+}
+
+/* check_alike: under options.replicas alone, build copy 0 alone where the
+ * copies are built alike (copies_built_alike); false once copy 0 read
+ * another copy's piece after all. */
+static pcgc_status simulate(const pcgc_graph *g, const pcgc_mapping *mp, const pcgc_machine *m,
+                            const pcgc_sim_options *o, bool check_alike, pcgc_sim_result *r, pcgc_error *err) {
   if (r) memset(r, 0, sizeof *r);
   if (!g || !mp || !m || !r)
     return pcgc_error_set(err, PCGC_ERR_INVALID, "pcgc_simulate: graph, mapping, machine and result are required");
@@ -1582,8 +1793,18 @@ pcgc_status pcgc_simulate(const pcgc_graph *g, const pcgc_mapping *mp, const pcg
   if ((st = analyse(S)) != PCGC_OK) goto out;
   S->reps = S->o.replicas;
   S->rstride = S->o.replica_stride;
-  S->copy0 = S->o.copies_alike && S->reps > 1 && S->rstride > 0 && !m->intra.shared && !m->inter.shared &&
-             D % (S->reps * S->rstride) == 0;
+  bool can = S->reps > 1 && S->rstride > 0 && !m->intra.shared && !m->inter.shared && D % (S->reps * S->rstride) == 0;
+  S->copy0 = S->o.copies_alike && can;
+  if (can && !S->copy0 && check_alike) /* the copies, then pairs of them, fours, ... (symmetric_drop's order) */
+    for (int R = S->reps, st = S->rstride;; R /= 2, st *= 2) {
+      if (copies_built_alike(S, R, st)) {
+        S->copy0 = true;
+        S->reps = R;
+        S->rstride = st;
+        break;
+      }
+      if (R % 2 || R < 4) break;
+    }
   if (S->copy0 && (st = copy0_index(S)) != PCGC_OK) goto out;
   if (S->o.recompute && (!(S->unit = pcgc_checkpoint_units(g, &S->n_units, &S->ckpt)) ||
                          !(S->work = calloc((size_t)D * (size_t)S->n_units, sizeof *S->work)))) {
@@ -1660,7 +1881,7 @@ pcgc_status pcgc_simulate(const pcgc_graph *g, const pcgc_mapping *mp, const pcg
     sim_free(S);
     free(r->device);
     memset(r, 0, sizeof *r);
-    return pcgc_simulate(g, mp, m, &all, r, err);
+    return simulate(g, mp, m, &all, false, r, err);
   }
   gen_weights(S);
   if (S->copy0) copy0_spread(S);

@@ -261,10 +261,16 @@ typedef struct pcgc_sim_options {
                                 devices, copy r on devices [r·stride, (r+1)·stride),
                                 talking to the others only through collectives
                                 (the expert grid's data parallelism). Where the
-                                machine's ports are not shared and every device
-                                carries its first copy's load, only copy 0 runs in
-                                the event loop, the others take its times; else
-                                (or when a transfer crosses copies) all run. */
+                                machine's ports are not shared and the copies are
+                                built alike (each operator's pieces on every copy
+                                paired with copy 0's, on its devices moved by the
+                                copy's offset, reading paired pieces), only copy
+                                0's tasks are built, as with copies_alike; where
+                                they are not but every device carries its first
+                                copy's load, only copy 0 runs in the event loop,
+                                the others take its times; else (or when a
+                                transfer crosses copies) all run. Copies, then
+                                pairs of copies, fours, ... are tried. */
   bool copies_alike;         /* with replicas: the builder vouches that the copies
                                 are alike (the expert grid builds them so), and
                                 only copy 0's tasks are built at all, with the

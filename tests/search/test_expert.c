@@ -608,6 +608,9 @@ START_TEST(one_dp_copy_simulated_for_all) {
     }
     ck_assert_msg(cs[i].dp == 1 || built.n_tasks < full.n_tasks, "choice %zu: %lld tasks built, %lld for all", i,
                   (long long)built.n_tasks, (long long)full.n_tasks);
+    /* the hint alone: the simulator finds the copies built alike itself and builds copy 0's tasks alone too */
+    ck_assert_msg(cs[i].dp == 1 || one.n_tasks == built.n_tasks, "choice %zu: %lld tasks with the hint, %lld built alike",
+                  i, (long long)one.n_tasks, (long long)built.n_tasks);
     pcgc_sim_result_destroy(&built);
     pcgc_sim_result_destroy(&full);
     pcgc_sim_result_destroy(&one);
@@ -632,6 +635,60 @@ START_TEST(one_dp_copy_simulated_for_all) {
   pcgc_mapping_destroy(&mp);
   pcgc_graph_free(pg);
   pcgc_expert_free(y);
+  pcgc_expert_free(x);
+  pcgc_graph_free(g);
+}
+END_TEST
+
+/* The hint alone (options.replicas, as the joint search simulates its
+ * rewrites): where one operator's pieces are moved onto the next copy's
+ * devices, copy 0 reads another copy's pieces, so every copy is built and
+ * run, and the result is exactly that of simulating without the hint. */
+START_TEST(copies_checked_before_copy_0_alone_is_built) {
+  static const char *net =
+      "model net\n"
+      "const B = 64\n"
+      "input x: f32[B, 16, 64]\n"
+      "input t: f32[B, 16, 64]\n"
+      "h = linear(x, out=256, act=gelu)\n"
+      "u = linear(h, out=64)\n"
+      "v = add(x, u)\n"
+      "loss = mse(v, t)\n";
+  pcgc_graph *g = model(net);
+  pcgc_machine m = preset("h100-4x8");
+  pcgc_error err = {0};
+  pcgc_expert *x = expert(g, &m);
+  pcgc_graph *pg;
+  pcgc_mapping mp;
+  const pcgc_expert_choice c = {8, 4, 1, 1, PCGC_SCHEDULE_GPIPE, false};
+  ck_assert_msg(pcgc_expert_build(x, c, &pg, &mp, &err) == PCGC_OK, "%s", err.message);
+  pcgc_sim_options o;
+  pcgc_sim_options_default(&o);
+  pcgc_sim_result full, hint;
+  ck_assert_int_eq(pcgc_simulate(pg, &mp, &m, &o, &full, &err), PCGC_OK);
+  o.replicas = c.dp;
+  o.replica_stride = c.tp;
+  ck_assert_int_eq(pcgc_simulate(pg, &mp, &m, &o, &hint, &err), PCGC_OK);
+  ck_assert(hint.symmetric && hint.n_tasks * 4 <= full.n_tasks); /* copy 0 of 8 built */
+  ck_assert_double_eq_tol(hint.iteration_time, full.iteration_time, 1e-12 * full.iteration_time);
+  pcgc_sim_result_destroy(&hint);
+  pcgc_sim_result_destroy(&full);
+  /* the add's pieces one copy on: they read the other copies' pieces */
+  int v = pcgc_graph_find(pg, "v");
+  ck_assert_int_ge(v, 0);
+  mp.view[v].start = (mp.view[v].start + c.tp) % 32;
+  o.replicas = 0;
+  ck_assert_int_eq(pcgc_simulate(pg, &mp, &m, &o, &full, &err), PCGC_OK);
+  o.replicas = c.dp;
+  ck_assert_int_eq(pcgc_simulate(pg, &mp, &m, &o, &hint, &err), PCGC_OK);
+  ck_assert_msg(!hint.symmetric && hint.n_tasks == full.n_tasks, "%lld tasks with the hint, %lld without",
+                (long long)hint.n_tasks, (long long)full.n_tasks);
+  ck_assert_double_eq(hint.iteration_time, full.iteration_time);
+  for (int d = 0; d < full.n_devices; d++) ck_assert_double_eq(hint.device[d].memory.total, full.device[d].memory.total);
+  pcgc_sim_result_destroy(&hint);
+  pcgc_sim_result_destroy(&full);
+  pcgc_mapping_destroy(&mp);
+  pcgc_graph_free(pg);
   pcgc_expert_free(x);
   pcgc_graph_free(g);
 }
@@ -834,6 +891,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, plain_data_parallel_is_the_baseline);
   tcase_add_test(tc, hybrid_and_pipeline_builds);
   tcase_add_test(tc, one_dp_copy_simulated_for_all);
+  tcase_add_test(tc, copies_checked_before_copy_0_alone_is_built);
   tcase_add_test(tc, parallel_model_is_refused);
   suite_add_tcase(s, tc);
   tc = tcase_create("files");
