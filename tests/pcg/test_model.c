@@ -205,7 +205,7 @@ START_TEST(bert_large_parameters) {
   SHAPE(g, "seg.weight", 2, 1024);
   SHAPE(g, "pooled", 8, 1024);
   SHAPE(g, "logits", 8, 2);
-  ck_assert_int_eq(node(g, "pooled")->attrs.v[pcgc_op_attr_index(PCGC_OP_LINEAR, "act")].i, PCGC_ACT_TANH);
+  ck_assert_int_eq(pcgc_attrs_int(&node(g, "pooled")->attrs, "act"), PCGC_ACT_TANH);
   ck_assert_int_lt(pcgc_graph_find(g, "enc.24.ln2"), 0);
   pcgc_graph_free(g);
 
@@ -463,10 +463,10 @@ START_TEST(expressions) {
   g = parse_ok("input x: f32[1, 1, 9, 9]\n"
                "p = pool2d(x, kind=avg, kernel=3,\n"
                "           stride=[\n             3, 1\n           ])\n");
-  const pcgc_attr_value *k = pcgc_attrs_get(&node(g, "p")->attrs, "kernel");
-  ck_assert_int_eq(k->n, 2);
-  ck_assert_int_eq(k->v[0], 3);
-  ck_assert_int_eq(k->v[1], 3);
+  pcgc_ints k = pcgc_attrs_ints(&node(g, "p")->attrs, "kernel");
+  ck_assert_int_eq(k.n, 2);
+  ck_assert_int_eq(k.v[0], 3);
+  ck_assert_int_eq(k.v[1], 3);
   SHAPE(g, "p", 1, 1, 3, 7);
   pcgc_graph_free(g);
 
