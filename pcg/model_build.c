@@ -241,6 +241,7 @@ static const pcgc__stmt *defined_later(const pcgc__stmt *const *stmts, int n, co
  * (the parse that is building reports it instead of this error). */
 static const pcgc__stmt *defined_later_in_file(builder *b, const char *name, int off, pcgc__arena *arena) {
   pcgc_error scratch;
+  pcgc_error_clear(&scratch);
   pcgc__src src = b->src;
   src.err = &scratch;
   pcgc__model_reader *R = pcgc__model_reader_new(&src);
