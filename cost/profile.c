@@ -387,14 +387,14 @@ static bool fused_time(const pcgc_profile *p, const pcgc_machine *m, const pcgc_
   int ai = -1;
   for (int i = 0; i < pcgc_op_num_attrs(n->kind); i++)
     if (strcmp(pcgc_op_attr(n->kind, i)->name, "act") == 0) ai = i;
-  if (ai < 0 || n->attrs.v[ai].i == PCGC_ACT_NONE || n->n_out != 1) return false;
+  if (ai < 0 || pcgc_attrs_int_at(&n->attrs, ai) == PCGC_ACT_NONE || n->n_out != 1) return false;
   static const pcgc_op_kind act_op[] = {[PCGC_ACT_RELU] = PCGC_OP_RELU, [PCGC_ACT_GELU] = PCGC_OP_GELU,
                                         [PCGC_ACT_SIGMOID] = PCGC_OP_SIGMOID, [PCGC_ACT_TANH] = PCGC_OP_TANH};
-  int64_t act = n->attrs.v[ai].i;
+  int64_t act = pcgc_attrs_int_at(&n->attrs, ai);
   if (act < PCGC_ACT_RELU || act > PCGC_ACT_TANH) return false;
 
   pcgc_attrs plain = n->attrs; /* the op alone */
-  plain.v[ai].i = PCGC_ACT_NONE;
+  plain.val[ai].i = PCGC_ACT_NONE;
   pcgc_profile_entry bkey = *key;
   pcgc_profile_attrs_text(bkey.attrs, sizeof bkey.attrs, &plain);
   pcgc_ptensor in[PCGC_VARIADIC];

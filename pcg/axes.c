@@ -160,9 +160,9 @@ pcgc_status pcgc_op_axes(pcgc_op_kind k, const pcgc_attrs *a, int n_in, const pc
     m->sum[0] = PCGC_AX_SUM(0);
     return PCGC_OK;
   case PCGC_OP_TRANSPOSE: {
-    const pcgc_attr_value *p = pcgc_attrs_get(a, "perm");
+    pcgc_ints p = pcgc_attrs_ints(a, "perm");
     for (int i = 0; i < r; i++) {
-      int64_t src = p->v[i] < 0 ? p->v[i] + r : p->v[i];
+      int64_t src = p.v[i] < 0 ? p.v[i] + r : p.v[i];
       m->dim[0][src] = PCGC_AX_OUT(i);
     }
     m->sum[0] = PCGC_AX_SUM(0);
@@ -171,9 +171,9 @@ pcgc_status pcgc_op_axes(pcgc_op_kind k, const pcgc_attrs *a, int n_in, const pc
   case PCGC_OP_REDUCE_SUM:
   case PCGC_OP_REDUCE_MEAN:
   case PCGC_OP_REDUCE_MAX: { /* reduce_max: its reduced dims are never sharded (infer.c) */
-    const pcgc_attr_value *dl = pcgc_attrs_get(a, "dims");
+    pcgc_ints dl = pcgc_attrs_ints(a, "dims");
     bool keep = pcgc_attrs_int(a, "keepdims") != 0, red[PCGC_MAX_RANK] = {false};
-    for (int i = 0; i < dl->n; i++) red[dl->v[i] < 0 ? dl->v[i] + r : dl->v[i]] = true;
+    for (int i = 0; i < dl.n; i++) red[dl.v[i] < 0 ? dl.v[i] + r : dl.v[i]] = true;
     int j = 0, c = 0;
     for (int d = 0; d < r; d++) {
       if (red[d]) {

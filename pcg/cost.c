@@ -89,9 +89,9 @@ static void cost_conv2d(cctx *x) {
 }
 
 static void cost_pool2d(cctx *x) {
-  const pcgc_attr_value *k = pcgc_attrs_get(x->a, "kernel");
+  pcgc_ints k = pcgc_attrs_ints(x->a, "kernel");
   double win = pcgc_attrs_int(x->a, "global") ? (double)x->in[0].dims[2] * (double)x->in[0].dims[3]
-                                              : (double)(k->v[0] * k->v[1]);
+                                              : (double)(k.v[0] * k.v[1]);
   set(x, numel(&x->out[0]) * win, 1);
 }
 

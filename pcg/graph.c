@@ -149,9 +149,9 @@ pcgc_status pcgc_graph_set_value(pcgc_graph *g, int node, const float *data, int
   if (node < 0 || node >= g->n_nodes || g->nodes[node].kind != PCGC_OP_WEIGHT || n < 0 || (n && !data))
     return PCGC_ERR_INVALID;
   pcgc_node *w = &g->nodes[node];
-  const pcgc_attr_value *shape = pcgc_attrs_get(&w->attrs, "shape");
+  pcgc_ints shape = pcgc_attrs_ints(&w->attrs, "shape");
   int64_t numel = 1;
-  for (int i = 0; i < shape->n; i++) numel *= shape->v[i];
+  for (int i = 0; i < shape.n; i++) numel *= shape.v[i];
   if (n != numel) return PCGC_ERR_INVALID;
   float *copy = malloc((size_t)(n ? n : 1) * sizeof *copy);
   if (!copy) return PCGC_ERR_NOMEM;
@@ -182,9 +182,9 @@ int pcgc_graph_copy_node(pcgc_graph *dst, const pcgc_graph *src, int node, const
   m->loc = n->loc;
   if (src->file && n->loc.file == src->file) m->loc.file = dst->file;
   if (n->value) {
-    const pcgc_attr_value *shape = pcgc_attrs_get(&n->attrs, "shape");
+    pcgc_ints shape = pcgc_attrs_ints(&n->attrs, "shape");
     int64_t numel = 1;
-    for (int k = 0; k < shape->n; k++) numel *= shape->v[k];
+    for (int k = 0; k < shape.n; k++) numel *= shape.v[k];
     pcgc_status s = pcgc_graph_set_value(dst, id, n->value, numel);
     if (s != PCGC_OK) return s;
   }

@@ -51,21 +51,23 @@ static void put_attrs(hbuf *h, const pcgc_attrs *a) {
   int n = pcgc_op_num_attrs(a->kind);
   for (int i = 0; i < n; i++) {
     const pcgc_attr_desc *d = pcgc_op_attr(a->kind, i);
-    const pcgc_attr_value *v = &a->v[i];
     put64(h, (uint64_t)d->type);
     if (!pcgc__attr_matters(a, i)) continue;
     switch (d->type) {
     case PCGC_ATTR_FLOAT: {
-      double f = v->f == 0 ? 0.0 : v->f; /* -0.0 and 0.0 hash alike, as they compare equal */
+      double f = pcgc_attrs_float_at(a, i);
+      if (f == 0) f = 0.0; /* -0.0 and 0.0 hash alike, as they compare equal */
       put(h, &f, sizeof f);
       break;
     }
     case PCGC_ATTR_INTS:
-    case PCGC_ATTR_INTS2:
-      put64(h, (uint64_t)v->n);
-      for (int k = 0; k < v->n; k++) put64(h, (uint64_t)v->v[k]);
+    case PCGC_ATTR_INTS2: {
+      pcgc_ints l = pcgc_attrs_ints_at(a, i);
+      put64(h, (uint64_t)l.n);
+      for (int k = 0; k < l.n; k++) put64(h, (uint64_t)l.v[k]);
       break;
-    default: put64(h, (uint64_t)v->i);
+    }
+    default: put64(h, (uint64_t)pcgc_attrs_int_at(a, i));
     }
   }
 }

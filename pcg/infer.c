@@ -216,23 +216,23 @@ static pcgc_status norm_axis(ictx *c, int64_t axis, int rank, const char *what, 
 /* --------------------------------------------------------------- sources */
 
 static pcgc_status infer_source(ictx *c) {
-  const pcgc_attr_value *shape = pcgc_attrs_get(c->a, "shape");
+  pcgc_ints shape = pcgc_attrs_ints(c->a, "shape");
   int64_t dt = pcgc_attrs_int(c->a, "dtype");
-  if (shape->n > PCGC_MAX_RANK)
-    return fail(c, "rank %d is more than the maximum %d", shape->n, PCGC_MAX_RANK);
+  if (shape.n > PCGC_MAX_RANK)
+    return fail(c, "rank %d is more than the maximum %d", shape.n, PCGC_MAX_RANK);
   int64_t numel = 1;
-  for (int i = 0; i < shape->n; i++) {
-    if (shape->v[i] <= 0)
-      return fail(c, "dim %d has size %lld; sizes must be positive", i, (long long)shape->v[i]);
-    if (numel > INT64_MAX / shape->v[i])
+  for (int i = 0; i < shape.n; i++) {
+    if (shape.v[i] <= 0)
+      return fail(c, "dim %d has size %lld; sizes must be positive", i, (long long)shape.v[i]);
+    if (numel > INT64_MAX / shape.v[i])
       return fail(c, "the shape has more than 2^63 elements");
-    numel *= shape->v[i];
+    numel *= shape.v[i];
   }
   if (c->kind == PCGC_OP_WEIGHT && !pcgc_dtype_is_float((pcgc_dtype)dt))
     return fail(c, "a weight must be floating point, got %s", pcgc_dtype_name((pcgc_dtype)dt));
   if (c->kind == PCGC_OP_WEIGHT && pcgc_attrs_float(c->a, "scale") < 0)
     return fail(c, "init scale must not be negative");
-  out_init(c, 0, (pcgc_dtype)dt, shape->n, shape->v);
+  out_init(c, 0, (pcgc_dtype)dt, shape.n, shape.v);
   return PCGC_OK;
 }
 
@@ -399,16 +399,16 @@ static pcgc_status infer_conv2d(ictx *c) {
   TRY(need_rank(c, 1, 4, 4));
   TRY(need_float(c, 0));
   TRY(need_same_dtype(c, 0, 1));
-  const pcgc_attr_value *st = pcgc_attrs_get(c->a, "stride"), *pad = pcgc_attrs_get(c->a, "padding"),
-                        *dil = pcgc_attrs_get(c->a, "dilation");
+  pcgc_ints st = pcgc_attrs_ints(c->a, "stride"), pad = pcgc_attrs_ints(c->a, "padding"),
+            dil = pcgc_attrs_ints(c->a, "dilation");
   int64_t g = pcgc_attrs_int(c->a, "groups");
   int act = (int)pcgc_attrs_int(c->a, "act");
   for (int i = 0; i < 2; i++) {
-    if (st->v[i] > ATTR_MAX || pad->v[i] > ATTR_MAX || dil->v[i] > ATTR_MAX || w->dims[2 + i] > ATTR_MAX)
+    if (st.v[i] > ATTR_MAX || pad.v[i] > ATTR_MAX || dil.v[i] > ATTR_MAX || w->dims[2 + i] > ATTR_MAX)
       return fail(c, "stride, padding, dilation and kernel size must be at most %lld", (long long)ATTR_MAX);
-    if (st->v[i] < 1) return fail(c, "stride must be at least 1, got %lld", (long long)st->v[i]);
-    if (dil->v[i] < 1) return fail(c, "dilation must be at least 1, got %lld", (long long)dil->v[i]);
-    if (pad->v[i] < 0) return fail(c, "padding must not be negative, got %lld", (long long)pad->v[i]);
+    if (st.v[i] < 1) return fail(c, "stride must be at least 1, got %lld", (long long)st.v[i]);
+    if (dil.v[i] < 1) return fail(c, "dilation must be at least 1, got %lld", (long long)dil.v[i]);
+    if (pad.v[i] < 0) return fail(c, "padding must not be negative, got %lld", (long long)pad.v[i]);
   }
   if (g < 1) return fail(c, "groups must be at least 1, got %lld", (long long)g);
   int64_t C = x->dims[1], O = w->dims[0];
@@ -424,11 +424,11 @@ static pcgc_status infer_conv2d(ictx *c) {
   }
   int64_t dims[4] = {x->dims[0], O, 0, 0};
   for (int i = 0; i < 2; i++) {
-    dims[2 + i] = conv_out(x->dims[2 + i], w->dims[2 + i], st->v[i], pad->v[i], dil->v[i]);
+    dims[2 + i] = conv_out(x->dims[2 + i], w->dims[2 + i], st.v[i], pad.v[i], dil.v[i]);
     if (dims[2 + i] < 1)
       return fail(c, "the %lldx%lld kernel does not fit the %lldx%lld input (with padding %lld, "
                   "dilation %lld)", (long long)w->dims[2], (long long)w->dims[3],
-                  (long long)x->dims[2], (long long)x->dims[3], (long long)pad->v[i], (long long)dil->v[i]);
+                  (long long)x->dims[2], (long long)x->dims[3], (long long)pad.v[i], (long long)dil.v[i]);
   }
   bool bias = c->n_in == 3;
   if (bias) {
@@ -442,7 +442,7 @@ static pcgc_status infer_conv2d(ictx *c) {
   TRY(unsharded(c, 1, 2, "kernel dims cannot be sharded"));
   TRY(unsharded(c, 1, 3, "kernel dims cannot be sharded"));
   for (int i = 0; i < 2; i++)
-    TRY(spatial_ok(c, 2 + i, w->dims[2 + i], st->v[i], pad->v[i], dil->v[i]));
+    TRY(spatial_ok(c, 2 + i, w->dims[2 + i], st.v[i], pad.v[i], dil.v[i]));
   int64_t n = x->degree[0], cdeg = x->degree[1], h = x->degree[2], wd = x->degree[3];
   int64_t oc = w->degree[0], sum, R;
   pcgc_ptensor *o = &c->out[0];
@@ -503,22 +503,22 @@ static pcgc_status infer_pool2d(ictx *c) {
   TRY(need_float(c, 0));
   bool global = pcgc_attrs_int(c->a, "global") != 0;
   bool is_max = pcgc_attrs_int(c->a, "kind") == PCGC_POOL_MAX;
-  const pcgc_attr_value *k = pcgc_attrs_get(c->a, "kernel"), *st = pcgc_attrs_get(c->a, "stride"),
-                        *pad = pcgc_attrs_get(c->a, "padding");
+  pcgc_ints k = pcgc_attrs_ints(c->a, "kernel"), st = pcgc_attrs_ints(c->a, "stride"),
+            pad = pcgc_attrs_ints(c->a, "padding");
   int64_t dims[4] = {x->dims[0], x->dims[1], 1, 1};
   if (!global) {
     for (int i = 0; i < 2; i++) {
-      if (k->v[i] > ATTR_MAX || st->v[i] > ATTR_MAX || pad->v[i] > ATTR_MAX)
+      if (k.v[i] > ATTR_MAX || st.v[i] > ATTR_MAX || pad.v[i] > ATTR_MAX)
         return fail(c, "kernel, stride and padding must be at most %lld", (long long)ATTR_MAX);
-      if (k->v[i] < 1 || st->v[i] < 1 || pad->v[i] < 0)
+      if (k.v[i] < 1 || st.v[i] < 1 || pad.v[i] < 0)
         return fail(c, "kernel and stride must be at least 1 and padding not negative");
-      if (pad->v[i] * 2 > k->v[i])
-        return fail(c, "padding %lld is more than half the kernel %lld", (long long)pad->v[i],
-                    (long long)k->v[i]);
-      dims[2 + i] = conv_out(x->dims[2 + i], k->v[i], st->v[i], pad->v[i], 1);
+      if (pad.v[i] * 2 > k.v[i])
+        return fail(c, "padding %lld is more than half the kernel %lld", (long long)pad.v[i],
+                    (long long)k.v[i]);
+      dims[2 + i] = conv_out(x->dims[2 + i], k.v[i], st.v[i], pad.v[i], 1);
       if (dims[2 + i] < 1)
-        return fail(c, "the %lldx%lld window does not fit the %lldx%lld input", (long long)k->v[0],
-                    (long long)k->v[1], (long long)x->dims[2], (long long)x->dims[3]);
+        return fail(c, "the %lldx%lld window does not fit the %lldx%lld input", (long long)k.v[0],
+                    (long long)k.v[1], (long long)x->dims[2], (long long)x->dims[3]);
     }
   }
   out_init(c, 0, x->dtype, 4, dims);
@@ -538,7 +538,7 @@ static pcgc_status infer_pool2d(ictx *c) {
     }
     o->sum = (int32_t)(x->sum * sp);
   } else {
-    for (int i = 0; i < 2; i++) TRY(spatial_ok(c, 2 + i, k->v[i], st->v[i], pad->v[i], 1));
+    for (int i = 0; i < 2; i++) TRY(spatial_ok(c, 2 + i, k.v[i], st.v[i], pad.v[i], 1));
     o->degree[2] = x->degree[2];
     o->degree[3] = x->degree[3];
   }
@@ -811,12 +811,12 @@ static pcgc_status infer_split(ictx *c) {
   const pcgc_ptensor *x = &c->in[0];
   int axis;
   TRY(norm_axis(c, pcgc_attrs_int(c->a, "axis"), x->rank, "axis", &axis));
-  const pcgc_attr_value *sz = pcgc_attrs_get(c->a, "sizes");
-  if (sz->n < 1) return fail(c, "sizes must list at least one size");
+  pcgc_ints sz = pcgc_attrs_ints(c->a, "sizes");
+  if (sz.n < 1) return fail(c, "sizes must list at least one size");
   int64_t total = 0;
-  for (int i = 0; i < sz->n; i++) {
-    if (sz->v[i] < 1) return fail(c, "size %d is %lld; sizes must be positive", i, (long long)sz->v[i]);
-    total += sz->v[i];
+  for (int i = 0; i < sz.n; i++) {
+    if (sz.v[i] < 1) return fail(c, "size %d is %lld; sizes must be positive", i, (long long)sz.v[i]);
+    total += sz.v[i];
   }
   if (total != x->dims[axis]) {
     pcgc_status s = fail(c, "sizes add up to %lld but dim %d has size %lld", (long long)total, axis,
@@ -825,9 +825,9 @@ static pcgc_status infer_split(ictx *c) {
     return s;
   }
   TRY(unsharded(c, 0, axis, "splitting along a sharded dim does not follow the cuts"));
-  for (int i = 0; i < sz->n; i++) {
+  for (int i = 0; i < sz.n; i++) {
     c->out[i] = *x;
-    c->out[i].dims[axis] = sz->v[i];
+    c->out[i].dims[axis] = sz.v[i];
   }
   return PCGC_OK;
 }
@@ -863,12 +863,12 @@ static pcgc_status reshape_degrees(ictx *c, const int64_t *dims, int rank) {
 
 static pcgc_status infer_reshape(ictx *c) {
   const pcgc_ptensor *x = &c->in[0];
-  const pcgc_attr_value *sh = pcgc_attrs_get(c->a, "shape");
-  if (sh->n > PCGC_MAX_RANK) return fail(c, "rank %d is more than the maximum %d", sh->n, PCGC_MAX_RANK);
+  pcgc_ints sh = pcgc_attrs_ints(c->a, "shape");
+  if (sh.n > PCGC_MAX_RANK) return fail(c, "rank %d is more than the maximum %d", sh.n, PCGC_MAX_RANK);
   int64_t dims[PCGC_MAX_RANK], known = 1, numel = pcgc_ptensor_numel(x);
   int infer_at = -1;
-  for (int i = 0; i < sh->n; i++) {
-    dims[i] = sh->v[i];
+  for (int i = 0; i < sh.n; i++) {
+    dims[i] = sh.v[i];
     if (dims[i] == -1) {
       if (infer_at >= 0) return fail(c, "only one dim of the shape may be -1");
       infer_at = i;
@@ -895,8 +895,8 @@ static pcgc_status infer_reshape(ictx *c) {
     hint(c, "reshape keeps the number of elements; use -1 for one dim to infer it");
     return s;
   }
-  out_init(c, 0, x->dtype, sh->n, dims);
-  return reshape_degrees(c, dims, sh->n);
+  out_init(c, 0, x->dtype, sh.n, dims);
+  return reshape_degrees(c, dims, sh.n);
 }
 
 static pcgc_status infer_flatten(ictx *c) {
@@ -914,9 +914,9 @@ static pcgc_status infer_flatten(ictx *c) {
 
 static pcgc_status infer_transpose(ictx *c) {
   const pcgc_ptensor *x = &c->in[0];
-  const pcgc_attr_value *perm = pcgc_attrs_get(c->a, "perm");
-  if (perm->n != x->rank) {
-    pcgc_status s = fail(c, "perm has %d entries but the input has rank %d", perm->n, x->rank);
+  pcgc_ints perm = pcgc_attrs_ints(c->a, "perm");
+  if (perm.n != x->rank) {
+    pcgc_status s = fail(c, "perm has %d entries but the input has rank %d", perm.n, x->rank);
     hint(c, "perm lists every dim once, e.g. perm=[0, 2, 1, 3]");
     return s;
   }
@@ -924,7 +924,7 @@ static pcgc_status infer_transpose(ictx *c) {
   int p[PCGC_MAX_RANK];
   for (int i = 0; i < x->rank; i++) {
     int d;
-    TRY(norm_axis(c, perm->v[i], x->rank, "perm entry", &d));
+    TRY(norm_axis(c, perm.v[i], x->rank, "perm entry", &d));
     if (seen[d]) return fail(c, "perm lists dim %d twice", d);
     seen[d] = true;
     p[i] = d;
@@ -958,13 +958,13 @@ static pcgc_status infer_softmax(ictx *c) {
 static pcgc_status infer_reduce(ictx *c) {
   const pcgc_ptensor *x = &c->in[0];
   TRY(need_float(c, 0));
-  const pcgc_attr_value *dl = pcgc_attrs_get(c->a, "dims");
+  pcgc_ints dl = pcgc_attrs_ints(c->a, "dims");
   bool keep = pcgc_attrs_int(c->a, "keepdims") != 0;
-  if (dl->n < 1) return fail(c, "dims must list at least one dim to reduce");
+  if (dl.n < 1) return fail(c, "dims must list at least one dim to reduce");
   bool red[PCGC_MAX_RANK] = {false};
-  for (int i = 0; i < dl->n; i++) {
+  for (int i = 0; i < dl.n; i++) {
     int d;
-    TRY(norm_axis(c, dl->v[i], x->rank, "dims entry", &d));
+    TRY(norm_axis(c, dl.v[i], x->rank, "dims entry", &d));
     if (red[d]) return fail(c, "dims lists dim %d twice", d);
     red[d] = true;
   }

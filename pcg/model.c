@@ -3,11 +3,12 @@
  * pcgc_model_parse, pcgc_model_load and pcgc_read_file.
  *
  * Reading runs in three stages, each in its own file: model_lex.c turns the
- * text into tokens, model_parse.c the tokens into a syntax tree of the whole
- * file, and model_build.c the tree into a typed graph. This file checks the
- * caller's input and the --set overrides (each must name a constant of the
- * model, and be integer or float text), runs the stages, and frees
- * everything but the graph, whatever happens.
+ * text into tokens, model_parse.c the tokens into the syntax tree of one
+ * statement at a time, and model_build.c runs each tree into a typed graph.
+ * This file checks the caller's input and the --set overrides (each must
+ * name a constant of the model, and be integer or float text; checking them
+ * reads the file once more first), runs the stages, and frees everything but
+ * the graph, whatever happens.
  */
 #include <errno.h>
 #include <math.h>
@@ -38,7 +39,41 @@ static bool parse_set_value(const char *text, num *out) {
   return false;
 }
 
-static pcgc_status check_options(const pcgc__src *src, const pcgc__ast *ast, const pcgc_model_options *o,
+/* The names of the file's constants, read statement by statement (the
+ * file's syntax was checked); the caller frees them. */
+typedef struct const_names {
+  int n;
+  char **names;
+} const_names;
+
+static pcgc_status read_consts(const pcgc__src *src, const_names *out) {
+  pcgc__model_reader *R = pcgc__model_reader_new(src);
+  pcgc__arena arena = {0};
+  pcgc_status s = R ? PCGC_OK : PCGC_ERR_NOMEM;
+  const pcgc__stmt *st;
+  int cap = 0;
+  while (s == PCGC_OK && (s = pcgc__model_reader_next(R, &arena, NULL, &st)) == PCGC_OK && st) {
+    if (st->kind == PCGC__ST_CONST) {
+      if (out->n == cap) {
+        cap = cap ? 2 * cap : 16;
+        char **v = realloc(out->names, (size_t)cap * sizeof *v);
+        if (!v) s = PCGC_ERR_NOMEM;
+        else out->names = v;
+      }
+      size_t len = strlen(st->name.s) + 1;
+      char *c = s == PCGC_OK ? malloc(len) : NULL;
+      if (c) out->names[out->n++] = memcpy(c, st->name.s, len);
+      else s = PCGC_ERR_NOMEM;
+    }
+    pcgc__arena_reset(&arena);
+  }
+  pcgc__arena_free(&arena);
+  pcgc__model_reader_free(R);
+  if (s == PCGC_ERR_NOMEM) pcgc_error_set(src->err, PCGC_ERR_NOMEM, "out of memory reading the model");
+  return s;
+}
+
+static pcgc_status check_options(const pcgc__src *src, const const_names *consts, const pcgc_model_options *o,
                                  num *vals) {
   pcgc_error *err = src->err;
   pcgc_srcloc loc = {src->file, 0, 0};
@@ -52,12 +87,11 @@ static pcgc_status check_options(const pcgc__src *src, const pcgc__ast *ast, con
     pcgc__suggest_init(&sg, name);
     char list[300] = "";
     size_t k = 0;
-    for (int j = 0; j < ast->n; j++) {
-      const pcgc__stmt *st = ast->stmts[j];
-      if (st->kind != PCGC__ST_CONST) continue;
-      if (strcmp(st->name.s, name) == 0) found = true;
-      pcgc__suggest_add(&sg, st->name.s);
-      if (k < sizeof list) k += (size_t)snprintf(list + k, sizeof list - k, "%s%s", k ? ", " : "", st->name.s);
+    for (int j = 0; j < consts->n; j++) {
+      const char *c = consts->names[j];
+      if (strcmp(c, name) == 0) found = true;
+      pcgc__suggest_add(&sg, c);
+      if (k < sizeof list) k += (size_t)snprintf(list + k, sizeof list - k, "%s%s", k ? ", " : "", c);
     }
     if (!found) {
       pcgc_error_set(err, PCGC_ERR_INVALID, "--set %.200s=%.200s: the model has no constant '%.200s'", name, value,
@@ -96,27 +130,28 @@ pcgc_graph *pcgc_model_parse(const char *text, size_t len, const char *filename,
     pcgc_error_hint(err, "a model file describes layers, not data; is this the right file?");
     return NULL;
   }
-  pcgc__arena arena = {0};
-  pcgc__ast ast = {0};
   num *set_vals = NULL;
   pcgc_graph *g = NULL;
-  pcgc_status rc = pcgc__model_parse_ast(&src, &arena, &ast);
+  const_names consts = {0, NULL};
+  /* lexical errors anywhere come first; with overrides, so do syntax errors
+   * (the overrides are checked against the constants before building) */
+  pcgc_status rc = opts && opts->n_set > 0 ? pcgc__model_check_syntax(&src) : pcgc__model_lex_check(&src);
   if (rc == PCGC_OK && opts && opts->n_set > 0) {
     set_vals = calloc((size_t)opts->n_set, sizeof *set_vals);
-    rc = set_vals ? check_options(&src, &ast, opts, set_vals)
-                  : pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory reading the model");
+    rc = set_vals ? read_consts(&src, &consts) : pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory reading the model");
+    if (rc == PCGC_OK) rc = check_options(&src, &consts, opts, set_vals);
   } else if (rc == PCGC_OK && opts && opts->n_set < 0) {
     rc = pcgc_error_set(err, PCGC_ERR_INVALID, "bad model options: n_set is %d", opts->n_set);
   }
-  if (rc == PCGC_OK) rc = pcgc__model_build(&src, &ast, opts, set_vals, &g);
+  for (int i = 0; i < consts.n; i++) free(consts.names[i]);
+  free(consts.names);
+  if (rc == PCGC_OK) rc = pcgc__model_build(&src, opts, set_vals, &g);
   free(set_vals);
-  pcgc__arena_free(&arena);
   if (rc != PCGC_OK) {
     if (err->status == PCGC_OK) err->status = rc;
     return NULL;
   }
-  /* the node array grew by doubling: keep what the graph holds (issue 17;
-   * a node is ~1.3 KB, most of it the fixed attribute table) */
+  /* the node array grew by doubling: keep what the graph holds (issue 17) */
   if (g->n_nodes > 0 && g->cap > g->n_nodes) {
     pcgc_node *nodes = realloc(g->nodes, (size_t)g->n_nodes * sizeof *nodes);
     if (nodes) g->nodes = nodes, g->cap = g->n_nodes;

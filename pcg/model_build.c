@@ -72,7 +72,6 @@ typedef struct scope {
 
 typedef struct builder {
   pcgc__src src;
-  const pcgc__ast *ast;
   pcgc_graph *g;
   gname *names;
   const pcgc_model_options *opts;
@@ -214,7 +213,7 @@ static pcgc_status check_new_full(builder *b, const char *full, pcgc__span sp) {
 static double num_f(num v) { return v.is_float ? v.f : (double)v.i; }
 
 /* The statement that defines `name` in `stmts`, if it comes after offset `off`. */
-static const pcgc__stmt *defined_later(pcgc__stmt *const *stmts, int n, const char *name, int off) {
+static const pcgc__stmt *defined_later(const pcgc__stmt *const *stmts, int n, const char *name, int off) {
   for (int i = 0; i < n; i++) {
     const pcgc__stmt *st = stmts[i];
     if (st->sp.off <= off) continue;
@@ -235,6 +234,27 @@ static const pcgc__stmt *defined_later(pcgc__stmt *const *stmts, int n, const ch
   return NULL;
 }
 
+/* The top-level statement that defines `name` after offset `off`, if any:
+ * the trees of the statements run so far are gone, so the file is read
+ * again, into `arena` (which then holds the answer; the caller frees it).
+ * Only error messages ask, once. A syntax error further on ends the search
+ * (the parse that is building reports it instead of this error). */
+static const pcgc__stmt *defined_later_in_file(builder *b, const char *name, int off, pcgc__arena *arena) {
+  pcgc_error scratch;
+  pcgc_error_clear(&scratch);
+  pcgc__src src = b->src;
+  src.err = &scratch;
+  pcgc__model_reader *R = pcgc__model_reader_new(&src);
+  if (!R) return NULL;
+  const pcgc__stmt *st, *found = NULL;
+  while (!found && pcgc__model_reader_next(R, arena, NULL, &st) == PCGC_OK && st) {
+    found = defined_later(&st, 1, name, off);
+    if (!found) pcgc__arena_reset(arena);
+  }
+  pcgc__model_reader_free(R);
+  return found;
+}
+
 static void suggest_syms(pcgc__suggest *sg, sym *table, sym_kind kind) {
   for (sym *y = table; y; y = y->hh.next)
     if (y->kind == kind) pcgc__suggest_add(sg, y->name);
@@ -243,9 +263,12 @@ static void suggest_syms(pcgc__suggest *sg, sym *table, sym_kind kind) {
 static pcgc_status unknown_number(builder *b, scope *s, const pcgc__expr *e) {
   FAIL(b, e->sp, PCGC_ERR_PARSE, "unknown name '%s'", e->name);
   scope *top = s->top ? s->top : s;
-  const pcgc__stmt *later = defined_later(b->ast->stmts, b->ast->n, e->name, e->sp.off);
-  if (later && later->kind == PCGC__ST_CONST)
-    return hint(b, "constant '%s' is defined later, at line %d; define it before its use", e->name, later->sp.line);
+  pcgc__arena arena = {0};
+  const pcgc__stmt *later = defined_later_in_file(b, e->name, e->sp.off, &arena);
+  int later_line = later && later->kind == PCGC__ST_CONST ? later->sp.line : 0;
+  pcgc__arena_free(&arena);
+  if (later_line)
+    return hint(b, "constant '%s' is defined later, at line %d; define it before its use", e->name, later_line);
   pcgc__suggest sg;
   pcgc__suggest_init(&sg, e->name);
   suggest_syms(&sg, s->syms, SYM_NUM);
@@ -1220,9 +1243,13 @@ static pcgc_status resolve_tensor(builder *b, scope *s, const pcgc__ident *id, p
                                       : "call a block on its own line: y = block(x, ...)");
   }
   FAIL(b, id->sp, PCGC_ERR_PARSE, "unknown tensor '%s'", id->s);
-  const pcgc__stmt *later = s->block ? defined_later(s->block->body, s->block->n_body, id->s, id->sp.off)
-                                     : defined_later(b->ast->stmts, b->ast->n, id->s, id->sp.off);
-  if (later) return hint(b, "'%s' is defined later, at line %d; define it before its use", id->s, later->sp.line);
+  pcgc__arena arena = {0};
+  const pcgc__stmt *later =
+      s->block ? defined_later((const pcgc__stmt *const *)s->block->body, s->block->n_body, id->s, id->sp.off)
+               : defined_later_in_file(b, id->s, id->sp.off, &arena);
+  int later_line = later ? later->sp.line : 0;
+  pcgc__arena_free(&arena);
+  if (later_line) return hint(b, "'%s' is defined later, at line %d; define it before its use", id->s, later_line);
   pcgc__suggest sg;
   pcgc__suggest_init(&sg, id->s);
   suggest_syms(&sg, s->syms, SYM_TENSOR);
@@ -1238,15 +1265,19 @@ static pcgc_status unknown_callee(builder *b, scope *s, const pcgc__ident *id, c
          y->kind == SYM_NUM ? "number" : "tensor");
     return hint(b, "an operator or block is called as op(tensors..., key=value)");
   }
-  const pcgc__stmt *later = defined_later(b->ast->stmts, b->ast->n, id->s, id->sp.off);
+  pcgc__arena arena = {0};
+  const pcgc__stmt *later = defined_later_in_file(b, id->s, id->sp.off, &arena);
   if (later && later->kind == PCGC__ST_BLOCK) {
     FAIL(b, id->sp, PCGC_ERR_PARSE, "block '%s' is used before its definition", id->s);
-    if (in_block)
-      for (int i = 0; i < later->n_body; i++)
-        if (later->body[i]->kind == PCGC__ST_LAYER && strcmp(later->body[i]->callee.s, in_block) == 0)
-          return hint(b, "blocks '%s' and '%s' call each other; recursion is not allowed", in_block, id->s);
-    return hint(b, "define block %s (line %d) before using it", id->s, later->sp.line);
+    bool mutual = false;
+    for (int i = 0; in_block && i < later->n_body && !mutual; i++)
+      mutual = later->body[i]->kind == PCGC__ST_LAYER && strcmp(later->body[i]->callee.s, in_block) == 0;
+    int line = later->sp.line;
+    pcgc__arena_free(&arena);
+    if (mutual) return hint(b, "blocks '%s' and '%s' call each other; recursion is not allowed", in_block, id->s);
+    return hint(b, "define block %s (line %d) before using it", id->s, line);
   }
+  pcgc__arena_free(&arena);
   FAIL(b, id->sp, PCGC_ERR_PARSE, "unknown operator '%s'", id->s);
   pcgc__suggest sg;
   pcgc__suggest_init(&sg, id->s);
@@ -1346,25 +1377,50 @@ static pcgc_status exec_stmt(builder *b, scope *s, const pcgc__stmt *st) {
 
 /* ------------------------------------------------------------ entry point */
 
-pcgc_status pcgc__model_build(const pcgc__src *src, const pcgc__ast *ast, const pcgc_model_options *opts,
-                              const pcgc__num *set_vals, pcgc_graph **out) {
+pcgc_status pcgc__model_build(const pcgc__src *src, const pcgc_model_options *opts, const pcgc__num *set_vals,
+                              pcgc_graph **out) {
   *out = NULL;
   pcgc_graph *g = pcgc_graph_new();
-  if (!g) return pcgc_error_set(src->err, PCGC_ERR_NOMEM, "out of memory");
-  builder b = {*src, ast, g, NULL, opts, set_vals, 0, 0, false};
+  pcgc__model_reader *R = pcgc__model_reader_new(src);
+  if (!g || !R) {
+    pcgc_graph_free(g);
+    pcgc__model_reader_free(R);
+    return pcgc_error_set(src->err, PCGC_ERR_NOMEM, "out of memory");
+  }
+  builder b = {*src, g, NULL, opts, set_vals, 0, 0, false};
   /* node locations point at the graph's own copy of the file name */
   if (src->file) {
     size_t n = strlen(src->file) + 1;
     if (!(g->file = malloc(n))) {
       pcgc_graph_free(g);
+      pcgc__model_reader_free(R);
       return pcgc_error_set(src->err, PCGC_ERR_NOMEM, "out of memory");
     }
     memcpy(g->file, src->file, n);
     b.src.file = g->file;
   }
   scope top = {NULL, "", NULL, NULL};
-  pcgc_status rc = PCGC_OK;
-  for (int i = 0; rc == PCGC_OK && i < ast->n; i++) rc = exec_stmt(&b, &top, ast->stmts[i]);
+  /* each statement's tree is dropped once run, but blocks': their
+   * symbols point at them */
+  pcgc__arena arena = {0}, blocks = {0};
+  pcgc_error *built = NULL; /* the first error of building, kept while the parse goes on */
+  pcgc_status rc, brc = PCGC_OK;
+  const pcgc__stmt *st;
+  while ((rc = pcgc__model_reader_next(R, &arena, &blocks, &st)) == PCGC_OK && st) {
+    if (brc == PCGC_OK && (brc = exec_stmt(&b, &top, st)) != PCGC_OK) {
+      if ((built = malloc(sizeof *built))) *built = *src->err;
+      else brc = pcgc_error_set(src->err, PCGC_ERR_NOMEM, "out of memory");
+    }
+    pcgc__arena_reset(&arena);
+  }
+  if (rc == PCGC_OK && brc != PCGC_OK) { /* no syntax error after it */
+    rc = brc;
+    if (built) *src->err = *built;
+  }
+  free(built);
+  pcgc__arena_free(&arena);
+  pcgc__arena_free(&blocks);
+  pcgc__model_reader_free(R);
   syms_free(&top.syms);
   gnames_free(&b);
   if (rc != PCGC_OK) {

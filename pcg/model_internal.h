@@ -12,9 +12,13 @@
  *   model.c        the public pcgc_model_parse / pcgc_model_load /
  *                  pcgc_read_file, and the --set overrides
  *
- * The whole file is parsed before anything is built, so syntax errors anywhere
- * (unused blocks included) are found first; blocks are then instantiated from
- * their syntax tree at each call.
+ * The builder runs each top-level statement as the parser hands it over and
+ * then drops its syntax tree (issue 17: memory stays proportional to the
+ * text; only blocks are kept, to be instantiated from their tree at each
+ * call). Errors come as if the whole file were parsed first: lexical errors
+ * anywhere before syntax errors (the lexer checks the whole text before
+ * parsing starts), and a syntax error anywhere, unused blocks included,
+ * before an error of building (the parse goes on to the end after one).
  */
 #ifndef PCGC_MODEL_INTERNAL_H
 #define PCGC_MODEL_INTERNAL_H
@@ -69,6 +73,8 @@ typedef struct pcgc__arena {
 
 void *pcgc__arena_alloc(pcgc__arena *a, size_t n);
 char *pcgc__arena_strndup(pcgc__arena *a, const char *s, size_t n);
+/* Frees everything but the newest chunk, which is emptied for reuse. */
+void pcgc__arena_reset(pcgc__arena *a);
 void pcgc__arena_free(pcgc__arena *a);
 
 /* "Did you mean": keeps the candidate closest to `target` by edit distance
@@ -265,16 +271,22 @@ typedef struct pcgc__stmt {
   pcgc__ident *ret;
 } pcgc__stmt;
 
-typedef struct pcgc__ast {
-  int n;
-  pcgc__stmt **stmts;
-} pcgc__ast;
+/* Reads the top-level statements of a text whose lexical check passed
+ * (pcgc__model_lex_check), one at a time: syntax errors and misplaced
+ * statements (return outside a block, a second model line, ...); names and
+ * shapes are checked while building. Tokens are read on demand, a
+ * statement's worth at a time. */
+typedef struct pcgc__model_reader pcgc__model_reader;
 
-/* Parses the text into a syntax tree allocated in `arena`: lexical errors
- * first (pcgc__model_lex_check), then syntax errors and misplaced statements
- * (return outside a block, a second model line, ...); names and shapes are
- * checked later. Tokens are read on demand, a statement's worth at a time. */
-pcgc_status pcgc__model_parse_ast(const pcgc__src *src, pcgc__arena *arena, pcgc__ast *ast);
+pcgc__model_reader *pcgc__model_reader_new(const pcgc__src *src); /* NULL on out of memory */
+void pcgc__model_reader_free(pcgc__model_reader *R);
+/* The next statement's tree in *out, allocated in `arena`, or in `keep`
+ * (when not NULL) for a block definition; *out is NULL after the last. */
+pcgc_status pcgc__model_reader_next(pcgc__model_reader *R, pcgc__arena *arena, pcgc__arena *keep,
+                                    const pcgc__stmt **out);
+/* The lexical check, then every statement read and dropped: the first
+ * lexical or syntax error, if any. */
+pcgc_status pcgc__model_check_syntax(const pcgc__src *src);
 
 /* True if s[0..len) is a keyword of the format. */
 bool pcgc__model_is_keyword(const char *s, size_t len);
@@ -288,10 +300,12 @@ typedef struct pcgc__num {
   double f;
 } pcgc__num;
 
-/* Builds the graph of a parsed file. `set_vals[i]` is the value of the
- * override opts->set_names[i] (each names a constant of the file). On
- * error, *out is NULL and src->err says why. */
-pcgc_status pcgc__model_build(const pcgc__src *src, const pcgc__ast *ast, const pcgc_model_options *opts,
-                              const pcgc__num *set_vals, pcgc_graph **out);
+/* Parses (from a text whose lexical check passed) and builds the graph, one
+ * statement at a time. `set_vals[i]` is the value of the override
+ * opts->set_names[i] (each names a constant of the file). On error, *out is
+ * NULL and src->err says why: the first syntax error of the file if there
+ * is one, else the first error of building. */
+pcgc_status pcgc__model_build(const pcgc__src *src, const pcgc_model_options *opts, const pcgc__num *set_vals,
+                              pcgc_graph **out);
 
 #endif /* PCGC_MODEL_INTERNAL_H */

@@ -67,6 +67,17 @@ char *pcgc__arena_strndup(pcgc__arena *a, const char *s, size_t n) {
   return d;
 }
 
+void pcgc__arena_reset(pcgc__arena *a) {
+  pcgc__chunk *c = a->head;
+  if (!c) return;
+  pcgc__chunk *rest = c->next;
+  c->next = NULL;
+  c->used = 0;
+  a->head = rest;
+  pcgc__arena_free(a);
+  a->head = c;
+}
+
 void pcgc__arena_free(pcgc__arena *a) {
   pcgc__chunk *c = a->head;
   while (c) {

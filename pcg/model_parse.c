@@ -2,7 +2,9 @@
  * model_parse.c — recursive-descent parser of the model format: tokens from
  * model_lex.c in, a syntax tree (model_internal.h) out, one function per rule
  * of the grammar in docs/model-format.md. Tokens are lexed as the parser
- * reaches them, into a window that drops those before each statement.
+ * reaches them, into a window that drops those before each statement, and
+ * the tree comes one top-level statement at a time (pcgc__model_reader_next),
+ * so that the builder can drop each statement's tree once it has run it.
  *
  * The parser checks syntax and where statements may stand (a second `model`
  * line, `const`/`input`/`block` inside a block, `return` outside one or not
@@ -20,6 +22,7 @@
 #include <assert.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "model_internal.h"
@@ -30,7 +33,8 @@ typedef struct parser {
   int pos;
   pcgc__arena *arena;
   int depth;                 /* open ( and unary minus in the current expression */
-  const pcgc__stmt *model;   /* the first `model` statement */
+  bool named;                /* a `model` statement was read ... */
+  pcgc__span model_sp;       /* ... here */
 } parser;
 
 /* ------------------------------------------------------------- helpers */
@@ -701,14 +705,15 @@ static pcgc_status parse_stmt(parser *P, bool in_block, const char *block_name, 
     return not_in_block(P, t, block_name);
   if (is_kw(P, t, "model")) {
     st->kind = PCGC__ST_MODEL;
-    if (P->model) {
+    if (P->named) {
       FAIL(P, t->sp, "the model is named twice");
-      return hint(P, "a file has at most one 'model' line; the first is at %d:%d", P->model->sp.line,
-                  P->model->sp.col);
+      return hint(P, "a file has at most one 'model' line; the first is at %d:%d", P->model_sp.line,
+                  P->model_sp.col);
     }
     advance(P);
     if ((s = expect_name(P, "a model name after 'model'", &st->name))) return s;
-    P->model = st;
+    P->named = true;
+    P->model_sp = st->sp;
   } else if (is_kw(P, t, "const")) {
     st->kind = PCGC__ST_CONST;
     advance(P);
@@ -755,19 +760,34 @@ static pcgc_status parse_stmt(parser *P, bool in_block, const char *block_name, 
 
 static pcgc_status lex_next(void *lexer, void *tok) { return pcgc__model_lex_next(lexer, tok); }
 
-pcgc_status pcgc__model_parse_ast(const pcgc__src *src, pcgc__arena *arena, pcgc__ast *ast) {
-  ast->n = 0;
-  ast->stmts = NULL;
-  pcgc_status s = pcgc__model_lex_check(src);
-  if (s) return s;
-  static const pcgc__tok eof = {.kind = PCGC__TK_EOF};
+struct pcgc__model_reader {
   pcgc__model_lexer lexer;
-  pcgc__model_lex_init(&lexer, src);
   pcgc__tokwin win;
-  pcgc__tokwin_init(&win, sizeof(pcgc__tok), lex_next, &lexer, &eof);
-  parser state = {src, &win, 0, arena, 0, NULL};
-  parser *P = &state;
-  int cap = 0;
+  parser P;
+};
+
+static const pcgc__tok eof_tok = {.kind = PCGC__TK_EOF};
+
+pcgc__model_reader *pcgc__model_reader_new(const pcgc__src *src) {
+  pcgc__model_reader *R = calloc(1, sizeof *R);
+  if (!R) return NULL;
+  pcgc__model_lex_init(&R->lexer, src);
+  pcgc__tokwin_init(&R->win, sizeof(pcgc__tok), lex_next, &R->lexer, &eof_tok);
+  R->P = (parser){.src = src, .win = &R->win};
+  return R;
+}
+
+void pcgc__model_reader_free(pcgc__model_reader *R) {
+  if (!R) return;
+  pcgc__tokwin_free(&R->win);
+  free(R);
+}
+
+pcgc_status pcgc__model_reader_next(pcgc__model_reader *R, pcgc__arena *arena, pcgc__arena *keep,
+                                    const pcgc__stmt **out) {
+  parser *P = &R->P;
+  *out = NULL;
+  pcgc_status s = PCGC_OK;
   for (;;) {
     const pcgc__tok *t = peek(P);
     if (t->kind == PCGC__TK_EOL) {
@@ -775,21 +795,27 @@ pcgc_status pcgc__model_parse_ast(const pcgc__src *src, pcgc__arena *arena, pcgc
       continue;
     }
     if (t->kind == PCGC__TK_EOF) break;
+    /* a block lives on: its instances run its tree whenever it is called */
+    P->arena = keep && is_kw(P, t, "block") ? keep : arena;
     pcgc__stmt *st;
-    if ((s = parse_stmt(P, false, NULL, &st))) break;
-    if (ast->n == cap) {
-      void *v = grow(P, ast->stmts, ast->n, &cap, sizeof *ast->stmts);
-      if (!v) {
-        s = oom(P);
-        break;
-      }
-      ast->stmts = v;
-    }
-    ast->stmts[ast->n++] = st;
+    if ((s = parse_stmt(P, false, NULL, &st)) == PCGC_OK) *out = st;
+    break;
   }
   /* the lexer already read the text once, so only memory can fail it */
-  assert(win.status == PCGC_OK || win.status == PCGC_ERR_NOMEM);
-  if (win.status != PCGC_OK) s = oom(P);
-  pcgc__tokwin_free(&win);
+  assert(R->win.status == PCGC_OK || R->win.status == PCGC_ERR_NOMEM);
+  if (R->win.status != PCGC_OK) s = oom(P);
+  return s;
+}
+
+pcgc_status pcgc__model_check_syntax(const pcgc__src *src) {
+  pcgc_status s = pcgc__model_lex_check(src);
+  if (s) return s;
+  pcgc__model_reader *R = pcgc__model_reader_new(src);
+  if (!R) return pcgc_error_set(src->err, PCGC_ERR_NOMEM, "out of memory parsing the model");
+  pcgc__arena arena = {0};
+  const pcgc__stmt *st;
+  while ((s = pcgc__model_reader_next(R, &arena, NULL, &st)) == PCGC_OK && st) pcgc__arena_reset(&arena);
+  pcgc__arena_free(&arena);
+  pcgc__model_reader_free(R);
   return s;
 }

@@ -108,7 +108,7 @@ int pcgc_op_backward_pair(pcgc_op_kind k) {
 int pcgc_op_num_outputs(pcgc_op_kind k, const pcgc_attrs *a) {
   if (op_table[k].n_out >= 0) return op_table[k].n_out;
   assert(k == PCGC_OP_SPLIT);
-  int n = a ? pcgc_attrs_get(a, "sizes")->n : 0;
+  int n = a ? pcgc_attrs_ints(a, "sizes").n : 0;
   return n > 0 ? n : 1;
 }
 
@@ -118,6 +118,7 @@ int pcgc_op_num_outputs(pcgc_op_kind k, const pcgc_attrs *a) {
 static pcgc_attr_desc schemas[PCGC_OP_COUNT][PCGC_MAX_ATTRS];
 static char schema_names[PCGC_OP_COUNT][PCGC_MAX_ATTRS][NAME_MAX_LEN];
 static int schema_count[PCGC_OP_COUNT];
+static uint8_t schema_off[PCGC_OP_COUNT][PCGC_MAX_ATTRS]; /* where each list sits in ints[] */
 static pthread_once_t schema_once = PTHREAD_ONCE_INIT;
 
 static void schema_fail(int op, const char *why) {
@@ -196,6 +197,15 @@ static void parse_schemas(void) {
       if (e > s) parse_schema_item(op, s, (size_t)(e - s));
       s = e;
     }
+    /* every list gets a place of its largest size in the pool */
+    int used = 0;
+    for (int i = 0; i < schema_count[op]; i++) {
+      pcgc_attr_type t = schemas[op][i].type;
+      if (t != PCGC_ATTR_INTS && t != PCGC_ATTR_INTS2) continue;
+      schema_off[op][i] = (uint8_t)used;
+      used += t == PCGC_ATTR_INTS ? PCGC_MAX_INTS : 2;
+    }
+    if (used > PCGC_MAX_INTS) schema_fail(op, "its lists need more than PCGC_MAX_INTS entries");
   }
 }
 
@@ -226,17 +236,18 @@ void pcgc_attrs_init(pcgc_attrs *a, pcgc_op_kind kind) {
   ensure_schemas();
   memset(a, 0, sizeof *a);
   a->kind = kind;
+  if ((unsigned)kind >= PCGC_OP_COUNT) return;
   for (int i = 0; i < schema_count[kind]; i++) {
     const pcgc_attr_desc *d = &schemas[kind][i];
-    pcgc_attr_value *v = &a->v[i];
+    a->off[i] = schema_off[kind][i];
     switch (d->type) {
-    case PCGC_ATTR_FLOAT: v->f = d->def_f; break;
+    case PCGC_ATTR_FLOAT: a->val[i].f = d->def_f; break;
     case PCGC_ATTR_INTS2:
-      v->n = 2;
-      v->v[0] = v->v[1] = d->def_i;
+      a->n[i] = 2;
+      a->ints[a->off[i]] = a->ints[a->off[i] + 1] = d->def_i;
       break;
-    case PCGC_ATTR_INTS: v->n = 0; break;
-    default: v->i = d->def_i; break;
+    case PCGC_ATTR_INTS: a->n[i] = 0; break;
+    default: a->val[i].i = d->def_i; break;
     }
   }
 }
@@ -255,16 +266,16 @@ pcgc_status pcgc_attrs_set_int(pcgc_attrs *a, const char *name, int64_t v) {
   const pcgc_attr_desc *d = &schemas[a->kind][i];
   switch (d->type) {
   case PCGC_ATTR_INT:
-  case PCGC_ATTR_ENUM: a->v[i].i = v; break;
-  case PCGC_ATTR_BOOL: a->v[i].i = v != 0; break;
-  case PCGC_ATTR_FLOAT: a->v[i].f = (double)v; break;
+  case PCGC_ATTR_ENUM: a->val[i].i = v; break;
+  case PCGC_ATTR_BOOL: a->val[i].i = v != 0; break;
+  case PCGC_ATTR_FLOAT: a->val[i].f = (double)v; break;
   case PCGC_ATTR_INTS2:
-    a->v[i].n = 2;
-    a->v[i].v[0] = a->v[i].v[1] = v;
+    a->n[i] = 2;
+    a->ints[a->off[i]] = a->ints[a->off[i] + 1] = v;
     break;
   case PCGC_ATTR_INTS:
-    a->v[i].n = 1;
-    a->v[i].v[0] = v;
+    a->n[i] = 1;
+    a->ints[a->off[i]] = v;
     break;
   }
   a->set[i] = true;
@@ -274,7 +285,7 @@ pcgc_status pcgc_attrs_set_int(pcgc_attrs *a, const char *name, int64_t v) {
 pcgc_status pcgc_attrs_set_float(pcgc_attrs *a, const char *name, double v) {
   int i = attr_lookup(a, name, NULL);
   if (i < 0 || schemas[a->kind][i].type != PCGC_ATTR_FLOAT) return PCGC_ERR_INVALID;
-  a->v[i].f = v;
+  a->val[i].f = v;
   a->set[i] = true;
   return PCGC_OK;
 }
@@ -285,28 +296,33 @@ pcgc_status pcgc_attrs_set_ints(pcgc_attrs *a, const char *name, int n, const in
   pcgc_attr_type t = schemas[a->kind][i].type;
   if (t != PCGC_ATTR_INTS && t != PCGC_ATTR_INTS2) return PCGC_ERR_INVALID;
   if (t == PCGC_ATTR_INTS2 && n != 2) return PCGC_ERR_INVALID;
-  a->v[i].n = n;
-  for (int k = 0; k < n; k++) a->v[i].v[k] = v[k];
+  a->n[i] = (uint8_t)n;
+  for (int k = 0; k < n; k++) a->ints[a->off[i] + k] = v[k];
   a->set[i] = true;
   return PCGC_OK;
 }
 
-const pcgc_attr_value *pcgc_attrs_get(const pcgc_attrs *a, const char *name) {
+/* The index of attribute `name`, which must exist. */
+static int attr_must(const pcgc_attrs *a, const char *name) {
   int i = pcgc_op_attr_index(a->kind, name);
   if (i < 0) {
     fprintf(stderr, "pcgc: internal error: op '%s' has no attribute '%s'\n",
             pcgc_op_name(a->kind), name);
     abort();
   }
-  return &a->v[i];
+  return i;
 }
 
 int64_t pcgc_attrs_int(const pcgc_attrs *a, const char *name) {
-  return pcgc_attrs_get(a, name)->i;
+  return pcgc_attrs_int_at(a, attr_must(a, name));
 }
 
 double pcgc_attrs_float(const pcgc_attrs *a, const char *name) {
-  return pcgc_attrs_get(a, name)->f;
+  return pcgc_attrs_float_at(a, attr_must(a, name));
+}
+
+pcgc_ints pcgc_attrs_ints(const pcgc_attrs *a, const char *name) {
+  return pcgc_attrs_ints_at(a, attr_must(a, name));
 }
 
 pcgc_status pcgc_attrs_check(const pcgc_attrs *a, pcgc_error *err) {
@@ -316,7 +332,7 @@ pcgc_status pcgc_attrs_check(const pcgc_attrs *a, pcgc_error *err) {
   const char *op = pcgc_op_name(a->kind);
   for (int i = 0; i < schema_count[a->kind]; i++) {
     const pcgc_attr_desc *d = &schemas[a->kind][i];
-    const pcgc_attr_value *v = &a->v[i];
+    int64_t vi = a->val[i].i;
     if (d->required && !a->set[i]) {
       pcgc_error_set(err, PCGC_ERR_INVALID, "%s: missing required attribute '%s'", op, d->name);
       pcgc_error_hint(err, "write %s=... in the call", d->name);
@@ -324,25 +340,25 @@ pcgc_status pcgc_attrs_check(const pcgc_attrs *a, pcgc_error *err) {
     }
     switch (d->type) {
     case PCGC_ATTR_ENUM:
-      if (!pcgc_enum_value_name(d->enum_type, v->i))
+      if (!pcgc_enum_value_name(d->enum_type, vi))
         return pcgc_error_set(err, PCGC_ERR_INVALID, "%s: attribute '%s' has no value %lld",
-                              op, d->name, (long long)v->i);
+                              op, d->name, (long long)vi);
       break;
     case PCGC_ATTR_BOOL:
-      if (v->i != 0 && v->i != 1)
+      if (vi != 0 && vi != 1)
         return pcgc_error_set(err, PCGC_ERR_INVALID, "%s: attribute '%s' must be true or false",
                               op, d->name);
       break;
     case PCGC_ATTR_FLOAT:
-      if (!isfinite(v->f))
+      if (!isfinite(a->val[i].f))
         return pcgc_error_set(err, PCGC_ERR_INVALID, "%s: attribute '%s' must be a finite number",
                               op, d->name);
       break;
     case PCGC_ATTR_INTS:
     case PCGC_ATTR_INTS2:
-      if (v->n < 0 || v->n > PCGC_MAX_INTS || (d->type == PCGC_ATTR_INTS2 && v->n != 2))
+      if (a->n[i] > PCGC_MAX_INTS || (d->type == PCGC_ATTR_INTS2 && a->n[i] != 2))
         return pcgc_error_set(err, PCGC_ERR_INVALID, "%s: attribute '%s' has %d entries",
-                              op, d->name, v->n);
+                              op, d->name, a->n[i]);
       break;
     case PCGC_ATTR_INT: break;
     }
@@ -363,22 +379,23 @@ bool pcgc_attrs_equal(const pcgc_attrs *x, const pcgc_attrs *y) {
   if (x->kind != y->kind) return false;
   int n = pcgc_op_num_attrs(x->kind);
   for (int i = 0; i < n; i++) {
-    const pcgc_attr_value *a = &x->v[i], *b = &y->v[i];
     bool ma = pcgc__attr_matters(x, i), mb = pcgc__attr_matters(y, i);
     if (ma != mb) return false;
     if (!ma) continue;
     switch (schemas[x->kind][i].type) {
     case PCGC_ATTR_FLOAT:
-      if (a->f != b->f) return false; /* values are finite; -0.0 equals 0.0 */
+      if (x->val[i].f != y->val[i].f) return false; /* values are finite; -0.0 equals 0.0 */
       break;
     case PCGC_ATTR_INTS:
-    case PCGC_ATTR_INTS2:
-      if (a->n != b->n) return false;
-      for (int k = 0; k < a->n; k++)
-        if (a->v[k] != b->v[k]) return false;
+    case PCGC_ATTR_INTS2: {
+      pcgc_ints a = pcgc_attrs_ints_at(x, i), b = pcgc_attrs_ints_at(y, i);
+      if (a.n != b.n) return false;
+      for (int k = 0; k < a.n; k++)
+        if (a.v[k] != b.v[k]) return false;
       break;
+    }
     default:
-      if (a->i != b->i) return false;
+      if (x->val[i].i != y->val[i].i) return false;
     }
   }
   return true;
@@ -399,25 +416,26 @@ static void format_double(char *buf, size_t n, double x) {
 int pcgc_attr_format(char *buf, size_t n, const pcgc_attrs *a, int i) {
   const pcgc_attr_desc *d = pcgc_op_attr(a->kind, i);
   if (!d) return snprintf(buf, n, "?");
-  const pcgc_attr_value *v = &a->v[i];
   char val[512];
   size_t k = 0;
   switch (d->type) {
-  case PCGC_ATTR_INT: snprintf(val, sizeof val, "%lld", (long long)v->i); break;
-  case PCGC_ATTR_FLOAT: format_double(val, sizeof val, v->f); break;
-  case PCGC_ATTR_BOOL: snprintf(val, sizeof val, "%s", v->i ? "true" : "false"); break;
+  case PCGC_ATTR_INT: snprintf(val, sizeof val, "%lld", (long long)a->val[i].i); break;
+  case PCGC_ATTR_FLOAT: format_double(val, sizeof val, a->val[i].f); break;
+  case PCGC_ATTR_BOOL: snprintf(val, sizeof val, "%s", a->val[i].i ? "true" : "false"); break;
   case PCGC_ATTR_ENUM: {
-    const char *name = pcgc_enum_value_name(d->enum_type, v->i);
+    const char *name = pcgc_enum_value_name(d->enum_type, a->val[i].i);
     snprintf(val, sizeof val, "%s", name ? name : "?");
     break;
   }
   case PCGC_ATTR_INTS:
-  case PCGC_ATTR_INTS2:
+  case PCGC_ATTR_INTS2: {
+    pcgc_ints l = pcgc_attrs_ints_at(a, i);
     val[k++] = '[';
-    for (int j = 0; j < v->n && k < sizeof val - 32; j++)
-      k += (size_t)snprintf(val + k, sizeof val - k, "%s%lld", j ? ", " : "", (long long)v->v[j]);
+    for (int j = 0; j < l.n && k < sizeof val - 32; j++)
+      k += (size_t)snprintf(val + k, sizeof val - k, "%s%lld", j ? ", " : "", (long long)l.v[j]);
     snprintf(val + k, sizeof val - k, "]");
     break;
+  }
   }
   return snprintf(buf, n, "%s=%s", d->name, val);
 }

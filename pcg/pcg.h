@@ -186,14 +186,14 @@ int pcgc_op_backward_pair(pcgc_op_kind k);
 
 /* ------------------------------------------------------------- attributes */
 
-#define PCGC_MAX_ATTRS 8
+#define PCGC_MAX_ATTRS 6  /* ops.def has at most 5 */
 #define PCGC_MAX_INTS 16
 
 typedef enum pcgc_attr_type {
   PCGC_ATTR_INT,     /* int64 */
   PCGC_ATTR_FLOAT,   /* double */
   PCGC_ATTR_BOOL,    /* stored in .i as 0/1 */
-  PCGC_ATTR_INTS,    /* list of up to PCGC_MAX_INTS int64 */
+  PCGC_ATTR_INTS,    /* list of up to PCGC_MAX_INTS int64 (one per op at most) */
   PCGC_ATTR_INTS2,   /* exactly two ints; a scalar given for it is repeated */
   PCGC_ATTR_ENUM,    /* stored in .i; names from one of the enums below */
 } pcgc_attr_type;
@@ -235,20 +235,41 @@ int pcgc_op_num_attrs(pcgc_op_kind k);
 const pcgc_attr_desc *pcgc_op_attr(pcgc_op_kind k, int i);
 int pcgc_op_attr_index(pcgc_op_kind k, const char *name);  /* -1 if none */
 
-typedef struct pcgc_attr_value {
-  int64_t i;
-  double f;
-  int n;                        /* INTS/INTS2: number of entries */
-  int64_t v[PCGC_MAX_INTS];
-} pcgc_attr_value;
-
-/* The attribute values of one node, in its op's schema order. `set` marks
- * values given explicitly (the rest hold defaults). */
+/* The attribute values of one node, in its op's schema order: a plain value
+ * (copied by `=`, compared with pcgc_attrs_equal), small because graphs are
+ * copied for every rewrite the search tries. A scalar sits in val[i] (INT,
+ * BOOL, ENUM in .i; FLOAT in .f). A list (INTS, INTS2) has n[i] entries at
+ * ints + off[i]: every list of an op has its own place in the one pool,
+ * PCGC_MAX_INTS entries for INTS and 2 for INTS2, fixed by the schema (ops.c
+ * checks that an op's lists fit the pool) and set by pcgc_attrs_init. Read
+ * values with the accessors below. `set` marks values given explicitly (the
+ * rest hold defaults). */
 typedef struct pcgc_attrs {
   pcgc_op_kind kind;
-  pcgc_attr_value v[PCGC_MAX_ATTRS];
   bool set[PCGC_MAX_ATTRS];
+  uint8_t n[PCGC_MAX_ATTRS];     /* list entries */
+  uint8_t off[PCGC_MAX_ATTRS];   /* where a list starts in ints[] */
+  union {
+    int64_t i;
+    double f;
+  } val[PCGC_MAX_ATTRS];
+  int64_t ints[PCGC_MAX_INTS];
 } pcgc_attrs;
+
+/* A list attribute as read: n entries at v, which points into the
+ * pcgc_attrs it was read from (valid as long as that is). */
+typedef struct pcgc_ints {
+  int n;
+  const int64_t *v;
+} pcgc_ints;
+
+/* Attribute i (schema order) of a, by type: INT/BOOL/ENUM, FLOAT, lists. */
+static inline int64_t pcgc_attrs_int_at(const pcgc_attrs *a, int i) { return a->val[i].i; }
+static inline double pcgc_attrs_float_at(const pcgc_attrs *a, int i) { return a->val[i].f; }
+static inline pcgc_ints pcgc_attrs_ints_at(const pcgc_attrs *a, int i) {
+  pcgc_ints l = {a->n[i], a->ints + a->off[i]};
+  return l;
+}
 
 /* Fills every attribute with its default (required ones with 0/empty). */
 void pcgc_attrs_init(pcgc_attrs *a, pcgc_op_kind kind);
@@ -260,7 +281,7 @@ pcgc_status pcgc_attrs_set_ints(pcgc_attrs *a, const char *name, int n, const in
 /* Getters by name; the name must exist in the schema (asserted). */
 int64_t pcgc_attrs_int(const pcgc_attrs *a, const char *name);
 double pcgc_attrs_float(const pcgc_attrs *a, const char *name);
-const pcgc_attr_value *pcgc_attrs_get(const pcgc_attrs *a, const char *name);
+pcgc_ints pcgc_attrs_ints(const pcgc_attrs *a, const char *name);
 /* Checks required attributes are set and values are in range. */
 pcgc_status pcgc_attrs_check(const pcgc_attrs *a, pcgc_error *err);
 bool pcgc_attrs_equal(const pcgc_attrs *x, const pcgc_attrs *y);

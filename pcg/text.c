@@ -350,12 +350,12 @@ static void write_int(text_out *o, int64_t x)
   }
 }
 
-static void write_int_list(text_out *o, const pcgc_attr_value *v)
+static void write_int_list(text_out *o, pcgc_ints v)
 {
   out_puts(o, "[");
-  for (int j = 0; j < v->n; j++) {
+  for (int j = 0; j < v.n; j++) {
     if (j) out_puts(o, ", ");
-    write_int(o, v->v[j]);
+    write_int(o, v.v[j]);
   }
   out_puts(o, "]");
 }
@@ -364,31 +364,33 @@ static void write_int_list(text_out *o, const pcgc_attr_value *v)
 static pcgc_status write_attr_value(text_out *o, const pcgc_node *nd, int i, pcgc_error *err)
 {
   const pcgc_attr_desc *d = pcgc_op_attr(nd->kind, i);
-  const pcgc_attr_value *v = &nd->attrs.v[i];
+  int64_t vi = pcgc_attrs_int_at(&nd->attrs, i);
   switch (d->type) {
   case PCGC_ATTR_INT:
-    write_int(o, v->i);
+    write_int(o, vi);
     return PCGC_OK;
   case PCGC_ATTR_FLOAT:
-    return write_float(o, nd, d->name, v->f, err);
+    return write_float(o, nd, d->name, pcgc_attrs_float_at(&nd->attrs, i), err);
   case PCGC_ATTR_BOOL:
-    out_puts(o, v->i ? "true" : "false");
+    out_puts(o, vi ? "true" : "false");
     return PCGC_OK;
   case PCGC_ATTR_INTS:
-  case PCGC_ATTR_INTS2:
-    if (v->n < 0 || v->n > PCGC_MAX_INTS) {
+  case PCGC_ATTR_INTS2: {
+    pcgc_ints l = pcgc_attrs_ints_at(&nd->attrs, i);
+    if (l.n > PCGC_MAX_INTS) {
       return pcgc_error_set(err, PCGC_ERR_INVALID, "node '%s': attribute %s has %d entries",
-                            nd->name ? nd->name : "?", d->name, v->n);
+                            nd->name ? nd->name : "?", d->name, l.n);
     }
-    write_int_list(o, v);
+    write_int_list(o, l);
     return PCGC_OK;
+  }
   case PCGC_ATTR_ENUM: {
-    const char *name = pcgc_enum_value_name(d->enum_type, v->i);
+    const char *name = pcgc_enum_value_name(d->enum_type, vi);
     if (name == NULL) {
       return pcgc_error_set(err, PCGC_ERR_INVALID,
                             "node '%s': attribute %s has no %s value %" PRId64,
                             nd->name ? nd->name : "?", d->name,
-                            pcgc_enum_type_name(d->enum_type), v->i);
+                            pcgc_enum_type_name(d->enum_type), vi);
     }
     out_puts(o, name);
     return PCGC_OK;
@@ -403,15 +405,15 @@ static pcgc_status write_attr_value(text_out *o, const pcgc_node *nd, int i, pcg
 /* "f32[64, 784]" from a source node's shape and dtype attributes. */
 static pcgc_status write_source_type(text_out *o, const pcgc_node *nd, pcgc_error *err)
 {
-  const pcgc_attr_value *shape = pcgc_attrs_get(&nd->attrs, "shape");
+  pcgc_ints shape = pcgc_attrs_ints(&nd->attrs, "shape");
   int64_t dt = pcgc_attrs_int(&nd->attrs, "dtype");
   if (dt < 0 || dt >= PCGC_DTYPE_COUNT) {
     return pcgc_error_set(err, PCGC_ERR_INVALID, "node '%s': unknown dtype %" PRId64,
                           nd->name ? nd->name : "?", dt);
   }
-  if (shape->n < 0 || shape->n > PCGC_MAX_INTS) {
+  if (shape.n > PCGC_MAX_INTS) {
     return pcgc_error_set(err, PCGC_ERR_INVALID, "node '%s': shape has %d entries",
-                          nd->name ? nd->name : "?", shape->n);
+                          nd->name ? nd->name : "?", shape.n);
   }
   out_puts(o, pcgc_dtype_name((pcgc_dtype)dt));
   write_int_list(o, shape);

@@ -288,11 +288,10 @@ static XXH128_hash_t node_key(const pcgc_graph *g, const pcgc_node *n, XXH128_ha
   kput_hash(&k, machine);
   kput(&k, n->kind);
   for (int i = 0; i < pcgc_op_num_attrs(n->kind); i++) {
-    const pcgc_attr_value *v = &n->attrs.v[i];
-    kput(&k, v->i);
-    kput_f(&k, v->f);
-    kput(&k, v->n);
-    for (int j = 0; j < v->n && j < PCGC_MAX_INTS; j++) kput(&k, v->v[j]);
+    pcgc_ints l = pcgc_attrs_ints_at(&n->attrs, i);
+    kput(&k, pcgc_attrs_int_at(&n->attrs, i)); /* a float's bits: .i and .f share them */
+    kput(&k, l.n);
+    for (int j = 0; j < l.n; j++) kput(&k, l.v[j]);
   }
   kput(&k, n->n_in);
   for (int i = 0; i < n->n_in; i++) kput_type(&k, pcgc_graph_ref_type(g, n->in[i]));

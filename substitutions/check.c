@@ -47,13 +47,21 @@
 #define MAX_ASLOTS 32  /* attributes the match leaves open */
 #define MAX_AVALS 6    /* values tried for one of them besides its default */
 
+/* A value an open attribute is tried at: i (INT, BOOL, ENUM), f (FLOAT) or
+ * the pair (INTS2). */
+typedef struct aval {
+  int64_t i;
+  double f;
+  int64_t pair[2];
+} aval;
+
 /* An attribute of a match node that the match leaves open (neither given
  * nor bound to a variable): built at its default, and at the values of
  * vals[] in the instances of class "attr". */
 typedef struct aslot {
   int node, attr;        /* match node, index in its op's schema */
   int n_vals;
-  pcgc_attr_value vals[MAX_AVALS];
+  aval vals[MAX_AVALS];
   unsigned covered;      /* values (bit v-1 for vals[v-1]) run in this rule */
   int fails;             /* tries of a value alone that gave no instance */
 } aslot;
@@ -303,8 +311,11 @@ static bool build_side(inst *I, side_graph *sg, const rside *sd, int side, uint6
       for (int j = 0; j < I->n_aslots; j++) {
         const aslot *as = &I->aslots[j];
         if (as->node != k || !I->A->av[j]) continue;
-        a.v[as->attr] = as->vals[I->A->av[j] - 1];
-        a.set[as->attr] = true;
+        const aval *v = &as->vals[I->A->av[j] - 1];
+        const pcgc_attr_desc *d = pcgc_op_attr(n->op, as->attr);
+        if (d->type == PCGC_ATTR_FLOAT) pcgc_attrs_set_float(&a, d->name, v->f);
+        else if (d->type == PCGC_ATTR_INTS2) pcgc_attrs_set_ints(&a, d->name, 2, v->pair);
+        else pcgc_attrs_set_int(&a, d->name, v->i);
         /* rope's base shows only with rope on: an open rope goes on with it */
         if (n->op == PCGC_OP_ATTENTION && !strcmp(pcgc_op_attr(n->op, as->attr)->name, "rope_theta")) {
           int ri = pcgc_op_attr_index(n->op, "rope");
@@ -775,7 +786,7 @@ static void space_init(space *sp, const pcgc_rule *r) {
  * the two spatial dims apart).
  * Type inference refuses what an instance cannot take (a kernel larger than
  * the input, groups 0). */
-static int attr_values(const pcgc_attr_desc *d, pcgc_attr_value *out) {
+static int attr_values(const pcgc_attr_desc *d, aval *out) {
   int n = 0;
   int64_t def = d->required ? 0 : d->def_i;
   memset(out, 0, MAX_AVALS * sizeof *out);
@@ -796,9 +807,8 @@ static int attr_values(const pcgc_attr_desc *d, pcgc_attr_value *out) {
     break;
   case PCGC_ATTR_INTS2:
     for (int k = 0; k <= 1; k++) {
-      out[n].n = 2;
-      out[n].v[0] = def + 1;
-      out[n++].v[1] = def + 1 - k;
+      out[n].pair[0] = def + 1;
+      out[n++].pair[1] = def + 1 - k;
     }
     break;
   default: break; /* lists (shape, perm, dims) are required: the match gives them */
@@ -1405,7 +1415,7 @@ static bool attr_visible(const inst *I, int j) {
     /* rope turned on shows the default base too (a rewrite that changes it
      * differs there): only with that base */
     int ti = pcgc_op_attr_index(PCGC_OP_ATTENTION, "rope_theta");
-    return strcmp(an, "rope") || ti < 0 || n->attrs.v[ti].f == pcgc_op_attr(PCGC_OP_ATTENTION, ti)->def_f;
+    return strcmp(an, "rope") || ti < 0 || pcgc_attrs_float_at(&n->attrs, ti) == pcgc_op_attr(PCGC_OP_ATTENTION, ti)->def_f;
   }
   if (!causal &&
       ((rn->op != PCGC_OP_CONV2D && rn->op != PCGC_OP_POOL2D) || pcgc_op_attr(rn->op, as->attr)->type != PCGC_ATTR_INTS2))
@@ -1426,10 +1436,10 @@ static bool attr_visible(const inst *I, int j) {
     kh = w->dims[2];
     kw = w->dims[3];
   } else {
-    const pcgc_attr_value *k = pcgc_attrs_get(&n->attrs, "kernel"), *gl = pcgc_attrs_get(&n->attrs, "global");
-    if (!k || (gl && gl->i)) return false;
-    kh = k->v[0];
-    kw = k->v[1];
+    pcgc_ints k = pcgc_attrs_ints(&n->attrs, "kernel");
+    if (pcgc_attrs_int(&n->attrs, "global")) return false;
+    kh = k.v[0];
+    kw = k.v[1];
   }
   if (!strcmp(pcgc_op_attr(rn->op, as->attr)->name, "dilation")) return kh > 1 && kw > 1; /* each entry shows */
   return kh > 1 || kw > 1;

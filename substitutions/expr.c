@@ -20,11 +20,12 @@ static const pcgc_attrs *attrs_of(const rx_env *env, int32_t t) {
   return env->attrs_of ? env->attrs_of(env->ctx, t) : NULL;
 }
 
-/* The attribute value of an RX_ATTR/RX_ATTR_AT expression, or NULL. */
-static const pcgc_attr_value *attr_value(const rx_env *env, const rx *x) {
+/* The attributes whose value x->attr (schema order) an RX_ATTR/RX_ATTR_AT
+ * expression reads, or NULL. */
+static const pcgc_attrs *attr_source(const rx_env *env, const rx *x) {
   const pcgc_attrs *a = attrs_of(env, x->tensor);
   if (!a || x->attr < 0 || x->attr >= pcgc_op_num_attrs(a->kind)) return NULL;
-  return &a->v[x->attr]; /* schema order */
+  return a;
 }
 
 rx_result pcgc__rx_eval(const rx_env *env, int32_t e, int64_t *out) {
@@ -42,28 +43,30 @@ rx_result pcgc__rx_eval(const rx_env *env, int32_t e, int64_t *out) {
     *out = env->sym[x->sym];
     return RX_OK;
   case RX_ATTR: {
-    const pcgc_attr_value *v = attr_value(env, x);
-    if (!v) return RX_UNBOUND;
-    pcgc_attr_type ty = pcgc_op_attr(attrs_of(env, x->tensor)->kind, x->attr)->type;
+    const pcgc_attrs *at = attr_source(env, x);
+    if (!at) return RX_UNBOUND;
+    pcgc_attr_type ty = pcgc_op_attr(at->kind, x->attr)->type;
     if (ty == PCGC_ATTR_FLOAT) return RX_UNDEFINED; /* only copied whole, never computed with */
     if (ty == PCGC_ATTR_INTS || ty == PCGC_ATTR_INTS2) {
       /* a list used as a number: only when all its entries are equal */
-      if (v->n < 1) return RX_UNDEFINED;
-      for (int i = 1; i < v->n; i++)
-        if (v->v[i] != v->v[0]) return RX_UNDEFINED;
-      *out = v->v[0];
+      pcgc_ints l = pcgc_attrs_ints_at(at, x->attr);
+      if (l.n < 1) return RX_UNDEFINED;
+      for (int i = 1; i < l.n; i++)
+        if (l.v[i] != l.v[0]) return RX_UNDEFINED;
+      *out = l.v[0];
       return RX_OK;
     }
-    *out = v->i;
+    *out = pcgc_attrs_int_at(at, x->attr);
     return RX_OK;
   }
   case RX_ATTR_AT: {
-    const pcgc_attr_value *v = attr_value(env, x);
-    if (!v) return RX_UNBOUND;
+    const pcgc_attrs *at = attr_source(env, x);
+    if (!at) return RX_UNBOUND;
     if ((ra = pcgc__rx_eval(env, x->a, &a)) != RX_OK) return ra;
-    if (a < 0) a += v->n;
-    if (a < 0 || a >= v->n) return RX_UNDEFINED;
-    *out = v->v[a];
+    pcgc_ints l = pcgc_attrs_ints_at(at, x->attr);
+    if (a < 0) a += l.n;
+    if (a < 0 || a >= l.n) return RX_UNDEFINED;
+    *out = l.v[a];
     return RX_OK;
   }
   case RX_RANK: {
@@ -265,13 +268,13 @@ pcgc_status pcgc__rnode_attrs_partial(const rx_env *env, const rnode *n, pcgc_at
       if (x && x->kind == RX_ATTR && (d->type == PCGC_ATTR_FLOAT || d->type == PCGC_ATTR_ENUM || d->type == PCGC_ATTR_BOOL ||
                                       d->type == PCGC_ATTR_INTS || d->type == PCGC_ATTR_INTS2)) {
         /* a whole-attribute copy: y.KEY */
-        const pcgc_attr_value *src = attr_value(env, x);
-        if (!src) return attr_error(env, n, at, "the attribute it copies is not known", err);
-        const pcgc_attrs *sa = attrs_of(env, x->tensor);
+        const pcgc_attrs *sa = attr_source(env, x);
+        if (!sa) return attr_error(env, n, at, "the attribute it copies is not known", err);
         const pcgc_attr_desc *sd = pcgc_op_attr(sa->kind, x->attr);
-        if (sd->type == PCGC_ATTR_FLOAT) st = pcgc_attrs_set_float(a, d->name, src->f);
-        else if (sd->type == PCGC_ATTR_INTS || sd->type == PCGC_ATTR_INTS2) st = pcgc_attrs_set_ints(a, d->name, src->n, src->v);
-        else st = pcgc_attrs_set_int(a, d->name, src->i);
+        pcgc_ints sl = pcgc_attrs_ints_at(sa, x->attr);
+        if (sd->type == PCGC_ATTR_FLOAT) st = pcgc_attrs_set_float(a, d->name, pcgc_attrs_float_at(sa, x->attr));
+        else if (sd->type == PCGC_ATTR_INTS || sd->type == PCGC_ATTR_INTS2) st = pcgc_attrs_set_ints(a, d->name, sl.n, sl.v);
+        else st = pcgc_attrs_set_int(a, d->name, pcgc_attrs_int_at(sa, x->attr));
         break;
       }
       rx_result rr = pcgc__rx_eval(env, at->expr, &v);

@@ -330,30 +330,32 @@ static bool static_attrs_ok(const mstate *ms, int p, const pcgc_node *gn) {
     if (!ms->plan->is_static[p][a]) continue;
     const rattr *ra = &pn->attrs[a];
     const int64_t *sv = ms->plan->static_v[p][a];
-    const pcgc_attr_value *v = &gn->attrs.v[ra->attr];
+    int64_t vi = pcgc_attrs_int_at(&gn->attrs, ra->attr);
+    double vf = pcgc_attrs_float_at(&gn->attrs, ra->attr);
+    pcgc_ints l = pcgc_attrs_ints_at(&gn->attrs, ra->attr);
     pcgc_attr_type ty = pcgc_op_attr(pn->op, ra->attr)->type;
     bool list = ty == PCGC_ATTR_INTS || ty == PCGC_ATTR_INTS2;
     switch (ra->kind) {
     case RV_ENUM: case RV_BOOL:
-      if (list || ty == PCGC_ATTR_FLOAT || v->i != ra->ival) return false;
+      if (list || ty == PCGC_ATTR_FLOAT || vi != ra->ival) return false;
       break;
     case RV_FLOAT:
-      if (ty != PCGC_ATTR_FLOAT || v->f != ra->f) return false;
+      if (ty != PCGC_ATTR_FLOAT || vf != ra->f) return false;
       break;
     case RV_EXPR:
       if (ty == PCGC_ATTR_FLOAT) {
-        if (v->f != (double)sv[0]) return false;
+        if (vf != (double)sv[0]) return false;
       } else if (!list) {
-        if (v->i != sv[0]) return false;
+        if (vi != sv[0]) return false;
       } else {
-        for (int j = 0; j < v->n; j++)
-          if (v->v[j] != sv[0]) return false;
+        for (int j = 0; j < l.n; j++)
+          if (l.v[j] != sv[0]) return false;
       }
       break;
     case RV_LIST:
-      if (!list || v->n != ra->n) return false;
-      for (int j = 0; j < v->n; j++)
-        if (v->v[j] != sv[j]) return false;
+      if (!list || l.n != ra->n) return false;
+      for (int j = 0; j < l.n; j++)
+        if (l.v[j] != sv[j]) return false;
       break;
     }
   }
@@ -414,12 +416,13 @@ static ures worst(ures a, ures b) { return a == U_FAIL || b == U_FAIL ? U_FAIL :
 static ures check_attr(mstate *ms, int p, int a) {
   const rnode *pn = &ms->r->match.nodes[p];
   const rattr *ra = &pn->attrs[a];
-  const pcgc_attr_value *v = &ms->g->nodes[ms->node_of[p]].attrs.v[ra->attr];
+  const pcgc_attrs *ga = &ms->g->nodes[ms->node_of[p]].attrs;
+  pcgc_ints l = pcgc_attrs_ints_at(ga, ra->attr);
   pcgc_attr_type ty = pcgc_op_attr(pn->op, ra->attr)->type;
   ures res = U_OK;
   if (ra->kind == RV_LIST) {
-    if ((ty != PCGC_ATTR_INTS && ty != PCGC_ATTR_INTS2) || v->n != ra->n) return U_FAIL;
-    for (int j = 0; j < v->n && res != U_FAIL; j++) res = worst(res, unify(ms, ra->list[j], v->v[j]));
+    if ((ty != PCGC_ATTR_INTS && ty != PCGC_ATTR_INTS2) || l.n != ra->n) return U_FAIL;
+    for (int j = 0; j < l.n && res != U_FAIL; j++) res = worst(res, unify(ms, ra->list[j], l.v[j]));
     return res;
   }
   if (ra->kind != RV_EXPR) return U_FAIL;  /* the constant kinds are static */
@@ -429,7 +432,7 @@ static ures check_attr(mstate *ms, int p, int a) {
     if (x->kind != RX_ATTR) return U_FAIL;
     const pcgc_attrs *src = ms_attrs_of(ms, x->tensor);
     if (!src) return U_WAIT;
-    return src->v[x->attr].f == v->f ? U_OK : U_FAIL;
+    return pcgc_attrs_float_at(src, x->attr) == pcgc_attrs_float_at(ga, ra->attr) ? U_OK : U_FAIL;
   }
   if (ty == PCGC_ATTR_INTS || ty == PCGC_ATTR_INTS2) {
     /* a copy of another match node's list attribute compares whole lists */
@@ -439,17 +442,17 @@ static ures check_attr(mstate *ms, int p, int a) {
       if (!src) return U_WAIT;
       pcgc_attr_type sty = pcgc_op_attr(src->kind, x->attr)->type;
       if (sty == PCGC_ATTR_INTS || sty == PCGC_ATTR_INTS2) {
-        const pcgc_attr_value *sv = &src->v[x->attr];
-        if (sv->n != v->n) return U_FAIL;
-        for (int j = 0; j < v->n; j++)
-          if (sv->v[j] != v->v[j]) return U_FAIL;
+        pcgc_ints sl = pcgc_attrs_ints_at(src, x->attr);
+        if (sl.n != l.n) return U_FAIL;
+        for (int j = 0; j < l.n; j++)
+          if (sl.v[j] != l.v[j]) return U_FAIL;
         return U_OK;
       }
     }
-    for (int j = 0; j < v->n && res != U_FAIL; j++) res = worst(res, unify(ms, ra->expr, v->v[j]));
+    for (int j = 0; j < l.n && res != U_FAIL; j++) res = worst(res, unify(ms, ra->expr, l.v[j]));
     return res;
   }
-  return unify(ms, ra->expr, v->i);
+  return unify(ms, ra->expr, pcgc_attrs_int_at(ga, ra->attr));
 }
 
 static ures check_dims(mstate *ms, int input) {

@@ -41,8 +41,11 @@ typedef enum rx_kind {
   RX_ADD, RX_SUB, RX_MUL, RX_DIV, RX_MOD /* a op b; / and % as in C, on int64 */
 } rx_kind;
 
-/* 32 bytes: a rule may hold thousands (one per number or name of its
- * conditions), so the fields a kind does not read share storage. */
+/* 16 bytes: a rule may hold thousands (one per number or name of its
+ * conditions, about one per three bytes of its text; issue 17), so the
+ * fields a kind does not read share storage, operands are 16-bit indices
+ * (PCGC__RULES_MAX_EXPRS fits), and an expression keeps no source position:
+ * messages point at the condition or attribute that holds it. */
 typedef struct rx {
   union {
     int64_t v;           /* RX_INT */
@@ -52,12 +55,8 @@ typedef struct rx {
       int32_t attr;      /* RX_ATTR, RX_ATTR_AT */
     };
   };
-  int32_t a, b;          /* operand expressions, -1 when absent (every kind) */
-  rx_kind kind;
-  int len;               /* its length in the source, for the caret */
-  struct {
-    int line, col;       /* where it starts; the file is the rule's loc.file */
-  } loc;
+  int16_t a, b;          /* operand expressions, -1 when absent (every kind) */
+  rx_kind kind : 8;
 } rx;
 
 /* -------------------------------------------------------------- symbols */
@@ -247,7 +246,7 @@ void pcgc__rule_free(pcgc_rule *r);
 /* A packed copy of r (one allocation holding the rule, every array sized to
  * its count, and every name), or NULL on out of memory; r is left as it was. */
 pcgc_rule *pcgc__rule_pack(const pcgc_rule *r);
-int32_t pcgc__rx_new(pcgc_rule *r, rx_kind kind, pcgc_srcloc loc);  /* -1 on out of memory */
+int32_t pcgc__rx_new(pcgc_rule *r, rx_kind kind);  /* -1 on out of memory */
 /* The text of the file a location names (loc.file of a rule of rs), for
  * messages that show a source line; NULL if rs did not read that file. */
 const char *pcgc__ruleset_source(const pcgc_ruleset *rs, const char *file, size_t *len);

@@ -40,7 +40,7 @@ static pcgc_status new_rx(parser *P, rx_kind kind, const pcgc__rtok *t, int32_t 
     FAIL(P, t, "rule '%s' has too many expressions (at most %d)", r->name, PCGC__RULES_MAX_EXPRS);
     return pcgc__rp_hint(P, "split the rule");
   }
-  int32_t e = pcgc__rx_new(r, kind, loc_of(P, t));
+  int32_t e = pcgc__rx_new(r, kind);
   if (e < 0) return pcgc__rp_oom(P);
   if (r->n_ex > P->cap_ex) {
     int cap = P->cap_ex ? P->cap_ex * 2 : 64;
@@ -48,14 +48,9 @@ static pcgc_status new_rx(parser *P, rx_kind kind, const pcgc__rtok *t, int32_t 
     int *h = realloc(P->height, (size_t)cap * sizeof *h);
     if (!h) return pcgc__rp_oom(P);
     P->height = h;
-    int *s = realloc(P->start, (size_t)cap * sizeof *s);
-    if (!s) return pcgc__rp_oom(P);
-    P->start = s;
     P->cap_ex = cap;
   }
-  r->ex[e].len = t->sp.len;
   P->height[e] = 1;
-  P->start[e] = t->sp.off;
   *out = e;
   return PCGC_OK;
 }
@@ -68,10 +63,8 @@ static pcgc_status set_height(parser *P, int32_t e, int h, const pcgc__rtok *t) 
   return pcgc__rp_hint(P, "simplify the expression");
 }
 
-/* Ends expression e at the last token read. */
-_Static_assert(sizeof(rx) <= 32, "rule expressions stay small (issue 17)");
-
-static void end_rx(parser *P, int32_t e) { P->r->ex[e].len = prev_end(P) - P->start[e]; }
+_Static_assert(sizeof(rx) <= 16, "rule expressions stay small (issue 17)");
+_Static_assert(PCGC__RULES_MAX_EXPRS <= INT16_MAX, "operands are 16-bit indices");
 
 static pcgc_status parse_expr(parser *P, int32_t *out);
 
@@ -114,13 +107,12 @@ static pcgc_status parse_attr_ref(parser *P, int32_t *out) {
     if ((s = parse_expr(P, &idx))) return s;
     if (!is_p(peek(P), ']')) return pcgc__rp_expected(P, "']'", "an index is written y.KEY[i]");
     pcgc__rp_close(P);
-    P->r->ex[e].a = idx;
+    P->r->ex[e].a = (int16_t)idx;
     if ((s = set_height(P, e, P->height[idx] + 1, t))) return s;
   } else if (!list && is_p(peek(P), '[')) {
     FAIL(P, peek(P), "attribute '%s' of %s is not a list", key, pcgc_op_name(nd->op));
     return pcgc__rp_hint(P, "only ints attributes (stride, sizes, perm, ...) take an index");
   }
-  end_rx(P, e);
   *out = e;
   return PCGC_OK;
 }
@@ -142,13 +134,12 @@ static pcgc_status parse_rank_size(parser *P, int32_t *out) {
     if ((s = pcgc__rp_expect_p(P, ',', "',' after the tensor of size()", "size(x, k) is dim k of tensor x"))) return s;
     int32_t k;
     if ((s = parse_expr(P, &k))) return s;
-    P->r->ex[e].a = k;
+    P->r->ex[e].a = (int16_t)k;
     if ((s = set_height(P, e, P->height[k] + 1, t))) return s;
   }
   if (!is_p(peek(P), ')'))
     return pcgc__rp_expected(P, "')'", size ? "size(x, k) is dim k of tensor x" : "rank(x) is the rank of tensor x");
   pcgc__rp_close(P);
-  end_rx(P, e);
   *out = e;
   return PCGC_OK;
 }
@@ -209,16 +200,10 @@ static pcgc_status parse_atom(parser *P, int32_t *out) {
       FAIL(P, t, "expression is nested too deeply (more than %d levels)", PCGC__RULES_MAX_DEPTH);
       return pcgc__rp_hint(P, "simplify the expression");
     }
-    int open_tok = P->pos;
     if ((s = pcgc__rp_open(P, NULL)) || (s = parse_expr(P, out))) return s;
     if (!is_p(peek(P), ')')) return pcgc__rp_expected(P, "')'", "check the parentheses");
     pcgc__rp_close(P);
     P->depth--;
-    P->start[*out] = tok_at(P, open_tok)->sp.off; /* the caret covers the parentheses */
-    const pcgc__rtok *o = tok_at(P, open_tok);
-    P->r->ex[*out].loc.line = o->sp.line;
-    P->r->ex[*out].loc.col = o->sp.col;
-    end_rx(P, *out);
     return PCGC_OK;
   }
   if (is_kw(P, t, "rank") || is_kw(P, t, "size")) return parse_rank_size(P, out);
@@ -252,9 +237,8 @@ static pcgc_status parse_unary(parser *P, int32_t *out) {
   pcgc_status s = parse_unary(P, &a);
   if (s || (s = new_rx(P, RX_NEG, t, &e))) return s;
   P->depth--;
-  P->r->ex[e].a = a;
+  P->r->ex[e].a = (int16_t)a;
   if ((s = set_height(P, e, P->height[a] + 1, t))) return s;
-  end_rx(P, e);
   *out = e;
   return PCGC_OK;
 }
@@ -265,12 +249,9 @@ static pcgc_status make_bin(parser *P, const pcgc__rtok *op, int32_t l, int32_t 
   pcgc_status s = new_rx(P, k, op, &e);
   if (s) return s;
   rx *x = &P->r->ex[e];
-  x->a = l;
-  x->b = r;
-  x->loc = P->r->ex[l].loc;
-  P->start[e] = P->start[l];
+  x->a = (int16_t)l;
+  x->b = (int16_t)r;
   if ((s = set_height(P, e, (P->height[l] > P->height[r] ? P->height[l] : P->height[r]) + 1, op))) return s;
-  end_rx(P, e);
   *out = e;
   return PCGC_OK;
 }
@@ -346,7 +327,6 @@ static pcgc_status parse_copy_value(parser *P, const char *op, const pcgc_attr_d
   if ((s = new_rx(P, RX_ATTR, t, out))) return s;
   P->r->ex[*out].tensor = tensor;
   P->r->ex[*out].attr = a;
-  end_rx(P, *out);
   if (!is_p(peek(P), ',') && !is_p(peek(P), ')')) {
     FAIL(P, peek(P), "a copied %s attribute stands alone; found %s after it",
          d->type == PCGC_ATTR_FLOAT  ? "float"
@@ -1154,7 +1134,6 @@ pcgc_status pcgc__rules_parse(const pcgc__src *src, const pcgc_ruleset *rs, pcgc
   if (win.status != PCGC_OK) s = pcgc__rp_oom(P);
   pcgc__tokwin_free(&win);
   free(P->height);
-  free(P->start);
   free(P->scratch);
   pcgc__rule_index_clear(&P->names);
   if (s != PCGC_OK) {

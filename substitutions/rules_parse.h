@@ -114,8 +114,7 @@ typedef struct pcgc__rparser {
   pcgc__rule_scratch *scratch;
   int side;     /* SIDE_*: what a name may mean */
   int depth;    /* open ( and unary minus in the current expression */
-  int *height;  /* per expression of r: tree height, start offset */
-  int *start;
+  int *height;  /* per expression of r: tree height */
   int cap_ex;
   int open[PCGC__RULES_MAX_OPEN]; /* token indices of unclosed brackets */
   const char *open_what[PCGC__RULES_MAX_OPEN];

@@ -49,7 +49,7 @@ struct pcgc_ruleset {
 
 /* ----------------------------------------------------------- AST helpers */
 
-int32_t pcgc__rx_new(pcgc_rule *r, rx_kind kind, pcgc_srcloc loc) {
+int32_t pcgc__rx_new(pcgc_rule *r, rx_kind kind) {
   if (r->n_ex == r->cap_ex) {
     if (r->cap_ex > INT32_MAX / 2) return -1;
     int cap = r->cap_ex ? r->cap_ex * 2 : 32;
@@ -63,8 +63,6 @@ int32_t pcgc__rx_new(pcgc_rule *r, rx_kind kind, pcgc_srcloc loc) {
   x->kind = kind;
   x->sym = x->tensor = x->attr = -1;
   x->a = x->b = -1;
-  x->loc.line = loc.line;
-  x->loc.col = loc.col;
   return r->n_ex++;
 }
 

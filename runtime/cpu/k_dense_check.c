@@ -195,9 +195,9 @@ pcgc_status pcgc__kd_conv_geo(const pcgc__kargs *k, conv_geo *g) {
   const pcgc_buf *x = &k->in[0], *w = &k->in[1];
   TRY(need_rank(k, 0, 4, 4));
   TRY(need_rank(k, 1, 4, 4));
-  const pcgc_attr_value *st = pcgc_attrs_get(k->a, "stride"), *pad = pcgc_attrs_get(k->a, "padding"),
-                        *dil = pcgc_attrs_get(k->a, "dilation");
-  g->sh = st->v[0], g->sw = st->v[1], g->ph = pad->v[0], g->pw = pad->v[1], g->dh = dil->v[0], g->dw = dil->v[1];
+  pcgc_ints st = pcgc_attrs_ints(k->a, "stride"), pad = pcgc_attrs_ints(k->a, "padding"),
+            dil = pcgc_attrs_ints(k->a, "dilation");
+  g->sh = st.v[0], g->sw = st.v[1], g->ph = pad.v[0], g->pw = pad.v[1], g->dh = dil.v[0], g->dw = dil.v[1];
   if (g->sh < 1 || g->sw < 1 || g->dh < 1 || g->dw < 1 || g->ph < 0 || g->pw < 0)
     return pcgc__kfail(k, "stride and dilation must be at least 1 and padding not negative");
   g->groups = pcgc_attrs_int(k->a, "groups");
@@ -249,9 +249,9 @@ pcgc_status pcgc__kd_pool_geo(const pcgc__kargs *k, pool_geo *g) {
                          (long long)p.global[2], (long long)p.global[3]);
     g->div = (double)p.global[2] * (double)p.global[3]; /* logical area: pieces add up */
   } else {
-    const pcgc_attr_value *kk = pcgc_attrs_get(k->a, "kernel"), *st = pcgc_attrs_get(k->a, "stride"),
-                          *pad = pcgc_attrs_get(k->a, "padding");
-    g->KH = kk->v[0], g->KW = kk->v[1], g->sh = st->v[0], g->sw = st->v[1], g->ph = pad->v[0], g->pw = pad->v[1];
+    pcgc_ints kk = pcgc_attrs_ints(k->a, "kernel"), st = pcgc_attrs_ints(k->a, "stride"),
+              pad = pcgc_attrs_ints(k->a, "padding");
+    g->KH = kk.v[0], g->KW = kk.v[1], g->sh = st.v[0], g->sw = st.v[1], g->ph = pad.v[0], g->pw = pad.v[1];
     if (g->KH < 1 || g->KW < 1 || g->sh < 1 || g->sw < 1 || g->ph < 0 || g->pw < 0 || 2 * g->ph > g->KH ||
         2 * g->pw > g->KW)
       return pcgc__kfail(k, "kernel and stride must be at least 1, padding not negative and at most half the kernel");

@@ -145,9 +145,9 @@ pcgc_status pcgc__cpu_bwd_softmax(const pcgc__kargs *k) {
  * innermost; *inner is the number of elements each output sums and *scale
  * 1 for a sum, 1/(logical count of the reduced dims) for a mean. */
 static kx_iter reduce_iter(const pcgc__kargs *k, const pcgc_buf *x, int64_t *inner, double *scale) {
-  const pcgc_attr_value *dl = pcgc_attrs_get(k->a, "dims");
+  pcgc_ints dl = pcgc_attrs_ints(k->a, "dims");
   bool red[PCGC_MAX_RANK] = {false};
-  for (int i = 0; i < dl->n; i++) red[dl->v[i] < 0 ? dl->v[i] + x->rank : dl->v[i]] = true;
+  for (int i = 0; i < dl.n; i++) red[dl.v[i] < 0 ? dl.v[i] + x->rank : dl.v[i]] = true;
   pcgc_piece p = pcgc__in_piece(k, 0);
   int64_t xs[PCGC_MAX_RANK], ys[PCGC_MAX_RANK], s = 1;
   kx_strides(x->rank, x->dims, xs);

@@ -120,7 +120,7 @@ pcgc_status pcgc__cpu_bwd_flatten(const pcgc__kargs *k) {
 /* A loop over the output y whose first offset walks y and second the
  * input x (out dim i is input dim perm[i]). */
 static kx_iter transpose_iter(const pcgc__kargs *k, const pcgc_buf *x, const pcgc_buf *y) {
-  const pcgc_attr_value *perm = pcgc_attrs_get(k->a, "perm");
+  pcgc_ints perm = pcgc_attrs_ints(k->a, "perm");
   int64_t xs[PCGC_MAX_RANK];
   kx_strides(x->rank, x->dims, xs);
   kx_iter it;
@@ -129,7 +129,7 @@ static kx_iter transpose_iter(const pcgc__kargs *k, const pcgc_buf *x, const pcg
   memcpy(it.dims, y->dims, sizeof it.dims);
   kx_strides(y->rank, y->dims, it.st[0]);
   for (int i = 0; i < y->rank; i++) {
-    int64_t p = perm->v[i] < 0 ? perm->v[i] + x->rank : perm->v[i];
+    int64_t p = perm.v[i] < 0 ? perm.v[i] + x->rank : perm.v[i];
     it.st[1][i] = xs[p];
   }
   return it;

@@ -169,14 +169,14 @@ namespace {
 /* The output y's index space with offsets (y, x): out dim i is input dim
  * perm[i]. */
 static cux_nd transpose_map(const pcgc__cukargs *k, const pcgc_buf *x, const pcgc_buf *y) {
-  const pcgc_attr_value *perm = pcgc_attrs_get(k->a, "perm");
+  pcgc_ints perm = pcgc_attrs_ints(k->a, "perm");
   int64_t xs[PCGC_MAX_RANK], ys[PCGC_MAX_RANK];
   kx_strides(x->rank, x->dims, xs);
   kx_strides(y->rank, y->dims, ys);
   cux_nd g;
   memset(&g, 0, sizeof g);
   for (int i = 0; i < y->rank; i++) {
-    int64_t p = perm->v[i] < 0 ? perm->v[i] + x->rank : perm->v[i];
+    int64_t p = perm.v[i] < 0 ? perm.v[i] + x->rank : perm.v[i];
     cux_nd_push(&g, y->dims[i], ys[i], xs[p], 0);
   }
   cux_nd_collapse(&g);
@@ -397,9 +397,9 @@ struct reduce_sum_f {
 /* The reduced dims of x, and the scale: 1 for a sum, 1 / (the logical count
  * of the reduced dims) for a mean. */
 static double reduce_dims(const pcgc__cukargs *k, const pcgc_buf *x, bool *red) {
-  const pcgc_attr_value *dl = pcgc_attrs_get(k->a, "dims");
+  pcgc_ints dl = pcgc_attrs_ints(k->a, "dims");
   for (int d = 0; d < PCGC_MAX_RANK; d++) red[d] = false;
-  for (int i = 0; i < dl->n; i++) red[dl->v[i] < 0 ? dl->v[i] + x->rank : dl->v[i]] = true;
+  for (int i = 0; i < dl.n; i++) red[dl.v[i] < 0 ? dl.v[i] + x->rank : dl.v[i]] = true;
   pcgc_piece p = pcgc__in_piece(k, 0);
   double count = 1;
   for (int d = 0; d < x->rank; d++)

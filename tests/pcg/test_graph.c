@@ -221,16 +221,18 @@ END_TEST
 /* Changes attribute i of `a` to a different valid value. */
 static void mutate(pcgc_attrs *a, int i) {
   const pcgc_attr_desc *d = pcgc_op_attr(a->kind, i);
-  pcgc_attr_value *v = &a->v[i];
+  int64_t *l = a->ints + a->off[i];
   switch (d->type) {
-  case PCGC_ATTR_INT: v->i += 1; break;
-  case PCGC_ATTR_BOOL: v->i = !v->i; break;
-  case PCGC_ATTR_FLOAT: v->f = v->f * 2 + 0.25; break;
-  case PCGC_ATTR_ENUM: v->i = pcgc_enum_value_name(d->enum_type, v->i + 1) ? v->i + 1 : 0; break;
-  case PCGC_ATTR_INTS2: v->v[1] += 1; break;
+  case PCGC_ATTR_INT: a->val[i].i += 1; break;
+  case PCGC_ATTR_BOOL: a->val[i].i = !a->val[i].i; break;
+  case PCGC_ATTR_FLOAT: a->val[i].f = a->val[i].f * 2 + 0.25; break;
+  case PCGC_ATTR_ENUM:
+    a->val[i].i = pcgc_enum_value_name(d->enum_type, a->val[i].i + 1) ? a->val[i].i + 1 : 0;
+    break;
+  case PCGC_ATTR_INTS2: l[1] += 1; break;
   case PCGC_ATTR_INTS:
-    if (v->n < PCGC_MAX_INTS) v->v[v->n++] = 3;
-    else v->v[0]++;
+    if (a->n[i] < PCGC_MAX_INTS) l[a->n[i]++] = 3;
+    else l[0]++;
     break;
   }
 }
@@ -549,14 +551,74 @@ START_TEST(test_ptensor_format) {
 }
 END_TEST
 
+/* Attributes are a small plain value (graphs are copied for every rewrite
+ * the search tries) that still holds every attribute of every op at once,
+ * lists at their longest, without one overwriting another. */
+START_TEST(test_attrs_compact) {
+  ck_assert_uint_le(sizeof(pcgc_attrs), 200);
+  ck_assert_uint_le(sizeof(pcgc_node), 288);
+  for (int k = 0; k < PCGC_OP_COUNT; k++) {
+    pcgc_attrs a;
+    pcgc_attrs_init(&a, (pcgc_op_kind)k);
+    int na = pcgc_op_num_attrs((pcgc_op_kind)k);
+    for (int i = 0; i < na; i++) {
+      const pcgc_attr_desc *d = pcgc_op_attr((pcgc_op_kind)k, i);
+      int64_t list[PCGC_MAX_INTS];
+      int n = d->type == PCGC_ATTR_INTS ? PCGC_MAX_INTS : 2;
+      for (int j = 0; j < n; j++) list[j] = 1000 * (i + 1) + j;
+      pcgc_status st;
+      switch (d->type) {
+      case PCGC_ATTR_INTS:
+      case PCGC_ATTR_INTS2: st = pcgc_attrs_set_ints(&a, d->name, n, list); break;
+      case PCGC_ATTR_FLOAT: st = pcgc_attrs_set_float(&a, d->name, 0.5 + i); break;
+      case PCGC_ATTR_INT: st = pcgc_attrs_set_int(&a, d->name, -7 - i); break;
+      default: st = pcgc_attrs_set_int(&a, d->name, 1); break; /* bool, enum */
+      }
+      ck_assert_int_eq(st, PCGC_OK);
+    }
+    ck_assert_int_eq(pcgc_attrs_check(&a, NULL), PCGC_OK);
+    pcgc_attrs b = a; /* a copy reads the same */
+    ck_assert(pcgc_attrs_equal(&a, &b));
+    for (int i = 0; i < na; i++) {
+      const pcgc_attr_desc *d = pcgc_op_attr((pcgc_op_kind)k, i);
+      pcgc_ints l = pcgc_attrs_ints(&b, d->name);
+      ck_assert(b.set[i]);
+      switch (d->type) {
+      case PCGC_ATTR_INTS:
+      case PCGC_ATTR_INTS2:
+        ck_assert_int_eq(l.n, d->type == PCGC_ATTR_INTS ? PCGC_MAX_INTS : 2);
+        for (int j = 0; j < l.n; j++) ck_assert_int_eq(l.v[j], 1000 * (i + 1) + j);
+        ck_assert_ptr_eq(pcgc_attrs_ints_at(&b, i).v, l.v);
+        break;
+      case PCGC_ATTR_FLOAT: ck_assert_double_eq(pcgc_attrs_float(&b, d->name), 0.5 + i); break;
+      case PCGC_ATTR_INT: ck_assert_int_eq(pcgc_attrs_int(&b, d->name), -7 - i); break;
+      default: ck_assert_int_eq(pcgc_attrs_int_at(&b, i), 1); break;
+      }
+    }
+  }
+  /* the longest list of weight (shape) beside its three scalars */
+  pcgc_attrs w;
+  pcgc_attrs_init(&w, PCGC_OP_WEIGHT);
+  int64_t shape[PCGC_MAX_INTS + 1];
+  for (int j = 0; j <= PCGC_MAX_INTS; j++) shape[j] = j + 1;
+  ck_assert_int_eq(pcgc_attrs_set_ints(&w, "shape", PCGC_MAX_INTS + 1, shape), PCGC_ERR_INVALID);
+  ck_assert_int_eq(pcgc_attrs_set_ints(&w, "shape", PCGC_MAX_INTS, shape), PCGC_OK);
+  char buf[256];
+  pcgc_attr_format(buf, sizeof buf, &w, pcgc_op_attr_index(PCGC_OP_WEIGHT, "shape"));
+  ck_assert_str_eq(buf, "shape=[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16]");
+  pcgc_attr_format(buf, sizeof buf, &w, pcgc_op_attr_index(PCGC_OP_WEIGHT, "scale"));
+  ck_assert_str_eq(buf, "scale=0.02");
+}
+END_TEST
+
 START_TEST(test_attr_api) {
   pcgc_attrs a;
   pcgc_attrs_init(&a, PCGC_OP_CONV2D);
-  const pcgc_attr_value *st = pcgc_attrs_get(&a, "stride");
-  ck_assert_int_eq(st->n, 2);
-  ck_assert_int_eq(st->v[0], 1);
+  pcgc_ints st = pcgc_attrs_ints(&a, "stride");
+  ck_assert_int_eq(st.n, 2);
+  ck_assert_int_eq(st.v[0], 1);
   ck_assert_int_eq(pcgc_attrs_set_int(&a, "stride", 2), PCGC_OK); /* scalar fills both */
-  ck_assert_int_eq(pcgc_attrs_get(&a, "stride")->v[1], 2);
+  ck_assert_int_eq(pcgc_attrs_ints(&a, "stride").v[1], 2);
   ck_assert_int_eq(pcgc_attrs_set_int(&a, "nonexistent", 2), PCGC_ERR_INVALID);
   ck_assert_int_eq(pcgc_attrs_set_float(&a, "groups", 2.5), PCGC_ERR_INVALID);
   ck_assert_int_eq(pcgc_attrs_set_ints(&a, "padding", 3, (int64_t[]){1, 2, 3}), PCGC_ERR_INVALID);
@@ -672,6 +734,7 @@ int main(void) {
   tcase_add_test(tc, test_backward_pair_types_invert);
   tcase_add_test(tc, test_ptensor_format);
   tcase_add_test(tc, test_attr_api);
+  tcase_add_test(tc, test_attrs_compact);
   tcase_add_test(tc, test_error_print_format);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);

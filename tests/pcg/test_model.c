@@ -205,7 +205,7 @@ START_TEST(bert_large_parameters) {
   SHAPE(g, "seg.weight", 2, 1024);
   SHAPE(g, "pooled", 8, 1024);
   SHAPE(g, "logits", 8, 2);
-  ck_assert_int_eq(node(g, "pooled")->attrs.v[pcgc_op_attr_index(PCGC_OP_LINEAR, "act")].i, PCGC_ACT_TANH);
+  ck_assert_int_eq(pcgc_attrs_int(&node(g, "pooled")->attrs, "act"), PCGC_ACT_TANH);
   ck_assert_int_lt(pcgc_graph_find(g, "enc.24.ln2"), 0);
   pcgc_graph_free(g);
 
@@ -298,6 +298,34 @@ START_TEST(blocks_and_repeat) {
 }
 END_TEST
 
+/* The builder runs each statement as it is parsed and drops its tree;
+ * errors still come as if the whole file were parsed first, and the hints
+ * that look ahead still find what comes later. */
+START_TEST(errors_as_if_parsed_first) {
+  /* a syntax error after an error of building wins */
+  expect_error("input x: f32[2]\ny = relu(z)\nw = relu(x\n", 3, 9, "'(' is never closed", NULL);
+  expect_error("const A = 1 / 0\nconst B = 2\nconst C = 3 +\n", 3, 14, "expected a number or a name", NULL);
+  /* without one, the first error of building */
+  expect_error("input x: f32[2]\ny = relu(z)\nw = relu(v)\n", 2, 10, "unknown tensor 'z'", NULL);
+  /* what a statement further on defines */
+  expect_error("const A = N + 1\nconst N = 2\n", 1, 11, "unknown name 'N'",
+               "constant 'N' is defined later, at line 2");
+  expect_error("input x: f32[2]\ny = relu(z)\nconst K = 1\nz = relu(x)\n", 2, 10, "unknown tensor 'z'",
+               "'z' is defined later, at line 4");
+  expect_error("input x: f32[2]\nblock f(tensor a) {\n  b = relu(c)\n  c = relu(a)\n  return b\n}\ny = f(x)\n", 3, 12,
+               "unknown tensor 'c'", "'c' is defined later, at line 4");
+  expect_error("block f(tensor a) { b = g(a); return b }\nblock g(tensor a) { b = f(a); return b }\n", 1, 25,
+               "block 'g' is used before its definition", "blocks 'f' and 'g' call each other");
+  /* a block's tree outlives its statement: later statements instantiate it */
+  pcgc_graph *g = parse_ok("input x: f32[2, 4]\nblock f(tensor a, int n) { b = linear(a, out=n); return b }\n"
+                           "const K = 3\ny = f(x, n=K)\nz = f(y, n=5)\nw = repeat(3) f(z, n=5)\n");
+  SHAPE(g, "y.b", 2, 3);
+  SHAPE(g, "z.b", 2, 5);
+  SHAPE(g, "w.2.b", 2, 5);
+  pcgc_graph_free(g);
+}
+END_TEST
+
 /* ------------------------------------------------------------- overrides */
 
 START_TEST(set_overrides) {
@@ -325,6 +353,15 @@ START_TEST(set_overrides) {
   ck_assert_ptr_null(pcgc_model_parse(text, strlen(text), "t.pcg", &o, &err));
   ck_assert_ptr_nonnull(strstr(err.message, "no constant 'LAYERS'"));
   ck_assert_ptr_nonnull(strstr(err.hint, "B, P"));
+
+  /* the overrides are checked before building, after a syntax check */
+  const char *broken = "const B = 64\ny = relu(q)\nz = relu(\n";
+  ck_assert_ptr_null(pcgc_model_parse(broken, strlen(broken), "t.pcg", &o, &err));
+  ck_assert_int_eq(err.status, PCGC_ERR_PARSE);
+  ck_assert_int_eq(err.line, 4); /* the open '(' swallows the newline: the end of the file */
+  const char *unbuilt = "const B = 64\ny = relu(q)\n";
+  ck_assert_ptr_null(pcgc_model_parse(unbuilt, strlen(unbuilt), "t.pcg", &o, &err));
+  ck_assert_ptr_nonnull(strstr(err.message, "no constant 'LAYERS'"));
 
   /* values must be numbers */
   const char *b[] = {"B"}, *v2[] = {"sixteen"};
@@ -463,10 +500,10 @@ START_TEST(expressions) {
   g = parse_ok("input x: f32[1, 1, 9, 9]\n"
                "p = pool2d(x, kind=avg, kernel=3,\n"
                "           stride=[\n             3, 1\n           ])\n");
-  const pcgc_attr_value *k = pcgc_attrs_get(&node(g, "p")->attrs, "kernel");
-  ck_assert_int_eq(k->n, 2);
-  ck_assert_int_eq(k->v[0], 3);
-  ck_assert_int_eq(k->v[1], 3);
+  pcgc_ints k = pcgc_attrs_ints(&node(g, "p")->attrs, "kernel");
+  ck_assert_int_eq(k.n, 2);
+  ck_assert_int_eq(k.v[0], 3);
+  ck_assert_int_eq(k.v[1], 3);
   SHAPE(g, "p", 1, 1, 3, 7);
   pcgc_graph_free(g);
 
@@ -690,6 +727,7 @@ static Suite *model_suite(void) {
   tcase_add_test(tc, weight_creating_keys);
   tcase_add_test(tc, expressions);
   tcase_add_test(tc, error_messages);
+  tcase_add_test(tc, errors_as_if_parsed_first);
   tcase_add_test(tc, limits);
   tcase_add_test(tc, lexical_forms);
   tcase_add_test(tc, read_file);
