@@ -275,7 +275,9 @@ static void ex_print(const ex *e, char *buf, size_t n) {
     ex_print(e->l, a, sizeof a);
     ex_print(e->r, b, sizeof b);
     bool pl = prec(e->l) < pe, pr = prec(e->r) <= pe && !(prec(e->r) == pe && (e->op == '+' || e->op == '*'));
-    snprintf(buf, n, "%s%s%s %c %s%s%s", pl ? "(" : "", a, pl ? ")" : "", e->op, pr ? "(" : "", b, pr ? ")" : "");
+    if (snprintf(buf, n, "%s%s%s %c %s%s%s", pl ? "(" : "", a, pl ? ")" : "", e->op, pr ? "(" : "", b, pr ? ")" : "") >=
+        (int)n)
+      buf[n - 1] = '\0'; /* longer than any shipped rule's expression: cut (the mutant then fails to parse) */
     return;
   }
   }
@@ -1209,8 +1211,7 @@ int main(int argc, char **argv) {
   for (int f = 0; f < n_files; f++) {
     char fp[4096];
     size_t len;
-    snprintf(fp, sizeof fp, "%s/%s", rules_dir, names[f]);
-    char *s = read_all(fp, &len);
+    char *s = snprintf(fp, sizeof fp, "%s/%s", rules_dir, names[f]) < (int)sizeof fp ? read_all(fp, &len) : NULL;
     if (!s || split_rules(names[f], s, len, &rules, &n_rules, &cap) != 0) {
       fprintf(stderr, "bench_mutate_rules: cannot read the rules of '%s'\n", fp);
       return 2;
