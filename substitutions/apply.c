@@ -217,7 +217,17 @@ pcgc_status pcgc_rule_apply(const pcgc_graph *g, const pcgc_match *m, pcgc_graph
                        g->nodes[m->nodes[0]].name, e2.message);
     goto fail;
   }
-  s = pcgc_graph_infer(ng, &e2);
+  /* the surviving nodes keep their types (what they read is unchanged or a
+   * rewrite yield, checked below to keep its type); the rewrite's nodes are
+   * inferred, in topological order */
+  for (int i = 0; i < g->n_nodes; i++) {
+    if (tmp.new_id[i] < 0) continue;
+    pcgc_node *x = &ng->nodes[tmp.new_id[i]];
+    for (int k = 0; k < x->n_out; k++) x->out[k] = g->nodes[i].out[k];
+    x->typed = true;
+  }
+  for (int k = 0; s == PCGC_OK && k < ng->n_nodes; k++)
+    if (!ng->nodes[tmp.order[k]].typed) s = pcgc_graph_infer_node(ng, tmp.order[k], &e2);
   if (s != PCGC_OK) {
     s = pcgc_error_set(err, s == PCGC_ERR_NOMEM ? s : PCGC_ERR_TYPE,
                        "rule '%s' at '%s': the rewrite does not type-check: %s", r->name,
