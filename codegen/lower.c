@@ -955,32 +955,8 @@ static void lower_bn(cg *C, const pcgc_node *n, bool backward) {
 /* partition, combine, pipeline, unpipeline: the cells pcgc_relayout_cells
  * names (the simulator's transfers), copied or sent, in the order of their
  * input micro-batch slice and piece. */
-typedef struct cell {
-  int64_t q;
-  int mi;
-  pcgc_box part;
-} cell;
-
-typedef struct cells {
-  cell *c;
-  int64_t n, cap;
-  bool oom;
-} cells;
-
-static bool cell_push(void *ctx, int64_t q, int mi, const pcgc_box *part, double bytes) {
-  (void)bytes;
-  cells *L = ctx;
-  if (L->n == L->cap) {
-    cell *c = grow(L->c, &L->cap, L->n + 1, sizeof *c);
-    if (!c) return !(L->oom = true);
-    L->c = c;
-  }
-  L->c[L->n++] = (cell){q, mi, *part};
-  return true;
-}
-
 static int by_slice(const void *a, const void *b) {
-  const cell *x = a, *y = b;
+  const pcgc_cell *x = a, *y = b;
   if (x->mi != y->mi) return x->mi < y->mi ? -1 : 1;
   return (x->q > y->q) - (x->q < y->q);
 }
@@ -989,7 +965,7 @@ static void lower_relayout(cg *C, const pcgc_node *n, bool backward) {
   const pcgc_ptensor *to = &n->out[0];
   int mo = value_m(to), src = n->in[0].node, slot = n->in[0].slot;
   int64_t Po = pcgc_ptensor_pieces(to);
-  cells L = {0};
+  pcgc_cell_list L = {0};
   for (int mu = 0; mu < mo && !C->st; mu++)
     for (int64_t p = 0; p < Po && !C->st; p++) {
       int X = pcgc__cg_home(C, n->id, p);
@@ -999,7 +975,7 @@ static void lower_relayout(cg *C, const pcgc_node *n, bool backward) {
       int out = value_buf(C, backward ? PCGC_BUF_GRAD : PCGC_BUF_VALUE, n->id, 0, p, mu, X);
       if (backward) touch(C, X, out, 3);
       L.n = 0;
-      pcgc_relayout_cells(C->g, n, p, mu, cell_push, &L);
+      pcgc_relayout_cell_list(C->g, n, p, mu, &L);
       if (L.oom) {
         C->st = PCGC_ERR_NOMEM;
         break;

@@ -1544,35 +1544,6 @@ static bool pair_read(alike *A, int k, int node, int64_t q0, int64_t q) {
   return fw[q0] == q && bw[q] == q0;
 }
 
-typedef struct cellrec {
-  int64_t q;
-  int mi;
-  double bytes;
-} cellrec;
-
-typedef struct cells {
-  cellrec *c;
-  int n, cap;
-  bool nomem;
-} cells;
-
-static bool cell_rec(void *ctx, int64_t q, int mi, const pcgc_box *part, double bytes) {
-  (void)part;
-  cells *L = ctx;
-  if (L->n == L->cap) {
-    int cap = L->cap ? 2 * L->cap : 16;
-    cellrec *v = realloc(L->c, (size_t)cap * sizeof *v);
-    if (!v) {
-      L->nomem = true;
-      return false;
-    }
-    L->c = v;
-    L->cap = cap;
-  }
-  L->c[L->n++] = (cellrec){q, mi, bytes};
-  return true;
-}
-
 /* The pieces of input `i` that piece p of parallel node n reads (replicate:
  * the one it copies; reduce: the partial sums it adds), into q; how many. */
 static int fan_reads(const sim *S, const pcgc_node *n, int64_t p, int64_t *q) {
@@ -1587,7 +1558,7 @@ static int fan_reads(const sim *S, const pcgc_node *n, int64_t p, int64_t *q) {
   return (int)d;
 }
 
-static bool pair_node(alike *A, const pcgc_node *n, cells *C0, cells *Ck, int64_t *q0, int64_t *qk) {
+static bool pair_node(alike *A, const pcgc_node *n, pcgc_cell_list *C0, pcgc_cell_list *Ck, int64_t *q0, int64_t *qk) {
   sim *S = A->S;
   const snode *N = &S->nd[n->id];
   int64_t b = A->base[n->id];
@@ -1621,10 +1592,10 @@ static bool pair_node(alike *A, const pcgc_node *n, cells *C0, cells *Ck, int64_
     } else {
       for (int mu = 0; mu < N->m; mu++) {
         C0->n = Ck->n = 0;
-        pcgc_relayout_cells(S->g, n, p0, mu, cell_rec, C0);
-        pcgc_relayout_cells(S->g, n, p, mu, cell_rec, Ck);
-        if (C0->nomem || Ck->nomem || C0->n != Ck->n) return false;
-        for (int j = 0; j < C0->n; j++)
+        pcgc_relayout_cell_list(S->g, n, p0, mu, C0);
+        pcgc_relayout_cell_list(S->g, n, p, mu, Ck);
+        if (C0->oom || Ck->oom || C0->n != Ck->n) return false;
+        for (int64_t j = 0; j < C0->n; j++)
           if (C0->c[j].mi != Ck->c[j].mi || C0->c[j].bytes != Ck->c[j].bytes ||
               !pair_read(A, k, n->in[0].node, C0->c[j].q, Ck->c[j].q))
             return false;
@@ -1654,7 +1625,7 @@ static bool copies_built_alike(sim *S, int R, int st) {
   A.dmap = calloc((size_t)n, sizeof *A.dmap);
   int64_t *q0 = malloc((size_t)most * sizeof *q0), *qk = malloc((size_t)most * sizeof *qk);
   int32_t *count = calloc((size_t)R, sizeof *count);
-  cells C0 = {0}, Ck = {0};
+  pcgc_cell_list C0 = {0}, Ck = {0};
   bool ok = A.base && A.first && A.pos && A.cpy && A.l0 && A.dmap && q0 && qk && count;
   /* the pieces of each copy, paired by their place */
   int64_t b = 0, f = 0;

@@ -257,3 +257,20 @@ void pcgc_relayout_cells(const pcgc_graph *g, const pcgc_node *n, int64_t p, int
     cur[d]++;
   }
 }
+
+static bool cell_append(void *ctx, int64_t q, int mi, const pcgc_box *part, double bytes) {
+  pcgc_cell_list *L = ctx;
+  if (L->n == L->cap) {
+    int64_t cap = L->cap ? 2 * L->cap : 16;
+    pcgc_cell *c = realloc(L->c, (size_t)cap * sizeof *c);
+    if (!c) return !(L->oom = true);
+    L->c = c;
+    L->cap = cap;
+  }
+  L->c[L->n++] = (pcgc_cell){q, mi, *part, bytes};
+  return true;
+}
+
+void pcgc_relayout_cell_list(const pcgc_graph *g, const pcgc_node *n, int64_t p, int mu, pcgc_cell_list *L) {
+  pcgc_relayout_cells(g, n, p, mu, cell_append, L);
+}

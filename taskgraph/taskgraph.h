@@ -183,6 +183,21 @@ void pcgc_reads_destroy(pcgc_reads *R);
 typedef bool (*pcgc_cell_fn)(void *ctx, int64_t q, int mi, const pcgc_box *part, double bytes);
 void pcgc_relayout_cells(const pcgc_graph *g, const pcgc_node *n, int64_t p, int mu, pcgc_cell_fn fn, void *ctx);
 
+/* The same cells collected: L->n of them appended at L->c (grown as
+ * needed; free L->c when done), L->oom set when memory ran out. */
+typedef struct pcgc_cell {
+  int64_t q;
+  int mi;
+  pcgc_box part;
+  double bytes;
+} pcgc_cell;
+typedef struct pcgc_cell_list {
+  pcgc_cell *c;
+  int64_t n, cap;
+  bool oom;
+} pcgc_cell_list;
+void pcgc_relayout_cell_list(const pcgc_graph *g, const pcgc_node *n, int64_t p, int mu, pcgc_cell_list *L);
+
 /* --------------------------------------------------------------- schedule */
 
 /* Pipeline stages from the span of topological positions of the pipelined
