@@ -1518,7 +1518,23 @@ typedef struct alike {
   int64_t *first;  /* [n_nodes]: each node's first entry in l0 */
   int64_t *l0;     /* copy 0's pieces in index order */
   int64_t **dmap;  /* [n_nodes]: resident data, per copy piece of copy 0 -> piece of copy k, then the inverse */
+  pcgc_read *rd;   /* the node's reads (pcgc_piece_reads), in piece order: q, and the input slot in src */
+  int64_t n_rd, cap_rd;
+  int64_t *at;     /* [most pieces + 1]: each piece's first read */
 } alike;
+
+static bool push_rd(void *ctx, int64_t p, int slot, int64_t q, double bytes) {
+  alike *A = ctx;
+  if (A->n_rd == A->cap_rd) {
+    int64_t cap = A->cap_rd ? 2 * A->cap_rd : 256;
+    pcgc_read *v = realloc(A->rd, (size_t)cap * sizeof *v);
+    if (!v) return false;
+    A->rd = v;
+    A->cap_rd = cap;
+  }
+  A->rd[A->n_rd++] = (pcgc_read){p, slot, q, bytes};
+  return true;
+}
 
 static bool pair_read(alike *A, int k, int node, int64_t q0, int64_t q) {
   sim *S = A->S;
@@ -1544,62 +1560,43 @@ static bool pair_read(alike *A, int k, int node, int64_t q0, int64_t q) {
   return fw[q0] == q && bw[q] == q0;
 }
 
-/* The pieces of input `i` that piece p of parallel node n reads (replicate:
- * the one it copies; reduce: the partial sums it adds), into q; how many. */
-static int fan_reads(const sim *S, const pcgc_node *n, int64_t p, int64_t *q) {
-  const pcgc_ptensor *to = &n->out[0], *ti = pcgc_graph_ref_type(S->g, n->in[0]);
-  int64_t d = pcgc_attrs_int(&n->attrs, "degree"), c[PCGC_MAX_RANK], s, r;
-  pcgc_piece_coords(to, p, c, &s, &r);
-  if (n->kind == PCGC_OP_REPLICATE) {
-    q[0] = pcgc_piece_index(ti, c, s, r / d);
-    return 1;
-  }
-  for (int64_t j = 0; j < d; j++) q[j] = pcgc_piece_index(ti, c, s * d + j, r);
-  return (int)d;
-}
-
-static bool pair_node(alike *A, const pcgc_node *n, pcgc_cell_list *C0, pcgc_cell_list *Ck, int64_t *q0, int64_t *qk) {
+/* Paired pieces of node n read paired pieces: a relayout's cells per
+ * micro-batch slice (pcgc_relayout_cells), other nodes' reads
+ * (pcgc_piece_reads: an ordinary op's piece map, a replicate's piece, a
+ * reduce's partial sums). */
+static bool pair_node(alike *A, const pcgc_node *n, pcgc_cell_list *C0, pcgc_cell_list *Ck) {
   sim *S = A->S;
   const snode *N = &S->nd[n->id];
   int64_t b = A->base[n->id];
-  pcgc_op_class cls = pcgc_op_class_of(n->kind);
-  bool closed = false;
-  pcgc_ptensor tin[PCGC_VARIADIC];
-  if (cls != PCGC_CLASS_PARALLEL) {
-    for (int i = 0; i < n->n_in; i++) tin[i] = *pcgc_graph_ref_type(S->g, n->in[i]);
-    closed = pcgc_piece_map_build(&S->pm, n, tin, false);
+  bool relayout = pcgc_op_class_of(n->kind) == PCGC_CLASS_PARALLEL && n->kind != PCGC_OP_REPLICATE &&
+                  n->kind != PCGC_OP_REDUCE;
+  if (!relayout) {
+    A->n_rd = 0;
+    if (pcgc_piece_reads(S->g, n, NULL, &S->pm, push_rd, A, NULL) != PCGC_OK) return false;
+    for (int64_t p = 0; p <= N->P; p++) A->at[p] = 0;
+    for (int64_t j = 0; j < A->n_rd; j++) A->at[A->rd[j].p + 1]++;
+    for (int64_t p = 0; p < N->P; p++) A->at[p + 1] += A->at[p];
   }
-  bool fan = n->kind == PCGC_OP_REPLICATE || n->kind == PCGC_OP_REDUCE;
   for (int64_t p = 0; p < N->P; p++) {
     int k = A->cpy[b + p];
     if (k == 0) continue;
     int64_t p0 = A->l0[A->first[n->id] + A->pos[b + p]];
-    if (cls != PCGC_CLASS_PARALLEL) {
-      if (closed) {
-        pcgc_piece_map_apply(&S->pm, n, p0, q0);
-        pcgc_piece_map_apply(&S->pm, n, p, qk);
-      } else if (pcgc_op_piece_inputs(n->kind, &n->attrs, n->n_in, tin, &n->out[0], p0, q0, NULL) != PCGC_OK ||
-                 pcgc_op_piece_inputs(n->kind, &n->attrs, n->n_in, tin, &n->out[0], p, qk, NULL) != PCGC_OK) {
-        return false;
-      }
-      for (int i = 0; i < n->n_in; i++)
-        if (!pair_read(A, k, n->in[i].node, q0[i], qk[i])) return false;
-    } else if (fan) {
-      int c = fan_reads(S, n, p0, q0);
-      fan_reads(S, n, p, qk);
-      for (int j = 0; j < c; j++)
-        if (!pair_read(A, k, n->in[0].node, q0[j], qk[j])) return false;
-    } else {
-      for (int mu = 0; mu < N->m; mu++) {
-        C0->n = Ck->n = 0;
-        pcgc_relayout_cell_list(S->g, n, p0, mu, C0);
-        pcgc_relayout_cell_list(S->g, n, p, mu, Ck);
-        if (C0->oom || Ck->oom || C0->n != Ck->n) return false;
-        for (int64_t j = 0; j < C0->n; j++)
-          if (C0->c[j].mi != Ck->c[j].mi || C0->c[j].bytes != Ck->c[j].bytes ||
-              !pair_read(A, k, n->in[0].node, C0->c[j].q, Ck->c[j].q))
-            return false;
-      }
+    if (!relayout) {
+      const pcgc_read *r0 = A->rd + A->at[p0], *rk = A->rd + A->at[p];
+      if (A->at[p0 + 1] - A->at[p0] != A->at[p + 1] - A->at[p]) return false;
+      for (int64_t j = 0; j < A->at[p + 1] - A->at[p]; j++)
+        if (r0[j].src != rk[j].src || !pair_read(A, k, n->in[rk[j].src].node, r0[j].q, rk[j].q)) return false;
+      continue;
+    }
+    for (int mu = 0; mu < N->m; mu++) {
+      C0->n = Ck->n = 0;
+      pcgc_relayout_cell_list(S->g, n, p0, mu, C0);
+      pcgc_relayout_cell_list(S->g, n, p, mu, Ck);
+      if (C0->oom || Ck->oom || C0->n != Ck->n) return false;
+      for (int64_t j = 0; j < C0->n; j++)
+        if (C0->c[j].mi != Ck->c[j].mi || C0->c[j].bytes != Ck->c[j].bytes ||
+            !pair_read(A, k, n->in[0].node, C0->c[j].q, Ck->c[j].q))
+          return false;
     }
   }
   return true;
@@ -1610,23 +1607,21 @@ static bool copies_built_alike(sim *S, int R, int st) {
   int n = g->n_nodes;
   int64_t total = 0, most = 1;
   for (int i = 0; i < n; i++)
-    if (!S->nd[i].resident) total += S->nd[i].P;
-  for (int i = 0; i < n; i++) {
-    int64_t d = g->nodes[i].kind == PCGC_OP_REDUCE ? pcgc_attrs_int(&g->nodes[i].attrs, "degree") : 0;
-    if (d > most) most = d;
-  }
-  if (most < PCGC_VARIADIC) most = PCGC_VARIADIC;
-  alike A = {S, R, st, NULL, NULL, NULL, NULL, NULL, NULL};
+    if (!S->nd[i].resident) {
+      total += S->nd[i].P;
+      if (S->nd[i].P > most) most = S->nd[i].P;
+    }
+  alike A = {.S = S, .R = R, .st = st};
   A.base = malloc((size_t)n * sizeof *A.base);
   A.first = malloc((size_t)n * sizeof *A.first);
   A.pos = malloc((size_t)(total ? total : 1) * sizeof *A.pos);
   A.cpy = malloc((size_t)(total ? total : 1) * sizeof *A.cpy);
   A.l0 = malloc((size_t)(total ? total : 1) * sizeof *A.l0);
   A.dmap = calloc((size_t)n, sizeof *A.dmap);
-  int64_t *q0 = malloc((size_t)most * sizeof *q0), *qk = malloc((size_t)most * sizeof *qk);
+  A.at = malloc((size_t)(most + 1) * sizeof *A.at);
   int32_t *count = calloc((size_t)R, sizeof *count);
   pcgc_cell_list C0 = {0}, Ck = {0};
-  bool ok = A.base && A.first && A.pos && A.cpy && A.l0 && A.dmap && q0 && qk && count;
+  bool ok = A.base && A.first && A.pos && A.cpy && A.l0 && A.dmap && A.at && count;
   /* the pieces of each copy, paired by their place */
   int64_t b = 0, f = 0;
   for (int i = 0; ok && i < n; i++) {
@@ -1651,7 +1646,7 @@ static bool copies_built_alike(sim *S, int R, int st) {
   }
   /* paired pieces read paired pieces */
   for (int i = 0; ok && i < n; i++)
-    if (!S->nd[i].resident) ok = pair_node(&A, &g->nodes[i], &C0, &Ck, q0, qk);
+    if (!S->nd[i].resident) ok = pair_node(&A, &g->nodes[i], &C0, &Ck);
   for (int i = 0; A.dmap && i < n; i++) free(A.dmap[i]);
   free(A.dmap);
   free(A.base);
@@ -1659,8 +1654,8 @@ static bool copies_built_alike(sim *S, int R, int st) {
   free(A.pos);
   free(A.cpy);
   free(A.l0);
-  free(q0);
-  free(qk);
+  free(A.at);
+  free(A.rd);
   free(count);
   free(C0.c);
   free(Ck.c);
