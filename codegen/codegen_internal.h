@@ -46,7 +46,8 @@ typedef struct cg_task {
   int32_t first_em, n_em;
   int8_t phase;
   bool compute;        /* a kernel (1F1B joins look for these) */
-  bool priority_now;   /* scheduled as soon as ready (gradient all-reduce) */
+  bool priority_now;   /* scheduled as soon as ready (a gradient all-reduce's start, a send) */
+  bool allreduce;      /* a gradient all-reduce's start (schedule.c orders the updates by them) */
   int node, micro;
 } cg_task;
 

@@ -436,6 +436,7 @@ static int next_tag(cg *C, int from, int to) {
 static int t_sendrecv(cg *C, int from, int src, int to, int dst, const pcgc_box *box, bool add) {
   int tag = next_tag(C, from, to);
   int ts = task_begin(C, 12);
+  if (ts >= 0) C->t[ts].priority_now = true; /* a message leaves as soon as it is ready: its reader may wait */
   pcgc_ins S = ins_new(C, PCGC_INS_SEND);
   S.src = src;
   S.peer = to;
@@ -683,14 +684,6 @@ static int grad_of(cg *C, pcgc_ref r, int64_t q, int mi, int X, int buf) {
 
 /* ------------------------------------------------------- ordinary ops */
 
-static bool bn_sharded(const pcgc_node *n) {
-  if (n->kind != PCGC_OP_BATCHNORM) return false;
-  const pcgc_ptensor *o = &n->out[0];
-  for (int d = 0; d < o->rank; d++)
-    if (d != 1 && o->degree[d] > 1) return true;
-  return false;
-}
-
 static pcgc_status piece_inputs(cg *C, const pcgc_node *n, int64_t p, int64_t *inp) {
   pcgc_ptensor tin[PCGC_VARIADIC];
   for (int i = 0; i < n->n_in; i++) tin[i] = *pcgc_graph_ref_type(C->g, n->in[i]);
@@ -861,9 +854,7 @@ static void lower_bn(cg *C, const pcgc_node *n, bool backward) {
     /* the devices of the group's pieces */
     int nd = 0;
     for (int64_t p = 0; p < P; p++) {
-      int64_t c[PCGC_MAX_RANK], s, r;
-      pcgc_piece_coords(o, p, c, &s, &r);
-      if (c[1] * o->replica + r != g) continue;
+      if (pcgc_bn_group(o, p) != g) continue;
       int X = pcgc__cg_home(C, n->id, p);
       bool seen = false;
       for (int k = 0; k < nd; k++) seen |= devs[k] == X;
@@ -888,9 +879,7 @@ static void lower_bn(cg *C, const pcgc_node *n, bool backward) {
         continue;
       }
       for (int64_t p = 0; p < P && !C->st; p++) {
-        int64_t c[PCGC_MAX_RANK], s, r;
-        pcgc_piece_coords(o, p, c, &s, &r);
-        if (c[1] * o->replica + r != g) continue;
+        if (pcgc_bn_group(o, p) != g) continue;
         if ((C->st = piece_inputs(C, n, p, inp))) break;
         int X = pcgc__cg_home(C, n->id, p);
         C->ctx_node = n->id;
@@ -1280,7 +1269,7 @@ static void lower_weight_sync(cg *C, int src) {
     if (ng > 1) {
       int gid = group_id(C, grp, ng);
       int tk = task_begin(C, 14);
-      C->t[tk].priority_now = true;
+      C->t[tk].priority_now = C->t[tk].allreduce = true;
       for (int i = 0; i < ng; i++) {
         cg_dev *V = &C->dv[grp[i]];
         pcgc_ins I = ins_new(C, PCGC_INS_ALLREDUCE_START);
@@ -1310,7 +1299,7 @@ static void lower_weight_sync(cg *C, int src) {
   if (r == 0 && nh > 1) { /* a scalar weight: one cell */
     int gid = group_id(C, hold, nh);
     int tk = task_begin(C, 14);
-    C->t[tk].priority_now = true;
+    C->t[tk].priority_now = C->t[tk].allreduce = true;
     pcgc_box cell = {0, {0}, {0}};
     for (int i = 0; i < nh; i++) {
       pcgc_ins I = ins_new(C, PCGC_INS_ALLREDUCE);
@@ -1446,7 +1435,7 @@ static pcgc_status analyse(cg *C) {
       const pcgc_node *x = &g->nodes[k];
       bool one_micro = false; /* its micro-batches are its outputs' */
       for (int j = 0; j < x->n_out; j++) one_micro |= value_m(&x->out[j]) != op_micro(C, x);
-      if (C->resident[k] || bn_sharded(x) || one_micro || !C->reach[k]) C->recomp[k] = false;
+      if (C->resident[k] || pcgc_bn_synced(x) || one_micro || !C->reach[k]) C->recomp[k] = false;
     }
   }
   return PCGC_OK;
@@ -1608,7 +1597,7 @@ pcgc_status pcgc_codegen(const pcgc_graph *g, const pcgc_mapping *mp, int n_devi
     if (cls == PCGC_CLASS_PARALLEL) {
       if (n->kind == PCGC_OP_REPLICATE || n->kind == PCGC_OP_REDUCE) lower_fan(&C, n, false);
       else lower_relayout(&C, n, false);
-    } else if (bn_sharded(n)) {
+    } else if (pcgc_bn_synced(n)) {
       lower_bn(&C, n, false);
     } else {
       lower_ordinary_fwd(&C, n);
@@ -1662,7 +1651,7 @@ pcgc_status pcgc_codegen(const pcgc_graph *g, const pcgc_mapping *mp, int n_devi
       bool any = false;
       for (int i = 0; i < n->n_in; i++) any |= C.needg[n->in[i].node];
       if (!any) continue;
-      if (bn_sharded(n)) lower_bn(&C, n, true);
+      if (pcgc_bn_synced(n)) lower_bn(&C, n, true);
       else lower_ordinary_bwd(&C, n);
     }
   }

@@ -3,10 +3,14 @@
  * device, plans each device's memory, and prints programs.
  *
  * Order: one global list schedule (Kahn's algorithm with a min-heap on the
- * priority: gradient all-reduces as soon as ready, then micro-batch slot,
+ * priority: gradient all-reduces and sends as soon as ready, then micro-batch slot,
  * then topological position, then creation order). Each device's stream is
  * its projection of that global order, which is what makes a plan
- * deadlock-free (codegen.h).
+ * deadlock-free (codegen.h). The step's last slot, each weight's WAIT and
+ * UPDATE, goes in the order the all-reduces started (each task after the
+ * latest all-reduce it depends on: `after`), so a device updates a weight
+ * as soon as its gradient is summed instead of waiting, in weight order,
+ * for one whose all-reduce started last; updates that wait for none first.
  *
  * Memory: each buffer is live from the first to the last instruction of the
  * step that uses it; persistent buffers (weights, gradients, state, data)
@@ -62,11 +66,11 @@ static hitem hpop(hitem *h, int64_t *n) {
   return top;
 }
 
-static hitem key_of(const cg *C, int t) {
+static hitem key_of(const cg *C, int t, const int64_t *after) {
   const cg_task *T = &C->t[t];
   hitem h;
   h.a = T->priority_now ? LLONG_MIN : T->slot;
-  h.b = T->order;
+  h.b = T->phase == CG_UPD ? after[t] << 32 | T->order : T->order;
   h.id = t;
   return h;
 }
@@ -541,9 +545,12 @@ pcgc_status pcgc__cg_schedule(cg *C, pcgc_program **out) {
   int32_t **pos = calloc((size_t)C->D, sizeof *pos), **gp = calloc((size_t)C->D, sizeof *gp);
   int64_t *npos = calloc((size_t)C->D, sizeof *npos);
   uint64_t *lay = calloc((size_t)C->D, sizeof *lay);
+  /* after[t]: 1 + the position among all-reduce starts of the latest one t depends on
+   * through update-phase tasks (0: none) */
+  int64_t *after = calloc((size_t)(nt ? nt : 1), sizeof *after), n_starts = 0;
   pcgc_program *p = calloc(1, sizeof *p);
   pcgc_status st = PCGC_OK;
-  if (!off || !succ || !indeg || !heap || !pos || !gp || !npos || !lay || !p) {
+  if (!off || !succ || !indeg || !heap || !pos || !gp || !npos || !lay || !after || !p) {
     st = PCGC_ERR_NOMEM;
     goto done;
   }
@@ -572,7 +579,7 @@ pcgc_status pcgc__cg_schedule(cg *C, pcgc_program **out) {
   }
   int64_t nh = 0, done_n = 0;
   for (int64_t t = 0; t < nt; t++)
-    if (!indeg[t]) hpush(heap, &nh, key_of(C, (int)t));
+    if (!indeg[t]) hpush(heap, &nh, key_of(C, (int)t, after));
   while (nh) {
     hitem h = hpop(heap, &nh);
     const cg_task *T = &C->t[h.id];
@@ -582,8 +589,11 @@ pcgc_status pcgc__cg_schedule(cg *C, pcgc_program **out) {
       pos[E->dev][npos[E->dev]++] = E->ins;
     }
     done_n++;
-    for (int64_t k = off[h.id]; k < off[h.id + 1]; k++)
-      if (--indeg[succ[k]] == 0) hpush(heap, &nh, key_of(C, succ[k]));
+    int64_t a = T->allreduce ? ++n_starts : T->phase == CG_UPD ? after[h.id] : 0;
+    for (int64_t k = off[h.id]; k < off[h.id + 1]; k++) {
+      if (a > after[succ[k]]) after[succ[k]] = a;
+      if (--indeg[succ[k]] == 0) hpush(heap, &nh, key_of(C, succ[k], after));
+    }
   }
   if (done_n != nt) {
     st = pcgc_error_set(C->err, PCGC_ERR_GRAPH, "codegen: the task graph has a cycle (%lld of %lld tasks ordered)",
@@ -667,6 +677,7 @@ done:
   free(gp);
   free(npos);
   free(lay);
+  free(after);
   free(off);
   free(succ);
   free(indeg);

@@ -124,6 +124,7 @@ typedef struct sim {
   uint8_t *zeroed;                      /* [n_ts]: the gradient of a tensor slice on its home device is
                                            zeroed already (once per step, as the program does) */
   bool coll_in_place;                   /* the collective being made reduces in place (no staging) */
+  bool coll_hold;                       /* the all-reduce being made holds its members' streams (batch norm) */
   /* recompute: per node its unit (-1: none) and whether it is a checkpoint;
    * work[d * n_units + u]: what unit u keeps on device d for one micro-batch */
   int *unit;
@@ -301,8 +302,40 @@ static void hold(sim *S, int d, double dur) {
   if (S->busy[d] > S->busy_max) S->busy_max = S->busy[d];
 }
 
-/* A point-to-point transfer of `bytes` from device a to device b. */
-static int32_t transfer(sim *S, int phase, int node, int64_t piece, int micro, int a, int b, double bytes) {
+/* A copy of `bytes` on device X that holds its stream (add: into a sum):
+ * PCGC_TASK_ADD, the program's COPY, or PCGC_TASK_STAGE, a message's. */
+static int32_t copy_task(sim *S, pcgc_task_kind kind, int phase, int node, int64_t p, int mu, int X, double bytes,
+                         bool add) {
+  int32_t t = task_add(S, 1, kind, phase, node);
+  if (S->st) return t;
+  set_piece(S, t, X, p, mu);
+  S->T.dur[t] = pcgc_cost_copy_time(S->m, bytes, add);
+  hold(S, X, S->T.dur[t]);
+  return t;
+}
+
+/* A message's tasks: what must precede it points at `in`, what waits for
+ * it follows `out`. */
+typedef struct xfer {
+  int32_t in, out;
+} xfer;
+
+static int32_t transfer_task(sim *S, int phase, int node, int64_t piece, int micro, int a, int b, double bytes);
+
+/* A point-to-point transfer of `bytes` from device a to device b, staged
+ * as the program stages it: a's stream packs the bytes into its send
+ * buffer, the message, b's stream unpacks them (adding them in backward,
+ * where the program receives into a gradient with +=). */
+static xfer transfer(sim *S, int phase, int node, int64_t piece, int micro, int a, int b, double bytes) {
+  int32_t pk = copy_task(S, PCGC_TASK_STAGE, phase, node, piece, micro, a, bytes, false);
+  int32_t t = transfer_task(S, phase, node, piece, micro, a, b, bytes);
+  int32_t up = copy_task(S, PCGC_TASK_STAGE, phase, node, piece, micro, b, bytes, phase == PCGC_PHASE_BACKWARD);
+  edge(S, pk, t);
+  edge(S, t, up);
+  return (xfer){pk, up};
+}
+
+static int32_t transfer_task(sim *S, int phase, int node, int64_t piece, int micro, int a, int b, double bytes) {
   int32_t t = task_add(S, 1, PCGC_TASK_TRANSFER, phase, node);
   if (S->st) return 0;
   pcgc_tasks *T = &S->T;
@@ -373,6 +406,10 @@ static int32_t collective(sim *S, int phase, int node, int64_t piece, int micro,
   T->dur[t] = pcgc_comm_time(S->m, c, S->o.algo, grp, bytes);
   for (int i = 0; !S->coll_in_place && i < n; i++) /* staged through the largest-message buffer */
     if (bytes > S->comm[devs[i]]) S->comm[devs[i]] = bytes;
+  bool holds = !S->o.overlap || coll != PCGC_COLL_ALL_REDUCE || S->coll_hold;
+  /* one that holds its members' streams holds them while they copy the box
+   * into the staging buffer and out again, as the program's members do */
+  if (holds && !S->coll_in_place && isfinite(T->dur[t])) T->dur[t] += 2 * pcgc_cost_copy_time(S->m, bytes, false);
   T->res_off[t] = (int32_t)T->n_res;
   next_stamp(S);
   for (int i = 0; i < n; i++) {
@@ -388,7 +425,7 @@ static int32_t collective(sim *S, int phase, int node, int64_t piece, int micro,
      * members' streams, as the program's BCAST and REDUCE do (the next
      * instruction waits for them); only the gradient all-reduce runs
      * beside the computation */
-    if (!S->o.overlap || coll != PCGC_COLL_ALL_REDUCE) {
+    if (holds) {
       res_push(S, devs[i]);
       hold(S, devs[i], T->dur[t]);
     }
@@ -538,16 +575,18 @@ static double read_input(sim *S, const pcgc_node *n, int i, int64_t q, int mu, i
   hent *e = hash_get(S, ts, X, &fresh);
   if (!e) return 0;
   if (fresh) {
-    e->fwd = transfer(S, PCGC_PHASE_FORWARD, r.node, q, mi, Y, X, bytes);
-    edge(S, fr, e->fwd);
+    xfer x = transfer(S, PCGC_PHASE_FORWARD, r.node, q, mi, Y, X, bytes);
+    e->fwd = x.out;
+    edge(S, fr, x.in);
     keep(S, X, I->m > 1, bytes);
   }
   edge(S, e->fwd, f);
   if (gs >= 0) { /* the gradients of X's readers, summed on X, go back once */
     if (e->bwd < 0) { /* summed in a buffer zeroed on X first */
       zero += pcgc_cost_fill_time(S->m, bytes);
-      e->bwd = transfer(S, PCGC_PHASE_BACKWARD, r.node, q, mi, X, Y, bytes); /* (transfer() leaves the table alone) */
-      edge(S, e->bwd, gs);
+      xfer x = transfer(S, PCGC_PHASE_BACKWARD, r.node, q, mi, X, Y, bytes); /* (transfer() leaves the table alone) */
+      e->bwd = x.in;
+      edge(S, x.out, gs);
     }
     edge(S, b, e->bwd);
   }
@@ -614,6 +653,62 @@ static double kernel_busy_max(sim *S) {
   return most;
 }
 
+/* Synced batch norm (pcgc_bn_synced): per channel group and micro-batch,
+ * the all-reduce of its statistics over the group's devices, forward
+ * between the stats tasks (fs0) and the apply tasks (N->fwd), backward
+ * between N->bwd and the apply tasks ba0; blocking, as the program's
+ * ALLREDUCE of a region of the statistics buffer. */
+static void bn_sync(sim *S, const pcgc_node *n, int32_t fs0, int32_t ba0) {
+  const snode *N = &S->nd[n->id];
+  const pcgc_ptensor *o = &n->out[0];
+  int64_t groups = (int64_t)o->degree[1] * o->replica;
+  double bytes = 2.0 * sizeof(double) * (double)(o->dims[1] / o->degree[1]);
+  int64_t P = N->P, *by = malloc((size_t)(P + groups + 1) * sizeof *by), *at = by + P;
+  if (!by) {
+    fail_nomem(S);
+    return;
+  }
+  /* the pieces of each group, in piece order: by[at[g] .. at[g + 1]) */
+  for (int64_t g = 0; g <= groups; g++) at[g] = 0;
+  for (int64_t p = 0; p < P; p++) at[pcgc_bn_group(o, p) + 1]++;
+  for (int64_t g = 0; g < groups; g++) at[g + 1] += at[g];
+  for (int64_t p = 0; p < P; p++) by[at[pcgc_bn_group(o, p)]++] = p;
+  for (int64_t g = groups; g > 0; g--) at[g] = at[g - 1];
+  at[0] = 0;
+  S->coll_hold = true;
+  for (int64_t g = 0; g < groups && !S->st; g++) {
+    int nd = 0;
+    int32_t gen = next_stamp(S);
+    for (int64_t k = at[g]; k < at[g + 1]; k++) {
+      int X = home(S, n->id, by[k]);
+      if (S->stamp[X] != gen) {
+        S->stamp[X] = gen;
+        S->grp[nd++] = X;
+      }
+    }
+    if (nd < 2) continue;
+    for (int mu = 0; mu < N->m && !S->st; mu++) {
+      int32_t co = collective(S, PCGC_PHASE_FORWARD, n->id, by[at[g]], mu, PCGC_COLL_ALL_REDUCE, nd, S->grp, bytes);
+      int32_t cb = ba0 >= 0 ? collective(S, PCGC_PHASE_BACKWARD, n->id, by[at[g]], mu, PCGC_COLL_ALL_REDUCE, nd,
+                                         S->grp, bytes)
+                            : -1;
+      for (int64_t k = at[g]; k < at[g + 1]; k++) {
+        int64_t c = slot_of(N, by[k]);
+        if (c < 0) continue; /* another copy's piece */
+        int64_t t = (int64_t)mu * N->P0 + c;
+        edge(S, (int32_t)(fs0 + t), co);
+        edge(S, co, (int32_t)(N->fwd + t));
+        if (cb >= 0) {
+          edge(S, (int32_t)(N->bwd + t), cb);
+          edge(S, cb, (int32_t)(ba0 + t));
+        }
+      }
+    }
+  }
+  S->coll_hold = false;
+  free(by);
+}
+
 static void gen_ordinary(sim *S, const pcgc_node *n) {
   snode *N = &S->nd[n->id];
   pcgc_ptensor tin[PCGC_VARIADIC];
@@ -629,6 +724,14 @@ static void gen_ordinary(sim *S, const pcgc_node *n) {
   bool kept = ot.kept, recomputed = ot.recomputed;
   double out_bytes = ot.out_bytes, widen = ot.widen, fwd_time = ot.fwd, bwd_time = ot.bwd;
   const pcgc_ptensor *o = &n->out[0];
+  /* synced batch norm: each half of the kernel a task of its own (stats,
+   * then apply; backward stats, then apply), the group's all-reduce
+   * between them (bn_sync); inputs are read by the first forward half and
+   * their gradients made by the second backward half */
+  bool bn = pcgc_bn_synced(n);
+  int32_t fs0 = bn ? task_add(S, P0 * mb, PCGC_TASK_FORWARD, PCGC_PHASE_FORWARD, n->id) : -1;
+  int32_t ba0 = bn && N->has_bwd ? task_add(S, P0 * mb, PCGC_TASK_BACKWARD, PCGC_PHASE_BACKWARD, n->id) : -1;
+  if (S->st) return;
   bool closed = pcgc_piece_map_build(&S->pm, n, tin, false);
   int64_t inp[PCGC_VARIADIC];
   for (int64_t p = 0; p < P && !S->st; p++) {
@@ -652,15 +755,28 @@ static void gen_ordinary(sim *S, const pcgc_node *n) {
     }
     for (int mu = 0; mu < mb; mu++) {
       int32_t f = (int32_t)(N->fwd + (int64_t)mu * P0 + c), b = -1;
+      int32_t fr = f, br = -1; /* the tasks that read the inputs and make their gradients */
       set_piece(S, f, X, p, mu);
-      S->T.dur[f] = fwd_time;
+      S->T.dur[f] = bn ? fwd_time / 2 : fwd_time;
       hold(S, X, fwd_time);
+      if (bn) {
+        fr = (int32_t)(fs0 + (int64_t)mu * P0 + c);
+        set_piece(S, fr, X, p, mu);
+        S->T.dur[fr] = fwd_time / 2;
+        edge(S, fr, f);
+      }
       if (N->has_bwd) {
-        b = (int32_t)(N->bwd + (int64_t)mu * P0 + c);
+        b = br = (int32_t)(N->bwd + (int64_t)mu * P0 + c);
         set_piece(S, b, X, p, mu);
-        S->T.dur[b] = bwd_time;
+        S->T.dur[b] = bn ? bwd_time / 2 : bwd_time;
         hold(S, X, bwd_time);
         edge(S, f, b);
+        if (bn) {
+          br = (int32_t)(ba0 + (int64_t)mu * P0 + c);
+          set_piece(S, br, X, p, mu);
+          S->T.dur[br] = bwd_time / 2;
+          edge(S, b, br);
+        }
       }
       if (kept && recomputed) {
         if (mu == 0) S->work[(int64_t)X * S->n_units + S->unit[n->id]] += out_bytes;
@@ -675,27 +791,17 @@ static void gen_ordinary(sim *S, const pcgc_node *n) {
         if (N->topo > S->last_topo[X]) S->last_topo[X] = N->topo;
       }
       double zero = 0;
-      for (int i = 0; i < n->n_in; i++) zero += read_input(S, n, i, inp[i], mu, X, f, b, in_bytes[i]);
-      if (b >= 0 && zero > 0 && !S->st) {
-        S->T.dur[b] += zero;
+      for (int i = 0; i < n->n_in; i++) zero += read_input(S, n, i, inp[i], mu, X, fr, br, in_bytes[i]);
+      if (br >= 0 && zero > 0 && !S->st) {
+        S->T.dur[br] += zero;
         hold(S, X, zero);
       }
     }
   }
+  if (bn) bn_sync(S, n, fs0, ba0);
 }
 
 /* ----------------------------------------------------- parallel ops */
-
-/* A copy of `bytes` on device X (forward; add: a gradient added in
- * backward), as the program's COPY. */
-static int32_t local_copy(sim *S, int phase, int node, int64_t p, int mu, int X, double bytes, bool add) {
-  int32_t t = task_add(S, 1, PCGC_TASK_ADD, phase, node);
-  if (S->st) return t;
-  set_piece(S, t, X, p, mu);
-  S->T.dur[t] = pcgc_cost_copy_time(S->m, bytes, add);
-  hold(S, X, S->T.dur[t]);
-  return t;
-}
 
 /* Output slice (fj forward join, gj gradient join or -1) on device X
  * receives `bytes` of input slice (q, mi) of node `src`: copied where both
@@ -707,24 +813,24 @@ static void move(sim *S, int node, int64_t p, int mu, int X, int32_t fj, int32_t
   bytes = value_bytes(S, node, 0, bytes);
   if (Y == X) {
     double stored = bytes;
-    int32_t cp = local_copy(S, PCGC_PHASE_FORWARD, node, p, mu, X, stored, false);
+    int32_t cp = copy_task(S, PCGC_TASK_ADD, PCGC_PHASE_FORWARD, node, p, mu, X, stored, false);
     edge(S, fr, cp);
     edge(S, cp, fj);
     if (gs >= 0) {
-      int32_t cb = local_copy(S, PCGC_PHASE_BACKWARD, node, p, mu, X, stored, true);
+      int32_t cb = copy_task(S, PCGC_TASK_ADD, PCGC_PHASE_BACKWARD, node, p, mu, X, stored, true);
       edge(S, gj, cb);
       edge(S, cb, gs);
     }
     return;
   }
-  int32_t tr = transfer(S, PCGC_PHASE_FORWARD, node, p, mu, Y, X, bytes);
-  edge(S, fr, tr);
-  edge(S, tr, fj);
+  xfer tr = transfer(S, PCGC_PHASE_FORWARD, node, p, mu, Y, X, bytes);
+  edge(S, fr, tr.in);
+  edge(S, tr.out, fj);
   keep(S, X, S->nd[node].m > 1, bytes);
   if (gs >= 0) {
-    int32_t gt = transfer(S, PCGC_PHASE_BACKWARD, node, p, mu, X, Y, bytes);
-    edge(S, gj, gt);
-    edge(S, gt, gs);
+    xfer gt = transfer(S, PCGC_PHASE_BACKWARD, node, p, mu, X, Y, bytes);
+    edge(S, gj, gt.in);
+    edge(S, gt.out, gs);
   }
 }
 
@@ -790,24 +896,26 @@ static void gen_replicate(sim *S, const pcgc_node *n, int32_t *dev) {
       int32_t fr = fready(S, src, q, mi), gs = gsink(S, src, q, mi);
       for (int64_t j = 0; j < d; j++) dev[j] = home(S, n->id, pcgc_piece_index(to, c, s, rr * d + j));
       int k = others(S, dev, (int)d, Y);
-      int32_t fwd = fr, bwd = -1;
+      xfer fwd = {fr, fr}, bwd = {-1, -1};
       if (k == 1) {
         fwd = transfer(S, PCGC_PHASE_FORWARD, n->id, q, mu, Y, S->grp[1], bytes);
-        if (N->bwd >= 0) {
-          bwd = transfer(S, PCGC_PHASE_BACKWARD, n->id, q, mu, S->grp[1], Y, bytes);
-        }
+        if (N->bwd >= 0) bwd = transfer(S, PCGC_PHASE_BACKWARD, n->id, q, mu, S->grp[1], Y, bytes);
       } else if (k > 1) {
-        fwd = collective(S, PCGC_PHASE_FORWARD, n->id, q, mu, PCGC_COLL_BROADCAST, k + 1, S->grp, bytes);
-        if (N->bwd >= 0) bwd = collective(S, PCGC_PHASE_BACKWARD, n->id, q, mu, PCGC_COLL_REDUCE, k + 1, S->grp, bytes);
+        int32_t cf = collective(S, PCGC_PHASE_FORWARD, n->id, q, mu, PCGC_COLL_BROADCAST, k + 1, S->grp, bytes);
+        fwd = (xfer){cf, cf};
+        if (N->bwd >= 0) {
+          int32_t cb = collective(S, PCGC_PHASE_BACKWARD, n->id, q, mu, PCGC_COLL_REDUCE, k + 1, S->grp, bytes);
+          bwd = (xfer){cb, cb};
+        }
       }
-      if (fwd != fr) edge(S, fr, fwd);
-      if (bwd >= 0) edge(S, bwd, gs);
+      if (fwd.in != fr) edge(S, fr, fwd.in);
+      if (bwd.out >= 0) edge(S, bwd.out, gs);
       for (int i = 1; i <= k; i++) keep(S, S->grp[i], N->m > 1, bytes);
       for (int64_t j = 0; j < d; j++) {
         int64_t p = pcgc_piece_index(to, c, s, rr * d + j);
         bool local = dev[j] == Y;
-        edge(S, local ? fr : fwd, fready(S, n->id, p, mu));
-        if (N->bwd >= 0) edge(S, gsink(S, n->id, p, mu), local ? gs : bwd);
+        edge(S, local ? fr : fwd.out, fready(S, n->id, p, mu));
+        if (N->bwd >= 0) edge(S, gsink(S, n->id, p, mu), local ? gs : bwd.in);
       }
     }
 }
@@ -854,10 +962,10 @@ static void gen_reduce(sim *S, const pcgc_node *n, int32_t *dev) {
         hold(S, X, add_time);
         edge(S, sink, fj);
       }
-      int32_t gt = -1;
+      xfer gt = {-1, -1};
       if (k == 1 && gj >= 0) {
         gt = transfer(S, PCGC_PHASE_BACKWARD, n->id, p, mu, X, S->grp[1], bytes);
-        edge(S, gj, gt);
+        edge(S, gj, gt.in);
       }
       for (int64_t j = 0; j < d; j++) {
         int64_t q = pcgc_piece_index(ti, c, s * d + j, rr);
@@ -865,11 +973,11 @@ static void gen_reduce(sim *S, const pcgc_node *n, int32_t *dev) {
         if (dev[j] == X) {
           edge(S, fr, sink);
         } else {
-          int32_t tr = transfer(S, PCGC_PHASE_FORWARD, n->id, p, mu, dev[j], X, bytes);
-          edge(S, fr, tr);
-          edge(S, tr, sink);
+          xfer tr = transfer(S, PCGC_PHASE_FORWARD, n->id, p, mu, dev[j], X, bytes);
+          edge(S, fr, tr.in);
+          edge(S, tr.out, sink);
         }
-        if (gj >= 0) edge(S, dev[j] == X ? gj : gt, gsink(S, src, q, mi));
+        if (gj >= 0) edge(S, dev[j] == X ? gj : gt.out, gsink(S, src, q, mi));
       }
     }
 }
@@ -1130,9 +1238,11 @@ static hitem heap_pop(hitem *h, int64_t *n) {
  * the low 31 bits, so the rank alone names the task:
  *     bit 62 backward | bits 31..61 micro-batch | bits 0..30 id */
 static inline uint64_t rank_of(const pcgc_tasks *T, int32_t t) {
+  if (T->kind[t] == PCGC_TASK_STAGE) /* first: a message leaves, or its reader may start; earlier micro-batches first */
+    return (uint64_t)T->micro[t] << 31 | (uint64_t)t;
   uint64_t bwd = T->phase[t] == PCGC_PHASE_BACKWARD;
   uint64_t pos = bwd ? (uint64_t)(INT32_MAX - t) : (uint64_t)t;
-  return bwd << 62 | (uint64_t)T->micro[t] << 31 | pos;
+  return 1ull << 63 | bwd << 62 | (uint64_t)T->micro[t] << 31 | pos;
 }
 
 static inline int32_t rank_task(uint64_t k) {

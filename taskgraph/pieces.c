@@ -42,6 +42,20 @@ void pcgc_piece_box(const pcgc_ptensor *t, int64_t q, int mu, pcgc_box *b) {
   }
 }
 
+bool pcgc_bn_synced(const pcgc_node *n) {
+  if (n->kind != PCGC_OP_BATCHNORM) return false;
+  const pcgc_ptensor *o = &n->out[0];
+  for (int d = 0; d < o->rank; d++)
+    if (d != 1 && o->degree[d] > 1) return true;
+  return false;
+}
+
+int64_t pcgc_bn_group(const pcgc_ptensor *o, int64_t p) {
+  int64_t c[PCGC_MAX_RANK], s, r;
+  pcgc_piece_coords(o, p, c, &s, &r);
+  return c[1] * o->replica + r;
+}
+
 /* ---------------------------------------------------------- resident */
 
 void pcgc_resident_nodes(const pcgc_graph *g, const int *order, bool *res) {

@@ -125,7 +125,7 @@ void pcgc_sim_report(FILE *f, const pcgc_sim_result *r, const pcgc_machine *m, c
     static const char *const ins_names[PCGC_TASK_KIND_COUNT] = {
         [PCGC_TASK_FORWARD] = "forward", [PCGC_TASK_BACKWARD] = "backward", [PCGC_TASK_ADD] = "copy or zero",
         [PCGC_TASK_OPTIMIZER] = "update", [PCGC_TASK_TRANSFER] = "send", [PCGC_TASK_COLLECTIVE] = "collective",
-        [PCGC_TASK_JOIN] = "receive or wait"};
+        [PCGC_TASK_JOIN] = "receive or wait", [PCGC_TASK_STAGE] = "staging"};
     fprintf(f, "%s %s %s", sep, fmt_count(b, sizeof b, r->tasks_by_kind[k]),
             r->program ? ins_names[k] : pcgc_task_kind_name((pcgc_task_kind)k));
     sep = ",";

@@ -140,6 +140,16 @@ double pcgc_value_scale(const pcgc_graph *g, int node, int slot, bool bf16);
  * not pipelined): its shard, cut into micro-batch slices on the pipelined dim. */
 void pcgc_piece_box(const pcgc_ptensor *t, int64_t q, int mu, pcgc_box *b);
 
+/* Batch norm whose output is sharded on a dim other than its channels
+ * (dim 1): each channel group's statistics are summed over its pieces
+ * before they normalise, forward and backward (codegen's BN_STATS, an
+ * all-reduce over the group, BN_APPLY; the simulator's two halves around
+ * the same all-reduce). A piece's group is pcgc_bn_group: pieces with the
+ * same channel shard and replica index, degree[1] * replica groups in all;
+ * the all-reduce carries 2 f64 per local channel. */
+bool pcgc_bn_synced(const pcgc_node *n);
+int64_t pcgc_bn_group(const pcgc_ptensor *o, int64_t p);
+
 /* One read: piece p of a node reads `bytes` of piece q of input `slot`. */
 typedef bool (*pcgc_read_fn)(void *ctx, int64_t p, int slot, int64_t q, double bytes);
 
@@ -319,6 +329,7 @@ typedef enum pcgc_task_kind {
   PCGC_TASK_TRANSFER,    /* point to point, one link */
   PCGC_TASK_COLLECTIVE,  /* all-reduce, broadcast or reduce over a device group */
   PCGC_TASK_JOIN,        /* bookkeeping: no duration, no resource */
+  PCGC_TASK_STAGE,       /* a message's bytes copied into its send buffer, or out of the receive buffer */
   PCGC_TASK_KIND_COUNT
 } pcgc_task_kind;
 
@@ -412,7 +423,7 @@ void pcgc_tasks_release(pcgc_tasks *T);
 
 static inline bool pcgc_task_is_compute(int kind) {
   return kind == PCGC_TASK_FORWARD || kind == PCGC_TASK_BACKWARD || kind == PCGC_TASK_ADD ||
-         kind == PCGC_TASK_OPTIMIZER;
+         kind == PCGC_TASK_OPTIMIZER || kind == PCGC_TASK_STAGE;
 }
 
 /* Writes every task but the joins as a Chrome trace (JSON object format):

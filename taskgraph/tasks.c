@@ -68,6 +68,7 @@ const char *pcgc_task_kind_name(pcgc_task_kind k) {
   case PCGC_TASK_TRANSFER: return "transfer";
   case PCGC_TASK_COLLECTIVE: return "collective";
   case PCGC_TASK_JOIN: return "join";
+  case PCGC_TASK_STAGE: return "staging";
   case PCGC_TASK_KIND_COUNT: break;
   }
   return "?";

@@ -61,7 +61,7 @@ expect 2 "$pcgc" compile "$onnx_mlp" --machine dgx-h100 --loss hinge; has "$tmp/
 expect 0 "$pcgc" train "$src/tests/onnx/models/transformer.onnx" --batch 2 --loss mse --steps 1
 
 # --- the joint search: statistics, --budget 0 skips it, extra rules, unsound rules left out
-expect 0 "$pcgc" compile "$mlp" --machine dgx-h100 --budget 3 --alpha 1.05
+expect 0 "$pcgc" compile "$mlp" --machine dgx-h100 --budget 3 --alpha 1.2
 has "$tmp/out" "joint search"; has "$tmp/out" "3 graphs expanded"; has "$tmp/out" "0 refused by the checker"
 if grep -q "split at bottleneck" "$tmp/out"; then bad "a small graph was split"; else ok; fi
 expect 0 "$pcgc" compile "$mlp" --machine dgx-h100 --budget 0
@@ -308,12 +308,12 @@ awk '/^predicted iteration time/ { p = $4; e = $(NF - 1); u = $5 }
 
 # The joint search never makes the program slower than the expert strategy it
 # starts from: it ranks rewrites by the search's estimate, so compile lowers
-# both and keeps the expert strategy where its program is faster. DLRM on a
-# DGX H100: the rewrites shorten the estimate (616 -> 552 us) and lengthen the
-# program (1.274 -> 1.353 ms, copies of the concats they shard).
+# both and keeps the expert strategy where its program is faster. DLRM on
+# 4 x 8 H100s: the rewrites shorten the estimate (1.236 -> 1.081 ms) and
+# lengthen the program (1.213 -> 1.301 ms, copies of the concats they shard).
 prog_s() { /usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["predicted"]["iteration_s"])' "$1"; }
-expect 0 "$pcgc" compile "$src/models/dlrm.pcg" --machine dgx-h100 --budget 0 -o "$tmp/dlrm0.json"
-expect 0 "$pcgc" compile "$src/models/dlrm.pcg" --machine dgx-h100 -o "$tmp/dlrm4.json"
+expect 0 "$pcgc" compile "$src/models/dlrm.pcg" --machine h100-4x8 --batch 2048 --budget 0 -o "$tmp/dlrm0.json"
+expect 0 "$pcgc" compile "$src/models/dlrm.pcg" --machine h100-4x8 --batch 2048 -o "$tmp/dlrm4.json"
 if awk -v a="$(prog_s "$tmp/dlrm4.json")" -v b="$(prog_s "$tmp/dlrm0.json")" 'BEGIN { exit !(a <= b) }'; then ok
 else bad "the joint search's plan runs slower than the expert strategy's: $(prog_s "$tmp/dlrm4.json") s against $(prog_s "$tmp/dlrm0.json") s"; fi
 if grep -q "improved on the expert strategy" "$tmp/out"; then

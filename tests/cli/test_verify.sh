@@ -67,30 +67,29 @@ fi
 /usr/bin/python3 "$src/tests/runtime/make_plan.py" "$src/tests/data/parallel/mlp-dp4.pcg" cpu-4 "$tmp/v1.json"
 expect 1 "$pcgc" verify "$tmp/v1.json"; has "$tmp/err" "does not record how it was derived"
 # a plan the joint search rewrote: its trace replayed on the expert strategy,
-# at the plan's sizes and at the small ones (Unity's MLP: DLRM's rewrites
-# shorten the estimate but not the program, so compile keeps its expert
-# strategy)
-expect 0 "$pcgc" compile "$src/models/unity-mlp.pcg" --machine dgx-h100 -o "$tmp/mlp-joint.json"
-if grep -q '"rewrites":	0' "$tmp/mlp-joint.json"; then
-  bad "the joint search left the MLP's expert strategy as it was: the replay is not exercised"
+# at the plan's sizes and at the small ones (DLRM on a DGX H100, whose
+# rewrites shorten the program too, so compile keeps them)
+expect 0 "$pcgc" compile "$src/models/dlrm.pcg" --machine dgx-h100 -o "$tmp/joint.json"
+if grep -q '"rewrites":	0' "$tmp/joint.json"; then
+  bad "the joint search left DLRM's expert strategy as it was: the replay is not exercised"
 else
-  has "$tmp/mlp-joint.json" '"trace":'
-  expect 0 "$pcgc" verify "$tmp/mlp-joint.json"
+  has "$tmp/joint.json" '"trace":'
+  expect 0 "$pcgc" verify "$tmp/joint.json"
   has "$tmp/out" "derived again at its sizes with the joint search's rewrites: the same"
   has "$tmp/out" "verified: 3 steps"
-  grep -E "^sizes" "$tmp/out" | sed "s/^/  mlp rewritten: /"
+  grep -E "^sizes" "$tmp/out" | sed "s/^/  dlrm rewritten: /"
   # a trace that no longer applies: a first step at a node the graph lacks
-  first=$(grep -o '"trace":	\["[^"]*' "$tmp/mlp-joint.json" | sed 's/.*\["//')
+  first=$(grep -o '"trace":	\["[^"]*' "$tmp/joint.json" | sed 's/.*\["//')
   rule=${first%% at *}; rule=${rule%% everywhere *}
-  $reseal "$tmp/mlp-joint.json" "$tmp/badtrace.json" "\"trace\":	[\"" "\"trace\":	[\"$rule at no_such_node\", \""
+  $reseal "$tmp/joint.json" "$tmp/badtrace.json" "\"trace\":	[\"" "\"trace\":	[\"$rule at no_such_node\", \""
   expect 1 "$pcgc" verify "$tmp/badtrace.json"
   has "$tmp/err" "cannot be derived again from its record: trace step 1 of"
   has "$tmp/err" "$rule"
   # a rule the library does not have
-  $reseal "$tmp/mlp-joint.json" "$tmp/norule.json" "\"trace\":	[\"" "\"trace\":	[\"no_such_rule d=2 at x\", \""
+  $reseal "$tmp/joint.json" "$tmp/norule.json" "\"trace\":	[\"" "\"trace\":	[\"no_such_rule d=2 at x\", \""
   expect 1 "$pcgc" verify "$tmp/norule.json"; has "$tmp/err" "the rule library has no rule 'no_such_rule'"
   # rewrites without their trace (a plan of an older pcgc): refused
-  $reseal "$tmp/mlp-joint.json" "$tmp/notrace.json" '"trace":' '"trace_of_another_pcgc":'
+  $reseal "$tmp/joint.json" "$tmp/notrace.json" '"trace":' '"trace_of_another_pcgc":'
   expect 1 "$pcgc" verify "$tmp/notrace.json"; has "$tmp/err" "does not record its steps"
 fi
 

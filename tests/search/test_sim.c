@@ -277,6 +277,17 @@ static pcgc_graph *pipeline_model(int m) {
   return model_text(text);
 }
 
+/* m items through a line of n stations, each taking them in order, station k
+ * busy P[k] per item: the last leaves after sum(P) + (m - 1) max(P). */
+static double line_time(const double *P, int n, int m) {
+  double sum = 0, most = 0;
+  for (int k = 0; k < n; k++) {
+    sum += P[k];
+    if (P[k] > most) most = P[k];
+  }
+  return sum + (m - 1) * most;
+}
+
 static pcgc_mapping pipeline_mapping(const pcgc_graph *g) {
   pcgc_mapping mp;
   pcgc_error err = {0};
@@ -314,13 +325,21 @@ START_TEST(pipeline_gpipe_by_hand) {
     ck_assert_int_eq(r.micro_batches, m);
     ck_assert_int_eq(r.tasks_by_kind[PCGC_TASK_FORWARD], 5 * m);
     ck_assert_int_eq(r.tasks_by_kind[PCGC_TASK_TRANSFER], 2 * 3 * m); /* activations forward, gradients back */
-    /* the last stage (linear + loss) is the bottleneck: busy from (s-1)t on */
-    double F = (s - 1) * st.fwd + m * (st.fwd + l.fwd);
+    /* a line of s stations that take every micro-batch in turn, each station k busy P_k per
+     * micro-batch, ends after sum(P) + (m-1) max(P). Forward, every stage but the first
+     * unpacks what it receives (c, the staging copy of one micro-batch of h), every stage
+     * but the last packs what it sends; the last adds the loss. With c = 0 the last stage
+     * is the bottleneck, busy from (s-1)t on: (s-1)t + m(t + l). */
+    double h = 4.0 * (512 / m) * 2048;
+    double c = pcgc_cost_copy_time(&mach, h, false), ca = pcgc_cost_copy_time(&mach, h, true);
+    double P[4] = {st.fwd + c, st.fwd + 2 * c, st.fwd + 2 * c, st.fwd + c + l.fwd};
+    double F = line_time(P, s, m);
     close_to(r.forward_time, F, 1e-6);
     /* textbook: (m+s-1)/m of the ideal m·t, bubble fraction (s-1)/(m+s-1), with the
-     * bottleneck stage's time t+l for t (the loss adds its 2%) */
-    close_to(r.forward_time / (m * (st.fwd + l.fwd)), (double)(m + s - 1) / m, 0.03);
-    double bubble = 1 - m * (st.fwd + l.fwd) / r.forward_time;
+     * bottleneck stage's time for t (the loss and the staging add their few %) */
+    double most = P[1] > P[3] ? P[1] : P[3];
+    close_to(r.forward_time / (m * most), (double)(m + s - 1) / m, 0.03);
+    double bubble = 1 - m * most / r.forward_time;
     close_to(bubble, (double)(s - 1) / (m + s - 1), 0.03);
     ck_assert(bubble < prev_bubble);
     prev_bubble = bubble;
@@ -328,7 +347,11 @@ START_TEST(pipeline_gpipe_by_hand) {
      * pipeline; each first zeroes the gradient it adds into (one micro-batch of h: the last
      * stage's own h3, every stage but the first the h it received), an update its weight's */
     double z = zero_time(&mach, 4.0 * (512 / m) * 2048), zw = zero_time(&mach, 4.0 * 2048 * 2048);
-    double B = m * (l.bwd + z + st.bwd + z) + (s - 2) * (st.bwd + z) + st.bwd;
+    /* the line again, from the last stage: it packs each micro-batch's gradient of h2 after
+     * its backward, the others unpack what they receive by adding it into the gradient (ca),
+     * and but the first pack theirs; with c = ca = 0, m(l.bwd + z + t + z) + (s-2)(t + z) + t */
+    double Q[4] = {l.bwd + 2 * z + st.bwd + c, ca + st.bwd + z + c, ca + st.bwd + z + c, ca + st.bwd};
+    double B = line_time(Q, s, m);
     close_to(r.iteration_time, F + B + u + zw, 1e-6);
     ck_assert(r.critical_path <= r.iteration_time);
     pcgc_sim_result_destroy(&r);
@@ -408,7 +431,7 @@ static int cmp_traced(const void *a, const void *b) {
 
 /* The compute tasks of device `dev` in the order they start, from a Chrome
  * trace: "F<micro>:<node>" forward, "B<micro>:<node>" backward,
- * "U:<weight>" update, space-separated. Caller frees. */
+ * "U:<weight>" update, space-separated (staging copies left out). Caller frees. */
 static char *compute_order(const char *path, int dev) {
   size_t len;
   pcgc_error err = {0};
@@ -425,6 +448,7 @@ static char *compute_order(const char *path, int dev) {
         cJSON_GetNumberValue(cJSON_GetObjectItem(e, "tid")) != 0)
       continue;
     const char *cat = cJSON_GetStringValue(cJSON_GetObjectItem(e, "cat"));
+    if (strcmp(cat, "staging") == 0) continue; /* a message's copies: not the kernels' order */
     const char *name = cJSON_GetStringValue(cJSON_GetObjectItem(e, "name"));
     int mu = (int)cJSON_GetNumberValue(cJSON_GetObjectItem(cJSON_GetObjectItem(e, "args"), "micro_batch"));
     ev[n].ts = cJSON_GetNumberValue(cJSON_GetObjectItem(e, "ts"));
@@ -476,8 +500,14 @@ START_TEST(pipeline_several_ops_per_stage) {
      * l.fwd + l.bwd + Tb) later; stage 0 then runs the last backward (Tb)
      * and its three updates. GPipe and 1F1B both keep stage 1 busy, so this
      * holds for both: (m + s - 1)(Tf + Tb), the textbook pipeline, plus the
-     * loss on the bottleneck stage and the updates at the end. */
-    double want = (m + s - 1) * (Tf + Tb) + m * (l.fwd + l.bwd) + 3 * u;
+     * loss on the bottleneck stage and the updates at the end. Each message
+     * is staged: stage 0 packs micro-batch 0's h2 (c) before it leaves, and
+     * unpacks the last gradient by adding it in (ca) before its last
+     * backward; stage 1 unpacks and packs one message per micro-batch each
+     * way (2c). */
+    double hb = 4.0 * (512 / m) * 2048;
+    double c = pcgc_cost_copy_time(&mach, hb, false), ca = pcgc_cost_copy_time(&mach, hb, true);
+    double want = (m + s - 1) * (Tf + Tb) + m * (l.fwd + l.bwd) + 3 * u + c + 2 * m * c + ca;
     /* and the zeroing of gradients (a micro-batch of h, z, before the
      * backward that first adds into it): on stage 1 those of h5, h4, h3 and
      * the received h2 every micro-batch, on stage 0 those of h1 and h0 in the
@@ -507,10 +537,10 @@ START_TEST(pipeline_several_ops_per_stage) {
       pcgc_sim_result r = simulate(g, &mp, &mach, &o);
       ck_assert_int_eq(r.stages, s);
       ck_assert_int_eq(r.micro_batches, m);
-      close_to(r.iteration_time, want + zeroing, 1e-6); /* transfers take ~1e-13 s */
+      close_to(r.iteration_time, want + zeroing, 1e-6); /* transfers take ~1e-13 s, their staging not */
       close_to(r.iteration_time - 3 * u - zeroing, (m + s - 1) * (Tf + Tb), 0.01);
       if (!f1b) { /* the forward pass: stage 0 fills in Tf, stage 1 (with the loss) then runs every micro-batch */
-        close_to(r.forward_time, Tf + m * (Tf + l.fwd), 1e-6);
+        close_to(r.forward_time, Tf + c + m * (c + Tf + l.fwd), 1e-6);
         ck_assert(r.iteration_time < op_major);
       }
       check_bounds(f1b ? "deep pipeline, 1f1b" : "deep pipeline, gpipe", &r);
@@ -790,8 +820,9 @@ START_TEST(replicate_and_reduce_collectives) {
   pcgc_comm_group all = {1, 4, 1};
   ck_assert_int_eq(r.tasks_by_kind[PCGC_TASK_COLLECTIVE], 2);
   ck_assert_int_eq(r.tasks_by_kind[PCGC_TASK_TRANSFER], 0);
-  double bc = pcgc_comm_time(&m, PCGC_COLL_BROADCAST, PCGC_ALGO_AUTO, all, n);
-  double red = pcgc_comm_time(&m, PCGC_COLL_ALL_REDUCE, PCGC_ALGO_AUTO, all, n);
+  /* each holds its members' streams while they stage the box in and out again, as the program's do */
+  double bc = pcgc_comm_time(&m, PCGC_COLL_BROADCAST, PCGC_ALGO_AUTO, all, n) + 2 * pcgc_cost_copy_time(&m, n, false);
+  double red = pcgc_comm_time(&m, PCGC_COLL_ALL_REDUCE, PCGC_ALGO_AUTO, all, n) + 2 * pcgc_cost_copy_time(&m, n, false);
   pcgc_op_time h = node_time(&m, g, "h"), a = node_time(&m, g, "a"), l = node_time(&m, g, "loss");
   close_to(r.forward_time, h.fwd + bc + a.fwd + l.fwd, 1e-9);
   /* the backward of the loss and of a each zero the gradient they add into (a's, hr's copy:
@@ -818,8 +849,8 @@ START_TEST(replicate_and_reduce_collectives) {
   ck_assert_int_eq(r.tasks_by_kind[PCGC_TASK_ADD], 0);
   pcgc_op_time p = node_time(&m, g, "p");
   l = node_time(&m, g, "loss");
-  red = pcgc_comm_time(&m, PCGC_COLL_ALL_REDUCE, PCGC_ALGO_AUTO, all, n);
-  bc = pcgc_comm_time(&m, PCGC_COLL_BROADCAST, PCGC_ALGO_AUTO, all, n);
+  red = pcgc_comm_time(&m, PCGC_COLL_ALL_REDUCE, PCGC_ALGO_AUTO, all, n) + 2 * pcgc_cost_copy_time(&m, n, false);
+  bc = pcgc_comm_time(&m, PCGC_COLL_BROADCAST, PCGC_ALGO_AUTO, all, n) + 2 * pcgc_cost_copy_time(&m, n, false);
   close_to(r.forward_time, p.fwd + red + l.fwd, 1e-9);
   /* each device updates its quarter of w: no all-reduce */
   close_to(r.iteration_time, p.fwd + red + l.fwd + l.bwd + zero_time(&m, n) + bc + p.bwd + adam_time(&m, 64 * 128) +
