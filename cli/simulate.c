@@ -19,7 +19,7 @@ void pcgc_cli_simulate_help(FILE *f) {
           "usage: pcgc simulate MODEL --machine M [--strategy S] [--devices N] [--optimizer O]\n"
           "                     [--schedule gpipe|1f1b] [--no-overlap] [--recompute] [--trace FILE] [--profile DB] [--batch B] [--set NAME=VALUE]...\n"
           "       pcgc simulate STRATEGY.json --machine M [--optimizer O] [--schedule S] [--no-overlap] [--recompute]\n"
-          "                     [--trace FILE] [--profile DB]\n"
+          "                     [--trace FILE] [--estimate-trace FILE] [--profile DB]\n"
           "\n"
           "Simulates one training iteration of MODEL parallelised by a baseline strategy on machine M\n"
           "(a preset name or a .machine file) and prints the iteration time, compute and idle time per\n"
@@ -38,7 +38,11 @@ void pcgc_cli_simulate_help(FILE *f) {
           "  --no-overlap       communication does not overlap computation\n"
           "  --recompute        recompute activations between bottleneck tensors in backward instead\n"
           "                     of keeping them (a strategy file compiled that way does so anyway)\n"
-          "  --trace FILE       write a Chrome trace of every task (chrome://tracing, ui.perfetto.dev)\n"
+          "  --trace FILE       write a Chrome trace of every task (chrome://tracing, ui.perfetto.dev);\n"
+          "                     for a strategy file, of the program pcgc run executes\n"
+          "  --estimate-trace FILE\n"
+          "                     for a strategy file: also write the search's estimate as a Chrome trace,\n"
+          "                     to set beside the program's (where the two disagree, and why)\n"
           "  --batch B          batch size (`const B`, or an ONNX model's symbolic batch dim)\n"
           "  --set NAME=VALUE   override a `const` of the model; repeatable\n"
           PCGC_CLI_LOSS_HELP
@@ -49,7 +53,7 @@ void pcgc_cli_simulate_help(FILE *f) {
 /* schedule_given: --schedule was on the command line; otherwise the file's
  * schedule (the one compile chose) applies. */
 static int simulate_file(const char *path, const char *machine, const char *profile, bool schedule_given,
-                         bool optimizer_given, pcgc_sim_options *o) {
+                         bool optimizer_given, const char *estimate_trace, pcgc_sim_options *o) {
   pcgc_error err;
   pcgc_error_clear(&err);
   pcgc_machine m;
@@ -81,7 +85,7 @@ static int simulate_file(const char *path, const char *machine, const char *prof
     o->bf16 = info.precision == PCGC_PREC_BF16; /* activations stored in bf16 */
     /* the search's estimate; the trace draws the program (below) unless it cannot be lowered */
     pcgc_sim_options est = *o;
-    est.trace_path = NULL;
+    est.trace_path = estimate_trace;
     st = pcgc_simulate(g, &mp, &m, &est, &r, &err);
     /* the prediction: the program pcgc run executes, simulated stream by stream */
     pcgc_sim_result pr;
@@ -136,7 +140,7 @@ static int simulate_file(const char *path, const char *machine, const char *prof
 }
 
 int pcgc_cli_simulate(int argc, char **argv) {
-  const char *model = NULL, *machine = NULL, *profile = NULL, *strategy = "data-parallel";
+  const char *model = NULL, *machine = NULL, *profile = NULL, *strategy = "data-parallel", *estimate_trace = NULL;
   pcgc_cli_sets sets = {0};
   int loss = -1; /* --loss: an op kind */
   int devices = 0;
@@ -162,6 +166,8 @@ int pcgc_cli_simulate(int argc, char **argv) {
       strategy = argv[++i];
     } else if (strcmp(a, "--trace") == 0) {
       o.trace_path = argv[++i];
+    } else if (strcmp(a, "--estimate-trace") == 0) {
+      estimate_trace = argv[++i];
     } else if (strcmp(a, "--profile") == 0) {
       profile = argv[++i];
     } else if (strcmp(a, "--devices") == 0 || strcmp(a, "--batch") == 0) {
@@ -201,8 +207,11 @@ int pcgc_cli_simulate(int argc, char **argv) {
     if (sets.n || batch || devices || loss >= 0 || strcmp(strategy, "data-parallel") != 0)
       return pcgc_cli_usage_error("simulate", "--strategy, --devices, --batch, --set and --loss apply to models, not "
                                               "to strategy files like '%s'", model);
-    return simulate_file(model, machine, profile, schedule_given, optimizer_given, &o);
+    return simulate_file(model, machine, profile, schedule_given, optimizer_given, estimate_trace, &o);
   }
+  if (estimate_trace)
+    return pcgc_cli_usage_error("simulate", "--estimate-trace applies to strategy files; for a model, --trace is "
+                                            "the estimate's trace%s", "");
   int code = EXIT_OK;
   pcgc_graph *g = pcgc_cli_load(model, sets.n, sets.names, sets.values, batch, loss, &code);
   if (!g) return code;

@@ -208,6 +208,17 @@ PY
 python3 "$src/benchmarks/trace_diff.py" "$tmp/sim-trace.json" "$tmp/run-trace.json" --device 1 >"$tmp/diff.out" && ok ||
   bad "trace_diff failed: $(cat "$tmp/diff.out")"
 has "$tmp/diff.out" "device 1: "; has "$tmp/diff.out" "forward"
+# --estimate-trace: the search's estimate of the same plan, its tasks on the same devices
+expect 0 "$pcgc" simulate "$tmp/mlp4.json" --machine cpu-4 --trace "$tmp/sim-trace2.json" --estimate-trace "$tmp/est-trace.json"
+cmp -s "$tmp/sim-trace.json" "$tmp/sim-trace2.json" && ok || bad "--estimate-trace changed the program's trace"
+python3 - "$tmp/est-trace.json" <<'PY' && ok || bad "the estimate's trace is not the plan's tasks"
+import json, sys
+ev = [e for e in json.load(open(sys.argv[1]))["traceEvents"] if e.get("ph") == "X"]
+assert {e["pid"] for e in ev} == {0, 1, 2, 3}, {e["pid"] for e in ev}
+assert any(e["cat"] == "forward" and e["dur"] > 0 for e in ev)
+PY
+expect 2 "$pcgc" simulate "$src/models/mlp.pcg" --machine cpu-4 --estimate-trace "$tmp/x.json"
+has "$tmp/err" "--estimate-trace applies to strategy files"
 expect 2 "$pcgc" run "$tmp/mlp4.json" --trace; has "$tmp/err" "--trace needs a file"
 
 # --- checkpoints: resuming repeats the uninterrupted run bit for bit
