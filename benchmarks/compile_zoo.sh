@@ -9,6 +9,7 @@
 # device count (8 to 1024 H100s).
 #
 # usage: benchmarks/compile_zoo.sh [PCGC_BINARY] [SOURCE_DIR] [OUT.md]
+# (OUT.md, by default benchmarks/RESULTS.md, keeps what lies outside the script's block)
 # Takes a few minutes on 2 cores. Unity's numbers to compare with are in
 # docs/models.md and the issue: DLRM 3.6x, MLP 2.0x, XDL 1.9x, CANDLE-Uno
 # 1.6x, Inception-v3 1.3x, ResNeXt-50 1.0x over data parallel on real
@@ -86,8 +87,6 @@ row() { # model machine batch
 }
 
 {
-  echo "# Benchmark results"
-  echo
   echo "Produced by \`benchmarks/compile_zoo.sh\` on $(date -u +%Y-%m-%d) at commit $(git -C "$src" rev-parse --short HEAD 2>/dev/null || echo '?'),"
   echo "$(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')), release build."
   echo "Times are *predicted* by pcgc's simulator for the named machine; search time is wall time on this CPU."
@@ -139,5 +138,25 @@ row() { # model machine batch
     printf '| %s | %s |\n' "$n" "$(sed -n 's/^candidates *//p' "$f" | head -1)"
   done
 } >"$tmp/results.md"
-mv "$tmp/results.md" "$out"
+# OUT keeps everything outside this script's block (the other benchmarks' sections): the
+# block between the two markers is replaced; a new file gets a title and the block.
+begin='<!-- compile_zoo.sh writes from here to its end marker -->'
+end='<!-- compile_zoo.sh: end -->'
+{ echo "$begin"; cat "$tmp/results.md"; echo "$end"; } >"$tmp/block.md"
+if [ -f "$out" ] && grep -qxF "$begin" "$out"; then
+  awk -v b="$begin" -v e="$end" -v blk="$tmp/block.md" '
+    $0 == b { while ((getline l < blk) > 0) print l; skip = 1; next }
+    $0 == e { skip = 0; next }
+    !skip' "$out" >"$tmp/new.md"
+elif [ -f "$out" ]; then
+  echo "compile_zoo.sh: $out exists without the block's markers; name another output file, or put" >&2
+  echo "  $begin" >&2
+  echo "  $end" >&2
+  cp "$tmp/results.md" "${out%.md}.zoo.md"
+  echo "where the block belongs; the results are in ${out%.md}.zoo.md" >&2
+  exit 1
+else
+  { echo "# Benchmark results"; echo; cat "$tmp/block.md"; } >"$tmp/new.md"
+fi
+mv "$tmp/new.md" "$out"
 echo "wrote $out"
