@@ -76,6 +76,9 @@ row() { # model machine batch
   pred=$(sed -n "s/^predicted iteration time .*the search's estimate \([0-9.]*\) \([mun]*s\)).*/\1 \2/p" "$f" | head -1)
   [ -n "$pred" ] || pred=$prog
   dp=$(field "$f" "data parallel")
+  # compile gives data parallel's program where it lowered it: against the chosen program
+  local dpbase=$pred
+  grep -q "^  data parallel .*its program" "$f" && dpbase=$prog
   tp=$(field "$f" "best pure Megatron")
   pp=$(field "$f" "best pure pipeline")
   bd=$(bound "$f")
@@ -83,7 +86,7 @@ row() { # model machine batch
   cand=$(sed -n 's/^candidates *//p' "$f" | head -1)
   local search=${cand##*, }
   printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' "$m" "$mach" "$batch" "$search" "$pred" \
-    "$prog" "$(speed "$dp" "$pred")" "$(speed "$tp" "$pred")" "$(speed "$pp" "$pred")" "${bd:-—}" "$mem" "$strat; ${cand%, *}"
+    "$prog" "$(speed "$dp" "$dpbase")" "$(speed "$tp" "$pred")" "$(speed "$pp" "$pred")" "${bd:-—}" "$mem" "$strat; ${cand%, *}"
 }
 
 {
@@ -96,7 +99,8 @@ row() { # model machine batch
   echo "\"predicted (search)\" is the search's estimate, the same model as the baselines', bound's and speedups';"
   echo "\"program\" is the chosen plan lowered to what \`pcgc run\` executes and simulated instruction by"
   echo "instruction (its zeroing, staging copies and launches included); memory is the program's arena."
-  echo "Speedups are the baseline's predicted time over the chosen strategy's (≥ 1.00x: the chosen one is"
+  echo "Speedups are the baseline's predicted time over the chosen strategy's, program over program for data"
+  echo "parallel where compile lowered it, estimates otherwise (≥ 1.00x: the chosen one is"
   echo "at least as fast; — where the baseline is infeasible, out of memory or has no candidate)."
   echo "\`pcgc compile\` with its defaults: the expert space (data × Megatron tensor × pipeline parallelism),"
   echo "then the rule-driven joint search from the best of it (budget 4 graphs; graphs of more than 80"

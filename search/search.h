@@ -80,6 +80,17 @@ extern "C" {
  *     pcgc_cost_fill_time of each gradient it is the first to add into (its
  *     producer's on the producer's device, or the one received on this
  *     device), and an optimizer task that of its weight's gradient;
+ *   - staging: every transfer is the sender's copy of its bytes into a send
+ *     buffer, the message, and the receiver's copy out of it (adding in
+ *     backward), the copies on the two compute streams (PCGC_TASK_STAGE,
+ *     taken first when a stream comes free, earlier micro-batches first);
+ *     a broadcast, reduce or batch-norm all-reduce holds its members'
+ *     streams for its time plus a copy in and one out, as the program
+ *     stages them;
+ *   - batch norm sharded over its batch (pcgc_bn_synced): each piece's
+ *     kernel is two tasks of half its time, with the blocking all-reduce of
+ *     its channel group's statistics (2 f64 per channel) between them,
+ *     forward and backward, as codegen lowers it;
  *   - pipelined loss: micro-batches in o->schedule's order;
  *   - o->recompute: the graph is cut at bottleneck tensors (one tensor, not
  *     a partial sum, carries everything from one part to the next: the
