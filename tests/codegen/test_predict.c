@@ -341,6 +341,31 @@ typedef struct shipped {
   double lo, hi; /* the search's estimate / the program's prediction */
 } shipped;
 
+/* Each device's WAITs come in the order its all-reduces started (the step's
+ * updates follow the gradients as they are summed, not the weights' order);
+ * returns how many devices start more than one. */
+static int waits_follow_starts(const pcgc_program *p) {
+  int synced = 0;
+  for (int d = 0; d < p->n_devices; d++) {
+    const pcgc_device_program *P = &p->dev[d];
+    int *starts = malloc((size_t)(P->n_ins ? P->n_ins : 1) * sizeof *starts), ns = 0, nw = 0;
+    ck_assert(starts != NULL);
+    for (int i = 0; i < P->n_ins; i++) {
+      const pcgc_ins *I = &P->ins[i];
+      if (I->kind == PCGC_INS_ALLREDUCE_START) starts[ns++] = I->tag;
+      if (I->kind == PCGC_INS_WAIT) {
+        ck_assert_msg(nw < ns && I->tag == starts[nw], "device %d: wait %d is for request %d, not for the %d-th started (%d)",
+                      d, nw, I->tag, nw, nw < ns ? starts[nw] : -1);
+        nw++;
+      }
+    }
+    ck_assert_int_eq(nw, ns);
+    synced += ns > 1;
+    free(starts);
+  }
+  return synced;
+}
+
 static void check_shipped(const shipped *k) {
   char path[4096];
   snprintf(path, sizeof path, "%s/models/%s", PCGC_SOURCE_DIR, k->model);
@@ -382,6 +407,8 @@ static void check_shipped(const shipped *k) {
     close_to(r.iteration_time, r.device[0].compute, 1e-9);
     close_to(r.iteration_time, r.task_time, 1e-9);
   }
+  int synced = waits_follow_starts(p);
+  if (strcmp(k->strategy, "data-parallel") == 0) ck_assert_int_gt(synced, 0);
   double ratio = est.iteration_time / r.iteration_time;
   printf("%-22s %-14s %-10s program %.6g s, search's estimate %.6g s (%.3fx)\n", k->model, k->strategy, k->machine,
          r.iteration_time, est.iteration_time, ratio);
@@ -549,13 +576,61 @@ START_TEST(bf16_storage) {
 }
 END_TEST
 
+/* Unity's MLP on a DGX H100 as dp 1 x tp 4 x pp 2 (2 micro-batches): its two
+ * branches run on two groups of four GPUs, and the top of the model sends
+ * each branch the gradient of its output. A send is scheduled as soon as it
+ * is ready, so the first branch's group does not wait for the second
+ * branch's whole backward (it did: the program ran 14.2 ms where the
+ * estimate said 12.1). */
+START_TEST(sends_and_updates_in_time) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/models/unity-mlp.pcg", PCGC_SOURCE_DIR);
+  const char *names[] = {"B"}, *values[] = {"512"};
+  pcgc_model_options mo = {1, names, values};
+  pcgc_error err = {0};
+  pcgc_graph *g = pcgc_model_load(path, &mo, &err), *pg = NULL;
+  ck_assert_msg(g, "%s", err.message);
+  pcgc_machine m;
+  ck_assert_msg(pcgc_machine_load("dgx-h100", &m, &err) == PCGC_OK, "%s", err.message);
+  pcgc_expert *x = NULL;
+  pcgc_mapping mp = {0, NULL};
+  ck_assert_msg(pcgc_expert_new(g, &m, NULL, &x, &err) == PCGC_OK, "%s", err.message);
+  pcgc_expert_choice c = {.dp = 1, .tp = 4, .pp = 2, .micro = 2, .schedule = PCGC_SCHEDULE_GPIPE};
+  ck_assert_msg(pcgc_expert_build(x, c, &pg, &mp, &err) == PCGC_OK, "%s", err.message);
+  pcgc_sim_options so;
+  pcgc_sim_options_default(&so);
+  pcgc_sim_result est, r;
+  ck_assert_msg(pcgc_simulate(pg, &mp, &m, &so, &est, &err) == PCGC_OK, "%s", err.message);
+  pcgc_codegen_options co;
+  pcgc_codegen_options_default(&co);
+  pcgc_program *p = NULL;
+  ck_assert_msg(pcgc_codegen(pg, &mp, 8, &co, &p, &err) == PCGC_OK, "%s", err.message);
+  ck_assert_msg(pcgc_program_simulate(p, pg, &m, &so, &r, &err) == PCGC_OK, "%s", err.message);
+  double ratio = est.iteration_time / r.iteration_time;
+  printf("unity-mlp tp 4 x pp 2 on dgx-h100: program %.6g s, estimate %.6g s (%.3fx)\n", r.iteration_time,
+         est.iteration_time, ratio);
+  ck_assert_msg(ratio > 0.95 && ratio < 1.1, "the estimate %.6g s is %.3fx the program's %.6g s", est.iteration_time,
+                ratio, r.iteration_time);
+  pcgc_sim_result_destroy(&r);
+  pcgc_sim_result_destroy(&est);
+  pcgc_program_free(p);
+  pcgc_mapping_destroy(&mp);
+  pcgc_expert_free(x);
+  pcgc_graph_free(pg);
+  pcgc_graph_free(g);
+}
+END_TEST
+
+/* The estimate charges the program's zeroing, relayout copies, message
+ * staging and batch-norm all-reduces: within 10% here (the CNN's synced
+ * batch norms made it 0.79 before the estimate charged them). */
 static const shipped cases[] = {
-    {"mlp.pcg", "64", "cpu-local", "sequential", 0.5, 1.05},
-    {"mlp.pcg", "64", "cpu-4", "data-parallel", 0.5, 1.05},
-    {"cnn.pcg", "32", "cpu-4", "data-parallel", 0.5, 1.05},
-    {"transformer-block.pcg", "16", "cpu-4", "data-parallel", 0.5, 1.05},
-    {"transformer-block.pcg", "64", "dgx-h100", "data-parallel", 0.5, 1.05},
-    {"bert-large.pcg", "8", "dgx-h100", "sequential", 0.5, 1.05},
+    {"mlp.pcg", "64", "cpu-local", "sequential", 0.9, 1.1},
+    {"mlp.pcg", "64", "cpu-4", "data-parallel", 0.9, 1.1},
+    {"cnn.pcg", "32", "cpu-4", "data-parallel", 0.9, 1.1},
+    {"transformer-block.pcg", "16", "cpu-4", "data-parallel", 0.9, 1.1},
+    {"transformer-block.pcg", "64", "dgx-h100", "data-parallel", 0.9, 1.1},
+    {"bert-large.pcg", "8", "dgx-h100", "sequential", 0.9, 1.1},
 };
 
 START_TEST(shipped_models) { check_shipped(&cases[_i]); }
@@ -574,6 +649,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, allreduce_by_hand);
   tcase_add_test(tc, nonblocking_allreduce_overlaps);
   tcase_add_test(tc, deadlock_is_refused);
+  tcase_add_test(tc, sends_and_updates_in_time);
   tcase_add_loop_test(tc, shipped_models, 0, (int)(sizeof cases / sizeof cases[0]));
   suite_add_tcase(s, tc);
   return s;
