@@ -24,7 +24,11 @@
  *     ports of every member;
  *   - ALLREDUCE_START joins the collective and goes on; WAIT blocks until
  *     it is done (progress is assumed to be asynchronous); one over a whole
- *     buffer runs in place, without the staging copies.
+ *     buffer runs in place, without the staging copies. Such a background
+ *     all-reduce waits for every message and collective before it on its
+ *     ports, but a message or blocking collective passes it (port_fg: links
+ *     interleave it with short messages; it is not slowed), as in the
+ *     search's simulator.
  * The loop always advances the device whose clock is smallest (a min-heap
  * of (clock, device)), so messages and collectives claim ports roughly in
  * the order of time. A device that must wait leaves the heap until the
@@ -89,6 +93,7 @@ typedef struct psim {
   hitem *heap;
   int hn;
   double *port_free; /* [P_KINDS * D] */
+  double *port_fg;   /* [P_KINDS * D]: when messages and blocking collectives may pass background all-reduces */
   msg *msgs;
   /* rendezvous: per group a list by sequence number; per device and group its next sequence */
   rdv *rv;
@@ -214,8 +219,11 @@ static int port(const psim *S, int which, int d) {
 static double claim(psim *S, const int *ports, int n, double t, double dur) {
   if (!S->contention) return t;
   for (int i = 0; i < n; i++)
-    if (S->port_free[ports[i]] > t) t = S->port_free[ports[i]];
-  for (int i = 0; i < n; i++) S->port_free[ports[i]] = t + dur;
+    if (S->port_fg[ports[i]] > t) t = S->port_fg[ports[i]];
+  for (int i = 0; i < n; i++) {
+    if (S->port_free[ports[i]] < t + dur) S->port_free[ports[i]] = t + dur;
+    if (S->port_fg[ports[i]] < t + dur) S->port_fg[ports[i]] = t + dur;
+  }
   return t;
 }
 
@@ -245,7 +253,7 @@ static int64_t rdv_get(psim *S, int group, int32_t seq) {
 
 /* A collective completes: its time on the members' ports, then every
  * member waiting on it moves again. */
-static void rdv_complete(psim *S, int64_t id, int group, pcgc_collective c, double bytes) {
+static void rdv_complete(psim *S, int64_t id, int group, pcgc_collective c, double bytes, bool bg) {
   const pcgc_program *p = S->p;
   const int *devs = p->group_dev + p->group_off[group];
   int n = p->group_off[group + 1] - p->group_off[group];
@@ -259,9 +267,13 @@ static void rdv_complete(psim *S, int64_t id, int group, pcgc_collective c, doub
       for (int i = 0; i < n; i++)
         for (int k = 0; k < P_KINDS; k++) {
           if (!(k < P_INTER_OUT ? grp.per_node > 1 : grp.nodes > 1)) continue;
-          double *f = &S->port_free[port(S, k, devs[i])];
-          if (pass == 0 && *f > t) t = *f;
-          if (pass == 1) *f = t + dur;
+          double *f = &S->port_free[port(S, k, devs[i])], *g = &S->port_fg[port(S, k, devs[i])];
+          double w = bg ? *f : *g;
+          if (pass == 0 && w > t) t = w;
+          if (pass == 1) {
+            if (*f < t + dur) *f = t + dur;
+            if (!bg && *g < t + dur) *g = t + dur;
+          }
         }
     double k = c == PCGC_COLL_BROADCAST ? 1 : 2;
     S->bytes_intra += k * (n - grp.nodes) * bytes;
@@ -463,7 +475,7 @@ static pcgc_status step(psim *S, int d, bool *moved) {
       int n = S->p->group_off[grp + 1] - S->p->group_off[grp];
       if (++r->arrived == n) {
         pcgc_collective c = I->kind == PCGC_INS_BCAST ? PCGC_COLL_BROADCAST : PCGC_COLL_ALL_REDUCE;
-        rdv_complete(S, id, grp, c, bytes);
+        rdv_complete(S, id, grp, c, bytes, I->kind == PCGC_INS_ALLREDUCE_START);
       }
     }
     rvid = id;
@@ -563,7 +575,7 @@ static void reset(psim *S) {
     for (int k = 0; k < S->p->dev[d].n_requests; k++) S->slot_rv[d][k] = -1;
   for (int d = 0; d < S->D; d++) S->busy[d] = 0;
   for (int d = 0; d < S->D; d++) S->n_sent[d] = 0;
-  for (int i = 0; i < P_KINDS * S->D; i++) S->port_free[i] = 0;
+  for (int i = 0; i < P_KINDS * S->D; i++) S->port_free[i] = S->port_fg[i] = 0;
   S->hn = 0;
 }
 
@@ -578,6 +590,7 @@ static void psim_free(psim *S) {
   free(S->ds);
   free(S->heap);
   free(S->port_free);
+  free(S->port_fg);
   free(S->rv);
   for (int k = 0; S->grp_rv && k < S->p->n_groups; k++) free(S->grp_rv[k]);
   free(S->grp_rv);
@@ -705,6 +718,7 @@ pcgc_status pcgc_program_simulate(const pcgc_program *p, const pcgc_graph *g, co
   S->ds = calloc((size_t)D, sizeof *S->ds);
   S->heap = malloc((size_t)D * sizeof *S->heap);
   S->port_free = calloc((size_t)P_KINDS * (size_t)D, sizeof *S->port_free);
+  S->port_fg = calloc((size_t)P_KINDS * (size_t)D, sizeof *S->port_fg);
   S->grp_rv = calloc((size_t)(G ? G : 1), sizeof *S->grp_rv);
   S->grp_n = calloc((size_t)(G ? G : 1), sizeof *S->grp_n);
   S->grp_cap = calloc((size_t)(G ? G : 1), sizeof *S->grp_cap);
@@ -717,7 +731,7 @@ pcgc_status pcgc_program_simulate(const pcgc_program *p, const pcgc_graph *g, co
   S->n_sent = calloc((size_t)D, sizeof *S->n_sent);
   r->device = calloc((size_t)pcgc_machine_num_devices(m), sizeof *r->device);
   pcgc_status st = PCGC_OK;
-  if (!S->ds || !S->heap || !S->port_free || !S->grp_rv || !S->grp_n || !S->grp_cap || !S->seq || !S->slot_rv ||
+  if (!S->ds || !S->heap || !S->port_free || !S->port_fg || !S->grp_rv || !S->grp_n || !S->grp_cap || !S->seq || !S->slot_rv ||
       !S->nt || !S->nt_done || !S->busy || !S->s_arrive || !S->n_sent || !r->device) {
     st = pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
     goto out;

@@ -106,7 +106,11 @@ extern "C" {
  * GPipe's backward goes micro-batch by micro-batch, and under 1F1B a
  * forward the in-flight limit allows goes before a waiting backward. Link
  * ports serve transfers and collectives first come, first served, each
- * starting once every port it holds is free.
+ * starting once every port it holds is free, except that a transfer or a
+ * blocking collective passes a gradient all-reduce that runs beside the
+ * computation (links interleave a long all-reduce with short messages;
+ * the all-reduce is not slowed, an optimistic bound); all-reduces wait for
+ * everything before them. codegen/predict.c shares the rule.
  * Memory per device (pcgc_cost_memory): the weight pieces it keeps (with
  * gradients and optimizer state), activations (every output of a kernel but
  * the loss, every piece received in forward, data pieces read) of every

@@ -1376,6 +1376,7 @@ static pcgc_status run(sim *S, pcgc_sim_result *r) {
    * line per edge rather than three (the loop's cost at 10^6 tasks) */
   tstate *ts = calloc((size_t)(n ? n : 1), sizeof *ts);
   double *free_at = calloc((size_t)S->n_res, sizeof *free_at);
+  double *fg_at = calloc((size_t)S->n_res, sizeof *fg_at); /* ports: when messages may pass background all-reduces */
   devq *dq = calloc((size_t)D, sizeof *dq);
   uint64_t *q = malloc((size_t)(n ? n : 1) * sizeof *q);
   int *todo = malloc((size_t)D * sizeof *todo);
@@ -1431,9 +1432,17 @@ static pcgc_status run(sim *S, pcgc_sim_result *r) {
       }
       if (k != PCGC_TASK_JOIN) { /* communication: first come, first served on every port it holds */
         const int32_t *rs = T->res + T->res_off[t];
-        for (int i = 0; i < T->res_n[t]; i++)
-          if (free_at[rs[i]] > s) s = free_at[rs[i]];
-        for (int i = 0; i < T->res_n[t]; i++) free_at[rs[i]] = s + T->dur[t];
+        bool bg = k == PCGC_TASK_COLLECTIVE && T->coll[t] == PCGC_COLL_ALL_REDUCE;
+        for (int i = 0; i < T->res_n[t]; i++) bg &= rs[i] >= D;
+        for (int i = 0; i < T->res_n[t]; i++) {
+          double f = bg || rs[i] < D ? free_at[rs[i]] : fg_at[rs[i]];
+          if (f > s) s = f;
+        }
+        for (int i = 0; i < T->res_n[t]; i++) {
+          double e2 = s + T->dur[t];
+          if (free_at[rs[i]] < e2) free_at[rs[i]] = e2;
+          if (!bg && fg_at[rs[i]] < e2) fg_at[rs[i]] = e2;
+        }
       }
     } else if (wn && wake[0].key <= now) { /* a device with tasks waiting comes free */
       todo[ntodo++] = (int)heap_pop(wake, &wn).id;
@@ -1516,6 +1525,7 @@ done:
   free(heap);
   free(wake);
   free(free_at);
+  free(fg_at);
   free(dq);
   free(q);
   free(todo);
