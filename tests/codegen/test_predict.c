@@ -341,6 +341,22 @@ typedef struct shipped {
   double lo, hi; /* the search's estimate / the program's prediction */
 } shipped;
 
+/* A strategy's estimate (the search's simulator) and its program on D
+ * devices with the program's simulation, default options; caller frees. */
+static pcgc_program *estimate_and_program(const pcgc_graph *pg, const pcgc_mapping *mp, const pcgc_machine *m, int D,
+                                          pcgc_sim_result *est, pcgc_sim_result *r) {
+  pcgc_error err = {0};
+  pcgc_sim_options so;
+  pcgc_sim_options_default(&so);
+  ck_assert_msg(pcgc_simulate(pg, mp, m, &so, est, &err) == PCGC_OK, "%s", err.message);
+  pcgc_codegen_options co;
+  pcgc_codegen_options_default(&co);
+  pcgc_program *p = NULL;
+  ck_assert_msg(pcgc_codegen(pg, mp, D, &co, &p, &err) == PCGC_OK, "%s", err.message);
+  ck_assert_msg(pcgc_program_simulate(p, pg, m, &so, r, &err) == PCGC_OK, "%s", err.message);
+  return p;
+}
+
 /* Each device's WAITs come in the order its all-reduces started (the step's
  * updates follow the gradients as they are summed, not the weights' order);
  * returns how many devices start more than one. */
@@ -379,15 +395,8 @@ static void check_shipped(const shipped *k) {
   pcgc_mapping mp = {0, NULL};
   ck_assert_msg(pcgc_strategy_build((pcgc_strategy)pcgc_strategy_from_name(k->strategy), g, &m, 0, &pg, &mp, &err) ==
                     PCGC_OK, "%s", err.message);
-  pcgc_sim_options so;
-  pcgc_sim_options_default(&so);
   pcgc_sim_result est, r;
-  ck_assert_msg(pcgc_simulate(pg, &mp, &m, &so, &est, &err) == PCGC_OK, "%s", err.message);
-  pcgc_codegen_options co;
-  pcgc_codegen_options_default(&co);
-  pcgc_program *p = NULL;
-  ck_assert_msg(pcgc_codegen(pg, &mp, pcgc_machine_num_devices(&m), &co, &p, &err) == PCGC_OK, "%s", err.message);
-  ck_assert_msg(pcgc_program_simulate(p, pg, &m, &so, &r, &err) == PCGC_OK, "%s", err.message);
+  pcgc_program *p = estimate_and_program(pg, &mp, &m, pcgc_machine_num_devices(&m), &est, &r);
   double busiest = 0, eps = 1e-9 * r.iteration_time;
   int64_t ins = 0;
   for (int d = 0; d < p->n_devices; d++) {
@@ -597,15 +606,8 @@ START_TEST(sends_and_updates_in_time) {
   ck_assert_msg(pcgc_expert_new(g, &m, NULL, &x, &err) == PCGC_OK, "%s", err.message);
   pcgc_expert_choice c = {.dp = 1, .tp = 4, .pp = 2, .micro = 2, .schedule = PCGC_SCHEDULE_GPIPE};
   ck_assert_msg(pcgc_expert_build(x, c, &pg, &mp, &err) == PCGC_OK, "%s", err.message);
-  pcgc_sim_options so;
-  pcgc_sim_options_default(&so);
   pcgc_sim_result est, r;
-  ck_assert_msg(pcgc_simulate(pg, &mp, &m, &so, &est, &err) == PCGC_OK, "%s", err.message);
-  pcgc_codegen_options co;
-  pcgc_codegen_options_default(&co);
-  pcgc_program *p = NULL;
-  ck_assert_msg(pcgc_codegen(pg, &mp, 8, &co, &p, &err) == PCGC_OK, "%s", err.message);
-  ck_assert_msg(pcgc_program_simulate(p, pg, &m, &so, &r, &err) == PCGC_OK, "%s", err.message);
+  pcgc_program *p = estimate_and_program(pg, &mp, &m, 8, &est, &r);
   double ratio = est.iteration_time / r.iteration_time;
   printf("unity-mlp tp 4 x pp 2 on dgx-h100: program %.6g s, estimate %.6g s (%.3fx)\n", r.iteration_time,
          est.iteration_time, ratio);
