@@ -314,27 +314,7 @@ static int32_t copy_task(sim *S, pcgc_task_kind kind, int phase, int node, int64
   return t;
 }
 
-/* A message's tasks: what must precede it points at `in`, what waits for
- * it follows `out`. */
-typedef struct xfer {
-  int32_t in, out;
-} xfer;
-
-static int32_t transfer_task(sim *S, int phase, int node, int64_t piece, int micro, int a, int b, double bytes);
-
-/* A point-to-point transfer of `bytes` from device a to device b, staged
- * as the program stages it: a's stream packs the bytes into its send
- * buffer, the message, b's stream unpacks them (adding them in backward,
- * where the program receives into a gradient with +=). */
-static xfer transfer(sim *S, int phase, int node, int64_t piece, int micro, int a, int b, double bytes) {
-  int32_t pk = copy_task(S, PCGC_TASK_STAGE, phase, node, piece, micro, a, bytes, false);
-  int32_t t = transfer_task(S, phase, node, piece, micro, a, b, bytes);
-  int32_t up = copy_task(S, PCGC_TASK_STAGE, phase, node, piece, micro, b, bytes, phase == PCGC_PHASE_BACKWARD);
-  edge(S, pk, t);
-  edge(S, t, up);
-  return (xfer){pk, up};
-}
-
+/* The message of a transfer (transfer() stages it): the link's ports. */
 static int32_t transfer_task(sim *S, int phase, int node, int64_t piece, int micro, int a, int b, double bytes) {
   int32_t t = task_add(S, 1, PCGC_TASK_TRANSFER, phase, node);
   if (S->st) return 0;
@@ -370,6 +350,25 @@ static int32_t transfer_task(sim *S, int phase, int node, int64_t piece, int mic
   else S->bytes_inter += copies * bytes;
   comm_infinite(S, t, "transfer");
   return t;
+}
+
+/* A message's tasks: what must precede it points at `in`, what waits for
+ * it follows `out`. */
+typedef struct xfer {
+  int32_t in, out;
+} xfer;
+
+/* A point-to-point transfer of `bytes` from device a to device b, staged
+ * as the program stages it: a's stream packs the bytes into its send
+ * buffer, the message, b's stream unpacks them (adding them in backward,
+ * where the program receives into a gradient with +=). */
+static xfer transfer(sim *S, int phase, int node, int64_t piece, int micro, int a, int b, double bytes) {
+  int32_t pk = copy_task(S, PCGC_TASK_STAGE, phase, node, piece, micro, a, bytes, false);
+  int32_t t = transfer_task(S, phase, node, piece, micro, a, b, bytes);
+  int32_t up = copy_task(S, PCGC_TASK_STAGE, phase, node, piece, micro, b, bytes, phase == PCGC_PHASE_BACKWARD);
+  edge(S, pk, t);
+  edge(S, t, up);
+  return (xfer){pk, up};
 }
 
 /* A collective over devices devs[0..n) (distinct). PCGC_COLL_REDUCE is
@@ -1638,23 +1637,9 @@ typedef struct alike {
   int64_t *first;  /* [n_nodes]: each node's first entry in l0 */
   int64_t *l0;     /* copy 0's pieces in index order */
   int64_t **dmap;  /* [n_nodes]: resident data, per copy piece of copy 0 -> piece of copy k, then the inverse */
-  pcgc_read *rd;   /* the node's reads (pcgc_piece_reads), in piece order: q, and the input slot in src */
-  int64_t n_rd, cap_rd;
+  pcgc_reads rd;   /* the node's reads (pcgc_collect_reads), in piece order */
   int64_t *at;     /* [most pieces + 1]: each piece's first read */
 } alike;
-
-static bool push_rd(void *ctx, int64_t p, int slot, int64_t q, double bytes) {
-  alike *A = ctx;
-  if (A->n_rd == A->cap_rd) {
-    int64_t cap = A->cap_rd ? 2 * A->cap_rd : 256;
-    pcgc_read *v = realloc(A->rd, (size_t)cap * sizeof *v);
-    if (!v) return false;
-    A->rd = v;
-    A->cap_rd = cap;
-  }
-  A->rd[A->n_rd++] = (pcgc_read){p, slot, q, bytes};
-  return true;
-}
 
 static bool pair_read(alike *A, int k, int node, int64_t q0, int64_t q) {
   sim *S = A->S;
@@ -1681,9 +1666,9 @@ static bool pair_read(alike *A, int k, int node, int64_t q0, int64_t q) {
 }
 
 /* Paired pieces of node n read paired pieces: a relayout's cells per
- * micro-batch slice (pcgc_relayout_cells), other nodes' reads
- * (pcgc_piece_reads: an ordinary op's piece map, a replicate's piece, a
- * reduce's partial sums). */
+ * micro-batch slice (pcgc_relayout_cells), other nodes' reads listed by
+ * pcgc_collect_reads (an ordinary op's piece map, a replicate's piece, a
+ * reduce's partial sums), the same input slot at the same place. */
 static bool pair_node(alike *A, const pcgc_node *n, pcgc_cell_list *C0, pcgc_cell_list *Ck) {
   sim *S = A->S;
   const snode *N = &S->nd[n->id];
@@ -1691,10 +1676,9 @@ static bool pair_node(alike *A, const pcgc_node *n, pcgc_cell_list *C0, pcgc_cel
   bool relayout = pcgc_op_class_of(n->kind) == PCGC_CLASS_PARALLEL && n->kind != PCGC_OP_REPLICATE &&
                   n->kind != PCGC_OP_REDUCE;
   if (!relayout) {
-    A->n_rd = 0;
-    if (pcgc_piece_reads(S->g, n, NULL, &S->pm, push_rd, A, NULL) != PCGC_OK) return false;
+    if (pcgc_collect_reads(&A->rd, S->g, NULL, n, NULL) != PCGC_OK) return false;
     for (int64_t p = 0; p <= N->P; p++) A->at[p] = 0;
-    for (int64_t j = 0; j < A->n_rd; j++) A->at[A->rd[j].p + 1]++;
+    for (int64_t j = 0; j < A->rd.n; j++) A->at[A->rd.r[j].p + 1]++;
     for (int64_t p = 0; p < N->P; p++) A->at[p + 1] += A->at[p];
   }
   for (int64_t p = 0; p < N->P; p++) {
@@ -1702,10 +1686,10 @@ static bool pair_node(alike *A, const pcgc_node *n, pcgc_cell_list *C0, pcgc_cel
     if (k == 0) continue;
     int64_t p0 = A->l0[A->first[n->id] + A->pos[b + p]];
     if (!relayout) {
-      const pcgc_read *r0 = A->rd + A->at[p0], *rk = A->rd + A->at[p];
+      const pcgc_read *r0 = A->rd.r + A->at[p0], *rk = A->rd.r + A->at[p];
       if (A->at[p0 + 1] - A->at[p0] != A->at[p + 1] - A->at[p]) return false;
       for (int64_t j = 0; j < A->at[p + 1] - A->at[p]; j++)
-        if (r0[j].src != rk[j].src || !pair_read(A, k, n->in[rk[j].src].node, r0[j].q, rk[j].q)) return false;
+        if (r0[j].slot != rk[j].slot || !pair_read(A, k, rk[j].src, r0[j].q, rk[j].q)) return false;
       continue;
     }
     for (int mu = 0; mu < N->m; mu++) {
@@ -1775,7 +1759,7 @@ static bool copies_built_alike(sim *S, int R, int st) {
   free(A.cpy);
   free(A.l0);
   free(A.at);
-  free(A.rd);
+  pcgc_reads_destroy(&A.rd);
   free(count);
   free(C0.c);
   free(Ck.c);

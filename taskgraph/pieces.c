@@ -200,7 +200,7 @@ static bool push_read(void *ctx, int64_t p, int slot, int64_t q, double bytes) {
     R->r = r;
     R->cap = cap;
   }
-  R->r[R->n++] = (pcgc_read){p, c->n->in[slot].node, q, bytes};
+  R->r[R->n++] = (pcgc_read){p, c->n->in[slot].node, slot, q, bytes};
   return true;
 }
 

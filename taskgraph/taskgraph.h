@@ -163,11 +163,11 @@ pcgc_status pcgc_piece_reads(const pcgc_graph *g, const pcgc_node *n, const bool
                              pcgc_read_fn fn, void *ctx, pcgc_error *err);
 
 /* The reads of a node as a list (pcgc_collect_reads): piece p of node n
- * reads piece q of producer src, `bytes` of it; only producers that are not
- * resident (res[src] false). */
+ * reads piece q of producer src (its input `slot`), `bytes` of it; only
+ * producers that are not resident (res[src] false; res may be NULL: all). */
 typedef struct pcgc_read {
   int64_t p;
-  int src;
+  int src, slot;
   int64_t q;
   double bytes;
 } pcgc_read;
