@@ -75,7 +75,8 @@ static pcgc_status check_op(const pcgc_cuda *cu, const pcgc_cuda_comm *c, const 
   if (!c->nc)
     return pcgc_error_set(err, PCGC_ERR_IO, "NCCL: %s: the communicator was aborted after an earlier failure", op);
   if (!nccl_type(t, nt))
-    return pcgc_error_set(err, PCGC_ERR_UNSUPPORTED, "NCCL: %s of %s: only f32, f64, i32 and i64 are supported", op,
+    return pcgc_error_set(err, PCGC_ERR_UNSUPPORTED,
+                          "NCCL: %s of %s: only f32, f64, bf16, i32 and i64 are supported", op,
                           pcgc_dtype_name(t));
   if (n < 0) return pcgc_error_set(err, PCGC_ERR_INVALID, "NCCL: %s of %lld elements", op, (long long)n);
   if (n > 0 && !buf) return pcgc_error_set(err, PCGC_ERR_INVALID, "NCCL: %s: no buffer", op);

@@ -188,7 +188,7 @@ static void test_one_member(pcgc_cuda *cu) {
 
   /* refusals, each with a message naming the operation */
   REFUSED(pcgc_cuda_allreduce(cu, c, b[0].buf, 4, PCGC_F16, &err), PCGC_ERR_UNSUPPORTED, "all-reduce of f16", err);
-  REFUSED(pcgc_cuda_broadcast(cu, c, b[0].buf, 4, PCGC_BF16, 0, &err), PCGC_ERR_UNSUPPORTED, "broadcast of bf16", err);
+  REFUSED(pcgc_cuda_broadcast(cu, c, b[0].buf, 4, PCGC_F16, 0, &err), PCGC_ERR_UNSUPPORTED, "broadcast of f16", err);
   REFUSED(pcgc_cuda_allreduce(cu, c, b[0].buf, -1, PCGC_F32, &err), PCGC_ERR_INVALID, "-1 elements", err);
   REFUSED(pcgc_cuda_allreduce_start(cu, c, b[0].buf, 4, PCGC_F32, 2, &err), PCGC_ERR_INVALID, "slot 2", err);
   REFUSED(pcgc_cuda_comm_wait(cu, -1, &err), PCGC_ERR_INVALID, "slot -1", err);
