@@ -10,6 +10,10 @@
  * The backend: --backend, else the plan's device kind (a GPU machine: cuda,
  * which fails clearly where this node has no GPU or pcgc was built without
  * CUDA); each process takes GPU (local rank mod GPUs of the node).
+ *
+ * Without MPI (PCGC_RENDEZVOUS set, runtime/ctl.h): each process is one rank
+ * of a TCP control plane around rank 0, and a GPU plan's messages and
+ * collectives go through NCCL alone.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
@@ -22,6 +26,7 @@
 #include "cli.h"
 #include "codegen.h"
 #include "backend.h"
+#include "ctl.h"
 #include "runtime.h"
 
 void openblas_set_num_threads(int n); /* OpenBLAS */
@@ -38,7 +43,10 @@ void pcgc_cli_run_help(FILE *f) {
           "of the plan, communicating with MPI. Outside a launcher it starts the processes\n"
           "itself through mpirun (a one-device plan runs in this process, without MPI; the\n"
           "environment variable PCGC_MPIRUN names another launcher); under `mpirun -np N` or\n"
-          "`srun` each process is one device.\n"
+          "`srun` each process is one device. Without MPI (torchrun, a Kubernetes job set,\n"
+          "ssh), set PCGC_RENDEZVOUS=HOST:PORT (rank 0's host and a free port), PCGC_RANK and\n"
+          "PCGC_WORLD_SIZE (or torchrun's RANK, WORLD_SIZE, LOCAL_RANK) in every process: they\n"
+          "meet over TCP and a GPU plan's messages go through NCCL (docs/cli.md).\n"
           "Rank 0 prints the loss of every step. Weights and synthetic data are drawn as\n"
           "`pcgc train` draws them, so the two runs compare.\n"
           "\n"
@@ -84,7 +92,7 @@ void pcgc_cli_run_help(FILE *f) {
           "                     in f32 on them; it refuses tf32)\n"
           "  --comm C           how GPUs exchange messages: nccl (NCCL communicators, one per device\n"
           "                     group and per direction of point-to-point messages, bootstrapped over\n"
-          "                     MPI), mpi (staged through host memory) or auto (default: nccl when every\n"
+          "                     MPI or TCP), mpi (staged through host memory) or auto (default: nccl when every\n"
           "                     process of a node has a GPU of its own, else mpi)\n"
           "  --quiet            no per-step lines\n"
           "\n"
@@ -103,14 +111,16 @@ void pcgc_cli_plan_help(FILE *f) {
 }
 
 static bool under_launcher(void) {
-  return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK") || getenv("SLURM_PROCID");
+  return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK") || getenv("SLURM_PROCID") ||
+         getenv("PCGC_RENDEZVOUS");
 }
 
 /* Notes about the plan are printed once: by the process the user started
  * (pcgc run, or rank 0 under the user's own launcher). */
 static bool says_notes(void) {
   if (!under_launcher()) return true;
-  const char *r = getenv("OMPI_COMM_WORLD_RANK");
+  const char *r = getenv("PCGC_RENDEZVOUS") ? getenv("PCGC_RANK") ? getenv("PCGC_RANK") : getenv("RANK") : NULL;
+  if (!r) r = getenv("OMPI_COMM_WORLD_RANK");
   if (!r) r = getenv("PMI_RANK");
   if (!r) r = getenv("SLURM_PROCID");
   return !getenv("PCGC_LAUNCHED") && (!r || strcmp(r, "0") == 0);
@@ -413,7 +423,19 @@ int pcgc_cli_run(int argc, char **argv) {
       goto out;
     }
   }
-  bool mpi = launched || prog->n_devices > 1;
+  pcgc_rendezvous rv;
+  bool tcp = false; /* a TCP control plane instead of MPI (runtime/ctl.h) */
+  {
+    pcgc_error err;
+    pcgc_error_clear(&err);
+    if (pcgc_rendezvous_from_env(&rv, &tcp, &err) != PCGC_OK) {
+      fprintf(stderr, "pcgc run: ");
+      pcgc_error_print(stderr, &err);
+      code = EXIT_USAGE;
+      goto out;
+    }
+  }
+  bool mpi = !tcp && (launched || prog->n_devices > 1);
   if (!launched && mpi) {
     int n = prog->n_devices;
     pcgc_program_free(prog);
@@ -423,6 +445,10 @@ int pcgc_cli_run(int argc, char **argv) {
     return self_launch(n, argc, argv);
   }
   int rank = 0, size = 1, local_rank = 0, local_size = 1;
+  if (tcp) {
+    rank = rv.rank, size = rv.size, local_rank = rv.local_rank;
+    local_size = rv.local_size > 0 ? rv.local_size : 1;
+  }
   if (mpi) {
     MPI_Init(NULL, NULL);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -431,9 +457,11 @@ int pcgc_cli_run(int argc, char **argv) {
   if (size != prog->n_devices) { /* every rank sees the same sizes: all leave, rank 0 says why */
     if (rank == 0)
       fprintf(stderr, "pcgc run: error: %s is a plan for %d devices, but %d processes were started\n"
-                      "  hint: start it with mpirun -np %d, or run `pcgc run %s` without a launcher\n",
-              path, prog->n_devices, size, prog->n_devices, path);
-    MPI_Finalize();
+                      "  hint: %s%d, or run `pcgc run %s` without a launcher\n",
+              path, prog->n_devices, size, tcp ? "start one process per device, each with PCGC_WORLD_SIZE="
+                                               : "start it with mpirun -np ",
+              prog->n_devices, path);
+    if (mpi) MPI_Finalize();
     code = EXIT_INVALID;
     goto out;
   }
@@ -456,6 +484,37 @@ int pcgc_cli_run(int argc, char **argv) {
       goto out;
     }
   }
+  /* without MPI the program's messages can only go through the backend's communicators (NCCL) */
+  const char *no_tcp = !tcp || size == 1 ? NULL
+                       : !be.comm_open   ? "its messages would go through MPI: the %s backend has no communicators "
+                                           "of its own"
+                       : strcmp(comm, "mpi") == 0 ? "--comm mpi needs MPI (the %s backend's messages then go through "
+                                                    "NCCL)"
+                       : local_size > n_gpus ? "NCCL needs a GPU per process, and this node's processes share its "
+                                               "GPUs (%s backend)"
+                                             : NULL;
+  if (no_tcp) {
+    fprintf(stderr, "pcgc run: rank %d: error: %s cannot run without MPI (PCGC_RENDEZVOUS is set): ", rank, path);
+    fprintf(stderr, no_tcp, be.name);
+    fprintf(stderr, "\n  hint: start it under mpirun -np %d (or run `pcgc run %s` without a launcher, which "
+                    "starts mpirun itself)\n", size, path);
+    pcgc_backend_close(&be);
+    code = EXIT_INVALID;
+    goto out;
+  }
+  pcgc_ctl ctl;
+  pcgc_ctl_init_solo(&ctl);
+  if (tcp) {
+    pcgc_error err;
+    pcgc_error_clear(&err);
+    if (pcgc_ctl_init_tcp(&ctl, &rv, prog->digest, &err) != PCGC_OK) {
+      fprintf(stderr, "pcgc run: rank %d: ", rank);
+      pcgc_error_print(stderr, &err);
+      pcgc_backend_close(&be);
+      code = pcgc_cli_exit_code(err.status);
+      goto out;
+    }
+  }
   if (strcmp(precision, "f32") != 0 && !(strcmp(precision, "bf16") == 0 && strcmp(be.name, "cpu") == 0)) {
     pcgc_error err;
     pcgc_error_clear(&err);
@@ -469,13 +528,14 @@ int pcgc_cli_run(int argc, char **argv) {
         fprintf(stderr, "  hint: run it with --precision f32, or on GPUs\n");
       }
       pcgc_backend_close(&be);
+      pcgc_ctl_destroy(&ctl);
       if (mpi) MPI_Finalize();
       code = pcgc_cli_exit_code(ps);
       goto out;
     }
   }
   /* NCCL where every process of the node has a GPU of its own (NCCL refuses two ranks on one GPU) */
-  bool dcomm = be.comm_open && mpi && size > 1 &&
+  bool dcomm = be.comm_open && (mpi || tcp) && size > 1 &&
                (strcmp(comm, "nccl") == 0 || (strcmp(comm, "auto") == 0 && local_size <= n_gpus));
   if (dcomm) {
     /* connect every communicator when it is opened (in one global order),
@@ -496,7 +556,9 @@ int pcgc_cli_run(int argc, char **argv) {
                (int)steps, steps == 1 ? "" : "s");
       else
         printf("running %s on %d process%s (rank 0: %s, %s%s%s): %s, %d step%s\n", path, size, size == 1 ? "" : "es",
-               be.desc, precision, prog->bf16 ? ", activations stored in bf16" : "", size == 1 ? "" : dcomm ? "; messages over NCCL" : "; messages staged through host MPI",
+               be.desc, precision, prog->bf16 ? ", activations stored in bf16" : "",
+               size == 1 ? "" : tcp ? "; messages over NCCL, met over TCP" : dcomm ? "; messages over NCCL"
+                                                                           : "; messages staged through host MPI",
                adam ? "adam" : momentum > 0 ? "sgd with momentum" : "sgd", (int)steps, steps == 1 ? "" : "s");
     }
   }
@@ -524,6 +586,7 @@ int pcgc_cli_run(int argc, char **argv) {
   o.data_dir = data;
   o.backend = &be;
   o.device_comm = dcomm;
+  o.ctl = tcp ? &ctl : NULL;
   pcgc_run_result r;
   pcgc_error err;
   pcgc_error_clear(&err);
@@ -534,6 +597,8 @@ int pcgc_cli_run(int argc, char **argv) {
     fflush(stderr);
     if (mpi) MPI_Abort(MPI_COMM_WORLD, pcgc_cli_exit_code(st));
     code = pcgc_cli_exit_code(st);
+    pcgc_ctl_destroy(&ctl); /* the other ranks see the connection close */
+    tcp = false;
   } else if (rank == 0) {
     if (r.first_step > 0)
       printf("resumed after step %d\n", r.first_step);
@@ -553,7 +618,12 @@ int pcgc_cli_run(int argc, char **argv) {
   if (mpi) {
     MPI_Bcast(&code, 1, MPI_INT, 0, MPI_COMM_WORLD);
     MPI_Finalize();
+  } else if (tcp) {
+    pcgc_error err;
+    pcgc_error_clear(&err);
+    pcgc_ctl_bcast(&ctl, &code, sizeof code, &err); /* every rank leaves with rank 0's verdict */
   }
+  pcgc_ctl_destroy(&ctl);
 out:
   pcgc_program_free(prog);
   pcgc_mapping_destroy(&mp);

@@ -32,6 +32,7 @@
 
 #include "backend.h"
 #include "checkpoint.h"
+#include "ctl.h"
 #include "npy.h"
 #include "reference.h"
 #include "runtime.h"
@@ -53,7 +54,8 @@ typedef struct rt {
   pcgc_error *err;
   int rank;
   pcgc_backend *be, cpu;  /* be: the run's backend (cpu: the default, when the options name none) */
-  bool mpi;               /* MPI is initialised (a one-device plan may run without) */
+  bool mpi;               /* MPI is initialised (a one-device plan, or a TCP control plane, runs without) */
+  pcgc_ctl *ctl, own_ctl; /* how the ranks agree (ctl.h): the options', else own_ctl */
   char *arena, *send_stage, *recv_stage, **req_stage;  /* the backend's memory */
   char *send_h, *recv_h, **req_h; /* their host mirrors (the same pointers on the CPU backend) */
   char *host_tmp;         /* one buffer's bytes on the host (GPU backends) */
@@ -713,27 +715,27 @@ static pcgc_status gather_weight(rt *R, int node, pcgc_buf_role role, float *who
           pcgc_box_move_host(&W, (char *)whole, &R->P->buf[b], h, &x, false);
         }
       } else {
-        MPI_Send(&has, 1, MPI_INT, 0, 1 << 20, MPI_COMM_WORLD);
-        if (has) {
+        pcgc_status st = pcgc_ctl_send0(R->ctl, &has, sizeof has, R->err);
+        if (!st && has) {
           const pcgc_plan_buf *B = &R->P->buf[b];
           int64_t box[2 * PCGC_MAX_RANK];
           for (int d = 0; d < t->rank; d++) {
             box[d] = B->offset[d];
             box[PCGC_MAX_RANK + d] = B->dims[d];
           }
-          MPI_Send(box, 2 * PCGC_MAX_RANK, MPI_INT64_T, 0, (1 << 20) + 1, MPI_COMM_WORLD);
-          pcgc_status st;
-          const void *h = host_of(R, b, true, &st);
-          if (st) return st; /* rank 0 then waits: the caller aborts the job */
-          MPI_Send(h, (int)(B->bytes / 4), MPI_FLOAT, 0, (1 << 20) + 2, MPI_COMM_WORLD);
+          st = pcgc_ctl_send0(R->ctl, box, sizeof box, R->err);
+          const void *h = st ? NULL : host_of(R, b, true, &st);
+          if (!st) st = pcgc_ctl_send0(R->ctl, h, (size_t)(B->bytes / 4) * sizeof(float), R->err);
         }
+        if (st) return st; /* rank 0 then waits: the caller aborts the job */
       }
     } else if (R->rank == 0) {
       int has = 0;
-      MPI_Recv(&has, 1, MPI_INT, r, 1 << 20, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      pcgc_status st = pcgc_ctl_recv(R->ctl, r, &has, sizeof has, R->err);
+      if (st) return st;
       if (!has) continue;
       int64_t box[2 * PCGC_MAX_RANK];
-      MPI_Recv(box, 2 * PCGC_MAX_RANK, MPI_INT64_T, r, (1 << 20) + 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      if ((st = pcgc_ctl_recv(R->ctl, r, box, sizeof box, R->err))) return st;
       pcgc_plan_buf B;
       memset(&B, 0, sizeof B);
       B.dtype = PCGC_F32;
@@ -746,7 +748,10 @@ static pcgc_status gather_weight(rt *R, int node, pcgc_buf_role role, float *who
       }
       float *tmp = malloc((size_t)(n ? n : 1) * sizeof *tmp);
       if (!tmp) return pcgc_error_set(R->err, PCGC_ERR_NOMEM, "out of memory gathering weights");
-      MPI_Recv(tmp, (int)n, MPI_FLOAT, r, (1 << 20) + 2, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      if ((st = pcgc_ctl_recv(R->ctl, r, tmp, (size_t)n * sizeof *tmp, R->err))) {
+        free(tmp);
+        return st;
+      }
       pcgc_plan_buf W = whole_desc(t);
       pcgc_box x;
       pcgc_plan_buf_box(&B, &x);
@@ -1053,7 +1058,8 @@ static pcgc_status save_checkpoint(rt *R, int64_t step, char *path, size_t path_
   if (c && st == PCGC_OK) st = pcgc_checkpoint_save(R->o->checkpoint_dir, c, path, path_size, R->err);
   pcgc_checkpoint_free(c);
   int bad = st != PCGC_OK;
-  if (R->mpi) MPI_Bcast(&bad, 1, MPI_INT, 0, MPI_COMM_WORLD); /* a failed save stops every rank */
+  pcgc_status bst = pcgc_ctl_bcast(R->ctl, &bad, sizeof bad, R->err); /* a failed save stops every rank */
+  if (bst && !st) return bst;
   if (bad && st == PCGC_OK)
     st = pcgc_error_set(R->err, PCGC_ERR_IO, "rank 0 could not write the checkpoint (see its message)");
   return st;
@@ -1121,41 +1127,31 @@ static pcgc_status write_trace(rt *R, const double *tr) {
   int64_t total = 0;
   for (int d = 0; d < D; d++) total += p->dev[d].n_ins;
   double *all = NULL, *start = NULL, *dur = NULL;
-  int *counts = NULL, *displs = NULL;
+  size_t *counts = NULL;
   pcgc_status st = PCGC_OK;
   if (R->rank == 0) {
     all = malloc(2 * (size_t)(total ? total : 1) * sizeof *all);
     start = malloc((size_t)(total ? total : 1) * sizeof *start);
     dur = malloc((size_t)(total ? total : 1) * sizeof *dur);
     counts = malloc((size_t)D * sizeof *counts);
-    displs = malloc((size_t)D * sizeof *displs);
-    if (!all || !start || !dur || !counts || !displs) st = PCGC_ERR_NOMEM;
-    for (int d = 0, o = 0; !st && d < D; d++) {
-      counts[d] = 2 * p->dev[d].n_ins;
-      displs[d] = o;
-      o += counts[d];
-    }
+    if (!all || !start || !dur || !counts) st = PCGC_ERR_NOMEM;
+    for (int d = 0; !st && d < D; d++) counts[d] = 2 * (size_t)p->dev[d].n_ins * sizeof *all;
   }
-  if (R->mpi && D > 1) {
-    /* every rank takes part even when rank 0 is out of memory: nobody waits forever */
-    MPI_Gatherv(tr, 2 * R->P->n_ins, MPI_DOUBLE, st ? NULL : all, counts, displs, MPI_DOUBLE, 0, MPI_COMM_WORLD);
-  } else if (all) {
-    memcpy(all, tr, 2 * (size_t)R->P->n_ins * sizeof *all);
-  }
+  /* rank 0 out of memory leaves the gather: the caller ends the job */
+  if (!st) st = pcgc_ctl_gather(R->ctl, tr, 2 * (size_t)R->P->n_ins * sizeof *tr, all, counts, R->err);
   if (R->rank == 0 && !st) {
     for (int64_t i = 0; i < total; i++) {
       start[i] = all[2 * i];
       dur[i] = all[2 * i + 1];
     }
     st = pcgc_program_trace_write(R->o->trace_path, p, R->g, start, dur, R->err);
-  } else if (R->rank == 0) {
+  } else if (R->rank == 0 && st == PCGC_ERR_NOMEM) {
     st = pcgc_error_set(R->err, PCGC_ERR_NOMEM, "out of memory for the trace");
   }
   free(all);
   free(start);
   free(dur);
   free(counts);
-  free(displs);
   return st;
 }
 
@@ -1198,57 +1194,134 @@ static pcgc_status finish(rt *R, pcgc_run_result *res) {
   return st;
 }
 
-/* The backend's communicators (NCCL): one per group, the id made by the
- * group's first member and broadcast on the group's MPI communicator; and
- * one two-member communicator per direction in which messages go (device s
- * sends to r), opened in the order of (s, r) on every rank, so that every
- * rank meets them in the same order. Collectives of a group and messages of
- * a direction then keep the program's order on their own streams. */
+/* The backend's communicators (NCCL): one per group, and one two-member
+ * communicator per direction in which messages go (device s sends to r).
+ * Every id is made by its owner (a group's first member, a direction's
+ * sender) before any is opened, gathered on rank 0 and handed to the ranks
+ * that open it, over the control plane (MPI or TCP); then each rank opens its
+ * communicators in one global order (groups, then directions by (s, r)), so
+ * that members meet. Collectives of a group and messages of a direction then
+ * keep the program's order on their own streams. */
 static pcgc_status open_device_comms(rt *R) {
   const pcgc_program *p = R->p;
   pcgc_backend *be = R->be;
   pcgc_status st = PCGC_OK;
-  int N = p->n_devices;
-  char id[256];
-  if (be->comm_id_bytes > sizeof id) return pcgc_error_set(R->err, PCGC_ERR_INVALID, "communicator ids too long");
-  R->dcomm = calloc((size_t)p->n_groups + 1, sizeof *R->dcomm);
+  int N = p->n_devices, G = p->n_groups, me = R->rank;
+  size_t idb = be->comm_id_bytes;
+  R->dcomm = calloc((size_t)G + 1, sizeof *R->dcomm);
   R->to = calloc((size_t)N, sizeof *R->to);
   R->from = calloc((size_t)N, sizeof *R->from);
   bool *pair = calloc((size_t)N * (size_t)N, sizeof *pair);
-  if (!R->dcomm || !R->to || !R->from || !pair) {
-    free(pair);
-    return pcgc_error_set(R->err, PCGC_ERR_NOMEM, "out of memory");
-  }
-  for (int k = 0; k < p->n_groups && !st; k++) {
-    int me = group_index(R, k, R->rank);
-    if (me < 0) continue;
-    if (me == 0) st = be->comm_id(be, id, R->err);
-    int bad = st != PCGC_OK;
-    MPI_Bcast(&bad, 1, MPI_INT, 0, R->comm[k]);
-    if (bad) return st ? st : pcgc_error_set(R->err, PCGC_ERR_IO, "group %d could not make a communicator id", k);
-    MPI_Bcast(id, (int)be->comm_id_bytes, MPI_BYTE, 0, R->comm[k]);
-    st = be->comm_open(be, id, p->group_off[k + 1] - p->group_off[k], me, &R->dcomm[k], R->err);
-  }
-  for (int d = 0; d < N; d++) /* every device's program is known to every rank */
+  int *pairs = NULL; /* the directions, s * N + r, in order */
+  int n_pairs = 0;
+  for (int d = 0; pair && d < N; d++) /* every device's program is known to every rank */
     for (int i = 0; i < p->dev[d].n_ins; i++)
       if (p->dev[d].ins[i].kind == PCGC_INS_SEND) pair[(size_t)d * (size_t)N + (size_t)p->dev[d].ins[i].peer] = true;
-  for (int s = 0; s < N && !st; s++)
-    for (int r = 0; r < N && !st; r++) {
-      if (!pair[(size_t)s * (size_t)N + (size_t)r] || (R->rank != s && R->rank != r)) continue;
-      if (R->rank == s) {
-        int ok = (st = be->comm_id(be, id, R->err)) == PCGC_OK;
-        MPI_Send(&ok, 1, MPI_INT, r, (1 << 20) + 8, MPI_COMM_WORLD);
-        if (ok) MPI_Send(id, (int)be->comm_id_bytes, MPI_BYTE, r, (1 << 20) + 9, MPI_COMM_WORLD);
-        if (ok) st = be->comm_open(be, id, 2, 0, &R->to[r], R->err);
+  for (size_t x = 0; pair && x < (size_t)N * (size_t)N; x++) n_pairs += pair[x];
+  int slots = G + n_pairs;
+  pairs = malloc((size_t)(n_pairs + 1) * sizeof *pairs);
+  int *pos = malloc((size_t)(slots + 1) * sizeof *pos); /* a slot's place among its owner's ids */
+  size_t *made = calloc((size_t)N, sizeof *made), *need = calloc((size_t)N, sizeof *need);
+  if (!R->dcomm || !R->to || !R->from || !pair || !pairs || !pos || !made || !need) {
+    st = pcgc_error_set(R->err, PCGC_ERR_NOMEM, "out of memory");
+    goto out;
+  }
+  for (size_t x = 0, k = 0; x < (size_t)N * (size_t)N; x++)
+    if (pair[x]) pairs[k++] = (int)x;
+  for (int k = 0; k < G; k++) {
+    pos[k] = (int)made[p->group_dev[p->group_off[k]]]++;
+    for (int j = p->group_off[k]; j < p->group_off[k + 1]; j++) need[p->group_dev[j]]++;
+  }
+  for (int k = 0; k < n_pairs; k++) {
+    int s = pairs[k] / N, r = pairs[k] % N;
+    pos[G + k] = (int)made[s]++;
+    need[s]++, need[r]++;
+  }
+  /* my ids, after a word that says whether all were made */
+  char *mine = calloc(1, sizeof(int) + made[me] * idb + 1), *got = calloc(1, sizeof(int) + need[me] * idb + 1);
+  char *all = NULL, *out = NULL;
+  size_t *cnt = NULL, *cnt2 = NULL;
+  if (!mine || !got) st = pcgc_error_set(R->err, PCGC_ERR_NOMEM, "out of memory");
+  int ok = 1;
+  for (int k = 0, n = 0; !st && ok && k < slots; k++) {
+    int owner = k < G ? p->group_dev[p->group_off[k]] : pairs[k - G] / N;
+    if (owner == me) ok = be->comm_id(be, mine + sizeof(int) + (size_t)n++ * idb, R->err) == PCGC_OK;
+  }
+  memcpy(mine, &ok, sizeof ok);
+  if (me == 0 && !st) {
+    cnt = malloc((size_t)N * sizeof *cnt), cnt2 = malloc((size_t)N * sizeof *cnt2);
+    size_t t1 = 0, t2 = 0;
+    for (int r = 0; cnt && cnt2 && r < N; r++) {
+      t1 += cnt[r] = sizeof(int) + made[r] * idb;
+      t2 += cnt2[r] = sizeof(int) + need[r] * idb;
+    }
+    if (!cnt || !cnt2 || !(all = malloc(t1 + 1)) || !(out = malloc(t2 + 1)))
+      st = pcgc_error_set(R->err, PCGC_ERR_NOMEM, "out of memory for %d communicator ids", slots);
+  }
+  /* rank 0 out of memory leaves: the caller ends the job */
+  if (!st) st = pcgc_ctl_gather(R->ctl, mine, sizeof(int) + made[me] * idb, all, cnt, R->err);
+  if (me == 0 && !st) { /* each rank's ids, in slot order, after whether every rank made its own */
+    size_t *base = malloc((size_t)N * sizeof *base), *at = malloc((size_t)N * sizeof *at);
+    if (!base || !at) st = pcgc_error_set(R->err, PCGC_ERR_NOMEM, "out of memory");
+    int all_ok = 1, bad = -1;
+    for (size_t r = 0, o1 = 0, o2 = 0; !st && r < (size_t)N; r++) {
+      base[r] = o1, at[r] = o2 + sizeof(int);
+      int okr;
+      memcpy(&okr, all + o1, sizeof okr);
+      if (!okr && bad < 0) bad = (int)r;
+      all_ok &= okr;
+      o1 += cnt[r], o2 += cnt2[r];
+    }
+    for (int k = 0; !st && k < slots; k++) {
+      int owner = k < G ? p->group_dev[p->group_off[k]] : pairs[k - G] / N;
+      const char *id = all + base[owner] + sizeof(int) + (size_t)pos[k] * idb;
+      if (k < G) {
+        for (int j = p->group_off[k]; j < p->group_off[k + 1]; j++) {
+          int m = p->group_dev[j];
+          memcpy(out + at[m], id, idb), at[m] += idb;
+        }
       } else {
-        int ok = 0;
-        MPI_Recv(&ok, 1, MPI_INT, s, (1 << 20) + 8, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-        if (!ok) st = pcgc_error_set(R->err, PCGC_ERR_IO, "device %d could not make a communicator id", s);
-        else MPI_Recv(id, (int)be->comm_id_bytes, MPI_BYTE, s, (1 << 20) + 9, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-        if (ok) st = be->comm_open(be, id, 2, 1, &R->from[s], R->err);
+        int s = pairs[k - G] / N, r = pairs[k - G] % N;
+        memcpy(out + at[s], id, idb), at[s] += idb;
+        memcpy(out + at[r], id, idb), at[r] += idb;
       }
     }
+    for (size_t r = 0, o2 = 0; !st && r < (size_t)N; o2 += cnt2[r], r++) memcpy(out + o2, &all_ok, sizeof all_ok);
+    if (!st && !all_ok && me != bad) fprintf(stderr, "pcgc run: device %d could not make a communicator id\n", bad);
+    free(base);
+    free(at);
+  }
+  if (!st) st = pcgc_ctl_scatter(R->ctl, out, cnt2, got, sizeof(int) + need[me] * idb, R->err);
+  int all_ok = 0;
+  if (!st) memcpy(&all_ok, got, sizeof all_ok);
+  if (!st && !all_ok)
+    st = ok ? pcgc_error_set(R->err, PCGC_ERR_IO, "another device could not make a communicator id") : PCGC_ERR_IO;
+  for (int k = 0, n = 0; !st && k < slots; k++) {
+    const char *id = got + sizeof(int) + (size_t)n * idb;
+    if (k < G) {
+      int at = group_index(R, k, me);
+      if (at < 0) continue;
+      n++;
+      st = be->comm_open(be, id, p->group_off[k + 1] - p->group_off[k], at, &R->dcomm[k], R->err);
+    } else {
+      int s = pairs[k - G] / N, r = pairs[k - G] % N;
+      if (me != s && me != r) continue;
+      n++;
+      st = me == s ? be->comm_open(be, id, 2, 0, &R->to[r], R->err) : be->comm_open(be, id, 2, 1, &R->from[s], R->err);
+    }
+  }
+  free(mine);
+  free(got);
+  free(all);
+  free(out);
+  free(cnt);
+  free(cnt2);
+out:
   free(pair);
+  free(pairs);
+  free(pos);
+  free(made);
+  free(need);
   if (!st && !be->send_mark)
     st = pcgc_error_set(R->err, PCGC_ERR_UNSUPPORTED, "backend %s cannot mark its sends", be->desc);
   /* slots: the non-blocking all-reduces', then one per send of the step */
@@ -1280,11 +1353,18 @@ pcgc_status pcgc_run(const pcgc_graph *g, const pcgc_program *p, const pcgc_run_
     R.be = &R.cpu;
   }
   pcgc_backend *be = R.be;
-  if (R.mpi) {
-    MPI_Comm_rank(MPI_COMM_WORLD, &R.rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
+  R.ctl = o->ctl ? o->ctl : &R.own_ctl;
+  if (!o->ctl && R.mpi && pcgc_ctl_init_mpi(&R.own_ctl, err) != PCGC_OK) {
+    if (be == &R.cpu) pcgc_backend_close(&R.cpu);
+    return err->status;
+  } else if (!o->ctl && !R.mpi) {
+    pcgc_ctl_init_solo(&R.own_ctl);
   }
+  R.rank = R.ctl->rank;
+  size = R.ctl->size;
   if (size != p->n_devices) {
+    if (R.ctl == &R.own_ctl) pcgc_ctl_destroy(&R.own_ctl);
+    if (be == &R.cpu) pcgc_backend_close(&R.cpu);
     pcgc_error_set(err, PCGC_ERR_INVALID, "the plan is for %d devices but %d processes run it", p->n_devices, size);
     pcgc_error_hint(err, "start it with mpirun -np %d, or let `pcgc run` start the processes itself", p->n_devices);
     return PCGC_ERR_INVALID;
@@ -1337,6 +1417,8 @@ pcgc_status pcgc_run(const pcgc_graph *g, const pcgc_program *p, const pcgc_run_
     goto done;
   }
   if ((st = be->zero(be, R.arena, (size_t)P->arena_bytes, err))) goto done;
+  /* messages and collectives through the backend's communicators (NCCL) */
+  bool dev = o->device_comm && be->comm_open && p->p2p_in_order && size > 1;
   for (int i = 0; i < P->n_ins && !st; i++) {
     const pcgc_ins *I = &P->ins[i];
     if (I->kind == PCGC_INS_ALLREDUCE_START) {
@@ -1354,9 +1436,19 @@ pcgc_status pcgc_run(const pcgc_graph *g, const pcgc_program *p, const pcgc_run_
                           *tag_ub);
     bool talks = I->kind == PCGC_INS_SEND || I->kind == PCGC_INS_RECV || I->kind == PCGC_INS_BCAST ||
                  I->kind == PCGC_INS_REDUCE || I->kind == PCGC_INS_ALLREDUCE || I->kind == PCGC_INS_ALLREDUCE_START;
-    if (talks && !R.mpi && !st)
-      st = pcgc_error_set(err, PCGC_ERR_INVALID, "instruction %d (%s) communicates, but MPI is not initialised", i,
-                          pcgc_ins_kind_name((pcgc_ins_kind)I->kind));
+    if (talks && !R.mpi && !dev && !st) {
+      st = pcgc_error_set(err, PCGC_ERR_INVALID, "instruction %d (%s) communicates, but MPI is not initialised%s", i,
+                          pcgc_ins_kind_name((pcgc_ins_kind)I->kind),
+                          R.ctl->kind != PCGC_CTL_TCP ? ""
+                          : !o->device_comm || !be->comm_open ? " and the backend has no communicators of its own"
+                                                              : " and NCCL cannot carry this program's messages");
+      if (R.ctl->kind == PCGC_CTL_TCP)
+        pcgc_error_hint(err, "%s", !o->device_comm || !be->comm_open
+                                       ? "a run without MPI (PCGC_RENDEZVOUS) sends through NCCL, one GPU per "
+                                         "process; run CPU plans under mpirun, or `pcgc run PLAN` without a launcher"
+                                       : "this program receives some messages in another order than they are sent, "
+                                         "which NCCL cannot match: run it under mpirun");
+    }
   }
   /* one communicator per group, created in group order by its members only */
   for (int k = 0; k < p->n_groups && R.mpi; k++) {
@@ -1372,7 +1464,7 @@ pcgc_status pcgc_run(const pcgc_graph *g, const pcgc_program *p, const pcgc_run_
   if (!st && o->device_comm && R.mpi && be->comm_open && !p->p2p_in_order && R.rank == 0 && !o->quiet)
     fprintf(stderr, "pcgc run: this program receives some messages in another order than they are sent, which "
                     "NCCL cannot match: messages and collectives go through host MPI\n");
-  if (!st && o->device_comm && R.mpi && be->comm_open && p->p2p_in_order) st = open_device_comms(&R);
+  if (!st && dev) st = open_device_comms(&R);
   /* kernel workspace: every kernel measured once, then fixed for the step loop */
   if (!st && be->measure) {
     be->measure(be, true);
@@ -1416,7 +1508,7 @@ pcgc_status pcgc_run(const pcgc_graph *g, const pcgc_program *p, const pcgc_run_
   res->step_seconds_min = INFINITY;
   for (int s = (int)first; s < o->steps && !st; s++) {
     bool traced = tr && s == o->steps - 1;
-    if (traced && R.mpi) MPI_Barrier(MPI_COMM_WORLD); /* the ranks start the traced step together */
+    if (traced && (st = pcgc_ctl_barrier(R.ctl, err))) break; /* the ranks start the traced step together */
     double ts = now();
     if (o->step_timeout > 0) alarm((unsigned)ceil(o->step_timeout));
     R.step = s + 1;
@@ -1446,10 +1538,10 @@ pcgc_status pcgc_run(const pcgc_graph *g, const pcgc_program *p, const pcgc_run_
     if (st) break;
     g_ins = P->n_ins;
     g_kind = PCGC_INS_KIND_COUNT;
-    if (R.n_sends) MPI_Waitall(R.n_sends, R.sends, MPI_STATUSES_IGNORE);
+    if (R.n_sends && R.mpi) MPI_Waitall(R.n_sends, R.sends, MPI_STATUSES_IGNORE);
     if ((st = be->sync(be, err))) break;
     double total = R.loss;
-    if (R.mpi) MPI_Reduce(&R.loss, &total, 1, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
+    if ((st = pcgc_ctl_sum(R.ctl, R.loss, &total, err))) break;
     if (o->step_timeout > 0) alarm(0);
     double dt = now() - ts;
     if (dt < res->step_seconds_min) res->step_seconds_min = dt;
@@ -1529,6 +1621,7 @@ done:
     free(R.recv_h);
   }
   free(R.host_tmp);
+  if (R.ctl == &R.own_ctl) pcgc_ctl_destroy(&R.own_ctl);
   if (be == &R.cpu) pcgc_backend_close(&R.cpu);
   return st;
 }

@@ -1,7 +1,8 @@
 /*
  * runtime.h — runs a program from codegen/ as one process per device: the
  * CPU backend (runtime/cpu kernels, OpenBLAS) with Open MPI for
- * communication. Rank r of MPI_COMM_WORLD is device r.
+ * communication. Rank r of MPI_COMM_WORLD is device r (without MPI: rank r of
+ * the options' TCP control plane, ctl.h, with the messages through NCCL).
  *
  * Before the first step every rank allocates its whole arena (the plan's
  * buffer offsets), staging for its sends and collectives, and one
@@ -63,6 +64,9 @@ typedef struct pcgc_run_options {
   const char *data_dir;    /* NULL: seeded synthetic data; else DIR/NAME.npy per input
                               (runtime/npy.h): step s trains on batch (s-1) mod the
                               batches the files hold, each rank reading its rows only */
+  struct pcgc_ctl *ctl;    /* how the processes agree (ctl.h): NULL: MPI_COMM_WORLD where MPI
+                              is initialised, else one process. A TCP control plane (no MPI)
+                              needs device_comm: the program's messages then go through NCCL */
 } pcgc_run_options;
 
 void pcgc_run_options_default(pcgc_run_options *o);

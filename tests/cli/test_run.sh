@@ -34,6 +34,22 @@ expect 2 "$pcgc" plan list x.json;      has "$tmp/err" "unknown subcommand 'list
 /usr/bin/python3 "$mk" "$par/mlp-dp4.pcg" no-such-machine "$tmp/nomachine.json"
 expect 3 "$pcgc" run "$tmp/nomachine.json"; has "$tmp/err" "was written for machine 'no-such-machine'"
 
+# without MPI: the TCP control plane (PCGC_RENDEZVOUS, runtime/ctl.h; tests/runtime/test_ctl.c
+# meets real processes). One process needs no peer; a CPU plan of two devices is refused (its
+# messages go through MPI); malformed variables and a world of the wrong size name their fix
+expect 0 "$pcgc" compile "$src/models/mlp.pcg" --machine cpu-local --budget 0 --optimizer sgd -o "$tmp/tcp1.json"
+expect 0 "$pcgc" compile "$src/models/mlp.pcg" --machine cpu-2 --choice dp=2 --budget 0 --optimizer sgd -o "$tmp/tcp2.json"
+expect 0 env PCGC_RENDEZVOUS=127.0.0.1:29611 PCGC_RANK=0 PCGC_WORLD_SIZE=1 "$pcgc" run "$tmp/tcp1.json" --check
+has "$tmp/out" "on 1 process"; has "$tmp/out" ": match"
+expect 1 env PCGC_RENDEZVOUS=127.0.0.1:29611 PCGC_RANK=1 PCGC_WORLD_SIZE=2 "$pcgc" run "$tmp/tcp2.json"
+has "$tmp/err" "rank 1: error: $tmp/tcp2.json cannot run without MPI (PCGC_RENDEZVOUS is set)"
+has "$tmp/err" "the cpu backend has no communicators of its own"; has "$tmp/err" "start it under mpirun -np 2"
+expect 1 env PCGC_RENDEZVOUS=127.0.0.1:29611 PCGC_RANK=0 PCGC_WORLD_SIZE=1 "$pcgc" run "$tmp/tcp2.json"
+has "$tmp/err" "start one process per device, each with PCGC_WORLD_SIZE=2"
+expect 2 env PCGC_RENDEZVOUS=localhost "$pcgc" run "$tmp/tcp1.json"; has "$tmp/err" "expected HOST:PORT"
+expect 2 env -u RANK PCGC_RENDEZVOUS=localhost:29611 PCGC_WORLD_SIZE=1 "$pcgc" run "$tmp/tcp1.json"
+has "$tmp/err" "PCGC_RENDEZVOUS is set, but PCGC_RANK (or RANK) is not"
+
 # train losses of a sequential model, 3 steps, no dropout
 train_losses() { "$pcgc" train "$1" --steps 3 --no-dropout | awk '/^step/ {print $4}' | tr '\n' ' '; }
 

@@ -6,6 +6,8 @@
 #   - checkpoint and resume on the GPU repeat the uninterrupted run bit for bit;
 #   - with mpirun: a 2-device data-parallel and tensor-parallel plan as two
 #     processes (on two GPUs where the node has them, else sharing one);
+#   - without MPI: the tensor-parallel plan's two processes meeting over TCP
+#     (PCGC_RENDEZVOUS), their messages through NCCL;
 #   - a GPU plan where no GPU is present is refused with a clear message.
 # ctest runs: bash test_cuda_train.sh PCGC SOURCE_DIR SMOKE (test_cuda_smoke,
 # which exits 77 without a GPU). Exit 0 = pass, 77 = skipped.
@@ -93,6 +95,7 @@ expect 0 "$pcgc" run "$tmp/mlp.json" --steps 4 --checkpoint "$tmp/ck" --resume -
 cmp -s "$tmp/w4" "$tmp/w4r" && ok || bad "resumed GPU run differs from the uninterrupted one"
 
 # two processes over MPI (host-staged messages)
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c "^GPU")
 if command -v mpirun >/dev/null; then
   for c in dp=2 tp=2; do
     expect 0 "$pcgc" compile "$src/models/mlp.pcg" --machine "$tmp/h100-2.machine" --choice $c --budget 0 \
@@ -111,7 +114,6 @@ if command -v mpirun >/dev/null; then
     grep -E "check against" "$tmp/out" | sed "s/^/  transformer-block bf16 $c: /"
   done
   # NCCL refuses two processes on one GPU: forced onto one, the run fails clearly
-  gpus=$(nvidia-smi -L 2>/dev/null | grep -c "^GPU")
   if [ "${gpus:-0}" -lt 2 ]; then
     "$pcgc" run "$tmp/two.json" --steps 1 --comm nccl >"$tmp/out" 2>"$tmp/err"
     [ $? -ne 0 ] && ok || bad "two processes forced onto one GPU with NCCL did not fail"
@@ -124,5 +126,35 @@ if command -v mpirun >/dev/null; then
   fi
 else
   echo "mpirun not found: the two-process runs were skipped"
+fi
+
+# without MPI: two processes meet over TCP (PCGC_RENDEZVOUS) and send through NCCL alone. On two
+# GPUs the run matches the reference. On one, NCCL refuses the second process on the same GPU,
+# which it can only see once both processes joined one communicator: the ids they exchanged
+# over TCP were right
+expect 0 "$pcgc" compile "$src/models/mlp.pcg" --machine "$tmp/h100-2.machine" --choice tp=2 --budget 0 \
+  --optimizer sgd -o "$tmp/tcp.json"
+port=$((29600 + RANDOM % 300))
+tcp_run() { # RANK ARGS...: one process of the run, its output in $tmp/tcpRANK.out and .err
+  local r=$1; shift
+  PCGC_RENDEZVOUS=127.0.0.1:$port PCGC_RANK=$r PCGC_WORLD_SIZE=2 PCGC_LOCAL_RANK=$r PCGC_RENDEZVOUS_TIMEOUT=60 \
+    timeout 180 "$pcgc" run "$tmp/tcp.json" "$@" >"$tmp/tcp$r.out" 2>"$tmp/tcp$r.err"
+}
+tcp_run 1 --steps 3 --check --tolerance $tol &
+pid=$!
+tcp_run 0 --steps 3 --check --tolerance $tol
+rc0=$?
+wait $pid
+rc1=$?
+if [ "${gpus:-0}" -ge 2 ]; then
+  [ $rc0 -eq 0 ] && [ $rc1 -eq 0 ] && ok || bad "two GPU processes over TCP: exits $rc0, $rc1: $(head -3 "$tmp/tcp0.err" "$tmp/tcp1.err")"
+  has "$tmp/tcp0.out" "messages over NCCL, met over TCP"
+  has "$tmp/tcp0.out" "match"
+  grep -E "check against" "$tmp/tcp0.out" | sed "s/^/  mlp tp=2 over TCP, no MPI: /"
+else
+  [ $rc0 -ne 0 ] && [ $rc1 -ne 0 ] && ok || bad "two processes on one GPU over TCP did not fail: exits $rc0, $rc1"
+  grep -qi "duplicate gpu" "$tmp/tcp0.err" "$tmp/tcp1.err" && ok ||
+    bad "NCCL did not see both processes of the TCP rendezvous: $(head -3 "$tmp/tcp0.err" "$tmp/tcp1.err")"
+  grep -hi "nccl" "$tmp/tcp0.err" "$tmp/tcp1.err" | head -2 | sed "s/^/  two processes on one GPU over TCP: /"
 fi
 finish test_cuda_train
