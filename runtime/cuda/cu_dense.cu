@@ -1239,6 +1239,105 @@ static unsigned row_threads(int64_t Sk) {
 
 static unsigned row_blocks(int64_t n_rows) { return (unsigned)(n_rows < (1 << 20) ? n_rows : (1 << 20)); }
 
+/* The same two kernels with one warp per row, for rows of at most 32 K
+ * keys: each lane holds its K elements in registers, so a row is read once
+ * and written once (the block kernels above pass over it three times and
+ * synchronise the block twice; they were 24 of BERT-Large's 120 ms). */
+template <int K>
+static __global__ void attn_softmax_warp_kernel(attn_rows a, int64_t n_rows, float *__restrict__ P,
+                                                float *__restrict__ Pd) {
+  int lane = threadIdx.x & 31;
+  int64_t step = (int64_t)gridDim.x * (blockDim.x >> 5);
+  for (int64_t r = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); r < n_rows; r += step) {
+    float *row = P + r * a.Sk;
+    int64_t lim = a.Sk;
+    if (a.causal) {
+      int64_t q = a.q0 + r % a.Sq + 1;
+      lim = q < a.Sk ? q : a.Sk;
+    }
+    float v[K], mx = -INFINITY;
+#pragma unroll
+    for (int k = 0; k < K; k++) {
+      int64_t j = lane + 32 * k;
+      v[k] = j < lim ? row[j] : -INFINITY;
+      mx = fmaxf(mx, v[k]);
+    }
+    mx = warp_max(mx);
+    float s = 0;
+#pragma unroll
+    for (int k = 0; k < K; k++) {
+      int64_t j = lane + 32 * k;
+      v[k] = j < lim ? expf(v[k] - mx) : 0.0f;
+      s += v[k];
+    }
+    s = warp_sum(s);
+    uint64_t c0 = Pd ? drop_row(a, r) : 0;
+#pragma unroll
+    for (int k = 0; k < K; k++) {
+      int64_t j = lane + 32 * k;
+      if (j >= a.Sk) break;
+      float p = j < lim ? v[k] / s : 0.0f;
+      row[j] = p;
+      if (Pd) Pd[r * a.Sk + j] = kept(a, c0 + (uint64_t)j) ? p * a.keep : 0.0f;
+    }
+  }
+}
+
+template <int K>
+static __global__ void attn_softmax_bwd_warp_kernel(attn_rows a, int64_t n_rows, const float *__restrict__ P,
+                                                    float *__restrict__ dP) {
+  int lane = threadIdx.x & 31;
+  int64_t step = (int64_t)gridDim.x * (blockDim.x >> 5);
+  for (int64_t r = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); r < n_rows; r += step) {
+    float *dr = dP + r * a.Sk;
+    const float *pr = P + r * a.Sk;
+    float d[K], p[K], dot = 0;
+    uint64_t c0 = a.drop ? drop_row(a, r) : 0;
+#pragma unroll
+    for (int k = 0; k < K; k++) {
+      int64_t j = lane + 32 * k;
+      d[k] = j < a.Sk ? dr[j] : 0.0f;
+      p[k] = j < a.Sk ? pr[j] : 0.0f;
+      if (a.drop && j < a.Sk) d[k] = kept(a, c0 + (uint64_t)j) ? d[k] * a.keep : 0.0f;
+      dot += d[k] * p[k];
+    }
+    dot = warp_sum(dot);
+#pragma unroll
+    for (int k = 0; k < K; k++) {
+      int64_t j = lane + 32 * k;
+      if (j < a.Sk) dr[j] = p[k] * (d[k] - dot) * a.scale;
+    }
+  }
+}
+
+/* Launches the softmax (bwd: its backward) over n_rows rows: a warp per row
+ * up to 1024 keys, else a block per row. */
+static pcgc_status softmax_rows(const pcgc__cukargs *k, const attn_rows &a, int64_t n_rows, bool bwd, float *P,
+                                float *Pd, float *dP) {
+  if (n_rows == 0) return PCGC_OK;
+  cudaStream_t st = k->cu->stream;
+  if (a.Sk <= 1024) {
+    int64_t blocks64 = (n_rows + 7) / 8;
+    unsigned blocks = (unsigned)(blocks64 < (1 << 20) ? blocks64 : (1 << 20));
+#define PCGC_SOFTMAX_WARP(KK)                                                         \
+  if (bwd) attn_softmax_bwd_warp_kernel<KK><<<blocks, 256, 0, st>>>(a, n_rows, P, dP); \
+  else attn_softmax_warp_kernel<KK><<<blocks, 256, 0, st>>>(a, n_rows, P, Pd);
+    if (a.Sk <= 32) { PCGC_SOFTMAX_WARP(1) }
+    else if (a.Sk <= 64) { PCGC_SOFTMAX_WARP(2) }
+    else if (a.Sk <= 128) { PCGC_SOFTMAX_WARP(4) }
+    else if (a.Sk <= 256) { PCGC_SOFTMAX_WARP(8) }
+    else if (a.Sk <= 512) { PCGC_SOFTMAX_WARP(16) }
+    else { PCGC_SOFTMAX_WARP(32) }
+#undef PCGC_SOFTMAX_WARP
+  } else if (bwd) {
+    attn_softmax_bwd_kernel<<<row_blocks(n_rows), row_threads(a.Sk), 0, st>>>(a, n_rows, P, dP);
+  } else {
+    attn_softmax_kernel<<<row_blocks(n_rows), row_threads(a.Sk), 0, st>>>(a, n_rows, P, Pd);
+  }
+  return pcgc__cu_launched(k, bwd ? "attention softmax backward" : "attention softmax");
+}
+
+
 /* One GEMM per (b, h) of nb batch entries and nh heads, operand X of (b, h)
  * at X + b * xb + h * xh: strided batches over the heads, or over the batch
  * entries when those are fewer. */
@@ -1300,11 +1399,7 @@ static pcgc_status attn_probs(const pcgc__cukargs *k, const attn_geo *g, int64_t
   int64_t Sq = g->Sq, Sk = g->Sk, E = g->E, hd = g->hd, ss = Sq * Sk;
   TRY(gemm_bh(k, false, true, Sq, Sk, hd, (float)g->scale, Qp + b * Sq * E + h * hd, E, Sq * E, hd,
               Kp + b * Sk * E + h * hd, E, Sk * E, hd, 0, P, Sk, nh * ss, ss, nb, nh));
-  int64_t n_rows = nb * nh * Sq;
-  if (n_rows == 0) return PCGC_OK;
-  attn_softmax_kernel<<<row_blocks(n_rows), row_threads(Sk), 0, k->cu->stream>>>(rows_of(g, b, h, nh), n_rows, P,
-                                                                                   g->dropout_on ? Pd : NULL);
-  return pcgc__cu_launched(k, "attention softmax");
+  return softmax_rows(k, rows_of(g, b, h, nh), nb * nh * Sq, false, P, g->dropout_on ? Pd : NULL, NULL);
 }
 
 /* Rotary embeddings in place on projected rows X [B * S, E] of nh heads of
@@ -1442,12 +1537,7 @@ static pcgc_status attn_bwd_chunk(const pcgc__cukargs *k, const attn_geo *g, con
   /* dPd = dC_h V_h^T (Sq, Sk), then back through dropout and softmax */
   TRY(gemm_bh(k, false, true, Sq, Sk, hd, 1, u->dC + oq, E, Sq * E, hd, u->Vp + ok, E, Sk * E, hd, 0, u->dP, Sk, bs,
               ss, nb, nh));
-  int64_t n_rows = nb * nh * Sq;
-  if (n_rows > 0) {
-    attn_softmax_bwd_kernel<<<row_blocks(n_rows), row_threads(Sk), 0, k->cu->stream>>>(rows_of(g, b, h, nh), n_rows,
-                                                                                        u->P, u->dP);
-    TRY(pcgc__cu_launched(k, "attention softmax backward"));
-  }
+  TRY(softmax_rows(k, rows_of(g, b, h, nh), nb * nh * Sq, true, u->P, NULL, u->dP));
   if (u->dQ) /* dQ_h = dS K_h */
     TRY(gemm_bh(k, false, false, Sq, hd, Sk, 1, u->dP, Sk, bs, ss, u->Kp + ok, E, Sk * E, hd, 0, u->dQ + oq, E, Sq * E,
                 hd, nb, nh));

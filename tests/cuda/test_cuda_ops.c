@@ -854,6 +854,11 @@ static const attn_case attn_cases[] = {
     {2, 4, 4, 3, 5, 2, 8, 3, 4, true, true, 0, "grouped-query: 4 heads sharing 2, causal, biases", false, 4},
     {2, 16, 16, 32, 32, 32, 32, 32, 8, true, false, 0.2, "grouped-query: 8 heads sharing 2, rope, dropout", true, 8},
     {2, 3, 4, 3, 3, 4, 8, 5, 4, false, false, 0, "multi-query: 4 heads sharing 1, rope", true, 2},
+    /* rows longer than a warp: 3, 10 and 19 keys a lane, and a block per row beyond 1024 keys */
+    {1, 70, 70, 8, 8, 8, 8, 8, 2, true, true, 0.1, "causal, dropout 0.1, biases, 70 keys", false, 0},
+    {1, 12, 300, 8, 8, 8, 8, 8, 2, false, false, 0.1, "dropout 0.1, 300 keys", false, 0},
+    {1, 6, 600, 4, 4, 4, 4, 4, 1, false, true, 0, "biases, 600 keys", false, 0},
+    {1, 3, 1100, 4, 4, 4, 4, 4, 1, false, false, 0.1, "dropout 0.1, 1100 keys", false, 0},
 };
 
 static void attn_inputs(const attn_case *t, pcgc_buf *in) {
