@@ -413,6 +413,27 @@ static pcgc_status too_big(size_t n, pcgc_error *err) {
                         n);
 }
 
+/* MPI's int counts and displacements of byte counts (rank 0 only). */
+static pcgc_status mpi_counts(const pcgc_ctl *c, size_t n, const size_t *counts, int **cnt, int **dsp,
+                              pcgc_error *err) {
+  if (n > INT32_MAX) return too_big(n, err);
+  if (c->rank != 0) return PCGC_OK;
+  *cnt = malloc((size_t)c->size * sizeof **cnt), *dsp = malloc((size_t)c->size * sizeof **dsp);
+  if (!*cnt || !*dsp) {
+    free(*cnt), free(*dsp);
+    return pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
+  }
+  size_t off = 0;
+  for (int r = 0; r < c->size; r++) {
+    if (counts[r] > INT32_MAX || off > INT32_MAX) {
+      free(*cnt), free(*dsp);
+      return too_big(off + counts[r], err);
+    }
+    (*cnt)[r] = (int)counts[r], (*dsp)[r] = (int)off, off += counts[r];
+  }
+  return PCGC_OK;
+}
+
 pcgc_status pcgc_ctl_bcast(pcgc_ctl *c, void *buf, size_t n, pcgc_error *err) {
   if (c->size == 1) return PCGC_OK;
   if (c->kind == PCGC_CTL_MPI) {
@@ -434,22 +455,8 @@ pcgc_status pcgc_ctl_gather(pcgc_ctl *c, const void *mine, size_t n, void *all, 
   if (c->size == 1) return PCGC_OK;
   if (c->kind == PCGC_CTL_MPI) {
     int *cnt = NULL, *dsp = NULL, rc;
-    if (n > INT32_MAX) return too_big(n, err);
-    if (c->rank == 0) {
-      cnt = malloc((size_t)c->size * sizeof *cnt), dsp = malloc((size_t)c->size * sizeof *dsp);
-      size_t off = 0;
-      for (int r = 0; cnt && dsp && r < c->size; r++) {
-        if (counts[r] > INT32_MAX || off > INT32_MAX) {
-          free(cnt), free(dsp);
-          return too_big(off + counts[r], err);
-        }
-        cnt[r] = (int)counts[r], dsp[r] = (int)off, off += counts[r];
-      }
-      if (!cnt || !dsp) {
-        free(cnt), free(dsp);
-        return pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
-      }
-    }
+    pcgc_status st = mpi_counts(c, n, counts, &cnt, &dsp, err);
+    if (st) return st;
     /* rank 0's own bytes are in place already */
     rc = MPI_Gatherv(c->rank == 0 ? MPI_IN_PLACE : mine, (int)n, MPI_BYTE, all, cnt, dsp, MPI_BYTE, 0, comm_of(c));
     free(cnt), free(dsp);
@@ -473,22 +480,8 @@ pcgc_status pcgc_ctl_scatter(pcgc_ctl *c, const void *all, const size_t *counts,
   if (c->size == 1) return PCGC_OK;
   if (c->kind == PCGC_CTL_MPI) {
     int *cnt = NULL, *dsp = NULL, rc;
-    if (n > INT32_MAX) return too_big(n, err);
-    if (c->rank == 0) {
-      cnt = malloc((size_t)c->size * sizeof *cnt), dsp = malloc((size_t)c->size * sizeof *dsp);
-      size_t off = 0;
-      for (int r = 0; cnt && dsp && r < c->size; r++) {
-        if (counts[r] > INT32_MAX || off > INT32_MAX) {
-          free(cnt), free(dsp);
-          return too_big(off + counts[r], err);
-        }
-        cnt[r] = (int)counts[r], dsp[r] = (int)off, off += counts[r];
-      }
-      if (!cnt || !dsp) {
-        free(cnt), free(dsp);
-        return pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
-      }
-    }
+    pcgc_status st = mpi_counts(c, n, counts, &cnt, &dsp, err);
+    if (st) return st;
     rc = MPI_Scatterv(all, cnt, dsp, MPI_BYTE, c->rank == 0 ? MPI_IN_PLACE : mine, (int)n, MPI_BYTE, 0, comm_of(c));
     free(cnt), free(dsp);
     return rc == MPI_SUCCESS ? PCGC_OK : mpi_fail(c, rc, "scatter", err);
