@@ -21,8 +21,10 @@ models/ and process count N:
      every plan, where DB merges `pcgc profile --no-dropout --all-gradients`
      of the model at every per-process batch B/N and at B (a tensor-parallel
      plan's kernels see the whole batch) with the BLAS threads of N processes,
-     max(1, cores / N): one database per thread count (pieces of other shapes, such
-     as tensor-parallel weight slices, fall back to the roofline); also the
+     max(1, cores / N), measured beside N - 1 copies of the measurement
+     (`--copies N`: the N processes of the run contend for memory and cores as
+     the copies do): one database per process count (pieces of other shapes,
+     such as tensor-parallel weight slices, fall back to the roofline); also the
      roofline alone (no --profile).
 
 A step time is the median of --steps steps after --warmup warm-up steps: for
@@ -160,14 +162,16 @@ def pcgc_step_ms(pcgc, plan, n, warmup, steps):
     return statistics.median(ms[warmup:]), min(ms[warmup:])
 
 
-def make_profile(pcgc, model, batches, out, tmp, threads=1):
-    """One database for the model: `pcgc profile --append` at each per-process batch (the
-    device it was measured as is recorded, so simulate carries the times to cpu-N)."""
+def make_profile(pcgc, model, batches, out, tmp, threads=1, copies=1):
+    """One database for the model: `pcgc profile --append` at each per-process batch, beside
+    copies - 1 copies of the measurement (the device it was measured as is recorded, so
+    simulate carries the times to cpu-N)."""
     if os.path.exists(out):
         os.unlink(out)
     for b in sorted(set(batches), reverse=True):
         pcgc_cmd([pcgc, "profile", os.path.join(ROOT, "models", model + ".pcg"), "--machine", "cpu-local",
-                  "-o", out, "--append", "--threads", str(threads), "--no-dropout", "--all-gradients",
+                  "-o", out, "--append", "--threads", str(threads), "--copies", str(copies),
+                  "--no-dropout", "--all-gradients",
                   "--set", f"B={b}"])
 
 
@@ -309,20 +313,21 @@ def main():
         a.pcgc = os.path.join(tmp, "pcgc")
         for m in models:
             B = model_batch(m)
-            # one database per BLAS thread count the runs use: a process measured alone on
-            # threads_for(n) threads at its batch B/n
+            # one database per process count: a process measured on threads_for(n) threads
+            # at its batch B/n beside n - 1 copies of the measurement (--copies n)
             dbs = {}
-            for th in sorted({threads_for(n) for n in procs}):
-                db = os.path.join(tmp, f"{m}.{th}t.prof.json")
+            for n in procs:
+                th = threads_for(n)
+                db = os.path.join(tmp, f"{m}.{n}p.prof.json")
                 # B/n for data parallelism, and B whole: a tensor-parallel plan's kernels
                 # see the whole batch (with slices of the weights) on every process
-                bs = sorted({B // n for n in procs if threads_for(n) == th} | {B}, reverse=True)
-                print(f"{m}: profiling at batch {', '.join(str(b) for b in bs)} on {th} thread{'s' if th > 1 else ''}",
-                      file=sys.stderr, flush=True)
-                if attempt(make_profile, a.pcgc, m, bs, db, tmp, th) is not None or os.path.exists(db):
-                    dbs[th] = db
+                bs = sorted({B // n, B}, reverse=True)
+                print(f"{m}: profiling at batch {', '.join(str(b) for b in bs)} on {th} thread{'s' if th > 1 else ''}"
+                      f" beside {n - 1} cop{'y' if n == 2 else 'ies'}", file=sys.stderr, flush=True)
+                if attempt(make_profile, a.pcgc, m, bs, db, tmp, th, n) is not None or os.path.exists(db):
+                    dbs[n] = db
             for n in procs:
-                db = dbs.get(threads_for(n))
+                db = dbs.get(n)
                 plans = {}  # kind -> (plan file, strategy text)
                 for kind in ["dp"] + (["default"] if n > 1 else []):
                     plan = os.path.join(tmp, f"{m}-{kind}{n}.json")
@@ -386,7 +391,8 @@ def main():
               ["model", "procs", "plan", "predicted", "measured", "error", "fastest step", "error vs fastest",
                "roofline", "roofline error"], sim_rows,
               "predicted: `pcgc simulate PLAN --optimizer sgd --profile DB` (kernels measured by `pcgc profile` "
-              "at each per-process batch with the BLAS threads each process runs with); roofline: without --profile. "
+              "at each per-process batch with the BLAS threads each process runs with, beside N - 1 copies of the "
+              "measurement: --copies N); roofline: without --profile. "
               "measured: the median step as in the tables above. error = predicted/measured - 1; target within 15%."),
     ]
     for text, _ in tables:

@@ -26,12 +26,23 @@
  * cores. The simulator carries the times from that device to the one it
  * simulates. --append adds to an existing database of the same device
  * (another batch size, another model), measuring only what it lacks.
+ *
+ * --copies N measures as the N processes of a run on this host compute: N - 1
+ * forked copies measure the same kernels in the same order, as load, for as
+ * long as the measurement lasts, so the times include the contention for
+ * memory bandwidth, caches and (beyond the cores) the cores themselves. The
+ * device recorded is then one process's share: threads / max(cores, N x
+ * threads) of the node.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <cblas.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "backend.h"
@@ -41,7 +52,8 @@
 void pcgc_cli_profile_help(FILE *f) {
   fprintf(f,
           "usage: pcgc profile MODEL --machine M -o DB [--append] [--repeat N] [--rounds R] [--threads N] [--cores N]\n"
-          "                    [--no-dropout] [--all-gradients] [--precision P] [--batch B] [--set NAME=VALUE]...\n"
+          "                    [--copies N] [--no-dropout] [--all-gradients] [--precision P] [--batch B]\n"
+          "                    [--set NAME=VALUE]...\n"
           "\n"
           "Measures the local CPU backend's kernels (f32, one BLAS thread) for every distinct\n"
           "operator, attributes and input shapes MODEL needs: a warm-up call, then the median of N\n"
@@ -61,6 +73,10 @@ void pcgc_cli_profile_help(FILE *f) {
           "                     median (default 1): a pass slowed by other load does not count\n"
           "  --threads N        BLAS threads (default 1)\n"
           "  --cores N          cores of this host that M's devices share (default: the online CPUs)\n"
+          "  --copies N         measure while N - 1 copies of this measurement run beside it, as the\n"
+          "                     N processes of `pcgc run` on this host do (CPU machines; default 1):\n"
+          "                     the times include their contention for memory and cores, and the\n"
+          "                     device recorded is one process's share of the host\n"
           "  --no-dropout       time dropout as at inference (as `pcgc train --no-dropout`)\n"
           "  --all-gradients    backward computes the gradient of every float input, data inputs\n"
           "                     included, as the reference trainer does (default: only what\n"
@@ -141,6 +157,57 @@ static pcgc_status measure_round(const pcgc_graph *g, const pcgc_machine *m, pcg
   return st;
 }
 
+/* --copies: n - 1 processes measuring the model over and over (their output
+ * dropped) from the moment the caller starts measuring; stop_copies ends them. */
+static pid_t *start_copies(int n, const pcgc_graph *g, const pcgc_machine *m, bool training, bool all_grads,
+                           int repeat) {
+  pid_t *pids = calloc((size_t)n, sizeof *pids), parent = getpid();
+  int go[2];
+  if (!pids || pipe(go) != 0) {
+    free(pids);
+    return NULL;
+  }
+  fflush(stdout);
+  for (int i = 1; i < n; i++) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      close(go[1]);
+      prctl(PR_SET_PDEATHSIG, SIGTERM); /* never outlive the measurement */
+      if (getppid() != parent) _exit(0);
+      int null = open("/dev/null", O_WRONLY);
+      if (null >= 0) dup2(null, 1);
+      char b;
+      while (read(go[0], &b, 1) < 0 && errno == EINTR) {
+      }
+      for (;;) {
+        pcgc_error e;
+        pcgc_error_clear(&e);
+        pcgc_profile *q = pcgc_profile_new(m->name);
+        if (!q || profile_graph(g, q, training, all_grads, repeat, NULL, &e) != PCGC_OK) _exit(1);
+        pcgc_profile_free(q);
+      }
+    }
+    pids[i] = pid; /* a failed fork leaves -1: fewer copies, said by the caller */
+  }
+  close(go[0]);
+  close(go[1]); /* every copy starts now */
+  return pids;
+}
+
+static int stop_copies(pid_t *pids, int n) {
+  int ran = 0;
+  for (int i = 1; pids && i < n; i++)
+    if (pids[i] > 0) kill(pids[i], SIGTERM);
+  for (int i = 1; pids && i < n; i++)
+    if (pids[i] > 0) {
+      int status;
+      waitpid(pids[i], &status, 0);
+      ran += WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM;
+    }
+  free(pids);
+  return ran;
+}
+
 /* --append: DB's entries, when DB exists; it must be for the same device. */
 static pcgc_status open_append(const char *path, const pcgc_machine *m, const pcgc_profile_device *dev, pcgc_profile **p,
                                pcgc_error *err) {
@@ -164,7 +231,7 @@ int pcgc_cli_profile(int argc, char **argv) {
   const char *model = NULL, *machine = NULL, *output = NULL;
   pcgc_precision precision = PCGC_PREC_F32;
   pcgc_cli_sets sets = {0};
-  int repeat = 10, threads = 1, cores = 0, rounds = 1;
+  int repeat = 10, threads = 1, cores = 0, rounds = 1, copies = 1;
   bool training = true, all_grads = false, append = false;
   long long batch = 0;
   for (int i = 0; i < argc; i++) {
@@ -185,12 +252,15 @@ int pcgc_cli_profile(int argc, char **argv) {
     } else if (strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0) {
       output = argv[++i];
     } else if (strcmp(a, "--repeat") == 0 || strcmp(a, "--batch") == 0 || strcmp(a, "--threads") == 0 ||
-               strcmp(a, "--cores") == 0 || strcmp(a, "--rounds") == 0) {
+               strcmp(a, "--cores") == 0 || strcmp(a, "--rounds") == 0 || strcmp(a, "--copies") == 0) {
       char *end;
       long long x = strtoll(argv[++i], &end, 10);
       if (!*argv[i] || *end || x < 1 || x > 1000000000LL)
         return pcgc_cli_usage_error("profile", "expected a positive integer, not '%s'", argv[i]);
-      if (a[2] == 'r') {
+      if (strcmp(a, "--copies") == 0) {
+        if (x > 256) return pcgc_cli_usage_error("profile", "--copies takes at most 256, not %s", argv[i]);
+        copies = (int)x;
+      } else if (a[2] == 'r') {
         if (x > 100000)
           return pcgc_cli_usage_error("profile", "--repeat and --rounds take at most 100000, not %s", argv[i]);
         *(a[3] == 'e' ? &repeat : &rounds) = (int)x;
@@ -227,6 +297,11 @@ int pcgc_cli_profile(int argc, char **argv) {
   pcgc_profile *p = NULL;
   pcgc_status st = pcgc_machine_load(machine, &m, &err);
   bool gpu = st == PCGC_OK && m.device.kind == PCGC_DEVICE_GPU;
+  if (st == PCGC_OK && gpu && copies > 1) {
+    pcgc_graph_free(g);
+    return pcgc_cli_usage_error("profile", "--copies is for CPU machines (a GPU machine's kernels run on one GPU)%s",
+                                "");
+  }
   if (st == PCGC_OK && !gpu && precision != PCGC_PREC_F32) {
     pcgc_graph_free(g);
     return pcgc_cli_usage_error("profile", "--precision %s needs a GPU machine; CPU machines compute in f32",
@@ -247,7 +322,9 @@ int pcgc_cli_profile(int argc, char **argv) {
     fprintf(stderr, "pcgc profile: warning: %d BLAS threads on %d cores; the device recorded has %d\n", threads, cores,
             cores);
   pcgc_profile_device dev = {0};
-  if (st == PCGC_OK && !gpu) dev = pcgc_profile_thread_device(&m, threads, cores);
+  /* with copies, one process's share of the host */
+  int share = copies * threads > cores ? copies * threads : cores;
+  if (st == PCGC_OK && !gpu) dev = pcgc_profile_thread_device(&m, threads, share);
   if (st == PCGC_OK && gpu) dev = pcgc_profile_gpu_device(&m, precision); /* one of M's GPUs, as M rates it */
   if (st == PCGC_OK && append) st = open_append(output, &m, &dev, &p, &err);
   if (st == PCGC_OK && !p && !(p = pcgc_profile_new(m.name))) st = pcgc_error_set(&err, PCGC_ERR_NOMEM, "out of memory");
@@ -256,20 +333,25 @@ int pcgc_cli_profile(int argc, char **argv) {
   /* One BLAS thread by default: a profile measures one core's kernels, and
    * the calibration runs the reference trainer with OPENBLAS_NUM_THREADS=1. */
   openblas_set_num_threads(threads);
-  int before = pcgc_profile_size(p);
+  int before = pcgc_profile_size(p), ran = 0;
+  pid_t *load = st == PCGC_OK && copies > 1 ? start_copies(copies, g, &m, training, all_grads, repeat) : NULL;
+  if (copies > 1 && st == PCGC_OK) printf("measuring beside %d copies of this measurement\n", copies - 1);
   for (int r = 0; r < rounds && st == PCGC_OK; r++) {
     if (rounds > 1) printf("round %d of %d\n", r + 1, rounds);
     st = measure_round(g, &m, p, before, training, all_grads, repeat, gpu ? &be : NULL, &err);
   }
+  if (load) ran = stop_copies(load, copies);
+  if (st == PCGC_OK && copies > 1 && ran != copies - 1)
+    st = pcgc_error_set(&err, PCGC_ERR_IO, "%d of the %d copies ran until the measurement ended", ran, copies - 1);
   if (st == PCGC_OK) st = pcgc_profile_write(p, output, &err);
   if (st == PCGC_OK && gpu)
     printf("wrote %s (%d entries%s, machine %s, measured in %s on one GPU rated %.3g TFLOP/s and %.3g TB/s)\n",
            output, pcgc_profile_size(p), append && before ? ", some kept" : "", m.name, pcgc_precision_name(precision),
            dev.flops[PCGC_F32] / 1e12, dev.memory_bandwidth / 1e12);
   else if (st == PCGC_OK)
-    printf("wrote %s (%d entries%s, machine %s, measured as %.3g GFLOP/s f32 and %.3g GB/s: %d of %d cores)\n", output,
-           pcgc_profile_size(p), append && before ? ", some kept" : "", m.name, dev.flops[PCGC_F32] / 1e9,
-           dev.memory_bandwidth / 1e9, dev.threads, dev.cores);
+    printf("wrote %s (%d entries%s, machine %s, measured as %.3g GFLOP/s f32 and %.3g GB/s: %d of %d cores%s)\n",
+           output, pcgc_profile_size(p), append && before ? ", some kept" : "", m.name, dev.flops[PCGC_F32] / 1e9,
+           dev.memory_bandwidth / 1e9, dev.threads, dev.cores, copies > 1 ? ", one process's share" : "");
   else pcgc_error_print(stderr, &err);
   pcgc_backend_close(&be);
   pcgc_profile_free(p);
