@@ -229,11 +229,20 @@ static pcgc_status serve(pcgc_ctl *c, const pcgc_rendezvous *rv, uint64_t token,
     return PCGC_ERR_IO;
   }
   int joined = 1;
+  double report = now() + 10; /* a wait of more than 10 s says how far it got, every 10 s */
   while (joined < c->size && !st) {
-    double left = deadline - now();
+    double t = now(), left = deadline - t, wait = left < report - t ? left : report - t;
     struct pollfd p = {ls, POLLIN, 0};
-    int r = left > 0 ? poll(&p, 1, (int)(left * 1000) + 1) : 0;
+    int r = left > 0 ? poll(&p, 1, wait > 0 ? (int)(wait * 1000) + 1 : 0) : 0;
     if (r < 0 && errno == EINTR) continue;
+    if (r == 0 && now() < deadline) {
+      if (now() >= report) {
+        fprintf(stderr, "pcgc run: rank 0: %d of %d processes have joined at the rendezvous %s (waiting up to %g s)\n",
+                joined, c->size, T->where, rv->timeout_s);
+        report += 10;
+      }
+      continue;
+    }
     if (r <= 0) {
       char missing[200] = "";
       int used = 0;
@@ -299,7 +308,13 @@ static const char *verdict_text(uint32_t v) {
 static pcgc_status join(pcgc_ctl *c, const pcgc_rendezvous *rv, uint64_t token, double deadline, pcgc_error *err) {
   tcp *T = c->impl;
   int last = 0;
+  double report = now() + 10;
   while (now() < deadline) {
+    if (now() >= report) {
+      fprintf(stderr, "pcgc run: rank %d: waiting for rank 0 at the rendezvous %s (%s; up to %g s)\n", c->rank,
+              T->where, strerror(last ? last : ETIMEDOUT), rv->timeout_s);
+      report += 10;
+    }
     struct addrinfo *ai = NULL;
     pcgc_status st = resolve(rv->host, rv->port, &ai, err);
     if (st) return st;
