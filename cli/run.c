@@ -141,6 +141,8 @@ static int load_program(const char *cmd, const char *path, int need, int prec, p
   pcgc_codegen_options_default(&co);
   /* every rank lowers the plan at once: the cores shared among this machine's ranks */
   const char *local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  if (!local && getenv("PCGC_RENDEZVOUS")) local = getenv("PCGC_LOCAL_WORLD_SIZE");
+  if (!local && getenv("PCGC_RENDEZVOUS")) local = getenv("LOCAL_WORLD_SIZE");
   if (local && atoi(local) > 1) co.threads = co.threads / atoi(local) > 0 ? co.threads / atoi(local) : 1;
   if (info->has_optimizer) co.optimizer = info->optimizer;
   bool relowered = need >= 0 && need > (int)co.optimizer;
