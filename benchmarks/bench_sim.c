@@ -15,7 +15,9 @@
  * pp 8, 64 micro-batches in 1F1B, bf16 storage), simulated as the joint
  * search simulates its rewrites: every dp copy built, the event loop run on
  * copy 0 where the copies are alike ("copies checked"), and as the expert
- * grid does, copy 0 alone built ("copy 0 built").
+ * grid does, copy 0 alone built ("copy 0 built"), and as the joint search
+ * simulates a rewrite that splits an operator over copies: every copy built
+ * and run ("all copies").
  * Models are read from SOURCE_DIR (default: $PCGC_SOURCE_DIR, else the
  * source tree this was built from, else "."); machines are presets.
  */
@@ -46,6 +48,7 @@ static const bench_case cases[] = {
     {"bert-large.pcg", "192", "summit-v100", "data-parallel", {0, 0, 0, 0, PCGC_SCHEDULE_GPIPE, false}, false, false},
     {"llama3-8b.pcg", "512", "h100-8x8", "copies checked", {8, 1, 8, 64, PCGC_SCHEDULE_1F1B, false}, true, false},
     {"llama3-8b.pcg", "512", "h100-8x8", "copy 0 built", {8, 1, 8, 64, PCGC_SCHEDULE_1F1B, false}, true, true},
+    {"llama3-8b.pcg", "512", "h100-8x8", "all copies", {8, 1, 8, 64, PCGC_SCHEDULE_1F1B, false}, true, false},
 };
 
 int main(int argc, char **argv) {
@@ -101,8 +104,10 @@ int main(int argc, char **argv) {
       o.schedule = k->choice.schedule;
       o.recompute = k->choice.recompute;
       o.bf16 = k->bf16;
-      o.replicas = k->choice.dp;
-      o.replica_stride = k->choice.tp;
+      if (strcmp(k->strategy, "all copies") != 0) { /* else as a rewrite that splits an operator over copies */
+        o.replicas = k->choice.dp;
+        o.replica_stride = k->choice.tp;
+      }
       o.copies_alike = k->alike;
     }
     pcgc_sim_result r;

@@ -474,7 +474,16 @@ static hent *hash_get(sim *S, int64_t ts, int dev, bool *fresh) {
 
 /* ------------------------------------------------------------- helpers */
 
-static int home(const sim *S, int node, int64_t p) { return pcgc_view_device(S->mp->view[node], p, S->D); }
+/* The device of piece p of node `node`: pcgc_view_device, with one
+ * division instead of three where p, the stride and the start are already
+ * reduced (nearly always; the build asks for every read). */
+static int home(const sim *S, int node, int64_t p) {
+  pcgc_view v = S->mp->view[node];
+  int64_t D = S->D;
+  if ((uint64_t)p < (uint64_t)D && (uint32_t)v.stride < (uint64_t)D && (uint32_t)v.start < (uint64_t)D)
+    return (int)((p * v.stride + v.start) % D);
+  return pcgc_view_device(v, p, S->D);
+}
 
 static void keep(sim *S, int dev, bool micro, double bytes) {
   if (micro) S->act_mb[dev] += bytes;
@@ -538,11 +547,12 @@ static double value_bytes(const sim *S, int node, int slot, double bytes) {
 }
 
 /* Task f (backward b, or -1) of micro-batch mu on device X reads piece q of
- * input i, of `bytes` as stored (value_bytes). Returns the time X spends zeroing the gradient buffer b adds
- * into, the first time one is needed in the step (the program zeroes every
+ * input i (on device Y unless resident), of `bytes` as stored (value_bytes).
+ * Returns the time X spends zeroing the gradient buffer b adds into, the
+ * first time one is needed in the step (the program zeroes every
  * gradient once before it accumulates: the producer's on its device, and a
  * received value's where it was received); a weight's is its update's. */
-static double read_input(sim *S, const pcgc_node *n, int i, int64_t q, int mu, int X, int32_t f, int32_t b,
+static double read_input(sim *S, const pcgc_node *n, int i, int64_t q, int Y, int mu, int X, int32_t f, int32_t b,
                          double bytes) {
   pcgc_ref r = n->in[i];
   const snode *I = &S->nd[r.node];
@@ -559,7 +569,6 @@ static double read_input(sim *S, const pcgc_node *n, int i, int64_t q, int mu, i
     }
     return 0;
   }
-  int Y = home(S, r.node, q);
   int32_t fr = fready(S, r.node, q, mi), gs = b >= 0 && I->grad ? gsink(S, r.node, q, mi) : -1;
   double zero = 0;
   if (gs >= 0 && !S->zeroed[ts]) { /* the producer's gradient, on its device */
@@ -745,7 +754,8 @@ static void gen_ordinary(sim *S, const pcgc_node *n) {
         return;
       }
     }
-    int X = home(S, n->id, p);
+    int X = home(S, n->id, p), Y[PCGC_VARIADIC];
+    for (int i = 0; i < n->n_in; i++) Y[i] = S->nd[n->in[i].node].resident ? -1 : home(S, n->in[i].node, inp[i]);
     if (N->has_bwd) { /* its backward holds its outputs' gradients and makes its inputs' */
       double gb = out_bytes + widen;
       for (int i = 0; i < n->n_in; i++)
@@ -790,7 +800,7 @@ static void gen_ordinary(sim *S, const pcgc_node *n) {
         if (N->topo > S->last_topo[X]) S->last_topo[X] = N->topo;
       }
       double zero = 0;
-      for (int i = 0; i < n->n_in; i++) zero += read_input(S, n, i, inp[i], mu, X, fr, br, in_bytes[i]);
+      for (int i = 0; i < n->n_in; i++) zero += read_input(S, n, i, inp[i], Y[i], mu, X, fr, br, in_bytes[i]);
       if (br >= 0 && zero > 0 && !S->st) {
         S->T.dur[br] += zero;
         hold(S, X, zero);
@@ -1201,7 +1211,9 @@ typedef struct hitem {
   int32_t id;
 } hitem;
 
-static inline bool hless(hitem a, hitem b) { return a.key < b.key || (a.key == b.key && a.id < b.id); }
+/* a before b; without branches (the order of ready times is what the
+ * branch predictor cannot learn) */
+static inline bool hless(hitem a, hitem b) { return (a.key < b.key) | ((a.key == b.key) & (a.id < b.id)); }
 
 static void heap_push(hitem *h, int64_t *n, hitem x) {
   int64_t i = (*n)++;
@@ -1214,20 +1226,44 @@ static void heap_push(hitem *h, int64_t *n, hitem x) {
   h[i] = x;
 }
 
+/* Floyd's pop: the hole goes down to a leaf by the smaller child, one
+ * comparison a level, and the last entry rises from there (not far: it
+ * came from the bottom). (time, id) keys are distinct, so the entries come
+ * out in the same order as from any other heap. */
 static hitem heap_pop(hitem *h, int64_t *n) {
   hitem top = h[0], x = h[--*n];
-  int64_t i = 0;
-  for (;;) {
-    int64_t c = 2 * i + 1;
-    if (c >= *n) break;
-    if (c + 1 < *n && hless(h[c + 1], h[c])) c++;
-    if (!hless(h[c], x)) break;
+  int64_t i = 0, m = *n;
+  for (int64_t c = 1; c < m; c = 2 * i + 1) {
+    if (c + 1 < m) c += hless(h[c + 1], h[c]);
     h[i] = h[c];
     i = c;
+  }
+  while (i > 0) {
+    int64_t p = (i - 1) / 2;
+    if (!hless(x, h[p])) break;
+    h[i] = h[p];
+    i = p;
   }
   h[i] = x;
   return top;
 }
+
+/* What the event loop reads and writes of one task, in one 64-byte record:
+ * a task popped touches its own record and its successors', where the
+ * pcgc_tasks arrays and the loop's own state would take a cache line each
+ * (at 10^5-10^6 tasks they miss). Start times go to T->start only for a
+ * trace. */
+typedef struct rtask {
+  double dur;
+  double ready, cp;  /* earliest start; critical path to its start */
+  int64_t succ;      /* its successors: succ[succ .. succ + nsucc) */
+  int32_t nsucc;
+  int32_t indeg;     /* predecessors not yet done */
+  int32_t dev, micro;
+  int32_t res_off, res_n;
+  uint8_t kind, phase;
+  bool bg;           /* a gradient all-reduce on link ports only: runs beside the computation */
+} rtask;
 
 /* A forward or backward task's rank in its device's queue, smallest
  * first: forward before backward; then the micro-batch, oldest first; then
@@ -1236,12 +1272,12 @@ static hitem heap_pop(hitem *h, int64_t *n) {
  * the forward and the backward schedule. The id (or its complement) fills
  * the low 31 bits, so the rank alone names the task:
  *     bit 62 backward | bits 31..61 micro-batch | bits 0..30 id */
-static inline uint64_t rank_of(const pcgc_tasks *T, int32_t t) {
-  if (T->kind[t] == PCGC_TASK_STAGE) /* first: a message leaves, or its reader may start; earlier micro-batches first */
-    return (uint64_t)T->micro[t] << 31 | (uint64_t)t;
-  uint64_t bwd = T->phase[t] == PCGC_PHASE_BACKWARD;
+static inline uint64_t rank_of(const rtask *x, int32_t t) {
+  if (x->kind == PCGC_TASK_STAGE) /* first: a message leaves, or its reader may start; earlier micro-batches first */
+    return (uint64_t)x->micro << 31 | (uint64_t)t;
+  uint64_t bwd = x->phase == PCGC_PHASE_BACKWARD;
   uint64_t pos = bwd ? (uint64_t)(INT32_MAX - t) : (uint64_t)t;
-  return 1ull << 63 | bwd << 62 | (uint64_t)T->micro[t] << 31 | pos;
+  return 1ull << 63 | bwd << 62 | (uint64_t)x->micro << 31 | pos;
 }
 
 static inline int32_t rank_task(uint64_t k) {
@@ -1260,20 +1296,20 @@ typedef struct devq {
   bool armed; /* the device has a wake-up pending: in `todo` or in the wake heap */
 } devq;
 
-static void devq_push(uint64_t *q, devq *d, const pcgc_tasks *T, int32_t t) {
-  if (T->phase[t] == PCGC_PHASE_UPDATE) {
+static void devq_push(uint64_t *q, devq *d, const rtask *x, int32_t t) {
+  if (x->phase == PCGC_PHASE_UPDATE) {
     q[d->end - 1 - d->un++] = (uint64_t)t;
     return;
   }
-  uint64_t x = rank_of(T, t), *h = q + d->off;
+  uint64_t k = rank_of(x, t), *h = q + d->off;
   int32_t i = d->n++;
   while (i > 0) {
     int32_t p = (i - 1) / 2;
-    if (h[p] <= x) break;
+    if (h[p] <= k) break;
     h[i] = h[p];
     i = p;
   }
-  h[i] = x;
+  h[i] = k;
 }
 
 static int32_t devq_pop(uint64_t *q, devq *d) {
@@ -1358,31 +1394,27 @@ static uint8_t *symmetric_drop(const sim *S, int *reps, int *stride) {
   return drop;
 }
 
-typedef struct tstate {
-  double ready, cp; /* earliest start; critical path to its start */
-  int32_t indeg;    /* predecessors not yet done */
-} tstate;
-
 static pcgc_status run(sim *S, pcgc_sim_result *r) {
   pcgc_tasks *T = &S->T;
   int32_t n = T->n;
   int D = S->D;
   int64_t ne = S->ne;
-  int64_t *off = calloc((size_t)n + 1, sizeof *off);
   int32_t *succ = malloc((size_t)(ne ? ne : 1) * sizeof *succ);
+  int64_t *off = calloc((size_t)n + 1, sizeof *off);
+  int32_t *indeg = calloc((size_t)(n ? n : 1), sizeof *indeg);
   hitem *heap = malloc((size_t)(n ? n : 1) * sizeof *heap), *wake = malloc((size_t)D * sizeof *wake);
-  /* what a finished task updates in each successor, together: one cache
-   * line per edge rather than three (the loop's cost at 10^6 tasks) */
-  tstate *ts = calloc((size_t)(n ? n : 1), sizeof *ts);
+  rtask *rt = malloc((size_t)(n ? n : 1) * sizeof *rt);
   double *free_at = calloc((size_t)S->n_res, sizeof *free_at);
   double *fg_at = calloc((size_t)S->n_res, sizeof *fg_at); /* ports: when messages may pass background all-reduces */
   devq *dq = calloc((size_t)D, sizeof *dq);
   uint64_t *q = malloc((size_t)(n ? n : 1) * sizeof *q);
   int *todo = malloc((size_t)D * sizeof *todo);
-  T->start = malloc((size_t)(n ? n : 1) * sizeof *T->start);
+  bool trace = S->o.trace_path != NULL;
+  if (trace) T->start = calloc((size_t)(n ? n : 1), sizeof *T->start);
   uint8_t *drop = NULL;
   pcgc_status st = PCGC_OK;
-  if (!off || !succ || !ts || !heap || !wake || !free_at || !dq || !q || !todo || !T->start) {
+  if (!succ || !off || !indeg || !rt || !heap || !wake || !free_at || !fg_at || !dq || !q || !todo ||
+      (trace && !T->start)) {
     st = pcgc_error_set(S->err, PCGC_ERR_NOMEM, "out of memory running the simulation");
     goto done;
   }
@@ -1392,36 +1424,57 @@ static pcgc_status run(sim *S, pcgc_sim_result *r) {
   if (!S->copy0) drop = symmetric_drop(S, &reps, &stride);
   int64_t n_run = n;
   for (int32_t t = 0; drop && t < n; t++) n_run -= drop[t];
+  /* successor lists in edge order (a counting sort), counted in compact
+   * arrays: the records are too wide to take every edge's increments */
   for (int64_t e = 0; e < ne; e++) {
     if (drop && (drop[S->ef[e]] || drop[S->et[e]])) continue;
     off[S->ef[e] + 1]++;
-    ts[S->et[e]].indeg++;
+    indeg[S->et[e]]++;
   }
   for (int32_t t = 0; t < n; t++) off[t + 1] += off[t];
   for (int64_t e = 0; e < ne; e++)
     if (!drop || !(drop[S->ef[e]] || drop[S->et[e]])) succ[off[S->ef[e]]++] = S->et[e];
   for (int32_t t = n; t > 0; t--) off[t] = off[t - 1];
   off[0] = 0;
-  for (int32_t t = 0; t < n; t++) /* each device's queue gets room for all its compute tasks */
-    if (pcgc_task_is_compute(T->kind[t]) && !(drop && drop[t])) dq[T->dev[t]].end++;
+  int64_t hn = 0, wn = 0, done = 0;
+  int ntodo = 0;
+  for (int32_t t = 0; t < n; t++) { /* the records; the tasks ready at 0; room in the device queues */
+    rtask *x = &rt[t];
+    int k = T->kind[t];
+    *x = (rtask){.dur = T->dur[t],
+                 .succ = off[t],
+                 .nsucc = (int32_t)(off[t + 1] - off[t]),
+                 .indeg = indeg[t],
+                 .dev = T->dev[t],
+                 .micro = T->micro[t],
+                 .res_off = T->res_off[t],
+                 .res_n = T->res_n[t],
+                 .kind = (uint8_t)k,
+                 .phase = T->phase[t]};
+    if (k == PCGC_TASK_COLLECTIVE && T->coll[t] == PCGC_COLL_ALL_REDUCE) {
+      const int32_t *rs = T->res + x->res_off;
+      x->bg = true;
+      for (int i = 0; i < x->res_n; i++) x->bg &= rs[i] >= D;
+    }
+    if (drop && drop[t]) continue;
+    if (!x->indeg) heap_push(heap, &hn, (hitem){0, t});
+    if (pcgc_task_is_compute(k)) dq[x->dev].end++;
+  }
   for (int d = 0, o = 0; d < D; d++) {
     dq[d].off = o;
     o = dq[d].end += o;
   }
-  int64_t hn = 0, wn = 0, done = 0;
-  int ntodo = 0;
-  for (int32_t t = 0; t < n; t++)
-    if (!ts[t].indeg && !(drop && drop[t])) heap_push(heap, &hn, (hitem){0, t});
   double now = 0, end_all = 0, fwd_end = 0, crit = 0, total = 0;
   for (;;) {
     int32_t t;
     double s = now;
     if (hn && heap[0].key <= now) { /* a task is ready */
       t = heap_pop(heap, &hn).id;
-      int k = T->kind[t];
+      const rtask *x = &rt[t];
+      int k = x->kind;
       if (pcgc_task_is_compute(k)) { /* into its device's queue */
-        int dev = T->dev[t];
-        devq_push(q, &dq[dev], T, t);
+        int dev = x->dev;
+        devq_push(q, &dq[dev], x, t);
         if (!dq[dev].armed) {
           dq[dev].armed = true;
           if (free_at[dev] > now) heap_push(wake, &wn, (hitem){free_at[dev], dev});
@@ -1430,15 +1483,14 @@ static pcgc_status run(sim *S, pcgc_sim_result *r) {
         continue;
       }
       if (k != PCGC_TASK_JOIN) { /* communication: first come, first served on every port it holds */
-        const int32_t *rs = T->res + T->res_off[t];
-        bool bg = k == PCGC_TASK_COLLECTIVE && T->coll[t] == PCGC_COLL_ALL_REDUCE;
-        for (int i = 0; i < T->res_n[t]; i++) bg &= rs[i] >= D;
-        for (int i = 0; i < T->res_n[t]; i++) {
+        const int32_t *rs = T->res + x->res_off;
+        bool bg = x->bg;
+        for (int i = 0; i < x->res_n; i++) {
           double f = bg || rs[i] < D ? free_at[rs[i]] : fg_at[rs[i]];
           if (f > s) s = f;
         }
-        for (int i = 0; i < T->res_n[t]; i++) {
-          double e2 = s + T->dur[t];
+        double e2 = s + x->dur;
+        for (int i = 0; i < x->res_n; i++) {
           if (free_at[rs[i]] < e2) free_at[rs[i]] = e2;
           if (!bg && fg_at[rs[i]] < e2) fg_at[rs[i]] = e2;
         }
@@ -1453,8 +1505,8 @@ static pcgc_status run(sim *S, pcgc_sim_result *r) {
         continue;
       }
       t = devq_pop(q, &dq[dev]);
-      free_at[dev] = s + T->dur[t];
-      r->device[dev].compute += T->dur[t];
+      free_at[dev] = s + rt[t].dur;
+      r->device[dev].compute += rt[t].dur;
       if (!devq_empty(&dq[dev])) heap_push(wake, &wn, (hitem){free_at[dev], dev});
       else dq[dev].armed = false;
     } else if (hn || wn) {
@@ -1467,17 +1519,18 @@ static pcgc_status run(sim *S, pcgc_sim_result *r) {
     } else {
       break;
     }
-    double d = T->dur[t], e = s + d, ce = ts[t].cp + d;
-    T->start[t] = s;
+    const rtask *x = &rt[t];
+    double d = x->dur, e = s + d, ce = x->cp + d;
+    if (trace) T->start[t] = s;
     total += d;
     if (e > end_all) end_all = e;
-    if (T->phase[t] == PCGC_PHASE_FORWARD && e > fwd_end) fwd_end = e;
+    if (x->phase == PCGC_PHASE_FORWARD && e > fwd_end) fwd_end = e;
     if (ce > crit) crit = ce;
-    for (int64_t i = off[t]; i < off[t + 1]; i++) {
-      tstate *x = &ts[succ[i]];
-      if (x->ready < e) x->ready = e;
-      if (x->cp < ce) x->cp = ce;
-      if (--x->indeg == 0) heap_push(heap, &hn, (hitem){x->ready, succ[i]});
+    for (int64_t i = x->succ, end = x->succ + x->nsucc; i < end; i++) {
+      rtask *y = &rt[succ[i]];
+      if (y->ready < e) y->ready = e;
+      if (y->cp < ce) y->cp = ce;
+      if (--y->indeg == 0) heap_push(heap, &hn, (hitem){y->ready, succ[i]});
     }
     done++;
   }
@@ -1492,12 +1545,9 @@ static pcgc_status run(sim *S, pcgc_sim_result *r) {
                         "(internal error)", (long long)(n_run - done), (long long)n_run);
     goto done;
   }
-  if (drop) { /* each copy as its first: start times and device loads */
+  if (drop) { /* each copy as its first: device loads (start times stay 0) */
     for (int32_t t = 0; t < n; t++)
-      if (drop[t]) {
-        T->start[t] = 0;
-        total += T->dur[t];
-      }
+      if (drop[t]) total += T->dur[t];
     for (int d = 0; d < D; d++)
       if (copy_of(d, reps, stride)) r->device[d].compute = r->device[d - copy_of(d, reps, stride) * stride].compute;
     r->symmetric = true;
@@ -1518,9 +1568,10 @@ static pcgc_status run(sim *S, pcgc_sim_result *r) {
   r->task_time = total;
 done:
   free(drop);
-  free(off);
   free(succ);
-  free(ts);
+  free(off);
+  free(indeg);
+  free(rt);
   free(heap);
   free(wake);
   free(free_at);
@@ -1898,19 +1949,25 @@ static pcgc_status simulate(const pcgc_graph *g, const pcgc_mapping *mp, const p
     goto out;
   }
   for (int64_t i = 0; i < (int64_t)D * S->mb_max; i++) S->first_fwd[i] = S->first_bwd[i] = -1;
-  { /* room for the usual graph up front: two tasks per piece and micro-batch, plus updates */
+  { /* room for the usual graph up front: two tasks per piece and micro-batch
+     * built, plus updates, twice over for the transfers, joins and
+     * collectives between them (growing copies every array) */
     int64_t est = 1024;
     for (int i = 0; i < n; i++)
-      est += S->nd[i].resident ? (S->nd[i].weight ? S->nd[i].P : 0) : 2 * S->nd[i].P * S->nd[i].m;
-    if (est < INT32_MAX / 2 && tasks_reserve(&S->T, est) == PCGC_OK) {
-      int32_t *f = malloc((size_t)(2 * est) * sizeof *f), *t = malloc((size_t)(2 * est) * sizeof *t);
-      if (f && t) {
+      est += S->nd[i].resident ? (S->nd[i].weight ? S->nd[i].P : 0) : 2 * S->nd[i].P0 * S->nd[i].m;
+    if (est < INT32_MAX / 4 && tasks_reserve(&S->T, 2 * est) == PCGC_OK) {
+      int32_t *f = malloc((size_t)(4 * est) * sizeof *f), *t = malloc((size_t)(4 * est) * sizeof *t);
+      int32_t *res = malloc((size_t)(2 * est) * sizeof *res);
+      if (f && t && res) {
         S->ef = f;
         S->et = t;
-        S->cape = 2 * est;
+        S->cape = 4 * est;
+        S->T.res = res;
+        S->T.cap_res = 2 * est;
       } else {
         free(f);
         free(t);
+        free(res);
       }
     }
   } /* a failed reservation only means growing later */
