@@ -13,8 +13,8 @@
  * batch 192: one sequence per GPU) data parallel on summit-v100's 192 V100s.
  * The LLaMA-3 8B cases are what `pcgc compile` chooses for 64 H100s (dp 8,
  * pp 8, 64 micro-batches in 1F1B, bf16 storage), simulated as the joint
- * search simulates its rewrites: every dp copy built, the event loop run on
- * copy 0 where the copies are alike ("copies checked"), and as the expert
+ * search simulates its rewrites: the copies checked alike on the graph, then
+ * copy 0 alone built and run ("copies checked"), and as the expert
  * grid does, copy 0 alone built ("copy 0 built"), and as the joint search
  * simulates a rewrite that splits an operator over copies: every copy built
  * and run ("all copies").
