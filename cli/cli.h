@@ -98,5 +98,9 @@ pcgc_status pcgc__cli_profile_measure(const pcgc_graph *g, int id, const bool *g
  * pcgc_optim_kind); a warm-up call, then the median of `repeat`. */
 pcgc_status pcgc__cli_profile_update(const pcgc_ptensor *t, int optimizer, int repeat, struct pcgc_backend *be,
                                      double *seconds, pcgc_error *err);
+/* Both then keep the mean of the timed calls instead of their median (profile
+ * --copies with more processes than cores: a call that lost its core to a copy
+ * counts, as the run's wall time does). */
+void pcgc__cli_profile_use_mean(bool mean);
 
 #endif

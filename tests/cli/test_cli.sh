@@ -166,12 +166,16 @@ expect 0 "$pcgc" simulate "$tmp/tiny.pcg" --machine cpu-local --strategy sequent
 has "$tmp/out" "iteration      2.5 s"
 expect 0 "$pcgc" simulate "$tmp/tiny.pcg" --machine cpu-4 --strategy sequential --optimizer sgd --profile "$tmp/slow2t.json"
 has "$tmp/out" "iteration      10 s"
-# --copies 4: measured beside 3 copies of the measurement, as the 4 processes of a cpu-4 run on
-# 2 cores compute; the device recorded is one process's share (a quarter of the host), which is
-# cpu-4's device, so its times are taken as measured there; the copies end with the measurement
+# --copies: measured beside N - 1 copies of the measurement, as the N processes of a run on this
+# host compute. 2 copies on 2 cores: the device stays one core. 4 on 2 cores take turns: the device
+# is a process's share, a quarter of the host, which is cpu-4's device, so a cpu-4 plan takes the
+# (mean) times as measured. The copies end with the measurement
+expect 0 "$pcgc" profile "$tmp/tiny.pcg" --machine cpu-local -o "$tmp/copies2.json" --repeat 3 --cores 2 --copies 2
+has "$tmp/out" "measuring beside 1 copies of this measurement"
+has "$tmp/out" "measured as 105 GFLOP/s f32 and 19 GB/s: 1 of 2 cores, beside the copies"
 expect 0 "$pcgc" profile "$tmp/tiny.pcg" --machine cpu-local -o "$tmp/copies.json" --repeat 3 --cores 2 --copies 4
 has "$tmp/out" "measuring beside 3 copies of this measurement"
-has "$tmp/out" "measured as 52.5 GFLOP/s f32 and 9.5 GB/s: 1 of 4 cores, one process's share"
+has "$tmp/out" "measured as 52.5 GFLOP/s f32 and 9.5 GB/s: 1 of 4 cores, one process's share; mean times"
 pgrep -f "profile $tmp/tiny.pcg" >/dev/null && bad "a copy outlived pcgc profile --copies" || ok
 sed -E 's/"forward":[^,]*/"forward": 0.5/; s/"backward":[^,}]*/"backward": 0.25/' "$tmp/copies.json" >"$tmp/slowc.json"
 expect 0 "$pcgc" simulate "$tmp/tiny.pcg" --machine cpu-4 --strategy sequential --optimizer sgd --profile "$tmp/slowc.json"
