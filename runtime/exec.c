@@ -718,14 +718,16 @@ static pcgc_status gather_weight(rt *R, int node, pcgc_buf_role role, float *who
         pcgc_status st = pcgc_ctl_send0(R->ctl, &has, sizeof has, R->err);
         if (!st && has) {
           const pcgc_plan_buf *B = &R->P->buf[b];
-          int64_t box[2 * PCGC_MAX_RANK];
+          int64_t box[2 * PCGC_MAX_RANK] = {0}, n = 1;
           for (int d = 0; d < t->rank; d++) {
             box[d] = B->offset[d];
             box[PCGC_MAX_RANK + d] = B->dims[d];
+            n *= B->dims[d];
           }
           st = pcgc_ctl_send0(R->ctl, box, sizeof box, R->err);
           const void *h = st ? NULL : host_of(R, b, true, &st);
-          if (!st) st = pcgc_ctl_send0(R->ctl, h, (size_t)(B->bytes / 4) * sizeof(float), R->err);
+          /* the box's floats, as rank 0 counts them from it */
+          if (!st) st = pcgc_ctl_send0(R->ctl, h, (size_t)n * sizeof(float), R->err);
         }
         if (st) return st; /* rank 0 then waits: the caller aborts the job */
       }
