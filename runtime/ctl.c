@@ -462,6 +462,19 @@ pcgc_status pcgc_ctl_bcast(pcgc_ctl *c, void *buf, size_t n, pcgc_error *err) {
   return st;
 }
 
+/* Rank 0's side of a TCP gather (receiving) or scatter (sending): counts[r]
+ * bytes with each rank r > 0, at its place in `all` after rank 0's own. */
+static pcgc_status star(pcgc_ctl *c, uint32_t op, void *all, const size_t *counts, pcgc_error *err) {
+  pcgc_status st = PCGC_OK;
+  size_t off = counts[0];
+  for (int r = 1; r < c->size && !st; r++) {
+    char *at = (char *)all + off;
+    st = op == OP_GATHER ? get(c, r, op, at, counts[r], err) : put(c, r, op, at, counts[r], err);
+    off += counts[r];
+  }
+  return st;
+}
+
 pcgc_status pcgc_ctl_gather(pcgc_ctl *c, const void *mine, size_t n, void *all, const size_t *counts,
                             pcgc_error *err) {
   if (c->rank == 0 && n != counts[0])
@@ -478,13 +491,7 @@ pcgc_status pcgc_ctl_gather(pcgc_ctl *c, const void *mine, size_t n, void *all, 
     return rc == MPI_SUCCESS ? PCGC_OK : mpi_fail(c, rc, "gather", err);
   }
   if (c->rank != 0) return put(c, 0, OP_GATHER, mine, n, err);
-  pcgc_status st = PCGC_OK;
-  size_t off = counts[0];
-  for (int r = 1; r < c->size && !st; r++) {
-    st = get(c, r, OP_GATHER, (char *)all + off, counts[r], err);
-    off += counts[r];
-  }
-  return st;
+  return star(c, OP_GATHER, all, counts, err);
 }
 
 pcgc_status pcgc_ctl_scatter(pcgc_ctl *c, const void *all, const size_t *counts, void *mine, size_t n,
@@ -502,13 +509,7 @@ pcgc_status pcgc_ctl_scatter(pcgc_ctl *c, const void *all, const size_t *counts,
     return rc == MPI_SUCCESS ? PCGC_OK : mpi_fail(c, rc, "scatter", err);
   }
   if (c->rank != 0) return get(c, 0, OP_SCATTER, mine, n, err);
-  pcgc_status st = PCGC_OK;
-  size_t off = counts[0];
-  for (int r = 1; r < c->size && !st; r++) {
-    st = put(c, r, OP_SCATTER, (const char *)all + off, counts[r], err);
-    off += counts[r];
-  }
-  return st;
+  return star(c, OP_SCATTER, (void *)all, counts, err); /* a scatter only reads `all` */
 }
 
 pcgc_status pcgc_ctl_sum(pcgc_ctl *c, double v, double *total, pcgc_error *err) {
