@@ -20,6 +20,7 @@ PACKAGES=(
   python3
   python3-torch python3-torchvision python3-onnx python3-numpy   # tests exporting PyTorch models
   python3-xxhash                # tests re-sealing edited plans (XXH3-64 checksums)
+  procps                        # tests finding leftover processes (pgrep)
 )
 
 check_only=0
