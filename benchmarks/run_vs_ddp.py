@@ -23,7 +23,9 @@ models/ and process count N:
      plan's kernels see the whole batch) with the BLAS threads of N processes,
      max(1, cores / N), measured beside N - 1 copies of the measurement
      (`--copies N`: the N processes of the run contend for memory and cores as
-     the copies do): one database per process count (pieces of other shapes,
+     the copies do), with the all-reduces of N processes measured too
+     (`--links N`: simulate then takes their measured times instead of the
+     machine file's link): one database per process count (pieces of other shapes,
      such as tensor-parallel weight slices, fall back to the roofline); also the
      roofline alone (no --profile).
 
@@ -168,11 +170,11 @@ def make_profile(pcgc, model, batches, out, tmp, threads=1, copies=1):
     simulate carries the times to cpu-N)."""
     if os.path.exists(out):
         os.unlink(out)
-    for b in sorted(set(batches), reverse=True):
+    for i, b in enumerate(sorted(set(batches), reverse=True)):
+        links = ["--links", str(copies)] if copies > 1 and i == 0 else []
         pcgc_cmd([pcgc, "profile", os.path.join(ROOT, "models", model + ".pcg"), "--machine", "cpu-local",
                   "-o", out, "--append", "--threads", str(threads), "--copies", str(copies),
-                  "--no-dropout", "--all-gradients",
-                  "--set", f"B={b}"])
+                  "--no-dropout", "--all-gradients"] + links + ["--set", f"B={b}"])
 
 
 def simulate_ms(pcgc, plan, n, profile):

@@ -55,9 +55,18 @@ const char *pcgc_cli_fmt_time(char *b, size_t n, double s);
 const char *pcgc_cli_fmt_bytes(char *b, size_t n, double x);
 /* Loads a profile database (--profile DB) for machine m, whose precision is
  * already applied (pcgc_machine_set_precision), and says on stderr, as
- * "pcgc CMD: ...", how its times reach m's device. */
-pcgc_status pcgc_cli_load_profile(const char *cmd, const char *profile, const pcgc_machine *m, pcgc_profile **p,
+ * "pcgc CMD: ...", how its times reach m's device. A link it measured among
+ * m's devices per node (pcgc profile --links) replaces m's intra link on a
+ * one-node machine. */
+pcgc_status pcgc_cli_load_profile(const char *cmd, const char *profile, pcgc_machine *m, pcgc_profile **p,
                                   pcgc_error *err);
+/* The launcher: $PCGC_MPIRUN, else the mpirun found at build time ("" if none). */
+const char *pcgc_cli_mpirun_path(void);
+/* Replaces this process with `mpirun -np n --bind-to none pcgc SUB argv...`
+ * (allowed as root, oversubscribed, ranks yielding their cores when n exceeds
+ * them; PCGC_LAUNCHED set). Returns only on failure, having said why as
+ * "pcgc CMD: error: ...". */
+void pcgc_cli_exec_mpirun(const char *cmd, int n, const char *sub, int argc, char **argv);
 #define PCGC_CLI_LOSS_HELP                                                                          \
   "  --loss KIND        softmax_cross_entropy | mse: add this loss on the model's one output,\n"    \
   "                     against a new input 'labels' (for ONNX inference graphs, which have none)\n"
@@ -102,5 +111,13 @@ pcgc_status pcgc__cli_profile_update(const pcgc_ptensor *t, int optimizer, int r
  * --copies with more processes than cores: a call that lost its core to a copy
  * counts, as the run's wall time does). */
 void pcgc__cli_profile_use_mean(bool mean);
+/* profile --links N (cli/profile_links.c): starts N ranks of this binary
+ * that time their all-reduces, and fits l's link to them for N devices of
+ * one node of m (*worst: the largest relative misfit left). */
+pcgc_status pcgc__cli_measure_links(int n, const pcgc_machine *m, pcgc_profile_link *l, double *worst,
+                                    pcgc_error *err);
+/* One of those ranks (profile --links-rank FILE): rank 0 writes "bytes
+ * seconds" lines to FILE. An exit code. */
+int pcgc__cli_links_rank(const char *out);
 
 #endif

@@ -1,12 +1,14 @@
 /*
  * common.c — what the commands of `pcgc` share (cli.h): usage errors and
  * exit codes, --set and --loss, loading a model file or an ONNX file, and
- * the formats of times, sizes and strategy choices in their reports.
+ * the formats of times, sizes and strategy choices in their reports, the
+ * profile databases they read, and starting this binary's ranks under mpirun.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "onnx_import.h"
@@ -137,15 +139,29 @@ const char *pcgc_cli_fmt_bytes(char *b, size_t n, double x) {
   return b;
 }
 
-/* Loads --profile DB and says on stderr how its times reach m's device. */
-pcgc_status pcgc_cli_load_profile(const char *cmd, const char *profile, const pcgc_machine *m, pcgc_profile **p,
+/* Loads --profile DB and says on stderr how its times reach m's device; a
+ * link measured among m's devices per node replaces m's intra link. */
+pcgc_status pcgc_cli_load_profile(const char *cmd, const char *profile, pcgc_machine *m, pcgc_profile **p,
                                   pcgc_error *err) {
   pcgc_status st = pcgc_profile_load(profile, p, err);
   if (st != PCGC_OK) return st;
+  pcgc_link was = m->intra;
+  const pcgc_profile_link *l = pcgc_profile_apply_link(*p, m);
+  if (l) {
+    fprintf(stderr, "pcgc %s: note: %s measured the all-reduces of %d processes: they take the measured times, "
+                    "messages a link of %.3g GB/s and %.3g us fitted to them (%s's file says %.3g GB/s, %.3g us)\n",
+            cmd, profile, l->devices, l->link.bandwidth / 1e9, l->link.latency * 1e6, m->name, was.bandwidth / 1e9,
+            was.latency * 1e6);
+  } else if (pcgc_profile_n_links(*p) && m->nodes == 1) {
+    fprintf(stderr, "pcgc %s: note: %s measured links among", cmd, profile);
+    for (int i = 0; i < pcgc_profile_n_links(*p); i++)
+      fprintf(stderr, "%s %d", i ? "," : "", pcgc_profile_link_at(*p, i)->devices);
+    fprintf(stderr, " processes, not %s's %d: the machine file's link is used\n", m->name, m->devices_per_node);
+  }
   const pcgc_profile_device *d = pcgc_profile_device_of(*p);
   const pcgc_device *t = &m->device;
   if (!d) {
-    if (strcmp(pcgc_profile_machine(*p), m->name) != 0)
+    if (pcgc_profile_size(*p) && strcmp(pcgc_profile_machine(*p), m->name) != 0)
       fprintf(stderr, "pcgc %s: warning: %s was measured on '%s', not '%s', and does not say as what device: its "
                       "times are used as measured\n", cmd, profile, pcgc_profile_machine(*p), m->name);
   } else if (d->kind != t->kind) {
@@ -160,4 +176,50 @@ pcgc_status pcgc_cli_load_profile(const char *cmd, const char *profile, const pc
             pcgc_profile_machine(*p), m->name, t->flops[PCGC_F32] / 1e9, t->memory_bandwidth / 1e9);
   }
   return PCGC_OK;
+}
+
+const char *pcgc_cli_mpirun_path(void) {
+  const char *mpirun = getenv("PCGC_MPIRUN");
+  return mpirun && *mpirun ? mpirun : PCGC_MPIRUN;
+}
+
+void pcgc_cli_exec_mpirun(const char *cmd, int n, const char *sub, int argc, char **argv) {
+  const char *mpirun = pcgc_cli_mpirun_path();
+  if (!*mpirun) {
+    fprintf(stderr, "pcgc %s: error: mpirun was not found at build time\n"
+                    "  hint: apt-get install openmpi-bin, or start the processes yourself: mpirun -np %d pcgc %s ...\n",
+            cmd, n, sub);
+    return;
+  }
+  char np[16], self[4096];
+  snprintf(np, sizeof np, "%d", n);
+  ssize_t k = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (k <= 0) {
+    fprintf(stderr, "pcgc %s: error: cannot find its own executable (/proc/self/exe)\n", cmd);
+    return;
+  }
+  self[k] = 0;
+  char **av = calloc((size_t)argc + 12, sizeof *av);
+  if (!av) return;
+  int j = 0;
+  av[j++] = (char *)mpirun;
+  av[j++] = "-np";
+  av[j++] = np;
+  av[j++] = "--bind-to";
+  av[j++] = "none";
+  av[j++] = self;
+  av[j++] = (char *)sub;
+  for (int i = 0; i < argc; i++) av[j++] = argv[i];
+  av[j] = NULL;
+  setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
+  setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
+  setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 0);
+  /* more ranks than cores: a rank waiting for a message yields its core to one that computes */
+  if (n > sysconf(_SC_NPROCESSORS_ONLN)) setenv("OMPI_MCA_mpi_yield_when_idle", "1", 0);
+  setenv("PCGC_LAUNCHED", "1", 1);
+  fflush(stdout);
+  fflush(stderr);
+  execvp(mpirun, av);
+  fprintf(stderr, "pcgc %s: error: cannot start %s\n", cmd, mpirun);
+  free(av);
 }

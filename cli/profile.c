@@ -38,6 +38,10 @@
  * share predicted its data-parallel step on 4 processes at 22.0 ms against
  * 48.9 measured, while the transformer block's (longer than a slice) were
  * right; the mean counts the calls that waited, as the run's wall time does.
+ *
+ * --links N (cli/profile_links.c) also times the all-reduces of N MPI
+ * processes of this host and records them with the link fitted to them
+ * (cost.h, pcgc_profile_link); without MODEL, only that.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <cblas.h>
@@ -57,8 +61,9 @@
 void pcgc_cli_profile_help(FILE *f) {
   fprintf(f,
           "usage: pcgc profile MODEL --machine M -o DB [--append] [--repeat N] [--rounds R] [--threads N] [--cores N]\n"
-          "                    [--copies N] [--no-dropout] [--all-gradients] [--precision P] [--batch B]\n"
+          "                    [--copies N] [--links N] [--no-dropout] [--all-gradients] [--precision P] [--batch B]\n"
           "                    [--set NAME=VALUE]...\n"
+          "       pcgc profile --links N --machine M -o DB [--append]\n"
           "\n"
           "Measures the local CPU backend's kernels (f32, one BLAS thread) for every distinct\n"
           "operator, attributes and input shapes MODEL needs: a warm-up call, then the median of N\n"
@@ -83,6 +88,12 @@ void pcgc_cli_profile_help(FILE *f) {
           "                     the times include their contention for memory bandwidth and caches;\n"
           "                     with more processes than cores the device recorded is one process's\n"
           "                     share of the host and each time the mean of its calls\n"
+          "  --links N          also time the all-reduces of N processes of this host as `pcgc run`'s\n"
+          "                     ranks do them over MPI (8 B to 16 MiB), and record the link that\n"
+          "                     makes the simulator's all-reduce over N devices of one node take\n"
+          "                     those times: `--profile DB` then replaces the intra-node link of a\n"
+          "                     one-node machine of N devices (cpu-N) by it. Without MODEL, the\n"
+          "                     link alone is measured (CPU machines; 2 <= N <= 256)\n"
           "  --no-dropout       time dropout as at inference (as `pcgc train --no-dropout`)\n"
           "  --all-gradients    backward computes the gradient of every float input, data inputs\n"
           "                     included, as the reference trainer does (default: only what\n"
@@ -233,11 +244,51 @@ static pcgc_status open_append(const char *path, const pcgc_machine *m, const pc
   return PCGC_ERR_INVALID;
 }
 
+/* --links N: measures and fits the link among N processes; says what it found. */
+static pcgc_status measure_links(const pcgc_machine *m, int n, pcgc_profile *p, pcgc_error *err) {
+  if (m->device.kind != PCGC_DEVICE_CPU)
+    return pcgc_error_set(err, PCGC_ERR_INVALID, "--links measures MPI among CPU processes; '%s' has GPUs", m->name);
+  printf("measuring the all-reduces of %d processes of this host (8 B to 16 MiB)\n", n);
+  pcgc_profile_link l;
+  double worst = 0;
+  pcgc_status st = pcgc__cli_measure_links(n, m, &l, &worst, err);
+  if (st == PCGC_OK) st = pcgc_profile_add_link(p, &l, err);
+  if (st != PCGC_OK) return st;
+  char a[32], b[32];
+  printf("  %-10s %-12s %s\n", "bytes", "measured", "fitted link");
+  for (int i = 0; i < l.n_points; i++)
+    printf("  %-10.0f %-12s %s\n", l.bytes[i], pcgc_cli_fmt_time(a, sizeof a, l.seconds[i]),
+           pcgc_cli_fmt_time(b, sizeof b, pcgc_profile_link_time(m, &l.link, n, l.bytes[i])));
+  printf("link among %d processes: %.3g GB/s, %.3g us%s (the machine file's: %.3g GB/s, %.3g us); fit within %.0f%%\n",
+         n, l.link.bandwidth / 1e9, l.link.latency * 1e6, l.link.shared ? ", shared" : "", m->intra.bandwidth / 1e9,
+         m->intra.latency * 1e6, 100 * worst);
+  return PCGC_OK;
+}
+
+/* pcgc profile --links N --machine M -o DB [--append], without a model. */
+static int profile_links_only(const char *machine, const char *output, int n, bool append) {
+  pcgc_error err;
+  pcgc_error_clear(&err);
+  pcgc_machine m;
+  pcgc_profile *p = NULL;
+  pcgc_status st = pcgc_machine_load(machine, &m, &err);
+  if (st == PCGC_OK && append && !(access(output, F_OK) != 0 && errno == ENOENT)) st = pcgc_profile_load(output, &p, &err);
+  if (st == PCGC_OK && !p && !(p = pcgc_profile_new(m.name))) st = pcgc_error_set(&err, PCGC_ERR_NOMEM, "out of memory");
+  if (st == PCGC_OK) st = measure_links(&m, n, p, &err);
+  if (st == PCGC_OK) st = pcgc_profile_write(p, output, &err);
+  if (st == PCGC_OK)
+    printf("wrote %s (%d kernel entries, links of %d process count%s)\n", output, pcgc_profile_size(p),
+           pcgc_profile_n_links(p), pcgc_profile_n_links(p) == 1 ? "" : "s");
+  else pcgc_error_print(stderr, &err);
+  pcgc_profile_free(p);
+  return pcgc_cli_exit_code(st);
+}
+
 int pcgc_cli_profile(int argc, char **argv) {
   const char *model = NULL, *machine = NULL, *output = NULL;
   pcgc_precision precision = PCGC_PREC_F32;
   pcgc_cli_sets sets = {0};
-  int repeat = 10, threads = 1, cores = 0, rounds = 1, copies = 1;
+  int repeat = 10, threads = 1, cores = 0, rounds = 1, copies = 1, links = 0;
   bool training = true, all_grads = false, append = false;
   long long batch = 0;
   for (int i = 0; i < argc; i++) {
@@ -253,17 +304,23 @@ int pcgc_cli_profile(int argc, char **argv) {
       append = true;
     } else if (a[0] == '-' && a[1] && !v) {
       return pcgc_cli_usage_error("profile", "%s needs a value", a);
+    } else if (strcmp(a, "--links-rank") == 0 && getenv("PCGC_LAUNCHED")) { /* internal: one rank of --links */
+      return pcgc__cli_links_rank(v);
     } else if (strcmp(a, "--machine") == 0) {
       machine = argv[++i];
     } else if (strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0) {
       output = argv[++i];
     } else if (strcmp(a, "--repeat") == 0 || strcmp(a, "--batch") == 0 || strcmp(a, "--threads") == 0 ||
-               strcmp(a, "--cores") == 0 || strcmp(a, "--rounds") == 0 || strcmp(a, "--copies") == 0) {
+               strcmp(a, "--cores") == 0 || strcmp(a, "--rounds") == 0 || strcmp(a, "--copies") == 0 ||
+               strcmp(a, "--links") == 0) {
       char *end;
       long long x = strtoll(argv[++i], &end, 10);
       if (!*argv[i] || *end || x < 1 || x > 1000000000LL)
         return pcgc_cli_usage_error("profile", "expected a positive integer, not '%s'", argv[i]);
-      if (strcmp(a, "--copies") == 0) {
+      if (strcmp(a, "--links") == 0) {
+        if (x < 2 || x > 256) return pcgc_cli_usage_error("profile", "--links takes 2 to 256 processes, not %s", argv[i]);
+        links = (int)x;
+      } else if (strcmp(a, "--copies") == 0) {
         if (x > 256) return pcgc_cli_usage_error("profile", "--copies takes at most 256, not %s", argv[i]);
         copies = (int)x;
       } else if (a[2] == 'r') {
@@ -291,9 +348,10 @@ int pcgc_cli_profile(int argc, char **argv) {
       return pcgc_cli_usage_error("profile", "unexpected argument '%s' (one MODEL only)", a);
     }
   }
-  if (!model) return pcgc_cli_usage_error("profile", "missing MODEL%s", "");
+  if (!model && !links) return pcgc_cli_usage_error("profile", "missing MODEL (or --links N alone)%s", "");
   if (!machine) return pcgc_cli_usage_error("profile", "missing --machine M (cpu-local, or a file)%s", "");
   if (!output) return pcgc_cli_usage_error("profile", "missing -o DB (the database file to write)%s", "");
+  if (!model) return profile_links_only(machine, output, links, append);
   int code = EXIT_OK;
   pcgc_graph *g = pcgc_cli_load(model, sets.n, sets.names, sets.values, batch, -1, &code);
   if (!g) return code;
@@ -336,6 +394,7 @@ int pcgc_cli_profile(int argc, char **argv) {
   if (st == PCGC_OK && append) st = open_append(output, &m, &dev, &p, &err);
   if (st == PCGC_OK && !p && !(p = pcgc_profile_new(m.name))) st = pcgc_error_set(&err, PCGC_ERR_NOMEM, "out of memory");
   if (st == PCGC_OK) pcgc_profile_set_device(p, &dev);
+  if (st == PCGC_OK && links) st = measure_links(&m, links, p, &err); /* before the copies start */
   if (st == PCGC_OK && gpu) printf("measuring on %s\n", be.desc);
   /* One BLAS thread by default: a profile measures one core's kernels, and
    * the calibration runs the reference trainer with OPENBLAS_NUM_THREADS=1. */

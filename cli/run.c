@@ -237,51 +237,9 @@ static int parse_double(const char *cmd, const char *name, const char *val, doub
   return -1;
 }
 
-/* The launcher: $PCGC_MPIRUN, else the mpirun found at build time ("" if none). */
-static const char *mpirun_path(void) {
-  const char *mpirun = getenv("PCGC_MPIRUN");
-  return mpirun && *mpirun ? mpirun : PCGC_MPIRUN;
-}
-
 /* Starts N copies of this command under mpirun and waits for them (exec). */
 static int self_launch(int n, int argc, char **argv) {
-  const char *mpirun = mpirun_path();
-  if (!*mpirun) {
-    fprintf(stderr, "pcgc run: error: mpirun was not found at build time\n"
-                    "  hint: apt-get install openmpi-bin, or start the processes yourself: mpirun -np %d pcgc run ...\n",
-            n);
-    return EXIT_IO;
-  }
-  char np[16], self[4096];
-  snprintf(np, sizeof np, "%d", n);
-  ssize_t k = readlink("/proc/self/exe", self, sizeof self - 1);
-  if (k <= 0) {
-    fprintf(stderr, "pcgc run: error: cannot find its own executable (/proc/self/exe)\n");
-    return EXIT_IO;
-  }
-  self[k] = 0;
-  char **av = calloc((size_t)argc + 12, sizeof *av);
-  if (!av) return EXIT_INTERNAL;
-  int j = 0;
-  av[j++] = (char *)mpirun;
-  av[j++] = "-np";
-  av[j++] = np;
-  av[j++] = "--bind-to";
-  av[j++] = "none";
-  av[j++] = self;
-  av[j++] = "run";
-  for (int i = 0; i < argc; i++) av[j++] = argv[i];
-  av[j] = NULL;
-  setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
-  setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
-  setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 0);
-  /* more ranks than cores: a rank waiting for a message yields its core to one that computes */
-  if (n > sysconf(_SC_NPROCESSORS_ONLN)) setenv("OMPI_MCA_mpi_yield_when_idle", "1", 0);
-  setenv("PCGC_LAUNCHED", "1", 1);
-  fflush(stdout);
-  execvp(mpirun, av);
-  fprintf(stderr, "pcgc run: error: cannot start %s\n", mpirun);
-  free(av);
+  pcgc_cli_exec_mpirun("run", n, "run", argc, argv);
   return EXIT_IO;
 }
 
@@ -443,7 +401,7 @@ int pcgc_cli_run(int argc, char **argv) {
     pcgc_program_free(prog);
     pcgc_mapping_destroy(&mp);
     pcgc_graph_free(g);
-    printf("pcgc run: starting %d process%s with %s\n", n, n == 1 ? "" : "es", mpirun_path());
+    printf("pcgc run: starting %d process%s with %s\n", n, n == 1 ? "" : "es", pcgc_cli_mpirun_path());
     return self_launch(n, argc, argv);
   }
   int rank = 0, size = 1, local_rank = 0, local_size = 1;

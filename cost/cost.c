@@ -313,6 +313,17 @@ static double all_to_all_hier(pcgc_comm_algo algo, int G, int k, double ai, doub
   return tree < ring ? tree : ring;
 }
 
+/* A measured all-reduce time of n bytes (cost.h, pcgc_link_curve). */
+static double curve_time(const pcgc_link_curve *c, double n) {
+  int last = c->n_points - 1;
+  if (n <= c->bytes[0]) return c->seconds[0];
+  if (n >= c->bytes[last]) return c->seconds[last] * n / c->bytes[last];
+  int i = 1;
+  while (c->bytes[i] < n) i++;
+  double x0 = log(c->bytes[i - 1]), x1 = log(c->bytes[i]), y0 = log(c->seconds[i - 1]), y1 = log(c->seconds[i]);
+  return x1 > x0 ? exp(y0 + (y1 - y0) * (log(n) - x0) / (x1 - x0)) : c->seconds[i];
+}
+
 double pcgc_comm_time(const pcgc_machine *m, pcgc_collective c, pcgc_comm_algo algo, pcgc_comm_group g,
                       double n) {
   int conc = g.concurrent > 0 ? g.concurrent : 1;
@@ -322,6 +333,8 @@ double pcgc_comm_time(const pcgc_machine *m, pcgc_collective c, pcgc_comm_algo a
     return INFINITY;
   int G = g.nodes, k = g.per_node;
   double ai = m->intra.latency, bi = link_bw(&m->intra, k * conc);
+  if (G == 1 && c == PCGC_COLL_ALL_REDUCE && conc == 1 && m->allreduce.n_points >= 2 && m->allreduce.devices == k)
+    return curve_time(&m->allreduce, n);
   if (G == 1) return m->intra.bandwidth > 0 ? pcgc_comm_flat_time(c, algo, k, ai, bi, n) : INFINITY;
   if (!(m->inter.bandwidth > 0) || (k > 1 && !(m->intra.bandwidth > 0))) return INFINITY;
   double ae = m->inter.latency;

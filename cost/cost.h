@@ -93,6 +93,16 @@ typedef struct pcgc_device {
   double launch_overhead;         /* s per kernel */
 } pcgc_device;
 
+/* All-reduces measured among `devices` devices (processes) of one node:
+ * `pcgc profile --links`, applied with `--profile DB` (machine files have
+ * none). n_points 0: none. */
+#define PCGC_LINK_CURVE_POINTS 16
+typedef struct pcgc_link_curve {
+  int devices, n_points;
+  double bytes[PCGC_LINK_CURVE_POINTS];    /* ascending */
+  double seconds[PCGC_LINK_CURVE_POINTS];
+} pcgc_link_curve;
+
 /* A homogeneous cluster. Device d (0-based) is local device
  * d % devices_per_node of node d / devices_per_node. The struct owns no
  * memory: copy it, embed it, compare it with pcgc_machine_equal. */
@@ -103,6 +113,7 @@ typedef struct pcgc_machine {
   pcgc_device device;
   pcgc_link intra;   /* between devices of one node */
   pcgc_link inter;   /* between nodes */
+  pcgc_link_curve allreduce;   /* measured; pcgc_comm_time says where it applies */
 } pcgc_machine;
 
 /* Parses machine-file text (docs/machine-format.md). `filename` names the
@@ -293,7 +304,11 @@ pcgc_comm_group pcgc_comm_group_of(const pcgc_machine *m, int n, const int *devi
  * A shared intra link gives each device b/(k·concurrent); a shared inter
  * link gives b/s, s = devices of the node crossing nodes at once: k·concurrent
  * (all-reduce, reduce-scatter, all-gather, all-to-all: every local rank
- * carries 1/k) or concurrent (broadcast). INFINITY if g does not fit m. */
+ * carries 1/k) or concurrent (broadcast). INFINITY if g does not fit m.
+ * An all-reduce over exactly the devices of m's measured curve
+ * (m->allreduce: one node, no other group at once) takes the measured time
+ * instead, interpolated log-log between its sizes (the smallest size's time
+ * below them, proportional to n above them). */
 double pcgc_comm_time(const pcgc_machine *m, pcgc_collective c, pcgc_comm_algo algo, pcgc_comm_group g,
                       double n);
 
@@ -466,6 +481,47 @@ pcgc_profile_source pcgc_profile_node_time(const pcgc_profile *p, const pcgc_mac
 void pcgc_profile_update_key(pcgc_optim_kind o, const pcgc_ptensor *t, pcgc_profile_entry *key);
 pcgc_profile_source pcgc_profile_update_time(const pcgc_profile *p, const pcgc_machine *m, pcgc_optim_kind o,
                                              const pcgc_ptensor *t, double *seconds);
+
+/* Links measured among processes of one node (`pcgc profile --links`): the
+ * all-reduces that `pcgc run`'s processes do over MPI, timed at sizes from 8
+ * bytes to 16 MiB among `devices` processes on the measuring host, and the
+ * link (alpha-beta) that makes the simulator's all-reduce over `devices`
+ * devices of one node (pcgc_comm_time, AUTO, the link shared or not as the
+ * machine's) take those times, fitted by least squares on log times. In the
+ * database: "links": [{"devices": 4, "bandwidth": 1.2e9, "latency": 6e-6,
+ * "shared": true, "points": [[8, 1.1e-5], ...]}], one per process count; the
+ * member is optional (databases without it keep the machine's links). */
+#define PCGC_PROFILE_LINK_POINTS 16
+#define PCGC_PROFILE_MAX_LINKS 16
+typedef struct pcgc_profile_link {
+  int devices;                               /* processes that all-reduced together */
+  pcgc_link link;                            /* fitted */
+  int n_points;
+  double bytes[PCGC_PROFILE_LINK_POINTS];    /* all-reduced per process */
+  double seconds[PCGC_PROFILE_LINK_POINTS];  /* one all-reduce, mean over calls, slowest process */
+} pcgc_profile_link;
+
+int pcgc_profile_n_links(const pcgc_profile *p);
+const pcgc_profile_link *pcgc_profile_link_at(const pcgc_profile *p, int i);
+/* Adds l, replacing a link of the same process count. */
+pcgc_status pcgc_profile_add_link(pcgc_profile *p, const pcgc_profile_link *l, pcgc_error *err);
+/* Fits l->link from l's points for l->devices devices of one node of m
+ * (shared as m's intra link): the latency and bandwidth minimising the sum of
+ * squared log ratios of the simulator's all-reduce time to each measured
+ * one; *worst gets the largest |ratio - 1| left (may be NULL). PCGC_ERR_INVALID
+ * without two points of distinct sizes, with devices < 2, or non-positive
+ * values. Deterministic: a grid, then refinement, over log values. */
+pcgc_status pcgc_profile_fit_link(const pcgc_machine *m, pcgc_profile_link *l, double *worst, pcgc_error *err);
+/* The simulator's all-reduce time of n bytes over `devices` devices of one
+ * node of m with its intra link replaced by `link`. */
+double pcgc_profile_link_time(const pcgc_machine *m, const pcgc_link *link, int devices, double n);
+/* The link measured among m's devices_per_node processes, or NULL. */
+const pcgc_profile_link *pcgc_profile_link_for(const pcgc_profile *p, const pcgc_machine *m);
+/* Applies that link to a one-node machine m: its fitted link becomes m's
+ * intra link (point-to-point messages, collectives over fewer devices) and
+ * its points m->allreduce (all-reduces over all of them). The link, or NULL
+ * (m unchanged). */
+const pcgc_profile_link *pcgc_profile_apply_link(const pcgc_profile *p, pcgc_machine *m);
 
 /* Reads a database (text of length len; `path` names it in messages).
  * Malformed JSON or a bad entry is PCGC_ERR_PARSE with a message that starts

@@ -31,7 +31,10 @@
  *               "memory_bandwidth": 1.9e10},
  *    "entries": [{"op": "linear", "attrs": "act=relu",
  *                 "inputs": [[64, 784], [784, 512], [512]], "dtype": "f32",
- *                 "forward": 1.2e-4, "backward": 2.5e-4}, ...]}
+ *                 "forward": 1.2e-4, "backward": 2.5e-4}, ...],
+ *    "links": [{"devices": 2, "bandwidth": 2.1e9, "latency": 1.5e-6, "shared": true,
+ *               "points": [[8, 1.2e-6], ...]}]}
+ * "links" is optional (`pcgc profile --links`; cost.h, pcgc_profile_link).
  */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
@@ -52,6 +55,8 @@ struct pcgc_profile {
   pcgc_profile_device device;
   int n, cap;
   pcgc_profile_entry *e;
+  int n_links;
+  pcgc_profile_link links[PCGC_PROFILE_MAX_LINKS];
 };
 
 pcgc_profile *pcgc_profile_new(const char *machine) {
@@ -80,6 +85,113 @@ void pcgc_profile_set_device(pcgc_profile *p, const pcgc_profile_device *d) {
   if (!p) return;
   p->has_device = d != NULL;
   if (d) p->device = *d;
+}
+
+int pcgc_profile_n_links(const pcgc_profile *p) { return p ? p->n_links : 0; }
+const pcgc_profile_link *pcgc_profile_link_at(const pcgc_profile *p, int i) {
+  return p && i >= 0 && i < p->n_links ? &p->links[i] : NULL;
+}
+
+pcgc_status pcgc_profile_add_link(pcgc_profile *p, const pcgc_profile_link *l, pcgc_error *err) {
+  if (!p || !l || l->devices < 2 || l->n_points < 0 || l->n_points > PCGC_PROFILE_LINK_POINTS)
+    return pcgc_error_set(err, PCGC_ERR_INVALID, "pcgc_profile_add_link: bad argument");
+  int i = 0;
+  while (i < p->n_links && p->links[i].devices != l->devices) i++;
+  if (i == PCGC_PROFILE_MAX_LINKS)
+    return pcgc_error_set(err, PCGC_ERR_INVALID, "a profile database holds links of at most %d process counts",
+                          PCGC_PROFILE_MAX_LINKS);
+  p->links[i] = *l;
+  if (i == p->n_links) p->n_links++;
+  return PCGC_OK;
+}
+
+const pcgc_profile_link *pcgc_profile_link_for(const pcgc_profile *p, const pcgc_machine *m) {
+  for (int i = 0; p && m && i < p->n_links; i++)
+    if (p->links[i].devices == m->devices_per_node) return &p->links[i];
+  return NULL;
+}
+
+const pcgc_profile_link *pcgc_profile_apply_link(const pcgc_profile *p, pcgc_machine *m) {
+  const pcgc_profile_link *l = pcgc_profile_link_for(p, m);
+  if (!l || m->nodes != 1) return NULL;
+  m->intra = l->link;
+  memset(&m->allreduce, 0, sizeof m->allreduce);
+  m->allreduce.devices = l->devices;
+  for (int i = 0; i < l->n_points; i++) { /* ascending sizes, one time per size */
+    int at = m->allreduce.n_points;
+    while (at > 0 && m->allreduce.bytes[at - 1] > l->bytes[i]) at--;
+    if (at > 0 && m->allreduce.bytes[at - 1] == l->bytes[i]) continue;
+    memmove(m->allreduce.bytes + at + 1, m->allreduce.bytes + at, (size_t)(m->allreduce.n_points - at) * sizeof(double));
+    memmove(m->allreduce.seconds + at + 1, m->allreduce.seconds + at, (size_t)(m->allreduce.n_points - at) * sizeof(double));
+    m->allreduce.bytes[at] = l->bytes[i];
+    m->allreduce.seconds[at] = l->seconds[i];
+    m->allreduce.n_points++;
+  }
+  return l;
+}
+
+double pcgc_profile_link_time(const pcgc_machine *m, const pcgc_link *link, int devices, double n) {
+  pcgc_machine one = *m;
+  one.nodes = 1;
+  if (one.devices_per_node < devices) one.devices_per_node = devices;
+  one.intra = *link;
+  memset(&one.allreduce, 0, sizeof one.allreduce);
+  return pcgc_comm_time(&one, PCGC_COLL_ALL_REDUCE, PCGC_ALGO_AUTO, (pcgc_comm_group){1, devices, 1}, n);
+}
+
+/* Sum of squared log ratios, model over measured, at log10 latency a and
+ * log10 bandwidth b. */
+static double link_misfit(const pcgc_machine *m, const pcgc_profile_link *l, double a, double b) {
+  pcgc_link k = {pow(10, b), pow(10, a), m->intra.shared};
+  double s = 0;
+  for (int i = 0; i < l->n_points; i++) {
+    double r = log(pcgc_profile_link_time(m, &k, l->devices, l->bytes[i]) / l->seconds[i]);
+    s += r * r;
+  }
+  return s;
+}
+
+pcgc_status pcgc_profile_fit_link(const pcgc_machine *m, pcgc_profile_link *l, double *worst, pcgc_error *err) {
+  if (!m || !l || l->devices < 2 || l->n_points < 2 || l->n_points > PCGC_PROFILE_LINK_POINTS)
+    return pcgc_error_set(err, PCGC_ERR_INVALID, "fitting a link needs 2 or more processes and 2 to %d measurements",
+                          PCGC_PROFILE_LINK_POINTS);
+  bool distinct = false;
+  for (int i = 0; i < l->n_points; i++) {
+    if (!(l->bytes[i] > 0) || !(l->seconds[i] > 0) || !isfinite(l->bytes[i]) || !isfinite(l->seconds[i]))
+      return pcgc_error_set(err, PCGC_ERR_INVALID, "a link's measurement %d is not positive (%g bytes, %g s)", i,
+                            l->bytes[i], l->seconds[i]);
+    distinct = distinct || l->bytes[i] != l->bytes[0];
+  }
+  if (!distinct) return pcgc_error_set(err, PCGC_ERR_INVALID, "fitting a link needs measurements of two sizes");
+  /* a grid over 1 ns..1 s of latency and 1 MB/s..10 TB/s, then a pattern
+   * search around the best point with halving steps */
+  double ba = -9, bb = 6, best = INFINITY;
+  for (double a = -9; a <= 0 + 1e-9; a += 0.1)
+    for (double b = 6; b <= 13 + 1e-9; b += 0.1) {
+      double f = link_misfit(m, l, a, b);
+      if (f < best) best = f, ba = a, bb = b;
+    }
+  for (double step = 0.05; step > 1e-5; step /= 2) {
+    bool moved = true;
+    while (moved) {
+      moved = false;
+      for (int da = -1; da <= 1; da++)
+        for (int db = -1; db <= 1; db++) {
+          if (!da && !db) continue;
+          double f = link_misfit(m, l, ba + da * step, bb + db * step);
+          if (f < best - 1e-15) best = f, ba += da * step, bb += db * step, moved = true;
+        }
+    }
+  }
+  l->link = (pcgc_link){pow(10, bb), pow(10, ba), m->intra.shared};
+  if (worst) {
+    *worst = 0;
+    for (int i = 0; i < l->n_points; i++) {
+      double r = fabs(pcgc_profile_link_time(m, &l->link, l->devices, l->bytes[i]) / l->seconds[i] - 1);
+      if (r > *worst) *worst = r;
+    }
+  }
+  return PCGC_OK;
 }
 
 pcgc_profile_device pcgc_profile_thread_device(const pcgc_machine *m, int threads, int cores) {
@@ -541,6 +653,62 @@ static pcgc_status parse_device(const cJSON *j, const char *path, pcgc_profile *
   return PCGC_OK;
 }
 
+/* The optional "links" member: an array of measured links. */
+static pcgc_status parse_links(const cJSON *j, const char *path, pcgc_profile *p, pcgc_error *err) {
+  if (!j) return PCGC_OK;
+  if (!cJSON_IsArray(j) || cJSON_GetArraySize(j) > PCGC_PROFILE_MAX_LINKS)
+    return bad(err, path, -1, "\"links\" must be an array of at most 16 measured links");
+  const cJSON *k;
+  int i = 0;
+  cJSON_ArrayForEach(k, j) {
+    char what[160];
+    const cJSON *dv = cJSON_GetObjectItemCaseSensitive(k, "devices"), *bw = cJSON_GetObjectItemCaseSensitive(k, "bandwidth"),
+                *lat = cJSON_GetObjectItemCaseSensitive(k, "latency"), *sh = cJSON_GetObjectItemCaseSensitive(k, "shared"),
+                *pts = cJSON_GetObjectItemCaseSensitive(k, "points");
+    pcgc_profile_link l;
+    memset(&l, 0, sizeof l);
+    snprintf(what, sizeof what, "link %d: ", i);
+    size_t w = strlen(what);
+    if (!cJSON_IsObject(k))
+      snprintf(what + w, sizeof what - w, "is not an object");
+    else if (!cJSON_IsNumber(dv) || !(dv->valuedouble >= 2 && dv->valuedouble <= 65536) || dv->valuedouble != floor(dv->valuedouble))
+      snprintf(what + w, sizeof what - w, "\"devices\" must be an integer from 2 to 65536");
+    else if (!cJSON_IsNumber(bw) || !(bw->valuedouble > 0) || !isfinite(bw->valuedouble))
+      snprintf(what + w, sizeof what - w, "\"bandwidth\" must be a positive number of bytes/s");
+    else if (!cJSON_IsNumber(lat) || !(lat->valuedouble >= 0) || !isfinite(lat->valuedouble))
+      snprintf(what + w, sizeof what - w, "\"latency\" must be a number of seconds, 0 or more");
+    else if (!cJSON_IsBool(sh))
+      snprintf(what + w, sizeof what - w, "\"shared\" must be true or false");
+    else if (!cJSON_IsArray(pts) || cJSON_GetArraySize(pts) > PCGC_PROFILE_LINK_POINTS)
+      snprintf(what + w, sizeof what - w, "\"points\" must be an array of at most 16 [bytes, seconds] pairs");
+    else
+      what[0] = 0;
+    const cJSON *pt;
+    if (!what[0]) cJSON_ArrayForEach(pt, pts) {
+      const cJSON *b = cJSON_GetArrayItem(pt, 0), *t = cJSON_GetArrayItem(pt, 1);
+      if (!cJSON_IsArray(pt) || cJSON_GetArraySize(pt) != 2 || !cJSON_IsNumber(b) || !(b->valuedouble > 0) ||
+          !isfinite(b->valuedouble) || !cJSON_IsNumber(t) || !(t->valuedouble > 0) || !isfinite(t->valuedouble)) {
+        snprintf(what, sizeof what, "link %d: point %d must be [bytes, seconds], both positive", i, l.n_points);
+        break;
+      }
+      l.bytes[l.n_points] = b->valuedouble;
+      l.seconds[l.n_points++] = t->valuedouble;
+    }
+    if (what[0]) return bad(err, path, -1, what);
+    l.devices = (int)dv->valuedouble;
+    l.link = (pcgc_link){bw->valuedouble, lat->valuedouble, cJSON_IsTrue(sh)};
+    for (int e = 0; e < p->n_links; e++)
+      if (p->links[e].devices == l.devices) {
+        snprintf(what, sizeof what, "link %d: a second link of %d processes", i, l.devices);
+        return bad(err, path, -1, what);
+      }
+    pcgc_status st = pcgc_profile_add_link(p, &l, err);
+    if (st != PCGC_OK) return st;
+    i++;
+  }
+  return PCGC_OK;
+}
+
 pcgc_status pcgc_profile_parse(const char *text, size_t len, const char *path, pcgc_profile **out,
                                pcgc_error *err) {
   if (out) *out = NULL;
@@ -587,7 +755,8 @@ pcgc_status pcgc_profile_parse(const char *text, size_t len, const char *path, p
     st = bad(err, path, -1, "\"entries\" must be an array");
   } else if (!(p = pcgc_profile_new(mach->valuestring))) {
     st = pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory reading %s", path);
-  } else if (ver->valuedouble == 1 || (st = parse_device(dev, path, p, err)) == PCGC_OK) {
+  } else if ((ver->valuedouble == 1 || (st = parse_device(dev, path, p, err)) == PCGC_OK) &&
+             (st = parse_links(cJSON_GetObjectItemCaseSensitive(root, "links"), path, p, err)) == PCGC_OK) {
     int i = 0;
     const cJSON *j;
     cJSON_ArrayForEach(j, ents) {
@@ -666,6 +835,30 @@ static cJSON *to_json(const pcgc_profile *p) {
   if (!(dev = device_json(p)) || !cJSON_AddItemToObject(root, "device", dev)) {
     cJSON_Delete(dev);
     goto fail;
+  }
+  if (p->n_links) {
+    cJSON *links = cJSON_AddArrayToObject(root, "links");
+    if (!links) goto fail;
+    for (int i = 0; i < p->n_links; i++) {
+      const pcgc_profile_link *l = &p->links[i];
+      cJSON *j = cJSON_CreateObject(), *pts;
+      if (!j || !cJSON_AddItemToArray(links, j)) {
+        cJSON_Delete(j);
+        goto fail;
+      }
+      if (!cJSON_AddNumberToObject(j, "devices", l->devices) || !cJSON_AddNumberToObject(j, "bandwidth", l->link.bandwidth) ||
+          !cJSON_AddNumberToObject(j, "latency", l->link.latency) || !cJSON_AddBoolToObject(j, "shared", l->link.shared) ||
+          !(pts = cJSON_AddArrayToObject(j, "points")))
+        goto fail;
+      for (int k = 0; k < l->n_points; k++) {
+        const double v[2] = {l->bytes[k], l->seconds[k]};
+        cJSON *pt = cJSON_CreateDoubleArray(v, 2);
+        if (!pt || !cJSON_AddItemToArray(pts, pt)) {
+          cJSON_Delete(pt);
+          goto fail;
+        }
+      }
+    }
   }
   if (!(ents = cJSON_AddArrayToObject(root, "entries"))) goto fail;
   for (int i = 0; i < p->n; i++) {

@@ -182,6 +182,26 @@ expect 0 "$pcgc" simulate "$tmp/tiny.pcg" --machine cpu-4 --strategy sequential 
 has "$tmp/out" "iteration      2.5 s"
 expect 2 "$pcgc" profile "$tmp/tiny.pcg" --machine cpu-local -o "$tmp/x.json" --copies 0
 expect 2 "$pcgc" profile "$tmp/tiny.pcg" --machine dgx-h100 -o "$tmp/x.json" --copies 2; has "$tmp/err" "--copies is for CPU machines"
+# --links N: the all-reduces of N MPI processes of this host, and the link fitted to them; simulate
+# on a one-node machine of N devices takes the measured all-reduce times (here doctored to 0.5 s each,
+# so a data-parallel step of the tiny model, a weight and a bias, takes 1 s), another machine its own link
+expect 0 "$pcgc" profile --links 2 --machine cpu-2 -o "$tmp/links.json"
+has "$tmp/out" "measuring the all-reduces of 2 processes"; has "$tmp/out" "link among 2 processes:"
+has "$tmp/out" "(0 kernel entries, links of 1 process count)"; has "$tmp/links.json" '"devices":	2'
+sed -E 's/\[([0-9]+), [0-9.e+-]+\]/[\1, 0.5]/g' "$tmp/links.json" >"$tmp/slowlinks.json"
+expect 0 "$pcgc" simulate "$tmp/tiny.pcg" --machine cpu-2 --strategy data-parallel --optimizer sgd --profile "$tmp/slowlinks.json"
+has "$tmp/err" "measured the all-reduces of 2 processes: they take the measured times"
+it=$(sed -n 's/^ *iteration *\([0-9.]*\) \(s\|ms\).*/\1 \2/p' "$tmp/out")
+if echo "$it" | awk '{ t = $2 == "ms" ? $1 / 1000 : $1; exit !(t >= 1.0 && t < 1.01) }'; then ok; else
+  bad "a data-parallel step with two 0.5 s all-reduces took '$it'"; fi
+expect 0 "$pcgc" simulate "$tmp/tiny.pcg" --machine cpu-4 --strategy data-parallel --optimizer sgd --profile "$tmp/slowlinks.json"
+has "$tmp/err" "measured links among 2 processes, not cpu-4's 4"
+# kernels and a link in one database; --append keeps what it holds
+expect 0 "$pcgc" profile --links 2 --machine cpu-local -o "$tmp/copies2.json" --append
+has "$tmp/out" "wrote $tmp/copies2.json (8 kernel entries, links of 1 process count)"
+expect 2 "$pcgc" profile --links 1 --machine cpu-2 -o "$tmp/x.json"; has "$tmp/err" "--links takes 2 to 256"
+expect 1 "$pcgc" profile --links 2 --machine dgx-h100 -o "$tmp/x.json"; has "$tmp/err" "measures MPI among CPU processes"
+expect 2 "$pcgc" profile --machine cpu-2 -o "$tmp/x.json"; has "$tmp/err" "missing MODEL (or --links N alone)"
 # a version 1 database (no device) is used as measured, with a warning on another machine
 sed -E 's/"version":[^,]*/"version": 1/' "$tmp/slow.json" | awk '/"device":/ {skip = 1} !skip; skip && /^\t},$/ {skip = 0}' >"$tmp/v1.json"
 expect 0 "$pcgc" simulate "$tmp/tiny.pcg" --machine cpu-4 --strategy sequential --optimizer sgd --profile "$tmp/v1.json"

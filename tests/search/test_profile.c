@@ -16,7 +16,11 @@
  *     most at the rates measured; a kernel nobody
  *     measured (a tensor-parallel slice, an update of a slice) estimated
  *     from the nearest measured kernel of its kind, by rank (attributes,
- *     shapes, entry order), and the simulator's counts of each.
+ *     shapes, entry order), and the simulator's counts of each;
+ *   - measured links (profile --links): the fit recovers the latency and
+ *     bandwidth that made its points, links write and load back, malformed
+ *     ones are refused by what is wrong, and applied to a machine the
+ *     measured all-reduce times replace the model's for exactly that group.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <check.h>
@@ -597,6 +601,112 @@ START_TEST(nearest_kernel) {
 }
 END_TEST
 
+/* Points made by a known link: the fit finds it again; written and loaded
+ * back it is the same; applied to cpu-4 its all-reduces over 4 devices take
+ * the measured times (log-log between sizes), other groups the fitted link. */
+START_TEST(links) {
+  pcgc_error err = {0};
+  pcgc_machine m;
+  ck_assert_int_eq(pcgc_machine_load("cpu-4", &m, &err), PCGC_OK);
+  pcgc_link truth = {3e9, 4e-6, true};
+  pcgc_profile_link l = {.devices = 4};
+  for (double b = 8; b <= 16777216; b *= 8, l.n_points++) {
+    l.bytes[l.n_points] = b;
+    l.seconds[l.n_points] = pcgc_profile_link_time(&m, &truth, 4, b);
+  }
+  double worst = 1;
+  ck_assert_int_eq(pcgc_profile_fit_link(&m, &l, &worst, &err), PCGC_OK);
+  ck_assert_msg(fabs(l.link.bandwidth / 3e9 - 1) < 1e-3 && fabs(l.link.latency / 4e-6 - 1) < 1e-3,
+                "fitted %g B/s %g s", l.link.bandwidth, l.link.latency);
+  ck_assert(worst < 1e-3 && l.link.shared);
+  /* bad points */
+  pcgc_profile_link one = l;
+  one.n_points = 1;
+  ck_assert_int_eq(pcgc_profile_fit_link(&m, &one, NULL, &err), PCGC_ERR_INVALID);
+  one = l;
+  one.seconds[2] = 0;
+  ck_assert_int_eq(pcgc_profile_fit_link(&m, &one, NULL, &err), PCGC_ERR_INVALID);
+  ck_assert_ptr_nonnull(strstr(err.message, "not positive"));
+  /* a measured curve unlike alpha-beta: 1 ms at 1 MiB, 10 ms at 4 MiB */
+  l.n_points = 3;
+  l.bytes[0] = 1024, l.bytes[1] = 1048576, l.bytes[2] = 4194304;
+  l.seconds[0] = 20e-6, l.seconds[1] = 1e-3, l.seconds[2] = 10e-3;
+  ck_assert_int_eq(pcgc_profile_fit_link(&m, &l, &worst, &err), PCGC_OK);
+  ck_assert(worst > 0.1);
+  pcgc_profile *p = pcgc_profile_new("cpu-4");
+  ck_assert_int_eq(pcgc_profile_add_link(p, &l, &err), PCGC_OK);
+  pcgc_profile_link two = l;
+  two.devices = 2;
+  ck_assert_int_eq(pcgc_profile_add_link(p, &two, &err), PCGC_OK);
+  ck_assert_int_eq(pcgc_profile_add_link(p, &l, &err), PCGC_OK); /* replaces */
+  ck_assert_int_eq(pcgc_profile_n_links(p), 2);
+  char path[] = "/tmp/pcgc_links_XXXXXX";
+  int fd = mkstemp(path);
+  ck_assert(fd >= 0);
+  close(fd);
+  ck_assert_int_eq(pcgc_profile_write(p, path, &err), PCGC_OK);
+  pcgc_profile *q = NULL;
+  ck_assert_msg(pcgc_profile_load(path, &q, &err) == PCGC_OK, "%s", err.message);
+  unlink(path);
+  ck_assert_int_eq(pcgc_profile_n_links(q), 2);
+  const pcgc_profile_link *r = pcgc_profile_link_for(q, &m);
+  ck_assert_ptr_nonnull(r);
+  ck_assert_int_eq(r->devices, 4);
+  ck_assert_int_eq(r->n_points, 3);
+  ck_assert(fabs(r->link.bandwidth / l.link.bandwidth - 1) < 1e-12 && fabs(r->link.latency / l.link.latency - 1) < 1e-12);
+  ck_assert(r->link.shared);
+  ck_assert(r->bytes[2] == 4194304 && r->seconds[1] == 1e-3);
+  /* applied: all-reduces over the 4 devices take the measured times */
+  pcgc_machine a = m;
+  ck_assert_ptr_eq(pcgc_profile_apply_link(q, &a), r);
+  pcgc_comm_group all = {1, 4, 1}, pair = {1, 2, 1};
+  ck_assert_double_eq_tol(pcgc_comm_time(&a, PCGC_COLL_ALL_REDUCE, PCGC_ALGO_AUTO, all, 1048576), 1e-3, 1e-12);
+  ck_assert_double_eq_tol(pcgc_comm_time(&a, PCGC_COLL_ALL_REDUCE, PCGC_ALGO_AUTO, all, 2097152), sqrt(10) * 1e-3, 1e-9);
+  ck_assert_double_eq_tol(pcgc_comm_time(&a, PCGC_COLL_ALL_REDUCE, PCGC_ALGO_AUTO, all, 8388608), 20e-3, 1e-9);
+  ck_assert_double_eq_tol(pcgc_comm_time(&a, PCGC_COLL_ALL_REDUCE, PCGC_ALGO_AUTO, all, 8), 20e-6, 1e-12);
+  /* two devices, or another collective: the fitted link, not the curve */
+  pcgc_machine fitted = m;
+  fitted.intra = r->link;
+  ck_assert_double_eq_tol(pcgc_comm_time(&a, PCGC_COLL_ALL_REDUCE, PCGC_ALGO_AUTO, pair, 1048576),
+                          pcgc_comm_time(&fitted, PCGC_COLL_ALL_REDUCE, PCGC_ALGO_AUTO, pair, 1048576), 1e-15);
+  ck_assert_double_eq_tol(pcgc_comm_time(&a, PCGC_COLL_ALL_GATHER, PCGC_ALGO_AUTO, all, 1048576),
+                          pcgc_comm_time(&fitted, PCGC_COLL_ALL_GATHER, PCGC_ALGO_AUTO, all, 1048576), 1e-15);
+  /* a machine of 8 per node has no link measured among 8 */
+  pcgc_machine eight;
+  ck_assert_int_eq(pcgc_machine_load("cpu-8", &eight, &err), PCGC_OK);
+  pcgc_link before = eight.intra;
+  ck_assert_ptr_null(pcgc_profile_apply_link(q, &eight));
+  ck_assert(eight.intra.bandwidth == before.bandwidth && eight.allreduce.n_points == 0);
+  pcgc_profile_free(q);
+  pcgc_profile_free(p);
+  /* malformed links, each by what is wrong */
+  const char *head = "{\"format\": \"pcgc-profile\", \"version\": 2, \"machine\": \"cpu-4\", \"device\": null, "
+                     "\"entries\": [], \"links\": ";
+  const struct {
+    const char *links, *says;
+  } bad[] = {
+      {"{}", "\"links\" must be an array"},
+      {"[{\"devices\": 1, \"bandwidth\": 1e9, \"latency\": 0, \"shared\": true, \"points\": []}]", "\"devices\""},
+      {"[{\"devices\": 2, \"bandwidth\": 0, \"latency\": 0, \"shared\": true, \"points\": []}]", "\"bandwidth\""},
+      {"[{\"devices\": 2, \"bandwidth\": 1e9, \"latency\": -1, \"shared\": true, \"points\": []}]", "\"latency\""},
+      {"[{\"devices\": 2, \"bandwidth\": 1e9, \"latency\": 0, \"shared\": 1, \"points\": []}]", "\"shared\""},
+      {"[{\"devices\": 2, \"bandwidth\": 1e9, \"latency\": 0, \"shared\": true, \"points\": [[8]]}]", "point 0"},
+      {"[{\"devices\": 2, \"bandwidth\": 1e9, \"latency\": 0, \"shared\": true, \"points\": [[8, 0]]}]", "point 0"},
+      {"[{\"devices\": 2, \"bandwidth\": 1e9, \"latency\": 0, \"shared\": true, \"points\": []}, "
+       "{\"devices\": 2, \"bandwidth\": 1e9, \"latency\": 0, \"shared\": true, \"points\": []}]",
+       "a second link of 2"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    char text[1024];
+    snprintf(text, sizeof text, "%s%s}", head, bad[i].links);
+    pcgc_profile *x = NULL;
+    ck_assert_int_eq(pcgc_profile_parse(text, strlen(text), "links.json", &x, &err), PCGC_ERR_PARSE);
+    ck_assert_msg(strstr(err.message, bad[i].says), "case %zu: %s", i, err.message);
+    ck_assert_ptr_null(x);
+  }
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("profile");
   TCase *tc = tcase_create("database");
@@ -609,6 +719,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, carried_between_devices);
   tcase_add_test(tc, gpu_precision);
   tcase_add_test(tc, nearest_kernel);
+  tcase_add_test(tc, links);
   suite_add_tcase(s, tc);
   return s;
 }
