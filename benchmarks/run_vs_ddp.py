@@ -354,14 +354,22 @@ def main():
                 ms = {k: best[k][0][0] if k in best else None for k in ("dp", "default", "ddp")}
                 fs = {k: fastest.get(k) for k in ("dp", "default", "ddp")}
                 load = {k: "—" if k not in best else f"{best[k][1]:.1f}" for k in ("dp", "default", "ddp")}
+                nolinks = None  # the same database without the measured link: the machine file's
+                if db and n > 1:
+                    d = json.load(open(db))
+                    if d.pop("links", None) is not None:
+                        nolinks = db + ".nolinks.json"
+                        json.dump(d, open(nolinks, "w"))
                 for kind, (plan, strategy) in plans.items():
                     pred = attempt(simulate_ms, a.pcgc, plan, n, db) if db else None
+                    pred0 = attempt(simulate_ms, a.pcgc, plan, n, nolinks) if nolinks else None
+                    err0 = "—" if pred0 is None or ms[kind] is None else f"{100 * (pred0 / ms[kind] - 1):+.1f}%"
                     roof = attempt(simulate_ms, a.pcgc, plan, n, None)
                     err = "—" if pred is None or ms[kind] is None else f"{100 * (pred / ms[kind] - 1):+.1f}%"
                     roof_err = "—" if roof is None or ms[kind] is None else f"{100 * (roof / ms[kind] - 1):+.1f}%"
                     f_err = "—" if pred is None or fs[kind] is None else f"{100 * (pred / fs[kind] - 1):+.1f}%"
                     sim_rows.append([m, n, f"{kind}: {strategy}", fmt_ms(pred), fmt_ms(ms[kind]), err,
-                                     fmt_ms(fs[kind]), f_err, fmt_ms(roof), roof_err])
+                                     fmt_ms(fs[kind]), f_err, err0, fmt_ms(roof), roof_err])
                 dp_rows.append([m, B, n, threads_for(n), fmt_ms(ms["dp"]), fmt_ms(ms["ddp"]),
                                 fmt_ratio(ms["dp"], ms["ddp"]), fmt_ratio(fs["dp"], fs["ddp"]),
                                 f"{load['dp']} / {load['ddp']}"])
@@ -391,10 +399,11 @@ def main():
               "others' cores: during the default / the dp run."),
         table("Simulator against pcgc run, ms per step",
               ["model", "procs", "plan", "predicted", "measured", "error", "fastest step", "error vs fastest",
-               "roofline", "roofline error"], sim_rows,
+               "error, link of the machine file", "roofline", "roofline error"], sim_rows,
               "predicted: `pcgc simulate PLAN --optimizer sgd --profile DB` (kernels measured by `pcgc profile` "
               "at each per-process batch with the BLAS threads each process runs with, beside N - 1 copies of the "
-              "measurement: --copies N); roofline: without --profile. "
+              "measurement: --copies N) and the all-reduces of N processes (--links N); 'link of the machine "
+              "file': the same database without the measured link; roofline: without --profile. "
               "measured: the median step as in the tables above. error = predicted/measured - 1; target within 15%."),
     ]
     for text, _ in tables:
