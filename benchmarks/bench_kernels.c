@@ -205,7 +205,7 @@ static int run_case(const bench_case *c, pcgc_dtype dt, int repeat, bool hash) {
   out[0] = mkbuf(dt, tout[0].rank, tout[0].dims);
   dout[0] = mkbuf(dt, tout[0].rank, tout[0].dims);
   pcgc_cpu_fill_random(&dout[0], 0, 2, 0, NULL);
-  pcgc_kernel_ctx ctx = {NULL, NULL, 1, pcgc_rng_stream(c->name), c->training};
+  pcgc_kernel_ctx ctx = {NULL, NULL, 1, pcgc_rng_stream(c->name), c->training, NULL, 0};
   double *ft = calloc((size_t)repeat, sizeof *ft), *bt = calloc((size_t)repeat, sizeof *bt);
   int rc = 0;
   for (int r = -2; r < repeat && !rc; r++) { /* -2: the clean call that is hashed, -1: warm-up */

@@ -280,6 +280,7 @@ static void lower_plan(const pcgc_graph *g, const pcgc_mapping *mp, pcgc_expert_
   co.recompute = choice.recompute;
   co.bf16 = o->sim.bf16;
   co.threads = o->threads;
+  co.save_for_backward = m->device.kind == PCGC_DEVICE_CPU; /* the CPU backend's kernels use it */
   if (pcgc_codegen(g, mp, D, &co, &L->prog, &L->cerr) != PCGC_OK) return;
   for (int d = 0; d < L->prog->n_devices; d++) {
     if (L->prog->dev[d].peak_bytes > L->planned) L->planned = L->prog->dev[d].peak_bytes;

@@ -143,6 +143,17 @@ pcgc_status pcgc__cli_profile_measure(const pcgc_graph *g, int id, const bool *g
     else pcgc_cpu_fill_random(&b.dout[j], 0, 2, (uint64_t)(id * 64 + j), NULL);
   }
   pcgc_kernel_ctx ctx = {.seed = 1, .node = pcgc_rng_stream(n->name), .training = training};
+  /* on the CPU, as CPU plans run it: what forward keeps for backward (codegen's SAVED buffer) */
+  void *saved = NULL;
+  if (!(be && !be->host) && st == PCGC_OK) {
+    const int64_t *dims[PCGC_VARIADIC];
+    for (int i = 0; i < n->n_in; i++) dims[i] = b.in[i].dims;
+    int64_t e = pcgc_op_saved_elems(n->kind, n->n_in, dims);
+    size_t es = n->out[0].dtype == PCGC_F64 ? 8 : 4;
+    if (e > 0 && !(saved = malloc((size_t)e * es))) st = pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory profiling '%s'", n->name);
+    ctx.saved = saved;
+    ctx.saved_bytes = e > 0 ? e * (int64_t)es : 0;
+  }
   double *ft = calloc((size_t)repeat, sizeof *ft), *bt = calloc((size_t)repeat, sizeof *bt);
   if (st == PCGC_OK && (!ft || !bt)) st = pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory profiling '%s'", n->name);
   bool dev = be && !be->host;
@@ -183,6 +194,7 @@ pcgc_status pcgc__cli_profile_measure(const pcgc_graph *g, int id, const bool *g
   }
   free(ft);
   free(bt);
+  free(saved);
   bench_free(&b);
   return st;
 }

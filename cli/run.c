@@ -155,6 +155,9 @@ static int load_program(const char *cmd, const char *path, int need, int prec, p
     co.recompute = info->choice.recompute;
   }
   co.bf16 = (prec >= 0 ? (pcgc_precision)prec : info->precision) == PCGC_PREC_BF16;
+  /* as compile lowered it: CPU plans keep attention's projections for backward (the CUDA backend
+   * computes them again; the CPU backend does either) */
+  co.save_for_backward = !info->has_device_kind || info->device_kind == PCGC_DEVICE_CPU;
   bool reprec = prec >= 0 && (pcgc_precision)prec != info->precision;
   int D = info->devices; /* a version 1 file records none: its machine's */
   pcgc_machine m;

@@ -113,6 +113,7 @@ typedef enum pcgc_buf_role {
   PCGC_BUF_STAGE_GRAD,  /* the gradient to send back */
   PCGC_BUF_SCRATCH,     /* partial sums to reduce, batch-norm statistics (f64) */
   PCGC_BUF_RECOMPUTE,   /* a piece computed again before backward (recomputation) */
+  PCGC_BUF_SAVED,       /* what a kernel piece's forward keeps for its backward (save_for_backward) */
   PCGC_BUF_ROLE_COUNT
 } pcgc_buf_role;
 
@@ -135,7 +136,7 @@ typedef struct pcgc_plan_buf {
 } pcgc_plan_buf;
 
 typedef enum pcgc_ins_kind {
-  PCGC_INS_FORWARD,     /* kernel: args in[n_in], out[n_out] */
+  PCGC_INS_FORWARD,     /* kernel: args in[n_in], out[n_out] (then a SAVED buffer, if any) */
   PCGC_INS_BACKWARD,    /* kernel: args in, out, dout, din (-1: not wanted); adds into din */
   PCGC_INS_BN_STATS,    /* adds a piece's per-channel sum, sumsq into src scratch [0, 2C) */
   PCGC_INS_BN_APPLY,    /* normalises with the scratch statistics */
@@ -224,6 +225,13 @@ typedef struct pcgc_codegen_options {
                                   (pcgc_value_dtype); kernels compute in f32 on widened copies */
   int threads;                 /* devices' streams and memory planned at once (default
                                   pcgc_threads_default(); the program does not depend on it) */
+  bool save_for_backward;      /* a SAVED buffer per kernel piece that keeps something for its
+                                  backward (pcgc_op_saved_elems: attention's projections and
+                                  context), written by the FORWARD (the recomputing one where the
+                                  piece is recomputed) and read by the BACKWARD, its last argument
+                                  past the kernel's. The CPU backend uses them (pcgc compile, run
+                                  and simulate set it for CPU machines); off, backward computes
+                                  them again */
 } pcgc_codegen_options;
 
 void pcgc_codegen_options_default(pcgc_codegen_options *o);

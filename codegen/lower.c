@@ -230,6 +230,25 @@ static int scratch_buf(cg *C, int node, int64_t key, int mu, int dev, pcgc_dtype
   return id >= 0 ? id : buf_add(C, k, t, b, false);
 }
 
+/* save_for_backward: node n's SAVED buffer for piece (q, mu) on dev, sized
+ * by the dims of its kernel's input buffers args[0..n_in); -1 when the op
+ * keeps nothing or saving is off. */
+static int saved_buf(cg *C, const pcgc_node *n, int64_t q, int mu, int dev, const int *args) {
+  if (!C->o.save_for_backward || C->st) return -1;
+  const int64_t *dims[PCGC_VARIADIC];
+  for (int i = 0; i < n->n_in; i++) {
+    if (args[i] < 0) return -1;
+    dims[i] = C->dv[dev].buf[args[i]].dims;
+  }
+  int64_t e = pcgc_op_saved_elems(n->kind, n->n_in, dims);
+  if (e <= 0) return -1;
+  bkey k = mkkey(dev, PCGC_BUF_SAVED, n->id, 0, q, mu);
+  int id = buf_find(C, k);
+  if (id >= 0) return id;
+  pcgc_box b = {1, {0}, {e}};
+  return buf_add(C, k, n->out[0].dtype == PCGC_F64 ? PCGC_F64 : PCGC_F32, &b, false);
+}
+
 /* ----------------------------------------------------------------- tasks */
 
 static int64_t slot_of(const cg *C, int dev, int phase, int node, int mu);
@@ -707,7 +726,7 @@ static void lower_ordinary_fwd(cg *C, const pcgc_node *n) {
   int64_t P = pcgc_ptensor_pieces(&n->out[0]), inp[PCGC_VARIADIC];
   int m = op_micro(C, n);
   bool loss = pcgc_op_class_of(n->kind) == PCGC_CLASS_LOSS;
-  int args[PCGC_VARIADIC + PCGC_MAX_INTS];
+  int args[PCGC_VARIADIC + PCGC_MAX_INTS + 1]; /* + the SAVED buffer */
   for (int mu = 0; mu < m && !C->st; mu++)
     for (int64_t p = 0; p < P && !C->st; p++) {
       if ((C->st = piece_inputs(C, n, p, inp))) return;
@@ -718,9 +737,12 @@ static void lower_ordinary_fwd(cg *C, const pcgc_node *n) {
       for (int i = 0; i < n->n_in; i++) args[i] = read_piece(C, n->in[i], inp[i], in_mu(C, n->in[i], mu), X);
       for (int j = 0; j < n->n_out; j++)
         args[n->n_in + j] = value_buf(C, PCGC_BUF_VALUE, n->id, j, p, out_mu(n, j, mu), X);
+      /* a recomputed piece keeps it from its recomputation instead (recomp_buf) */
+      int sv = C->recomp && C->recomp[n->id] ? -1 : saved_buf(C, n, p, out_mu(n, 0, mu), X, args);
+      args[n->n_in + n->n_out] = sv;
       int t = task_begin(C, 4);
       pcgc_ins I = ins_new(C, PCGC_INS_FORWARD);
-      emit(C, t, X, I, args, n->n_in + n->n_out, NULL, args + n->n_in, n->n_out);
+      emit(C, t, X, I, args, n->n_in + n->n_out + (sv >= 0), NULL, args + n->n_in, n->n_out + (sv >= 0));
       C->t[t].compute = true;
       if (loss) {
         int64_t c[PCGC_MAX_RANK], s, r;
@@ -745,7 +767,7 @@ static int recomp_buf(cg *C, int node, int slot, int64_t q, int mu, int X) {
   if (id >= 0 || C->st) return id;
   const pcgc_node *n = &C->g->nodes[node];
   int64_t inp[PCGC_VARIADIC];
-  int args[PCGC_VARIADIC + PCGC_MAX_INTS];
+  int args[PCGC_VARIADIC + PCGC_MAX_INTS + 1]; /* + the SAVED buffer */
   if ((C->st = piece_inputs(C, n, q, inp))) return -1;
   for (int i = 0; i < n->n_in; i++) args[i] = read_bwd(C, n->in[i], inp[i], in_mu(C, n->in[i], mu), X);
   for (int j = 0; j < n->n_out; j++) {
@@ -754,12 +776,14 @@ static int recomp_buf(cg *C, int node, int slot, int64_t q, int mu, int X) {
     pcgc_piece_box(&n->out[j], q, om, &b);
     args[n->n_in + j] = buf_add(C, mkkey(X, PCGC_BUF_RECOMPUTE, node, j, q, om), vdtype(C, node, j), &b, false);
   }
+  int sv = saved_buf(C, n, q, out_mu(n, 0, mu), X, args);
+  args[n->n_in + n->n_out] = sv;
   int t = task_begin(C, 1); /* in the context of the backward that needs it */
   pcgc_ins I = ins_new(C, PCGC_INS_FORWARD);
   I.node = node;
   I.piece = q;
   I.micro = mu;
-  emit(C, t, X, I, args, n->n_in + n->n_out, NULL, args + n->n_in, n->n_out);
+  emit(C, t, X, I, args, n->n_in + n->n_out + (sv >= 0), NULL, args + n->n_in, n->n_out + (sv >= 0));
   gate(C, t, X, -1);
   if (t >= 0) C->t[t].compute = true;
   C->n_recomputed++;
@@ -788,7 +812,7 @@ static void lower_ordinary_bwd(cg *C, const pcgc_node *n) {
   int64_t P = pcgc_ptensor_pieces(&n->out[0]), inp[PCGC_VARIADIC];
   int m = op_micro(C, n);
   bool loss = pcgc_op_class_of(n->kind) == PCGC_CLASS_LOSS;
-  int args[2 * PCGC_VARIADIC + 2 * PCGC_MAX_INTS];
+  int args[2 * PCGC_VARIADIC + 2 * PCGC_MAX_INTS + 1]; /* + the SAVED buffer */
   int ni = n->n_in, no = n->n_out;
   for (int mu = 0; mu < m && !C->st; mu++)
     for (int64_t p = 0; p < P && !C->st; p++) {
@@ -824,9 +848,12 @@ static void lower_ordinary_bwd(cg *C, const pcgc_node *n) {
           touch(C, X, args[ni + no + j], 3); /* an output nobody read still needs a zero gradient */
         }
       }
+      /* what the piece's forward kept (its recomputation's, where recomputed) */
+      int sv = C->o.save_for_backward ? buf_find(C, mkkey(X, PCGC_BUF_SAVED, n->id, 0, p, out_mu(n, 0, mu))) : -1;
+      args[2 * ni + 2 * no] = sv;
       int t = task_begin(C, 4);
       pcgc_ins I = ins_new(C, PCGC_INS_BACKWARD);
-      emit(C, t, X, I, args, 2 * ni + 2 * no, NULL, args + ni + 2 * no, ni);
+      emit(C, t, X, I, args, 2 * ni + 2 * no + (sv >= 0), NULL, args + ni + 2 * no, ni);
       C->t[t].compute = true;
       C->n_gate = 0;
     }

@@ -393,8 +393,10 @@ static pcgc_status step(psim *S, int d, bool *moved) {
     dur = fwd ? t.fwd : t.bwd;
     if (I->kind != PCGC_INS_FORWARD && I->kind != PCGC_INS_BACKWARD) dur /= 2; /* statistics, then applying them */
     dur += widen_time(S, P, I);
-    bool recompute = I->kind == PCGC_INS_FORWARD && I->n_args > 0 && P->args[I->args + I->n_args - 1] >= 0 &&
-                     P->buf[P->args[I->args + I->n_args - 1]].role == PCGC_BUF_RECOMPUTE;
+    const pcgc_node *n = &S->g->nodes[I->node]; /* its last output: RECOMPUTE where it runs again */
+    int lo = n->n_in + n->n_out - 1;
+    bool recompute = I->kind == PCGC_INS_FORWARD && lo >= 0 && lo < I->n_args && P->args[I->args + lo] >= 0 &&
+                     P->buf[P->args[I->args + lo]].role == PCGC_BUF_RECOMPUTE;
     if (fwd && !recompute && x->clock + dur > S->fwd_end) S->fwd_end = x->clock + dur;
     break;
   }

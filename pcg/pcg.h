@@ -349,6 +349,13 @@ int64_t pcgc_piece_index(const pcgc_ptensor *t, const int64_t *c, int64_t s, int
 pcgc_status pcgc_op_piece_inputs(pcgc_op_kind k, const pcgc_attrs *a, int n_in, const pcgc_ptensor *in,
                                  const pcgc_ptensor *out, int64_t p, int64_t *in_piece, pcgc_error *err);
 
+/* Elements of the op's compute dtype that a forward keeps for its backward
+ * (runtime/cpu/kernels.h, pcgc_kernel_ctx.saved), so that backward does not
+ * compute them again; in_dims[i]: the dims of input i's piece. attention:
+ * its projected queries, keys and values and its context, 2 B Sq E + 2 B Sk E
+ * (q [B, Sq, .], k [B, Sk, .], wq [., E]). 0 for every other op. */
+int64_t pcgc_op_saved_elems(pcgc_op_kind k, int n_in, const int64_t *const *in_dims);
+
 /* ------------------------------------------------------------------ graph */
 
 /* A reference to output `slot` of node `node`. */

@@ -309,7 +309,14 @@ static pcgc_status kernel(rt *R, const pcgc_ins *I) {
   }
   pcgc_attrs attrs = n->attrs;
   pcgc_ref_localize(n->kind, &attrs, tin, ni, in, no, out);
-  pcgc_kernel_ctx ctx = {pin, pout, R->o->seed, pcgc_rng_stream(n->name), R->o->training};
+  pcgc_kernel_ctx ctx = {pin, pout, R->o->seed, pcgc_rng_stream(n->name), R->o->training, NULL, 0};
+  /* a last argument past the kernel's: what forward keeps for backward (pcgc_op_saved_elems) */
+  int nk = I->kind == PCGC_INS_FORWARD ? ni + no : 2 * ni + 2 * no;
+  if (I->n_args > nk && a[nk] >= 0) {
+    pcgc_buf sv = kbuf(R, a[nk]);
+    ctx.saved = sv.data;
+    ctx.saved_bytes = R->P->buf[a[nk]].bytes;
+  }
   pcgc_backend *be = R->be;
   widening W;
   W.n = 0;

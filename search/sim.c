@@ -609,6 +609,7 @@ static double read_input(sim *S, const pcgc_node *n, int i, int64_t q, int Y, in
 typedef struct otimes {
   double in_bytes[PCGC_VARIADIC];
   double out_bytes, widen, fwd, bwd;
+  double saved;        /* kept for its backward besides its outputs (CPU machines: codegen's SAVED) */
   bool kept, recomputed;
 } otimes;
 
@@ -634,6 +635,18 @@ static void ordinary_times(const sim *S, const pcgc_node *n, otimes *o) {
    * rounds what it wrote back: forward once each, backward its outputs and
    * inputs with their gradients, added into twice (codegen/predict.c too) */
   o->widen = 4 * (bf_in + bf_out);
+  /* on CPU machines codegen keeps what the piece's backward would compute again
+   * (save_for_backward, pcgc_op_saved_elems), as long as its outputs */
+  o->saved = 0;
+  if (o->kept && S->m->device.kind == PCGC_DEVICE_CPU && n->kind == PCGC_OP_ATTENTION) {
+    int64_t dims[PCGC_VARIADIC][PCGC_MAX_RANK];
+    const int64_t *dp[PCGC_VARIADIC];
+    for (int i = 0; i < n->n_in; i++) {
+      pcgc_profile_piece_dims(pcgc_graph_ref_type(S->g, n->in[i]), dims[i]);
+      dp[i] = dims[i];
+    }
+    o->saved = (double)pcgc_op_saved_elems(n->kind, n->n_in, dp) * (n->out[0].dtype == PCGC_F64 ? 8 : 4);
+  }
   o->fwd = N->t.fwd + pcgc_cost_widen_time(S->m, bf_in + bf_out);
   o->bwd = N->t.bwd + pcgc_cost_widen_time(S->m, 3 * bf_in + 2 * bf_out) + (o->recomputed ? o->fwd : 0);
 }
@@ -788,9 +801,9 @@ static void gen_ordinary(sim *S, const pcgc_node *n) {
         }
       }
       if (kept && recomputed) {
-        if (mu == 0) S->work[(int64_t)X * S->n_units + S->unit[n->id]] += out_bytes;
+        if (mu == 0) S->work[(int64_t)X * S->n_units + S->unit[n->id]] += out_bytes + ot.saved;
       } else if (kept) {
-        keep(S, X, mb > 1, out_bytes);
+        keep(S, X, mb > 1, out_bytes + ot.saved);
       }
       if (mb > 1) {
         int64_t k = (int64_t)X * S->mb_max + mu;

@@ -709,15 +709,30 @@ static void SFX(kv_proj)(const attn_geo *g, int64_t rows, int64_t m, const REAL 
   SFX(kv_expand)(g, rows, X, Y);
 }
 
+/* What forward keeps for backward (pcgc_kernel_ctx.saved): Qp [B*Sq, E]
+ * (rotated), Kp and Vp [B*Sk, E] (expanded), the context Cx [B*Sq, E]; NULL
+ * when the caller gave no room. Too little room is an error (*bad). */
+static REAL *SFX(attn_saved)(const pcgc__kargs *k, const attn_geo *g, bool *bad) {
+  int64_t n = 2 * g->B * g->Sq * g->E + 2 * g->B * g->Sk * g->E;
+  *bad = k->ctx->saved && k->ctx->saved_bytes < n * (int64_t)sizeof(REAL);
+  return k->ctx->saved && !*bad ? k->ctx->saved : NULL;
+}
+
 static pcgc_status SFX(attn_fwd)(const pcgc__kargs *k, const attn_geo *g) {
   const pcgc_buf *in = k->in;
   const REAL *bq = g->bias ? in[7].data : NULL, *bk = g->bias ? in[8].data : NULL;
   const REAL *bv = g->bias ? in[9].data : NULL, *bo = g->bias_o ? in[10].data : NULL;
   int64_t nq = g->B * g->Sq * g->E, nk = g->B * g->Sk * g->E, np = g->Sq * g->Sk;
   int64_t nkc = g->group > 1 ? g->B * g->Sk * g->F : 0; /* grouped k/v before expansion */
-  REAL *buf = kalloc(k, 2 * nq + 2 * nk + 2 * np + nkc, sizeof(REAL));
+  bool bad;
+  REAL *sv = SFX(attn_saved)(k, g, &bad);
+  if (bad)
+    return pcgc_error_set(k->err, PCGC_ERR_INVALID, "attention: %lld bytes saved for backward, %lld needed",
+                          (long long)k->ctx->saved_bytes, (long long)((2 * nq + 2 * nk) * (int64_t)sizeof(REAL)));
+  REAL *buf = kalloc(k, (sv ? 0 : 2 * nq + 2 * nk) + 2 * np + nkc, sizeof(REAL));
   if (!buf) return PCGC_ERR_NOMEM;
-  REAL *Qp = buf, *Cx = Qp + nq, *Kp = Cx + nq, *Vp = Kp + nk, *P = Vp + nk, *Pd = P + np, *KVc = Pd + np;
+  REAL *Qp = sv ? sv : buf, *Kp = Qp + nq, *Vp = Kp + nk, *Cx = Vp + nk;
+  REAL *P = sv ? buf : Cx + nq, *Pd = P + np, *KVc = Pd + np;
   SFX(proj)(g->B * g->Sq, g->Eq, g->E, in[0].data, in[3].data, bq, Qp);            /* (B*Sq, E) */
   SFX(kv_proj)(g, g->B * g->Sk, g->Ek, in[1].data, in[4].data, bk, KVc, Kp); /* (B*Sk, E) */
   SFX(kv_proj)(g, g->B * g->Sk, g->Ev, in[2].data, in[5].data, bv, KVc, Vp);
@@ -761,16 +776,23 @@ static pcgc_status SFX(attn_bwd)(const pcgc__kargs *k, const attn_geo *g) {
   bool want_v = din[2].data || din[5].data || dbias[2];
   int64_t nq = g->B * g->Sq * g->E, nk = g->B * g->Sk * g->E, np = g->Sq * g->Sk;
   int64_t nkc = g->group > 1 ? g->B * g->Sk * g->F : 0; /* grouped k/v before expansion, and dK, dV folded */
-  REAL *buf = kalloc(k, 4 * nq + 4 * nk + 3 * np + 2 * nkc, sizeof(REAL));
+  bool bad;
+  REAL *sv = SFX(attn_saved)(k, g, &bad); /* forward's Qp, Kp, Vp and Cx, or NULL: computed again */
+  if (bad)
+    return pcgc_error_set(k->err, PCGC_ERR_INVALID, "attention: %lld bytes saved for backward, %lld needed",
+                          (long long)k->ctx->saved_bytes, (long long)((2 * nq + 2 * nk) * (int64_t)sizeof(REAL)));
+  REAL *buf = kalloc(k, (sv ? 0 : 2 * nq + 2 * nk) + 2 * nq + 2 * nk + 3 * np + 2 * nkc, sizeof(REAL));
   if (!buf) return PCGC_ERR_NOMEM;
-  REAL *Qp = buf, *Cx = Qp + nq, *dC = Cx + nq, *dQ = dC + nq;
-  REAL *Kp = dQ + nq, *Vp = Kp + nk, *dK = Vp + nk, *dV = dK + nk;
+  REAL *Qp = sv ? sv : buf, *Kp = Qp + nq, *Vp = Kp + nk, *Cx = Vp + nk;
+  REAL *dC = sv ? buf : Cx + nq, *dQ = dC + nq, *dK = dQ + nq, *dV = dK + nk;
   REAL *P = dV + nk, *Pd = P + np, *dP = Pd + np, *dKc = dP + np, *dVc = dKc + nkc;
   memset(dQ, 0, sizeof *dQ * (size_t)nq);
   memset(dK, 0, sizeof *dK * (size_t)(2 * nk)); /* dK, dV */
-  SFX(proj)(g->B * g->Sq, g->Eq, g->E, in[0].data, in[3].data, bq, Qp);
-  SFX(kv_proj)(g, g->B * g->Sk, g->Ek, in[1].data, in[4].data, bk, dKc, Kp); /* dKc: scratch until the fold */
-  SFX(kv_proj)(g, g->B * g->Sk, g->Ev, in[2].data, in[5].data, bv, dKc, Vp);
+  if (!sv) {
+    SFX(proj)(g->B * g->Sq, g->Eq, g->E, in[0].data, in[3].data, bq, Qp);
+    SFX(kv_proj)(g, g->B * g->Sk, g->Ek, in[1].data, in[4].data, bk, dKc, Kp); /* dKc: scratch until the fold */
+    SFX(kv_proj)(g, g->B * g->Sk, g->Ev, in[2].data, in[5].data, bv, dKc, Vp);
+  }
   double *cq = NULL, *ck = NULL; /* rope: the rotations, applied to Qp and Kp and undone on dQ and dK */
   if (g->rope) {
     if (!(cq = rope_table(k, g, g->q0, g->Sq)) || !(ck = rope_table(k, g, 0, g->Sk))) {
@@ -778,8 +800,10 @@ static pcgc_status SFX(attn_bwd)(const pcgc__kargs *k, const attn_geo *g) {
       free(buf);
       return PCGC_ERR_NOMEM;
     }
-    SFX(attn_rope)(g, g->Sq, cq, false, Qp);
-    SFX(attn_rope)(g, g->Sk, ck, false, Kp);
+    if (!sv) { /* saved ones are rotated already */
+      SFX(attn_rope)(g, g->Sq, cq, false, Qp);
+      SFX(attn_rope)(g, g->Sk, ck, false, Kp);
+    }
   }
   /* output projection: dC = dy wo^T (B*Sq, E) */
   SFX(gemm)(false, true, g->B * g->Sq, g->E, g->Eo, 1, dy, g->Eo, in[6].data, g->Eo, 0, dC, g->E);
@@ -793,7 +817,7 @@ static pcgc_status SFX(attn_bwd)(const pcgc__kargs *k, const attn_geo *g) {
         SFX(attn_dropout)(g, b, h, P, Pd);
         Pu = Pd;
       }
-      if (din[6].data) /* the context, for dwo */
+      if (din[6].data && !sv) /* the context, for dwo */
         SFX(gemm)(false, false, g->Sq, g->hd, g->Sk, 1, Pu, g->Sk, Vp + ok, g->E, 0, Cx + oq, g->E);
       if (want_v) /* dV_h += Pd^T dC_h */
         SFX(gemm)(true, false, g->Sk, g->hd, g->Sq, 1, Pu, g->Sk, dC + oq, g->E, 1, dV + ok, g->E);

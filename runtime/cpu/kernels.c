@@ -75,7 +75,7 @@ static const kfn bwd_table[PCGC_OP_COUNT] = {
 #undef PCGC_OP
 };
 
-static const pcgc_kernel_ctx default_ctx = {NULL, NULL, 0, 0, false};
+static const pcgc_kernel_ctx default_ctx = {NULL, NULL, 0, 0, false, NULL, 0};
 
 pcgc_status pcgc_cpu_forward(pcgc_op_kind kind, const pcgc_attrs *a, int n_in, const pcgc_buf *in,
                              int n_out, pcgc_buf *out, const pcgc_kernel_ctx *ctx, pcgc_error *err) {

@@ -73,6 +73,10 @@ typedef struct pcgc_kernel_ctx {
   uint64_t seed;          /* run seed (dropout) */
   uint64_t node;          /* stable id of the node (dropout stream), e.g. a hash of its name */
   bool training;          /* dropout is active only when training */
+  void *saved;            /* NULL, or pcgc_op_saved_elems (pcg.h) elements of the compute dtype:
+                             forward writes what backward would otherwise compute again, backward
+                             of the same piece, inputs and step reads it (attention) */
+  int64_t saved_bytes;
 } pcgc_kernel_ctx;
 
 /* Forward of op `k` (any op of class COMPUTE or LOSS). `ctx` may be NULL

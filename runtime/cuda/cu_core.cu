@@ -399,7 +399,7 @@ static const cukfn bwd_table[PCGC_OP_COUNT] = {
 #undef PCGC_OP
 };
 
-static const pcgc_kernel_ctx default_ctx = {NULL, NULL, 0, 0, false};
+static const pcgc_kernel_ctx default_ctx = {NULL, NULL, 0, 0, false, NULL, 0};
 
 /* measure, reserve, run */
 static pcgc_status run_family(cukfn f, pcgc__cukargs *k) {

@@ -462,7 +462,7 @@ pcgc_status pcgc__cu_bwd_batchnorm(const pcgc__cukargs *k) {
 typedef pcgc_status (*bn_step_fn)(const pcgc__cukargs *k, void *arg);
 
 static pcgc_status bn_run(pcgc_cuda *cu, const pcgc_attrs *a, pcgc_error *err, bn_step_fn f, void *arg) {
-  static const pcgc_kernel_ctx ctx = {NULL, NULL, 0, 0, false};
+  static const pcgc_kernel_ctx ctx = {NULL, NULL, 0, 0, false, NULL, 0};
   pcgc__cukargs k;
   memset(&k, 0, sizeof k);
   k.cu = cu;

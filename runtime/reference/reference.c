@@ -290,6 +290,8 @@ static void call_setup(pcgc_reference *R, const pcgc_node *n, const pcgc_ptensor
   c->ctx.seed = R->o.seed;
   c->ctx.node = pcgc_rng_stream(n->name);
   c->ctx.training = R->o.training;
+  c->ctx.saved = NULL; /* backward computes again what forward would keep */
+  c->ctx.saved_bytes = 0;
 }
 
 static int op_micro(const pcgc_reference *R, const pcgc_node *n) {

@@ -514,7 +514,7 @@ static void test_batchnorm(void) {
   pcgc_piece p[3] = {whole_piece(&in6[0]), whole_piece(&in6[1]), whole_piece(&in6[2])};
   p[0].global[1] = 6, p[0].offset[1] = 2;
   p[1].global[0] = p[2].global[0] = 6, p[1].offset[0] = p[2].offset[0] = 2;
-  pcgc_kernel_ctx ctx = {p, NULL, 0, 0, false};
+  pcgc_kernel_ctx ctx = {p, NULL, 0, 0, false, NULL, 0};
   run_case(PCGC_OP_BATCHNORM, &a, "channel piece [4,3/6,5]", 3, in6, &ctx, TOL_EW);
 }
 
@@ -608,7 +608,7 @@ static void test_embedding(void) {
     pcgc_buf r3[2] = {irand(PCGC_I64, 10, DIMS(3, 4)), frand(DIMS(4, 3))};
     pcgc_piece p[2] = {whole_piece(&r3[0]), whole_piece(&r3[1])};
     p[1].global[0] = 10, p[1].offset[0] = 3;
-    pcgc_kernel_ctx ctx = {p, NULL, 0, 0, false};
+    pcgc_kernel_ctx ctx = {p, NULL, 0, 0, false, NULL, 0};
     snprintf(what, sizeof what, "bag=%s i64 ids[3,4] table rows 3..6 of 10", bag_names[bag]);
     run_case(PCGC_OP_EMBEDDING, &a, what, 2, r3, &ctx, TOL_EW);
     pcgc_buf r4[2] = {irand(PCGC_I32, 10, DIMS(5, 2)), frand(DIMS(5, 4))};
@@ -688,13 +688,13 @@ static void test_unary(void) {
   /* dropout while training: the mask is drawn from logical indices */
   a = attrs(PCGC_OP_DROPOUT);
   setf(&a, "rate", 0.3);
-  pcgc_kernel_ctx train = {NULL, NULL, 7, 42, true};
+  pcgc_kernel_ctx train = {NULL, NULL, 7, 42, true, NULL, 0};
   pcgc_buf x = frand(DIMS(8, 10));
   run_case(PCGC_OP_DROPOUT, &a, "rate=0.3 training x[8,10]", 1, &x, &train, TOL_EW);
   pcgc_buf xp = frand(DIMS(3, 4));
   pcgc_piece p = whole_piece(&xp);
   p.global[0] = 8, p.global[1] = 10, p.offset[0] = 4, p.offset[1] = 5;
-  pcgc_kernel_ctx piece = {&p, &p, 7, 42, true};
+  pcgc_kernel_ctx piece = {&p, &p, 7, 42, true, NULL, 0};
   run_case(PCGC_OP_DROPOUT, &a, "rate=0.3 training piece [3,4] at (4,5) of [8,10]", 1, &xp, &piece, TOL_EW);
   setf(&a, "rate", 0.0);
   pcgc_buf x0 = frand(DIMS(5, 7));
@@ -826,7 +826,7 @@ static void test_reduce(void) {
   pcgc_buf rp = frand(DIMS(2, 4, 5));
   pcgc_piece p = whole_piece(&rp);
   p.global[0] = 6, p.offset[0] = 2;
-  pcgc_kernel_ctx ctx = {&p, NULL, 0, 0, false};
+  pcgc_kernel_ctx ctx = {&p, NULL, 0, 0, false, NULL, 0};
   run_case(PCGC_OP_REDUCE_MEAN, &a, "piece [2/6,4,5] dims 0", 1, &rp, &ctx, TOL_EW);
 }
 
@@ -891,7 +891,7 @@ static void test_attention(void) {
     pcgc_attrs a = attn_attrs(c);
     pcgc_buf in[MAX_IN];
     attn_inputs(c, in);
-    pcgc_kernel_ctx ctx = {NULL, NULL, 11, 99, c->dropout > 0};
+    pcgc_kernel_ctx ctx = {NULL, NULL, 11, 99, c->dropout > 0, NULL, 0};
     run_case(PCGC_OP_ATTENTION, &a, c->what, c->bias ? 11 : 7, in, &ctx, prec->tol);
   }
   /* query rows 2..3 of 4 (causal masks by logical position), dropout by
@@ -904,7 +904,7 @@ static void test_attention(void) {
   pcgc_piece p[MAX_IN];
   for (int i = 0; i < MAX_IN; i++) p[i] = whole_piece(&in[i]);
   p[0].global[1] = 4, p[0].offset[1] = 2;
-  pcgc_kernel_ctx ctx = {p, NULL, 5, 17, true};
+  pcgc_kernel_ctx ctx = {p, NULL, 5, 17, true, NULL, 0};
   pcgc_ptensor rows_out; /* inference of local shapes refuses a causal Sq != Sk */
   pcgc_ptensor_init(&rows_out, PCGC_F32, 3, (int64_t[]){2, 2, 3});
   run_case_to(PCGC_OP_ATTENTION, &a, "causal, dropout 0.4, rope, query rows 2..3 of 4", 11, in, &ctx, prec->tol, 1,
@@ -931,7 +931,7 @@ static void test_attention(void) {
       int64_t w = i == 4 || i == 5 ? kvw : 4;
       p[i].global[dim] = 2 * w, p[i].offset[dim] = w;
     }
-    pcgc_kernel_ctx hctx = {p, NULL, 3, 23, true};
+    pcgc_kernel_ctx hctx = {p, NULL, 3, 23, true, NULL, 0};
     /* the output [B, Sq, Eo]; inference of local shapes would take the
      * piece's 4 columns for all 4 heads (head size 1, which rope refuses) */
     pcgc_ptensor head_out;
@@ -961,7 +961,7 @@ static void test_losses(void) {
   pcgc_buf xp[2] = {frange(-3, 3, DIMS(3, 10)), irand(PCGC_I32, 10, DIMS(3))};
   pcgc_piece p[2] = {whole_piece(&xp[0]), whole_piece(&xp[1])};
   p[0].global[0] = p[1].global[0] = 8, p[0].offset[0] = p[1].offset[0] = 4;
-  pcgc_kernel_ctx ctx = {p, NULL, 0, 0, false};
+  pcgc_kernel_ctx ctx = {p, NULL, 0, 0, false, NULL, 0};
   run_case(PCGC_OP_SOFTMAX_CROSS_ENTROPY, &a, "batch piece [3/8,10] reduction=mean", 2, xp, &ctx, TOL_EW);
 
   for (int r = PCGC_REDUCTION_MEAN; r <= PCGC_REDUCTION_SUM; r++) {
@@ -979,7 +979,7 @@ static void test_losses(void) {
   pcgc_buf mp[2] = {frand(DIMS(2, 5)), frand(DIMS(2, 5))};
   pcgc_piece q[2] = {whole_piece(&mp[0]), whole_piece(&mp[1])};
   q[0].global[0] = q[1].global[0] = 6, q[0].offset[0] = q[1].offset[0] = 2;
-  pcgc_kernel_ctx qctx = {q, NULL, 0, 0, false};
+  pcgc_kernel_ctx qctx = {q, NULL, 0, 0, false, NULL, 0};
   run_case(PCGC_OP_MSE, &a, "batch piece [2/6,5] reduction=mean", 2, mp, &qctx, TOL_EW);
 }
 

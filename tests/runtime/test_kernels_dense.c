@@ -456,7 +456,7 @@ START_TEST(test_attention_values) {
   pcgc_piece pieces[7];
   for (int i = 0; i < 7; i++) pieces[i] = whole_piece(&c[i]);
   pieces[0].offset[1] = 1;
-  pcgc_kernel_ctx ctx = {pieces, NULL, 0, 0, false};
+  pcgc_kernel_ctx ctx = {pieces, NULL, 0, 0, false, NULL, 0};
   y = newbuf(PCGC_F64, 3, D(1, 1, 1));
   fwd(PCGC_OP_ATTENTION, &a, 7, cp, &y, &ctx);
   assert_vals(&y, V(7), 1e-14);
@@ -623,7 +623,7 @@ START_TEST(test_embedding_grad) {
     memset(pieces, 0, sizeof pieces);
     pieces[0].global[0] = 3, pieces[0].global[1] = 4;
     pieces[1].global[0] = 10, pieces[1].global[1] = 3, pieces[1].offset[0] = 3;
-    pcgc_kernel_ctx ctx = {pieces, NULL, 0, 0, false};
+    pcgc_kernel_ctx ctx = {pieces, NULL, 0, 0, false, NULL, 0};
     gc(PCGC_OP_EMBEDDING, &a, 2, pc, &ctx, 0, what);
   }
 }
@@ -678,8 +678,69 @@ START_TEST(test_attention_grad) {
                    GF(c->Ek, F),           GF(c->Ev, F),           GF(c->E, c->Eo),        GF(c->E),
                    GF(F),                  GF(F),                  GF(c->Eo)};
   for (int i = 3; i < 11; i++) in[i].scale = 0.5;
-  pcgc_kernel_ctx ctx = {NULL, NULL, 11, 99, c->dropout > 0};
+  pcgc_kernel_ctx ctx = {NULL, NULL, 11, 99, c->dropout > 0, NULL, 0};
   gc(PCGC_OP_ATTENTION, &a, c->bias ? 11 : 7, in, &ctx, 30, c->what);
+}
+END_TEST
+
+/* What forward keeps for backward (pcgc_kernel_ctx.saved, pcgc_op_saved_elems):
+ * with it, forward's output and backward's gradients are the same bits as
+ * without it (backward computing the projections and context again), in f64
+ * and f32, for every attention case; too little room is refused. */
+START_TEST(test_attention_saved) {
+  const attn_case *c = &attn_cases[_i];
+  pcgc_attrs a = attn_attrs(c);
+  int n = c->bias ? 11 : 7;
+  for (int f32 = 0; f32 < 2; f32++) {
+    pcgc_buf in[11];
+    attn_inputs(c, in, 500);
+    if (f32)
+      for (int i = 0; i < 11; i++) {
+        pcgc_buf x = copy_as(&in[i], PCGC_F32);
+        free(in[i].data);
+        in[i] = x;
+      }
+    const int64_t *dims[11];
+    for (int i = 0; i < n; i++) dims[i] = in[i].dims;
+    int64_t e = pcgc_op_saved_elems(PCGC_OP_ATTENTION, n, dims);
+    ck_assert_int_eq(e, 2 * c->B * c->Sq * c->E + 2 * c->B * c->Sk * c->E);
+    size_t es = f32 ? 4 : 8;
+    void *room = malloc((size_t)e * es);
+    pcgc_kernel_ctx plain = {NULL, NULL, 11, 99, c->dropout > 0, NULL, 0};
+    pcgc_kernel_ctx kept = {NULL, NULL, 11, 99, c->dropout > 0, room, e * (int64_t)es};
+    pcgc_buf y0 = out_for(PCGC_OP_ATTENTION, &a, n, in), y1 = out_for(PCGC_OP_ATTENTION, &a, n, in);
+    fwd(PCGC_OP_ATTENTION, &a, n, in, &y0, &plain);
+    fwd(PCGC_OP_ATTENTION, &a, n, in, &y1, &kept);
+    ck_assert_msg(memcmp(y0.data, y1.data, (size_t)pcgc_buf_numel(&y0) * es) == 0, "%s: forward differs", c->what);
+    pcgc_buf dy = copy_as(&y0, y0.dtype);
+    pcgc_cpu_fill_random(&dy, 0, 1, 77, NULL);
+    pcgc_buf d0[11], d1[11];
+    grads_for(n, in, d0);
+    grads_for(n, in, d1);
+    bwd(PCGC_OP_ATTENTION, &a, n, in, &y0, &dy, d0, &plain);
+    bwd(PCGC_OP_ATTENTION, &a, n, in, &y1, &dy, d1, &kept);
+    for (int i = 0; i < n; i++)
+      if (d0[i].data)
+        ck_assert_msg(memcmp(d0[i].data, d1[i].data, (size_t)pcgc_buf_numel(&d0[i]) * es) == 0,
+                      "%s (%s): the gradient of input %d differs with the saved projections", c->what,
+                      f32 ? "f32" : "f64", i);
+    kept.saved_bytes -= 1;
+    pcgc_error err;
+    pcgc_error_clear(&err);
+    ck_assert_int_eq(pcgc_cpu_forward(PCGC_OP_ATTENTION, &a, n, in, 1, &y1, &kept, &err), PCGC_ERR_INVALID);
+    ck_assert_msg(strstr(err.message, "saved for backward"), "%s", err.message);
+    for (int i = 0; i < 11; i++) {
+      free(in[i].data);
+      if (i < n) {
+        free(d0[i].data);
+        free(d1[i].data);
+      }
+    }
+    free(y0.data);
+    free(y1.data);
+    free(dy.data);
+    free(room);
+  }
 }
 END_TEST
 
@@ -852,7 +913,7 @@ START_TEST(test_embedding_table_pieces) {
       pcgc_buf piece[2] = {in[0], slice(&in[1], 0, r0, rows)}, dpiece[2];
       pcgc_piece pieces[2] = {whole_piece(&in[0]), whole_piece(&in[1])};
       pieces[1].offset[0] = r0;
-      pcgc_kernel_ctx ctx = {pieces, NULL, 0, 0, false};
+      pcgc_kernel_ctx ctx = {pieces, NULL, 0, 0, false, NULL, 0};
       pcgc_buf yp = newbuf(PCGC_F64, y.rank, y.dims);
       fwd(PCGC_OP_EMBEDDING, &a, 2, piece, &yp, &ctx);
       add_into(&sum, &yp);
@@ -890,7 +951,7 @@ START_TEST(test_embedding_bag_pieces) {
       pcgc_buf piece[2] = {slice(&in[0], 1, 2 * p, 2), in[1]}, dpiece[2];
       pcgc_piece pieces[2] = {whole_piece(&in[0]), whole_piece(&in[1])};
       pieces[0].offset[1] = 2 * p;
-      pcgc_kernel_ctx ctx = {pieces, NULL, 0, 0, false};
+      pcgc_kernel_ctx ctx = {pieces, NULL, 0, 0, false, NULL, 0};
       pcgc_buf yp = newbuf(PCGC_F64, y.rank, y.dims);
       fwd(PCGC_OP_EMBEDDING, &a, 2, piece, &yp, &ctx);
       add_into(&sum, &yp);
@@ -923,7 +984,7 @@ START_TEST(test_attention_row_pieces) {
   pcgc_attrs a = attn_attrs(&t);
   pcgc_buf in[11], din[11];
   attn_inputs(&t, in, 50);
-  pcgc_kernel_ctx ctx = {NULL, NULL, 5, 17, true};
+  pcgc_kernel_ctx ctx = {NULL, NULL, 5, 17, true, NULL, 0};
   pcgc_buf y = out_for(PCGC_OP_ATTENTION, &a, 11, in);
   fwd(PCGC_OP_ATTENTION, &a, 11, in, &y, &ctx);
   pcgc_buf dy = randbuf(PCGC_F64, 3, y.dims, 0, 61);
@@ -945,7 +1006,7 @@ START_TEST(test_attention_row_pieces) {
         piece[i] = slice(&in[i], dim, start, len);
         pieces[i].offset[dim] = start;
       }
-      pcgc_kernel_ctx pctx = {pieces, NULL, 5, 17, true};
+      pcgc_kernel_ctx pctx = {pieces, NULL, 5, 17, true, NULL, 0};
       pcgc_buf yp = slice(&y, dim, start, len), want = slice(&y, dim, start, len);
       memset(yp.data, 0, sizeof(double) * (size_t)pcgc_buf_numel(&yp));
       fwd(PCGC_OP_ATTENTION, &a, 11, piece, &yp, &pctx);
@@ -1008,7 +1069,7 @@ START_TEST(test_attention_head_pieces) {
   pcgc_attrs a = attn_attrs(&t);
   pcgc_buf in[11], din[11];
   attn_inputs(&t, in, 70);
-  pcgc_kernel_ctx ctx = {NULL, NULL, 3, 23, true};
+  pcgc_kernel_ctx ctx = {NULL, NULL, 3, 23, true, NULL, 0};
   pcgc_buf y = out_for(PCGC_OP_ATTENTION, &a, 7, in);
   fwd(PCGC_OP_ATTENTION, &a, 7, in, &y, &ctx);
   pcgc_buf dy = randbuf(PCGC_F64, 3, y.dims, 0, 81);
@@ -1029,7 +1090,7 @@ START_TEST(test_attention_head_pieces) {
       piece[i] = slice(&in[i], dim, w * p, w);
       pieces[i].offset[dim] = w * p;
     }
-    pcgc_kernel_ctx pctx = {pieces, NULL, 3, 23, true};
+    pcgc_kernel_ctx pctx = {pieces, NULL, 3, 23, true, NULL, 0};
     piece_pass(PCGC_OP_ATTENTION, &a, 7, piece, &pctx, y.dims, &dy, &ysum, dpiece);
     for (int i = 0; i < 3; i++) add_into(&sums[i], &dpiece[i]);
     for (int i = 3; i < 7; i++) {
@@ -1085,7 +1146,7 @@ START_TEST(test_moe_pieces) {
     pcgc_buf piece[3] = {slice(&cin[0], 1, 2 * p, 2), cin[1], slot}, dpiece[3];
     pcgc_piece pieces[3] = {whole_piece(&cin[0]), whole_piece(&cin[1]), whole_piece(&slot)};
     pieces[0].offset[1] = 2 * p;
-    pcgc_kernel_ctx pctx = {pieces, NULL, 0, 0, false};
+    pcgc_kernel_ctx pctx = {pieces, NULL, 0, 0, false, NULL, 0};
     piece_pass(PCGC_OP_MOE_COMBINE, &ca, 3, piece, &pctx, y.dims, &dy, &ysum, dpiece);
     pcgc_buf want = slice(&dcin[0], 1, 2 * p, 2);
     ASSERT_CLOSE(&dpiece[0], &want, 1e-14, "moe_combine piece %d: gradient of the experts' slots", p);
@@ -1116,7 +1177,7 @@ START_TEST(test_moe_pieces) {
     pcgc_piece pieces[2] = {whole_piece(&din_[0]), whole_piece(&slot)}, opiece = whole_piece(&xs);
     pieces[0].offset[2] = 3 * p;
     opiece.offset[3] = 3 * p;
-    pcgc_kernel_ctx pctx = {pieces, &opiece, 0, 0, false};
+    pcgc_kernel_ctx pctx = {pieces, &opiece, 0, 0, false, NULL, 0};
     pcgc_buf xp = newbuf(PCGC_F64, 4, D(2, 4, 3, 3)), dxp = slice(&dxs, 3, 3 * p, 3), want = slice(&xs, 3, 3 * p, 3);
     fwd(PCGC_OP_MOE_DISPATCH, &da, 2, piece, &xp, &pctx);
     ASSERT_CLOSE(&xp, &want, 0, "moe_dispatch piece %d", p);
@@ -1165,7 +1226,7 @@ START_TEST(test_global_pool_pieces) {
     pcgc_buf xp = slice(&x, 2, 2 * p, 2), yp = newbuf(PCGC_F64, 4, y.dims), dxp = newbuf(PCGC_F64, 4, xp.dims);
     pcgc_piece piece = whole_piece(&x);
     piece.offset[2] = 2 * p;
-    pcgc_kernel_ctx ctx = {&piece, NULL, 0, 0, false};
+    pcgc_kernel_ctx ctx = {&piece, NULL, 0, 0, false, NULL, 0};
     fwd(PCGC_OP_POOL2D, &a, 1, &xp, &yp, &ctx);
     add_into(&sum, &yp);
     bwd(PCGC_OP_POOL2D, &a, 1, &xp, &yp, &dy, &dxp, &ctx);
@@ -1196,7 +1257,8 @@ START_TEST(test_attention_dropout) {
   pcgc_buf base = out_for(PCGC_OP_ATTENTION, &a, 11, in);
   pcgc_buf y1 = newbuf(PCGC_F64, 3, base.dims), y2 = newbuf(PCGC_F64, 3, base.dims), y3 = newbuf(PCGC_F64, 3, base.dims);
   fwd(PCGC_OP_ATTENTION, &a0, 11, in, &base, NULL);
-  pcgc_kernel_ctx train = {NULL, NULL, 1, 2, true}, train2 = {NULL, NULL, 9, 2, true}, eval = {NULL, NULL, 1, 2, false};
+  pcgc_kernel_ctx train = {NULL, NULL, 1, 2, true, NULL, 0}, train2 = {NULL, NULL, 9, 2, true, NULL, 0},
+                  eval = {NULL, NULL, 1, 2, false, NULL, 0};
   fwd(PCGC_OP_ATTENTION, &a, 11, in, &y1, &train);
   fwd(PCGC_OP_ATTENTION, &a, 11, in, &y2, &train);
   ck_assert_msg(rel_err(&y1, &y2) == 0, "dropout is not deterministic for a seed");
@@ -1342,7 +1404,7 @@ START_TEST(test_embedding_id_errors) {
   pcgc_piece pieces[2] = {whole_piece(&in[0]), whole_piece(&in[1])};
   pieces[1].global[0] = 8;
   pieces[1].offset[0] = 4;
-  pcgc_kernel_ctx ctx = {pieces, NULL, 0, 0, false};
+  pcgc_kernel_ctx ctx = {pieces, NULL, 0, 0, false, NULL, 0};
   fwd(PCGC_OP_EMBEDDING, &a, 2, in, &y, &ctx);
   put(&in[0], 1, 8);
   expect_fail(PCGC_OP_EMBEDDING, &a, 2, in, &y, &ctx, PCGC_ERR_INVALID, "index 8", "[0, 8)");
@@ -1439,7 +1501,7 @@ START_TEST(test_attention_qkv_bias_grad) {
                      GF(c->Ek, c->E),        GF(c->Ev, c->E),        GF(c->E, c->Eo),        GF(c->E),
                      GF(c->E),               GF(c->E)};
     for (int i = 3; i < 10; i++) in[i].scale = 0.5;
-    pcgc_kernel_ctx ctx = {NULL, NULL, 11, 99, c->dropout > 0};
+    pcgc_kernel_ctx ctx = {NULL, NULL, 11, 99, c->dropout > 0, NULL, 0};
     char what[160];
     snprintf(what, sizeof what, "10 inputs: %s", c->what);
     gc(PCGC_OP_ATTENTION, &a, 10, in, &ctx, 30, what);
@@ -1454,7 +1516,7 @@ START_TEST(test_attention_qkv_bias_matches_11) {
   pcgc_attrs a = attn_attrs(t);
   pcgc_buf in[11], d10[11], d11[11];
   attn_inputs(t, in, 140);
-  pcgc_kernel_ctx ctx = {NULL, NULL, 4, 31, true};
+  pcgc_kernel_ctx ctx = {NULL, NULL, 4, 31, true, NULL, 0};
   pcgc_buf y10 = out_for(PCGC_OP_ATTENTION, &a, 10, in), y11 = out_for(PCGC_OP_ATTENTION, &a, 11, in);
   fwd(PCGC_OP_ATTENTION, &a, 10, in, &y10, &ctx);
   fwd(PCGC_OP_ATTENTION, &a, 11, in, &y11, &ctx);
@@ -1494,7 +1556,7 @@ START_TEST(test_attention_qkv_bias_head_pieces) {
   pcgc_attrs a = attn_attrs(&t);
   pcgc_buf in[11], din[10];
   attn_inputs(&t, in, 160);
-  pcgc_kernel_ctx ctx = {NULL, NULL, 3, 23, true};
+  pcgc_kernel_ctx ctx = {NULL, NULL, 3, 23, true, NULL, 0};
   pcgc_buf y = out_for(PCGC_OP_ATTENTION, &a, 10, in);
   fwd(PCGC_OP_ATTENTION, &a, 10, in, &y, &ctx);
   pcgc_buf dy = randbuf(PCGC_F64, 3, y.dims, 0, 161);
@@ -1514,7 +1576,7 @@ START_TEST(test_attention_qkv_bias_head_pieces) {
       piece[i] = slice(&in[i], dim, 4 * p, 4);
       pieces[i].offset[dim] = 4 * p;
     }
-    pcgc_kernel_ctx pctx = {pieces, NULL, 3, 23, true};
+    pcgc_kernel_ctx pctx = {pieces, NULL, 3, 23, true, NULL, 0};
     pcgc_buf yp = newbuf(PCGC_F64, 3, y.dims);
     fwd(PCGC_OP_ATTENTION, &a, 10, piece, &yp, &pctx);
     add_into(&ysum, &yp);
@@ -1580,6 +1642,7 @@ static Suite *dense_suite(void) {
   tcase_add_loop_test(tc, test_pool2d_grad, 0, (int)(sizeof pool_cases / sizeof *pool_cases));
   tcase_add_test(tc, test_embedding_grad);
   tcase_add_loop_test(tc, test_attention_grad, 0, (int)(sizeof attn_cases / sizeof *attn_cases));
+  tcase_add_loop_test(tc, test_attention_saved, 0, (int)(sizeof attn_cases / sizeof *attn_cases));
   tcase_add_test(tc, test_f32_matches_f64);
   tcase_add_test(tc, test_backward_accumulates);
   suite_add_tcase(s, tc);

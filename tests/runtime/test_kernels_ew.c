@@ -219,8 +219,8 @@ typedef struct op_case {
 static op_case cases[MAX_CASES];
 static int n_cases;
 
-static const pcgc_kernel_ctx train_ctx = {NULL, NULL, 42, 7, true};
-static const pcgc_kernel_ctx eval_ctx = {NULL, NULL, 42, 7, false};
+static const pcgc_kernel_ctx train_ctx = {NULL, NULL, 42, 7, true, NULL, 0};
+static const pcgc_kernel_ctx eval_ctx = {NULL, NULL, 42, 7, false, NULL, 0};
 
 static void add_case(pcgc_op_kind k, pcgc_attrs a, const pcgc_kernel_ctx *ctx, int n_in, const gc_input *g,
                      const char *what) {
@@ -732,7 +732,7 @@ START_TEST(dropout_piece_matches_whole) {
   backward_ok(PCGC_OP_DROPOUT, &a, 1, &x, 1, &y, &dy, &dx, &train_ctx);
   int64_t off[2] = {3, 4}, dims[2] = {4, 5};
   pcgc_piece pin = piece_(x.dims, off, 2), pout = pin;
-  pcgc_kernel_ctx ctx = {&pin, &pout, 42, 7, true};
+  pcgc_kernel_ctx ctx = {&pin, &pout, 42, 7, true, NULL, 0};
   pcgc_buf xp = slice(&x, off, dims), yp = like(&xp, -1), dyp = slice(&dy, off, dims), dxp = like(&xp, -1);
   forward_ok(PCGC_OP_DROPOUT, &a, 1, &xp, 1, &yp, &ctx);
   backward_ok(PCGC_OP_DROPOUT, &a, 1, &xp, 1, &yp, &dyp, &dxp, &ctx);
@@ -781,7 +781,7 @@ static void run_row_pieces(pcgc_op_kind k, const pcgc_attrs *a, int n_in, const 
     }
     int64_t zero[PCGC_MAX_RANK] = {0};
     po = piece_(out->dims, zero, out->rank);
-    pcgc_kernel_ctx ctx = {pd, &po, 0, 0, false};
+    pcgc_kernel_ctx ctx = {pd, &po, 0, 0, false, NULL, 0};
     piece_out[p] = like(out, -1);
     forward_ok(k, a, n_in, pin, 1, &piece_out[p], &ctx);
     pcgc_buf one = like(out, -1), din[2];
@@ -856,7 +856,7 @@ START_TEST(reshape_piece) {
   fill(&x, 8);
   pcgc_piece pin = piece_((int64_t[]){4, 6}, (int64_t[]){2, 0}, 2);
   pcgc_piece pout = piece_((int64_t[]){4, 2, 3}, (int64_t[]){2, 0, 0}, 3);
-  pcgc_kernel_ctx ctx = {&pin, &pout, 0, 0, false};
+  pcgc_kernel_ctx ctx = {&pin, &pout, 0, 0, false, NULL, 0};
   forward_ok(PCGC_OP_RESHAPE, &a, 1, &x, 1, &y, &ctx);
   ck_assert(memcmp(x.data, y.data, 12 * sizeof(double)) == 0);
   pcgc_error err;
@@ -1028,7 +1028,7 @@ START_TEST(errors_name_the_op) {
   /* the whole-tensor batch norm cannot see the rest of a split batch */
   pcgc_piece half[3] = {piece_((int64_t[]){4, 3}, (int64_t[]){2, 0}, 2), piece_((int64_t[]){3}, (int64_t[]){0}, 1),
                         piece_((int64_t[]){3}, (int64_t[]){0}, 1)};
-  pcgc_kernel_ctx bctx = {half, NULL, 0, 0, false};
+  pcgc_kernel_ctx bctx = {half, NULL, 0, 0, false, NULL, 0};
   a = attrs(PCGC_OP_BATCHNORM);
   EXPECT_ERROR(pcgc_cpu_forward(PCGC_OP_BATCHNORM, &a, 1, bn, 1, &bny, &bctx, err), PCGC_ERR_INVALID,
                "batchnorm:", "pcgc_cpu_batchnorm_stats");
@@ -1040,7 +1040,7 @@ START_TEST(errors_name_the_op) {
   /* a piece that does not fit its logical tensor */
   a = unary_attrs(PCGC_OP_DROPOUT);
   pcgc_piece bad_piece = piece_((int64_t[]){4}, (int64_t[]){2}, 1);
-  pcgc_kernel_ctx ctx = {NULL, &bad_piece, 1, 1, true};
+  pcgc_kernel_ctx ctx = {NULL, &bad_piece, 1, 1, true, NULL, 0};
   EXPECT_ERROR(pcgc_cpu_forward(PCGC_OP_DROPOUT, &a, 1, &x, 1, &y, &ctx, err), PCGC_ERR_INVALID, "dropout:",
                "piece");
   /* without an error report the status still comes back */

@@ -198,7 +198,7 @@ START_TEST(dropout_matches_definition) {
         dims[d] = draw(1, p.global[d]);
         p.offset[d] = draw(0, p.global[d] - dims[d]);
       }
-      pcgc_kernel_ctx ctx = {&p, &p, 11, 4242 + (uint64_t)rep, true};
+      pcgc_kernel_ctx ctx = {&p, &p, 11, 4242 + (uint64_t)rep, true, NULL, 0};
       pcgc_buf x = mk(dtypes[t], rank, dims), y = mk(dtypes[t], rank, dims), dy = mk(dtypes[t], rank, dims);
       pcgc_buf dx = mk(dtypes[t], rank, dims);
       fill(&x, 2), fill(&dy, 0), fill(&dx, 1);
