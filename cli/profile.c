@@ -254,14 +254,19 @@ static pcgc_status measure_links(const pcgc_machine *m, int n, pcgc_profile *p, 
   pcgc_status st = pcgc__cli_measure_links(n, m, &l, &worst, err);
   if (st == PCGC_OK) st = pcgc_profile_add_link(p, &l, err);
   if (st != PCGC_OK) return st;
-  char a[32], b[32];
-  printf("  %-10s %-12s %s\n", "bytes", "measured", "fitted link");
+  char a[32], b[32], c[32], d[32], e[32];
+  printf("  %-10s %-14s %-14s %-14s %-14s %s\n", "bytes", "all-reduce", "as the file", "message", "fitted link",
+         "as the file");
   for (int i = 0; i < l.n_points; i++)
-    printf("  %-10.0f %-12s %s\n", l.bytes[i], pcgc_cli_fmt_time(a, sizeof a, l.seconds[i]),
-           pcgc_cli_fmt_time(b, sizeof b, pcgc_profile_link_time(m, &l.link, n, l.bytes[i])));
-  printf("link among %d processes: %.3g GB/s, %.3g us%s (the machine file's: %.3g GB/s, %.3g us); fit within %.0f%%\n",
-         n, l.link.bandwidth / 1e9, l.link.latency * 1e6, l.link.shared ? ", shared" : "", m->intra.bandwidth / 1e9,
-         m->intra.latency * 1e6, 100 * worst);
+    printf("  %-10.0f %-14s %-14s %-14s %-14s %s\n", l.bytes[i], pcgc_cli_fmt_time(a, sizeof a, l.seconds[i]),
+           pcgc_cli_fmt_time(b, sizeof b, pcgc_profile_link_time(m, &m->intra, n, l.bytes[i])),
+           i < l.n_msg ? pcgc_cli_fmt_time(c, sizeof c, l.msg_seconds[i]) : "",
+           i < l.n_msg ? pcgc_cli_fmt_time(d, sizeof d, l.link.latency + l.msg_bytes[i] / l.link.bandwidth) : "",
+           i < l.n_msg ? pcgc_cli_fmt_time(e, sizeof e, pcgc_comm_p2p_time(m, true, 1, l.msg_bytes[i])) : "");
+  printf("link among %d processes, fitted to the messages: %.3g GB/s, %.3g us%s, within %.0f%% (the machine file's: "
+         "%.3g GB/s, %.3g us); all-reduces over all %d take the measured times\n",
+         n, l.link.bandwidth / 1e9, l.link.latency * 1e6, l.link.shared ? ", shared" : "", 100 * worst,
+         m->intra.bandwidth / 1e9, m->intra.latency * 1e6, n);
   return PCGC_OK;
 }
 

@@ -485,12 +485,16 @@ pcgc_profile_source pcgc_profile_update_time(const pcgc_profile *p, const pcgc_m
 /* Links measured among processes of one node (`pcgc profile --links`): the
  * all-reduces that `pcgc run`'s processes do over MPI, timed at sizes from 8
  * bytes to 16 MiB among `devices` processes on the measuring host, and the
- * link (alpha-beta) that makes the simulator's all-reduce over `devices`
- * devices of one node (pcgc_comm_time, AUTO, the link shared or not as the
- * machine's) take those times, fitted by least squares on log times. In the
- * database: "links": [{"devices": 4, "bandwidth": 1.2e9, "latency": 6e-6,
- * "shared": true, "points": [[8, 1.1e-5], ...]}], one per process count; the
- * member is optional (databases without it keep the machine's links). */
+ * one-way times of messages between two of them (half a ping-pong, the
+ * others waiting); and the link (alpha-beta, shared or not as the machine's)
+ * fitted by least squares on log times to the messages (a message of n
+ * bytes: latency + n / bandwidth), or where none were measured to the
+ * all-reduces (the simulator's over `devices` devices of one node,
+ * pcgc_comm_time, AUTO). In the database: "links": [{"devices": 4,
+ * "bandwidth": 1.2e9, "latency": 6e-6, "shared": true, "points": [[8,
+ * 1.1e-5], ...], "messages": [[8, 1e-6], ...]}], one per process count;
+ * "messages" and the member itself are optional (databases without it keep
+ * the machine's links). */
 #define PCGC_PROFILE_LINK_POINTS 16
 #define PCGC_PROFILE_MAX_LINKS 16
 typedef struct pcgc_profile_link {
@@ -499,18 +503,22 @@ typedef struct pcgc_profile_link {
   int n_points;
   double bytes[PCGC_PROFILE_LINK_POINTS];    /* all-reduced per process */
   double seconds[PCGC_PROFILE_LINK_POINTS];  /* one all-reduce, mean over calls, slowest process */
+  int n_msg;
+  double msg_bytes[PCGC_PROFILE_LINK_POINTS];   /* a message between two processes */
+  double msg_seconds[PCGC_PROFILE_LINK_POINTS]; /* its one-way time, mean over calls */
 } pcgc_profile_link;
 
 int pcgc_profile_n_links(const pcgc_profile *p);
 const pcgc_profile_link *pcgc_profile_link_at(const pcgc_profile *p, int i);
 /* Adds l, replacing a link of the same process count. */
 pcgc_status pcgc_profile_add_link(pcgc_profile *p, const pcgc_profile_link *l, pcgc_error *err);
-/* Fits l->link from l's points for l->devices devices of one node of m
- * (shared as m's intra link): the latency and bandwidth minimising the sum of
- * squared log ratios of the simulator's all-reduce time to each measured
- * one; *worst gets the largest |ratio - 1| left (may be NULL). PCGC_ERR_INVALID
- * without two points of distinct sizes, with devices < 2, or non-positive
- * values. Deterministic: a grid, then refinement, over log values. */
+/* Fits l->link (shared as m's intra link): the latency and bandwidth
+ * minimising the sum of squared log ratios of the modelled time to each
+ * measured one, of l's messages where it has two or more, else of its
+ * all-reduces over l->devices devices of one node of m; *worst gets the
+ * largest |ratio - 1| left (may be NULL). PCGC_ERR_INVALID without two points
+ * of distinct sizes, with devices < 2, or non-positive values.
+ * Deterministic: a grid, then refinement, over log values. */
 pcgc_status pcgc_profile_fit_link(const pcgc_machine *m, pcgc_profile_link *l, double *worst, pcgc_error *err);
 /* The simulator's all-reduce time of n bytes over `devices` devices of one
  * node of m with its intra link replaced by `link`. */

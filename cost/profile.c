@@ -33,7 +33,7 @@
  *                 "inputs": [[64, 784], [784, 512], [512]], "dtype": "f32",
  *                 "forward": 1.2e-4, "backward": 2.5e-4}, ...],
  *    "links": [{"devices": 2, "bandwidth": 2.1e9, "latency": 1.5e-6, "shared": true,
- *               "points": [[8, 1.2e-6], ...]}]}
+ *               "points": [[8, 1.2e-6], ...], "messages": [[8, 4e-7], ...]}]}
  * "links" is optional (`pcgc profile --links`; cost.h, pcgc_profile_link).
  */
 #define _POSIX_C_SOURCE 200809L
@@ -139,28 +139,38 @@ double pcgc_profile_link_time(const pcgc_machine *m, const pcgc_link *link, int 
   return pcgc_comm_time(&one, PCGC_COLL_ALL_REDUCE, PCGC_ALGO_AUTO, (pcgc_comm_group){1, devices, 1}, n);
 }
 
+/* The modelled time of what l measured at point i with link k: a message
+ * (msg) or an all-reduce. */
+static double link_model(const pcgc_machine *m, const pcgc_profile_link *l, const pcgc_link *k, bool msg, int i) {
+  return msg ? k->latency + l->msg_bytes[i] / k->bandwidth : pcgc_profile_link_time(m, k, l->devices, l->bytes[i]);
+}
+
 /* Sum of squared log ratios, model over measured, at log10 latency a and
  * log10 bandwidth b. */
-static double link_misfit(const pcgc_machine *m, const pcgc_profile_link *l, double a, double b) {
+static double link_misfit(const pcgc_machine *m, const pcgc_profile_link *l, bool msg, double a, double b) {
   pcgc_link k = {pow(10, b), pow(10, a), m->intra.shared};
   double s = 0;
-  for (int i = 0; i < l->n_points; i++) {
-    double r = log(pcgc_profile_link_time(m, &k, l->devices, l->bytes[i]) / l->seconds[i]);
+  for (int i = 0; i < (msg ? l->n_msg : l->n_points); i++) {
+    double r = log(link_model(m, l, &k, msg, i) / (msg ? l->msg_seconds[i] : l->seconds[i]));
     s += r * r;
   }
   return s;
 }
 
 pcgc_status pcgc_profile_fit_link(const pcgc_machine *m, pcgc_profile_link *l, double *worst, pcgc_error *err) {
-  if (!m || !l || l->devices < 2 || l->n_points < 2 || l->n_points > PCGC_PROFILE_LINK_POINTS)
+  bool msg = l && l->n_msg >= 2;
+  int np = !l ? 0 : msg ? l->n_msg : l->n_points;
+  if (!m || !l || l->devices < 2 || np < 2 || np > PCGC_PROFILE_LINK_POINTS ||
+      l->n_msg > PCGC_PROFILE_LINK_POINTS)
     return pcgc_error_set(err, PCGC_ERR_INVALID, "fitting a link needs 2 or more processes and 2 to %d measurements",
                           PCGC_PROFILE_LINK_POINTS);
+  const double *xb = msg ? l->msg_bytes : l->bytes, *xs = msg ? l->msg_seconds : l->seconds;
   bool distinct = false;
-  for (int i = 0; i < l->n_points; i++) {
-    if (!(l->bytes[i] > 0) || !(l->seconds[i] > 0) || !isfinite(l->bytes[i]) || !isfinite(l->seconds[i]))
+  for (int i = 0; i < np; i++) {
+    if (!(xb[i] > 0) || !(xs[i] > 0) || !isfinite(xb[i]) || !isfinite(xs[i]))
       return pcgc_error_set(err, PCGC_ERR_INVALID, "a link's measurement %d is not positive (%g bytes, %g s)", i,
-                            l->bytes[i], l->seconds[i]);
-    distinct = distinct || l->bytes[i] != l->bytes[0];
+                            xb[i], xs[i]);
+    distinct = distinct || xb[i] != xb[0];
   }
   if (!distinct) return pcgc_error_set(err, PCGC_ERR_INVALID, "fitting a link needs measurements of two sizes");
   /* a grid over 1 ns..1 s of latency and 1 MB/s..10 TB/s, then a pattern
@@ -168,7 +178,7 @@ pcgc_status pcgc_profile_fit_link(const pcgc_machine *m, pcgc_profile_link *l, d
   double ba = -9, bb = 6, best = INFINITY;
   for (double a = -9; a <= 0 + 1e-9; a += 0.1)
     for (double b = 6; b <= 13 + 1e-9; b += 0.1) {
-      double f = link_misfit(m, l, a, b);
+      double f = link_misfit(m, l, msg, a, b);
       if (f < best) best = f, ba = a, bb = b;
     }
   for (double step = 0.05; step > 1e-5; step /= 2) {
@@ -178,7 +188,7 @@ pcgc_status pcgc_profile_fit_link(const pcgc_machine *m, pcgc_profile_link *l, d
       for (int da = -1; da <= 1; da++)
         for (int db = -1; db <= 1; db++) {
           if (!da && !db) continue;
-          double f = link_misfit(m, l, ba + da * step, bb + db * step);
+          double f = link_misfit(m, l, msg, ba + da * step, bb + db * step);
           if (f < best - 1e-15) best = f, ba += da * step, bb += db * step, moved = true;
         }
     }
@@ -186,8 +196,8 @@ pcgc_status pcgc_profile_fit_link(const pcgc_machine *m, pcgc_profile_link *l, d
   l->link = (pcgc_link){pow(10, bb), pow(10, ba), m->intra.shared};
   if (worst) {
     *worst = 0;
-    for (int i = 0; i < l->n_points; i++) {
-      double r = fabs(pcgc_profile_link_time(m, &l->link, l->devices, l->bytes[i]) / l->seconds[i] - 1);
+    for (int i = 0; i < np; i++) {
+      double r = fabs(link_model(m, l, &l->link, msg, i) / xs[i] - 1);
       if (r > *worst) *worst = r;
     }
   }
@@ -683,16 +693,24 @@ static pcgc_status parse_links(const cJSON *j, const char *path, pcgc_profile *p
       snprintf(what + w, sizeof what - w, "\"points\" must be an array of at most 16 [bytes, seconds] pairs");
     else
       what[0] = 0;
-    const cJSON *pt;
-    if (!what[0]) cJSON_ArrayForEach(pt, pts) {
-      const cJSON *b = cJSON_GetArrayItem(pt, 0), *t = cJSON_GetArrayItem(pt, 1);
-      if (!cJSON_IsArray(pt) || cJSON_GetArraySize(pt) != 2 || !cJSON_IsNumber(b) || !(b->valuedouble > 0) ||
-          !isfinite(b->valuedouble) || !cJSON_IsNumber(t) || !(t->valuedouble > 0) || !isfinite(t->valuedouble)) {
-        snprintf(what, sizeof what, "link %d: point %d must be [bytes, seconds], both positive", i, l.n_points);
-        break;
+    const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(k, "messages");
+    if (!what[0] && msgs && (!cJSON_IsArray(msgs) || cJSON_GetArraySize(msgs) > PCGC_PROFILE_LINK_POINTS))
+      snprintf(what, sizeof what, "link %d: \"messages\" must be an array of at most 16 [bytes, seconds] pairs", i);
+    for (int part = 0; part < 2 && !what[0]; part++) {
+      const cJSON *pt, *arr = part ? msgs : pts;
+      int *cnt = part ? &l.n_msg : &l.n_points;
+      double *xb = part ? l.msg_bytes : l.bytes, *xs = part ? l.msg_seconds : l.seconds;
+      cJSON_ArrayForEach(pt, arr) {
+        const cJSON *b = cJSON_GetArrayItem(pt, 0), *t = cJSON_GetArrayItem(pt, 1);
+        if (!cJSON_IsArray(pt) || cJSON_GetArraySize(pt) != 2 || !cJSON_IsNumber(b) || !(b->valuedouble > 0) ||
+            !isfinite(b->valuedouble) || !cJSON_IsNumber(t) || !(t->valuedouble > 0) || !isfinite(t->valuedouble)) {
+          snprintf(what, sizeof what, "link %d: %s %d must be [bytes, seconds], both positive", i,
+                   part ? "message" : "point", *cnt);
+          break;
+        }
+        xb[*cnt] = b->valuedouble;
+        xs[(*cnt)++] = t->valuedouble;
       }
-      l.bytes[l.n_points] = b->valuedouble;
-      l.seconds[l.n_points++] = t->valuedouble;
     }
     if (what[0]) return bad(err, path, -1, what);
     l.devices = (int)dv->valuedouble;
@@ -852,6 +870,15 @@ static cJSON *to_json(const pcgc_profile *p) {
         goto fail;
       for (int k = 0; k < l->n_points; k++) {
         const double v[2] = {l->bytes[k], l->seconds[k]};
+        cJSON *pt = cJSON_CreateDoubleArray(v, 2);
+        if (!pt || !cJSON_AddItemToArray(pts, pt)) {
+          cJSON_Delete(pt);
+          goto fail;
+        }
+      }
+      if (l->n_msg && !(pts = cJSON_AddArrayToObject(j, "messages"))) goto fail;
+      for (int k = 0; k < l->n_msg; k++) {
+        const double v[2] = {l->msg_bytes[k], l->msg_seconds[k]};
         cJSON *pt = cJSON_CreateDoubleArray(v, 2);
         if (!pt || !cJSON_AddItemToArray(pts, pt)) {
           cJSON_Delete(pt);

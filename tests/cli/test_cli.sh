@@ -187,7 +187,8 @@ expect 2 "$pcgc" profile "$tmp/tiny.pcg" --machine dgx-h100 -o "$tmp/x.json" --c
 # so a data-parallel step of the tiny model, a weight and a bias, takes 1 s), another machine its own link
 # (the ranks run MPI: under ASan, Open MPI's own allocations at exit are not this program's leaks)
 ASAN_OPTIONS=detect_leaks=0 expect 0 "$pcgc" profile --links 2 --machine cpu-2 -o "$tmp/links.json"
-has "$tmp/out" "measuring the all-reduces of 2 processes"; has "$tmp/out" "link among 2 processes:"
+has "$tmp/out" "measuring the all-reduces of 2 processes"; has "$tmp/out" "link among 2 processes, fitted to the messages:"
+has "$tmp/links.json" '"messages":' 
 has "$tmp/out" "(0 kernel entries, links of 1 process count)"; has "$tmp/links.json" '"devices":	2'
 sed -E 's/\[([0-9]+), [0-9.e+-]+\]/[\1, 0.5]/g' "$tmp/links.json" >"$tmp/slowlinks.json"
 expect 0 "$pcgc" simulate "$tmp/tiny.pcg" --machine cpu-2 --strategy data-parallel --optimizer sgd --profile "$tmp/slowlinks.json"

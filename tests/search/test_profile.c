@@ -619,6 +619,16 @@ START_TEST(links) {
   ck_assert_msg(fabs(l.link.bandwidth / 3e9 - 1) < 1e-3 && fabs(l.link.latency / 4e-6 - 1) < 1e-3,
                 "fitted %g B/s %g s", l.link.bandwidth, l.link.latency);
   ck_assert(worst < 1e-3 && l.link.shared);
+  /* messages, where measured, are what the link is fitted to: latency + n / bandwidth */
+  pcgc_profile_link ml = l;
+  for (double b = 8; b <= 16777216; b *= 16, ml.n_msg++) {
+    ml.msg_bytes[ml.n_msg] = b;
+    ml.msg_seconds[ml.n_msg] = 2e-6 + b / 7e9;
+  }
+  ck_assert_int_eq(pcgc_profile_fit_link(&m, &ml, &worst, &err), PCGC_OK);
+  ck_assert_msg(fabs(ml.link.bandwidth / 7e9 - 1) < 1e-3 && fabs(ml.link.latency / 2e-6 - 1) < 1e-3,
+                "fitted to messages: %g B/s %g s", ml.link.bandwidth, ml.link.latency);
+  ck_assert(worst < 1e-3);
   /* bad points */
   pcgc_profile_link one = l;
   one.n_points = 1;
@@ -633,6 +643,9 @@ START_TEST(links) {
   l.seconds[0] = 20e-6, l.seconds[1] = 1e-3, l.seconds[2] = 10e-3;
   ck_assert_int_eq(pcgc_profile_fit_link(&m, &l, &worst, &err), PCGC_OK);
   ck_assert(worst > 0.1);
+  l.n_msg = 2;
+  l.msg_bytes[0] = 8, l.msg_bytes[1] = 65536;
+  l.msg_seconds[0] = 1e-6, l.msg_seconds[1] = 2e-5;
   pcgc_profile *p = pcgc_profile_new("cpu-4");
   ck_assert_int_eq(pcgc_profile_add_link(p, &l, &err), PCGC_OK);
   pcgc_profile_link two = l;
@@ -656,6 +669,7 @@ START_TEST(links) {
   ck_assert(fabs(r->link.bandwidth / l.link.bandwidth - 1) < 1e-12 && fabs(r->link.latency / l.link.latency - 1) < 1e-12);
   ck_assert(r->link.shared);
   ck_assert(r->bytes[2] == 4194304 && r->seconds[1] == 1e-3);
+  ck_assert(r->n_msg == 2 && r->msg_bytes[1] == 65536 && r->msg_seconds[0] == 1e-6);
   /* applied: all-reduces over the 4 devices take the measured times */
   pcgc_machine a = m;
   ck_assert_ptr_eq(pcgc_profile_apply_link(q, &a), r);
@@ -692,6 +706,11 @@ START_TEST(links) {
       {"[{\"devices\": 2, \"bandwidth\": 1e9, \"latency\": 0, \"shared\": 1, \"points\": []}]", "\"shared\""},
       {"[{\"devices\": 2, \"bandwidth\": 1e9, \"latency\": 0, \"shared\": true, \"points\": [[8]]}]", "point 0"},
       {"[{\"devices\": 2, \"bandwidth\": 1e9, \"latency\": 0, \"shared\": true, \"points\": [[8, 0]]}]", "point 0"},
+      {"[{\"devices\": 2, \"bandwidth\": 1e9, \"latency\": 0, \"shared\": true, \"points\": [], \"messages\": 3}]",
+       "\"messages\" must be an array"},
+      {"[{\"devices\": 2, \"bandwidth\": 1e9, \"latency\": 0, \"shared\": true, \"points\": [], "
+       "\"messages\": [[8, 1e-6], [-1, 1]]}]",
+       "message 1 must be"},
       {"[{\"devices\": 2, \"bandwidth\": 1e9, \"latency\": 0, \"shared\": true, \"points\": []}, "
        "{\"devices\": 2, \"bandwidth\": 1e9, \"latency\": 0, \"shared\": true, \"points\": []}]",
        "a second link of 2"},
