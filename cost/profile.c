@@ -845,6 +845,19 @@ fail:
   return NULL;
 }
 
+/* [bytes, seconds] pairs appended to array a; false on out of memory. */
+static bool add_pairs(cJSON *a, int n, const double *bytes, const double *seconds) {
+  for (int k = 0; k < n; k++) {
+    const double v[2] = {bytes[k], seconds[k]};
+    cJSON *pt = cJSON_CreateDoubleArray(v, 2);
+    if (!pt || !cJSON_AddItemToArray(a, pt)) {
+      cJSON_Delete(pt);
+      return false;
+    }
+  }
+  return true;
+}
+
 static cJSON *to_json(const pcgc_profile *p) {
   cJSON *root = cJSON_CreateObject(), *ents = NULL, *dev = NULL;
   if (!root || !cJSON_AddStringToObject(root, "format", "pcgc-profile") || !cJSON_AddNumberToObject(root, "version", 2) ||
@@ -868,23 +881,10 @@ static cJSON *to_json(const pcgc_profile *p) {
           !cJSON_AddNumberToObject(j, "latency", l->link.latency) || !cJSON_AddBoolToObject(j, "shared", l->link.shared) ||
           !(pts = cJSON_AddArrayToObject(j, "points")))
         goto fail;
-      for (int k = 0; k < l->n_points; k++) {
-        const double v[2] = {l->bytes[k], l->seconds[k]};
-        cJSON *pt = cJSON_CreateDoubleArray(v, 2);
-        if (!pt || !cJSON_AddItemToArray(pts, pt)) {
-          cJSON_Delete(pt);
-          goto fail;
-        }
-      }
-      if (l->n_msg && !(pts = cJSON_AddArrayToObject(j, "messages"))) goto fail;
-      for (int k = 0; k < l->n_msg; k++) {
-        const double v[2] = {l->msg_bytes[k], l->msg_seconds[k]};
-        cJSON *pt = cJSON_CreateDoubleArray(v, 2);
-        if (!pt || !cJSON_AddItemToArray(pts, pt)) {
-          cJSON_Delete(pt);
-          goto fail;
-        }
-      }
+      if (!add_pairs(pts, l->n_points, l->bytes, l->seconds)) goto fail;
+      if (l->n_msg && (!(pts = cJSON_AddArrayToObject(j, "messages")) ||
+                       !add_pairs(pts, l->n_msg, l->msg_bytes, l->msg_seconds)))
+        goto fail;
     }
   }
   if (!(ents = cJSON_AddArrayToObject(root, "entries"))) goto fail;
