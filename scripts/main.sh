@@ -30,7 +30,7 @@ build/pcgc compile models/dlrm.pcg --machine dgx-h100 -o build/dlrm.plan.json
 build/pcgc compile models/gpt-3b.pcg --machine p100-4x4 --batch 16 --verify -o build/gpt-3b.plan.json
 build/pcgc compile models/llama3-8b.pcg --machine h100-8x8 --precision bf16 --budget 0
 build/pcgc train models/cnn.pcg --steps 8 --optimizer adam
-build/pcgc profile models/moe-small.pcg --machine cpu-4 -o build/moe-small.cpu-4.prof
+build/pcgc profile models/moe-small.pcg --machine cpu-4 --links 4 -o build/moe-small.cpu-4.prof
 build/pcgc compile models/moe-small.pcg --machine cpu-4 --choice dp=2,tp=2 --budget 0 \
   --profile build/moe-small.cpu-4.prof -o build/moe-small.cpu-4.json
 build/pcgc run build/moe-small.cpu-4.json --steps 5 --check
