@@ -14,11 +14,14 @@
  * batch's time is its slowest rank's mean per call, and the median batch is
  * kept. A message is half of a ping-pong between ranks 0 and 1 (MPI_Send and
  * MPI_Recv, as the runtime's messages; the other ranks wait in a barrier,
- * as ranks waiting for a message do).
+ * as ranks waiting for a message do). The measuring process waits at most
+ * 120 s (PCGC_LINKS_TIMEOUT), then stops mpirun and says so.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <mpi.h>
+#include <signal.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,6 +59,11 @@ static double batch(float *buf, int n, int k, bool msg, int rank) {
   double worst = t;
   MPI_Reduce(&t, &worst, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
   return worst;
+}
+
+static void nap(double s) {
+  struct timespec t = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+  nanosleep(&t, NULL);
 }
 
 static int by_value(const void *a, const void *b) {
@@ -113,8 +121,26 @@ pcgc_status pcgc__cli_measure_links(int n, const pcgc_machine *m, pcgc_profile_l
     pcgc_cli_exec_mpirun("profile", n, "profile", 2, args);
     _exit(127);
   }
+  /* never forever: a rank that hangs (or an mpirun that never starts them)
+   * ends the measurement after the limit, mpirun told to stop its ranks */
+  const char *lim = getenv("PCGC_LINKS_TIMEOUT");
+  double limit = lim && atof(lim) > 0 ? atof(lim) : 120, waited = 0;
   int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  pid_t got = 0;
+  while ((got = waitpid(pid, &status, WNOHANG)) == 0 || (got < 0 && errno == EINTR)) {
+    if (waited >= limit) {
+      kill(pid, SIGTERM);
+      for (int i = 0; i < 40 && waitpid(pid, &status, WNOHANG) == 0; i++) nap(0.05);
+      if (waitpid(pid, &status, WNOHANG) == 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+      }
+      unlink(path);
+      return pcgc_error_set(err, PCGC_ERR_IO, "the %d processes measuring the link did not finish within %g s; "
+                            "stopped them (PCGC_LINKS_TIMEOUT sets the limit)", n, limit);
+    }
+    nap(0.05);
+    waited += 0.05;
   }
   memset(l, 0, sizeof *l);
   l->devices = n;

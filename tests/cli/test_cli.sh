@@ -201,6 +201,12 @@ has "$tmp/err" "measured links among 2 processes, not cpu-4's 4"
 # kernels and a link in one database; --append keeps what it holds
 ASAN_OPTIONS=detect_leaks=0 expect 0 "$pcgc" profile --links 2 --machine cpu-local -o "$tmp/copies2.json" --append
 has "$tmp/out" "wrote $tmp/copies2.json (8 kernel entries, links of 1 process count)"
+# never forever: ranks that do not finish are stopped after PCGC_LINKS_TIMEOUT (here an "mpirun" that only sleeps)
+printf '#!/bin/sh\nexec sleep 37\n' >"$tmp/hang-mpirun"; chmod +x "$tmp/hang-mpirun"
+PCGC_MPIRUN="$tmp/hang-mpirun" PCGC_LINKS_TIMEOUT=1 expect 3 "$pcgc" profile --links 2 --machine cpu-2 -o "$tmp/x.json"
+has "$tmp/err" "the 2 processes measuring the link did not finish within 1 s; stopped them"
+pgrep -f "sleep 37" >/dev/null && bad "the hung launcher outlived pcgc profile --links" || ok
+[ -e "$tmp/x.json" ] && bad "a database was written though the measurement failed" || ok
 expect 2 "$pcgc" profile --links 1 --machine cpu-2 -o "$tmp/x.json"; has "$tmp/err" "--links takes 2 to 256"
 expect 1 "$pcgc" profile --links 2 --machine dgx-h100 -o "$tmp/x.json"; has "$tmp/err" "measures MPI among CPU processes"
 expect 2 "$pcgc" profile --machine cpu-2 -o "$tmp/x.json"; has "$tmp/err" "missing MODEL (or --links N alone)"
