@@ -145,11 +145,11 @@ pcgc_status pcgc__cli_profile_measure(const pcgc_graph *g, int id, const bool *g
   pcgc_kernel_ctx ctx = {.seed = 1, .node = pcgc_rng_stream(n->name), .training = training};
   /* on the CPU, as CPU plans run it: what forward keeps for backward (codegen's SAVED buffer) */
   void *saved = NULL;
-  if (!(be && !be->host) && st == PCGC_OK) {
+  if (!(be && !be->host) && st == PCGC_OK && pcgc_op_saves(n->kind)) {
     const int64_t *dims[PCGC_VARIADIC];
     for (int i = 0; i < n->n_in; i++) dims[i] = b.in[i].dims;
     int64_t e = pcgc_op_saved_elems(n->kind, n->n_in, dims);
-    size_t es = n->out[0].dtype == PCGC_F64 ? 8 : 4;
+    size_t es = pcgc_dtype_size(pcgc_op_saved_dtype(n->out[0].dtype));
     if (e > 0 && !(saved = malloc((size_t)e * es))) st = pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory profiling '%s'", n->name);
     ctx.saved = saved;
     ctx.saved_bytes = e > 0 ? e * (int64_t)es : 0;

@@ -234,7 +234,7 @@ static int scratch_buf(cg *C, int node, int64_t key, int mu, int dev, pcgc_dtype
  * by the dims of its kernel's input buffers args[0..n_in); -1 when the op
  * keeps nothing or saving is off. */
 static int saved_buf(cg *C, const pcgc_node *n, int64_t q, int mu, int dev, const int *args) {
-  if (!C->o.save_for_backward || C->st) return -1;
+  if (!C->o.save_for_backward || C->st || !pcgc_op_saves(n->kind)) return -1;
   const int64_t *dims[PCGC_VARIADIC];
   for (int i = 0; i < n->n_in; i++) {
     if (args[i] < 0) return -1;
@@ -246,7 +246,7 @@ static int saved_buf(cg *C, const pcgc_node *n, int64_t q, int mu, int dev, cons
   int id = buf_find(C, k);
   if (id >= 0) return id;
   pcgc_box b = {1, {0}, {e}};
-  return buf_add(C, k, n->out[0].dtype == PCGC_F64 ? PCGC_F64 : PCGC_F32, &b, false);
+  return buf_add(C, k, pcgc_op_saved_dtype(n->out[0].dtype), &b, false);
 }
 
 /* ----------------------------------------------------------------- tasks */
@@ -849,7 +849,9 @@ static void lower_ordinary_bwd(cg *C, const pcgc_node *n) {
         }
       }
       /* what the piece's forward kept (its recomputation's, where recomputed) */
-      int sv = C->o.save_for_backward ? buf_find(C, mkkey(X, PCGC_BUF_SAVED, n->id, 0, p, out_mu(n, 0, mu))) : -1;
+      int sv = C->o.save_for_backward && pcgc_op_saves(n->kind)
+                   ? buf_find(C, mkkey(X, PCGC_BUF_SAVED, n->id, 0, p, out_mu(n, 0, mu)))
+                   : -1;
       args[2 * ni + 2 * no] = sv;
       int t = task_begin(C, 4);
       pcgc_ins I = ins_new(C, PCGC_INS_BACKWARD);

@@ -290,8 +290,12 @@ pcgc_status pcgc_op_piece_inputs(pcgc_op_kind k, const pcgc_attrs *a, int n_in, 
   return PCGC_OK;
 }
 
+bool pcgc_op_saves(pcgc_op_kind k) { return k == PCGC_OP_ATTENTION; }
+
+pcgc_dtype pcgc_op_saved_dtype(pcgc_dtype out) { return out == PCGC_F64 ? PCGC_F64 : PCGC_F32; }
+
 int64_t pcgc_op_saved_elems(pcgc_op_kind k, int n_in, const int64_t *const *in_dims) {
-  if (k != PCGC_OP_ATTENTION || n_in < 7 || !in_dims) return 0;
+  if (!pcgc_op_saves(k) || n_in < 7 || !in_dims) return 0;
   int64_t B = in_dims[0][0], Sq = in_dims[0][1], Sk = in_dims[1][1], E = in_dims[3][1];
   return 2 * B * Sq * E + 2 * B * Sk * E;
 }

@@ -355,6 +355,12 @@ pcgc_status pcgc_op_piece_inputs(pcgc_op_kind k, const pcgc_attrs *a, int n_in, 
  * its projected queries, keys and values and its context, 2 B Sq E + 2 B Sk E
  * (q [B, Sq, .], k [B, Sk, .], wq [., E]). 0 for every other op. */
 int64_t pcgc_op_saved_elems(pcgc_op_kind k, int n_in, const int64_t *const *in_dims);
+/* Whether op k keeps anything for its backward at all (the cheap test before
+ * pcgc_op_saved_elems), and the dtype it keeps it in for an op whose output
+ * is of dtype `out`: its compute dtype, f64 for f64 ops, else f32 (bf16
+ * storage included: kernels compute on f32 copies). */
+bool pcgc_op_saves(pcgc_op_kind k);
+pcgc_dtype pcgc_op_saved_dtype(pcgc_dtype out);
 
 /* ------------------------------------------------------------------ graph */
 

@@ -638,14 +638,14 @@ static void ordinary_times(const sim *S, const pcgc_node *n, otimes *o) {
   /* on CPU machines codegen keeps what the piece's backward would compute again
    * (save_for_backward, pcgc_op_saved_elems), as long as its outputs */
   o->saved = 0;
-  if (o->kept && S->m->device.kind == PCGC_DEVICE_CPU && n->kind == PCGC_OP_ATTENTION) {
+  if (o->kept && S->m->device.kind == PCGC_DEVICE_CPU && pcgc_op_saves(n->kind)) {
     int64_t dims[PCGC_VARIADIC][PCGC_MAX_RANK];
     const int64_t *dp[PCGC_VARIADIC];
     for (int i = 0; i < n->n_in; i++) {
       pcgc_profile_piece_dims(pcgc_graph_ref_type(S->g, n->in[i]), dims[i]);
       dp[i] = dims[i];
     }
-    o->saved = (double)pcgc_op_saved_elems(n->kind, n->n_in, dp) * (n->out[0].dtype == PCGC_F64 ? 8 : 4);
+    o->saved = (double)pcgc_op_saved_elems(n->kind, n->n_in, dp) * (double)pcgc_dtype_size(pcgc_op_saved_dtype(n->out[0].dtype));
   }
   o->fwd = N->t.fwd + pcgc_cost_widen_time(S->m, bf_in + bf_out);
   o->bwd = N->t.bwd + pcgc_cost_widen_time(S->m, 3 * bf_in + 2 * bf_out) + (o->recomputed ? o->fwd : 0);

@@ -710,12 +710,15 @@ static void SFX(kv_proj)(const attn_geo *g, int64_t rows, int64_t m, const REAL 
 }
 
 /* What forward keeps for backward (pcgc_kernel_ctx.saved): Qp [B*Sq, E]
- * (rotated), Kp and Vp [B*Sk, E] (expanded), the context Cx [B*Sq, E]; NULL
- * when the caller gave no room. Too little room is an error (*bad). */
-static REAL *SFX(attn_saved)(const pcgc__kargs *k, const attn_geo *g, bool *bad) {
+ * (rotated), Kp and Vp [B*Sk, E] (expanded), the context Cx [B*Sq, E]; *sv
+ * NULL when the caller gave no room. Too little room is an error. */
+static pcgc_status SFX(attn_saved)(const pcgc__kargs *k, const attn_geo *g, REAL **sv) {
   int64_t n = 2 * g->B * g->Sq * g->E + 2 * g->B * g->Sk * g->E;
-  *bad = k->ctx->saved && k->ctx->saved_bytes < n * (int64_t)sizeof(REAL);
-  return k->ctx->saved && !*bad ? k->ctx->saved : NULL;
+  *sv = k->ctx->saved;
+  if (*sv && k->ctx->saved_bytes < n * (int64_t)sizeof(REAL))
+    return pcgc_error_set(k->err, PCGC_ERR_INVALID, "attention: %lld bytes saved for backward, %lld needed",
+                          (long long)k->ctx->saved_bytes, (long long)(n * (int64_t)sizeof(REAL)));
+  return PCGC_OK;
 }
 
 static pcgc_status SFX(attn_fwd)(const pcgc__kargs *k, const attn_geo *g) {
@@ -724,11 +727,9 @@ static pcgc_status SFX(attn_fwd)(const pcgc__kargs *k, const attn_geo *g) {
   const REAL *bv = g->bias ? in[9].data : NULL, *bo = g->bias_o ? in[10].data : NULL;
   int64_t nq = g->B * g->Sq * g->E, nk = g->B * g->Sk * g->E, np = g->Sq * g->Sk;
   int64_t nkc = g->group > 1 ? g->B * g->Sk * g->F : 0; /* grouped k/v before expansion */
-  bool bad;
-  REAL *sv = SFX(attn_saved)(k, g, &bad);
-  if (bad)
-    return pcgc_error_set(k->err, PCGC_ERR_INVALID, "attention: %lld bytes saved for backward, %lld needed",
-                          (long long)k->ctx->saved_bytes, (long long)((2 * nq + 2 * nk) * (int64_t)sizeof(REAL)));
+  REAL *sv;
+  pcgc_status sst = SFX(attn_saved)(k, g, &sv);
+  if (sst) return sst;
   REAL *buf = kalloc(k, (sv ? 0 : 2 * nq + 2 * nk) + 2 * np + nkc, sizeof(REAL));
   if (!buf) return PCGC_ERR_NOMEM;
   REAL *Qp = sv ? sv : buf, *Kp = Qp + nq, *Vp = Kp + nk, *Cx = Vp + nk;
@@ -776,11 +777,9 @@ static pcgc_status SFX(attn_bwd)(const pcgc__kargs *k, const attn_geo *g) {
   bool want_v = din[2].data || din[5].data || dbias[2];
   int64_t nq = g->B * g->Sq * g->E, nk = g->B * g->Sk * g->E, np = g->Sq * g->Sk;
   int64_t nkc = g->group > 1 ? g->B * g->Sk * g->F : 0; /* grouped k/v before expansion, and dK, dV folded */
-  bool bad;
-  REAL *sv = SFX(attn_saved)(k, g, &bad); /* forward's Qp, Kp, Vp and Cx, or NULL: computed again */
-  if (bad)
-    return pcgc_error_set(k->err, PCGC_ERR_INVALID, "attention: %lld bytes saved for backward, %lld needed",
-                          (long long)k->ctx->saved_bytes, (long long)((2 * nq + 2 * nk) * (int64_t)sizeof(REAL)));
+  REAL *sv; /* forward's Qp, Kp, Vp and Cx, or NULL: computed again */
+  pcgc_status sst = SFX(attn_saved)(k, g, &sv);
+  if (sst) return sst;
   REAL *buf = kalloc(k, (sv ? 0 : 2 * nq + 2 * nk) + 2 * nq + 2 * nk + 3 * np + 2 * nkc, sizeof(REAL));
   if (!buf) return PCGC_ERR_NOMEM;
   REAL *Qp = sv ? sv : buf, *Kp = Qp + nq, *Vp = Kp + nk, *Cx = Vp + nk;
