@@ -56,8 +56,9 @@ const char *pcgc_cli_fmt_bytes(char *b, size_t n, double x);
 /* Loads a profile database (--profile DB) for machine m, whose precision is
  * already applied (pcgc_machine_set_precision), and says on stderr, as
  * "pcgc CMD: ...", how its times reach m's device. A link it measured among
- * m's devices per node (pcgc profile --links) replaces m's intra link on a
- * one-node machine. */
+ * m's devices per node (pcgc profile --links) is applied to a one-node
+ * machine: its all-reduces over all of them as measured, the fitted link for
+ * the rest (pcgc_profile_apply_link). */
 pcgc_status pcgc_cli_load_profile(const char *cmd, const char *profile, pcgc_machine *m, pcgc_profile **p,
                                   pcgc_error *err);
 /* The launcher: $PCGC_MPIRUN, else the mpirun found at build time ("" if none). */

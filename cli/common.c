@@ -140,7 +140,8 @@ const char *pcgc_cli_fmt_bytes(char *b, size_t n, double x) {
 }
 
 /* Loads --profile DB and says on stderr how its times reach m's device; a
- * link measured among m's devices per node replaces m's intra link. */
+ * link measured among m's devices per node is applied to m
+ * (pcgc_profile_apply_link). */
 pcgc_status pcgc_cli_load_profile(const char *cmd, const char *profile, pcgc_machine *m, pcgc_profile **p,
                                   pcgc_error *err) {
   pcgc_status st = pcgc_profile_load(profile, p, err);
@@ -149,7 +150,8 @@ pcgc_status pcgc_cli_load_profile(const char *cmd, const char *profile, pcgc_mac
   const pcgc_profile_link *l = pcgc_profile_apply_link(*p, m);
   if (l) {
     fprintf(stderr, "pcgc %s: note: %s measured the all-reduces of %d processes: they take the measured times, "
-                    "messages a link of %.3g GB/s and %.3g us fitted to them (%s's file says %.3g GB/s, %.3g us)\n",
+                    "messages a link of %.3g GB/s and %.3g us fitted to the measured ones (%s's file says %.3g GB/s, "
+                    "%.3g us)\n",
             cmd, profile, l->devices, l->link.bandwidth / 1e9, l->link.latency * 1e6, m->name, was.bandwidth / 1e9,
             was.latency * 1e6);
   } else if (pcgc_profile_n_links(*p) && m->nodes == 1) {
