@@ -845,6 +845,16 @@ fail:
   return NULL;
 }
 
+/* A new object appended to array a, or NULL (out of memory). */
+static cJSON *append_object(cJSON *a) {
+  cJSON *j = cJSON_CreateObject();
+  if (j && !cJSON_AddItemToArray(a, j)) {
+    cJSON_Delete(j);
+    return NULL;
+  }
+  return j;
+}
+
 /* [bytes, seconds] pairs appended to array a; false on out of memory. */
 static bool add_pairs(cJSON *a, int n, const double *bytes, const double *seconds) {
   for (int k = 0; k < n; k++) {
@@ -872,11 +882,8 @@ static cJSON *to_json(const pcgc_profile *p) {
     if (!links) goto fail;
     for (int i = 0; i < p->n_links; i++) {
       const pcgc_profile_link *l = &p->links[i];
-      cJSON *j = cJSON_CreateObject(), *pts;
-      if (!j || !cJSON_AddItemToArray(links, j)) {
-        cJSON_Delete(j);
-        goto fail;
-      }
+      cJSON *j = append_object(links), *pts;
+      if (!j) goto fail;
       if (!cJSON_AddNumberToObject(j, "devices", l->devices) || !cJSON_AddNumberToObject(j, "bandwidth", l->link.bandwidth) ||
           !cJSON_AddNumberToObject(j, "latency", l->link.latency) || !cJSON_AddBoolToObject(j, "shared", l->link.shared) ||
           !(pts = cJSON_AddArrayToObject(j, "points")))
@@ -890,11 +897,8 @@ static cJSON *to_json(const pcgc_profile *p) {
   if (!(ents = cJSON_AddArrayToObject(root, "entries"))) goto fail;
   for (int i = 0; i < p->n; i++) {
     const pcgc_profile_entry *e = &p->e[i];
-    cJSON *j = cJSON_CreateObject(), *ins;
-    if (!j || !cJSON_AddItemToArray(ents, j)) {
-      cJSON_Delete(j);
-      goto fail;
-    }
+    cJSON *j = append_object(ents), *ins;
+    if (!j) goto fail;
     if (!cJSON_AddStringToObject(j, "op", pcgc_op_name(e->kind)) || !cJSON_AddStringToObject(j, "attrs", e->attrs) ||
         !(ins = cJSON_AddArrayToObject(j, "inputs")))
       goto fail;
