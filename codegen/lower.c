@@ -48,37 +48,6 @@ int pcgc__cg_home(const cg *C, int node, int64_t p) {
 
 static int value_m(const pcgc_ptensor *t) { return t->micro > 1 ? t->micro : 1; }
 
-/* The logical box of piece q, micro-batch mu, of a value of type t. */
-static bool box_intersect(const pcgc_box *a, const pcgc_box *b, pcgc_box *out) {
-  out->rank = a->rank;
-  for (int d = 0; d < a->rank; d++) {
-    int64_t lo = a->lo[d] > b->lo[d] ? a->lo[d] : b->lo[d];
-    int64_t e1 = a->lo[d] + a->len[d], e2 = b->lo[d] + b->len[d];
-    int64_t hi = e1 < e2 ? e1 : e2;
-    if (hi <= lo) return false;
-    out->lo[d] = lo;
-    out->len[d] = hi - lo;
-  }
-  return true;
-}
-
-static bool box_equal(const pcgc_box *a, const pcgc_box *b) {
-  if (a->rank != b->rank) return false;
-  for (int d = 0; d < a->rank; d++)
-    if (a->lo[d] != b->lo[d] || a->len[d] != b->len[d]) return false;
-  return true;
-}
-
-static void box_union(pcgc_box *a, const pcgc_box *b) {
-  for (int d = 0; d < a->rank; d++) {
-    int64_t lo = a->lo[d] < b->lo[d] ? a->lo[d] : b->lo[d];
-    int64_t e1 = a->lo[d] + a->len[d], e2 = b->lo[d] + b->len[d];
-    a->lo[d] = lo;
-    a->len[d] = (e1 > e2 ? e1 : e2) - lo;
-  }
-}
-
-
 /* --------------------------------------------------------------- buffers */
 
 typedef struct bkey { /* hashed as bytes: no padding (unused is zeroed) */
@@ -610,7 +579,7 @@ static void need_box(cg *C, int src, int dev, const pcgc_box *b) {
   hbox *e = NULL;
   HASH_FIND(hh, C->boxes, &key, sizeof key, e);
   if (e) {
-    box_union(&e->box, b);
+    pcgc_box_union(&e->box, b);
     return;
   }
   e = calloc(1, sizeof *e);
@@ -656,7 +625,7 @@ static int read_piece(cg *C, pcgc_ref r, int64_t q, int mi, int X) {
     if (S < 0) return -1;
     pcgc_box hb;
     pcgc_plan_buf_box(&C->dv[X].buf[S], &hb);
-    if (box_equal(&hb, &b)) return S;
+    if (pcgc_box_equal(&hb, &b)) return S;
     bkey k = mkkey(X, PCGC_BUF_VIEW, r.node, r.slot, q, mi);
     int id = buf_find(C, k);
     if (id >= 0) return id;
@@ -1019,24 +988,12 @@ static void lower_relayout(cg *C, const pcgc_node *n, bool backward) {
   free(L.c);
 }
 
-/* Local buffers of one device among a list: returns how many, ids in out. */
+/* The buffers of one device of a fan (pcgc_fan.dev[k]): bufs[0..n). */
 typedef struct member {
   int dev;
   int n;
-  int bufs[64];
+  int *bufs;
 } member;
-
-static int members_add(member *ms, int n, int dev, int buf) {
-  for (int i = 0; i < n; i++)
-    if (ms[i].dev == dev) {
-      if (ms[i].n < 64) ms[i].bufs[ms[i].n++] = buf;
-      return n;
-    }
-  ms[n].dev = dev;
-  ms[n].n = 1;
-  ms[n].bufs[0] = buf;
-  return n + 1;
-}
 
 /* One buffer holding the sum of a member's buffers (itself when it has one). */
 static int member_sum(cg *C, const member *m, int node, int64_t key, int mu, pcgc_dtype t, const pcgc_box *b) {
@@ -1046,20 +1003,20 @@ static int member_sum(cg *C, const member *m, int node, int64_t key, int mu, pcg
   return s;
 }
 
-/* Sends value/gradient `src` on device Y to every other member: COPY into
- * local targets, SEND/RECV to one device, BCAST to more; on a member with
- * several targets, the first receives and the rest copy from it. add: into
- * the targets (gradients). */
-static void spread(cg *C, int Y, int srcbuf, member *ms, int nm, bool add, int node, int64_t key, int mu,
-                   const pcgc_box *box) {
-  int others = 0;
-  for (int i = 0; i < nm; i++) others += ms[i].dev != Y;
-  int devs[4096], nd = 0, recv_into[4096];
-  if (nm > 4096) {
-    C->st = pcgc_error_set(C->err, PCGC_ERR_UNSUPPORTED, "a collective over more than 4096 devices");
+/* Sends value/gradient `srcbuf` on the fan's narrow device Y to every member
+ * (ms[k]: the fan's dev[k]) as pcgc_fan_move_of says: COPY into local
+ * targets, SEND/RECV to one device, BCAST to more (RELAY: one message to
+ * the first member, which broadcasts to the rest); on a member with several
+ * targets, the first receives and the rest copy from it. add: into the
+ * targets (gradients). */
+static void spread(cg *C, const pcgc_fan *F, pcgc_fan_move mv, int srcbuf, member *ms, bool add, int node,
+                   int64_t key, int mu, const pcgc_box *box) {
+  int Y = F->narrow, nm = F->n_dev;
+  int *recv_into = malloc((size_t)nm * sizeof *recv_into);
+  if (!recv_into) {
+    C->st = PCGC_ERR_NOMEM;
     return;
   }
-  devs[nd++] = Y;
   for (int i = 0; i < nm; i++) {
     if (ms[i].dev == Y) {
       for (int k = 0; k < ms[i].n; k++)
@@ -1068,27 +1025,24 @@ static void spread(cg *C, int Y, int srcbuf, member *ms, int nm, bool add, int n
     }
     /* with add and several targets, receive into scratch then add to each */
     recv_into[i] = add && ms[i].n > 1 ? scratch_buf(C, node, key, mu, ms[i].dev, PCGC_F32, box) : ms[i].bufs[0];
-    devs[nd++] = ms[i].dev;
   }
-  /* the source outside a group of two or more (another pipeline stage's
-   * device): one message to the first member, which broadcasts to the rest,
-   * so that no collective spans two stages (a stage's streams would wait for
-   * the next stage to reach it) */
-  int root = Y, rsrc = srcbuf, *gdevs = devs, ng = nd;
-  if (others > 1 && others == nm && !add) {
+  int root = Y, rsrc = srcbuf;
+  const int *gdevs = F->grp;
+  int ng = F->n_grp;
+  if (mv == PCGC_FAN_RELAY) {
     t_sendrecv(C, Y, srcbuf, ms[0].dev, recv_into[0], box, false);
     root = ms[0].dev;
     rsrc = recv_into[0];
-    gdevs = devs + 1;
-    ng = nd - 1;
+    gdevs = F->dev;
+    ng = F->n_dev;
   }
-  if (others == 1) {
+  if (mv == PCGC_FAN_MESSAGE) {
     for (int i = 0; i < nm; i++)
       if (ms[i].dev != Y) {
         bool into_scratch = add && ms[i].n > 1;
         t_sendrecv(C, Y, srcbuf, ms[i].dev, recv_into[i], box, add && !into_scratch);
       }
-  } else if (others > 1) {
+  } else if (mv == PCGC_FAN_COLLECTIVE || mv == PCGC_FAN_RELAY) {
     int grp = group_id(C, gdevs, ng);
     int t = task_begin(C, 8);
     pcgc_ins I = ins_new(C, PCGC_INS_BCAST);
@@ -1112,54 +1066,45 @@ static void spread(cg *C, int Y, int srcbuf, member *ms, int nm, bool add, int n
     int from = recv_into[i];
     for (int k = add && ms[i].n > 1 ? 0 : 1; k < ms[i].n; k++) t_copy(C, ms[i].dev, ms[i].bufs[k], from, NULL, add, 2);
   }
+  free(recv_into);
 }
 
-/* Sums every member's buffers into `dst` on device X: local ones copied
- * (the first sets unless add), one other device point to point, more by a
- * REDUCE collective. */
-static void gather_sum(cg *C, int X, int dst, member *ms, int nm, bool add, int node, int64_t key, int mu,
-                       pcgc_dtype t, const pcgc_box *box) {
-  int others = 0, local = -1;
-  for (int i = 0; i < nm; i++) {
+/* Sums every member's buffers into `dst` on the fan's narrow device X as
+ * pcgc_fan_move_of says: local ones copied (the first sets unless add), one
+ * other device point to point, more by a REDUCE collective (RELAY: the
+ * members reduce to the first of them, which sends the sum on). */
+static void gather_sum(cg *C, const pcgc_fan *F, pcgc_fan_move mv, int dst, member *ms, bool add, int node,
+                       int64_t key, int mu, pcgc_dtype t, const pcgc_box *box) {
+  int X = F->narrow, nm = F->n_dev, local = -1;
+  for (int i = 0; i < nm; i++)
     if (ms[i].dev == X) local = i;
-    else others++;
-  }
   bool set = !add;
-  if (others <= 1 && local >= 0) {
-    for (int k = 0; k < ms[local].n; k++) {
+  if (mv == PCGC_FAN_LOCAL || mv == PCGC_FAN_MESSAGE) {
+    for (int k = 0; local >= 0 && k < ms[local].n; k++) {
       t_copy(C, X, dst, ms[local].bufs[k], NULL, !set, 2);
       set = false;
     }
-  }
-  if (others == 1) {
-    for (int i = 0; i < nm; i++)
+    for (int i = 0; mv == PCGC_FAN_MESSAGE && i < nm; i++)
       if (ms[i].dev != X) {
         int s = member_sum(C, &ms[i], node, key, mu, t, box);
         t_sendrecv(C, ms[i].dev, s, X, dst, box, !set);
       }
     return;
   }
-  if (others == 0) return;
-  int devs[4096], nd = 0, srcs[4096];
-  if (nm + 1 > 4096) {
-    C->st = pcgc_error_set(C->err, PCGC_ERR_UNSUPPORTED, "a collective over more than 4096 devices");
+  /* COLLECTIVE: over X and the others, rooted at X (F->grp's order);
+   * RELAY: over the members, rooted at the first, into its own scratch
+   * (slot 1: member_sum's, slot 0, may be a source) */
+  const int *devs = mv == PCGC_FAN_RELAY ? F->dev : F->grp;
+  int nd = mv == PCGC_FAN_RELAY ? F->n_dev : F->n_grp;
+  int *srcs = malloc((size_t)nd * sizeof *srcs);
+  if (!srcs) {
+    C->st = PCGC_ERR_NOMEM;
     return;
   }
-  if (local >= 0) {
-    devs[nd] = X;
-    srcs[nd++] = member_sum(C, &ms[local], node, key, mu, t, box);
-  }
-  for (int i = 0; i < nm; i++)
-    if (ms[i].dev != X) {
-      devs[nd] = ms[i].dev;
-      srcs[nd++] = member_sum(C, &ms[i], node, key, mu, t, box);
-    }
-  /* the destination outside the group (another pipeline stage's device):
-   * the members reduce to the first of them, into its own scratch (slot 1:
-   * member_sum's, slot 0, may be a source), which sends the sum on, so that
-   * no collective spans two stages */
+  for (int i = 0; i < nd; i++) /* each member's sum first: the reduce reads them */
+    srcs[i] = member_sum(C, &ms[F->at[devs[i]]], node, key, mu, t, box);
   int root = devs[0], rdst = dst;
-  if (local < 0) {
+  if (mv == PCGC_FAN_RELAY) {
     bkey sk = mkkey(root, PCGC_BUF_SCRATCH, node, 1, key, mu);
     if ((rdst = buf_find(C, sk)) < 0) rdst = buf_add(C, sk, t, box, false);
   }
@@ -1172,18 +1117,18 @@ static void gather_sum(cg *C, int X, int dst, member *ms, int nm, bool add, int 
     I.src = srcs[i];
     if (i == 0) {
       I.dst = rdst;
-      I.add = add && local >= 0;
+      I.add = add && mv == PCGC_FAN_COLLECTIVE;
     }
     emit(C, tk, devs[i], I, NULL, 0, box, NULL, 0);
   }
-  if (local < 0) t_sendrecv(C, root, rdst, X, dst, box, add);
+  free(srcs);
+  if (mv == PCGC_FAN_RELAY) t_sendrecv(C, root, rdst, X, dst, box, add);
 }
 
-/* replicate and reduce, mirror images of each other: one piece on the
- * narrow side (replicate's input piece, reduce's output piece) and the d
- * pieces it fans out to or in from on the wide side (replicate's copies,
- * reduce's partial sums). Data flows narrow -> wide in replicate's forward
- * and reduce's backward (spread), wide -> narrow otherwise (gather_sum). */
+/* replicate and reduce: each piece on the narrow side and the d pieces it
+ * fans out to or in from (pcgc_fan). Data flows narrow -> wide in
+ * replicate's forward and reduce's backward (spread), wide -> narrow
+ * otherwise (gather_sum). */
 static void lower_fan(cg *C, const pcgc_node *n, bool backward) {
   bool rep = n->kind == PCGC_OP_REPLICATE;
   const pcgc_ptensor *to = &n->out[0], *ti = pcgc_graph_ref_type(C->g, n->in[0]);
@@ -1191,20 +1136,19 @@ static void lower_fan(cg *C, const pcgc_node *n, bool backward) {
   int m = value_m(to), src = n->in[0].node, slot = n->in[0].slot;
   int nnode = rep ? src : n->id, nslot = rep ? slot : 0, wnode = rep ? n->id : src, wslot = rep ? 0 : slot;
   int nm_mu = value_m(narrow) > 1, wm_mu = value_m(wide) > 1;
-  int64_t d = pcgc_attrs_int(&n->attrs, "degree"), P = pcgc_ptensor_pieces(narrow);
+  int64_t P = pcgc_ptensor_pieces(narrow);
   bool to_wide = rep != backward;
   if (backward && !C->needg[src]) return;
-  member *ms = malloc((size_t)d * sizeof *ms);
-  if (!ms) {
-    C->st = PCGC_ERR_NOMEM;
-    return;
-  }
+  pcgc_fan F;
+  if ((C->st = pcgc_fan_init(&F, pcgc_attrs_int(&n->attrs, "degree"), C->D, C->err))) return;
+  member *ms = malloc((size_t)F.cap * sizeof *ms);
+  int *bufs = malloc((size_t)F.cap * sizeof *bufs), *wb = malloc((size_t)F.cap * sizeof *wb);
+  if (!ms || !bufs || !wb) C->st = PCGC_ERR_NOMEM;
   int role = backward ? PCGC_BUF_GRAD : PCGC_BUF_VALUE;
   for (int mu = 0; mu < m && !C->st; mu++)
     for (int64_t q = 0; q < P && !C->st; q++) {
-      int64_t c[PCGC_MAX_RANK], s, r;
-      pcgc_piece_coords(narrow, q, c, &s, &r);
-      int Y = pcgc__cg_home(C, nnode, q), ymu = nm_mu ? mu : 0, wmu = wm_mu ? mu : 0;
+      pcgc_fan_at(&F, C->g, C->mp, n, q);
+      int Y = F.narrow, ymu = nm_mu ? mu : 0, wmu = wm_mu ? mu : 0;
       C->ctx_node = n->id;
       C->ctx_piece = q;
       C->ctx_micro = mu;
@@ -1212,134 +1156,99 @@ static void lower_fan(cg *C, const pcgc_node *n, bool backward) {
       pcgc_piece_box(narrow, q, ymu, &box);
       int one = value_buf(C, role, nnode, nslot, q, ymu, Y);
       if (backward) touch(C, Y, one, 3);
-      int nm = 0;
-      for (int64_t j = 0; j < d; j++) {
-        int64_t p = rep ? pcgc_piece_index(wide, c, s, r * d + j) : pcgc_piece_index(wide, c, s * d + j, r);
-        int X = pcgc__cg_home(C, wnode, p);
+      for (int k = 0; k < F.n_dev; k++) ms[k] = (member){F.dev[k], 0, NULL};
+      for (int64_t j = 0; j < F.d; j++) {
+        int X = F.wdev[j];
         /* a replica on its source's device is the source itself */
-        int b = rep && !backward && X == Y ? buf_alias(C, mkkey(X, role, wnode, wslot, p, wmu), one)
-                                           : value_buf(C, role, wnode, wslot, p, wmu, X);
-        if (backward) touch(C, X, b, 3);
-        nm = members_add(ms, nm, X, b);
+        wb[j] = rep && !backward && X == Y ? buf_alias(C, mkkey(X, role, wnode, wslot, F.wide[j], wmu), one)
+                                           : value_buf(C, role, wnode, wslot, F.wide[j], wmu, X);
+        if (backward) touch(C, X, wb[j], 3);
+        ms[F.member[j]].n++;
       }
-      if (to_wide) spread(C, Y, one, ms, nm, backward, n->id, q, mu, &box);
-      else gather_sum(C, Y, one, ms, nm, backward, n->id, q, mu, vdtype(C, nnode, nslot), &box);
+      /* each member's buffers, in the order of the wide pieces */
+      for (int k = 0, at = 0; k < F.n_dev; k++) {
+        ms[k].bufs = bufs + at;
+        at += ms[k].n;
+        ms[k].n = 0;
+      }
+      for (int64_t j = 0; j < F.d; j++) {
+        member *M = &ms[F.member[j]];
+        M->bufs[M->n++] = wb[j];
+      }
+      pcgc_fan_move mv = pcgc_fan_move_of(&F, to_wide, backward);
+      if (to_wide) spread(C, &F, mv, one, ms, backward, n->id, q, mu, &box);
+      else gather_sum(C, &F, mv, one, ms, backward, n->id, q, mu, vdtype(C, nnode, nslot), &box);
     }
   free(ms);
+  free(bufs);
+  free(wb);
+  pcgc_fan_destroy(&F);
 }
 
 /* --------------------------------------------------------------- weights */
 
-static int cmp64(const void *a, const void *b) {
-  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-  return (x > y) - (x < y);
+/* One cell of weight src's gradient, held by grp[0..ng): a non-blocking
+ * all-reduce, waited for in the update phase. */
+typedef struct sync_ctx {
+  cg *C;
+  int src;
+} sync_ctx;
+
+static bool sync_cell(void *ctx, const pcgc_box *cell, const int *grp, int ng) {
+  sync_ctx *X = ctx;
+  cg *C = X->C;
+  int src = X->src;
+  int gid = group_id(C, grp, ng);
+  int tk = task_begin(C, 14);
+  C->t[tk].priority_now = C->t[tk].allreduce = true;
+  for (int i = 0; i < ng; i++) {
+    cg_dev *V = &C->dv[grp[i]];
+    pcgc_ins I = ins_new(C, PCGC_INS_ALLREDUCE_START);
+    I.dst = source_buf(C, src, grp[i], PCGC_BUF_SOURCE_GRAD);
+    I.peer = gid;
+    I.tag = V->n_requests++;
+    emit(C, tk, grp[i], I, NULL, 0, cell, NULL, 0);
+  }
+  C->ctx_phase_save = C->phase;
+  C->phase = CG_UPD;
+  int tw = task_begin(C, 0);
+  for (int i = 0; i < ng; i++) {
+    cg_dev *V = &C->dv[grp[i]];
+    pcgc_ins W = ins_new(C, PCGC_INS_WAIT);
+    W.dst = source_buf(C, src, grp[i], PCGC_BUF_SOURCE_GRAD);
+    W.tag = V->n_requests - 1;
+    emit(C, tw, grp[i], W, NULL, 0, cell, NULL, 0);
+  }
+  edge(C, tk, tw);
+  C->phase = C->ctx_phase_save;
+  return !C->st;
 }
 
-/* The devices that keep a box of weight `src` all-reduce each cell (a box
- * cut by every holder's boundaries) they share, non-blocking. */
+/* The devices that keep a box of weight `src` all-reduce each cell they
+ * share (pcgc_weight_sync_cells), non-blocking. */
 static void lower_weight_sync(cg *C, int src) {
   const pcgc_ptensor *t = &C->g->nodes[src].out[0];
-  int D = C->D, *hold = malloc((size_t)D * sizeof *hold), nh = 0;
-  int64_t *cuts = malloc((size_t)(2 * D + 2) * PCGC_MAX_RANK * sizeof *cuts);
-  int ncut[PCGC_MAX_RANK];
-  if (!hold || !cuts) {
+  int *hold = malloc((size_t)C->D * sizeof *hold), nh = 0;
+  pcgc_box *boxes = malloc((size_t)C->D * sizeof *boxes);
+  if (!hold || !boxes) {
     free(hold);
-    free(cuts);
+    free(boxes);
     C->st = PCGC_ERR_NOMEM;
     return;
   }
-  for (int X = 0; X < D; X++)
-    if (held_box(C, src, X)) {
-      hold[nh++] = X;
-      touch(C, X, source_buf(C, src, X, PCGC_BUF_SOURCE_GRAD), 3);
-    }
-  int r = t->rank;
-  for (int d = 0; d < r; d++) {
-    int64_t *cd = cuts + (int64_t)d * (2 * D + 2);
-    int k = 0;
-    for (int i = 0; i < nh; i++) {
-      const pcgc_box *b = held_box(C, src, hold[i]);
-      cd[k++] = b->lo[d];
-      cd[k++] = b->lo[d] + b->len[d];
-    }
-    qsort(cd, (size_t)k, sizeof *cd, cmp64);
-    int u = 0;
-    for (int i = 0; i < k; i++)
-      if (u == 0 || cd[i] != cd[u - 1]) cd[u++] = cd[i];
-    ncut[d] = u;
+  for (int X = 0; X < C->D; X++) {
+    const pcgc_box *b = held_box(C, src, X);
+    if (!b) continue;
+    hold[nh] = X;
+    boxes[nh++] = *b;
+    touch(C, X, source_buf(C, src, X, PCGC_BUF_SOURCE_GRAD), 3);
   }
-  int idx[PCGC_MAX_RANK] = {0};
-  int *grp = malloc((size_t)D * sizeof *grp);
-  if (!grp) {
-    C->st = PCGC_ERR_NOMEM;
-    free(hold);
-    free(cuts);
-    return;
-  }
-  for (;;) {
-    pcgc_box cell;
-    cell.rank = r;
-    bool empty = false;
-    for (int d = 0; d < r; d++) {
-      int64_t *cd = cuts + (int64_t)d * (2 * D + 2);
-      if (ncut[d] < 2) empty = true;
-      else {
-        cell.lo[d] = cd[idx[d]];
-        cell.len[d] = cd[idx[d] + 1] - cd[idx[d]];
-      }
-    }
-    if (empty) break;
-    int ng = 0;
-    for (int i = 0; i < nh; i++) {
-      pcgc_box x;
-      const pcgc_box *b = held_box(C, src, hold[i]);
-      if (box_intersect(b, &cell, &x) && box_equal(&x, &cell)) grp[ng++] = hold[i];
-    }
-    if (ng > 1) {
-      int gid = group_id(C, grp, ng);
-      int tk = task_begin(C, 14);
-      C->t[tk].priority_now = C->t[tk].allreduce = true;
-      for (int i = 0; i < ng; i++) {
-        cg_dev *V = &C->dv[grp[i]];
-        pcgc_ins I = ins_new(C, PCGC_INS_ALLREDUCE_START);
-        I.dst = source_buf(C, src, grp[i], PCGC_BUF_SOURCE_GRAD);
-        I.peer = gid;
-        I.tag = V->n_requests++;
-        emit(C, tk, grp[i], I, NULL, 0, &cell, NULL, 0);
-      }
-      C->ctx_phase_save = C->phase;
-      C->phase = CG_UPD;
-      int tw = task_begin(C, 0);
-      for (int i = 0; i < ng; i++) {
-        cg_dev *V = &C->dv[grp[i]];
-        pcgc_ins W = ins_new(C, PCGC_INS_WAIT);
-        W.dst = source_buf(C, src, grp[i], PCGC_BUF_SOURCE_GRAD);
-        W.tag = V->n_requests - 1;
-        emit(C, tw, grp[i], W, NULL, 0, &cell, NULL, 0);
-      }
-      edge(C, tk, tw);
-      C->phase = C->ctx_phase_save;
-    }
-    int d = r - 1;
-    while (d >= 0 && idx[d] + 2 >= ncut[d]) idx[d--] = 0;
-    if (d < 0) break;
-    idx[d]++;
-  }
-  if (r == 0 && nh > 1) { /* a scalar weight: one cell */
-    int gid = group_id(C, hold, nh);
-    int tk = task_begin(C, 14);
-    C->t[tk].priority_now = C->t[tk].allreduce = true;
-    pcgc_box cell = {0, {0}, {0}};
-    for (int i = 0; i < nh; i++) {
-      pcgc_ins I = ins_new(C, PCGC_INS_ALLREDUCE);
-      I.dst = source_buf(C, src, hold[i], PCGC_BUF_SOURCE_GRAD);
-      I.peer = gid;
-      emit(C, tk, hold[i], I, NULL, 0, &cell, NULL, 0);
-    }
-  }
-  free(grp);
+  sync_ctx ctx = {C, src};
+  bool oom;
+  pcgc_weight_sync_cells(t->rank, nh, hold, boxes, 2, sync_cell, &ctx, &oom);
+  if (oom) C->st = PCGC_ERR_NOMEM;
   free(hold);
-  free(cuts);
+  free(boxes);
 }
 
 static void lower_updates(cg *C) {

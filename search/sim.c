@@ -534,14 +534,9 @@ static void weight_read(sim *S, int node, int64_t box, int dev, int32_t bwd) {
   S->w[S->nw++] = (wrec){S->nd[node].ts + box, dev, bwd, node};
 }
 
-/* The bytes of a piece of t of `bytes` as the program stores it (pcgc_stored_dtype). */
-static double stored_bytes(const pcgc_ptensor *t, double bytes) {
-  return bytes / (double)pcgc_dtype_size(t->dtype) * (double)pcgc_dtype_size(pcgc_stored_dtype(t->dtype));
-}
-
-/* The same for value (node, slot) of `bytes`, and its gradient: bf16 under
+/* The bytes of value (node, slot) of `bytes` as the program stores it, and its gradient: bf16 under
  * bf16 storage (pcgc_value_dtype). Activations kept, moved and zeroed are
- * counted so; weights and data by stored_bytes. */
+ * counted so; weights and data in pcgc_stored_dtype. */
 static double value_bytes(const sim *S, int node, int slot, double bytes) {
   return bytes * pcgc_value_scale(S->g, node, slot, S->o.bf16);
 }
@@ -884,127 +879,136 @@ static void gen_relayout(sim *S, const pcgc_node *n) {
     }
 }
 
-/* Distinct devices of list[0..n) other than `except`, into S->grp[1..]; returns how many. */
-static int others(sim *S, const int32_t *list, int n, int except) {
-  int32_t gen = next_stamp(S);
-  int k = 0;
-  S->stamp[except] = gen;
-  for (int i = 0; i < n; i++)
-    if (S->stamp[list[i]] != gen) {
-      S->stamp[list[i]] = gen;
-      S->grp[1 + k++] = list[i];
-    }
-  S->grp[0] = except;
-  return k;
-}
-
-/* replicate: each input piece goes to the devices of its d copies. */
-static void gen_replicate(sim *S, const pcgc_node *n, int32_t *dev) {
+/* replicate: each input piece goes to the devices of its d copies, as
+ * pcgc_fan_move_of says (codegen moves it so). */
+static void gen_replicate(sim *S, const pcgc_node *n, pcgc_fan *F) {
   const snode *N = &S->nd[n->id], *I = &S->nd[n->in[0].node];
-  const pcgc_ptensor *to = &n->out[0], *ti = pcgc_graph_ref_type(S->g, n->in[0]);
+  const pcgc_ptensor *ti = pcgc_graph_ref_type(S->g, n->in[0]);
   int src = n->in[0].node;
-  int64_t d = pcgc_attrs_int(&n->attrs, "degree");
   double bytes = value_bytes(S, n->id, 0, pcgc_cost_piece_bytes(ti));
   for (int mu = 0; mu < N->m && !S->st; mu++)
     for (int64_t q = 0; q < I->P; q++) {
-      int64_t c[PCGC_MAX_RANK], s, rr;
-      pcgc_piece_coords(ti, q, c, &s, &rr);
+      pcgc_fan_at(F, S->g, S->mp, n, q);
       if (slot_of(I, q) < 0) { /* another copy's piece: its copies too, or the copies cross */
-        for (int64_t j = 0; j < d && !S->crossed; j++)
-          if (slot_of(N, pcgc_piece_index(to, c, s, rr * d + j)) >= 0) crossed(S);
+        for (int64_t j = 0; j < F->d && !S->crossed; j++)
+          if (slot_of(N, F->wide[j]) >= 0) crossed(S);
         continue;
       }
-      int Y = home(S, src, q), mi = in_mu(I->m, mu);
+      int Y = F->narrow, mi = in_mu(I->m, mu);
       int32_t fr = fready(S, src, q, mi), gs = gsink(S, src, q, mi);
-      for (int64_t j = 0; j < d; j++) dev[j] = home(S, n->id, pcgc_piece_index(to, c, s, rr * d + j));
-      int k = others(S, dev, (int)d, Y);
       xfer fwd = {fr, fr}, bwd = {-1, -1};
-      if (k == 1) {
-        fwd = transfer(S, PCGC_PHASE_FORWARD, n->id, q, mu, Y, S->grp[1], bytes);
-        if (N->bwd >= 0) bwd = transfer(S, PCGC_PHASE_BACKWARD, n->id, q, mu, S->grp[1], Y, bytes);
-      } else if (k > 1) {
-        int32_t cf = collective(S, PCGC_PHASE_FORWARD, n->id, q, mu, PCGC_COLL_BROADCAST, k + 1, S->grp, bytes);
+      switch (pcgc_fan_move_of(F, true, false)) { /* (backward: the same move, mirrored) */
+      case PCGC_FAN_LOCAL: break;
+      case PCGC_FAN_MESSAGE:
+        fwd = transfer(S, PCGC_PHASE_FORWARD, n->id, q, mu, Y, F->grp[1], bytes);
+        if (N->bwd >= 0) bwd = transfer(S, PCGC_PHASE_BACKWARD, n->id, q, mu, F->grp[1], Y, bytes);
+        break;
+      case PCGC_FAN_COLLECTIVE: {
+        int32_t cf = collective(S, PCGC_PHASE_FORWARD, n->id, q, mu, PCGC_COLL_BROADCAST, F->n_grp, F->grp, bytes);
         fwd = (xfer){cf, cf};
         if (N->bwd >= 0) {
-          int32_t cb = collective(S, PCGC_PHASE_BACKWARD, n->id, q, mu, PCGC_COLL_REDUCE, k + 1, S->grp, bytes);
+          int32_t cb = collective(S, PCGC_PHASE_BACKWARD, n->id, q, mu, PCGC_COLL_REDUCE, F->n_grp, F->grp, bytes);
           bwd = (xfer){cb, cb};
         }
+        break;
+      }
+      case PCGC_FAN_RELAY: { /* to the first copy's device, which broadcasts; sums come back so */
+        xfer x = transfer(S, PCGC_PHASE_FORWARD, n->id, q, mu, Y, F->dev[0], bytes);
+        int32_t cf = collective(S, PCGC_PHASE_FORWARD, n->id, q, mu, PCGC_COLL_BROADCAST, F->n_dev, F->dev, bytes);
+        edge(S, x.out, cf);
+        fwd = (xfer){x.in, cf};
+        if (N->bwd >= 0) {
+          int32_t cb = collective(S, PCGC_PHASE_BACKWARD, n->id, q, mu, PCGC_COLL_REDUCE, F->n_dev, F->dev, bytes);
+          xfer y = transfer(S, PCGC_PHASE_BACKWARD, n->id, q, mu, F->dev[0], Y, bytes);
+          edge(S, cb, y.in);
+          bwd = (xfer){cb, y.out};
+        }
+        break;
+      }
       }
       if (fwd.in != fr) edge(S, fr, fwd.in);
       if (bwd.out >= 0) edge(S, bwd.out, gs);
-      for (int i = 1; i <= k; i++) keep(S, S->grp[i], N->m > 1, bytes);
-      for (int64_t j = 0; j < d; j++) {
-        int64_t p = pcgc_piece_index(to, c, s, rr * d + j);
-        bool local = dev[j] == Y;
+      for (int i = 1; i < F->n_grp; i++) keep(S, F->grp[i], N->m > 1, bytes);
+      for (int64_t j = 0; j < F->d; j++) {
+        int64_t p = F->wide[j];
+        bool local = F->wdev[j] == Y;
         edge(S, local ? fr : fwd.out, fready(S, n->id, p, mu));
         if (N->bwd >= 0) edge(S, gsink(S, n->id, p, mu), local ? gs : bwd.in);
       }
     }
 }
 
-/* reduce: each output piece adds the d partial sums that map onto it. */
-static void gen_reduce(sim *S, const pcgc_node *n, int32_t *dev) {
+/* reduce: each output piece adds the d partial sums that map onto it, as
+ * pcgc_fan_move_of says (codegen moves them so). */
+static void gen_reduce(sim *S, const pcgc_node *n, pcgc_fan *F) {
   const snode *N = &S->nd[n->id], *I = &S->nd[n->in[0].node];
-  const pcgc_ptensor *to = &n->out[0], *ti = pcgc_graph_ref_type(S->g, n->in[0]);
+  const pcgc_ptensor *to = &n->out[0];
   int src = n->in[0].node;
-  int64_t d = pcgc_attrs_int(&n->attrs, "degree");
   double bytes = value_bytes(S, n->id, 0, pcgc_cost_piece_bytes(to)),
          es = (double)pcgc_dtype_size(pcgc_value_dtype(S->g, n->id, 0, S->o.bf16));
-  double add_time = pcgc_cost_roofline(S->m, PCGC_OP_ADD, to->dtype, (double)(d - 1) * bytes / es,
-                                       (double)(d + 1) * bytes);
   for (int mu = 0; mu < N->m && !S->st; mu++)
     for (int64_t p = 0; p < N->P; p++) {
       if (slot_of(N, p) < 0) continue; /* another copy's piece (its partial sums are fready's to check) */
-      int64_t c[PCGC_MAX_RANK], s, rr;
-      pcgc_piece_coords(to, p, c, &s, &rr);
-      int X = home(S, n->id, p), mi = in_mu(I->m, mu);
+      pcgc_fan_at(F, S->g, S->mp, n, p);
+      int X = F->narrow, mi = in_mu(I->m, mu);
       int32_t fj = fready(S, n->id, p, mu), gj = gsink(S, n->id, p, mu);
-      for (int64_t j = 0; j < d; j++) dev[j] = home(S, src, pcgc_piece_index(ti, c, s * d + j, rr));
-      int k = others(S, dev, (int)d, X);
       keep(S, X, N->m > 1, bytes);
-      if (k > 1) { /* one reduce collective; the gradient goes back by broadcast */
-        int32_t co = collective(S, PCGC_PHASE_FORWARD, n->id, p, mu, PCGC_COLL_REDUCE, k + 1, S->grp, bytes);
-        int32_t bc = gj >= 0 ? collective(S, PCGC_PHASE_BACKWARD, n->id, p, mu, PCGC_COLL_BROADCAST, k + 1, S->grp, bytes)
+      pcgc_fan_move fm = pcgc_fan_move_of(F, false, false);
+      if (fm == PCGC_FAN_COLLECTIVE || fm == PCGC_FAN_RELAY) {
+        /* one reduce collective (RELAY: among the partial sums' devices, the
+         * first sending the sum on); the gradient goes back by broadcast */
+        bool relay = fm == PCGC_FAN_RELAY;
+        int32_t co = collective(S, PCGC_PHASE_FORWARD, n->id, p, mu, PCGC_COLL_REDUCE, relay ? F->n_dev : F->n_grp,
+                                relay ? F->dev : F->grp, bytes);
+        if (relay) {
+          xfer x = transfer(S, PCGC_PHASE_FORWARD, n->id, p, mu, F->dev[0], X, bytes);
+          edge(S, co, x.in);
+          edge(S, x.out, fj);
+        } else {
+          edge(S, co, fj);
+        }
+        int32_t bc = gj >= 0 ? collective(S, PCGC_PHASE_BACKWARD, n->id, p, mu, PCGC_COLL_BROADCAST, F->n_grp, F->grp, bytes)
                              : -1;
-        edge(S, co, fj);
         if (bc >= 0) edge(S, gj, bc);
-        for (int64_t j = 0; j < d; j++) {
-          int64_t q = pcgc_piece_index(ti, c, s * d + j, rr);
+        for (int64_t j = 0; j < F->d; j++) {
+          int64_t q = F->wide[j];
           edge(S, fready(S, src, q, mi), co);
-          if (bc >= 0) edge(S, dev[j] == X ? gj : bc, gsink(S, src, q, mi));
+          if (bc >= 0) edge(S, F->wdev[j] == X ? gj : bc, gsink(S, src, q, mi));
         }
         continue;
       }
-      /* at most one other device: its partial sums come point to point, an add task sums */
+      /* at most one other device: its partial sums, summed there, come in
+       * one message; an add task sums on X */
       int32_t sink = fj;
-      if (d > 1) {
+      int64_t adds = F->d - 1;
+      if (adds > 0) {
+        double add_time = pcgc_cost_roofline(S->m, PCGC_OP_ADD, to->dtype, (double)adds * bytes / es,
+                                             (double)(adds + 2) * bytes); /* d - 1 adds over d + 1 pieces' bytes */
         sink = task_add(S, 1, PCGC_TASK_ADD, PCGC_PHASE_FORWARD, n->id);
         set_piece(S, sink, X, p, mu);
         if (!S->st) S->T.dur[sink] = add_time;
         hold(S, X, add_time);
         edge(S, sink, fj);
       }
-      xfer gt = {-1, -1};
-      if (k == 1 && gj >= 0) {
-        gt = transfer(S, PCGC_PHASE_BACKWARD, n->id, p, mu, X, S->grp[1], bytes);
-        edge(S, gj, gt.in);
-      }
-      for (int64_t j = 0; j < d; j++) {
-        int64_t q = pcgc_piece_index(ti, c, s * d + j, rr);
-        int32_t fr = fready(S, src, q, mi);
-        if (dev[j] == X) {
-          edge(S, fr, sink);
-        } else {
-          xfer tr = transfer(S, PCGC_PHASE_FORWARD, n->id, p, mu, dev[j], X, bytes);
-          edge(S, fr, tr.in);
-          edge(S, tr.out, sink);
+      xfer in = {-1, -1}, gt = {-1, -1};
+      if (fm == PCGC_FAN_MESSAGE) {
+        in = transfer(S, PCGC_PHASE_FORWARD, n->id, p, mu, F->grp[1], X, bytes);
+        edge(S, in.out, sink);
+        if (gj >= 0) {
+          gt = transfer(S, PCGC_PHASE_BACKWARD, n->id, p, mu, X, F->grp[1], bytes);
+          edge(S, gj, gt.in);
         }
-        if (gj >= 0) edge(S, dev[j] == X ? gj : gt.out, gsink(S, src, q, mi));
+      }
+      for (int64_t j = 0; j < F->d; j++) {
+        int64_t q = F->wide[j];
+        bool local = F->wdev[j] == X;
+        edge(S, fready(S, src, q, mi), local ? sink : in.in);
+        if (gj >= 0) edge(S, local ? gj : gt.out, gsink(S, src, q, mi));
       }
     }
 }
 
-static void gen_parallel(sim *S, const pcgc_node *n, int32_t *scratch) {
+static void gen_parallel(sim *S, const pcgc_node *n, pcgc_fan *fan) {
   snode *N = &S->nd[n->id];
   int64_t cnt = N->P0 * N->m;
   N->fwd = task_add(S, cnt, PCGC_TASK_JOIN, PCGC_PHASE_FORWARD, n->id);
@@ -1018,82 +1022,155 @@ static void gen_parallel(sim *S, const pcgc_node *n, int32_t *scratch) {
     }
   if (S->st) return;
   switch (n->kind) {
-  case PCGC_OP_REPLICATE: gen_replicate(S, n, scratch); break;
-  case PCGC_OP_REDUCE: gen_reduce(S, n, scratch); break;
+  case PCGC_OP_REPLICATE: gen_replicate(S, n, fan); break;
+  case PCGC_OP_REDUCE: gen_reduce(S, n, fan); break;
   default: gen_relayout(S, n); break;
   }
 }
 
 /* ---------------------------------------------------------- weights */
 
-/* Per weight element group: the devices that read it keep a copy; their
- * gradients are all-reduced after the last backward task that reads it,
- * then every copy is updated. */
+/* Weight synchronisation as codegen lowers it (pcgc_weight_sync_cells):
+ * each device that reads a weight keeps the box of it its pieces read and
+ * updates that box; devices sharing a cell of the weight all-reduce its
+ * gradient after the last backward task there that reads it. */
+typedef struct wsync {
+  sim *S;
+  int src;                  /* the weight */
+  const wrec *r;            /* its reads, by device */
+  const pcgc_box *rbox;     /* each read's box */
+  int64_t nr;
+  const int64_t *first;     /* per holder: its first read */
+  const int *hidx;          /* [D]: a holder's index */
+  const int32_t *ut;        /* per holder: its update task (-1: none) */
+  int32_t *deps;            /* scratch: [nr] */
+  double esize;
+} wsync;
+
+static bool sync_cell(void *ctx, const pcgc_box *cell, const int *grp, int ng) {
+  wsync *W = ctx;
+  sim *S = W->S;
+  int nd = 0;
+  for (int k = 0; k < ng; k++) /* the holders' reads of the cell */
+    for (int64_t j = W->first[W->hidx[grp[k]]]; j < W->nr && W->r[j].dev == grp[k]; j++) {
+      pcgc_box x;
+      if (W->r[j].bwd >= 0 && pcgc_box_intersect(&W->rbox[j], cell, &x)) W->deps[nd++] = W->r[j].bwd;
+    }
+  if (!nd) return true; /* nothing reaches its gradient */
+  int32_t *g = S->grp;
+  int n = 0;
+  for (int k = 0; k < ng; k++) g[n++] = grp[k];
+  if (S->copy0) /* only copy 0 read it: its copies' devices hold it too */
+    for (int k = 0; k < ng; k++)
+      for (int c = 1; c < S->reps; c++) g[n++] = grp[k] + c * S->rstride;
+  double bytes = (double)pcgc_box_elems(cell) * W->esize;
+  S->coll_in_place = true; /* a whole gradient: reduced where it lies (codegen) */
+  int32_t ar = collective(S, PCGC_PHASE_BACKWARD, W->src, 0, 0, PCGC_COLL_ALL_REDUCE, n, g, bytes);
+  S->coll_in_place = false;
+  if (S->st) return false;
+  for (int k = 0; k < nd; k++) edge(S, W->deps[k], ar);
+  for (int k = 0; k < ng; k++)
+    if (W->ut[W->hidx[grp[k]]] >= 0) edge(S, ar, W->ut[W->hidx[grp[k]]]);
+  return true;
+}
+
 static void gen_weights(sim *S) {
   if (S->st || !S->nw) return;
-  int64_t K = S->n_ts;
-  int64_t *cnt = calloc((size_t)K + 1, sizeof *cnt);
-  wrec *sorted = malloc((size_t)S->nw * sizeof *sorted);
-  int32_t *deps = malloc((size_t)S->nw * sizeof *deps);
-  if (!cnt || !sorted || !deps) {
-    free(cnt);
-    free(sorted);
-    free(deps);
+  const pcgc_graph *g = S->g;
+  int D = S->D;
+  int64_t nw = S->nw, K = g->n_nodes > D ? g->n_nodes : D;
+  wrec *r = malloc((size_t)nw * sizeof *r), *tmp = malloc((size_t)nw * sizeof *tmp);
+  pcgc_box *rbox = malloc((size_t)nw * sizeof *rbox), *hbox = malloc((size_t)D * sizeof *hbox);
+  int32_t *deps = malloc((size_t)nw * sizeof *deps), *ut = malloc((size_t)D * sizeof *ut);
+  int *hold = malloc((size_t)D * sizeof *hold), *hidx = malloc((size_t)D * sizeof *hidx);
+  int64_t *first = malloc((size_t)D * sizeof *first), *cnt = malloc(((size_t)K + 1) * sizeof *cnt);
+  if (!r || !tmp || !rbox || !hbox || !deps || !ut || !hold || !hidx || !first || !cnt) {
     fail_nomem(S);
-    return;
+    goto out;
   }
-  for (int64_t i = 0; i < S->nw; i++) cnt[S->w[i].key + 1]++;
-  for (int64_t k = 0; k < K; k++) cnt[k + 1] += cnt[k];
-  for (int64_t i = 0; i < S->nw; i++) sorted[cnt[S->w[i].key]++] = S->w[i];
+  for (int64_t i = 0; i < nw; i++) { /* each read: its weight and shard */
+    tmp[i] = S->w[i];
+    int src = tmp[i].node;
+    while (pcgc_op_class_of(g->nodes[src].kind) == PCGC_CLASS_PARALLEL) src = g->nodes[src].in[0].node;
+    tmp[i].key = ((int64_t)src << 32) | (tmp[i].key - S->nd[tmp[i].node].ts);
+  }
+  /* by weight, then device, in the order they were read: two stable counting sorts */
+  memset(cnt, 0, ((size_t)D + 1) * sizeof *cnt);
+  for (int64_t i = 0; i < nw; i++) cnt[tmp[i].dev + 1]++;
+  for (int d = 0; d < D; d++) cnt[d + 1] += cnt[d];
+  for (int64_t i = 0; i < nw; i++) r[cnt[tmp[i].dev]++] = tmp[i];
+  memset(cnt, 0, ((size_t)g->n_nodes + 1) * sizeof *cnt);
+  for (int64_t i = 0; i < nw; i++) cnt[(r[i].key >> 32) + 1]++;
+  for (int k = 0; k < g->n_nodes; k++) cnt[k + 1] += cnt[k];
+  for (int64_t i = 0; i < nw; i++) tmp[cnt[r[i].key >> 32]++] = r[i];
+  wrec *sw = r;
+  r = tmp;
+  tmp = sw;
+  for (int64_t i = 0; i < nw; i++) { /* each read's box (micro-batches repeat the last one) */
+    if (i > 0 && r[i].node == r[i - 1].node && r[i].key == r[i - 1].key) {
+      rbox[i] = rbox[i - 1];
+      continue;
+    }
+    const pcgc_ptensor *t = &g->nodes[r[i].node].out[0];
+    pcgc_piece_box(t, (r[i].key & 0xffffffff) * t->replica, 0, &rbox[i]);
+  }
   const pcgc_optim_kind opt = S->o.optimizer;
   for (int64_t i = 0; i < S->nw && !S->st;) {
+    int src = (int)(r[i].key >> 32), nh = 0;
     int64_t j = i;
-    int32_t gen = next_stamp(S);
-    int ng = 0, nd = 0;
-    while (j < S->nw && sorted[j].key == sorted[i].key) {
-      if (S->stamp[sorted[j].dev] != gen) {
-        S->stamp[sorted[j].dev] = gen;
-        S->grp[ng++] = sorted[j].dev;
-      }
-      if (sorted[j].bwd >= 0) deps[nd++] = sorted[j].bwd;
-      j++;
-    }
-    int nu = ng; /* devices whose update is a task: copy 0's (the others are alike) */
-    if (S->copy0) /* only copy 0 read it: its copies' devices hold it too */
-      for (int k = 0; k < nu; k++)
-        for (int c = 1; c < S->reps; c++) S->grp[ng++] = S->grp[k] + c * S->rstride;
-    int node = sorted[i].node, src = node; /* the tensor read; the weight it comes from */
-    while (pcgc_op_class_of(S->g->nodes[src].kind) == PCGC_CLASS_PARALLEL) src = S->g->nodes[src].in[0].node;
-    const pcgc_ptensor *t = &S->g->nodes[node].out[0];
-    double bytes = pcgc_cost_piece_bytes(t);
-    int64_t box = sorted[i].key - S->nd[node].ts;
-    for (int k = 0; k < ng; k++) S->wbytes[S->grp[k]] += bytes;
-    if (nd) {
-      pcgc_op_cost uc = pcgc_cost_update(opt, t);
-      double tu = pcgc_cost_roofline(S->m, PCGC_OP_MUL, t->dtype, uc.fwd_flops, uc.fwd_bytes);
-      if (S->o.profile) S->uprof[pcgc_profile_update_time(S->o.profile, S->m, opt, t, &tu)]++;
-      int32_t ar = -1;
-      if (ng > 1) {
-        S->coll_in_place = true; /* a whole gradient: reduced where it lies (codegen) */
-        ar = collective(S, PCGC_PHASE_BACKWARD, src, box, 0, PCGC_COLL_ALL_REDUCE, ng, S->grp, bytes);
-        S->coll_in_place = false;
-        for (int k = 0; k < nd; k++) edge(S, deps[k], ar);
-      }
-      tu += pcgc_cost_fill_time(S->m, stored_bytes(t, bytes)); /* and zeroing the gradient first */
-      int32_t u = task_add(S, nu, PCGC_TASK_OPTIMIZER, PCGC_PHASE_UPDATE, src);
-      for (int k = 0; k < nu && !S->st; k++) {
-        set_piece(S, u + k, S->grp[k], box, 0);
-        S->T.dur[u + k] = tu;
-        if (ar >= 0) edge(S, ar, u + k);
-        else
-          for (int e = 0; e < nd; e++) edge(S, deps[e], u + k);
+    for (; j < S->nw && (int)(r[j].key >> 32) == src; j++) { /* the holders and their boxes */
+      if (nh == 0 || hold[nh - 1] != r[j].dev) {
+        hidx[r[j].dev] = nh;
+        hold[nh] = r[j].dev;
+        first[nh] = j - i;
+        hbox[nh++] = rbox[j];
+      } else {
+        pcgc_box_union(&hbox[nh - 1], &rbox[j]);
       }
     }
+    const pcgc_ptensor *w = &g->nodes[src].out[0];
+    pcgc_dtype sd = pcgc_stored_dtype(w->dtype);
+    double es = (double)pcgc_dtype_size(sd);
+    /* each holder keeps its box, zeroes its gradient and updates it after
+     * its backward tasks and the all-reduces of the cells it shares */
+    for (int k = 0; k < nh && !S->st; k++) {
+      double bytes = (double)pcgc_box_elems(&hbox[k]) * es;
+      S->wbytes[hold[k]] += bytes;
+      for (int c = 1; S->copy0 && c < S->reps; c++) S->wbytes[hold[k] + c * S->rstride] += bytes;
+      ut[k] = -1;
+      bool any = false;
+      for (int64_t e = i + first[k]; !any && e < j && r[e].dev == hold[k]; e++) any = r[e].bwd >= 0;
+      if (!any) continue;
+      pcgc_ptensor u;
+      pcgc_ptensor_init(&u, sd, hbox[k].rank, hbox[k].len);
+      pcgc_op_cost uc = pcgc_cost_update(opt, &u);
+      double tu = pcgc_cost_roofline(S->m, PCGC_OP_MUL, u.dtype, uc.fwd_flops, uc.fwd_bytes);
+      if (S->o.profile) S->uprof[pcgc_profile_update_time(S->o.profile, S->m, opt, &u, &tu)]++;
+      tu += pcgc_cost_fill_time(S->m, bytes); /* and zeroing the gradient first */
+      ut[k] = task_add(S, 1, PCGC_TASK_OPTIMIZER, PCGC_PHASE_UPDATE, src);
+      if (S->st) break;
+      set_piece(S, ut[k], hold[k], 0, 0);
+      S->T.dur[ut[k]] = tu;
+      for (int64_t e = i + first[k]; e < j && r[e].dev == hold[k]; e++)
+        if (r[e].bwd >= 0) edge(S, r[e].bwd, ut[k]);
+    }
+    wsync W = {S, src, r + i, rbox + i, j - i, first, hidx, ut, deps, es};
+    bool oom;
+    if (!S->st) pcgc_weight_sync_cells(w->rank, nh, hold, hbox, S->copy0 && S->reps > 1 ? 1 : 2, sync_cell, &W, &oom);
+    if (!S->st && oom) fail_nomem(S);
     i = j;
   }
+out:
+  free(r);
+  free(tmp);
   free(cnt);
-  free(sorted);
+  free(rbox);
+  free(hbox);
   free(deps);
+  free(ut);
+  free(hold);
+  free(hidx);
+  free(first);
 }
 
 /* ---------------------------------------------------------- schedules */
@@ -1916,7 +1993,7 @@ static pcgc_status simulate(const pcgc_graph *g, const pcgc_mapping *mp, const p
   r->device = calloc((size_t)D, sizeof *r->device);
   pcgc_status st = PCGC_OK;
   int *stage = NULL;
-  int32_t *scratch = NULL;
+  pcgc_fan fan = {0};
   if (!S->nd || !S->order || !S->act || !S->act_mb || !S->wbytes || !S->comm || !S->sendsum || !S->send_node || !S->send_mb || !S->send_run ||
       !S->send_peak || !S->gmax || !S->stamp || !S->ncount ||
       !S->grp || !S->first_topo || !S->last_topo || !r->device || !tasks_grow(S, 4096)) {
@@ -1948,16 +2025,16 @@ static pcgc_status simulate(const pcgc_graph *g, const pcgc_mapping *mp, const p
   S->first_fwd = malloc((size_t)D * (size_t)S->mb_max * sizeof *S->first_fwd);
   S->first_bwd = malloc((size_t)D * (size_t)S->mb_max * sizeof *S->first_bwd);
   stage = malloc(2 * (size_t)D * sizeof *stage); /* stages, then scratch */
-  /* the largest degree of a replicate or reduce bounds the scratch list */
+  /* the largest degree of a replicate or reduce sizes the fans */
   int64_t maxdeg = 1;
   for (int i = 0; i < n; i++)
     if (g->nodes[i].kind == PCGC_OP_REPLICATE || g->nodes[i].kind == PCGC_OP_REDUCE) {
       int64_t dg = pcgc_attrs_int(&g->nodes[i].attrs, "degree");
       if (dg > maxdeg) maxdeg = dg;
     }
-  scratch = malloc((size_t)maxdeg * sizeof *scratch);
+  pcgc_status fst = pcgc_fan_init(&fan, maxdeg, D, NULL);
   S->zeroed = calloc((size_t)(S->n_ts ? S->n_ts : 1), 1);
-  if (!S->first_fwd || !S->first_bwd || !stage || !scratch || !S->zeroed) {
+  if (!S->first_fwd || !S->first_bwd || !stage || fst || !S->zeroed) {
     st = pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
     goto out;
   }
@@ -1998,7 +2075,7 @@ static pcgc_status simulate(const pcgc_graph *g, const pcgc_mapping *mp, const p
     const pcgc_node *x = &g->nodes[S->order[k]];
     pcgc_op_class cls = pcgc_op_class_of(x->kind);
     if (S->nd[x->id].resident) continue;
-    if (cls == PCGC_CLASS_PARALLEL) gen_parallel(S, x, scratch);
+    if (cls == PCGC_CLASS_PARALLEL) gen_parallel(S, x, &fan);
     else gen_ordinary(S, x);
     stopped = S->o.give_up_after > 0 && S->busy_max > S->o.give_up_after;
   }
@@ -2017,7 +2094,7 @@ static pcgc_status simulate(const pcgc_graph *g, const pcgc_mapping *mp, const p
     pcgc_sim_options all = S->o;
     all.copies_alike = false;
     free(stage);
-    free(scratch);
+    pcgc_fan_destroy(&fan);
     sim_free(S);
     free(r->device);
     memset(r, 0, sizeof *r);
@@ -2079,7 +2156,7 @@ static pcgc_status simulate(const pcgc_graph *g, const pcgc_mapping *mp, const p
   r->run_seconds = t2 - t1;
 out:
   free(stage);
-  free(scratch);
+  pcgc_fan_destroy(&fan);
   sim_free(S);
   if (st != PCGC_OK) {
     free(r->device);

@@ -208,6 +208,81 @@ typedef struct pcgc_cell_list {
 } pcgc_cell_list;
 void pcgc_relayout_cell_list(const pcgc_graph *g, const pcgc_node *n, int64_t p, int mu, pcgc_cell_list *L);
 
+/* ------------------------------------------------------------------ fans */
+
+/* Replicate and reduce are mirror images (taskgraph/sync.c): one piece on
+ * the narrow side (replicate's input piece, reduce's output piece) and the
+ * d pieces it fans out to or in from on the wide side (replicate's copies,
+ * reduce's partial sums). Data flows narrow -> wide in replicate's forward
+ * and reduce's backward (a spread), wide -> narrow otherwise (a gather).
+ * How it moves is decided here, once, for the simulator's tasks and
+ * codegen's instructions alike (pcgc_fan_move_of). */
+typedef enum pcgc_fan_move {
+  PCGC_FAN_LOCAL,      /* every wide piece on the narrow piece's device: copies or adds there */
+  PCGC_FAN_MESSAGE,    /* one other device: one message between it and the narrow device */
+  PCGC_FAN_COLLECTIVE, /* more: one broadcast or reduce over grp[0..n_grp), rooted at the
+                          narrow piece's device grp[0] */
+  PCGC_FAN_RELAY,      /* more, none of them the narrow piece's device (another pipeline
+                          stage's), in a gather or in a spread of values: a broadcast or
+                          reduce over dev[0..n_dev) rooted at dev[0], and one message
+                          between dev[0] and the narrow device, so that no collective
+                          spans two stages (a stage's streams would wait for the next) */
+} pcgc_fan_move;
+
+typedef struct pcgc_fan {
+  int64_t d;            /* wide pieces: the operator's degree */
+  int64_t cap;          /* the largest degree f has room for */
+  int64_t *wide;        /* [d]: the wide pieces, in the order of their index j */
+  int *wdev;            /* [d]: the device of each */
+  int *member;          /* [d]: the index in dev[] of each one's device */
+  int *at;              /* [D]: at[X] is X's index in dev[] (for X in dev[] only) */
+  int *dev;             /* the distinct devices of the wide pieces, in order of first appearance */
+  int n_dev;
+  int narrow;           /* the narrow piece's device */
+  bool narrow_member;   /* narrow is one of dev[] */
+  int *grp;             /* narrow, then the other devices of dev[] in their order */
+  int n_grp;            /* 1 + the devices other than narrow */
+  int D;
+  int *stamp;           /* scratch: [D] */
+  int gen;
+} pcgc_fan;
+
+/* Room for the fans of replicates and reduces of degree up to max_degree on D devices. */
+pcgc_status pcgc_fan_init(pcgc_fan *f, int64_t max_degree, int D, pcgc_error *err);
+void pcgc_fan_destroy(pcgc_fan *f);
+/* The fan of narrow piece q of replicate or reduce n (non-resident) under mp. */
+void pcgc_fan_at(pcgc_fan *f, const pcgc_graph *g, const pcgc_mapping *mp, const pcgc_node *n, int64_t q);
+/* How the fan moves data: spread (narrow -> wide) or gather; add: the
+ * targets are added into (gradients). A spread of gradients never relays
+ * (the relay's first member would forward its own sum with the message). */
+pcgc_fan_move pcgc_fan_move_of(const pcgc_fan *f, bool spread, bool add);
+
+/* ------------------------------------------------------ weight gradients */
+
+/* Weight synchronisation (taskgraph/sync.c): each device that reads a weight
+ * keeps the box of it its pieces read (a weight read through partitions
+ * and replicates: the union of those pieces' boxes, pcgc_piece_box of
+ * each; parallel operators keep the logical shape), accumulates that box's
+ * gradient and updates it. Devices whose boxes share a cell (the weight
+ * cut at every holder's box boundaries) all-reduce that cell's gradient
+ * before they update. pcgc_weight_sync_cells calls fn once per cell held
+ * by at least min_group of the nh holders (devices hold[i], boxes box[i]),
+ * with those holders in hold's order: codegen lowers one non-blocking
+ * all-reduce per cell shared by 2 or more, the simulator times the same
+ * (min_group 1 where it builds copy 0 alone: the copies share every cell).
+ * A scalar weight is one cell. fn returns false to stop; false back when
+ * it did or memory ran out (*oom then). */
+typedef bool (*pcgc_sync_fn)(void *ctx, const pcgc_box *cell, const int *grp, int ng);
+bool pcgc_weight_sync_cells(int rank, int nh, const int *hold, const pcgc_box *box, int min_group, pcgc_sync_fn fn,
+                            void *ctx, bool *oom);
+
+/* Box arithmetic: the intersection (false: empty), the smallest box
+ * holding both (into a), equality, and the elements of a box. */
+bool pcgc_box_intersect(const pcgc_box *a, const pcgc_box *b, pcgc_box *out);
+void pcgc_box_union(pcgc_box *a, const pcgc_box *b);
+bool pcgc_box_equal(const pcgc_box *a, const pcgc_box *b);
+int64_t pcgc_box_elems(const pcgc_box *b);
+
 /* --------------------------------------------------------------- schedule */
 
 /* Pipeline stages from the span of topological positions of the pipelined

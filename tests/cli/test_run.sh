@@ -171,6 +171,12 @@ for m in mlp cnn transformer-block embedding-bag; do
     has "$tmp/out" ": match"
   done
 done
+# a scalar weight under data parallelism: its gradient is all-reduced once (it was twice, which
+# SGD trains wrongly and Adam hides)
+printf 'model scal\ninput x: f32[8, 16]\ninput t: f32[8, 16]\nweight s: f32[] = uniform(0.1)\ny = mul(x, s)\nloss = mse(y, t)\n' \
+  >"$tmp/scal.pcg"
+expect 0 "$pcgc" compile "$tmp/scal.pcg" --machine cpu-2 --choice dp=2 --budget 0 --optimizer sgd -o "$tmp/scal.json"
+expect 0 "$pcgc" run "$tmp/scal.json" --steps 3 --check --optimizer sgd; has "$tmp/out" ": match"
 # a LLaMA-shaped decoder (RMSNorm, SwiGLU): compile's plan, and Megatron with the SwiGLU split
 expect 0 "$pcgc" compile "$src/models/decoder-small.pcg" --machine cpu-4 --set LAYERS=2 -o "$tmp/dec4.json"
 expect 0 "$pcgc" run "$tmp/dec4.json" --steps 2 --check --optimizer sgd; has "$tmp/out" ": match"

@@ -634,6 +634,109 @@ START_TEST(sends_and_updates_in_time) {
 }
 END_TEST
 
+/* A parallel model written by hand, every node on device piece-index
+ * (view start 0, stride 1) unless `views` names it: "node=start,stride ...". */
+static pcgc_graph *hand_model(const char *text, const char *views, pcgc_mapping *mp) {
+  pcgc_error err = {0};
+  pcgc_graph *g = pcgc_model_parse(text, strlen(text), "hand.pcg", NULL, &err);
+  ck_assert_msg(g, "%s", err.message);
+  ck_assert_int_eq(pcgc_mapping_init(mp, g->n_nodes, (pcgc_view){0, 1}, &err), PCGC_OK);
+  char name[64];
+  int start, stride, used;
+  for (const char *v = views; sscanf(v, " %63[^=]=%d,%d%n", name, &start, &stride, &used) == 3; v += used) {
+    int id = pcgc_graph_find(g, name);
+    ck_assert_msg(id >= 0, "no node %s", name);
+    mp->view[id] = (pcgc_view){start, stride};
+  }
+  return g;
+}
+
+/* Instructions of kind k in p: on device d (-1: all). */
+static int count_ins(const pcgc_program *p, int d, pcgc_ins_kind k) {
+  int c = 0;
+  for (int x = 0; x < p->n_devices; x++)
+    for (int i = 0; (d < 0 || x == d) && i < p->dev[x].n_ins; i++) c += p->dev[x].ins[i].kind == k;
+  return c;
+}
+
+/* Replicate and reduce move data as pcgc_fan_move_of decides, in the
+ * estimate and in the program alike. An activation of device 0 copied to
+ * devices 1-3 (device 0 holds no copy, as across pipeline stages): one
+ * message to device 1, which broadcasts to 2 and 3; the gradients are
+ * reduced onto device 1, which sends the sum back. */
+START_TEST(fan_relays_in_estimate_and_program) {
+  pcgc_machine m = toy_machine(4, "16 GiB");
+  pcgc_mapping mp;
+  pcgc_graph *g = hand_model("model relay\n"
+                             "input x: f32[64, 256]\ninput t: f32[64, 256]\n"
+                             "weight w: f32[256, 256] = uniform(0.1)\n"
+                             "h = linear(x, w)\n"
+                             "hr = replicate(h, degree=3)\ntr = replicate(t, degree=3)\n"
+                             "a = relu(hr)\n"
+                             "loss = mse(a, tr)\n",
+                             "h=0,0 hr=1,1 a=1,1 loss=1,1", &mp);
+  pcgc_sim_result est, r;
+  pcgc_program *p = estimate_and_program(g, &mp, &m, 4, &est, &r);
+  double n = 64 * 256 * 4.0;
+  ck_assert_int_eq(est.tasks_by_kind[PCGC_TASK_TRANSFER], 2);
+  ck_assert_int_eq(est.tasks_by_kind[PCGC_TASK_COLLECTIVE], 2);
+  /* a message each way, a broadcast over 3 ((p-1)n) and a reduce timed as an all-reduce (2(p-1)n) */
+  close_to(est.bytes_intra, n + 2 * n + 4 * n + n, 1e-12);
+  ck_assert_int_eq(count_ins(p, 0, PCGC_INS_SEND), 1);
+  ck_assert_int_eq(count_ins(p, 1, PCGC_INS_SEND), 1);
+  ck_assert_int_eq(count_ins(p, -1, PCGC_INS_SEND), 2);
+  ck_assert_int_eq(count_ins(p, 0, PCGC_INS_BCAST) + count_ins(p, 0, PCGC_INS_REDUCE), 0);
+  ck_assert_int_eq(count_ins(p, -1, PCGC_INS_BCAST), 3);
+  ck_assert_int_eq(count_ins(p, -1, PCGC_INS_REDUCE), 3);
+  close_to(est.bytes_intra, r.bytes_intra, 1e-12);
+  double ratio = est.iteration_time / r.iteration_time;
+  ck_assert_msg(ratio > 0.9 && ratio < 1.1, "estimate %.6g s, program %.6g s", est.iteration_time, r.iteration_time);
+  pcgc_sim_result_destroy(&r);
+  pcgc_sim_result_destroy(&est);
+  pcgc_program_free(p);
+  pcgc_mapping_destroy(&mp);
+  pcgc_graph_free(g);
+}
+END_TEST
+
+/* A weight read through two partitionings: its halves (by output column)
+ * on devices 0 and 1, and whole on devices 2 and 3. Each half is a cell
+ * shared by three devices (device 0 or 1, and 2 and 3), all-reduced over
+ * them in the estimate as in the program (pcgc_weight_sync_cells), and
+ * each device keeps and updates what it reads. */
+START_TEST(weight_cells_in_estimate_and_program) {
+  pcgc_machine m = toy_machine(4, "16 GiB");
+  pcgc_mapping mp;
+  pcgc_graph *g = hand_model("model share\n"
+                             "input x: f32[64, 256]\ninput t: f32[64, 256]\n"
+                             "weight w: f32[256, 256] = uniform(0.1)\n"
+                             "xr = replicate(x, degree=2)\nwk = partition(w, dim=1, degree=2)\n"
+                             "a = linear(xr, wk)\nac = combine(a, dim=1, degree=2)\n"
+                             "xb = partition(x, dim=0, degree=2)\nwr = replicate(w, degree=2)\n"
+                             "b = linear(xb, wr)\nbc = combine(b, dim=0, degree=2)\n"
+                             "s = add(ac, bc)\nloss = mse(s, t)\n",
+                             "b=2,1", &mp);
+  pcgc_sim_result est, r;
+  pcgc_program *p = estimate_and_program(g, &mp, &m, 4, &est, &r);
+  double half = 256 * 128 * 4.0;
+  for (int d = 0; d < 4; d++) {
+    ck_assert_int_eq(count_ins(p, d, PCGC_INS_ALLREDUCE_START), d < 2 ? 1 : 2);
+    close_to(est.device[d].memory.weights, d < 2 ? half : 2 * half, 1e-12);
+  }
+  ck_assert_int_eq(est.tasks_by_kind[PCGC_TASK_COLLECTIVE], 2);
+  ck_assert_int_eq(est.tasks_by_kind[PCGC_TASK_OPTIMIZER], 4);
+  /* the same bytes moved: the combines' messages and the two all-reduces */
+  printf("weight cells: bytes %.0f estimated, %.0f in the program; step %.4g s estimated, %.4g s the program\n",
+         est.bytes_intra, r.bytes_intra, est.iteration_time, r.iteration_time);
+  close_to(est.bytes_intra, r.bytes_intra, 1e-12);
+  pcgc_sim_result_destroy(&r);
+  pcgc_sim_result_destroy(&est);
+  pcgc_program_free(p);
+  pcgc_mapping_destroy(&mp);
+  pcgc_graph_free(g);
+}
+END_TEST
+
 /* The estimate charges the program's zeroing, relayout copies, message
  * staging and batch-norm all-reduces: within 10% here (the CNN's synced
  * batch norms made it 0.79 before the estimate charged them). */
@@ -663,6 +766,8 @@ static Suite *suite(void) {
   tcase_add_test(tc, nonblocking_allreduce_overlaps);
   tcase_add_test(tc, deadlock_is_refused);
   tcase_add_test(tc, sends_and_updates_in_time);
+  tcase_add_test(tc, fan_relays_in_estimate_and_program);
+  tcase_add_test(tc, weight_cells_in_estimate_and_program);
   tcase_add_loop_test(tc, shipped_models, 0, (int)(sizeof cases / sizeof cases[0]));
   suite_add_tcase(s, tc);
   return s;
