@@ -18,7 +18,8 @@ models/ and process count N:
   2. for N > 1, the plan `pcgc compile M --machine cpu-N` chooses by default,
      timed the same way, against data parallel;
   3. `pcgc simulate PLAN --machine cpu-N --optimizer sgd --profile DB` for
-     every plan, where DB merges `pcgc profile --no-dropout --all-gradients`
+     every plan, where DB merges `pcgc profile --no-dropout` (the gradients
+     training needs, as `pcgc run` computes them: none for data inputs)
      of the model at every per-process batch B/N and at B (a tensor-parallel
      plan's kernels see the whole batch) with the BLAS threads of N processes,
      max(1, cores / N), measured beside N - 1 copies of the measurement
@@ -35,10 +36,13 @@ reduced to rank 0); for PyTorch, rank 0's wall time of zero_grad, forward,
 backward (with DDP's allreduce), SGD step and a barrier, after a barrier
 before the first step. The tables also give the ratio of the fastest steps,
 which other load on the machine disturbs least. With --rounds R every plan and DDP run is timed R
-times, in turn, and the fastest median kept. Each timing also reports how many
+times, in turn, and the fastest median kept. Each round of a process count first measures its
+own profile database, and a plan's prediction uses the database of the round whose median is
+reported: the host's speed drifts by up to 2x over minutes, and a profile taken minutes away
+from the run it predicts carries that drift into the error. Each timing also reports how many
 cores processes outside the benchmark kept busy meanwhile (from /proc/stat
 less this process's and its children's CPU time): on a shared machine that
-column says which rows to distrust. A full run takes about 4-5 minutes on 2
+column says which rows to distrust. A full run takes about 6 minutes on 2
 cores per round; run it on an otherwise idle machine. pcgc runs from a private
 copy of --pcgc, so a rebuild during the run changes nothing.
 """
@@ -174,7 +178,7 @@ def make_profile(pcgc, model, batches, out, tmp, threads=1, copies=1):
         links = ["--links", str(copies)] if copies > 1 and i == 0 else []
         pcgc_cmd([pcgc, "profile", os.path.join(ROOT, "models", model + ".pcg"), "--machine", "cpu-local",
                   "-o", out, "--append", "--threads", str(threads), "--copies", str(copies),
-                  "--no-dropout", "--all-gradients"] + links + ["--set", f"B={b}"])
+                  "--no-dropout"] + links + ["--set", f"B={b}"])
 
 
 def simulate_ms(pcgc, plan, n, profile):
@@ -315,31 +319,31 @@ def main():
         a.pcgc = os.path.join(tmp, "pcgc")
         for m in models:
             B = model_batch(m)
-            # one database per process count: a process measured on threads_for(n) threads
-            # at its batch B/n beside n - 1 copies of the measurement (--copies n)
-            dbs = {}
             for n in procs:
                 th = threads_for(n)
-                db = os.path.join(tmp, f"{m}.{n}p.prof.json")
                 # B/n for data parallelism, and B whole: a tensor-parallel plan's kernels
                 # see the whole batch (with slices of the weights) on every process
                 bs = sorted({B // n, B}, reverse=True)
-                print(f"{m}: profiling at batch {', '.join(str(b) for b in bs)} on {th} thread{'s' if th > 1 else ''}"
-                      f" beside {n - 1} cop{'y' if n == 2 else 'ies'}", file=sys.stderr, flush=True)
-                if attempt(make_profile, a.pcgc, m, bs, db, tmp, th, n) is not None or os.path.exists(db):
-                    dbs[n] = db
-            for n in procs:
-                db = dbs.get(n)
                 plans = {}  # kind -> (plan file, strategy text)
                 for kind in ["dp"] + (["default"] if n > 1 else []):
                     plan = os.path.join(tmp, f"{m}-{kind}{n}.json")
                     strategy = attempt(compile_plan, a.pcgc, m, n, kind == "default", plan)
                     if strategy is not None:
                         plans[kind] = (plan, strategy)
-                # kind -> ((median ms, fastest step ms), cores busy with other work meanwhile) of the
-                # round with the lowest median; fastest[kind]: the fastest step of all rounds
-                best, fastest = {}, {}
+                # kind -> ((median ms, fastest step ms), cores busy with other work meanwhile, round)
+                # of the round with the lowest median; fastest[kind]: the fastest step of all rounds;
+                # dbs[r]: round r's database, measured right before its timings, so that a plan's
+                # prediction and its measurement see the machine in the same state
+                best, fastest, dbs = {}, {}, {}
                 for r in range(a.rounds):
+                    # one database per process count and round: a process measured on threads_for(n)
+                    # threads at its batch B/n beside n - 1 copies of the measurement (--copies n)
+                    db = os.path.join(tmp, f"{m}.{n}p.r{r}.prof.json")
+                    print(f"{m} on {n}: profiling at batch {', '.join(str(b) for b in bs)} on {th} "
+                          f"thread{'s' if th > 1 else ''} beside {n - 1} cop{'y' if n == 2 else 'ies'}"
+                          + (f", round {r + 1}" if a.rounds > 1 else ""), file=sys.stderr, flush=True)
+                    if attempt(make_profile, a.pcgc, m, bs, db, tmp, th, n) is not None or os.path.exists(db):
+                        dbs[r] = db
                     for kind in list(plans) + ["ddp"]:
                         print(f"{m} on {n}: {kind}" + (f", round {r + 1}" if a.rounds > 1 else ""),
                               file=sys.stderr, flush=True)
@@ -348,19 +352,21 @@ def main():
                         else:
                             got = attempt(others_load, pcgc_step_ms, a.pcgc, plans[kind][0], n, a.warmup, a.steps)
                         if got and (kind not in best or got[0][0] < best[kind][0][0]):
-                            best[kind] = got
+                            best[kind] = (*got, r)
                         if got:
                             fastest[kind] = min(fastest.get(kind, got[0][1]), got[0][1])
                 ms = {k: best[k][0][0] if k in best else None for k in ("dp", "default", "ddp")}
                 fs = {k: fastest.get(k) for k in ("dp", "default", "ddp")}
                 load = {k: "—" if k not in best else f"{best[k][1]:.1f}" for k in ("dp", "default", "ddp")}
-                nolinks = None  # the same database without the measured link: the machine file's
-                if db and n > 1:
-                    d = json.load(open(db))
-                    if d.pop("links", None) is not None:
-                        nolinks = db + ".nolinks.json"
-                        json.dump(d, open(nolinks, "w"))
                 for kind, (plan, strategy) in plans.items():
+                    # predicted from the database of the round whose median is reported
+                    db = dbs.get(best[kind][2]) if kind in best else None
+                    nolinks = None  # the same database without the measured link: the machine file's
+                    if db and n > 1:
+                        d = json.load(open(db))
+                        if d.pop("links", None) is not None:
+                            nolinks = db + ".nolinks.json"
+                            json.dump(d, open(nolinks, "w"))
                     pred = attempt(simulate_ms, a.pcgc, plan, n, db) if db else None
                     pred0 = attempt(simulate_ms, a.pcgc, plan, n, nolinks) if nolinks else None
                     err0 = "—" if pred0 is None or ms[kind] is None else f"{100 * (pred0 / ms[kind] - 1):+.1f}%"

@@ -88,6 +88,7 @@ typedef struct psim {
   const pcgc_machine *m;
   const pcgc_sim_options *o;
   bool contention;
+  bool cpu_hold;     /* a CPU machine: an all-reduce holds its members' streams (its cores do its work) */
   int D, dpn;
   dstate *ds;
   hitem *heap;
@@ -477,7 +478,7 @@ static pcgc_status step(psim *S, int d, bool *moved) {
       int n = S->p->group_off[grp + 1] - S->p->group_off[grp];
       if (++r->arrived == n) {
         pcgc_collective c = I->kind == PCGC_INS_BCAST ? PCGC_COLL_BROADCAST : PCGC_COLL_ALL_REDUCE;
-        rdv_complete(S, id, grp, c, bytes, I->kind == PCGC_INS_ALLREDUCE_START);
+        rdv_complete(S, id, grp, c, bytes, I->kind == PCGC_INS_ALLREDUCE_START && !S->cpu_hold);
       }
     }
     rvid = id;
@@ -486,8 +487,13 @@ static pcgc_status step(psim *S, int d, bool *moved) {
         return pcgc_error_set(S->err, PCGC_ERR_INVALID, "device %d instruction %d names request slot %d of %d", d,
                               x->pc, I->tag, P->n_requests);
       S->slot_rv[d][I->tag] = (int32_t)id;
-      x->joined = -1;
-      break;
+      if (!S->cpu_hold) {
+        x->joined = -1;
+        break;
+      }
+      /* on a CPU machine the ranks' own cores copy and sum the all-reduce's data (the
+       * runtime's progress calls between instructions do it): no core is left to overlap it
+       * with, so it holds each member's stream as a blocking one does */
     }
     if (S->rv[id].end < 0) {
       x->wait = W_RDV;
@@ -716,6 +722,7 @@ pcgc_status pcgc_program_simulate(const pcgc_program *p, const pcgc_graph *g, co
   S->err = err;
   S->D = D;
   S->dpn = m->devices_per_node > 0 ? m->devices_per_node : 1;
+  S->cpu_hold = m->device.kind == PCGC_DEVICE_CPU;
   int G = p->n_groups;
   S->ds = calloc((size_t)D, sizeof *S->ds);
   S->heap = malloc((size_t)D * sizeof *S->heap);

@@ -405,7 +405,9 @@ static int32_t collective(sim *S, int phase, int node, int64_t piece, int micro,
   T->dur[t] = pcgc_comm_time(S->m, c, S->o.algo, grp, bytes);
   for (int i = 0; !S->coll_in_place && i < n; i++) /* staged through the largest-message buffer */
     if (bytes > S->comm[devs[i]]) S->comm[devs[i]] = bytes;
-  bool holds = !S->o.overlap || coll != PCGC_COLL_ALL_REDUCE || S->coll_hold;
+  /* on a CPU machine the ranks' own cores do an all-reduce's copies and sums (the
+   * runtime's progress calls): it holds their streams too, as codegen/predict.c has it */
+  bool holds = !S->o.overlap || coll != PCGC_COLL_ALL_REDUCE || S->coll_hold || S->m->device.kind == PCGC_DEVICE_CPU;
   /* one that holds its members' streams holds them while they copy the box
    * into the staging buffer and out again, as the program's members do */
   if (holds && !S->coll_in_place && isfinite(T->dur[t])) T->dur[t] += 2 * pcgc_cost_copy_time(S->m, bytes, false);

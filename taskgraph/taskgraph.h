@@ -340,7 +340,9 @@ typedef struct pcgc_sim_options {
   pcgc_comm_algo algo;       /* collectives (default AUTO) */
   bool overlap;              /* default true; false: a transfer or collective also
                                 holds the compute stream of every device it
-                                involves (no communication/compute overlap) */
+                                involves (no communication/compute overlap). On a
+                                CPU machine a gradient all-reduce holds its members'
+                                streams either way (the ranks' cores do its work) */
   const char *trace_path;    /* Chrome trace JSON of every task (NULL: none),
                                 written atomically (temporary file, rename) */
   const pcgc_profile *profile; /* measured kernel times (NULL, the default: none).
