@@ -659,6 +659,15 @@ static int count_ins(const pcgc_program *p, int d, pcgc_ins_kind k) {
   return c;
 }
 
+/* Frees what a hand-built case made. */
+static void release(pcgc_sim_result *est, pcgc_sim_result *r, pcgc_program *p, pcgc_mapping *mp, pcgc_graph *g) {
+  pcgc_sim_result_destroy(r);
+  pcgc_sim_result_destroy(est);
+  pcgc_program_free(p);
+  pcgc_mapping_destroy(mp);
+  pcgc_graph_free(g);
+}
+
 /* Replicate and reduce move data as pcgc_fan_move_of decides, in the
  * estimate and in the program alike. An activation of device 0 copied to
  * devices 1-3 (device 0 holds no copy, as across pipeline stages): one
@@ -691,11 +700,7 @@ START_TEST(fan_relays_in_estimate_and_program) {
   close_to(est.bytes_intra, r.bytes_intra, 1e-12);
   double ratio = est.iteration_time / r.iteration_time;
   ck_assert_msg(ratio > 0.9 && ratio < 1.1, "estimate %.6g s, program %.6g s", est.iteration_time, r.iteration_time);
-  pcgc_sim_result_destroy(&r);
-  pcgc_sim_result_destroy(&est);
-  pcgc_program_free(p);
-  pcgc_mapping_destroy(&mp);
-  pcgc_graph_free(g);
+  release(&est, &r, p, &mp, g);
 }
 END_TEST
 
@@ -729,11 +734,7 @@ START_TEST(weight_cells_in_estimate_and_program) {
   printf("weight cells: bytes %.0f estimated, %.0f in the program; step %.4g s estimated, %.4g s the program\n",
          est.bytes_intra, r.bytes_intra, est.iteration_time, r.iteration_time);
   close_to(est.bytes_intra, r.bytes_intra, 1e-12);
-  pcgc_sim_result_destroy(&r);
-  pcgc_sim_result_destroy(&est);
-  pcgc_program_free(p);
-  pcgc_mapping_destroy(&mp);
-  pcgc_graph_free(g);
+  release(&est, &r, p, &mp, g);
 }
 END_TEST
 
