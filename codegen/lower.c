@@ -569,11 +569,6 @@ typedef struct hbox {
   UT_hash_handle hh;
 } hbox;
 
-static int root_of(const cg *C, int node) {
-  while (pcgc_op_class_of(C->g->nodes[node].kind) == PCGC_CLASS_PARALLEL) node = C->g->nodes[node].in[0].node;
-  return node;
-}
-
 static void need_box(cg *C, int src, int dev, const pcgc_box *b) {
   int64_t key = (int64_t)src * C->D + dev;
   hbox *e = NULL;
@@ -620,7 +615,7 @@ static int read_piece(cg *C, pcgc_ref r, int64_t q, int mi, int X) {
   pcgc_box b;
   pcgc_piece_box(t, q, mi, &b);
   if (C->resident[r.node]) {
-    int src = root_of(C, r.node);
+    int src = pcgc_source_of(C->g, r.node);
     int S = source_buf(C, src, X, PCGC_BUF_SOURCE);
     if (S < 0) return -1;
     pcgc_box hb;
@@ -993,6 +988,7 @@ typedef struct member {
   int dev;
   int n;
   int *bufs;
+  int io;  /* spread: the buffer it receives into; gather_sum: the buffer of its sum */
 } member;
 
 /* One buffer holding the sum of a member's buffers (itself when it has one). */
@@ -1012,11 +1008,6 @@ static int member_sum(cg *C, const member *m, int node, int64_t key, int mu, pcg
 static void spread(cg *C, const pcgc_fan *F, pcgc_fan_move mv, int srcbuf, member *ms, bool add, int node,
                    int64_t key, int mu, const pcgc_box *box) {
   int Y = F->narrow, nm = F->n_dev;
-  int *recv_into = malloc((size_t)nm * sizeof *recv_into);
-  if (!recv_into) {
-    C->st = PCGC_ERR_NOMEM;
-    return;
-  }
   for (int i = 0; i < nm; i++) {
     if (ms[i].dev == Y) {
       for (int k = 0; k < ms[i].n; k++)
@@ -1024,15 +1015,15 @@ static void spread(cg *C, const pcgc_fan *F, pcgc_fan_move mv, int srcbuf, membe
       continue;
     }
     /* with add and several targets, receive into scratch then add to each */
-    recv_into[i] = add && ms[i].n > 1 ? scratch_buf(C, node, key, mu, ms[i].dev, PCGC_F32, box) : ms[i].bufs[0];
+    ms[i].io = add && ms[i].n > 1 ? scratch_buf(C, node, key, mu, ms[i].dev, PCGC_F32, box) : ms[i].bufs[0];
   }
   int root = Y, rsrc = srcbuf;
   const int *gdevs = F->grp;
   int ng = F->n_grp;
   if (mv == PCGC_FAN_RELAY) {
-    t_sendrecv(C, Y, srcbuf, ms[0].dev, recv_into[0], box, false);
+    t_sendrecv(C, Y, srcbuf, ms[0].dev, ms[0].io, box, false);
     root = ms[0].dev;
-    rsrc = recv_into[0];
+    rsrc = ms[0].io;
     gdevs = F->dev;
     ng = F->n_dev;
   }
@@ -1040,7 +1031,7 @@ static void spread(cg *C, const pcgc_fan *F, pcgc_fan_move mv, int srcbuf, membe
     for (int i = 0; i < nm; i++)
       if (ms[i].dev != Y) {
         bool into_scratch = add && ms[i].n > 1;
-        t_sendrecv(C, Y, srcbuf, ms[i].dev, recv_into[i], box, add && !into_scratch);
+        t_sendrecv(C, Y, srcbuf, ms[i].dev, ms[i].io, box, add && !into_scratch);
       }
   } else if (mv == PCGC_FAN_COLLECTIVE || mv == PCGC_FAN_RELAY) {
     int grp = group_id(C, gdevs, ng);
@@ -1056,17 +1047,15 @@ static void spread(cg *C, const pcgc_fan *F, pcgc_fan_move mv, int srcbuf, membe
       pcgc_ins R = ins_new(C, PCGC_INS_BCAST);
       R.peer = grp;
       R.root = root;
-      R.dst = recv_into[i];
+      R.dst = ms[i].io;
       R.add = add && !into_scratch;
       emit(C, t, ms[i].dev, R, NULL, 0, box, NULL, 0);
     }
   }
   for (int i = 0; i < nm; i++) {
     if (ms[i].dev == Y) continue;
-    int from = recv_into[i];
-    for (int k = add && ms[i].n > 1 ? 0 : 1; k < ms[i].n; k++) t_copy(C, ms[i].dev, ms[i].bufs[k], from, NULL, add, 2);
+    for (int k = add && ms[i].n > 1 ? 0 : 1; k < ms[i].n; k++) t_copy(C, ms[i].dev, ms[i].bufs[k], ms[i].io, NULL, add, 2);
   }
-  free(recv_into);
 }
 
 /* Sums every member's buffers into `dst` on the fan's narrow device X as
@@ -1075,9 +1064,7 @@ static void spread(cg *C, const pcgc_fan *F, pcgc_fan_move mv, int srcbuf, membe
  * members reduce to the first of them, which sends the sum on). */
 static void gather_sum(cg *C, const pcgc_fan *F, pcgc_fan_move mv, int dst, member *ms, bool add, int node,
                        int64_t key, int mu, pcgc_dtype t, const pcgc_box *box) {
-  int X = F->narrow, nm = F->n_dev, local = -1;
-  for (int i = 0; i < nm; i++)
-    if (ms[i].dev == X) local = i;
+  int X = F->narrow, nm = F->n_dev, local = F->narrow_member ? F->at[X] : -1;
   bool set = !add;
   if (mv == PCGC_FAN_LOCAL || mv == PCGC_FAN_MESSAGE) {
     for (int k = 0; local >= 0 && k < ms[local].n; k++) {
@@ -1096,13 +1083,10 @@ static void gather_sum(cg *C, const pcgc_fan *F, pcgc_fan_move mv, int dst, memb
    * (slot 1: member_sum's, slot 0, may be a source) */
   const int *devs = mv == PCGC_FAN_RELAY ? F->dev : F->grp;
   int nd = mv == PCGC_FAN_RELAY ? F->n_dev : F->n_grp;
-  int *srcs = malloc((size_t)nd * sizeof *srcs);
-  if (!srcs) {
-    C->st = PCGC_ERR_NOMEM;
-    return;
+  for (int i = 0; i < nd; i++) { /* each member's sum first: the reduce reads them */
+    member *M = &ms[F->at[devs[i]]];
+    M->io = member_sum(C, M, node, key, mu, t, box);
   }
-  for (int i = 0; i < nd; i++) /* each member's sum first: the reduce reads them */
-    srcs[i] = member_sum(C, &ms[F->at[devs[i]]], node, key, mu, t, box);
   int root = devs[0], rdst = dst;
   if (mv == PCGC_FAN_RELAY) {
     bkey sk = mkkey(root, PCGC_BUF_SCRATCH, node, 1, key, mu);
@@ -1114,14 +1098,13 @@ static void gather_sum(cg *C, const pcgc_fan *F, pcgc_fan_move mv, int dst, memb
     pcgc_ins I = ins_new(C, PCGC_INS_REDUCE);
     I.peer = grp;
     I.root = root;
-    I.src = srcs[i];
+    I.src = ms[F->at[devs[i]]].io;
     if (i == 0) {
       I.dst = rdst;
       I.add = add && mv == PCGC_FAN_COLLECTIVE;
     }
     emit(C, tk, devs[i], I, NULL, 0, box, NULL, 0);
   }
-  free(srcs);
   if (mv == PCGC_FAN_RELAY) t_sendrecv(C, root, rdst, X, dst, box, add);
 }
 
@@ -1156,7 +1139,7 @@ static void lower_fan(cg *C, const pcgc_node *n, bool backward) {
       pcgc_piece_box(narrow, q, ymu, &box);
       int one = value_buf(C, role, nnode, nslot, q, ymu, Y);
       if (backward) touch(C, Y, one, 3);
-      for (int k = 0; k < F.n_dev; k++) ms[k] = (member){F.dev[k], 0, NULL};
+      for (int k = 0; k < F.n_dev; k++) ms[k] = (member){F.dev[k], 0, NULL, -1};
       for (int64_t j = 0; j < F.d; j++) {
         int X = F.wdev[j];
         /* a replica on its source's device is the source itself */
@@ -1400,7 +1383,7 @@ static void find_boxes(cg *C) {
         for (int mu = 0; mu < m; mu++) {
           pcgc_box b;
           pcgc_piece_box(t, inp[i], in_mu(C, n->in[i], mu), &b);
-          need_box(C, root_of(C, n->in[i].node), X, &b);
+          need_box(C, pcgc_source_of(C->g, n->in[i].node), X, &b);
           if (value_m(t) <= 1) break;
         }
       }
@@ -1552,7 +1535,7 @@ pcgc_status pcgc_codegen(const pcgc_graph *g, const pcgc_mapping *mp, int n_devi
     pcgc_op_class cls = pcgc_op_class_of(n->kind);
     if (C.resident[n->id]) {
       /* views' gradients into the source box's */
-      int src = root_of(&C, n->id);
+      int src = pcgc_source_of(C.g, n->id);
       cg_keys *L = grad_keys(&C, n->id, false);
       for (int64_t i = 0, S = -2, X = -1, n0 = L->n; i < n0 && C.needg[n->id]; i++) {
         bkey k = L->k[i];

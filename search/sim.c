@@ -1045,33 +1045,33 @@ typedef struct wsync {
   const int64_t *first;     /* per holder: its first read */
   const int *hidx;          /* [D]: a holder's index */
   const int32_t *ut;        /* per holder: its update task (-1: none) */
-  int32_t *deps;            /* scratch: [nr] */
   double esize;
 } wsync;
 
 static bool sync_cell(void *ctx, const pcgc_box *cell, const int *grp, int ng) {
   wsync *W = ctx;
   sim *S = W->S;
-  int nd = 0;
+  int32_t ar = -1; /* made at the first read of the cell whose gradient is needed */
   for (int k = 0; k < ng; k++) /* the holders' reads of the cell */
     for (int64_t j = W->first[W->hidx[grp[k]]]; j < W->nr && W->r[j].dev == grp[k]; j++) {
       pcgc_box x;
-      if (W->r[j].bwd >= 0 && pcgc_box_intersect(&W->rbox[j], cell, &x)) W->deps[nd++] = W->r[j].bwd;
+      if (W->r[j].bwd < 0 || !pcgc_box_intersect(&W->rbox[j], cell, &x)) continue;
+      if (ar < 0) {
+        int32_t *g = S->grp;
+        int n = 0;
+        for (int h = 0; h < ng; h++) g[n++] = grp[h];
+        if (S->copy0) /* only copy 0 read it: its copies' devices hold it too */
+          for (int h = 0; h < ng; h++)
+            for (int c = 1; c < S->reps; c++) g[n++] = grp[h] + c * S->rstride;
+        S->coll_in_place = true; /* a whole gradient: reduced where it lies (codegen) */
+        ar = collective(S, PCGC_PHASE_BACKWARD, W->src, 0, 0, PCGC_COLL_ALL_REDUCE, n, g,
+                        (double)pcgc_box_elems(cell) * W->esize);
+        S->coll_in_place = false;
+        if (S->st) return false;
+      }
+      edge(S, W->r[j].bwd, ar);
     }
-  if (!nd) return true; /* nothing reaches its gradient */
-  int32_t *g = S->grp;
-  int n = 0;
-  for (int k = 0; k < ng; k++) g[n++] = grp[k];
-  if (S->copy0) /* only copy 0 read it: its copies' devices hold it too */
-    for (int k = 0; k < ng; k++)
-      for (int c = 1; c < S->reps; c++) g[n++] = grp[k] + c * S->rstride;
-  double bytes = (double)pcgc_box_elems(cell) * W->esize;
-  S->coll_in_place = true; /* a whole gradient: reduced where it lies (codegen) */
-  int32_t ar = collective(S, PCGC_PHASE_BACKWARD, W->src, 0, 0, PCGC_COLL_ALL_REDUCE, n, g, bytes);
-  S->coll_in_place = false;
-  if (S->st) return false;
-  for (int k = 0; k < nd; k++) edge(S, W->deps[k], ar);
-  for (int k = 0; k < ng; k++)
+  for (int k = 0; ar >= 0 && k < ng; k++)
     if (W->ut[W->hidx[grp[k]]] >= 0) edge(S, ar, W->ut[W->hidx[grp[k]]]);
   return true;
 }
@@ -1083,17 +1083,16 @@ static void gen_weights(sim *S) {
   int64_t nw = S->nw, K = g->n_nodes > D ? g->n_nodes : D;
   wrec *r = malloc((size_t)nw * sizeof *r), *tmp = malloc((size_t)nw * sizeof *tmp);
   pcgc_box *rbox = malloc((size_t)nw * sizeof *rbox), *hbox = malloc((size_t)D * sizeof *hbox);
-  int32_t *deps = malloc((size_t)nw * sizeof *deps), *ut = malloc((size_t)D * sizeof *ut);
+  int32_t *ut = malloc((size_t)D * sizeof *ut);
   int *hold = malloc((size_t)D * sizeof *hold), *hidx = malloc((size_t)D * sizeof *hidx);
   int64_t *first = malloc((size_t)D * sizeof *first), *cnt = malloc(((size_t)K + 1) * sizeof *cnt);
-  if (!r || !tmp || !rbox || !hbox || !deps || !ut || !hold || !hidx || !first || !cnt) {
+  if (!r || !tmp || !rbox || !hbox || !ut || !hold || !hidx || !first || !cnt) {
     fail_nomem(S);
     goto out;
   }
   for (int64_t i = 0; i < nw; i++) { /* each read: its weight and shard */
     tmp[i] = S->w[i];
-    int src = tmp[i].node;
-    while (pcgc_op_class_of(g->nodes[src].kind) == PCGC_CLASS_PARALLEL) src = g->nodes[src].in[0].node;
+    int src = pcgc_source_of(g, tmp[i].node);
     tmp[i].key = ((int64_t)src << 32) | (tmp[i].key - S->nd[tmp[i].node].ts);
   }
   /* by weight, then device, in the order they were read: two stable counting sorts */
@@ -1139,24 +1138,25 @@ static void gen_weights(sim *S) {
       double bytes = (double)pcgc_box_elems(&hbox[k]) * es;
       S->wbytes[hold[k]] += bytes;
       for (int c = 1; S->copy0 && c < S->reps; c++) S->wbytes[hold[k] + c * S->rstride] += bytes;
-      ut[k] = -1;
-      bool any = false;
-      for (int64_t e = i + first[k]; !any && e < j && r[e].dev == hold[k]; e++) any = r[e].bwd >= 0;
-      if (!any) continue;
-      pcgc_ptensor u;
-      pcgc_ptensor_init(&u, sd, hbox[k].rank, hbox[k].len);
-      pcgc_op_cost uc = pcgc_cost_update(opt, &u);
-      double tu = pcgc_cost_roofline(S->m, PCGC_OP_MUL, u.dtype, uc.fwd_flops, uc.fwd_bytes);
-      if (S->o.profile) S->uprof[pcgc_profile_update_time(S->o.profile, S->m, opt, &u, &tu)]++;
-      tu += pcgc_cost_fill_time(S->m, bytes); /* and zeroing the gradient first */
-      ut[k] = task_add(S, 1, PCGC_TASK_OPTIMIZER, PCGC_PHASE_UPDATE, src);
-      if (S->st) break;
-      set_piece(S, ut[k], hold[k], 0, 0);
-      S->T.dur[ut[k]] = tu;
-      for (int64_t e = i + first[k]; e < j && r[e].dev == hold[k]; e++)
-        if (r[e].bwd >= 0) edge(S, r[e].bwd, ut[k]);
+      ut[k] = -1; /* made at its first read whose gradient is needed */
+      for (int64_t e = i + first[k]; e < j && r[e].dev == hold[k] && !S->st; e++) {
+        if (r[e].bwd < 0) continue;
+        if (ut[k] < 0) {
+          pcgc_ptensor u;
+          pcgc_ptensor_init(&u, sd, hbox[k].rank, hbox[k].len);
+          pcgc_op_cost uc = pcgc_cost_update(opt, &u);
+          double tu = pcgc_cost_roofline(S->m, PCGC_OP_MUL, u.dtype, uc.fwd_flops, uc.fwd_bytes);
+          if (S->o.profile) S->uprof[pcgc_profile_update_time(S->o.profile, S->m, opt, &u, &tu)]++;
+          tu += pcgc_cost_fill_time(S->m, bytes); /* and zeroing the gradient first */
+          ut[k] = task_add(S, 1, PCGC_TASK_OPTIMIZER, PCGC_PHASE_UPDATE, src);
+          if (S->st) break;
+          set_piece(S, ut[k], hold[k], 0, 0);
+          S->T.dur[ut[k]] = tu;
+        }
+        edge(S, r[e].bwd, ut[k]);
+      }
     }
-    wsync W = {S, src, r + i, rbox + i, j - i, first, hidx, ut, deps, es};
+    wsync W = {S, src, r + i, rbox + i, j - i, first, hidx, ut, es};
     bool oom;
     if (!S->st) pcgc_weight_sync_cells(w->rank, nh, hold, hbox, S->copy0 && S->reps > 1 ? 1 : 2, sync_cell, &W, &oom);
     if (!S->st && oom) fail_nomem(S);
@@ -1168,7 +1168,6 @@ out:
   free(cnt);
   free(rbox);
   free(hbox);
-  free(deps);
   free(ut);
   free(hold);
   free(hidx);

@@ -273,6 +273,13 @@ pcgc_fan_move pcgc_fan_move_of(const pcgc_fan *f, bool spread, bool add);
  * A scalar weight is one cell. fn returns false to stop; false back when
  * it did or memory ran out (*oom then). */
 typedef bool (*pcgc_sync_fn)(void *ctx, const pcgc_box *cell, const int *grp, int ng);
+
+/* The source (weight or input) that node, through the parallel operators
+ * that only distribute it, comes from. */
+static inline int pcgc_source_of(const pcgc_graph *g, int node) {
+  while (pcgc_op_class_of(g->nodes[node].kind) == PCGC_CLASS_PARALLEL) node = g->nodes[node].in[0].node;
+  return node;
+}
 bool pcgc_weight_sync_cells(int rank, int nh, const int *hold, const pcgc_box *box, int min_group, pcgc_sync_fn fn,
                             void *ctx, bool *oom);
 
