@@ -40,15 +40,15 @@ typedef struct bench_case {
 } bench_case;
 
 static const bench_case cases[] = {
-    {"mlp.pcg", "64", "dgx-h100", "sequential", {0, 0, 0, 0, PCGC_SCHEDULE_GPIPE, false}, false, false},
-    {"mlp.pcg", "64", "dgx-h100", "data-parallel", {0, 0, 0, 0, PCGC_SCHEDULE_GPIPE, false}, false, false},
-    {"transformer-block.pcg", "64", "h100-4x8", "data-parallel", {0, 0, 0, 0, PCGC_SCHEDULE_GPIPE, false}, false, false},
-    {"bert-large.pcg", "8", "dgx-h100", "sequential", {0, 0, 0, 0, PCGC_SCHEDULE_GPIPE, false}, false, false},
-    {"bert-large.pcg", "64", "dgx-h100", "data-parallel", {0, 0, 0, 0, PCGC_SCHEDULE_GPIPE, false}, false, false},
-    {"bert-large.pcg", "192", "summit-v100", "data-parallel", {0, 0, 0, 0, PCGC_SCHEDULE_GPIPE, false}, false, false},
-    {"llama3-8b.pcg", "512", "h100-8x8", "copies checked", {8, 1, 8, 64, PCGC_SCHEDULE_1F1B, false}, true, false},
-    {"llama3-8b.pcg", "512", "h100-8x8", "copy 0 built", {8, 1, 8, 64, PCGC_SCHEDULE_1F1B, false}, true, true},
-    {"llama3-8b.pcg", "512", "h100-8x8", "all copies", {8, 1, 8, 64, PCGC_SCHEDULE_1F1B, false}, true, false},
+    {"mlp.pcg", "64", "dgx-h100", "sequential", {0, 0, 0, 0, PCGC_SCHEDULE_GPIPE, false, false}, false, false},
+    {"mlp.pcg", "64", "dgx-h100", "data-parallel", {0, 0, 0, 0, PCGC_SCHEDULE_GPIPE, false, false}, false, false},
+    {"transformer-block.pcg", "64", "h100-4x8", "data-parallel", {0, 0, 0, 0, PCGC_SCHEDULE_GPIPE, false, false}, false, false},
+    {"bert-large.pcg", "8", "dgx-h100", "sequential", {0, 0, 0, 0, PCGC_SCHEDULE_GPIPE, false, false}, false, false},
+    {"bert-large.pcg", "64", "dgx-h100", "data-parallel", {0, 0, 0, 0, PCGC_SCHEDULE_GPIPE, false, false}, false, false},
+    {"bert-large.pcg", "192", "summit-v100", "data-parallel", {0, 0, 0, 0, PCGC_SCHEDULE_GPIPE, false, false}, false, false},
+    {"llama3-8b.pcg", "512", "h100-8x8", "copies checked", {8, 1, 8, 64, PCGC_SCHEDULE_1F1B, false, false}, true, false},
+    {"llama3-8b.pcg", "512", "h100-8x8", "copy 0 built", {8, 1, 8, 64, PCGC_SCHEDULE_1F1B, false, false}, true, true},
+    {"llama3-8b.pcg", "512", "h100-8x8", "all copies", {8, 1, 8, 64, PCGC_SCHEDULE_1F1B, false, false}, true, false},
 };
 
 int main(int argc, char **argv) {

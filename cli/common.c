@@ -46,8 +46,9 @@ int pcgc_cli_exit_code(pcgc_status s) {
 }
 
 void pcgc_cli_format_choice(char *b, size_t n, pcgc_expert_choice c) {
-  snprintf(b, n, "dp %d x tp %d x pp %d, %d micro-batch%s%s%s", c.dp, c.tp, c.pp, c.micro, c.micro == 1 ? "" : "es",
-           c.schedule == PCGC_SCHEDULE_1F1B ? " in 1F1B order" : "", c.recompute ? ", activations recomputed" : "");
+  snprintf(b, n, "dp %d x tp %d x pp %d, %d micro-batch%s%s%s%s", c.dp, c.tp, c.pp, c.micro, c.micro == 1 ? "" : "es",
+           c.schedule == PCGC_SCHEDULE_1F1B ? " in 1F1B order" : "", c.recompute ? ", activations recomputed" : "",
+           c.zero ? ", optimizer state sharded (ZeRO-1)" : "");
 }
 
 int pcgc_cli_loss_kind(const char *cmd, const char *name, int *kind) {

@@ -95,7 +95,7 @@ void pcgc_cli_compile_help(FILE *f) {
           "                     segments of about N, searched one by one, identical ones once\n"
           "                     (default 40; 0: search the graph whole)\n"
           "  --choice C         start from this one expert strategy instead of searching the grid:\n"
-          "                     dp=D,tp=T,pp=P[,micro=M][,schedule=gpipe|1f1b][,recompute] (degrees\n"
+          "                     dp=D,tp=T,pp=P[,micro=M][,schedule=gpipe|1f1b][,recompute][,zero] (degrees\n"
           "                     default 1, micro default pp); with --budget 0 the plan is exactly it\n"
           "  --profile DB       kernel times measured by `pcgc profile` (on a GPU machine's GPU, with the\n"
           "                     same --precision) in place of the roofline, for the search and the\n"
@@ -278,6 +278,7 @@ static void lower_plan(const pcgc_graph *g, const pcgc_mapping *mp, pcgc_expert_
   co.optimizer = o->sim.optimizer;
   co.schedule = choice.schedule;
   co.recompute = choice.recompute;
+  co.zero = choice.zero;
   co.bf16 = o->sim.bf16;
   co.threads = o->threads;
   co.save_for_backward = m->device.kind == PCGC_DEVICE_CPU; /* the CPU backend's kernels use it */
@@ -317,7 +318,7 @@ static double program_time(void *ctx, const pcgc_graph *g, const pcgc_mapping *m
 /* --choice dp=D,tp=T,pp=P[,micro=M][,schedule=gpipe|1f1b][,recompute]:
  * -1 when parsed, else the usage error's exit code. */
 static int parse_choice(const char *text, pcgc_expert_choice *c) {
-  *c = (pcgc_expert_choice){1, 1, 1, 1, PCGC_SCHEDULE_GPIPE, false};
+  *c = (pcgc_expert_choice){1, 1, 1, 1, PCGC_SCHEDULE_GPIPE, false, false};
   char buf[256];
   if (strlen(text) >= sizeof buf) return pcgc_cli_usage_error("compile", "--choice is too long: '%.40s...'", text);
   strcpy(buf, text);
@@ -326,6 +327,10 @@ static int parse_choice(const char *text, pcgc_expert_choice *c) {
     char *eq = strchr(tok, '=');
     if (strcmp(tok, "recompute") == 0) {
       c->recompute = true;
+      continue;
+    }
+    if (strcmp(tok, "zero") == 0) {
+      c->zero = true;
       continue;
     }
     if (!eq) return pcgc_cli_usage_error("compile", "--choice: expected NAME=VALUE, not '%s' (dp=4,tp=2,pp=1,micro=1)", tok);
@@ -340,7 +345,7 @@ static int parse_choice(const char *text, pcgc_expert_choice *c) {
     int *field = strcmp(tok, "dp") == 0 ? &c->dp : strcmp(tok, "tp") == 0 ? &c->tp : strcmp(tok, "pp") == 0 ? &c->pp
                  : strcmp(tok, "micro") == 0 ? &c->micro : NULL;
     if (!field)
-      return pcgc_cli_usage_error("compile", "--choice: unknown degree '%s' (dp, tp, pp, micro, schedule, recompute)", tok);
+      return pcgc_cli_usage_error("compile", "--choice: unknown degree '%s' (dp, tp, pp, micro, schedule, recompute, zero)", tok);
     char *end;
     long x = strtol(v, &end, 10);
     if (!*v || *end || x < 1 || x > 1000000)

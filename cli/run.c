@@ -153,6 +153,7 @@ static int load_program(const char *cmd, const char *path, int need, int prec, p
   if (info->has_choice) {
     co.schedule = info->choice.schedule;
     co.recompute = info->choice.recompute;
+    co.zero = info->choice.zero;
   }
   co.bf16 = (prec >= 0 ? (pcgc_precision)prec : info->precision) == PCGC_PREC_BF16;
   /* as compile lowered it: CPU plans keep attention's projections for backward (the CUDA backend

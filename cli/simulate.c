@@ -82,6 +82,7 @@ static int simulate_file(const char *path, const char *machine, const char *prof
     if (info.has_choice && !schedule_given) o->schedule = info.choice.schedule;
     if (info.has_optimizer && !optimizer_given) o->optimizer = info.optimizer; /* the one compile costed */
     if (info.has_choice && info.choice.recompute) o->recompute = true;
+    if (info.has_choice && info.choice.zero) o->zero = true;
     o->bf16 = info.precision == PCGC_PREC_BF16; /* activations stored in bf16 */
     /* the search's estimate; the trace draws the program (below) unless it cannot be lowered */
     pcgc_sim_options est = *o;
@@ -100,6 +101,7 @@ static int simulate_file(const char *path, const char *machine, const char *prof
       co.optimizer = o->optimizer;
       co.schedule = o->schedule;
       co.recompute = o->recompute;
+      co.zero = o->zero;
       co.bf16 = o->bf16;
       /* as pcgc run lowers it: by the plan's device kind, else the machine's */
       co.save_for_backward = (info.has_device_kind ? info.device_kind : m.device.kind) == PCGC_DEVICE_CPU;

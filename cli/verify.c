@@ -237,6 +237,7 @@ static bool feasible(verify_ctx *v) {
   pcgc_codegen_options_default(&co);
   co.schedule = v->info.choice.schedule;
   co.recompute = v->info.choice.recompute;
+  co.zero = v->info.choice.zero;
   co.optimizer = PCGC_OPTIM_SGD;
   pcgc_program *p = NULL;
   pcgc_error err;

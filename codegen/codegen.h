@@ -34,7 +34,8 @@
  *   - a weight: the devices that keep an element of it all-reduce its
  *     gradient (ALLREDUCE_START, non-blocking, as soon as the last backward
  *     that writes it is done; WAIT before UPDATE), then every copy takes the
- *     optimizer step, so copies stay identical.
+ *     optimizer step, so copies stay identical; with options.zero each of a
+ *     cell's holders steps its slab and they all-gather the slabs.
  *
  * Order. The instructions form a task graph whose edges are the buffers'
  * read/write dependencies in a sequential order (forward, backward, update)
@@ -151,9 +152,12 @@ typedef enum pcgc_ins_kind {
   PCGC_INS_ALLREDUCE,   /* group `peer`: dst box summed over the group, in place (blocking) */
   PCGC_INS_ALLREDUCE_START, /* the same, non-blocking: request slot `tag` */
   PCGC_INS_WAIT,        /* completes request slot `tag`: dst over `box`, as its START named them */
-  PCGC_INS_UPDATE,      /* optimizer step: dst weight box, src gradient, args m, v */
+  PCGC_INS_UPDATE,      /* optimizer step: dst weight box, src gradient, args m, v; with a box
+                           (ZeRO-1): that slab of dst and src alone, m and v hold just it */
   PCGC_INS_LOSS,        /* adds src's element (replica 0) to the step's loss */
   PCGC_INS_SEED,        /* dst = d loss / d loss piece: 1 for replica 0, else 0 */
+  PCGC_INS_ALLGATHER,   /* group `peer` of n: dst (whole) is n equal slabs, the j-th member's
+                           slab j (pcgc_zero_shard); each member's slab to all, in place (blocking) */
   PCGC_INS_KIND_COUNT
 } pcgc_ins_kind;
 
@@ -207,6 +211,7 @@ typedef struct pcgc_program {
   int stages;
   pcgc_schedule schedule;
   bool recompute;              /* activations recomputed (pcgc_recomputed_nodes) */
+  bool zero;                   /* optimizer state sharded (options.zero) */
   bool bf16;                   /* activations stored in bf16 (options.bf16) */
   int64_t recomputed_pieces;   /* FORWARD instructions run again in backward, over all devices */
   bool p2p_in_order;           /* every device receives each peer's messages in the order the peer
@@ -220,6 +225,10 @@ typedef struct pcgc_codegen_options {
   pcgc_schedule schedule;      /* order of micro-batches (default GPipe) */
   pcgc_optim_kind optimizer;   /* state buffers kept (default Adam: m and v) */
   bool recompute;              /* activation recomputation, as the simulator's (see above) */
+  bool zero;                   /* ZeRO-1: the devices that all-reduce a weight cell they each hold
+                                  whole update one slab of it each (pcgc_zero_shard: an UPDATE
+                                  with a box, optimizer state for the slab alone) and all-gather
+                                  the slabs (ALLGATHER); other cells update whole, as without */
   bool bf16;                   /* bf16 storage (mixed precision): activations and their gradients
                                   in bf16, weights, their gradients and optimizer state in f32
                                   (pcgc_value_dtype); kernels compute in f32 on widened copies */

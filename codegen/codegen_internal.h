@@ -76,6 +76,7 @@ typedef struct cg_group {
 
 struct bent;
 struct hbox;
+struct zshard;
 
 typedef struct cg {
   const pcgc_graph *g;
@@ -100,6 +101,7 @@ typedef struct cg {
    * order: backward visits them without probing every (device, piece) */
   struct cg_keys *gkeys;        /* [2 * n_nodes]: 2 node + (role == STAGE_GRAD) */
   struct hbox *boxes;
+  struct zshard *zero;  /* options.zero: the slab each holder of a sharded cell updates (lower.c) */
   cg_pair *pairs;
   int max_tag;
   cg_group *groups;

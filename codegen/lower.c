@@ -1170,6 +1170,62 @@ static void lower_fan(cg *C, const pcgc_node *n, bool backward) {
 
 /* --------------------------------------------------------------- weights */
 
+/* options.zero: device `key % D` updates slab `box` of weight `key / D`
+ * and all-gathers it with the other members[0..n) of its cell (ascending;
+ * the first member's entry owns the array). */
+typedef struct zshard {
+  int64_t key;
+  pcgc_box box;
+  int gid, n, j;
+  int *members;
+  UT_hash_handle hh;
+} zshard;
+
+static zshard *zshard_of(const cg *C, int src, int dev) {
+  int64_t key = (int64_t)src * C->D + dev;
+  zshard *z = NULL;
+  HASH_FIND(hh, C->zero, &key, sizeof key, z);
+  return z;
+}
+
+/* options.zero: the members of a cell that each hold exactly it split its
+ * update (pcgc_zero_shard); member j is the j-th smallest device. */
+static void zero_split(cg *C, int src, const pcgc_box *cell, const int *grp, int ng, int gid) {
+  pcgc_box sh;
+  if (!pcgc_zero_shard(cell, ng, 0, &sh)) return;
+  for (int i = 0; i < ng; i++) {
+    const pcgc_box *b = held_box(C, src, grp[i]);
+    if (!b || !pcgc_box_equal(b, cell)) return;
+  }
+  int *mem = malloc((size_t)ng * sizeof *mem);
+  if (!mem) {
+    C->st = PCGC_ERR_NOMEM;
+    return;
+  }
+  memcpy(mem, grp, (size_t)ng * sizeof *mem);
+  for (int i = 1; i < ng; i++)
+    for (int k = i; k > 0 && mem[k - 1] > mem[k]; k--) {
+      int x = mem[k];
+      mem[k] = mem[k - 1];
+      mem[k - 1] = x;
+    }
+  for (int j = 0; j < ng; j++) {
+    zshard *z = calloc(1, sizeof *z);
+    if (!z) {
+      if (j == 0) free(mem);
+      C->st = PCGC_ERR_NOMEM;
+      return;
+    }
+    z->key = (int64_t)src * C->D + mem[j];
+    pcgc_zero_shard(cell, ng, j, &z->box);
+    z->gid = gid;
+    z->n = ng;
+    z->j = j;
+    z->members = mem;
+    HASH_ADD(hh, C->zero, key, sizeof z->key, z);
+  }
+}
+
 /* One cell of weight src's gradient, held by grp[0..ng): a non-blocking
  * all-reduce, waited for in the update phase. */
 typedef struct sync_ctx {
@@ -1204,6 +1260,7 @@ static bool sync_cell(void *ctx, const pcgc_box *cell, const int *grp, int ng) {
   }
   edge(C, tk, tw);
   C->phase = C->ctx_phase_save;
+  if (C->o.zero && !C->st) zero_split(C, src, cell, grp, ng, gid);
   return !C->st;
 }
 
@@ -1246,15 +1303,32 @@ static void lower_updates(cg *C) {
       C->ctx_micro = 0;
       int w = source_buf(C, n->id, X, PCGC_BUF_SOURCE);
       int gw = source_buf(C, n->id, X, PCGC_BUF_SOURCE_GRAD);
+      zshard *z = C->zero ? zshard_of(C, n->id, X) : NULL;
       int a[2] = {-1, -1};
-      if (C->o.optimizer != PCGC_OPTIM_SGD) a[0] = source_buf(C, n->id, X, PCGC_BUF_OPT_M);
-      if (C->o.optimizer == PCGC_OPTIM_ADAM) a[1] = source_buf(C, n->id, X, PCGC_BUF_OPT_V);
+      for (int k = 0; k < 2; k++) {
+        int role = k ? PCGC_BUF_OPT_V : PCGC_BUF_OPT_M;
+        if (k ? C->o.optimizer != PCGC_OPTIM_ADAM : C->o.optimizer == PCGC_OPTIM_SGD) continue;
+        /* sharded: state for the slab alone */
+        a[k] = z ? buf_add(C, mkkey(X, role, n->id, 0, -1, 0), PCGC_F32, &z->box, true) : source_buf(C, n->id, X, role);
+      }
       int t = task_begin(C, 4);
       C->t[t].compute = true;
       pcgc_ins I = ins_new(C, PCGC_INS_UPDATE);
       I.dst = w;
       I.src = gw;
-      emit(C, t, X, I, a, 2, NULL, a, 2);
+      emit(C, t, X, I, a, 2, z ? &z->box : NULL, a, 2);
+    }
+    /* sharded cells: every member's updated slab to the others */
+    for (int X = 0; C->zero && X < C->D && !C->st; X++) {
+      zshard *z = zshard_of(C, n->id, X);
+      if (!z || z->j != 0) continue;
+      int t = task_begin(C, 5);
+      for (int j = 0; j < z->n; j++) {
+        pcgc_ins I = ins_new(C, PCGC_INS_ALLGATHER);
+        I.dst = source_buf(C, n->id, z->members[j], PCGC_BUF_SOURCE);
+        I.peer = z->gid;
+        emit(C, t, z->members[j], I, NULL, 0, NULL, NULL, 0);
+      }
     }
   }
 }
@@ -1433,6 +1507,12 @@ static void free_cg(cg *C) {
     HASH_DEL(C->boxes, h);
     free(h);
   }
+  zshard *z, *zt;
+  HASH_ITER(hh, C->zero, z, zt) {
+    HASH_DEL(C->zero, z);
+    if (z->j == 0) free(z->members);
+    free(z);
+  }
   cg_pair *pp, *pt;
   HASH_ITER(hh, C->pairs, pp, pt) {
     HASH_DEL(C->pairs, pp);
@@ -1588,6 +1668,7 @@ pcgc_status pcgc_codegen(const pcgc_graph *g, const pcgc_mapping *mp, int n_devi
     return st;
   }
   p->recompute = C.o.recompute;
+  p->zero = C.o.zero;
   p->bf16 = C.o.bf16;
   p->recomputed_pieces = C.n_recomputed;
   *out = p;

@@ -198,8 +198,8 @@ static pcgc_status node_time(psim *S, int node, pcgc_op_time *t) {
 
 static double update_time(psim *S, const pcgc_device_program *P, const pcgc_ins *I) {
   const pcgc_plan_buf *B = &P->buf[I->dst];
-  pcgc_ptensor t;
-  pcgc_ptensor_init(&t, B->dtype, B->rank, B->dims);
+  pcgc_ptensor t; /* with a box (ZeRO-1): that slab */
+  pcgc_ptensor_init(&t, B->dtype, B->rank, I->box >= 0 ? P->boxes[I->box].len : B->dims);
   pcgc_op_cost uc = pcgc_cost_update(S->o->optimizer, &t);
   double tu = pcgc_cost_roofline(S->m, PCGC_OP_MUL, t.dtype, uc.fwd_flops, uc.fwd_bytes);
   if (S->o->profile) {
@@ -276,7 +276,7 @@ static void rdv_complete(psim *S, int64_t id, int group, pcgc_collective c, doub
             if (!bg && *g < t + dur) *g = t + dur;
           }
         }
-    double k = c == PCGC_COLL_BROADCAST ? 1 : 2;
+    double k = c == PCGC_COLL_BROADCAST || c == PCGC_COLL_ALL_GATHER ? 1 : 2;
     S->bytes_intra += k * (n - grp.nodes) * bytes;
     S->bytes_inter += k * (grp.nodes - 1) * bytes;
     S->task_time += dur;
@@ -310,7 +310,8 @@ static pcgc_task_kind task_kind(int k) {
   case PCGC_INS_BCAST:
   case PCGC_INS_REDUCE:
   case PCGC_INS_ALLREDUCE:
-  case PCGC_INS_ALLREDUCE_START: return PCGC_TASK_COLLECTIVE;
+  case PCGC_INS_ALLREDUCE_START:
+  case PCGC_INS_ALLGATHER: return PCGC_TASK_COLLECTIVE;
   case PCGC_INS_RECV:
   case PCGC_INS_WAIT: return PCGC_TASK_JOIN;
   default: return PCGC_TASK_ADD; /* copies, zeroing, seeds, losses */
@@ -330,9 +331,10 @@ static void trace_fill(pcgc_tasks *T, int64_t i, int d, const pcgc_program *p, c
   T->peer[i] = I->peer;
   T->coll[i] = 0;
   if (k == PCGC_TASK_COLLECTIVE) {
-    T->coll[i] = I->kind == PCGC_INS_REDUCE ? PCGC_COLL_REDUCE
-               : I->kind == PCGC_INS_BCAST  ? PCGC_COLL_BROADCAST
-                                            : PCGC_COLL_ALL_REDUCE;
+    T->coll[i] = I->kind == PCGC_INS_REDUCE      ? PCGC_COLL_REDUCE
+               : I->kind == PCGC_INS_BCAST     ? PCGC_COLL_BROADCAST
+               : I->kind == PCGC_INS_ALLGATHER ? PCGC_COLL_ALL_GATHER
+                                               : PCGC_COLL_ALL_REDUCE;
     T->peer[i] = I->peer >= 0 && I->peer < p->n_groups ? p->group_off[I->peer + 1] - p->group_off[I->peer] : 0;
   }
   T->node[i] = I->node;
@@ -460,12 +462,15 @@ static pcgc_status step(psim *S, int d, bool *moved) {
   case PCGC_INS_BCAST:
   case PCGC_INS_REDUCE:
   case PCGC_INS_ALLREDUCE:
-  case PCGC_INS_ALLREDUCE_START: {
+  case PCGC_INS_ALLREDUCE_START:
+  case PCGC_INS_ALLGATHER: {
     int b = I->src >= 0 ? I->src : I->dst, grp = I->peer;
     if (grp < 0 || grp >= S->p->n_groups)
       return pcgc_error_set(S->err, PCGC_ERR_INVALID, "device %d instruction %d names group %d of %d", d, x->pc, grp,
                             S->p->n_groups);
-    double bytes = region_bytes(P, I, b), stage = pcgc_allreduce_in_place(P, I) ? 0 : mem_time(S, bytes, false);
+    /* an all-gather runs on its buffer in place */
+    double bytes = region_bytes(P, I, b),
+           stage = pcgc_allreduce_in_place(P, I) || I->kind == PCGC_INS_ALLGATHER ? 0 : mem_time(S, bytes, false);
     int64_t id = x->joined;
     if (id < 0) { /* reaching it: stage the box in, then join */
       id = rdv_get(S, grp, S->seq[(int64_t)d * S->p->n_groups + grp]++);
@@ -477,7 +482,9 @@ static pcgc_status step(psim *S, int d, bool *moved) {
       if (x->clock > r->t_max) r->t_max = x->clock;
       int n = S->p->group_off[grp + 1] - S->p->group_off[grp];
       if (++r->arrived == n) {
-        pcgc_collective c = I->kind == PCGC_INS_BCAST ? PCGC_COLL_BROADCAST : PCGC_COLL_ALL_REDUCE;
+        pcgc_collective c = I->kind == PCGC_INS_BCAST       ? PCGC_COLL_BROADCAST
+                            : I->kind == PCGC_INS_ALLGATHER ? PCGC_COLL_ALL_GATHER
+                                                            : PCGC_COLL_ALL_REDUCE;
         rdv_complete(S, id, grp, c, bytes, I->kind == PCGC_INS_ALLREDUCE_START && !S->cpu_hold);
       }
     }

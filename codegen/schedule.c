@@ -772,6 +772,7 @@ int pcgc__cg_ins_access(const pcgc_ins *I, const int *args, int *rd, int *nrd, i
   case PCGC_INS_ALLREDUCE:
   case PCGC_INS_ALLREDUCE_START:
   case PCGC_INS_WAIT:
+  case PCGC_INS_ALLGATHER:
     R(I->dst);
     W(I->dst);
     break;
@@ -798,7 +799,8 @@ const char *pcgc_buf_role_name(pcgc_buf_role r) {
 const char *pcgc_ins_kind_name(pcgc_ins_kind k) {
   static const char *const names[] = {"forward", "backward", "bn-stats", "bn-apply", "bn-bwd-stats", "bn-bwd-apply",
                                       "copy",    "zero",     "send",     "recv",     "bcast",        "reduce",
-                                      "allreduce", "allreduce-start", "wait", "update", "loss", "seed"};
+                                      "allreduce", "allreduce-start", "wait", "update", "loss", "seed",
+                                      "allgather"};
   _Static_assert(sizeof names / sizeof *names == PCGC_INS_KIND_COUNT, "one name per instruction kind");
   return (unsigned)k < PCGC_INS_KIND_COUNT ? names[k] : "?";
 }
@@ -864,7 +866,8 @@ void pcgc_program_print(FILE *f, const pcgc_program *p, const pcgc_graph *g, int
     fprintf(f, "%-7d %8d %10s %10s %10s %10s %10s %10s %6lld %6lld %6lld %6d\n", d, P->n_ins, a, b, c, u, sn, st,
             (long long)(k[PCGC_INS_FORWARD] + k[PCGC_INS_BACKWARD] + k[PCGC_INS_BN_APPLY] + k[PCGC_INS_BN_BWD_APPLY]),
             (long long)(k[PCGC_INS_SEND] + k[PCGC_INS_RECV]),
-            (long long)(k[PCGC_INS_BCAST] + k[PCGC_INS_REDUCE] + k[PCGC_INS_ALLREDUCE] + k[PCGC_INS_ALLREDUCE_START]),
+            (long long)(k[PCGC_INS_BCAST] + k[PCGC_INS_REDUCE] + k[PCGC_INS_ALLREDUCE] + k[PCGC_INS_ALLREDUCE_START] +
+                          k[PCGC_INS_ALLGATHER]),
             P->n_buf);
   }
   if (!streams) return;
@@ -913,7 +916,8 @@ void pcgc_program_print(FILE *f, const pcgc_program *p, const pcgc_graph *g, int
       case PCGC_INS_BCAST:
       case PCGC_INS_REDUCE:
       case PCGC_INS_ALLREDUCE:
-      case PCGC_INS_ALLREDUCE_START: {
+      case PCGC_INS_ALLREDUCE_START:
+      case PCGC_INS_ALLGATHER: {
         fprintf(f, " group {");
         for (int k = p->group_off[I->peer]; k < p->group_off[I->peer + 1]; k++)
           fprintf(f, "%s%d", k > p->group_off[I->peer] ? "," : "", p->group_dev[k]);

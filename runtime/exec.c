@@ -119,6 +119,29 @@ static pcgc_buf kbuf(const rt *R, int b) {
   return k;
 }
 
+/* The kernel view of region x of buffer b, which must be contiguous in it
+ * (a slab along its first dim longer than 1). */
+static pcgc_status slab(const rt *R, int b, const pcgc_box *x, pcgc_buf *k) {
+  const pcgc_plan_buf *B = &R->P->buf[b];
+  int64_t off = 0, stride = 1;
+  int cut = -1; /* the last dim x does not span whole: every dim before it has length 1 in x */
+  for (int d = B->rank - 1; d >= 0; d--) {
+    int64_t lo = x->lo[d] - B->offset[d];
+    if (lo < 0 || x->len[d] < 1 || lo + x->len[d] > B->dims[d])
+      return pcgc_error_set(R->err, PCGC_ERR_INVALID, "a slab outside its buffer (dim %d)", d);
+    if (x->len[d] != B->dims[d] && cut < 0) cut = d;
+    off += lo * stride;
+    stride *= B->dims[d];
+  }
+  for (int d = 0; d < cut; d++)
+    if (x->len[d] != 1)
+      return pcgc_error_set(R->err, PCGC_ERR_INVALID, "a region that is not contiguous in its buffer (dim %d)", d);
+  k->rank = B->rank;
+  memcpy(k->dims, x->len, sizeof k->dims);
+  k->data = (char *)k->data + off * (int64_t)pcgc_dtype_size(B->dtype);
+  return PCGC_OK;
+}
+
 static pcgc_piece kpiece(const rt *R, int b) {
   pcgc_piece q;
   memset(&q, 0, sizeof q);
@@ -620,7 +643,34 @@ static pcgc_status exec_one(rt *R, const pcgc_ins *I) {
   case PCGC_INS_UPDATE: {
     const int *a = P->args + I->args;
     pcgc_buf w = kbuf(R, I->dst), gr = kbuf(R, I->src), m = kbuf(R, a[0]), v = kbuf(R, a[1]);
+    if (I->box >= 0) { /* ZeRO-1: a slab of the weight and its gradient, contiguous in both */
+      pcgc_box x = region(R, I, I->dst);
+      if ((st = slab(R, I->dst, &x, &w)) || (st = slab(R, I->src, &x, &gr))) return st;
+    }
     return be->update(be, &R->o->opt, &w, &gr, a[0] >= 0 ? &m : NULL, a[1] >= 0 ? &v : NULL, R->step, R->err);
+  }
+  case PCGC_INS_ALLGATHER: { /* slab j from the group's j-th member, in place */
+    const pcgc_plan_buf *B = &P->buf[I->dst];
+    int n = R->p->group_off[I->peer + 1] - R->p->group_off[I->peer];
+    int64_t es = (int64_t)pcgc_dtype_size(B->dtype), numel = B->bytes / es, cnt = n > 0 ? numel / n : 0;
+    char *data = data_of(R, I->dst);
+    if (n < 1 || cnt * n != numel)
+      return pcgc_error_set(R->err, PCGC_ERR_INVALID, "all-gather of %lld elements over %d devices: not equal slabs",
+                            (long long)numel, n);
+    if (R->dev_comm) {
+      for (int j = 0; j < n && !st; j++)
+        st = be->broadcast(be, R->dcomm[I->peer], data + j * cnt * es, cnt, B->dtype, j, R->err);
+      return st;
+    }
+    char *h = be->host ? data : malloc((size_t)B->bytes);
+    if (!h) return pcgc_error_set(R->err, PCGC_ERR_NOMEM, "out of host memory for an all-gather of %lld bytes",
+                                  (long long)B->bytes);
+    if (!(st = to_host(R, h, data, B->bytes))) {
+      rc = MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, h, (int)cnt, mpi_type(B->dtype), R->comm[I->peer]);
+      st = rc != MPI_SUCCESS ? mpi_fail(R, rc, "all-gather", I) : from_host(R, data, h, B->bytes);
+    }
+    if (h != data) free(h);
+    return st;
   }
   default: return pcgc_error_set(R->err, PCGC_ERR_INVALID, "unknown instruction kind %d", I->kind);
   }
@@ -666,7 +716,8 @@ static void on_alarm(int sig) {
   char msg[400];
   int k = g_kind, n;
   const char *what = k == PCGC_INS_RECV ? "receiving from device" : k == PCGC_INS_SEND ? "sending to device"
-                     : k == PCGC_INS_WAIT || k == PCGC_INS_BCAST || k == PCGC_INS_REDUCE || k == PCGC_INS_ALLREDUCE
+                     : k == PCGC_INS_WAIT || k == PCGC_INS_BCAST || k == PCGC_INS_REDUCE || k == PCGC_INS_ALLREDUCE ||
+                               k == PCGC_INS_ALLGATHER
                          ? "in a collective of group" : NULL;
   int gp = g_peer;
   if (k == PCGC_INS_KIND_COUNT) /* after the stream: completing sends, summing the loss */
@@ -1444,7 +1495,8 @@ pcgc_status pcgc_run(const pcgc_graph *g, const pcgc_program *p, const pcgc_run_
       st = pcgc_error_set(err, PCGC_ERR_UNSUPPORTED, "the plan needs message tag %d; this MPI allows %d", I->tag,
                           *tag_ub);
     bool talks = I->kind == PCGC_INS_SEND || I->kind == PCGC_INS_RECV || I->kind == PCGC_INS_BCAST ||
-                 I->kind == PCGC_INS_REDUCE || I->kind == PCGC_INS_ALLREDUCE || I->kind == PCGC_INS_ALLREDUCE_START;
+                 I->kind == PCGC_INS_REDUCE || I->kind == PCGC_INS_ALLREDUCE || I->kind == PCGC_INS_ALLREDUCE_START ||
+                 I->kind == PCGC_INS_ALLGATHER;
     if (talks && !R.mpi && !dev && !st) {
       st = pcgc_error_set(err, PCGC_ERR_INVALID, "instruction %d (%s) communicates, but MPI is not initialised%s", i,
                           pcgc_ins_kind_name((pcgc_ins_kind)I->kind),

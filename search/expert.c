@@ -582,7 +582,7 @@ typedef struct cand_list {
 
 bool pcgc_expert_choice_equal(const pcgc_expert_choice *a, const pcgc_expert_choice *b) {
   return a->dp == b->dp && a->tp == b->tp && a->pp == b->pp && a->micro == b->micro && a->schedule == b->schedule &&
-         a->recompute == b->recompute;
+         a->recompute == b->recompute && a->zero == b->zero;
 }
 
 static bool cand_add(cand_list *L, pcgc_expert_choice c) {
@@ -616,7 +616,7 @@ static pcgc_status cand_triple(pcgc_expert *x, cand_list *L, int b, int t, int s
   for (int f = 1; f <= 4; f *= 2) {
     int64_t mm = s == 1 ? 1 : (int64_t)s * f;
     if (s > 1 && (batch == 0 || (batch / b) % mm)) continue;
-    if (!cand_add(L, (pcgc_expert_choice){b, t, s, (int)mm, PCGC_SCHEDULE_GPIPE, false}))
+    if (!cand_add(L, (pcgc_expert_choice){b, t, s, (int)mm, PCGC_SCHEDULE_GPIPE, false, false}))
       return pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
     if (s == 1) break;
   }
@@ -624,7 +624,7 @@ static pcgc_status cand_triple(pcgc_expert *x, cand_list *L, int b, int t, int s
    * (the least activation memory per micro-batch), up to 256 of them */
   int64_t one = batch ? batch / b : 0;
   if (s > 1 && one > 4 * (int64_t)s && one <= 256 &&
-      !cand_add(L, (pcgc_expert_choice){b, t, s, (int)one, PCGC_SCHEDULE_GPIPE, false}))
+      !cand_add(L, (pcgc_expert_choice){b, t, s, (int)one, PCGC_SCHEDULE_GPIPE, false, false}))
     return pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
   return PCGC_OK;
 }
@@ -641,7 +641,7 @@ static pcgc_status enumerate(pcgc_expert *x, cand_list *L, pcgc_error *err) {
       div[nd - 1 - nsmall++] = (int)(D / d);
     }
   pcgc_status st = PCGC_OK;
-  if (!cand_add(L, (pcgc_expert_choice){D, 1, 1, 1, PCGC_SCHEDULE_GPIPE, false})) st = pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
+  if (!cand_add(L, (pcgc_expert_choice){D, 1, 1, 1, PCGC_SCHEDULE_GPIPE, false, false})) st = pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
   /* every device used (b t s = D), or one kind of parallelism alone on fewer */
   for (int i = nd - 1; i >= 0 && st == PCGC_OK; i--)
     for (int j = 0; j < nd && st == PCGC_OK; j++) {
@@ -680,9 +680,13 @@ static void fmt_choice(char *buf, size_t n, pcgc_expert_choice c) {
  *   1. pipelined, in 1F1B order, which keeps at most s - k micro-batches'
  *      activations on stage k (GPipe keeps them all); kept when it fits,
  *      or is faster while neither fits;
- *   2. still out of memory, with its activations recomputed as well (a
+ *   2. still out of memory and data parallel, with its optimizer state
+ *      sharded over the copies (ZeRO-1: the same bytes all-reduced, an
+ *      all-gather of the weights more); kept when it fits or needs less
+ *      memory while neither fits;
+ *   3. still out of memory, with its activations recomputed as well (a
  *      forward more per backward); kept when it fits.
- * *sr, c->schedule and c->recompute follow what is kept. Not tried when
+ * *sr, c->schedule, c->zero and c->recompute follow what is kept. Not tried when
  * the candidate fits: 1F1B takes about GPipe's time (the simulator gives
  * BERT-Large with 8 stages 303 and 302 ms) and recomputing only costs, and
  * each try is another simulation. Only what the caller left at the
@@ -691,22 +695,25 @@ static pcgc_status fit_in_memory(const pcgc_graph *pg, const pcgc_mapping *mp, c
                                  const pcgc_sim_options *so, pcgc_expert_choice *c, pcgc_sim_result *sr,
                                  pcgc_error *err) {
   bool pipelined = c->pp > 1 && c->micro > 1 && so->schedule == PCGC_SCHEDULE_GPIPE;
-  for (int step = pipelined ? 1 : 2; step <= 2 && sr->oom_devices > 0; step++) {
-    if (step == 2 && so->recompute) break;
+  for (int step = pipelined ? 1 : 2; step <= 3 && sr->oom_devices > 0; step++) {
+    if (step == 2 && (so->zero || c->zero || c->dp < 2)) continue;
+    if (step == 3 && so->recompute) break;
     pcgc_sim_options o = *so;
     if (pipelined) o.schedule = PCGC_SCHEDULE_1F1B;
-    o.recompute = so->recompute || step == 2;
+    o.zero = so->zero || c->zero || step == 2;
+    o.recompute = so->recompute || step == 3;
     pcgc_sim_result r2;
     pcgc_status st = pcgc_simulate(pg, mp, m, &o, &r2, err);
     if (st != PCGC_OK) return st;
     bool fits = r2.oom_devices == 0;
     /* neither fits (and neither was run): keep the one that needs less memory */
     bool less = !isfinite(r2.iteration_time) && !isfinite(sr->iteration_time) && pcgc_sim_result_max_memory(&r2) < pcgc_sim_result_max_memory(sr);
-    if (fits || (step == 1 && (r2.iteration_time < sr->iteration_time || less))) {
+    if (fits || (step == 1 && (r2.iteration_time < sr->iteration_time || less)) || (step == 2 && less)) {
       pcgc_sim_result t = *sr;
       *sr = r2;
       r2 = t;
       c->schedule = o.schedule;
+      c->zero = o.zero;
       c->recompute = o.recompute;
     }
     pcgc_sim_result_destroy(&r2);
@@ -811,7 +818,9 @@ static void grid_eval(grid *G, int i, int w) {
   FILE *log = o->log ? open_memstream(&u->log, &u->log_len) : NULL;
   char cs[96];
   fmt_choice(cs, sizeof cs, c);
-  double share = pcgc_cost_memory(o->sim.optimizer, G->wbytes / ((double)c.tp * c.pp), 0, 0).total;
+  /* optimizer state shared out over the copies (ZeRO-1) where there are several */
+  pcgc_memory wm = pcgc_cost_memory(o->sim.optimizer, G->wbytes / ((double)c.tp * c.pp), 0, 0);
+  double share = wm.total - (c.dp > 1 ? wm.optimizer * (1 - 1.0 / c.dp) : 0);
   if (share > pcgc_machine_usable_memory(m)) {
     snprintf(u->why, sizeof u->why, "%s is out of memory: its weights, gradients and optimizer state alone need "
              "%.3g GiB per device on average (%.3g GiB usable)", cs, share / 1073741824.0,
@@ -841,6 +850,7 @@ static void grid_eval(grid *G, int i, int w) {
   so.give_up_after = u->fam || !isfinite(bound) ? 0 : o->program_time ? bound * (1 + o->rerank_margin) : bound;
   so.schedule = c.schedule; /* as given by --choice (the grid's start in GPipe order) */
   so.recompute = so.recompute || c.recompute;
+  so.zero = so.zero || c.zero;
   if (s == PCGC_OK) s = pcgc_simulate(pg, &mp, m, &so, &sr, &e);
   /* the DP's views need not keep the copies alike: their simulations
    * check it (options.replicas alone) */
@@ -1090,6 +1100,7 @@ pcgc_status pcgc_compile(const pcgc_graph *seq, const pcgc_machine *m, const pcg
   if (best) {
     chosen.schedule = r->choice.schedule;
     chosen.recompute = chosen.recompute || r->choice.recompute;
+    chosen.zero = chosen.zero || r->choice.zero;
   }
   if (st == PCGC_OK && o->joint.budget > 0) {
     /* the rule-driven joint search from the best expert strategy, with the

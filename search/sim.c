@@ -108,6 +108,8 @@ typedef struct sim {
   int64_t nw, capw;
   int64_t n_ts;            /* tensor slices */
   double *act, *act_mb, *wbytes, *comm; /* [D] memory; comm: the largest message a device receives */
+  double *obytes;                       /* [D] the weight bytes whose optimizer state a device keeps
+                                           (wbytes, less the slabs others update under options.zero) */
   double *sendsum;                      /* [D] bytes a device sends per step */
   /* send staging (codegen.h: a send's bytes are free once it is received):
    * per device the node whose sends are being made, their bytes and the
@@ -436,7 +438,7 @@ static int32_t collective(sim *S, int phase, int node, int64_t piece, int micro,
   bool inner = S->copy0;
   for (int i = 0; inner && i < n; i++) inner = copy_of(devs[i], S->reps, S->rstride) == 0;
   if (inner) S->inner_coll += T->dur[t];
-  double k = (c == PCGC_COLL_BROADCAST ? 1 : 2) * (inner ? S->reps : 1);
+  double k = (c == PCGC_COLL_BROADCAST || c == PCGC_COLL_ALL_GATHER ? 1 : 2) * (inner ? S->reps : 1);
   S->bytes_intra += k * (n - grp.nodes) * bytes;
   S->bytes_inter += k * (grp.nodes - 1) * bytes;
   comm_infinite(S, t, pcgc_collective_name(c));
@@ -1046,7 +1048,43 @@ typedef struct wsync {
   const int *hidx;          /* [D]: a holder's index */
   const int32_t *ut;        /* per holder: its update task (-1: none) */
   double esize;
+  const pcgc_box *hbox;     /* per holder: its box */
+  pcgc_dtype sd;            /* the weight's stored dtype */
 } wsync;
+
+/* An update of box b of a weight stored in sd, zeroing `fill` bytes of its gradient first. */
+static double update_dur(sim *S, pcgc_dtype sd, const pcgc_box *b, double fill) {
+  pcgc_ptensor u;
+  pcgc_ptensor_init(&u, sd, b->rank, b->len);
+  pcgc_op_cost uc = pcgc_cost_update(S->o.optimizer, &u);
+  double tu = pcgc_cost_roofline(S->m, PCGC_OP_MUL, u.dtype, uc.fwd_flops, uc.fwd_bytes);
+  if (S->o.profile) S->uprof[pcgc_profile_update_time(S->o.profile, S->m, S->o.optimizer, &u, &tu)]++;
+  return tu + pcgc_cost_fill_time(S->m, fill);
+}
+
+/* options.zero: the n members g[0..n) of a cell each hold it whole: each
+ * updates its slab alone (and keeps state for it), then they all-gather,
+ * as codegen's zero_split and lower_updates have it. grp[0..ng): the
+ * members built (copy 0's under copy0). */
+static void zero_cell(wsync *W, const pcgc_box *cell, const int *grp, int ng, const int32_t *g, int n) {
+  sim *S = W->S;
+  pcgc_box sh;
+  if (!pcgc_zero_shard(cell, n, 0, &sh)) return;
+  for (int k = 0; k < ng; k++)
+    if (!pcgc_box_equal(&W->hbox[W->hidx[grp[k]]], cell)) return;
+  double whole = (double)pcgc_box_elems(cell) * W->esize, part = (double)pcgc_box_elems(&sh) * W->esize;
+  for (int k = 0; k < ng; k++) {
+    S->obytes[grp[k]] -= whole - part;
+    for (int c = 1; S->copy0 && c < S->reps; c++) S->obytes[grp[k] + c * S->rstride] -= whole - part;
+    int32_t u = W->ut[W->hidx[grp[k]]];
+    if (u >= 0) S->T.dur[u] = update_dur(S, W->sd, &sh, whole);
+  }
+  S->coll_in_place = true; /* in the weight itself */
+  int32_t ag = collective(S, PCGC_PHASE_UPDATE, W->src, 0, 0, PCGC_COLL_ALL_GATHER, n, g, whole);
+  S->coll_in_place = false;
+  for (int k = 0; !S->st && k < ng; k++)
+    if (W->ut[W->hidx[grp[k]]] >= 0) edge(S, W->ut[W->hidx[grp[k]]], ag);
+}
 
 static bool sync_cell(void *ctx, const pcgc_box *cell, const int *grp, int ng) {
   wsync *W = ctx;
@@ -1073,7 +1111,15 @@ static bool sync_cell(void *ctx, const pcgc_box *cell, const int *grp, int ng) {
     }
   for (int k = 0; ar >= 0 && k < ng; k++)
     if (W->ut[W->hidx[grp[k]]] >= 0) edge(S, ar, W->ut[W->hidx[grp[k]]]);
-  return true;
+  if (ar >= 0 && S->o.zero && !S->st) {
+    int32_t *g = S->grp;
+    int n = 0;
+    for (int h = 0; h < ng; h++) g[n++] = grp[h];
+    for (int h = 0; S->copy0 && h < ng; h++)
+      for (int c = 1; c < S->reps; c++) g[n++] = grp[h] + c * S->rstride;
+    zero_cell(W, cell, grp, ng, g, n);
+  }
+  return !S->st;
 }
 
 static void gen_weights(sim *S) {
@@ -1115,7 +1161,6 @@ static void gen_weights(sim *S) {
     const pcgc_ptensor *t = &g->nodes[r[i].node].out[0];
     pcgc_piece_box(t, (r[i].key & 0xffffffff) * t->replica, 0, &rbox[i]);
   }
-  const pcgc_optim_kind opt = S->o.optimizer;
   for (int64_t i = 0; i < S->nw && !S->st;) {
     int src = (int)(r[i].key >> 32), nh = 0;
     int64_t j = i;
@@ -1137,17 +1182,16 @@ static void gen_weights(sim *S) {
     for (int k = 0; k < nh && !S->st; k++) {
       double bytes = (double)pcgc_box_elems(&hbox[k]) * es;
       S->wbytes[hold[k]] += bytes;
-      for (int c = 1; S->copy0 && c < S->reps; c++) S->wbytes[hold[k] + c * S->rstride] += bytes;
+      S->obytes[hold[k]] += bytes;
+      for (int c = 1; S->copy0 && c < S->reps; c++) {
+        S->wbytes[hold[k] + c * S->rstride] += bytes;
+        S->obytes[hold[k] + c * S->rstride] += bytes;
+      }
       ut[k] = -1; /* made at its first read whose gradient is needed */
       for (int64_t e = i + first[k]; e < j && r[e].dev == hold[k] && !S->st; e++) {
         if (r[e].bwd < 0) continue;
         if (ut[k] < 0) {
-          pcgc_ptensor u;
-          pcgc_ptensor_init(&u, sd, hbox[k].rank, hbox[k].len);
-          pcgc_op_cost uc = pcgc_cost_update(opt, &u);
-          double tu = pcgc_cost_roofline(S->m, PCGC_OP_MUL, u.dtype, uc.fwd_flops, uc.fwd_bytes);
-          if (S->o.profile) S->uprof[pcgc_profile_update_time(S->o.profile, S->m, opt, &u, &tu)]++;
-          tu += pcgc_cost_fill_time(S->m, bytes); /* and zeroing the gradient first */
+          double tu = update_dur(S, sd, &hbox[k], bytes); /* and zeroing the gradient first */
           ut[k] = task_add(S, 1, PCGC_TASK_OPTIMIZER, PCGC_PHASE_UPDATE, src);
           if (S->st) break;
           set_piece(S, ut[k], hold[k], 0, 0);
@@ -1156,7 +1200,7 @@ static void gen_weights(sim *S) {
         edge(S, r[e].bwd, ut[k]);
       }
     }
-    wsync W = {S, src, r + i, rbox + i, j - i, first, hidx, ut, es};
+    wsync W = {S, src, r + i, rbox + i, j - i, first, hidx, ut, es, hbox, sd};
     bool oom;
     if (!S->st) pcgc_weight_sync_cells(w->rank, nh, hold, hbox, S->copy0 && S->reps > 1 ? 1 : 2, sync_cell, &W, &oom);
     if (!S->st && oom) fail_nomem(S);
@@ -1698,6 +1742,9 @@ static pcgc_memory device_memory(const sim *S, int d, const int *stage, int stag
     if (S->work[(int64_t)d * S->n_units + u] > wmax) wmax = S->work[(int64_t)d * S->n_units + u];
   double staging = 2 * S->send_peak[d] < S->sendsum[d] ? 2 * S->send_peak[d] : S->sendsum[d];
   pcgc_memory r = pcgc_cost_memory(S->o.optimizer, S->wbytes[d], act + wmax, S->comm[d] + staging);
+  double opt = pcgc_cost_memory(S->o.optimizer, S->obytes[d], 0, 0).optimizer; /* less under options.zero */
+  r.total += opt - r.optimizer;
+  r.optimizer = opt;
   r.workspace = S->gmax[d];
   r.total += r.workspace;
   return r;
@@ -1717,6 +1764,7 @@ static void sim_free(sim *S) {
   free(S->ckpt);
   free(S->work);
   free(S->wbytes);
+  free(S->obytes);
   free(S->comm);
   free(S->sendsum);
   free(S->send_node);
@@ -1978,6 +2026,7 @@ static pcgc_status simulate(const pcgc_graph *g, const pcgc_mapping *mp, const p
   S->act = calloc((size_t)D, sizeof *S->act);
   S->act_mb = calloc((size_t)D, sizeof *S->act_mb);
   S->wbytes = calloc((size_t)D, sizeof *S->wbytes);
+  S->obytes = calloc((size_t)D, sizeof *S->obytes);
   S->comm = calloc((size_t)D, sizeof *S->comm);
   S->sendsum = calloc((size_t)D, sizeof *S->sendsum);
   S->send_node = malloc((size_t)D * sizeof *S->send_node);
@@ -1995,7 +2044,7 @@ static pcgc_status simulate(const pcgc_graph *g, const pcgc_mapping *mp, const p
   pcgc_status st = PCGC_OK;
   int *stage = NULL;
   pcgc_fan fan = {0};
-  if (!S->nd || !S->order || !S->act || !S->act_mb || !S->wbytes || !S->comm || !S->sendsum || !S->send_node || !S->send_mb || !S->send_run ||
+  if (!S->nd || !S->order || !S->act || !S->act_mb || !S->wbytes || !S->obytes || !S->comm || !S->sendsum || !S->send_node || !S->send_mb || !S->send_run ||
       !S->send_peak || !S->gmax || !S->stamp || !S->ncount ||
       !S->grp || !S->first_topo || !S->last_topo || !r->device || !tasks_grow(S, 4096)) {
     st = pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");

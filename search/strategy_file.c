@@ -139,7 +139,8 @@ static cJSON *to_json(const pcgc_graph *g, const pcgc_mapping *mp, const pcgc_st
         !cJSON_AddNumberToObject(o, "tp", info->choice.tp) || !cJSON_AddNumberToObject(o, "pp", info->choice.pp) ||
         !cJSON_AddNumberToObject(o, "micro", info->choice.micro) ||
         !cJSON_AddStringToObject(o, "schedule", pcgc_schedule_name(info->choice.schedule)) ||
-        !cJSON_AddBoolToObject(o, "recompute", info->choice.recompute))
+        !cJSON_AddBoolToObject(o, "recompute", info->choice.recompute) ||
+        (info->choice.zero && !cJSON_AddBoolToObject(o, "zero", true)))
       goto fail;
   }
   if (info && info->derivation) {
@@ -461,9 +462,15 @@ pcgc_status pcgc_strategy_file_parse(const char *text, size_t len, const char *p
       st = bad_at(err, &J, member_at(&J, co, "recompute", &k, &vo) ? vo : co,
                   "\"choice\".\"recompute\" must be true or false%s", "");
     }
+    const cJSON *zo = cJSON_GetObjectItemCaseSensitive(choice, "zero"); /* optional: files before it say nothing */
+    if (st == PCGC_OK && zo && !cJSON_IsBool(zo)) {
+      size_t k, vo;
+      st = bad_at(err, &J, member_at(&J, co, "zero", &k, &vo) ? vo : co, "\"choice\".\"zero\" must be true or false%s", "");
+    }
     if (st == PCGC_OK) {
       in.has_choice = true;
-      in.choice = (pcgc_expert_choice){vals[0], vals[1], vals[2], vals[3], (pcgc_schedule)sched, cJSON_IsTrue(rc)};
+      in.choice = (pcgc_expert_choice){vals[0], vals[1], vals[2], vals[3], (pcgc_schedule)sched, cJSON_IsTrue(rc),
+                                       cJSON_IsTrue(zo)};
     }
   }
   if (st == PCGC_OK && cJSON_IsObject(prog)) { /* codegen's summary */

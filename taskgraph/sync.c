@@ -183,3 +183,14 @@ bool pcgc_weight_sync_cells(int rank, int nh, const int *hold, const pcgc_box *b
   free(grp);
   return go;
 }
+
+bool pcgc_zero_shard(const pcgc_box *cell, int n, int j, pcgc_box *out) {
+  if (n < 2 || j < 0 || j >= n) return false;
+  int d = 0;
+  while (d < cell->rank && cell->len[d] == 1) d++;
+  if (d >= cell->rank || cell->len[d] % n != 0) return false;
+  *out = *cell;
+  out->len[d] = cell->len[d] / n;
+  out->lo[d] = cell->lo[d] + (int64_t)j * out->len[d];
+  return true;
+}

@@ -283,6 +283,16 @@ static inline int pcgc_source_of(const pcgc_graph *g, int node) {
 bool pcgc_weight_sync_cells(int rank, int nh, const int *hold, const pcgc_box *box, int min_group, pcgc_sync_fn fn,
                             void *ctx, bool *oom);
 
+/* ZeRO-1 (sharded optimizer state): the members of a cell that each hold
+ * exactly that cell (their box is the cell) split its update. Member j of
+ * n (the group's devices in ascending order: the runtime's group ranks)
+ * keeps slab j of n equal slabs along the cell's first dim longer than 1,
+ * contiguous in the row-major buffer of the cell: it updates that slab
+ * alone and keeps optimizer state for it alone, and the members then
+ * all-gather the updated slabs in place. False (the cell's update is not
+ * split) for a scalar cell, n < 2, or a dim that n does not divide. */
+bool pcgc_zero_shard(const pcgc_box *cell, int n, int j, pcgc_box *out);
+
 /* Box arithmetic: the intersection (false: empty), the smallest box
  * holding both (into a), equality, and the elements of a box. */
 bool pcgc_box_intersect(const pcgc_box *a, const pcgc_box *b, pcgc_box *out);
@@ -360,6 +370,11 @@ typedef struct pcgc_sim_options {
                                 tasks keep the roofline. Not owned. */
   bool recompute;            /* activation recomputation (default false): see
                                 pcgc_simulate's memory rule */
+  bool zero;                 /* ZeRO-1 (default false): the holders of a weight cell
+                                that each hold it whole update one slab of it each,
+                                keep optimizer state for that slab alone and
+                                all-gather the slabs after (pcgc_zero_shard), as
+                                codegen's option of the same name */
   bool bf16;                 /* bf16 storage (default false): activations and their
                                 gradients kept, moved and zeroed in bf16, each kernel's
                                 bf16 arguments widened to f32 in its workspace, as

@@ -177,6 +177,20 @@ printf 'model scal\ninput x: f32[8, 16]\ninput t: f32[8, 16]\nweight s: f32[] = 
   >"$tmp/scal.pcg"
 expect 0 "$pcgc" compile "$tmp/scal.pcg" --machine cpu-2 --choice dp=2 --budget 0 --optimizer sgd -o "$tmp/scal.json"
 expect 0 "$pcgc" run "$tmp/scal.json" --steps 3 --check --optimizer sgd; has "$tmp/out" ": match"
+# ZeRO-1: each data-parallel copy updates a slab of every weight that splits evenly and keeps
+# Adam's state for it alone, then the copies all-gather the slabs; it trains as the reference
+expect 0 "$pcgc" compile "$src/models/mlp.pcg" --machine cpu-4 --choice dp=4 --budget 0 -o "$tmp/z0.json"
+m0=$(sed -n 's/^memory per device (max) *\([0-9.]*\) MiB.*/\1/p' "$tmp/out")
+expect 0 "$pcgc" compile "$src/models/mlp.pcg" --machine cpu-4 --choice dp=4,zero --budget 0 -o "$tmp/zero.json"
+has "$tmp/out" "optimizer state sharded (ZeRO-1)"
+m1=$(sed -n 's/^memory per device (max) *\([0-9.]*\) MiB.*/\1/p' "$tmp/out")
+# Adam's state of the 535,818 weights is 4.1 MiB per copy without, about a quarter with
+awk -v a="$m0" -v b="$m1" 'BEGIN { exit !(a - b > 2.5 && a - b < 3.5) }' && ok || bad "ZeRO-1 memory $m1 MiB against $m0 MiB"
+expect 0 "$pcgc" plan show "$tmp/zero.json" --device 1 --streams
+[ "$(grep -c ' allgather ' "$tmp/out")" = 5 ] && ok || bad "expected 5 all-gathers on device 1: $(grep -c ' allgather ' "$tmp/out")"
+expect 0 "$pcgc" run "$tmp/zero.json" --steps 3 --check; has "$tmp/out" ": match"
+expect 0 "$pcgc" compile "$tb" --machine cpu-4 --choice dp=2,tp=2,zero --budget 0 -o "$tmp/zerotp.json"
+expect 0 "$pcgc" run "$tmp/zerotp.json" --steps 3 --check; has "$tmp/out" ": match"
 # a LLaMA-shaped decoder (RMSNorm, SwiGLU): compile's plan, and Megatron with the SwiGLU split
 expect 0 "$pcgc" compile "$src/models/decoder-small.pcg" --machine cpu-4 --set LAYERS=2 -o "$tmp/dec4.json"
 expect 0 "$pcgc" run "$tmp/dec4.json" --steps 2 --check --optimizer sgd; has "$tmp/out" ": match"
@@ -267,6 +281,16 @@ expect 0 "$pcgc" run "$tmp/mlptp2.json" --steps 6 --no-dropout --checkpoint "$tm
 has "$tmp/out" "resumed after step 4"; has "$tmp/out" ": match"
 got=$(awk '/^step/ {print $4}' "$tmp/out" | tr '\n' ' ')
 [ "$got" = "$want " ] && ok || bad "tensor-parallel resume [$got] != data parallel's steps 5-6 [$want]"
+# optimizer state sharded (ZeRO-1) resumes from data parallel's checkpoint, and its own resumes
+cp -r "$ck" "$tmp/ck5"; echo step-00000004.ckpt >"$tmp/ck5/latest"
+expect 0 "$pcgc" run "$tmp/zero.json" --steps 6 --no-dropout --checkpoint "$tmp/ck5" --resume --check
+has "$tmp/out" "resumed after step 4"; has "$tmp/out" ": match"
+got=$(awk '/^step/ {print $4}' "$tmp/out" | tr '\n' ' ')
+[ "$got" = "$want " ] && ok || bad "ZeRO-1 resume [$got] != data parallel's steps 5-6 [$want]"
+expect 0 "$pcgc" run "$tmp/zero.json" --steps 4 --no-dropout --checkpoint "$tmp/ckz" --every 4
+expect 0 "$pcgc" run "$mlpdp" --steps 6 --no-dropout --checkpoint "$tmp/ckz" --resume
+got=$(awk '/^step/ {print $4}' "$tmp/out" | tr '\n' ' ')
+[ "$got" = "$want " ] && ok || bad "data parallel resumed from ZeRO-1 [$got] != steps 5-6 [$want]"
 # refused: another optimizer, another model, a damaged file, nothing to resume
 expect 1 "$pcgc" run "$mlpdp" --steps 8 --checkpoint "$tmp/ck4" --resume --optimizer sgd
 has "$tmp/err" "holds the state of adam, but this run trains with sgd"

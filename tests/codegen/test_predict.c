@@ -343,18 +343,25 @@ typedef struct shipped {
 
 /* A strategy's estimate (the search's simulator) and its program on D
  * devices with the program's simulation, default options; caller frees. */
-static pcgc_program *estimate_and_program(const pcgc_graph *pg, const pcgc_mapping *mp, const pcgc_machine *m, int D,
-                                          pcgc_sim_result *est, pcgc_sim_result *r) {
+static pcgc_program *estimate_and_program_z(const pcgc_graph *pg, const pcgc_mapping *mp, const pcgc_machine *m,
+                                            int D, bool zero, pcgc_sim_result *est, pcgc_sim_result *r) {
   pcgc_error err = {0};
   pcgc_sim_options so;
   pcgc_sim_options_default(&so);
+  so.zero = zero;
   ck_assert_msg(pcgc_simulate(pg, mp, m, &so, est, &err) == PCGC_OK, "%s", err.message);
   pcgc_codegen_options co;
   pcgc_codegen_options_default(&co);
+  co.zero = zero;
   pcgc_program *p = NULL;
   ck_assert_msg(pcgc_codegen(pg, mp, D, &co, &p, &err) == PCGC_OK, "%s", err.message);
   ck_assert_msg(pcgc_program_simulate(p, pg, m, &so, r, &err) == PCGC_OK, "%s", err.message);
   return p;
+}
+
+static pcgc_program *estimate_and_program(const pcgc_graph *pg, const pcgc_mapping *mp, const pcgc_machine *m, int D,
+                                          pcgc_sim_result *est, pcgc_sim_result *r) {
+  return estimate_and_program_z(pg, mp, m, D, false, est, r);
 }
 
 /* Each device's WAITs come in the order its all-reduces started (the step's
@@ -738,6 +745,65 @@ START_TEST(weight_cells_in_estimate_and_program) {
 }
 END_TEST
 
+/* ZeRO-1, in the estimate and the program alike: a weight replicated on 4
+ * devices is updated a quarter on each (optimizer state for that quarter),
+ * then all-gathered; its bias (10 elements) does not split 4 ways and is
+ * updated whole everywhere. Cells that a device holds only part of (the
+ * weight-cells model above, devices 2-3 hold the whole weight) are not
+ * sharded at all. */
+START_TEST(zero_in_estimate_and_program) {
+  pcgc_machine m = toy_machine(4, "16 GiB");
+  pcgc_mapping mp;
+  pcgc_graph *g = hand_model("model z\n"
+                             "input x: f32[64, 256]\ninput t: f32[64, 10]\n"
+                             "weight w: f32[256, 10] = uniform(0.1)\nweight c: f32[10] = uniform(0.1)\n"
+                             "xb = partition(x, dim=0, degree=4)\nwr = replicate(w, degree=4)\ncr = replicate(c, degree=4)\n"
+                             "tb = partition(t, dim=0, degree=4)\n"
+                             "y = linear(xb, wr, cr)\nloss = mse(y, tb)\n",
+                             "", &mp);
+  pcgc_sim_result e0, r0, est, r;
+  pcgc_program *p0 = estimate_and_program_z(g, &mp, &m, 4, false, &e0, &r0);
+  pcgc_program *p = estimate_and_program_z(g, &mp, &m, 4, true, &est, &r);
+  double w = 256 * 10 * 4.0, c = 10 * 4.0;
+  for (int d = 0; d < 4; d++) {
+    ck_assert_int_eq(count_ins(p, d, PCGC_INS_ALLGATHER), 1);
+    ck_assert_int_eq(count_ins(p, d, PCGC_INS_UPDATE), 2);
+    ck_assert_int_eq(count_ins(p0, d, PCGC_INS_ALLGATHER), 0);
+    close_to(e0.device[d].memory.optimizer, 2 * (w + c), 1e-12);
+    close_to(est.device[d].memory.optimizer, 2 * (w / 4 + c), 1e-12);
+    int64_t state = 0; /* the program's m and v */
+    for (int b = 0; b < p->dev[d].n_buf; b++)
+      if (p->dev[d].buf[b].role == PCGC_BUF_OPT_M || p->dev[d].buf[b].role == PCGC_BUF_OPT_V) {
+        state += p->dev[d].buf[b].bytes;
+        if (p->dev[d].buf[b].rank == 2) ck_assert_int_eq(p->dev[d].buf[b].offset[0], 64 * d); /* slab d of w */
+      }
+    ck_assert_int_eq(state, (int64_t)(2 * (w / 4 + c)));
+  }
+  ck_assert(p->zero && !p0->zero);
+  ck_assert_int_eq(est.tasks_by_kind[PCGC_TASK_COLLECTIVE], e0.tasks_by_kind[PCGC_TASK_COLLECTIVE] + 1);
+  printf("zero: bytes %.0f estimated, %.0f in the program (%.0f without); step %.4g s estimated, %.4g s the program\n",
+         est.bytes_intra, r.bytes_intra, r0.bytes_intra, est.iteration_time, r.iteration_time);
+  close_to(est.bytes_intra, r.bytes_intra, 1e-12);
+  ck_assert(r.bytes_intra > r0.bytes_intra); /* the all-gather */
+  release(&e0, &r0, p0, NULL, NULL);
+  release(&est, &r, p, &mp, g);
+  /* the weight-cells model: no cell has every holder holding just it */
+  g = hand_model("model share\n"
+                 "input x: f32[64, 256]\ninput t: f32[64, 256]\n"
+                 "weight w: f32[256, 256] = uniform(0.1)\n"
+                 "xr = replicate(x, degree=2)\nwk = partition(w, dim=1, degree=2)\n"
+                 "a = linear(xr, wk)\nac = combine(a, dim=1, degree=2)\n"
+                 "xb = partition(x, dim=0, degree=2)\nwr = replicate(w, degree=2)\n"
+                 "b = linear(xb, wr)\nbc = combine(b, dim=0, degree=2)\n"
+                 "s = add(ac, bc)\nloss = mse(s, t)\n",
+                 "b=2,1", &mp);
+  p = estimate_and_program_z(g, &mp, &m, 4, true, &est, &r);
+  ck_assert_int_eq(count_ins(p, -1, PCGC_INS_ALLGATHER), 0);
+  close_to(est.device[3].memory.optimizer, 2 * 256 * 256 * 4.0, 1e-12);
+  release(&est, &r, p, &mp, g);
+}
+END_TEST
+
 /* The estimate charges the program's zeroing, relayout copies, message
  * staging and batch-norm all-reduces: within 10% here (the CNN's synced
  * batch norms made it 0.79 before the estimate charged them). */
@@ -769,6 +835,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, sends_and_updates_in_time);
   tcase_add_test(tc, fan_relays_in_estimate_and_program);
   tcase_add_test(tc, weight_cells_in_estimate_and_program);
+  tcase_add_test(tc, zero_in_estimate_and_program);
   tcase_add_loop_test(tc, shipped_models, 0, (int)(sizeof cases / sizeof cases[0]));
   suite_add_tcase(s, tc);
   return s;

@@ -290,7 +290,7 @@ START_TEST(one_f_one_b_and_recompute_where_gpipe_does_not_fit) {
   /* pp 4 with 16 micro-batches on 850 MiB: GPipe does not fit, nor does 1F1B (944 MiB):
    * the activations are recomputed (768 MiB) */
   m = four_devices("850 MiB");
-  pcgc_expert_choice pp4 = {1, 1, 4, 16, PCGC_SCHEDULE_GPIPE, false};
+  pcgc_expert_choice pp4 = {1, 1, 4, 16, PCGC_SCHEDULE_GPIPE, false, false};
   o.only = &pp4;
   ck_assert_msg(pcgc_compile(g, &m, &o, &r, &err) == PCGC_OK, "%s", err.message);
   ck_assert_int_eq(r.choice.pp, 4);
@@ -436,17 +436,17 @@ START_TEST(plain_data_parallel_is_the_baseline) {
   ck_assert_int_eq(pcgc_expert_tp_matches(x, 2, &err), 0); /* convolutions: no Megatron rule */
   pcgc_graph *a, *b;
   pcgc_mapping ma, mb;
-  ck_assert_int_eq(pcgc_expert_build(x, (pcgc_expert_choice){4, 1, 1, 1, PCGC_SCHEDULE_GPIPE, false}, &a, &ma, &err), PCGC_OK);
+  ck_assert_int_eq(pcgc_expert_build(x, (pcgc_expert_choice){4, 1, 1, 1, PCGC_SCHEDULE_GPIPE, false, false}, &a, &ma, &err), PCGC_OK);
   ck_assert_int_eq(pcgc_strategy_build(PCGC_STRATEGY_DATA_PARALLEL, g, &m, 4, &b, &mb, &err), PCGC_OK);
   ck_assert(pcgc_graph_equal(a, b));
   ck_assert_double_eq(simulate(a, &ma, &m, NULL), simulate(b, &mb, &m, NULL));
   pcgc_mapping_destroy(&mb);
   pcgc_graph_free(b);
-  ck_assert_int_eq(pcgc_expert_build(x, (pcgc_expert_choice){4, 2, 1, 1, PCGC_SCHEDULE_GPIPE, false}, &b, &mb, &err), PCGC_ERR_INVALID);
+  ck_assert_int_eq(pcgc_expert_build(x, (pcgc_expert_choice){4, 2, 1, 1, PCGC_SCHEDULE_GPIPE, false, false}, &b, &mb, &err), PCGC_ERR_INVALID);
   ck_assert_msg(strstr(err.message, "no Megatron rule") != NULL, "%s", err.message);
-  ck_assert_int_eq(pcgc_expert_build(x, (pcgc_expert_choice){4, 1, 4, 1, PCGC_SCHEDULE_GPIPE, false}, &b, &mb, &err), PCGC_ERR_INVALID);
+  ck_assert_int_eq(pcgc_expert_build(x, (pcgc_expert_choice){4, 1, 4, 1, PCGC_SCHEDULE_GPIPE, false, false}, &b, &mb, &err), PCGC_ERR_INVALID);
   ck_assert_msg(strstr(err.message, "16 devices") != NULL, "%s", err.message);
-  ck_assert_int_eq(pcgc_expert_build(x, (pcgc_expert_choice){3, 1, 1, 1, PCGC_SCHEDULE_GPIPE, false}, &b, &mb, &err), PCGC_ERR_INVALID);
+  ck_assert_int_eq(pcgc_expert_build(x, (pcgc_expert_choice){3, 1, 1, 1, PCGC_SCHEDULE_GPIPE, false, false}, &b, &mb, &err), PCGC_ERR_INVALID);
   pcgc_mapping_destroy(&ma);
   pcgc_graph_free(a);
   pcgc_expert_free(x);
@@ -498,7 +498,7 @@ START_TEST(hybrid_and_pipeline_builds) {
   pcgc_mapping mp;
   pcgc_sim_result r;
   /* 2 x 2 x 2 with 4 micro-batches */
-  ck_assert_int_eq(pcgc_expert_build(x, (pcgc_expert_choice){2, 2, 2, 4, PCGC_SCHEDULE_GPIPE, false}, &pg, &mp, &err), PCGC_OK);
+  ck_assert_int_eq(pcgc_expert_build(x, (pcgc_expert_choice){2, 2, 2, 4, PCGC_SCHEDULE_GPIPE, false, false}, &pg, &mp, &err), PCGC_OK);
   int reduces = 0;
   for (int i = 0; i < pg->n_nodes; i++) reduces += pg->nodes[i].kind == PCGC_OP_REDUCE;
   ck_assert_int_eq(reduces, 2);
@@ -512,7 +512,7 @@ START_TEST(hybrid_and_pipeline_builds) {
   pcgc_mapping_destroy(&mp);
   pcgc_graph_free(pg);
   /* pure pipeline over 4 devices: every device one stage */
-  ck_assert_int_eq(pcgc_expert_build(x, (pcgc_expert_choice){1, 1, 4, 8, PCGC_SCHEDULE_GPIPE, false}, &pg, &mp, &err), PCGC_OK);
+  ck_assert_int_eq(pcgc_expert_build(x, (pcgc_expert_choice){1, 1, 4, 8, PCGC_SCHEDULE_GPIPE, false, false}, &pg, &mp, &err), PCGC_OK);
   check_blocks(pg, &mp, 1, 8);
   simulate(pg, &mp, &m, &r);
   ck_assert_int_eq(r.stages, 4);
@@ -521,10 +521,10 @@ START_TEST(hybrid_and_pipeline_builds) {
   pcgc_mapping_destroy(&mp);
   pcgc_graph_free(pg);
   /* a batch that dp x micro does not divide */
-  ck_assert_int_eq(pcgc_expert_build(x, (pcgc_expert_choice){2, 1, 2, 64, PCGC_SCHEDULE_GPIPE, false}, &pg, &mp, &err), PCGC_ERR_INVALID);
+  ck_assert_int_eq(pcgc_expert_build(x, (pcgc_expert_choice){2, 1, 2, 64, PCGC_SCHEDULE_GPIPE, false, false}, &pg, &mp, &err), PCGC_ERR_INVALID);
   ck_assert_msg(strstr(err.message, "divisible by 128") != NULL, "%s", err.message);
   /* after a reduce, the batch shards sit where a partial sum already is */
-  ck_assert_int_eq(pcgc_expert_build(x, (pcgc_expert_choice){4, 2, 1, 1, PCGC_SCHEDULE_GPIPE, false}, &pg, &mp, &err), PCGC_OK);
+  ck_assert_int_eq(pcgc_expert_build(x, (pcgc_expert_choice){4, 2, 1, 1, PCGC_SCHEDULE_GPIPE, false, false}, &pg, &mp, &err), PCGC_OK);
   for (int i = 0; i < pg->n_nodes; i++)
     if (pg->nodes[i].kind == PCGC_OP_REDUCE) {
       ck_assert_int_eq(mp.view[i].start, 0);
@@ -564,9 +564,9 @@ START_TEST(one_dp_copy_simulated_for_all) {
   pcgc_error err = {0};
   pcgc_expert *x = expert(g, &m);
   const pcgc_expert_choice cs[] = {
-      {32, 1, 1, 1, PCGC_SCHEDULE_GPIPE, false}, {8, 4, 1, 1, PCGC_SCHEDULE_GPIPE, false},
-      {4, 2, 4, 4, PCGC_SCHEDULE_1F1B, false},   {2, 4, 4, 8, PCGC_SCHEDULE_GPIPE, true},
-      {16, 2, 1, 1, PCGC_SCHEDULE_GPIPE, false}, {4, 1, 2, 2, PCGC_SCHEDULE_GPIPE, false},
+      {32, 1, 1, 1, PCGC_SCHEDULE_GPIPE, false, false}, {8, 4, 1, 1, PCGC_SCHEDULE_GPIPE, false, false},
+      {4, 2, 4, 4, PCGC_SCHEDULE_1F1B, false, false}, {2, 4, 4, 8, PCGC_SCHEDULE_GPIPE, true, false},
+      {16, 2, 1, 1, PCGC_SCHEDULE_GPIPE, false, false}, {4, 1, 2, 2, PCGC_SCHEDULE_GPIPE, false, false},
   };
   for (size_t i = 0; i < sizeof cs / sizeof *cs; i++) {
     pcgc_graph *pg;
@@ -623,7 +623,7 @@ START_TEST(one_dp_copy_simulated_for_all) {
   pcgc_expert *y = expert(g, &sh);
   pcgc_graph *pg;
   pcgc_mapping mp;
-  ck_assert_int_eq(pcgc_expert_build(y, (pcgc_expert_choice){16, 1, 1, 1, PCGC_SCHEDULE_GPIPE, false}, &pg, &mp, &err),
+  ck_assert_int_eq(pcgc_expert_build(y, (pcgc_expert_choice){16, 1, 1, 1, PCGC_SCHEDULE_GPIPE, false, false}, &pg, &mp, &err),
                    PCGC_OK);
   pcgc_sim_options o;
   pcgc_sim_options_default(&o);
@@ -661,7 +661,7 @@ START_TEST(copies_checked_before_copy_0_alone_is_built) {
   pcgc_expert *x = expert(g, &m);
   pcgc_graph *pg;
   pcgc_mapping mp;
-  const pcgc_expert_choice c = {8, 4, 1, 1, PCGC_SCHEDULE_GPIPE, false};
+  const pcgc_expert_choice c = {8, 4, 1, 1, PCGC_SCHEDULE_GPIPE, false, false};
   ck_assert_msg(pcgc_expert_build(x, c, &pg, &mp, &err) == PCGC_OK, "%s", err.message);
   pcgc_sim_options o;
   pcgc_sim_options_default(&o);

@@ -617,7 +617,7 @@ static void never_slower(const char *text, const pcgc_machine *m) {
       int s = D / (b * t);
       if (s > 1 && s > pcgc_expert_layers(x)) continue; /* as pcgc_compile */
       for (int f = 1; f <= (s > 1 ? 4 : 1); f *= 2) {
-        pcgc_expert_choice c = {b, t, s, s > 1 ? s * f : 1, PCGC_SCHEDULE_GPIPE, false};
+        pcgc_expert_choice c = {b, t, s, s > 1 ? s * f : 1, PCGC_SCHEDULE_GPIPE, false, false};
         pcgc_graph *pg = NULL;
         pcgc_mapping mp, dp;
         pcgc_error e = {0};
