@@ -17,9 +17,9 @@
 void pcgc_cli_simulate_help(FILE *f) {
   fprintf(f,
           "usage: pcgc simulate MODEL --machine M [--strategy S] [--devices N] [--optimizer O]\n"
-          "                     [--schedule gpipe|1f1b] [--no-overlap] [--recompute] [--trace FILE] [--profile DB] [--batch B] [--set NAME=VALUE]...\n"
+          "                     [--schedule gpipe|1f1b] [--no-overlap] [--recompute] [--zero] [--trace FILE] [--profile DB] [--batch B] [--set NAME=VALUE]...\n"
           "       pcgc simulate STRATEGY.json --machine M [--optimizer O] [--schedule S] [--no-overlap] [--recompute]\n"
-          "                     [--trace FILE] [--estimate-trace FILE] [--profile DB]\n"
+          "                     [--zero] [--trace FILE] [--estimate-trace FILE] [--profile DB]\n"
           "\n"
           "Simulates one training iteration of MODEL parallelised by a baseline strategy on machine M\n"
           "(a preset name or a .machine file) and prints the iteration time, compute and idle time per\n"
@@ -38,6 +38,9 @@ void pcgc_cli_simulate_help(FILE *f) {
           "  --no-overlap       communication does not overlap computation\n"
           "  --recompute        recompute activations between bottleneck tensors in backward instead\n"
           "                     of keeping them (a strategy file compiled that way does so anyway)\n"
+          "  --zero             shard the optimizer state over the devices that keep a weight whole\n"
+          "                     (ZeRO-1: each updates 1/n of it, then they all-gather it; a strategy\n"
+          "                     file compiled that way does so anyway)\n"
           "  --trace FILE       write a Chrome trace of every task (chrome://tracing, ui.perfetto.dev);\n"
           "                     for a strategy file, of the program pcgc run executes\n"
           "  --estimate-trace FILE\n"
@@ -162,6 +165,8 @@ int pcgc_cli_simulate(int argc, char **argv) {
       o.overlap = false;
     } else if (strcmp(a, "--recompute") == 0) {
       o.recompute = true;
+    } else if (strcmp(a, "--zero") == 0) {
+      o.zero = true;
     } else if (a[0] == '-' && a[1] && !v) {
       return pcgc_cli_usage_error("simulate", "%s needs a value", a);
     } else if (strcmp(a, "--machine") == 0) {

@@ -838,6 +838,9 @@ static const bad_case bad_cases[] = {
     {HEAD MODEL "\"views\": {\"xp\": [0, 1], \"y\": [0, 1]},\n\"choice\": {\"dp\": 1, \"tp\": 1, \"pp\": 1, \"micro\": 1, "
                 "\"recompute\": 1}}",
      4, 64, "\"choice\".\"recompute\" must be true or false"},
+    {HEAD MODEL "\"views\": {\"xp\": [0, 1], \"y\": [0, 1]},\n\"choice\": {\"dp\": 1, \"tp\": 1, \"pp\": 1, \"micro\": 1, "
+                "\"zero\": \"yes\"}}",
+     4, 59, "\"choice\".\"zero\" must be true or false"},
     {HEAD MODEL "\"views\": {\"xp\": [0, 1], \"y\": [0, 1]},\n\"predicted\": {\"iteration_s\": \"fast\"}}", 4, 30,
      "\"iteration_s\""},
 };
