@@ -156,8 +156,8 @@ typedef enum pcgc_ins_kind {
                            (ZeRO-1): that slab of dst and src alone, m and v hold just it */
   PCGC_INS_LOSS,        /* adds src's element (replica 0) to the step's loss */
   PCGC_INS_SEED,        /* dst = d loss / d loss piece: 1 for replica 0, else 0 */
-  PCGC_INS_ALLGATHER,   /* group `peer` of n: dst (whole) is n equal slabs, the j-th member's
-                           slab j (pcgc_zero_shard); each member's slab to all, in place (blocking) */
+  PCGC_INS_ALLGATHER,   /* group `peer` of n: dst (whole) is n slabs, the j-th member's slab j
+                           (pcgc_zero_shard); each member's slab to all, in place (blocking) */
   PCGC_INS_KIND_COUNT
 } pcgc_ins_kind;
 

@@ -21,6 +21,7 @@
  * gradients' all-reduces run while backward computes, not at their WAITs.
  */
 #define _POSIX_C_SOURCE 200809L
+#include <limits.h>
 #include <math.h>
 #include <mpi.h>
 #include <signal.h>
@@ -649,27 +650,46 @@ static pcgc_status exec_one(rt *R, const pcgc_ins *I) {
     }
     return be->update(be, &R->o->opt, &w, &gr, a[0] >= 0 ? &m : NULL, a[1] >= 0 ? &v : NULL, R->step, R->err);
   }
-  case PCGC_INS_ALLGATHER: { /* slab j from the group's j-th member, in place */
+  case PCGC_INS_ALLGATHER: { /* slab j (pcgc_zero_shard) from the group's j-th member, in place */
     const pcgc_plan_buf *B = &P->buf[I->dst];
     int n = R->p->group_off[I->peer + 1] - R->p->group_off[I->peer];
-    int64_t es = (int64_t)pcgc_dtype_size(B->dtype), numel = B->bytes / es, cnt = n > 0 ? numel / n : 0;
+    int64_t es = (int64_t)pcgc_dtype_size(B->dtype);
     char *data = data_of(R, I->dst);
-    if (n < 1 || cnt * n != numel)
-      return pcgc_error_set(R->err, PCGC_ERR_INVALID, "all-gather of %lld elements over %d devices: not equal slabs",
-                            (long long)numel, n);
-    if (R->dev_comm) {
-      for (int j = 0; j < n && !st; j++)
-        st = be->broadcast(be, R->dcomm[I->peer], data + j * cnt * es, cnt, B->dtype, j, R->err);
+    int *cnt = malloc(2 * (size_t)(n > 0 ? n : 1) * sizeof *cnt), *at = cnt ? cnt + n : NULL;
+    if (!cnt) return pcgc_error_set(R->err, PCGC_ERR_NOMEM, "out of memory");
+    pcgc_box whole, sh;
+    pcgc_plan_buf_box(B, &whole);
+    bool equal = true;
+    for (int j = 0; j < n && !st; j++) {
+      if (!pcgc_zero_shard(&whole, n, j, &sh) || box_numel(&sh) > INT_MAX) {
+        st = pcgc_error_set(R->err, PCGC_ERR_INVALID, "an all-gather of '%s' over %d devices that do not split it",
+                            R->g->nodes[B->node].name, n);
+        break;
+      }
+      cnt[j] = (int)box_numel(&sh);
+      at[j] = j ? at[j - 1] + cnt[j - 1] : 0;
+      equal &= cnt[j] == cnt[0];
+    }
+    for (int j = 0; R->dev_comm && j < n && !st; j++)
+      st = be->broadcast(be, R->dcomm[I->peer], data + (int64_t)at[j] * es, cnt[j], B->dtype, j, R->err);
+    if (R->dev_comm || st) {
+      free(cnt);
       return st;
     }
     char *h = be->host ? data : malloc((size_t)B->bytes);
-    if (!h) return pcgc_error_set(R->err, PCGC_ERR_NOMEM, "out of host memory for an all-gather of %lld bytes",
-                                  (long long)B->bytes);
+    if (!h) {
+      free(cnt);
+      return pcgc_error_set(R->err, PCGC_ERR_NOMEM, "out of host memory for an all-gather of %lld bytes",
+                            (long long)B->bytes);
+    }
     if (!(st = to_host(R, h, data, B->bytes))) {
-      rc = MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, h, (int)cnt, mpi_type(B->dtype), R->comm[I->peer]);
+      MPI_Datatype ty = mpi_type(B->dtype);
+      rc = equal ? MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, h, cnt[0], ty, R->comm[I->peer])
+                 : MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, h, cnt, at, ty, R->comm[I->peer]);
       st = rc != MPI_SUCCESS ? mpi_fail(R, rc, "all-gather", I) : from_host(R, data, h, B->bytes);
     }
     if (h != data) free(h);
+    free(cnt);
     return st;
   }
   default: return pcgc_error_set(R->err, PCGC_ERR_INVALID, "unknown instruction kind %d", I->kind);

@@ -1062,6 +1062,11 @@ static double update_dur(sim *S, pcgc_dtype sd, const pcgc_box *b, double fill) 
   return tu + pcgc_cost_fill_time(S->m, fill);
 }
 
+static int cmp_i32(const void *a, const void *b) {
+  int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+  return (x > y) - (x < y);
+}
+
 /* options.zero: the n members g[0..n) of a cell each hold it whole: each
  * updates its slab alone (and keeps state for it), then they all-gather,
  * as codegen's zero_split and lower_updates have it. grp[0..ng): the
@@ -1072,13 +1077,26 @@ static void zero_cell(wsync *W, const pcgc_box *cell, const int *grp, int ng, co
   if (!pcgc_zero_shard(cell, n, 0, &sh)) return;
   for (int k = 0; k < ng; k++)
     if (!pcgc_box_equal(&W->hbox[W->hidx[grp[k]]], cell)) return;
-  double whole = (double)pcgc_box_elems(cell) * W->esize, part = (double)pcgc_box_elems(&sh) * W->esize;
-  for (int k = 0; k < ng; k++) {
-    S->obytes[grp[k]] -= whole - part;
-    for (int c = 1; S->copy0 && c < S->reps; c++) S->obytes[grp[k] + c * S->rstride] -= whole - part;
-    int32_t u = W->ut[W->hidx[grp[k]]];
-    if (u >= 0) S->T.dur[u] = update_dur(S, W->sd, &sh, whole);
+  double whole = (double)pcgc_box_elems(cell) * W->esize;
+  int32_t *by = malloc((size_t)n * sizeof *by); /* member j: the j-th smallest device */
+  if (!by) {
+    fail_nomem(S);
+    return;
   }
+  memcpy(by, g, (size_t)n * sizeof *by);
+  qsort(by, (size_t)n, sizeof *by, cmp_i32);
+  for (int j = 0; j < n; j++) {
+    pcgc_zero_shard(cell, n, j, &sh);
+    S->obytes[by[j]] -= whole - (double)pcgc_box_elems(&sh) * W->esize;
+  }
+  for (int k = 0; k < ng; k++) {
+    int32_t u = W->ut[W->hidx[grp[k]]];
+    const int32_t *at = bsearch(&grp[k], by, (size_t)n, sizeof *by, cmp_i32);
+    if (u < 0 || !at) continue;
+    pcgc_zero_shard(cell, n, (int)(at - by), &sh);
+    S->T.dur[u] = update_dur(S, W->sd, &sh, whole);
+  }
+  free(by);
   S->coll_in_place = true; /* in the weight itself */
   int32_t ag = collective(S, PCGC_PHASE_UPDATE, W->src, 0, 0, PCGC_COLL_ALL_GATHER, n, g, whole);
   S->coll_in_place = false;

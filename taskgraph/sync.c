@@ -188,9 +188,10 @@ bool pcgc_zero_shard(const pcgc_box *cell, int n, int j, pcgc_box *out) {
   if (n < 2 || j < 0 || j >= n) return false;
   int d = 0;
   while (d < cell->rank && cell->len[d] == 1) d++;
-  if (d >= cell->rank || cell->len[d] % n != 0) return false;
+  if (d >= cell->rank || cell->len[d] < n) return false;
+  int64_t a = (int64_t)j * cell->len[d] / n, b = (int64_t)(j + 1) * cell->len[d] / n;
   *out = *cell;
-  out->len[d] = cell->len[d] / n;
-  out->lo[d] = cell->lo[d] + (int64_t)j * out->len[d];
+  out->lo[d] = cell->lo[d] + a;
+  out->len[d] = b - a;
   return true;
 }

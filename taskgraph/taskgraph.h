@@ -286,11 +286,12 @@ bool pcgc_weight_sync_cells(int rank, int nh, const int *hold, const pcgc_box *b
 /* ZeRO-1 (sharded optimizer state): the members of a cell that each hold
  * exactly that cell (their box is the cell) split its update. Member j of
  * n (the group's devices in ascending order: the runtime's group ranks)
- * keeps slab j of n equal slabs along the cell's first dim longer than 1,
- * contiguous in the row-major buffer of the cell: it updates that slab
- * alone and keeps optimizer state for it alone, and the members then
- * all-gather the updated slabs in place. False (the cell's update is not
- * split) for a scalar cell, n < 2, or a dim that n does not divide. */
+ * keeps slab j of n along the cell's first dim longer than 1 (rows
+ * [j L / n, (j + 1) L / n) of its L, rounded down: they differ by one row
+ * at most), contiguous in the row-major buffer of the cell: it updates
+ * that slab alone and keeps optimizer state for it alone, and the members
+ * then all-gather the updated slabs in place. False (the cell's update is
+ * not split) for a scalar cell, n < 2, or fewer rows than members. */
 bool pcgc_zero_shard(const pcgc_box *cell, int n, int j, pcgc_box *out);
 
 /* Box arithmetic: the intersection (false: empty), the smallest box
