@@ -1260,7 +1260,7 @@ static bool sync_cell(void *ctx, const pcgc_box *cell, const int *grp, int ng) {
   }
   edge(C, tk, tw);
   C->phase = C->ctx_phase_save;
-  if (C->o.zero && !C->st) zero_split(C, src, cell, grp, ng, gid);
+  if (C->o.zero && !C->st && !getenv("PCGC_NO_ZERO")) zero_split(C, src, cell, grp, ng, gid);
   return !C->st;
 }
 
