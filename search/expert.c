@@ -697,6 +697,17 @@ static pcgc_status fit_in_memory(const pcgc_graph *pg, const pcgc_mapping *mp, c
   bool pipelined = c->pp > 1 && c->micro > 1 && so->schedule == PCGC_SCHEDULE_GPIPE;
   for (int step = pipelined ? 1 : 2; step <= 3 && sr->oom_devices > 0; step++) {
     if (step == 2 && (so->zero || c->zero || c->dp < 2)) continue;
+    if (step == 2) { /* the most sharding saves: all but 1/dp of a device's optimizer state */
+      double worst = 0;
+      for (int d = 0; d < sr->n_devices; d++) {
+        const pcgc_memory *x = &sr->device[d].memory;
+        worst = fmax(worst, x->total - x->optimizer * (1 - 1.0 / c->dp));
+      }
+      if (worst > pcgc_machine_usable_memory(m)) { /* it cannot fit alone: recomputation tries it with */
+        c->zero = true;
+        continue;
+      }
+    }
     if (step == 3 && so->recompute) break;
     pcgc_sim_options o = *so;
     if (pipelined) o.schedule = PCGC_SCHEDULE_1F1B;

@@ -716,18 +716,19 @@ END_TEST
  * shared by three devices (device 0 or 1, and 2 and 3), all-reduced over
  * them in the estimate as in the program (pcgc_weight_sync_cells), and
  * each device keeps and updates what it reads. */
+static const char share_model[] = "model share\n"
+                                  "input x: f32[64, 256]\ninput t: f32[64, 256]\n"
+                                  "weight w: f32[256, 256] = uniform(0.1)\n"
+                                  "xr = replicate(x, degree=2)\nwk = partition(w, dim=1, degree=2)\n"
+                                  "a = linear(xr, wk)\nac = combine(a, dim=1, degree=2)\n"
+                                  "xb = partition(x, dim=0, degree=2)\nwr = replicate(w, degree=2)\n"
+                                  "b = linear(xb, wr)\nbc = combine(b, dim=0, degree=2)\n"
+                                  "s = add(ac, bc)\nloss = mse(s, t)\n";
+
 START_TEST(weight_cells_in_estimate_and_program) {
   pcgc_machine m = toy_machine(4, "16 GiB");
   pcgc_mapping mp;
-  pcgc_graph *g = hand_model("model share\n"
-                             "input x: f32[64, 256]\ninput t: f32[64, 256]\n"
-                             "weight w: f32[256, 256] = uniform(0.1)\n"
-                             "xr = replicate(x, degree=2)\nwk = partition(w, dim=1, degree=2)\n"
-                             "a = linear(xr, wk)\nac = combine(a, dim=1, degree=2)\n"
-                             "xb = partition(x, dim=0, degree=2)\nwr = replicate(w, degree=2)\n"
-                             "b = linear(xb, wr)\nbc = combine(b, dim=0, degree=2)\n"
-                             "s = add(ac, bc)\nloss = mse(s, t)\n",
-                             "b=2,1", &mp);
+  pcgc_graph *g = hand_model(share_model, "b=2,1", &mp);
   pcgc_sim_result est, r;
   pcgc_program *p = estimate_and_program(g, &mp, &m, 4, &est, &r);
   double half = 256 * 128 * 4.0;
@@ -747,9 +748,9 @@ END_TEST
 
 /* ZeRO-1, in the estimate and the program alike: a weight replicated on 4
  * devices is updated a quarter on each (optimizer state for that quarter),
- * then all-gathered; its bias (10 elements) in slabs of 2, 3, 2 and 3. Cells that a device holds only part of (the
- * weight-cells model above, devices 2-3 hold the whole weight) are not
- * sharded at all. */
+ * then all-gathered; its bias (10 elements) in slabs of 2, 3, 2 and 3.
+ * Cells that a device holds only part of (the weight-cells model above,
+ * devices 2-3 hold the whole weight) are not sharded at all. */
 START_TEST(zero_in_estimate_and_program) {
   pcgc_machine m = toy_machine(4, "16 GiB");
   pcgc_mapping mp;
@@ -788,15 +789,7 @@ START_TEST(zero_in_estimate_and_program) {
   release(&e0, &r0, p0, NULL, NULL);
   release(&est, &r, p, &mp, g);
   /* the weight-cells model: no cell has every holder holding just it */
-  g = hand_model("model share\n"
-                 "input x: f32[64, 256]\ninput t: f32[64, 256]\n"
-                 "weight w: f32[256, 256] = uniform(0.1)\n"
-                 "xr = replicate(x, degree=2)\nwk = partition(w, dim=1, degree=2)\n"
-                 "a = linear(xr, wk)\nac = combine(a, dim=1, degree=2)\n"
-                 "xb = partition(x, dim=0, degree=2)\nwr = replicate(w, degree=2)\n"
-                 "b = linear(xb, wr)\nbc = combine(b, dim=0, degree=2)\n"
-                 "s = add(ac, bc)\nloss = mse(s, t)\n",
-                 "b=2,1", &mp);
+  g = hand_model(share_model, "b=2,1", &mp);
   p = estimate_and_program_z(g, &mp, &m, 4, true, &est, &r);
   ck_assert_int_eq(count_ins(p, -1, PCGC_INS_ALLGATHER), 0);
   close_to(est.device[3].memory.optimizer, 2 * 256 * 256 * 4.0, 1e-12);
