@@ -1188,6 +1188,11 @@ static zshard *zshard_of(const cg *C, int src, int dev) {
   return z;
 }
 
+static int cmp_int(const void *a, const void *b) {
+  int x = *(const int *)a, y = *(const int *)b;
+  return (x > y) - (x < y);
+}
+
 /* options.zero: the members of a cell that each hold exactly it split its
  * update (pcgc_zero_shard); member j is the j-th smallest device. */
 static void zero_split(cg *C, int src, const pcgc_box *cell, const int *grp, int ng, int gid) {
@@ -1203,12 +1208,7 @@ static void zero_split(cg *C, int src, const pcgc_box *cell, const int *grp, int
     return;
   }
   memcpy(mem, grp, (size_t)ng * sizeof *mem);
-  for (int i = 1; i < ng; i++)
-    for (int k = i; k > 0 && mem[k - 1] > mem[k]; k--) {
-      int x = mem[k];
-      mem[k] = mem[k - 1];
-      mem[k - 1] = x;
-    }
+  qsort(mem, (size_t)ng, sizeof *mem, cmp_int);
   for (int j = 0; j < ng; j++) {
     zshard *z = calloc(1, sizeof *z);
     if (!z) {
@@ -1260,7 +1260,7 @@ static bool sync_cell(void *ctx, const pcgc_box *cell, const int *grp, int ng) {
   }
   edge(C, tk, tw);
   C->phase = C->ctx_phase_save;
-  if (C->o.zero && !C->st && !getenv("PCGC_NO_ZERO")) zero_split(C, src, cell, grp, ng, gid);
+  if (C->o.zero && !C->st) zero_split(C, src, cell, grp, ng, gid);
   return !C->st;
 }
 
