@@ -129,6 +129,18 @@ extern "C" {
 pcgc_status pcgc_simulate(const pcgc_graph *g, const pcgc_mapping *mp, const pcgc_machine *m,
                           const pcgc_sim_options *o, pcgc_sim_result *r, pcgc_error *err);
 
+/* What one search's simulations share (pcgc_sim_options.memo): the
+ * operators found built alike across the dp copies, keyed by what that
+ * depends on (the operator, its attributes, its and its inputs' types,
+ * views and kinds, the copies' count and stride, the device count). An
+ * operator that reads a model input through no weight is checked every time
+ * (its pairing is shared with other readers). Thread-safe. */
+typedef struct pcgc_sim_memo pcgc_sim_memo;
+pcgc_status pcgc_sim_memo_new(pcgc_sim_memo **out, pcgc_error *err);
+void pcgc_sim_memo_free(pcgc_sim_memo *memo);
+/* Lookups that found an operator, and those that did not (it was checked). */
+void pcgc_sim_memo_stats(const pcgc_sim_memo *memo, int64_t *hits, int64_t *misses);
+
 /* ------------------------------------------------- baseline strategies */
 
 typedef enum pcgc_strategy {
@@ -304,6 +316,8 @@ typedef struct pcgc_joint_result {
   char last_rule[160];   /* the rule of the last improvement */
   bool budget_hit, time_hit;
   double seconds;
+  int64_t alike_hits;    /* operators whose dp copies a simulation found alike */
+  int64_t alike_misses;  /* by the memo (pcgc_sim_memo), and those it checked */
   /* segmented search (0 segments: the graph was searched whole) */
   int segments;          /* the graph split into this many */
   int segments_searched; /* distinct segments searched (the rest are copies) */

@@ -641,10 +641,24 @@ pcgc_status pcgc_joint_search(const pcgc_graph *start, const pcgc_mapping *start
     }
     o.memo = own;
   }
+  /* one memo of the operators found built alike for every rewrite's simulation */
+  pcgc_sim_options so;
+  if (o.sim) so = *o.sim;
+  else pcgc_sim_options_default(&so);
+  pcgc_sim_memo *own_sim = NULL;
+  if (!so.memo && so.replicas > 1 && (st = pcgc_sim_memo_new(&own_sim, err)) != PCGC_OK) {
+    pcgc_views_memo_free(own);
+    free(insts);
+    return st;
+  }
+  if (own_sim) so.memo = own_sim;
+  o.sim = &so;
   bool done = false;
   if (o.segment_nodes > 0)
     st = pcgc__joint_segmented(start, start_mp, block, t, m, insts, n_insts, &o, r, &done, err);
   if (st == PCGC_OK && !done) st = pcgc__joint_run(start, start_mp, block, t, m, insts, n_insts, &o, NULL, NULL, r, err);
+  pcgc_sim_memo_stats(so.memo, &r->alike_hits, &r->alike_misses);
+  pcgc_sim_memo_free(own_sim);
   pcgc_views_memo_free(own);
   free(insts);
   return st;

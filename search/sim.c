@@ -45,10 +45,15 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#include <uthash.h>
+#define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
+#include <xxhash.h>
 
 #include "search.h"
 
@@ -1914,6 +1919,128 @@ static bool pair_node(alike *A, const pcgc_node *n, pcgc_cell_list *C0, pcgc_cel
   return true;
 }
 
+/* ------------------------------------------ operators found alike (memo) */
+
+typedef struct amemo {
+  XXH128_hash_t key;
+  UT_hash_handle hh;
+} amemo;
+
+struct pcgc_sim_memo {
+  pthread_mutex_t lock;  /* a search's worker threads share one */
+  amemo *set;
+  int64_t hits, misses;
+};
+
+pcgc_status pcgc_sim_memo_new(pcgc_sim_memo **out, pcgc_error *err) {
+  if (!out) return pcgc_error_set(err, PCGC_ERR_INVALID, "pcgc_sim_memo_new: bad argument");
+  if (!(*out = calloc(1, sizeof **out))) return pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
+  pthread_mutex_init(&(*out)->lock, NULL);
+  return PCGC_OK;
+}
+
+void pcgc_sim_memo_free(pcgc_sim_memo *memo) {
+  if (!memo) return;
+  amemo *e, *t;
+  HASH_ITER(hh, memo->set, e, t) {
+    HASH_DEL(memo->set, e);
+    free(e);
+  }
+  pthread_mutex_destroy(&memo->lock);
+  free(memo);
+}
+
+void pcgc_sim_memo_stats(const pcgc_sim_memo *memo, int64_t *hits, int64_t *misses) {
+  *hits = *misses = 0;
+  if (!memo) return;
+  pthread_mutex_lock((pthread_mutex_t *)&memo->lock);
+  *hits = memo->hits;
+  *misses = memo->misses;
+  pthread_mutex_unlock((pthread_mutex_t *)&memo->lock);
+}
+
+static void h64(XXH3_state_t *h, int64_t x) { XXH3_128bits_update(h, &x, sizeof x); }
+
+static void h_type(XXH3_state_t *h, const pcgc_ptensor *t) {
+  int64_t v[4 + 2 * PCGC_MAX_RANK + 4];
+  int k = 0;
+  v[k++] = t->dtype;
+  v[k++] = t->rank;
+  for (int d = 0; d < t->rank; d++) {
+    v[k++] = t->dims[d];
+    v[k++] = t->degree[d];
+  }
+  v[k++] = t->sum;
+  v[k++] = t->replica;
+  v[k++] = t->micro;
+  v[k++] = t->micro_dim;
+  XXH3_128bits_update(h, v, (size_t)k * sizeof *v);
+}
+
+static void h_place(XXH3_state_t *h, const sim *S, int node) {
+  const snode *N = &S->nd[node];
+  h64(h, S->mp->view[node].start);
+  h64(h, S->mp->view[node].stride);
+  h64(h, N->P);
+  h64(h, N->m);
+  h64(h, (int64_t)N->resident << 1 | N->weight);
+}
+
+/* What pair_node's answer for n under A depends on; false where it also
+ * depends on other nodes' reads (a resident input that is no weight: the
+ * pairing of its pieces is shared by its readers, A.dmap). */
+static bool alike_key(const alike *A, const pcgc_node *n, XXH128_hash_t *key) {
+  const sim *S = A->S;
+  for (int i = 0; i < n->n_in; i++) {
+    const snode *I = &S->nd[n->in[i].node];
+    if (I->resident && !I->weight) return false;
+  }
+  XXH3_state_t h;
+  XXH3_128bits_reset(&h);
+  h64(&h, A->R);
+  h64(&h, A->st);
+  h64(&h, S->D);
+  h64(&h, n->kind);
+  for (int i = 0; i < pcgc_op_num_attrs(n->kind); i++) {
+    pcgc_ints l = pcgc_attrs_ints_at(&n->attrs, i);
+    h64(&h, pcgc_attrs_int_at(&n->attrs, i)); /* a float's bits: .i and .f share them */
+    h64(&h, l.n);
+    XXH3_128bits_update(&h, l.v, (size_t)l.n * sizeof *l.v);
+  }
+  h_place(&h, S, n->id);
+  h64(&h, n->n_out);
+  for (int i = 0; i < n->n_out; i++) h_type(&h, &n->out[i]);
+  h64(&h, n->n_in);
+  for (int i = 0; i < n->n_in; i++) {
+    h64(&h, n->in[i].slot);
+    h_type(&h, pcgc_graph_ref_type(S->g, n->in[i]));
+    h_place(&h, S, n->in[i].node);
+  }
+  *key = XXH3_128bits_digest(&h);
+  return true;
+}
+
+static bool memo_has(pcgc_sim_memo *memo, XXH128_hash_t key) {
+  amemo *e;
+  pthread_mutex_lock(&memo->lock);
+  HASH_FIND(hh, memo->set, &key, sizeof key, e);
+  if (e) memo->hits++;
+  else memo->misses++;
+  pthread_mutex_unlock(&memo->lock);
+  return e != NULL;
+}
+
+static void memo_add(pcgc_sim_memo *memo, XXH128_hash_t key) {
+  amemo *e = malloc(sizeof *e), *old;
+  if (!e) return; /* only a lost shortcut */
+  e->key = key;
+  pthread_mutex_lock(&memo->lock);
+  HASH_FIND(hh, memo->set, &key, sizeof key, old);
+  if (old) free(e);
+  else HASH_ADD(hh, memo->set, key, sizeof key, e);
+  pthread_mutex_unlock(&memo->lock);
+}
+
 static bool copies_built_alike(sim *S, int R, int st) {
   const pcgc_graph *g = S->g;
   int n = g->n_nodes;
@@ -1957,8 +2084,14 @@ static bool copies_built_alike(sim *S, int R, int st) {
     f += count[0];
   }
   /* paired pieces read paired pieces */
-  for (int i = 0; ok && i < n; i++)
-    if (!S->nd[i].resident) ok = pair_node(&A, &g->nodes[i], &C0, &Ck);
+  for (int i = 0; ok && i < n; i++) {
+    if (S->nd[i].resident) continue;
+    XXH128_hash_t key;
+    bool keyed = S->o.memo && alike_key(&A, &g->nodes[i], &key);
+    if (keyed && memo_has(S->o.memo, key)) continue;
+    ok = pair_node(&A, &g->nodes[i], &C0, &Ck);
+    if (ok && keyed) memo_add(S->o.memo, key);
+  }
   for (int i = 0; A.dmap && i < n; i++) free(A.dmap[i]);
   free(A.dmap);
   free(A.base);

@@ -404,6 +404,11 @@ typedef struct pcgc_sim_options {
                                 A transfer that crosses copies (nothing the grid
                                 builds) makes it build everything instead.
                                 Default false. */
+  struct pcgc_sim_memo *memo; /* with replicas: operators whose copies were found
+                                built alike, by content (pcgc_sim_memo_new), so a
+                                search that simulates many rewrites of one graph
+                                checks each operator once, not per rewrite and per
+                                copy. Shared by threads; not owned. Default NULL */
   bool oom_skips_run;        /* a search that wants no time of a strategy that does
                                 not fit (default false): when a device's memory
                                 exceeds the machine's, the event loop is skipped and

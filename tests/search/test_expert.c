@@ -672,6 +672,27 @@ START_TEST(copies_checked_before_copy_0_alone_is_built) {
   ck_assert_int_eq(pcgc_simulate(pg, &mp, &m, &o, &hint, &err), PCGC_OK);
   ck_assert(hint.symmetric && hint.n_tasks * 4 <= full.n_tasks); /* copy 0 of 8 built */
   ck_assert_double_eq_tol(hint.iteration_time, full.iteration_time, 1e-12 * full.iteration_time);
+  /* with a memo (pcgc_sim_options.memo): the first simulation checks every
+   * operator, the second finds them all, and both give the same result */
+  pcgc_sim_memo *memo;
+  ck_assert_int_eq(pcgc_sim_memo_new(&memo, &err), PCGC_OK);
+  o.memo = memo;
+  int64_t hits, misses, checked;
+  for (int round = 0; round < 2; round++) {
+    pcgc_sim_result r;
+    ck_assert_int_eq(pcgc_simulate(pg, &mp, &m, &o, &r, &err), PCGC_OK);
+    ck_assert(r.symmetric && r.n_tasks == hint.n_tasks);
+    ck_assert_double_eq(r.iteration_time, hint.iteration_time);
+    pcgc_sim_memo_stats(memo, &hits, &misses);
+    if (round == 0) {
+      ck_assert_msg(hits == 0 && misses > 0, "%lld hits, %lld misses", (long long)hits, (long long)misses);
+      checked = misses;
+    } else {
+      ck_assert_msg(hits == checked && misses == checked, "%lld hits, %lld misses", (long long)hits, (long long)misses);
+    }
+    pcgc_sim_result_destroy(&r);
+  }
+  o.memo = NULL;
   pcgc_sim_result_destroy(&hint);
   pcgc_sim_result_destroy(&full);
   /* the add's pieces one copy on: they read the other copies' pieces */
@@ -686,6 +707,13 @@ START_TEST(copies_checked_before_copy_0_alone_is_built) {
                 (long long)hint.n_tasks, (long long)full.n_tasks);
   ck_assert_double_eq(hint.iteration_time, full.iteration_time);
   for (int d = 0; d < full.n_devices; d++) ck_assert_double_eq(hint.device[d].memory.total, full.device[d].memory.total);
+  /* the memo filled by the alike layout does not vouch for this one */
+  pcgc_sim_result_destroy(&hint);
+  o.memo = memo;
+  ck_assert_int_eq(pcgc_simulate(pg, &mp, &m, &o, &hint, &err), PCGC_OK);
+  ck_assert(!hint.symmetric && hint.n_tasks == full.n_tasks);
+  ck_assert_double_eq(hint.iteration_time, full.iteration_time);
+  pcgc_sim_memo_free(memo);
   pcgc_sim_result_destroy(&hint);
   pcgc_sim_result_destroy(&full);
   pcgc_mapping_destroy(&mp);
