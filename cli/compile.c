@@ -67,7 +67,8 @@ void pcgc_cli_compile_help(FILE *f) {
           "  --batch B          batch size (`const B`, or an ONNX model's symbolic batch dim)\n"
           "  --set NAME=VALUE   override a `const` of the model; repeatable\n"
           PCGC_CLI_LOSS_HELP
-          "  --time-limit S     stop trying candidates after S seconds (default 60; 0: no limit);\n"
+          "  --time-limit S     stop the search after S seconds (default 30; 0: no limit): the expert grid\n"
+          "                     and the joint search share it;\n"
           "                     the search is deterministic unless the limit cuts it short\n"
           "  --optimizer O      sgd | momentum | adam (default adam): memory and update cost\n"
           );
@@ -376,7 +377,7 @@ static int compile_main(int argc, char **argv) {
   long long batch = 0;
   pcgc_compile_options o;
   pcgc_compile_options_default(&o);
-  o.time_limit = 60;
+  o.time_limit = 30;
   pcgc_expert_choice only;
   pcgc_precision precision = PCGC_PREC_F32;
   bool verify = false, operators = false;

@@ -1113,6 +1113,13 @@ pcgc_status pcgc_compile(const pcgc_graph *seq, const pcgc_machine *m, const pcg
     chosen.recompute = chosen.recompute || r->choice.recompute;
     chosen.zero = chosen.zero || r->choice.zero;
   }
+  /* the final simulations: run one dp copy where the copies are alike (the
+   * simulator checks; the results are those of running every copy) */
+  pcgc_sim_options fin = chosen;
+  if (best) {
+    fin.replicas = r->choice.dp;
+    fin.replica_stride = r->choice.tp;
+  }
   if (st == PCGC_OK && o->joint.budget > 0) {
     /* the rule-driven joint search from the best expert strategy, with the
      * library checked by execution first */
@@ -1141,7 +1148,7 @@ pcgc_status pcgc_compile(const pcgc_graph *seq, const pcgc_machine *m, const pcg
       st = pcgc_joint_search(best, &best_mp, r->choice.dp * r->choice.tp, r->choice.tp, m, x->rs, &jo, &r->joint, err);
     if (st == PCGC_OK && r->joint.improvements > 0) { /* the start, kept for the caller */
       st = pcgc_strategy_canonical(best, &best_mp, &r->start_graph, &r->start_mapping, err);
-      if (st == PCGC_OK) st = pcgc_simulate(r->start_graph, &r->start_mapping, m, &chosen, &r->start_sim, err);
+      if (st == PCGC_OK) st = pcgc_simulate(r->start_graph, &r->start_mapping, m, &fin, &r->start_sim, err);
       if (st != PCGC_OK) pcgc_joint_result_destroy(&r->joint);
     }
     if (st == PCGC_OK) {
@@ -1155,7 +1162,7 @@ pcgc_status pcgc_compile(const pcgc_graph *seq, const pcgc_machine *m, const pcg
     }
   }
   if (st == PCGC_OK) st = pcgc_strategy_canonical(best, &best_mp, &r->graph, &r->mapping, err);
-  if (st == PCGC_OK) st = pcgc_simulate(r->graph, &r->mapping, m, &chosen, &r->sim, err);
+  if (st == PCGC_OK) st = pcgc_simulate(r->graph, &r->mapping, m, &fin, &r->sim, err);
   pcgc_graph_free(best);
   pcgc_mapping_destroy(&best_mp);
   pcgc_views_memo_free(memo);
