@@ -1841,6 +1841,49 @@ static pcgc_status copy0_index(sim *S) {
  * cells: micro-batch and bytes too); of a weight the same elements; of
  * other resident data pieces in one map, one to one. A rewrite that
  * spreads an operator over copies fails it, and every copy is built. */
+/* A sparse map of non-negative keys to values: open addressing, linear
+ * probing, key -1 empty; kv holds key and value pairs. Sized by what is put
+ * in it (a copy's reads), not by copies x pieces. */
+typedef struct pmap {
+  int64_t *kv;
+  int64_t cap, n;
+} pmap;
+
+static int64_t pmap_slot(const pmap *m, int64_t key) {
+  uint64_t h = (uint64_t)key * 0x9E3779B97F4A7C15u;
+  int64_t i = (int64_t)(h >> 32) & (m->cap - 1);
+  while (m->kv[2 * i] != key && m->kv[2 * i] >= 0) i = (i + 1) & (m->cap - 1);
+  return i;
+}
+
+static int64_t pmap_get(const pmap *m, int64_t key) {
+  if (!m->cap) return -1;
+  int64_t i = pmap_slot(m, key);
+  return m->kv[2 * i] == key ? m->kv[2 * i + 1] : -1;
+}
+
+static bool pmap_put(pmap *m, int64_t key, int64_t val) {
+  if (2 * (m->n + 1) > m->cap) {
+    pmap g = {malloc(2 * (size_t)(m->cap ? 2 * m->cap : 64) * sizeof *g.kv), m->cap ? 2 * m->cap : 64, 0};
+    if (!g.kv) return false;
+    for (int64_t i = 0; i < 2 * g.cap; i++) g.kv[i] = -1;
+    for (int64_t i = 0; i < m->cap; i++)
+      if (m->kv[2 * i] >= 0) {
+        int64_t j = pmap_slot(&g, m->kv[2 * i]);
+        g.kv[2 * j] = m->kv[2 * i];
+        g.kv[2 * j + 1] = m->kv[2 * i + 1];
+        g.n++;
+      }
+    free(m->kv);
+    *m = g;
+  }
+  int64_t i = pmap_slot(m, key);
+  if (m->kv[2 * i] < 0) m->n++;
+  m->kv[2 * i] = key;
+  m->kv[2 * i + 1] = val;
+  return true;
+}
+
 typedef struct alike {
   sim *S;
   int R, st;
@@ -1849,7 +1892,7 @@ typedef struct alike {
   int32_t *cpy;    /* its copy */
   int64_t *first;  /* [n_nodes]: each node's first entry in l0 */
   int64_t *l0;     /* copy 0's pieces in index order */
-  int64_t **dmap;  /* [n_nodes]: resident data, per copy piece of copy 0 -> piece of copy k, then the inverse */
+  struct pmap *dmap; /* [n_nodes]: resident data, per copy piece of copy 0 -> piece of copy k, then the inverse */
   pcgc_reads rd;   /* the node's reads (pcgc_collect_reads), in piece order */
   int64_t *at;     /* [most pieces + 1]: each piece's first read */
 } alike;
@@ -1865,17 +1908,11 @@ static bool pair_read(alike *A, int k, int node, int64_t q0, int64_t q) {
     int64_t rep = S->g->nodes[node].out[0].replica;
     return q0 / rep == q / rep;
   }
-  int64_t P = I->P;
-  if (!A->dmap[node]) {
-    if (!(A->dmap[node] = malloc(2 * (size_t)A->R * (size_t)P * sizeof **A->dmap))) return false;
-    for (int64_t i = 0; i < 2 * A->R * P; i++) A->dmap[node][i] = -1;
-  }
-  int64_t *fw = A->dmap[node] + (int64_t)k * P, *bw = A->dmap[node] + (int64_t)(A->R + k) * P;
-  if (fw[q0] < 0 && bw[q] < 0) {
-    fw[q0] = q;
-    bw[q] = q0;
-  }
-  return fw[q0] == q && bw[q] == q0;
+  int64_t P = I->P, fk = (int64_t)k * P + q0, bk = ((int64_t)A->R + k) * P + q;
+  pmap *m = &A->dmap[node];
+  int64_t fw = pmap_get(m, fk), bw = pmap_get(m, bk);
+  if (fw < 0 && bw < 0) return pmap_put(m, fk, q) && pmap_put(m, bk, q0);
+  return fw == q && bw == q0;
 }
 
 /* Paired pieces of node n read paired pieces: a relayout's cells per
@@ -2092,7 +2129,7 @@ static bool copies_built_alike(sim *S, int R, int st) {
     ok = pair_node(&A, &g->nodes[i], &C0, &Ck);
     if (ok && keyed) memo_add(S->o.memo, key);
   }
-  for (int i = 0; A.dmap && i < n; i++) free(A.dmap[i]);
+  for (int i = 0; A.dmap && i < n; i++) free(A.dmap[i].kv);
   free(A.dmap);
   free(A.base);
   free(A.first);
