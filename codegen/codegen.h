@@ -158,6 +158,9 @@ typedef enum pcgc_ins_kind {
   PCGC_INS_SEED,        /* dst = d loss / d loss piece: 1 for replica 0, else 0 */
   PCGC_INS_ALLGATHER,   /* group `peer` of n: dst (whole) is n slabs, the j-th member's slab j
                            (pcgc_zero_shard); each member's slab to all, in place (blocking) */
+  PCGC_INS_REDUCESCATTER_START, /* group `peer` of n, non-blocking, request slot `tag`: dst (the whole
+                           buffer) is n slabs as ALLGATHER's; the j-th member's slab j becomes the
+                           group's sum, in place (its other slabs are left undefined); WAIT ends it */
   PCGC_INS_KIND_COUNT
 } pcgc_ins_kind;
 
@@ -225,8 +228,9 @@ typedef struct pcgc_codegen_options {
   pcgc_schedule schedule;      /* order of micro-batches (default GPipe) */
   pcgc_optim_kind optimizer;   /* state buffers kept (default Adam: m and v) */
   bool recompute;              /* activation recomputation, as the simulator's (see above) */
-  bool zero;                   /* ZeRO-1: the devices that all-reduce a weight cell they each hold
-                                  whole update one slab of it each (pcgc_zero_shard: an UPDATE
+  bool zero;                   /* ZeRO: the devices that hold a weight cell whole each sum one
+                                  slab of its gradient (REDUCESCATTER_START, in place of the
+                                  all-reduce), update that slab alone (pcgc_zero_shard: an UPDATE
                                   with a box, optimizer state for the slab alone) and all-gather
                                   the slabs (ALLGATHER); other cells update whole, as without */
   bool bf16;                   /* bf16 storage (mixed precision): activations and their gradients

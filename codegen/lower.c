@@ -1195,13 +1195,17 @@ static int cmp_int(const void *a, const void *b) {
 
 /* options.zero: the members of a cell that each hold exactly it split its
  * update (pcgc_zero_shard); member j is the j-th smallest device. */
-static void zero_split(cg *C, int src, const pcgc_box *cell, const int *grp, int ng, int gid) {
+static bool zero_splits(cg *C, int src, const pcgc_box *cell, const int *grp, int ng) {
   pcgc_box sh;
-  if (!pcgc_zero_shard(cell, ng, 0, &sh)) return;
+  if (!C->o.zero || !pcgc_zero_shard(cell, ng, 0, &sh)) return false;
   for (int i = 0; i < ng; i++) {
     const pcgc_box *b = held_box(C, src, grp[i]);
-    if (!b || !pcgc_box_equal(b, cell)) return;
+    if (!b || !pcgc_box_equal(b, cell)) return false;
   }
+  return true;
+}
+
+static void zero_split(cg *C, int src, const pcgc_box *cell, const int *grp, int ng, int gid) {
   int *mem = malloc((size_t)ng * sizeof *mem);
   if (!mem) {
     C->st = PCGC_ERR_NOMEM;
@@ -1227,7 +1231,8 @@ static void zero_split(cg *C, int src, const pcgc_box *cell, const int *grp, int
 }
 
 /* One cell of weight src's gradient, held by grp[0..ng): a non-blocking
- * all-reduce, waited for in the update phase. */
+ * all-reduce, waited for in the update phase; with options.zero, where the
+ * members split the cell's update, a reduce-scatter of the slabs instead. */
 typedef struct sync_ctx {
   cg *C;
   int src;
@@ -1240,9 +1245,10 @@ static bool sync_cell(void *ctx, const pcgc_box *cell, const int *grp, int ng) {
   int gid = group_id(C, grp, ng);
   int tk = task_begin(C, 14);
   C->t[tk].priority_now = C->t[tk].allreduce = true;
+  bool split = zero_splits(C, src, cell, grp, ng);
   for (int i = 0; i < ng; i++) {
     cg_dev *V = &C->dv[grp[i]];
-    pcgc_ins I = ins_new(C, PCGC_INS_ALLREDUCE_START);
+    pcgc_ins I = ins_new(C, split ? PCGC_INS_REDUCESCATTER_START : PCGC_INS_ALLREDUCE_START);
     I.dst = source_buf(C, src, grp[i], PCGC_BUF_SOURCE_GRAD);
     I.peer = gid;
     I.tag = V->n_requests++;
@@ -1260,7 +1266,7 @@ static bool sync_cell(void *ctx, const pcgc_box *cell, const int *grp, int ng) {
   }
   edge(C, tk, tw);
   C->phase = C->ctx_phase_save;
-  if (C->o.zero && !C->st) zero_split(C, src, cell, grp, ng, gid);
+  if (split && !C->st) zero_split(C, src, cell, grp, ng, gid);
   return !C->st;
 }
 

@@ -22,7 +22,7 @@
  *     order: codegen's schedule guarantees it), then take pcgc_comm_time
  *     (a reduce timed as an all-reduce, like the search's simulator) on the
  *     ports of every member;
- *   - ALLREDUCE_START joins the collective and goes on; WAIT blocks until
+ *   - ALLREDUCE_START (and REDUCESCATTER_START) joins the collective and goes on; WAIT blocks until
  *     it is done (progress is assumed to be asynchronous); one over a whole
  *     buffer runs in place, without the staging copies. Such a background
  *     all-reduce waits for every message and collective before it on its
@@ -276,7 +276,7 @@ static void rdv_complete(psim *S, int64_t id, int group, pcgc_collective c, doub
             if (!bg && *g < t + dur) *g = t + dur;
           }
         }
-    double k = c == PCGC_COLL_BROADCAST || c == PCGC_COLL_ALL_GATHER ? 1 : 2;
+    double k = c == PCGC_COLL_BROADCAST || c == PCGC_COLL_ALL_GATHER || c == PCGC_COLL_REDUCE_SCATTER ? 1 : 2;
     S->bytes_intra += k * (n - grp.nodes) * bytes;
     S->bytes_inter += k * (grp.nodes - 1) * bytes;
     S->task_time += dur;
@@ -311,7 +311,8 @@ static pcgc_task_kind task_kind(int k) {
   case PCGC_INS_REDUCE:
   case PCGC_INS_ALLREDUCE:
   case PCGC_INS_ALLREDUCE_START:
-  case PCGC_INS_ALLGATHER: return PCGC_TASK_COLLECTIVE;
+  case PCGC_INS_ALLGATHER:
+  case PCGC_INS_REDUCESCATTER_START: return PCGC_TASK_COLLECTIVE;
   case PCGC_INS_RECV:
   case PCGC_INS_WAIT: return PCGC_TASK_JOIN;
   default: return PCGC_TASK_ADD; /* copies, zeroing, seeds, losses */
@@ -334,6 +335,7 @@ static void trace_fill(pcgc_tasks *T, int64_t i, int d, const pcgc_program *p, c
     T->coll[i] = I->kind == PCGC_INS_REDUCE      ? PCGC_COLL_REDUCE
                : I->kind == PCGC_INS_BCAST     ? PCGC_COLL_BROADCAST
                : I->kind == PCGC_INS_ALLGATHER ? PCGC_COLL_ALL_GATHER
+               : I->kind == PCGC_INS_REDUCESCATTER_START ? PCGC_COLL_REDUCE_SCATTER
                                                : PCGC_COLL_ALL_REDUCE;
     T->peer[i] = I->peer >= 0 && I->peer < p->n_groups ? p->group_off[I->peer + 1] - p->group_off[I->peer] : 0;
   }
@@ -463,7 +465,9 @@ static pcgc_status step(psim *S, int d, bool *moved) {
   case PCGC_INS_REDUCE:
   case PCGC_INS_ALLREDUCE:
   case PCGC_INS_ALLREDUCE_START:
-  case PCGC_INS_ALLGATHER: {
+  case PCGC_INS_ALLGATHER:
+  case PCGC_INS_REDUCESCATTER_START: {
+    bool start = I->kind == PCGC_INS_ALLREDUCE_START || I->kind == PCGC_INS_REDUCESCATTER_START;
     int b = I->src >= 0 ? I->src : I->dst, grp = I->peer;
     if (grp < 0 || grp >= S->p->n_groups)
       return pcgc_error_set(S->err, PCGC_ERR_INVALID, "device %d instruction %d names group %d of %d", d, x->pc, grp,
@@ -484,12 +488,13 @@ static pcgc_status step(psim *S, int d, bool *moved) {
       if (++r->arrived == n) {
         pcgc_collective c = I->kind == PCGC_INS_BCAST       ? PCGC_COLL_BROADCAST
                             : I->kind == PCGC_INS_ALLGATHER ? PCGC_COLL_ALL_GATHER
+                            : I->kind == PCGC_INS_REDUCESCATTER_START ? PCGC_COLL_REDUCE_SCATTER
                                                             : PCGC_COLL_ALL_REDUCE;
-        rdv_complete(S, id, grp, c, bytes, I->kind == PCGC_INS_ALLREDUCE_START && !S->cpu_hold);
+        rdv_complete(S, id, grp, c, bytes, start && !S->cpu_hold);
       }
     }
     rvid = id;
-    if (I->kind == PCGC_INS_ALLREDUCE_START) {
+    if (start) {
       if (I->tag < 0 || I->tag >= P->n_requests)
         return pcgc_error_set(S->err, PCGC_ERR_INVALID, "device %d instruction %d names request slot %d of %d", d,
                               x->pc, I->tag, P->n_requests);

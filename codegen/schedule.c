@@ -692,7 +692,9 @@ done:
 }
 
 bool pcgc_allreduce_in_place(const pcgc_device_program *P, const pcgc_ins *I) {
-  if ((I->kind != PCGC_INS_ALLREDUCE_START && I->kind != PCGC_INS_WAIT) || I->box < 0 || I->dst < 0) return false;
+  if ((I->kind != PCGC_INS_ALLREDUCE_START && I->kind != PCGC_INS_REDUCESCATTER_START && I->kind != PCGC_INS_WAIT) ||
+      I->box < 0 || I->dst < 0)
+    return false;
   const pcgc_plan_buf *B = &P->buf[I->dst];
   return box_bytes(&P->boxes[I->box], B->dtype) == B->bytes;
 }
@@ -773,6 +775,7 @@ int pcgc__cg_ins_access(const pcgc_ins *I, const int *args, int *rd, int *nrd, i
   case PCGC_INS_ALLREDUCE_START:
   case PCGC_INS_WAIT:
   case PCGC_INS_ALLGATHER:
+  case PCGC_INS_REDUCESCATTER_START:
     R(I->dst);
     W(I->dst);
     break;
@@ -800,7 +803,7 @@ const char *pcgc_ins_kind_name(pcgc_ins_kind k) {
   static const char *const names[] = {"forward", "backward", "bn-stats", "bn-apply", "bn-bwd-stats", "bn-bwd-apply",
                                       "copy",    "zero",     "send",     "recv",     "bcast",        "reduce",
                                       "allreduce", "allreduce-start", "wait", "update", "loss", "seed",
-                                      "allgather"};
+                                      "allgather", "reducescatter-start"};
   _Static_assert(sizeof names / sizeof *names == PCGC_INS_KIND_COUNT, "one name per instruction kind");
   return (unsigned)k < PCGC_INS_KIND_COUNT ? names[k] : "?";
 }
@@ -867,7 +870,7 @@ void pcgc_program_print(FILE *f, const pcgc_program *p, const pcgc_graph *g, int
             (long long)(k[PCGC_INS_FORWARD] + k[PCGC_INS_BACKWARD] + k[PCGC_INS_BN_APPLY] + k[PCGC_INS_BN_BWD_APPLY]),
             (long long)(k[PCGC_INS_SEND] + k[PCGC_INS_RECV]),
             (long long)(k[PCGC_INS_BCAST] + k[PCGC_INS_REDUCE] + k[PCGC_INS_ALLREDUCE] + k[PCGC_INS_ALLREDUCE_START] +
-                          k[PCGC_INS_ALLGATHER]),
+                          k[PCGC_INS_ALLGATHER] + k[PCGC_INS_REDUCESCATTER_START]),
             P->n_buf);
   }
   if (!streams) return;
@@ -917,13 +920,14 @@ void pcgc_program_print(FILE *f, const pcgc_program *p, const pcgc_graph *g, int
       case PCGC_INS_REDUCE:
       case PCGC_INS_ALLREDUCE:
       case PCGC_INS_ALLREDUCE_START:
-      case PCGC_INS_ALLGATHER: {
+      case PCGC_INS_ALLGATHER:
+      case PCGC_INS_REDUCESCATTER_START: {
         fprintf(f, " group {");
         for (int k = p->group_off[I->peer]; k < p->group_off[I->peer + 1]; k++)
           fprintf(f, "%s%d", k > p->group_off[I->peer] ? "," : "", p->group_dev[k]);
         fputc('}', f);
         if (I->root >= 0) fprintf(f, " root %d", I->root);
-        if (I->kind == PCGC_INS_ALLREDUCE_START) fprintf(f, " req %d", I->tag);
+        if (I->kind == PCGC_INS_ALLREDUCE_START || I->kind == PCGC_INS_REDUCESCATTER_START) fprintf(f, " req %d", I->tag);
         break;
       }
       case PCGC_INS_WAIT: fprintf(f, " req %d", I->tag); break;

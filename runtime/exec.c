@@ -65,6 +65,7 @@ typedef struct rt {
   bool have_bf16_sum;
   MPI_Request *sends, *reqs;
   int *pend, n_pend;      /* request slots of the all-reduces started and not yet waited for (host MPI) */
+  struct rs_slot *rs;     /* per request slot: a reduce-scatter's slabs (n 0: an all-reduce's slot) */
   int n_sends;            /* SENDs issued this step: sends[k] is the k-th's request */
   MPI_Comm *comm;      /* per group: its communicator, or MPI_COMM_NULL where not a member */
   bool dev_comm;       /* messages through the backend's communicators (NCCL), not host MPI */
@@ -107,6 +108,7 @@ static void bf16_sum_fn(void *in, void *inout, int *len, MPI_Datatype *type) {
 static MPI_Op sum_op(const rt *R, pcgc_dtype t) { return t == PCGC_BF16 ? R->bf16_sum : MPI_SUM; }
 
 static void *data_of(const rt *R, int b) { return b >= 0 ? R->arena + R->P->buf[b].addr : NULL; }
+
 
 static pcgc_buf kbuf(const rt *R, int b) {
   pcgc_buf k;
@@ -229,6 +231,32 @@ static int group_index(const rt *R, int grp, int dev) {
   for (int k = R->p->group_off[grp]; k < R->p->group_off[grp + 1]; k++)
     if (R->p->group_dev[k] == dev) return k - R->p->group_off[grp];
   return -1;
+}
+
+/* A reduce-scatter's request slot: the group's n slabs of the buffer
+ * (pcgc_zero_shard), counts and offsets in elements, and this member's. */
+typedef struct rs_slot {
+  int n, me;
+  bool equal;
+  int *cnt, *at;     /* [n] each (MPI's arguments: kept until the request completes) */
+  int64_t *cnt64;    /* [n]: the backend's */
+} rs_slot;
+
+/* Slab j of buffer B over n members (pcgc_zero_shard) is cnt[j] elements at
+ * at[j]; equal: all of one size. */
+static pcgc_status zero_slabs(rt *R, const pcgc_plan_buf *B, int n, int *cnt, int *at, bool *equal) {
+  pcgc_box whole, sh;
+  pcgc_plan_buf_box(B, &whole);
+  *equal = true;
+  for (int j = 0; j < n; j++) {
+    if (!pcgc_zero_shard(&whole, n, j, &sh) || box_numel(&sh) > INT_MAX)
+      return pcgc_error_set(R->err, PCGC_ERR_INVALID, "a collective of '%s' over %d devices that do not split it",
+                            R->g->nodes[B->node].name, n);
+    cnt[j] = (int)box_numel(&sh);
+    at[j] = j ? at[j - 1] + cnt[j - 1] : 0;
+    *equal &= cnt[j] == cnt[0];
+  }
+  return PCGC_OK;
 }
 
 /* A router's load-balancing term joins the step's loss (as the reference
@@ -611,6 +639,23 @@ static pcgc_status exec_one(rt *R, const pcgc_ins *I) {
     }
     return iallreduce(R, I, h, n, D->dtype);
   }
+  case PCGC_INS_REDUCESCATTER_START: { /* in place: slab `me` becomes the group's sum */
+    if (R->fault_no_allreduce) return PCGC_OK;
+    const pcgc_plan_buf *B = &P->buf[I->dst];
+    const rs_slot *Q = &R->rs[I->tag];
+    char *data = data_of(R, I->dst);
+    if (R->dev_comm) return be->reduce_scatter_start(be, R->dcomm[I->peer], data, Q->cnt64, B->dtype, I->tag, R->err);
+    char *h = be->host ? data : R->req_h[I->tag];
+    if ((st = to_host(R, h, data, B->bytes))) return st;
+    /* MPI leaves this member's sum at the start of h: its WAIT moves it to the slab */
+    rc = Q->equal ? MPI_Ireduce_scatter_block(MPI_IN_PLACE, h, Q->cnt[0], mpi_type(B->dtype), sum_op(R, B->dtype),
+                                              R->comm[I->peer], &R->reqs[I->tag])
+                  : MPI_Ireduce_scatter(MPI_IN_PLACE, h, Q->cnt, mpi_type(B->dtype), sum_op(R, B->dtype),
+                                        R->comm[I->peer], &R->reqs[I->tag]);
+    if (rc != MPI_SUCCESS) return mpi_fail(R, rc, "reduce-scatter", I);
+    R->pend[R->n_pend++] = I->tag;
+    return PCGC_OK;
+  }
   case PCGC_INS_WAIT: {
     if (R->fault_no_allreduce) return PCGC_OK;
     for (int k = 0; k < R->n_pend; k++) /* no longer progressed between instructions */
@@ -619,6 +664,19 @@ static pcgc_status exec_one(rt *R, const pcgc_ins *I) {
         R->n_pend--;
         break;
       }
+    if (R->rs[I->tag].n) { /* a reduce-scatter: this member's sum to its slab */
+      const rs_slot *Q = &R->rs[I->tag];
+      if (R->dev_comm) return be->comm_wait(be, I->tag, R->err);
+      rc = MPI_Wait(&R->reqs[I->tag], MPI_STATUS_IGNORE);
+      if (rc != MPI_SUCCESS) return mpi_fail(R, rc, "reduce-scatter", I);
+      int64_t es = (int64_t)pcgc_dtype_size(P->buf[I->dst].dtype);
+      char *data = data_of(R, I->dst);
+      if (be->host) {
+        memmove(data + (int64_t)Q->at[Q->me] * es, data, (size_t)((int64_t)Q->cnt[Q->me] * es));
+        return PCGC_OK;
+      }
+      return from_host(R, data + (int64_t)Q->at[Q->me] * es, R->req_h[I->tag], (int64_t)Q->cnt[Q->me] * es);
+    }
     if (pcgc_allreduce_in_place(P, I)) {
       if (R->dev_comm) return be->comm_wait(be, I->tag, R->err);
       rc = MPI_Wait(&R->reqs[I->tag], MPI_STATUS_IGNORE);
@@ -657,19 +715,8 @@ static pcgc_status exec_one(rt *R, const pcgc_ins *I) {
     char *data = data_of(R, I->dst);
     int *cnt = malloc(2 * (size_t)(n > 0 ? n : 1) * sizeof *cnt), *at = cnt ? cnt + n : NULL;
     if (!cnt) return pcgc_error_set(R->err, PCGC_ERR_NOMEM, "out of memory");
-    pcgc_box whole, sh;
-    pcgc_plan_buf_box(B, &whole);
     bool equal = true;
-    for (int j = 0; j < n && !st; j++) {
-      if (!pcgc_zero_shard(&whole, n, j, &sh) || box_numel(&sh) > INT_MAX) {
-        st = pcgc_error_set(R->err, PCGC_ERR_INVALID, "an all-gather of '%s' over %d devices that do not split it",
-                            R->g->nodes[B->node].name, n);
-        break;
-      }
-      cnt[j] = (int)box_numel(&sh);
-      at[j] = j ? at[j - 1] + cnt[j - 1] : 0;
-      equal &= cnt[j] == cnt[0];
-    }
+    st = zero_slabs(R, B, n, cnt, at, &equal);
     for (int j = 0; R->dev_comm && j < n && !st; j++)
       st = be->broadcast(be, R->dcomm[I->peer], data + (int64_t)at[j] * es, cnt[j], B->dtype, j, R->err);
     if (R->dev_comm || st) {
@@ -737,7 +784,7 @@ static void on_alarm(int sig) {
   int k = g_kind, n;
   const char *what = k == PCGC_INS_RECV ? "receiving from device" : k == PCGC_INS_SEND ? "sending to device"
                      : k == PCGC_INS_WAIT || k == PCGC_INS_BCAST || k == PCGC_INS_REDUCE || k == PCGC_INS_ALLREDUCE ||
-                               k == PCGC_INS_ALLGATHER
+                               k == PCGC_INS_ALLGATHER || k == PCGC_INS_REDUCESCATTER_START
                          ? "in a collective of group" : NULL;
   int gp = g_peer;
   if (k == PCGC_INS_KIND_COUNT) /* after the stream: completing sends, summing the loss */
@@ -772,6 +819,20 @@ static void on_alarm(int sig) {
 /* Rank 0 assembles the logical value of weight `node`'s buffer of `role`
  * (SOURCE: the weight; OPT_M, OPT_V: its optimizer state) from every rank's
  * boxes. Every rank calls it. */
+/* The box of buffer b this rank's values are right in after the step: its
+ * slab, for a gradient whose update is split (ZeRO: the reduce-scatter
+ * summed that slab alone), else all of it. */
+static void valid_box(const rt *R, int b, pcgc_box *x) {
+  const pcgc_device_program *P = R->P;
+  pcgc_plan_buf_box(&P->buf[b], x);
+  if (P->buf[b].role != PCGC_BUF_SOURCE_GRAD) return;
+  for (int i = 0; i < P->n_ins; i++)
+    if (P->ins[i].kind == PCGC_INS_UPDATE && P->ins[i].src == b && P->ins[i].box >= 0) {
+      *x = P->boxes[P->ins[i].box];
+      return;
+    }
+}
+
 static pcgc_status gather_weight(rt *R, int node, pcgc_buf_role role, float *whole) {
   const pcgc_ptensor *t = &R->g->nodes[node].out[0];
   int nranks = R->p->n_devices;
@@ -786,7 +847,7 @@ static pcgc_status gather_weight(rt *R, int node, pcgc_buf_role role, float *who
         if (has && whole) {
           pcgc_plan_buf W = whole_desc(t);
           pcgc_box x;
-          pcgc_plan_buf_box(&R->P->buf[b], &x);
+          valid_box(R, b, &x);
           pcgc_status st;
           const void *h = host_of(R, b, true, &st);
           if (st) return st;
@@ -795,17 +856,20 @@ static pcgc_status gather_weight(rt *R, int node, pcgc_buf_role role, float *who
       } else {
         pcgc_status st = pcgc_ctl_send0(R->ctl, &has, sizeof has, R->err);
         if (!st && has) {
-          const pcgc_plan_buf *B = &R->P->buf[b];
+          pcgc_box x;
+          valid_box(R, b, &x);
           int64_t box[2 * PCGC_MAX_RANK] = {0}, n = 1;
           for (int d = 0; d < t->rank; d++) {
-            box[d] = B->offset[d];
-            box[PCGC_MAX_RANK + d] = B->dims[d];
-            n *= B->dims[d];
+            box[d] = x.lo[d];
+            box[PCGC_MAX_RANK + d] = x.len[d];
+            n *= x.len[d];
           }
           st = pcgc_ctl_send0(R->ctl, box, sizeof box, R->err);
-          const void *h = st ? NULL : host_of(R, b, true, &st);
+          pcgc_buf k = {0};
+          k.data = st ? NULL : (void *)host_of(R, b, true, &st);
+          if (!st) st = slab(R, b, &x, &k); /* contiguous in the buffer */
           /* the box's floats, as rank 0 counts them from it */
-          if (!st) st = pcgc_ctl_send0(R->ctl, h, (size_t)n * sizeof(float), R->err);
+          if (!st) st = pcgc_ctl_send0(R->ctl, k.data, (size_t)n * sizeof(float), R->err);
         }
         if (st) return st; /* rank 0 then waits: the caller aborts the job */
       }
@@ -1465,8 +1529,9 @@ pcgc_status pcgc_run(const pcgc_graph *g, const pcgc_program *p, const pcgc_run_
   R.pend = malloc((size_t)(P->n_requests + 1) * sizeof *R.pend);
   R.req_stage = calloc((size_t)P->n_requests + 1, sizeof *R.req_stage);
   R.req_h = calloc((size_t)P->n_requests + 1, sizeof *R.req_h);
+  R.rs = calloc((size_t)P->n_requests + 1, sizeof *R.rs);
   R.comm = malloc((size_t)(p->n_groups + 1) * sizeof *R.comm);
-  if (!R.sends || !R.reqs || !R.pend || !R.req_stage || !R.req_h || !R.comm) {
+  if (!R.sends || !R.reqs || !R.pend || !R.req_stage || !R.req_h || !R.rs || !R.comm) {
     st = pcgc_error_set(err, PCGC_ERR_NOMEM, "rank %d: out of memory", R.rank);
     goto done;
   }
@@ -1501,6 +1566,26 @@ pcgc_status pcgc_run(const pcgc_graph *g, const pcgc_program *p, const pcgc_run_
   bool dev = o->device_comm && be->comm_open && p->p2p_in_order && size > 1;
   for (int i = 0; i < P->n_ins && !st; i++) {
     const pcgc_ins *I = &P->ins[i];
+    if (I->kind == PCGC_INS_REDUCESCATTER_START && I->tag >= 0 && I->tag < P->n_requests && I->dst >= 0 &&
+        I->peer >= 0 && I->peer < p->n_groups) { /* its slabs; from a GPU through MPI, a whole host mirror */
+      rs_slot *Q = &R.rs[I->tag];
+      int n = p->group_off[I->peer + 1] - p->group_off[I->peer];
+      Q->me = group_index(&R, I->peer, R.rank);
+      Q->cnt = malloc(2 * (size_t)(n > 0 ? n : 1) * sizeof *Q->cnt);
+      Q->cnt64 = malloc((size_t)(n > 0 ? n : 1) * sizeof *Q->cnt64);
+      if (!Q->cnt || !Q->cnt64) {
+        st = pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
+      } else {
+        Q->at = Q->cnt + n;
+        st = zero_slabs(&R, &P->buf[I->dst], n, Q->cnt, Q->at, &Q->equal);
+        for (int j = 0; j < n; j++) Q->cnt64[j] = Q->cnt[j];
+        Q->n = st || Q->me < 0 ? 0 : n;
+        if (!st && Q->me < 0) st = pcgc_error_set(err, PCGC_ERR_INVALID, "rank %d: a reduce-scatter of a group it is "
+                                                  "not in", R.rank);
+      }
+      if (!st && !be->host && !(R.req_h[I->tag] = malloc((size_t)P->buf[I->dst].bytes + 8)))
+        st = pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
+    }
     if (I->kind == PCGC_INS_ALLREDUCE_START) {
       /* a whole buffer is reduced where it lies (through MPI from a GPU, by
        * way of a host mirror); a region through a staging of its own */
@@ -1516,7 +1601,7 @@ pcgc_status pcgc_run(const pcgc_graph *g, const pcgc_program *p, const pcgc_run_
                           *tag_ub);
     bool talks = I->kind == PCGC_INS_SEND || I->kind == PCGC_INS_RECV || I->kind == PCGC_INS_BCAST ||
                  I->kind == PCGC_INS_REDUCE || I->kind == PCGC_INS_ALLREDUCE || I->kind == PCGC_INS_ALLREDUCE_START ||
-                 I->kind == PCGC_INS_ALLGATHER;
+                 I->kind == PCGC_INS_ALLGATHER || I->kind == PCGC_INS_REDUCESCATTER_START;
     if (talks && !R.mpi && !dev && !st) {
       st = pcgc_error_set(err, PCGC_ERR_INVALID, "instruction %d (%s) communicates, but MPI is not initialised%s", i,
                           pcgc_ins_kind_name((pcgc_ins_kind)I->kind),
@@ -1569,7 +1654,8 @@ pcgc_status pcgc_run(const pcgc_graph *g, const pcgc_program *p, const pcgc_run_
   g_group_text = calloc((size_t)p->n_groups + 1, sizeof *g_group_text);
   g_n_groups = p->n_groups;
   for (int i = 0; slot_group && i < P->n_ins; i++)
-    if (P->ins[i].kind == PCGC_INS_ALLREDUCE_START) slot_group[P->ins[i].tag] = P->ins[i].peer;
+    if (P->ins[i].kind == PCGC_INS_ALLREDUCE_START || P->ins[i].kind == PCGC_INS_REDUCESCATTER_START)
+      slot_group[P->ins[i].tag] = P->ins[i].peer;
   for (int k = 0; g_group_text && k < p->n_groups; k++) {
     if (!(g_group_text[k] = malloc(96))) continue;
     int used = snprintf(g_group_text[k], 96, "devices");
@@ -1686,6 +1772,11 @@ done:
     be->release(be, R.req_stage[k]);
     if (!be->host) free(R.req_h[k]);
   }
+  for (int k = 0; R.rs && k < P->n_requests; k++) {
+    free(R.rs[k].cnt);
+    free(R.rs[k].cnt64);
+  }
+  free(R.rs);
   free(R.req_stage);
   free(R.req_h);
   free(R.reqs);

@@ -414,7 +414,8 @@ static int32_t collective(sim *S, int phase, int node, int64_t piece, int micro,
     if (bytes > S->comm[devs[i]]) S->comm[devs[i]] = bytes;
   /* on a CPU machine the ranks' own cores do an all-reduce's copies and sums (the
    * runtime's progress calls): it holds their streams too, as codegen/predict.c has it */
-  bool holds = !S->o.overlap || coll != PCGC_COLL_ALL_REDUCE || S->coll_hold || S->m->device.kind == PCGC_DEVICE_CPU;
+  bool holds = !S->o.overlap || (coll != PCGC_COLL_ALL_REDUCE && coll != PCGC_COLL_REDUCE_SCATTER) || S->coll_hold ||
+               S->m->device.kind == PCGC_DEVICE_CPU;
   /* one that holds its members' streams holds them while they copy the box
    * into the staging buffer and out again, as the program's members do */
   if (holds && !S->coll_in_place && isfinite(T->dur[t])) T->dur[t] += 2 * pcgc_cost_copy_time(S->m, bytes, false);
@@ -443,7 +444,8 @@ static int32_t collective(sim *S, int phase, int node, int64_t piece, int micro,
   bool inner = S->copy0;
   for (int i = 0; inner && i < n; i++) inner = copy_of(devs[i], S->reps, S->rstride) == 0;
   if (inner) S->inner_coll += T->dur[t];
-  double k = (c == PCGC_COLL_BROADCAST || c == PCGC_COLL_ALL_GATHER ? 1 : 2) * (inner ? S->reps : 1);
+  double k = (c == PCGC_COLL_BROADCAST || c == PCGC_COLL_ALL_GATHER || c == PCGC_COLL_REDUCE_SCATTER ? 1 : 2) *
+             (inner ? S->reps : 1);
   S->bytes_intra += k * (n - grp.nodes) * bytes;
   S->bytes_inter += k * (grp.nodes - 1) * bytes;
   comm_infinite(S, t, pcgc_collective_name(c));
@@ -1072,16 +1074,23 @@ static int cmp_i32(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-/* options.zero: the n members g[0..n) of a cell each hold it whole: each
- * updates its slab alone (and keeps state for it), then they all-gather,
- * as codegen's zero_split and lower_updates have it. grp[0..ng): the
- * members built (copy 0's under copy0). */
+/* options.zero: whether the n members of a cell (grp[0..ng) of them built,
+ * copy 0's under copy0) each hold it whole and split it into slabs. */
+static bool zero_splits(wsync *W, const pcgc_box *cell, const int *grp, int ng, int n) {
+  pcgc_box sh;
+  if (!W->S->o.zero || !pcgc_zero_shard(cell, n, 0, &sh)) return false;
+  for (int k = 0; k < ng; k++)
+    if (!pcgc_box_equal(&W->hbox[W->hidx[grp[k]]], cell)) return false;
+  return true;
+}
+
+/* Then each sums its slab of the gradient (the reduce-scatter sync_cell
+ * makes in place of the all-reduce), updates that slab alone (and keeps
+ * state for it), and they all-gather, as codegen's sync_cell, zero_split
+ * and lower_updates have it. */
 static void zero_cell(wsync *W, const pcgc_box *cell, const int *grp, int ng, const int32_t *g, int n) {
   sim *S = W->S;
   pcgc_box sh;
-  if (!pcgc_zero_shard(cell, n, 0, &sh)) return;
-  for (int k = 0; k < ng; k++)
-    if (!pcgc_box_equal(&W->hbox[W->hidx[grp[k]]], cell)) return;
   double whole = (double)pcgc_box_elems(cell) * W->esize;
   int32_t *by = malloc((size_t)n * sizeof *by); /* member j: the j-th smallest device */
   if (!by) {
@@ -1113,6 +1122,7 @@ static bool sync_cell(void *ctx, const pcgc_box *cell, const int *grp, int ng) {
   wsync *W = ctx;
   sim *S = W->S;
   int32_t ar = -1; /* made at the first read of the cell whose gradient is needed */
+  bool split = false;
   for (int k = 0; k < ng; k++) /* the holders' reads of the cell */
     for (int64_t j = W->first[W->hidx[grp[k]]]; j < W->nr && W->r[j].dev == grp[k]; j++) {
       pcgc_box x;
@@ -1125,8 +1135,9 @@ static bool sync_cell(void *ctx, const pcgc_box *cell, const int *grp, int ng) {
           for (int h = 0; h < ng; h++)
             for (int c = 1; c < S->reps; c++) g[n++] = grp[h] + c * S->rstride;
         S->coll_in_place = true; /* a whole gradient: reduced where it lies (codegen) */
-        ar = collective(S, PCGC_PHASE_BACKWARD, W->src, 0, 0, PCGC_COLL_ALL_REDUCE, n, g,
-                        (double)pcgc_box_elems(cell) * W->esize);
+        split = zero_splits(W, cell, grp, ng, n); /* each member sums one slab */
+        ar = collective(S, PCGC_PHASE_BACKWARD, W->src, 0, 0, split ? PCGC_COLL_REDUCE_SCATTER : PCGC_COLL_ALL_REDUCE,
+                        n, g, (double)pcgc_box_elems(cell) * W->esize);
         S->coll_in_place = false;
         if (S->st) return false;
       }
@@ -1134,7 +1145,7 @@ static bool sync_cell(void *ctx, const pcgc_box *cell, const int *grp, int ng) {
     }
   for (int k = 0; ar >= 0 && k < ng; k++)
     if (W->ut[W->hidx[grp[k]]] >= 0) edge(S, ar, W->ut[W->hidx[grp[k]]]);
-  if (ar >= 0 && S->o.zero && !S->st) {
+  if (ar >= 0 && split && !S->st) {
     int32_t *g = S->grp;
     int n = 0;
     for (int h = 0; h < ng; h++) g[n++] = grp[h];
@@ -1420,7 +1431,8 @@ typedef struct rtask {
   int32_t dev, micro;
   int32_t res_off, res_n;
   uint8_t kind, phase;
-  bool bg;           /* a gradient all-reduce on link ports only: runs beside the computation */
+  bool bg;           /* a gradient all-reduce (or ZeRO's reduce-scatter) on link ports only: runs beside
+                        the computation */
 } rtask;
 
 /* A forward or backward task's rank in its device's queue, smallest
@@ -1609,7 +1621,7 @@ static pcgc_status run(sim *S, pcgc_sim_result *r) {
                  .res_n = T->res_n[t],
                  .kind = (uint8_t)k,
                  .phase = T->phase[t]};
-    if (k == PCGC_TASK_COLLECTIVE && T->coll[t] == PCGC_COLL_ALL_REDUCE) {
+    if (k == PCGC_TASK_COLLECTIVE && (T->coll[t] == PCGC_COLL_ALL_REDUCE || T->coll[t] == PCGC_COLL_REDUCE_SCATTER)) {
       const int32_t *rs = T->res + x->res_off;
       x->bg = true;
       for (int i = 0; i < x->res_n; i++) x->bg &= rs[i] >= D;

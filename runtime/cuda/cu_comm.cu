@@ -357,6 +357,46 @@ pcgc_status pcgc_cuda_allreduce_start(pcgc_cuda *cu, pcgc_cuda_comm *c, void *bu
   return mark_end(cu, c, cu->slot_done[slot], false, op, err);
 }
 
+pcgc_status pcgc_cuda_reduce_scatter_start(pcgc_cuda *cu, pcgc_cuda_comm *c, void *buf, const int64_t *counts,
+                                           pcgc_dtype t, int slot, pcgc_error *err) {
+  static const char op[] = "starting a reduce-scatter";
+  ncclDataType_t nt = ncclFloat32;
+  int64_t total = 0;
+  bool equal = true;
+  for (int j = 0; c && counts && j < c->n; j++) {
+    if (counts[j] < 0) return pcgc_error_set(err, PCGC_ERR_INVALID, "NCCL: %s: slab %d of %lld elements", op, j,
+                                             (long long)counts[j]);
+    total += counts[j];
+    equal &= counts[j] == counts[0];
+  }
+  if (c && !counts) return pcgc_error_set(err, PCGC_ERR_INVALID, "NCCL: %s: no slab counts", op);
+  pcgc_status st = check_op(cu, c, buf, total, t, op, &nt, err);
+  if (st || (st = check_slot(cu, slot, op, err))) return st;
+  if (total == 0) {
+    cudaError_t e = cudaEventRecord(cu->slot_done[slot], cu->stream);
+    return e == cudaSuccess ? PCGC_OK : cuda_fail(err, e, op, "recording its slot");
+  }
+  if ((st = after_compute(cu, c, op, err))) return st;
+  size_t es = (size_t)pcgc_dtype_size(t);
+  char *b = (char *)buf;
+  ncclResult_t r;
+  if (equal) { /* in place: this member's slab is where its result goes */
+    r = ncclReduceScatter(b, b + (size_t)c->rank * (size_t)counts[0] * es, (size_t)counts[0], nt, ncclSum, c->nc,
+                          c->stream);
+  } else {
+    r = ncclGroupStart();
+    size_t at = 0;
+    for (int j = 0; r == ncclSuccess && j < c->n; j++) {
+      if (counts[j] > 0) r = ncclReduce(b + at * es, b + at * es, (size_t)counts[j], nt, ncclSum, j, c->nc, c->stream);
+      at += (size_t)counts[j];
+    }
+    ncclResult_t e = ncclGroupEnd();
+    if (r == ncclSuccess) r = e;
+  }
+  if (r != ncclSuccess) return nccl_fail(err, c->nc, r, op);
+  return mark_end(cu, c, cu->slot_done[slot], false, op, err);
+}
+
 pcgc_status pcgc_cuda_comm_wait(pcgc_cuda *cu, int slot, pcgc_error *err) {
   static const char op[] = "waiting for an all-reduce";
   if (!cu) return pcgc_error_set(err, PCGC_ERR_INVALID, "NCCL: %s: no context", op);

@@ -177,9 +177,11 @@ printf 'model scal\ninput x: f32[8, 16]\ninput t: f32[8, 16]\nweight s: f32[] = 
   >"$tmp/scal.pcg"
 expect 0 "$pcgc" compile "$tmp/scal.pcg" --machine cpu-2 --choice dp=2 --budget 0 --optimizer sgd -o "$tmp/scal.json"
 expect 0 "$pcgc" run "$tmp/scal.json" --steps 3 --check --optimizer sgd; has "$tmp/out" ": match"
-# ZeRO-1: each data-parallel copy updates a slab of every weight (rows j L/4 to (j+1) L/4: logits'
-# bias of 10 in 2, 3, 2, 3) and keeps Adam's state for it alone, then the copies all-gather the
-# slabs; it trains as the reference
+# ZeRO-1: each data-parallel copy sums a slab of every weight's gradient (a reduce-scatter in
+# place of the all-reduce: rows j L/4 to (j+1) L/4, logits' bias of 10 in 2, 3, 2, 3, through
+# MPI_Ireduce_scatter; the others' equal slabs through MPI_Ireduce_scatter_block), updates that
+# slab and keeps Adam's state for it alone, then the copies all-gather the slabs; it trains as the
+# reference, and --check-report's gradients (each slab from the copy that summed it) match
 expect 0 "$pcgc" compile "$src/models/mlp.pcg" --machine cpu-4 --choice dp=4 --budget 0 -o "$tmp/z0.json"
 m0=$(sed -n 's/^memory per device (max) *\([0-9.]*\) MiB.*/\1/p' "$tmp/out")
 expect 0 "$pcgc" compile "$src/models/mlp.pcg" --machine cpu-4 --choice dp=4,zero --budget 0 -o "$tmp/zero.json"
@@ -189,7 +191,11 @@ m1=$(sed -n 's/^memory per device (max) *\([0-9.]*\) MiB.*/\1/p' "$tmp/out")
 awk -v a="$m0" -v b="$m1" 'BEGIN { exit !(a - b > 2.5 && a - b < 3.5) }' && ok || bad "ZeRO-1 memory $m1 MiB against $m0 MiB"
 expect 0 "$pcgc" plan show "$tmp/zero.json" --device 1 --streams
 [ "$(grep -c ' allgather ' "$tmp/out")" = 6 ] && ok || bad "expected 6 all-gathers on device 1: $(grep -c ' allgather ' "$tmp/out")"
-expect 0 "$pcgc" run "$tmp/zero.json" --steps 3 --check; has "$tmp/out" ": match"
+[ "$(grep -c ' reducescatter-start ' "$tmp/out")" = 6 ] && ok \
+  || bad "expected 6 reduce-scatters on device 1: $(grep -c ' reducescatter-start ' "$tmp/out")"
+[ "$(grep -c ' allreduce-start ' "$tmp/out")" = 0 ] && ok || bad "gradients all-reduced under ZeRO"
+expect 0 "$pcgc" run "$tmp/zero.json" --steps 3 --check-report; has "$tmp/out" ": match"
+has "$tmp/out" "the last step's gradients of 6 weights differ by at most"
 expect 0 "$pcgc" compile "$tb" --machine cpu-4 --choice dp=2,tp=2,zero --budget 0 -o "$tmp/zerotp.json"
 expect 0 "$pcgc" run "$tmp/zerotp.json" --steps 3 --check; has "$tmp/out" ": match"
 # a LLaMA-shaped decoder (RMSNorm, SwiGLU): compile's plan, and Megatron with the SwiGLU split
