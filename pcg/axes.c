@@ -213,15 +213,19 @@ pcgc_status pcgc_op_axes(pcgc_op_kind k, const pcgc_attrs *a, int n_in, const pc
 
 /* -------------------------------------------------------- pieces */
 
+/* p's digit of base k (and p's quotient left in *p); no division for k 1,
+ * the usual degree (a search's views walk every piece's coordinates). */
+static inline int64_t digit(int64_t *p, int64_t k) {
+  if (k == 1) return 0;
+  int64_t q = *p / k, x = *p - q * k;
+  *p = q;
+  return x;
+}
+
 void pcgc_piece_coords(const pcgc_ptensor *t, int64_t p, int64_t *c, int64_t *s, int64_t *r) {
-  *r = p % t->replica;
-  p /= t->replica;
-  *s = p % t->sum;
-  p /= t->sum;
-  for (int d = t->rank - 1; d >= 0; d--) {
-    c[d] = p % t->degree[d];
-    p /= t->degree[d];
-  }
+  *r = digit(&p, t->replica);
+  *s = digit(&p, t->sum);
+  for (int d = t->rank - 1; d >= 0; d--) c[d] = digit(&p, t->degree[d]);
 }
 
 int64_t pcgc_piece_index(const pcgc_ptensor *t, const int64_t *c, int64_t s, int64_t r) {

@@ -130,10 +130,14 @@ static bool view_fits(pcgc_view v, int64_t P, int base, int B) {
   return v.stride >= 1 && v.start + (P - 1) * (int64_t)v.stride < base + B;
 }
 
+/* Do a and b put pieces 0..P) on the same devices? home(v, p) is
+ * (p stride + start) mod D for p < D: two such sequences agree everywhere
+ * once they agree at 0 and (for P > 1) at 1, which is O(1) where a walk over
+ * the pieces cost O(P) (14% of a 1,024-device search's CPU). */
 static bool same_place(pcgc_view a, pcgc_view b, int64_t P, int D) {
-  for (int64_t p = 0; p < P && p < D; p++)
-    if (home(a, p, D) != home(b, p, D)) return false;
-  return true;
+  if (P <= 0 || D <= 0) return true;
+  if (home(a, 0, D) != home(b, 0, D)) return false;
+  return P == 1 || D == 1 || home(a, 1, D) == home(b, 1, D);
 }
 
 static void cand_add(pcgc_view *out, int *nc, pcgc_view v, int64_t P, int base, int B, int D, bool force) {

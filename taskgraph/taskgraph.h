@@ -66,9 +66,16 @@ typedef struct pcgc_mapping {
   pcgc_view *view;
 } pcgc_mapping;
 
-/* The device of piece p under view v on n_devices devices. */
+/* The device of piece p under view v on n_devices devices. The common case
+ * (p and the stride below D, nothing negative) takes one division at most
+ * instead of three, with the same result: the views' loops over every read
+ * of a 1,024-device graph spent most of their time dividing. */
 static inline int pcgc_view_device(pcgc_view v, int64_t p, int n_devices) {
   int64_t D = n_devices;
+  if (p >= 0 && p < D && v.stride >= 0 && v.stride < D && v.start >= 0) {
+    int64_t x = p * v.stride + v.start;
+    return (int)(x < D ? x : x % D);
+  }
   return (int)(((p % D) * (v.stride % D) + v.start) % D);
 }
 
