@@ -68,9 +68,10 @@ static int simulate_file(const char *path, const char *machine, const char *prof
   /* a plan may be simulated on another machine (what if?) with at least its devices */
   int D = pcgc_machine_num_devices(&m);
   if (st == PCGC_OK) st = pcgc_strategy_file_load(path, 0, &g, &mp, &info, &err);
-  int used = info.devices; /* a version 1 file: its views' largest start */
-  for (int i = 0; st == PCGC_OK && !used && i < mp.n_nodes; i++)
-    if (mp.view[i].start + 1 > used) used = mp.view[i].start + 1;
+  /* a version 1 file records no device count: its machine's (the one given here), as pcgc run
+   * has it (its views' largest start, taken before, lowered a file whose views all start at
+   * device 0 on one device) */
+  int used = info.devices;
   if (st == PCGC_OK && used > D)
     st = pcgc_error_set(&err, PCGC_ERR_INVALID, "%s uses %d devices, but machine '%s' has %d", path, used, m.name, D);
   if (st == PCGC_OK) {

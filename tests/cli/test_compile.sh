@@ -207,6 +207,17 @@ expect 2 "$pcgc" simulate "$tmp/mlp.json" --machine dgx-h100 --strategy sequenti
 has "$tmp/err" "apply to models, not to strategy files"
 expect 2 "$pcgc" simulate "$tmp/mlp.json" --machine dgx-h100 --loss mse; has "$tmp/err" "--loss apply to models"
 
+# a version 1 strategy file (no device count: its machine's), data parallel over all 8 devices with
+# every view starting at device 0, is lowered for the machine's 8 devices (it was lowered for
+# one, its views' largest start + 1, and simulated as a one-device program)
+expect 0 "$pcgc" compile "$mlp" --machine dgx-h100 --choice dp=8 --budget 0 -o "$tmp/mlp8.json"
+python3 -c 'import json, sys; d = json.load(open(sys.argv[1]))
+json.dump({"format": "pcgc-strategy", "version": 1, "machine": d["machine"], "model": d["model"],
+           "views": d["views"]}, open(sys.argv[2], "w"))' "$tmp/mlp8.json" "$tmp/mlp8v1.json"
+grep -q '\[0, [2-9]' "$tmp/mlp8v1.json" && bad "a view of the dp-8 MLP starts past device 0" || ok
+expect 0 "$pcgc" simulate "$tmp/mlp8v1.json" --machine dgx-h100
+has "$tmp/out" "over the 8 devices used"; has "$tmp/out" "what pcgc run executes"
+
 # --- a larger model: every kind of parallelism is at least tried
 expect 0 "$pcgc" compile "$src/models/unity-mlp.pcg" --machine dgx-h100 -o "$tmp/unity.json"
 has "$tmp/out" "best pure Megatron"
