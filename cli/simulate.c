@@ -17,9 +17,9 @@
 void pcgc_cli_simulate_help(FILE *f) {
   fprintf(f,
           "usage: pcgc simulate MODEL --machine M [--strategy S] [--devices N] [--optimizer O]\n"
-          "                     [--schedule gpipe|1f1b] [--no-overlap] [--recompute] [--zero] [--trace FILE] [--profile DB] [--batch B] [--set NAME=VALUE]...\n"
+          "                     [--schedule gpipe|1f1b] [--no-overlap] [--recompute] [--zero|--zero2] [--trace FILE] [--profile DB] [--batch B] [--set NAME=VALUE]...\n"
           "       pcgc simulate STRATEGY.json --machine M [--optimizer O] [--schedule S] [--no-overlap] [--recompute]\n"
-          "                     [--zero] [--trace FILE] [--estimate-trace FILE] [--profile DB]\n"
+          "                     [--zero|--zero2] [--trace FILE] [--estimate-trace FILE] [--profile DB]\n"
           "\n"
           "Simulates one training iteration of MODEL parallelised by a baseline strategy on machine M\n"
           "(a preset name or a .machine file) and prints the iteration time, compute and idle time per\n"
@@ -39,8 +39,11 @@ void pcgc_cli_simulate_help(FILE *f) {
           "  --recompute        recompute activations between bottleneck tensors in backward instead\n"
           "                     of keeping them (a strategy file compiled that way does so anyway)\n"
           "  --zero             shard the optimizer state over the devices that keep a weight whole\n"
-          "                     (ZeRO-1: each updates 1/n of it, then they all-gather it; a strategy\n"
-          "                     file compiled that way does so anyway)\n"
+          "                     (ZeRO-1: they reduce-scatter its gradient, each updates 1/n of it,\n"
+          "                     then they all-gather it; a strategy file compiled that way does so\n"
+          "                     anyway)\n"
+          "  --zero2            ZeRO-2: the gradients as well where a step has one micro-batch (each\n"
+          "                     keeps its 1/n, a full gradient lives only while it is reduced)\n"
           "  --trace FILE       write a Chrome trace of every task (chrome://tracing, ui.perfetto.dev);\n"
           "                     for a strategy file, of the program pcgc run executes\n"
           "  --estimate-trace FILE\n"
@@ -86,7 +89,7 @@ static int simulate_file(const char *path, const char *machine, const char *prof
     if (info.has_choice && !schedule_given) o->schedule = info.choice.schedule;
     if (info.has_optimizer && !optimizer_given) o->optimizer = info.optimizer; /* the one compile costed */
     if (info.has_choice && info.choice.recompute) o->recompute = true;
-    if (info.has_choice && info.choice.zero) o->zero = true;
+    if (info.has_choice && info.choice.zero > o->zero) o->zero = info.choice.zero;
     o->bf16 = info.precision == PCGC_PREC_BF16; /* activations stored in bf16 */
     /* the search's estimate; the trace draws the program (below) unless it cannot be lowered */
     pcgc_sim_options est = *o;
@@ -167,7 +170,9 @@ int pcgc_cli_simulate(int argc, char **argv) {
     } else if (strcmp(a, "--recompute") == 0) {
       o.recompute = true;
     } else if (strcmp(a, "--zero") == 0) {
-      o.zero = true;
+      if (o.zero < 1) o.zero = 1;
+    } else if (strcmp(a, "--zero2") == 0) {
+      o.zero = 2;
     } else if (a[0] == '-' && a[1] && !v) {
       return pcgc_cli_usage_error("simulate", "%s needs a value", a);
     } else if (strcmp(a, "--machine") == 0) {

@@ -214,7 +214,7 @@ typedef struct pcgc_program {
   int stages;
   pcgc_schedule schedule;
   bool recompute;              /* activations recomputed (pcgc_recomputed_nodes) */
-  bool zero;                   /* optimizer state sharded (options.zero) */
+  int zero;                    /* ZeRO stage (options.zero) */
   bool bf16;                   /* activations stored in bf16 (options.bf16) */
   int64_t recomputed_pieces;   /* FORWARD instructions run again in backward, over all devices */
   bool p2p_in_order;           /* every device receives each peer's messages in the order the peer
@@ -228,11 +228,15 @@ typedef struct pcgc_codegen_options {
   pcgc_schedule schedule;      /* order of micro-batches (default GPipe) */
   pcgc_optim_kind optimizer;   /* state buffers kept (default Adam: m and v) */
   bool recompute;              /* activation recomputation, as the simulator's (see above) */
-  bool zero;                   /* ZeRO: the devices that hold a weight cell whole each sum one
-                                  slab of its gradient (REDUCESCATTER_START, in place of the
-                                  all-reduce), update that slab alone (pcgc_zero_shard: an UPDATE
-                                  with a box, optimizer state for the slab alone) and all-gather
-                                  the slabs (ALLGATHER); other cells update whole, as without */
+  int zero;                    /* ZeRO stage. 1: the devices that hold a weight cell whole each
+                                  sum one slab of its gradient (REDUCESCATTER_START, in place of
+                                  the all-reduce), update that slab alone (pcgc_zero_shard: an
+                                  UPDATE with a box, optimizer state for the slab alone) and
+                                  all-gather the slabs (ALLGATHER); other cells update whole, as
+                                  without. 2: where the step has one micro-batch, besides, each
+                                  keeps a buffer of its gradient's slab alone; the full gradient
+                                  lives from its backward until that slab is copied out, right
+                                  after the device's next gradient start (ZeRO-2) */
   bool bf16;                   /* bf16 storage (mixed precision): activations and their gradients
                                   in bf16, weights, their gradients and optimizer state in f32
                                   (pcgc_value_dtype); kernels compute in f32 on widened copies */

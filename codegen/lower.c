@@ -1177,6 +1177,8 @@ typedef struct zshard {
   int64_t key;
   pcgc_box box;
   int gid, n, j;
+  int gs;       /* ZeRO-2 (one micro-batch): the slab's gradient buffer, which the full one's
+                   reduce-scattered slab is copied into (-1: the update reads the full one) */
   int *members;
   UT_hash_handle hh;
 } zshard;
@@ -1225,6 +1227,7 @@ static void zero_split(cg *C, int src, const pcgc_box *cell, const int *grp, int
     z->gid = gid;
     z->n = ng;
     z->j = j;
+    z->gs = -1;
     z->members = mem;
     HASH_ADD(hh, C->zero, key, sizeof z->key, z);
   }
@@ -1232,7 +1235,13 @@ static void zero_split(cg *C, int src, const pcgc_box *cell, const int *grp, int
 
 /* One cell of weight src's gradient, held by grp[0..ng): a non-blocking
  * all-reduce, waited for in the update phase; with options.zero, where the
- * members split the cell's update, a reduce-scatter of the slabs instead. */
+ * members split the cell's update, a reduce-scatter of the slabs instead.
+ * ZeRO-2 (a step of one micro-batch, whose gradients are whole once their
+ * backward is done): the full gradient then lives only until its slab is
+ * copied into a buffer of the slab alone, right after the WAIT, which the
+ * schedule moves up to the device's next all-reduce or reduce-scatter start
+ * (schedule.c, early_waits): each device keeps its slabs and a few full
+ * gradients in flight instead of every full gradient. */
 typedef struct sync_ctx {
   cg *C;
   int src;
@@ -1245,7 +1254,7 @@ static bool sync_cell(void *ctx, const pcgc_box *cell, const int *grp, int ng) {
   int gid = group_id(C, grp, ng);
   int tk = task_begin(C, 14);
   C->t[tk].priority_now = C->t[tk].allreduce = true;
-  bool split = zero_splits(C, src, cell, grp, ng);
+  bool split = zero_splits(C, src, cell, grp, ng), shard_grad = split && C->o.zero >= 2 && C->M <= 1;
   for (int i = 0; i < ng; i++) {
     cg_dev *V = &C->dv[grp[i]];
     pcgc_ins I = ins_new(C, split ? PCGC_INS_REDUCESCATTER_START : PCGC_INS_ALLREDUCE_START);
@@ -1254,19 +1263,27 @@ static bool sync_cell(void *ctx, const pcgc_box *cell, const int *grp, int ng) {
     I.tag = V->n_requests++;
     emit(C, tk, grp[i], I, NULL, 0, cell, NULL, 0);
   }
+  if (split && !C->st) zero_split(C, src, cell, grp, ng, gid);
   C->ctx_phase_save = C->phase;
   C->phase = CG_UPD;
   int tw = task_begin(C, 0);
-  for (int i = 0; i < ng; i++) {
+  for (int i = 0; i < ng && !C->st; i++) {
     cg_dev *V = &C->dv[grp[i]];
     pcgc_ins W = ins_new(C, PCGC_INS_WAIT);
     W.dst = source_buf(C, src, grp[i], PCGC_BUF_SOURCE_GRAD);
     W.tag = V->n_requests - 1;
     emit(C, tw, grp[i], W, NULL, 0, cell, NULL, 0);
+    zshard *z = shard_grad ? zshard_of(C, src, grp[i]) : NULL;
+    if (!z || C->st) continue;
+    V->buf[W.dst].persistent = false; /* from its zeroing to the copy */
+    z->gs = buf_add(C, mkkey(grp[i], PCGC_BUF_SOURCE_GRAD, src, 1, -1, 0), PCGC_F32, &z->box, true);
+    pcgc_ins Y = ins_new(C, PCGC_INS_COPY);
+    Y.dst = z->gs;
+    Y.src = W.dst;
+    emit(C, tw, grp[i], Y, NULL, 0, &z->box, NULL, 0);
   }
   edge(C, tk, tw);
   C->phase = C->ctx_phase_save;
-  if (split && !C->st) zero_split(C, src, cell, grp, ng, gid);
   return !C->st;
 }
 
@@ -1321,7 +1338,7 @@ static void lower_updates(cg *C) {
       C->t[t].compute = true;
       pcgc_ins I = ins_new(C, PCGC_INS_UPDATE);
       I.dst = w;
-      I.src = gw;
+      I.src = z && z->gs >= 0 ? z->gs : gw; /* ZeRO-2: the slab's own gradient buffer */
       emit(C, t, X, I, a, 2, z ? &z->box : NULL, a, 2);
     }
     /* sharded cells: every member's updated slab to the others */

@@ -537,6 +537,98 @@ static void dev_memory(void *ctx, int k, int worker) {
   J->st[d] = plan_memory(&J->p->dev[d]);
 }
 
+/* ZeRO-2 (lower.c, sync_cell): a WAIT on a full gradient that does not
+ * persist, with the COPY of its slab after it, moves up to right after the
+ * device's next gradient start (all-reduce or reduce-scatter) that follows
+ * its own, so that the full gradient dies while backward goes on: its
+ * reduce-scatter runs beside the backward that comes before that start, and
+ * the stream waits for it only then. Taking the global position of that
+ * start keeps the positions in stream order. It cannot deadlock: everything
+ * before the start in the global order needs nothing after it, and the WAIT
+ * needs only its own collective, which every member starts at its place in
+ * the global order. pos[d] / gp[d] of n instructions are rearranged in place. */
+static pcgc_status early_waits(const cg *C, int d, int32_t *pos, int32_t *gp, int64_t n) {
+  const cg_dev *V = &C->dv[d];
+  int64_t *target = malloc((size_t)(n ? n : 1) * sizeof *target), *start_at = NULL;
+  int64_t n_req = V->n_requests, moved = 0;
+  start_at = malloc((size_t)(n_req ? n_req : 1) * sizeof *start_at);
+  int32_t *np = malloc((size_t)(n ? n : 1) * sizeof *np), *ng = malloc((size_t)(n ? n : 1) * sizeof *ng);
+  if (!target || !start_at || !np || !ng) {
+    free(target);
+    free(start_at);
+    free(np);
+    free(ng);
+    return PCGC_ERR_NOMEM;
+  }
+  for (int64_t r = 0; r < n_req; r++) start_at[r] = -1;
+  for (int64_t i = 0; i < n; i++) {
+    const pcgc_ins *I = &V->ins[pos[i]];
+    target[i] = -1;
+    if ((I->kind == PCGC_INS_ALLREDUCE_START || I->kind == PCGC_INS_REDUCESCATTER_START) && I->tag >= 0 &&
+        I->tag < n_req)
+      start_at[I->tag] = i;
+  }
+  for (int64_t i = 0; i + 1 < n; i++) {
+    const pcgc_ins *W = &V->ins[pos[i]], *Y = &V->ins[pos[i + 1]];
+    if (W->kind != PCGC_INS_WAIT || W->dst < 0 || V->buf[W->dst].persistent || Y->kind != PCGC_INS_COPY ||
+        Y->src != W->dst || W->tag < 0 || W->tag >= n_req || start_at[W->tag] < 0)
+      continue;
+    int64_t t = -1;
+    for (int64_t k = start_at[W->tag] + 1; k < i && t < 0; k++) {
+      int kind = V->ins[pos[k]].kind;
+      if (kind == PCGC_INS_ALLREDUCE_START || kind == PCGC_INS_REDUCESCATTER_START) t = k;
+    }
+    if (t >= 0) {
+      target[i] = target[i + 1] = t;
+      moved++;
+    }
+  }
+  if (moved) {
+    /* chains: after start i, the moved instructions that target it, in their order (first[i],
+     * then next[] of each; a chain's members are later than i, so each is placed once) */
+    int64_t *first = malloc((size_t)n * sizeof *first), *next = malloc((size_t)n * sizeof *next),
+            *last = malloc((size_t)n * sizeof *last);
+    if (!first || !next || !last) {
+      free(first);
+      free(next);
+      free(last);
+      free(target);
+      free(start_at);
+      free(np);
+      free(ng);
+      return PCGC_ERR_NOMEM;
+    }
+    for (int64_t i = 0; i < n; i++) first[i] = last[i] = next[i] = -1;
+    for (int64_t j = 0; j < n; j++) {
+      int64_t t = target[j];
+      if (t < 0) continue;
+      if (last[t] < 0) first[t] = j;
+      else next[last[t]] = j;
+      last[t] = j;
+    }
+    int64_t m = 0;
+    for (int64_t i = 0; i < n; i++) {
+      if (target[i] >= 0) continue;
+      np[m] = pos[i];
+      ng[m++] = gp[i];
+      for (int64_t j = first[i]; j >= 0; j = next[j]) {
+        np[m] = pos[j];
+        ng[m++] = gp[i];
+      }
+    }
+    memcpy(pos, np, (size_t)n * sizeof *pos);
+    memcpy(gp, ng, (size_t)n * sizeof *gp);
+    free(first);
+    free(next);
+    free(last);
+  }
+  free(target);
+  free(start_at);
+  free(np);
+  free(ng);
+  return PCGC_OK;
+}
+
 pcgc_status pcgc__cg_schedule(cg *C, pcgc_program **out) {
   int64_t nt = C->nt;
   int64_t *off = calloc((size_t)nt + 1, sizeof *off);
@@ -628,6 +720,9 @@ pcgc_status pcgc__cg_schedule(cg *C, pcgc_program **out) {
     HASH_ITER(hh, C->groups, g, tmp) memcpy(p->group_dev + p->group_off[g->id], g->devs, (size_t)g->n * sizeof *g->devs);
     free(cnt);
   }
+  for (int d = 0; d < C->D && st == PCGC_OK; d++)
+    if (C->o.zero) st = early_waits(C, d, pos[d], gp[d], npos[d]);
+  if (st != PCGC_OK) goto done;
   if ((st = receive_positions(C, pos, gp)) != PCGC_OK) goto done;
   {
     /* each device's stream, sends and lifetimes on worker threads; then its

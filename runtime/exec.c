@@ -840,6 +840,11 @@ static pcgc_status gather_weight(rt *R, int node, pcgc_buf_role role, float *who
     /* rank r sends its box of node, if any; ranks learn from their own program */
     if (R->rank == r) {
       int b = -1;
+      /* a gradient: the buffer the update reads (ZeRO-2: its slab's, the full one is gone) */
+      for (int i = 0; role == PCGC_BUF_SOURCE_GRAD && i < R->P->n_ins && b < 0; i++) {
+        const pcgc_ins *I = &R->P->ins[i];
+        if (I->kind == PCGC_INS_UPDATE && I->src >= 0 && R->P->buf[I->src].node == node) b = I->src;
+      }
       for (int i = 0; i < R->P->n_buf && b < 0; i++)
         if (R->P->buf[i].role == role && R->P->buf[i].node == node) b = i;
       int has = b >= 0;

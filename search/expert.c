@@ -681,11 +681,16 @@ static void fmt_choice(char *buf, size_t n, pcgc_expert_choice c) {
  *      activations on stage k (GPipe keeps them all); kept when it fits,
  *      or is faster while neither fits;
  *   2. still out of memory and data parallel, with its optimizer state
- *      sharded over the copies (ZeRO-1: the same bytes all-reduced, an
- *      all-gather of the weights more); kept when it fits or needs less
- *      memory while neither fits;
- *   3. still out of memory, with its activations recomputed as well (a
- *      forward more per backward); kept when it fits.
+ *      sharded over the copies (ZeRO-1: its gradient reduce-scattered and
+ *      its weights all-gathered, the bytes an all-reduce moves); kept when
+ *      it fits or needs less memory while neither fits;
+ *   3. still out of memory, data parallel with one micro-batch, with its
+ *      gradients sharded as well (ZeRO-2: each keeps its slab, the full
+ *      gradient only while in flight; the stream waits for each
+ *      reduce-scatter at the next one's start); kept likewise;
+ *   4. still out of memory, with its activations recomputed as well (a
+ *      forward more per backward, at the highest ZeRO stage tried); kept
+ *      when it fits.
  * *sr, c->schedule, c->zero and c->recompute follow what is kept. Not tried when
  * the candidate fits: 1F1B takes about GPipe's time (the simulator gives
  * BERT-Large with 8 stages 303 and 302 ms) and recomputing only costs, and
@@ -695,31 +700,35 @@ static pcgc_status fit_in_memory(const pcgc_graph *pg, const pcgc_mapping *mp, c
                                  const pcgc_sim_options *so, pcgc_expert_choice *c, pcgc_sim_result *sr,
                                  pcgc_error *err) {
   bool pipelined = c->pp > 1 && c->micro > 1 && so->schedule == PCGC_SCHEDULE_GPIPE;
-  for (int step = pipelined ? 1 : 2; step <= 3 && sr->oom_devices > 0; step++) {
-    if (step == 2 && (so->zero || c->zero || c->dp < 2)) continue;
-    if (step == 2) { /* the most sharding saves: all but 1/dp of a device's optimizer state */
+  int given = so->zero > c->zero ? so->zero : c->zero; /* the stage asked for */
+  for (int step = pipelined ? 1 : 2; step <= 4 && sr->oom_devices > 0; step++) {
+    int stage = step == 2 ? 1 : step == 3 ? 2 : 0; /* the ZeRO stage this step tries */
+    if (stage && (given >= stage || c->dp < 2 || (stage == 2 && c->micro > 1))) continue;
+    if (stage) { /* the most sharding saves: all but 1/dp of a device's optimizer state (and gradients) */
       double worst = 0;
       for (int d = 0; d < sr->n_devices; d++) {
         const pcgc_memory *x = &sr->device[d].memory;
-        worst = fmax(worst, x->total - x->optimizer * (1 - 1.0 / c->dp));
+        double cut = x->optimizer + (stage == 2 ? x->gradients : 0);
+        worst = fmax(worst, x->total - cut * (1 - 1.0 / c->dp));
       }
       if (worst > pcgc_machine_usable_memory(m)) { /* it cannot fit alone: recomputation tries it with */
-        c->zero = true;
+        if (stage > c->zero) c->zero = stage;
         continue;
       }
     }
-    if (step == 3 && so->recompute) break;
+    if (step == 4 && so->recompute) break;
     pcgc_sim_options o = *so;
     if (pipelined) o.schedule = PCGC_SCHEDULE_1F1B;
-    o.zero = so->zero || c->zero || step == 2;
-    o.recompute = so->recompute || step == 3;
+    o.zero = stage > given ? stage : given;
+    if (c->zero > o.zero) o.zero = c->zero; /* a stage that could not fit alone, with recomputation */
+    o.recompute = so->recompute || step == 4;
     pcgc_sim_result r2;
     pcgc_status st = pcgc_simulate(pg, mp, m, &o, &r2, err);
     if (st != PCGC_OK) return st;
     bool fits = r2.oom_devices == 0;
     /* neither fits (and neither was run): keep the one that needs less memory */
     bool less = !isfinite(r2.iteration_time) && !isfinite(sr->iteration_time) && pcgc_sim_result_max_memory(&r2) < pcgc_sim_result_max_memory(sr);
-    if (fits || (step == 1 && (r2.iteration_time < sr->iteration_time || less)) || (step == 2 && less)) {
+    if (fits || (step == 1 && (r2.iteration_time < sr->iteration_time || less)) || (stage && less)) {
       pcgc_sim_result t = *sr;
       *sr = r2;
       r2 = t;
@@ -861,7 +870,7 @@ static void grid_eval(grid *G, int i, int w) {
   so.give_up_after = u->fam || !isfinite(bound) ? 0 : o->program_time ? bound * (1 + o->rerank_margin) : bound;
   so.schedule = c.schedule; /* as given by --choice (the grid's start in GPipe order) */
   so.recompute = so.recompute || c.recompute;
-  so.zero = so.zero || c.zero;
+  if (c.zero > so.zero) so.zero = c.zero;
   if (s == PCGC_OK) s = pcgc_simulate(pg, &mp, m, &so, &sr, &e);
   /* the DP's views need not keep the copies alike: their simulations
    * check it (options.replicas alone) */
@@ -1111,7 +1120,7 @@ pcgc_status pcgc_compile(const pcgc_graph *seq, const pcgc_machine *m, const pcg
   if (best) {
     chosen.schedule = r->choice.schedule;
     chosen.recompute = chosen.recompute || r->choice.recompute;
-    chosen.zero = chosen.zero || r->choice.zero;
+    if (r->choice.zero > chosen.zero) chosen.zero = r->choice.zero;
   }
   /* the final simulations: run one dp copy where the copies are alike (the
    * simulator checks; the results are those of running every copy) */

@@ -207,9 +207,11 @@ typedef struct pcgc_expert_choice {
                               micro-batches' activations per stage */
   bool recompute;          /* activations recomputed (pcgc_sim_options.recompute):
                               tried for candidates out of memory otherwise */
-  bool zero;               /* optimizer state sharded over the data-parallel copies
-                              (ZeRO-1, pcgc_sim_options.zero): tried for candidates
-                              with dp > 1 out of memory otherwise, before recompute */
+  int zero;                /* ZeRO stage (pcgc_sim_options.zero): optimizer state
+                              sharded over the data-parallel copies (1), and their
+                              gradients (2, with one micro-batch): tried in turn for
+                              candidates with dp > 1 out of memory otherwise, before
+                              recompute */
 } pcgc_expert_choice;
 
 /* Field by field (the struct has padding, so memcmp is wrong). */

@@ -115,6 +115,10 @@ typedef struct sim {
   double *act, *act_mb, *wbytes, *comm; /* [D] memory; comm: the largest message a device receives */
   double *obytes;                       /* [D] the weight bytes whose optimizer state a device keeps
                                            (wbytes, less the slabs others update under options.zero) */
+  double *gbytes, *gfull, *gbig;        /* [D] ZeRO-2 (options.zero, one micro-batch): the gradient
+                                           bytes kept (wbytes less the slabs others sum), and of the
+                                           split cells the full bytes and the largest, of which a few
+                                           are in flight at once (device_memory) */
   double *sendsum;                      /* [D] bytes a device sends per step */
   /* send staging (codegen.h: a send's bytes are free once it is received):
    * per device the node whose sends are being made, their bytes and the
@@ -1101,7 +1105,14 @@ static void zero_cell(wsync *W, const pcgc_box *cell, const int *grp, int ng, co
   qsort(by, (size_t)n, sizeof *by, cmp_i32);
   for (int j = 0; j < n; j++) {
     pcgc_zero_shard(cell, n, j, &sh);
-    S->obytes[by[j]] -= whole - (double)pcgc_box_elems(&sh) * W->esize;
+    double cut = whole - (double)pcgc_box_elems(&sh) * W->esize;
+    S->obytes[by[j]] -= cut;
+    if (S->o.zero < 2 || S->mb_max > 1) continue;
+    /* ZeRO-2: the full gradient lives from its backward to its slab's copy (codegen) */
+    S->gbytes[by[j]] -= whole;
+    S->gbytes[by[j]] += whole - cut;
+    S->gfull[by[j]] += whole;
+    if (whole > S->gbig[by[j]]) S->gbig[by[j]] = whole;
   }
   for (int k = 0; k < ng; k++) {
     int32_t u = W->ut[W->hidx[grp[k]]];
@@ -1217,9 +1228,11 @@ static void gen_weights(sim *S) {
       double bytes = (double)pcgc_box_elems(&hbox[k]) * es;
       S->wbytes[hold[k]] += bytes;
       S->obytes[hold[k]] += bytes;
+      S->gbytes[hold[k]] += bytes;
       for (int c = 1; S->copy0 && c < S->reps; c++) {
         S->wbytes[hold[k] + c * S->rstride] += bytes;
         S->obytes[hold[k] + c * S->rstride] += bytes;
+        S->gbytes[hold[k] + c * S->rstride] += bytes;
       }
       ut[k] = -1; /* made at its first read whose gradient is needed */
       for (int64_t e = i + first[k]; e < j && r[e].dev == hold[k] && !S->st; e++) {
@@ -1777,6 +1790,12 @@ static pcgc_memory device_memory(const sim *S, int d, const int *stage, int stag
     if (S->work[(int64_t)d * S->n_units + u] > wmax) wmax = S->work[(int64_t)d * S->n_units + u];
   double staging = 2 * S->send_peak[d] < S->sendsum[d] ? 2 * S->send_peak[d] : S->sendsum[d];
   pcgc_memory r = pcgc_cost_memory(S->o.optimizer, S->wbytes[d], act + wmax, S->comm[d] + staging);
+  /* ZeRO-2: the slabs, and of the full gradients those in flight: the ones the backward being run
+   * adds into and the ones whose reduce-scatter has not been waited for (the next start's), taken
+   * as three of the largest */
+  double gr = S->gbytes[d] + fmin(3 * S->gbig[d], S->gfull[d]);
+  r.total += gr - r.gradients;
+  r.gradients = gr;
   double opt = pcgc_cost_memory(S->o.optimizer, S->obytes[d], 0, 0).optimizer; /* less under options.zero */
   r.total += opt - r.optimizer;
   r.optimizer = opt;
@@ -1800,6 +1819,9 @@ static void sim_free(sim *S) {
   free(S->work);
   free(S->wbytes);
   free(S->obytes);
+  free(S->gbytes);
+  free(S->gfull);
+  free(S->gbig);
   free(S->comm);
   free(S->sendsum);
   free(S->send_node);
@@ -2227,6 +2249,9 @@ static pcgc_status simulate(const pcgc_graph *g, const pcgc_mapping *mp, const p
   S->act_mb = calloc((size_t)D, sizeof *S->act_mb);
   S->wbytes = calloc((size_t)D, sizeof *S->wbytes);
   S->obytes = calloc((size_t)D, sizeof *S->obytes);
+  S->gbytes = calloc((size_t)D, sizeof *S->gbytes);
+  S->gfull = calloc((size_t)D, sizeof *S->gfull);
+  S->gbig = calloc((size_t)D, sizeof *S->gbig);
   S->comm = calloc((size_t)D, sizeof *S->comm);
   S->sendsum = calloc((size_t)D, sizeof *S->sendsum);
   S->send_node = malloc((size_t)D * sizeof *S->send_node);
@@ -2244,7 +2269,7 @@ static pcgc_status simulate(const pcgc_graph *g, const pcgc_mapping *mp, const p
   pcgc_status st = PCGC_OK;
   int *stage = NULL;
   pcgc_fan fan = {0};
-  if (!S->nd || !S->order || !S->act || !S->act_mb || !S->wbytes || !S->obytes || !S->comm || !S->sendsum || !S->send_node || !S->send_mb || !S->send_run ||
+  if (!S->nd || !S->order || !S->act || !S->act_mb || !S->wbytes || !S->obytes || !S->gbytes || !S->gfull || !S->gbig || !S->comm || !S->sendsum || !S->send_node || !S->send_mb || !S->send_run ||
       !S->send_peak || !S->gmax || !S->stamp || !S->ncount ||
       !S->grp || !S->first_topo || !S->last_topo || !r->device || !tasks_grow(S, 4096)) {
     st = pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");

@@ -140,7 +140,8 @@ static cJSON *to_json(const pcgc_graph *g, const pcgc_mapping *mp, const pcgc_st
         !cJSON_AddNumberToObject(o, "micro", info->choice.micro) ||
         !cJSON_AddStringToObject(o, "schedule", pcgc_schedule_name(info->choice.schedule)) ||
         !cJSON_AddBoolToObject(o, "recompute", info->choice.recompute) ||
-        (info->choice.zero && !cJSON_AddBoolToObject(o, "zero", true)))
+        (info->choice.zero == 1 && !cJSON_AddBoolToObject(o, "zero", true)) ||
+        (info->choice.zero >= 2 && !cJSON_AddNumberToObject(o, "zero", info->choice.zero)))
       goto fail;
   }
   if (info && info->derivation) {
@@ -463,14 +464,17 @@ pcgc_status pcgc_strategy_file_parse(const char *text, size_t len, const char *p
                   "\"choice\".\"recompute\" must be true or false%s", "");
     }
     const cJSON *zo = cJSON_GetObjectItemCaseSensitive(choice, "zero"); /* optional: files before it say nothing */
-    if (st == PCGC_OK && zo && !cJSON_IsBool(zo)) {
+    /* true or false (ZeRO-1 or none, as plans before ZeRO-2 have it), or the stage 0, 1 or 2 */
+    if (st == PCGC_OK && zo && !cJSON_IsBool(zo) &&
+        !(cJSON_IsNumber(zo) && (zo->valuedouble == 0 || zo->valuedouble == 1 || zo->valuedouble == 2))) {
       size_t k, vo;
-      st = bad_at(err, &J, member_at(&J, co, "zero", &k, &vo) ? vo : co, "\"choice\".\"zero\" must be true or false%s", "");
+      st = bad_at(err, &J, member_at(&J, co, "zero", &k, &vo) ? vo : co,
+                  "\"choice\".\"zero\" must be true, false or the ZeRO stage 0, 1 or 2%s", "");
     }
     if (st == PCGC_OK) {
       in.has_choice = true;
       in.choice = (pcgc_expert_choice){vals[0], vals[1], vals[2], vals[3], (pcgc_schedule)sched, cJSON_IsTrue(rc),
-                                       cJSON_IsTrue(zo)};
+                                       cJSON_IsNumber(zo) ? (int)zo->valuedouble : cJSON_IsTrue(zo) ? 1 : 0};
     }
   }
   if (st == PCGC_OK && cJSON_IsObject(prog)) { /* codegen's summary */

@@ -378,11 +378,14 @@ typedef struct pcgc_sim_options {
                                 tasks keep the roofline. Not owned. */
   bool recompute;            /* activation recomputation (default false): see
                                 pcgc_simulate's memory rule */
-  bool zero;                 /* ZeRO-1 (default false): the holders of a weight cell
-                                that each hold it whole update one slab of it each,
-                                keep optimizer state for that slab alone and
-                                all-gather the slabs after (pcgc_zero_shard), as
-                                codegen's option of the same name */
+  int zero;                  /* ZeRO stage (default 0): 1, the holders of a weight cell
+                                that each hold it whole reduce-scatter its gradient,
+                                update one slab of it each, keep optimizer state for
+                                that slab alone and all-gather the slabs after
+                                (pcgc_zero_shard); 2, where a step has one micro-batch,
+                                each keeps its gradient's slab alone as well, the full
+                                gradient only while in flight; as codegen's option of
+                                the same name */
   bool bf16;                 /* bf16 storage (default false): activations and their
                                 gradients kept, moved and zeroed in bf16, each kernel's
                                 bf16 arguments widened to f32 in its workspace, as

@@ -177,26 +177,49 @@ printf 'model scal\ninput x: f32[8, 16]\ninput t: f32[8, 16]\nweight s: f32[] = 
   >"$tmp/scal.pcg"
 expect 0 "$pcgc" compile "$tmp/scal.pcg" --machine cpu-2 --choice dp=2 --budget 0 --optimizer sgd -o "$tmp/scal.json"
 expect 0 "$pcgc" run "$tmp/scal.json" --steps 3 --check --optimizer sgd; has "$tmp/out" ": match"
-# ZeRO-1: each data-parallel copy sums a slab of every weight's gradient (a reduce-scatter in
-# place of the all-reduce: rows j L/4 to (j+1) L/4, logits' bias of 10 in 2, 3, 2, 3, through
+# ZeRO: each data-parallel copy sums a slab of every weight's gradient (a reduce-scatter in place
+# of the all-reduce: rows j L/4 to (j+1) L/4, logits' bias of 10 in 2, 3, 2, 3, through
 # MPI_Ireduce_scatter; the others' equal slabs through MPI_Ireduce_scatter_block), updates that
-# slab and keeps Adam's state for it alone, then the copies all-gather the slabs; it trains as the
+# slab and keeps Adam's state for it alone, then the copies all-gather the slabs. With one
+# micro-batch (ZeRO-2) the full gradient lives from its backward until its slab is copied into a
+# buffer of the slab alone, right after the next weight's reduce-scatter starts. It trains as the
 # reference, and --check-report's gradients (each slab from the copy that summed it) match
 expect 0 "$pcgc" compile "$src/models/mlp.pcg" --machine cpu-4 --choice dp=4 --budget 0 -o "$tmp/z0.json"
 m0=$(sed -n 's/^memory per device (max) *\([0-9.]*\) MiB.*/\1/p' "$tmp/out")
-expect 0 "$pcgc" compile "$src/models/mlp.pcg" --machine cpu-4 --choice dp=4,zero --budget 0 -o "$tmp/zero.json"
+expect 0 "$pcgc" compile "$src/models/mlp.pcg" --machine cpu-4 --choice dp=4,zero --budget 0 -o "$tmp/zero1.json"
 has "$tmp/out" "optimizer state sharded (ZeRO-1)"
 m1=$(sed -n 's/^memory per device (max) *\([0-9.]*\) MiB.*/\1/p' "$tmp/out")
 # Adam's state of the 535,818 weights is 4.1 MiB per copy without, about a quarter with
 awk -v a="$m0" -v b="$m1" 'BEGIN { exit !(a - b > 2.5 && a - b < 3.5) }' && ok || bad "ZeRO-1 memory $m1 MiB against $m0 MiB"
-expect 0 "$pcgc" plan show "$tmp/zero.json" --device 1 --streams
+expect 0 "$pcgc" plan show "$tmp/zero1.json" --device 1 --streams
 [ "$(grep -c ' allgather ' "$tmp/out")" = 6 ] && ok || bad "expected 6 all-gathers on device 1: $(grep -c ' allgather ' "$tmp/out")"
 [ "$(grep -c ' reducescatter-start ' "$tmp/out")" = 6 ] && ok \
   || bad "expected 6 reduce-scatters on device 1: $(grep -c ' reducescatter-start ' "$tmp/out")"
 [ "$(grep -c ' allreduce-start ' "$tmp/out")" = 0 ] && ok || bad "gradients all-reduced under ZeRO"
+[ "$(grep -c 'source-grad .* always \[' "$tmp/out")" = 6 ] && ok || bad "ZeRO-1: expected 6 persistent full gradients"
+expect 0 "$pcgc" run "$tmp/zero1.json" --steps 3 --check-report; has "$tmp/out" ": match"
+expect 0 "$pcgc" compile "$src/models/mlp.pcg" --machine cpu-4 --choice dp=4,zero=2 --budget 0 -o "$tmp/zero.json"
+has "$tmp/out" "optimizer state and gradients sharded (ZeRO-2)"
+m2=$(sed -n 's/^memory per device (max) *\([0-9.]*\) MiB.*/\1/p' "$tmp/out")
+grep -q '"zero":[[:space:]]*2' "$tmp/zero.json" && ok || bad "the plan's choice does not record ZeRO stage 2"
+expect 0 "$pcgc" simulate "$tmp/zero.json" --machine cpu-4; has "$tmp/out" "(ZeRO-2)"
+expect 2 "$pcgc" compile "$src/models/mlp.pcg" --machine cpu-4 --choice dp=4,zero=3 --budget 0
+has "$tmp/err" "the ZeRO stage is 0, 1 or 2"
+# the gradients' 2 MiB become slabs of a quarter, but in this 3-layer model every full gradient is
+# in flight at once at the end of backward, so here ZeRO-2 needs the slabs' half MiB more
+awk -v a="$m1" -v b="$m2" 'BEGIN { exit !(b - a > 0.3 && b - a < 0.7) }' && ok || bad "ZeRO-2 memory $m2 MiB against ZeRO-1's $m1 MiB"
+expect 0 "$pcgc" plan show "$tmp/zero.json" --device 1 --streams
+[ "$(grep -c ' reducescatter-start ' "$tmp/out")" = 6 ] && ok || bad "ZeRO-2: expected 6 reduce-scatters on device 1"
+# the slabs' gradient buffers persist (a quarter of h1.weight: rows 196..392 of 784 on device 1),
+# the full ones do not; the first WAIT comes before the last reduce-scatter starts
+[ "$(grep -c 'source-grad .* always \[' "$tmp/out")" = 6 ] && ok || bad "expected 6 persistent gradient slabs"
+grep -q 'source-grad h1.weight .* always \[196:392,0:512\]' "$tmp/out" && ok || bad "h1.weight's slab on device 1"
+w1=$(grep -n ' wait ' "$tmp/out" | head -1 | cut -d: -f1)
+r6=$(grep -n ' reducescatter-start ' "$tmp/out" | tail -1 | cut -d: -f1)
+[ "${w1:-0}" -gt 0 ] && [ "$w1" -lt "${r6:-0}" ] && ok || bad "the WAITs were not moved into backward ($w1, $r6)"
 expect 0 "$pcgc" run "$tmp/zero.json" --steps 3 --check-report; has "$tmp/out" ": match"
 has "$tmp/out" "the last step's gradients of 6 weights differ by at most"
-expect 0 "$pcgc" compile "$tb" --machine cpu-4 --choice dp=2,tp=2,zero --budget 0 -o "$tmp/zerotp.json"
+expect 0 "$pcgc" compile "$tb" --machine cpu-4 --choice dp=2,tp=2,zero=2 --budget 0 -o "$tmp/zerotp.json"
 expect 0 "$pcgc" run "$tmp/zerotp.json" --steps 3 --check; has "$tmp/out" ": match"
 # a LLaMA-shaped decoder (RMSNorm, SwiGLU): compile's plan, and Megatron with the SwiGLU split
 expect 0 "$pcgc" compile "$src/models/decoder-small.pcg" --machine cpu-4 --set LAYERS=2 -o "$tmp/dec4.json"
@@ -288,16 +311,16 @@ expect 0 "$pcgc" run "$tmp/mlptp2.json" --steps 6 --no-dropout --checkpoint "$tm
 has "$tmp/out" "resumed after step 4"; has "$tmp/out" ": match"
 got=$(awk '/^step/ {print $4}' "$tmp/out" | tr '\n' ' ')
 [ "$got" = "$want " ] && ok || bad "tensor-parallel resume [$got] != data parallel's steps 5-6 [$want]"
-# optimizer state sharded (ZeRO-1) resumes from data parallel's checkpoint, and its own resumes
+# optimizer state and gradients sharded (ZeRO-2) resumes from data parallel's checkpoint, and its own resumes
 cp -r "$ck" "$tmp/ck5"; echo step-00000004.ckpt >"$tmp/ck5/latest"
 expect 0 "$pcgc" run "$tmp/zero.json" --steps 6 --no-dropout --checkpoint "$tmp/ck5" --resume --check
 has "$tmp/out" "resumed after step 4"; has "$tmp/out" ": match"
 got=$(awk '/^step/ {print $4}' "$tmp/out" | tr '\n' ' ')
-[ "$got" = "$want " ] && ok || bad "ZeRO-1 resume [$got] != data parallel's steps 5-6 [$want]"
+[ "$got" = "$want " ] && ok || bad "ZeRO-2 resume [$got] != data parallel's steps 5-6 [$want]"
 expect 0 "$pcgc" run "$tmp/zero.json" --steps 4 --no-dropout --checkpoint "$tmp/ckz" --every 4
 expect 0 "$pcgc" run "$mlpdp" --steps 6 --no-dropout --checkpoint "$tmp/ckz" --resume
 got=$(awk '/^step/ {print $4}' "$tmp/out" | tr '\n' ' ')
-[ "$got" = "$want " ] && ok || bad "data parallel resumed from ZeRO-1 [$got] != steps 5-6 [$want]"
+[ "$got" = "$want " ] && ok || bad "data parallel resumed from ZeRO-2 [$got] != steps 5-6 [$want]"
 # refused: another optimizer, another model, a damaged file, nothing to resume
 expect 1 "$pcgc" run "$mlpdp" --steps 8 --checkpoint "$tmp/ck4" --resume --optimizer sgd
 has "$tmp/err" "holds the state of adam, but this run trains with sgd"

@@ -344,7 +344,7 @@ typedef struct shipped {
 /* A strategy's estimate (the search's simulator) and its program on D
  * devices with the program's simulation, default options; caller frees. */
 static pcgc_program *estimate_and_program_z(const pcgc_graph *pg, const pcgc_mapping *mp, const pcgc_machine *m,
-                                            int D, bool zero, pcgc_sim_result *est, pcgc_sim_result *r) {
+                                            int D, int zero, pcgc_sim_result *est, pcgc_sim_result *r) {
   pcgc_error err = {0};
   pcgc_sim_options so;
   pcgc_sim_options_default(&so);
@@ -361,7 +361,7 @@ static pcgc_program *estimate_and_program_z(const pcgc_graph *pg, const pcgc_map
 
 static pcgc_program *estimate_and_program(const pcgc_graph *pg, const pcgc_mapping *mp, const pcgc_machine *m, int D,
                                           pcgc_sim_result *est, pcgc_sim_result *r) {
-  return estimate_and_program_z(pg, mp, m, D, false, est, r);
+  return estimate_and_program_z(pg, mp, m, D, 0, est, r);
 }
 
 /* Each device's WAITs come in the order its all-reduces started (the step's
@@ -764,8 +764,10 @@ START_TEST(zero_in_estimate_and_program) {
                              "y = linear(xb, wr, cr)\nloss = mse(y, tb)\n",
                              "", &mp);
   pcgc_sim_result e0, r0, est, r;
-  pcgc_program *p0 = estimate_and_program_z(g, &mp, &m, 4, false, &e0, &r0);
-  pcgc_program *p = estimate_and_program_z(g, &mp, &m, 4, true, &est, &r);
+  pcgc_sim_result e1, r1;
+  pcgc_program *p0 = estimate_and_program_z(g, &mp, &m, 4, 0, &e0, &r0);
+  pcgc_program *p1 = estimate_and_program_z(g, &mp, &m, 4, 1, &e1, &r1);
+  pcgc_program *p = estimate_and_program_z(g, &mp, &m, 4, 2, &est, &r);
   double w = 256 * 10 * 4.0, c = 10 * 4.0;
   for (int d = 0; d < 4; d++) {
     double cd = 4.0 * ((d + 1) * 10 / 4 - d * 10 / 4); /* the bias's slab */
@@ -785,7 +787,36 @@ START_TEST(zero_in_estimate_and_program) {
         if (p->dev[d].buf[b].rank == 2) ck_assert_int_eq(p->dev[d].buf[b].offset[0], 64 * d); /* slab d of w */
       }
     ck_assert_int_eq(state, (int64_t)(2 * (w / 4 + cd)));
+    /* ZeRO-2 (one micro-batch): the program keeps each gradient's slab for the step, and the
+     * full gradients only from their backward to their slab's copy; the estimate counts the
+     * slabs and the full ones in flight (three of the largest at most: here both) */
+    int64_t slabs = 0, full = 0;
+    for (int b = 0; b < p->dev[d].n_buf; b++)
+      if (p->dev[d].buf[b].role == PCGC_BUF_SOURCE_GRAD) {
+        if (p->dev[d].buf[b].persistent) slabs += p->dev[d].buf[b].bytes;
+        else full += p->dev[d].buf[b].bytes;
+      }
+    ck_assert_int_eq(slabs, (int64_t)(w / 4 + cd));
+    ck_assert_int_eq(full, (int64_t)(w + c));
+    close_to(est.device[d].memory.gradients, w / 4 + cd + w + c, 1e-12);
+    close_to(e0.device[d].memory.gradients, w + c, 1e-12);
+    ck_assert_int_eq(count_ins(p, d, PCGC_INS_COPY), count_ins(p0, d, PCGC_INS_COPY) + 2);
+    /* ZeRO-1: the full gradients persist, the update reads them; the same state and collectives */
+    int64_t g1 = 0;
+    for (int b = 0; b < p1->dev[d].n_buf; b++)
+      if (p1->dev[d].buf[b].role == PCGC_BUF_SOURCE_GRAD) {
+        ck_assert(p1->dev[d].buf[b].persistent);
+        g1 += p1->dev[d].buf[b].bytes;
+      }
+    ck_assert_int_eq(g1, (int64_t)(w + c));
+    close_to(e1.device[d].memory.gradients, w + c, 1e-12);
+    close_to(e1.device[d].memory.optimizer, est.device[d].memory.optimizer, 1e-12);
+    ck_assert_int_eq(count_ins(p1, d, PCGC_INS_REDUCESCATTER_START), 2);
+    ck_assert_int_eq(count_ins(p1, d, PCGC_INS_ALLGATHER), 2);
+    ck_assert_int_eq(count_ins(p1, d, PCGC_INS_COPY), count_ins(p0, d, PCGC_INS_COPY));
   }
+  close_to(r1.bytes_intra, r0.bytes_intra, 1e-12);
+  release(&e1, &r1, p1, NULL, NULL);
   ck_assert(p->zero && !p0->zero);
   ck_assert_int_eq(est.tasks_by_kind[PCGC_TASK_COLLECTIVE], e0.tasks_by_kind[PCGC_TASK_COLLECTIVE] + 2);
   printf("zero: bytes %.0f estimated, %.0f in the program (%.0f without); step %.4g s estimated, %.4g s the program\n",
@@ -797,7 +828,7 @@ START_TEST(zero_in_estimate_and_program) {
   release(&est, &r, p, &mp, g);
   /* the weight-cells model: no cell has every holder holding just it */
   g = hand_model(share_model, "b=2,1", &mp);
-  p = estimate_and_program_z(g, &mp, &m, 4, true, &est, &r);
+  p = estimate_and_program_z(g, &mp, &m, 4, 2, &est, &r);
   ck_assert_int_eq(count_ins(p, -1, PCGC_INS_ALLGATHER), 0);
   close_to(est.device[3].memory.optimizer, 2 * 256 * 256 * 4.0, 1e-12);
   release(&est, &r, p, &mp, g);

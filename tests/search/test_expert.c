@@ -868,7 +868,10 @@ static const bad_case bad_cases[] = {
      4, 64, "\"choice\".\"recompute\" must be true or false"},
     {HEAD MODEL "\"views\": {\"xp\": [0, 1], \"y\": [0, 1]},\n\"choice\": {\"dp\": 1, \"tp\": 1, \"pp\": 1, \"micro\": 1, "
                 "\"zero\": \"yes\"}}",
-     4, 59, "\"choice\".\"zero\" must be true or false"},
+     4, 59, "\"choice\".\"zero\" must be true, false or the ZeRO stage 0, 1 or 2"},
+    {HEAD MODEL "\"views\": {\"xp\": [0, 1], \"y\": [0, 1]},\n\"choice\": {\"dp\": 1, \"tp\": 1, \"pp\": 1, \"micro\": 1, "
+                "\"zero\": 3}}",
+     4, 59, "\"choice\".\"zero\" must be true, false or the ZeRO stage 0, 1 or 2"},
     {HEAD MODEL "\"views\": {\"xp\": [0, 1], \"y\": [0, 1]},\n\"predicted\": {\"iteration_s\": \"fast\"}}", 4, 30,
      "\"iteration_s\""},
 };
