@@ -549,26 +549,24 @@ static void dev_memory(void *ctx, int k, int worker) {
  * the global order. pos[d] / gp[d] of n instructions are rearranged in place. */
 static pcgc_status early_waits(const cg *C, int d, int32_t *pos, int32_t *gp, int64_t n) {
   const cg_dev *V = &C->dv[d];
-  int64_t *target = malloc((size_t)(n ? n : 1) * sizeof *target), *start_at = NULL;
   int64_t n_req = V->n_requests, moved = 0;
-  start_at = malloc((size_t)(n_req ? n_req : 1) * sizeof *start_at);
-  int32_t *np = malloc((size_t)(n ? n : 1) * sizeof *np), *ng = malloc((size_t)(n ? n : 1) * sizeof *ng);
-  if (!target || !start_at || !np || !ng) {
-    free(target);
-    free(start_at);
-    free(np);
-    free(ng);
-    return PCGC_ERR_NOMEM;
-  }
-  for (int64_t r = 0; r < n_req; r++) start_at[r] = -1;
-  for (int64_t i = 0; i < n; i++) {
+  size_t nn = (size_t)(n ? n : 1);
+  /* target[i]: the stream index of the start instruction i moves after (-1: stays); start_at[r]:
+   * where request r starts; first/next/last: after start i, the instructions that move there,
+   * in their order */
+  int64_t *target = malloc(nn * sizeof *target), *start_at = malloc((size_t)(n_req ? n_req : 1) * sizeof *start_at),
+          *first = malloc(nn * sizeof *first), *next = malloc(nn * sizeof *next), *last = malloc(nn * sizeof *last);
+  int32_t *np = malloc(nn * sizeof *np), *ng = malloc(nn * sizeof *ng);
+  pcgc_status st = target && start_at && first && next && last && np && ng ? PCGC_OK : PCGC_ERR_NOMEM;
+  for (int64_t r = 0; !st && r < n_req; r++) start_at[r] = -1;
+  for (int64_t i = 0; !st && i < n; i++) {
     const pcgc_ins *I = &V->ins[pos[i]];
-    target[i] = -1;
+    target[i] = first[i] = last[i] = next[i] = -1;
     if ((I->kind == PCGC_INS_ALLREDUCE_START || I->kind == PCGC_INS_REDUCESCATTER_START) && I->tag >= 0 &&
         I->tag < n_req)
       start_at[I->tag] = i;
   }
-  for (int64_t i = 0; i + 1 < n; i++) {
+  for (int64_t i = 0; !st && i + 1 < n; i++) {
     const pcgc_ins *W = &V->ins[pos[i]], *Y = &V->ins[pos[i + 1]];
     if (W->kind != PCGC_INS_WAIT || W->dst < 0 || V->buf[W->dst].persistent || Y->kind != PCGC_INS_COPY ||
         Y->src != W->dst || W->tag < 0 || W->tag >= n_req || start_at[W->tag] < 0)
@@ -583,22 +581,7 @@ static pcgc_status early_waits(const cg *C, int d, int32_t *pos, int32_t *gp, in
       moved++;
     }
   }
-  if (moved) {
-    /* chains: after start i, the moved instructions that target it, in their order (first[i],
-     * then next[] of each; a chain's members are later than i, so each is placed once) */
-    int64_t *first = malloc((size_t)n * sizeof *first), *next = malloc((size_t)n * sizeof *next),
-            *last = malloc((size_t)n * sizeof *last);
-    if (!first || !next || !last) {
-      free(first);
-      free(next);
-      free(last);
-      free(target);
-      free(start_at);
-      free(np);
-      free(ng);
-      return PCGC_ERR_NOMEM;
-    }
-    for (int64_t i = 0; i < n; i++) first[i] = last[i] = next[i] = -1;
+  if (!st && moved) {
     for (int64_t j = 0; j < n; j++) {
       int64_t t = target[j];
       if (t < 0) continue;
@@ -611,22 +594,22 @@ static pcgc_status early_waits(const cg *C, int d, int32_t *pos, int32_t *gp, in
       if (target[i] >= 0) continue;
       np[m] = pos[i];
       ng[m++] = gp[i];
-      for (int64_t j = first[i]; j >= 0; j = next[j]) {
+      for (int64_t j = first[i]; j >= 0; j = next[j]) { /* later than i: each placed once */
         np[m] = pos[j];
         ng[m++] = gp[i];
       }
     }
     memcpy(pos, np, (size_t)n * sizeof *pos);
     memcpy(gp, ng, (size_t)n * sizeof *gp);
-    free(first);
-    free(next);
-    free(last);
   }
   free(target);
   free(start_at);
+  free(first);
+  free(next);
+  free(last);
   free(np);
   free(ng);
-  return PCGC_OK;
+  return st;
 }
 
 pcgc_status pcgc__cg_schedule(cg *C, pcgc_program **out) {
