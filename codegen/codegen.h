@@ -158,9 +158,12 @@ typedef enum pcgc_ins_kind {
   PCGC_INS_SEED,        /* dst = d loss / d loss piece: 1 for replica 0, else 0 */
   PCGC_INS_ALLGATHER,   /* group `peer` of n: dst (whole) is n slabs, the j-th member's slab j
                            (pcgc_zero_shard); each member's slab to all, in place (blocking) */
-  PCGC_INS_REDUCESCATTER_START, /* group `peer` of n, non-blocking, request slot `tag`: dst (the whole
-                           buffer) is n slabs as ALLGATHER's; the j-th member's slab j becomes the
-                           group's sum, in place (its other slabs are left undefined); WAIT ends it */
+  PCGC_INS_REDUCESCATTER_START, /* group `peer` of n, non-blocking, request slot `tag`: the cell
+                           (`box`, a whole buffer) is n slabs as ALLGATHER's. src -1: dst is the
+                           cell, and the j-th member's slab j becomes the group's sum in place (its
+                           other slabs are left undefined). src >= 0 (ZeRO-2): src is the cell and
+                           dst, a buffer of slab j alone, receives the sum. WAIT (with the same dst
+                           and src) ends it */
   PCGC_INS_KIND_COUNT
 } pcgc_ins_kind;
 
@@ -234,9 +237,10 @@ typedef struct pcgc_codegen_options {
                                   UPDATE with a box, optimizer state for the slab alone) and
                                   all-gather the slabs (ALLGATHER); other cells update whole, as
                                   without. 2: where the step has one micro-batch, besides, each
-                                  keeps a buffer of its gradient's slab alone; the full gradient
-                                  lives from its backward until that slab is copied out, right
-                                  after the device's next gradient start (ZeRO-2) */
+                                  keeps a buffer of its gradient's slab alone, which the
+                                  reduce-scatter fills from the full gradient; that one lives from
+                                  its backward until the WAIT, right after the device's next
+                                  gradient start (ZeRO-2) */
   bool bf16;                   /* bf16 storage (mixed precision): activations and their gradients
                                   in bf16, weights, their gradients and optimizer state in f32
                                   (pcgc_value_dtype); kernels compute in f32 on widened copies */

@@ -1237,11 +1237,12 @@ static void zero_split(cg *C, int src, const pcgc_box *cell, const int *grp, int
  * all-reduce, waited for in the update phase; with options.zero, where the
  * members split the cell's update, a reduce-scatter of the slabs instead.
  * ZeRO-2 (a step of one micro-batch, whose gradients are whole once their
- * backward is done): the full gradient then lives only until its slab is
- * copied into a buffer of the slab alone, right after the WAIT, which the
- * schedule moves up to the device's next all-reduce or reduce-scatter start
- * (schedule.c, early_waits): each device keeps its slabs and a few full
- * gradients in flight instead of every full gradient. */
+ * backward is done): the reduce-scatter sums the slab out of the full
+ * gradient into a buffer of the slab alone, and the full gradient lives only
+ * until the WAIT, which the schedule moves up to the device's next
+ * all-reduce or reduce-scatter start (schedule.c, early_waits): each device
+ * keeps its slabs and a few full gradients in flight instead of every full
+ * gradient. */
 typedef struct sync_ctx {
   cg *C;
   int src;
@@ -1255,15 +1256,21 @@ static bool sync_cell(void *ctx, const pcgc_box *cell, const int *grp, int ng) {
   int tk = task_begin(C, 14);
   C->t[tk].priority_now = C->t[tk].allreduce = true;
   bool split = zero_splits(C, src, cell, grp, ng), shard_grad = split && C->o.zero >= 2 && C->M <= 1;
-  for (int i = 0; i < ng; i++) {
+  if (split && !C->st) zero_split(C, src, cell, grp, ng, gid);
+  for (int i = 0; i < ng && !C->st; i++) {
     cg_dev *V = &C->dv[grp[i]];
     pcgc_ins I = ins_new(C, split ? PCGC_INS_REDUCESCATTER_START : PCGC_INS_ALLREDUCE_START);
     I.dst = source_buf(C, src, grp[i], PCGC_BUF_SOURCE_GRAD);
+    zshard *z = shard_grad ? zshard_of(C, src, grp[i]) : NULL;
+    if (z) { /* ZeRO-2: from the full gradient, which lives until the WAIT, into the slab's own buffer */
+      V->buf[I.dst].persistent = false;
+      I.src = I.dst;
+      I.dst = z->gs = buf_add(C, mkkey(grp[i], PCGC_BUF_SOURCE_GRAD, src, 1, -1, 0), PCGC_F32, &z->box, true);
+    }
     I.peer = gid;
     I.tag = V->n_requests++;
     emit(C, tk, grp[i], I, NULL, 0, cell, NULL, 0);
   }
-  if (split && !C->st) zero_split(C, src, cell, grp, ng, gid);
   C->ctx_phase_save = C->phase;
   C->phase = CG_UPD;
   int tw = task_begin(C, 0);
@@ -1271,16 +1278,13 @@ static bool sync_cell(void *ctx, const pcgc_box *cell, const int *grp, int ng) {
     cg_dev *V = &C->dv[grp[i]];
     pcgc_ins W = ins_new(C, PCGC_INS_WAIT);
     W.dst = source_buf(C, src, grp[i], PCGC_BUF_SOURCE_GRAD);
+    zshard *z = shard_grad ? zshard_of(C, src, grp[i]) : NULL;
+    if (z) { /* as its START names them */
+      W.src = W.dst;
+      W.dst = z->gs;
+    }
     W.tag = V->n_requests - 1;
     emit(C, tw, grp[i], W, NULL, 0, cell, NULL, 0);
-    zshard *z = shard_grad ? zshard_of(C, src, grp[i]) : NULL;
-    if (!z || C->st) continue;
-    V->buf[W.dst].persistent = false; /* from its zeroing to the copy */
-    z->gs = buf_add(C, mkkey(grp[i], PCGC_BUF_SOURCE_GRAD, src, 1, -1, 0), PCGC_F32, &z->box, true);
-    pcgc_ins Y = ins_new(C, PCGC_INS_COPY);
-    Y.dst = z->gs;
-    Y.src = W.dst;
-    emit(C, tw, grp[i], Y, NULL, 0, &z->box, NULL, 0);
   }
   edge(C, tk, tw);
   C->phase = C->ctx_phase_save;

@@ -537,12 +537,13 @@ static void dev_memory(void *ctx, int k, int worker) {
   J->st[d] = plan_memory(&J->p->dev[d]);
 }
 
-/* ZeRO-2 (lower.c, sync_cell): a WAIT on a full gradient that does not
- * persist, with the COPY of its slab after it, moves up to right after the
- * device's next gradient start (all-reduce or reduce-scatter) that follows
- * its own, so that the full gradient dies while backward goes on: its
- * reduce-scatter runs beside the backward that comes before that start, and
- * the stream waits for it only then. Taking the global position of that
+/* ZeRO-2 (lower.c, sync_cell): the WAIT of a reduce-scatter from a full
+ * gradient that does not persist into its slab's buffer moves up to right
+ * after the device's first gradient start (all-reduce or reduce-scatter)
+ * that follows its own with a kernel between them (the starts of one op's
+ * weights come together), so that the full gradient dies while backward
+ * goes on: its reduce-scatter runs beside the next op's backward, and the
+ * stream waits for it only then. Taking the global position of that
  * start keeps the positions in stream order. It cannot deadlock: everything
  * before the start in the global order needs nothing after it, and the WAIT
  * needs only its own collective, which every member starts at its place in
@@ -566,18 +567,21 @@ static pcgc_status early_waits(const cg *C, int d, int32_t *pos, int32_t *gp, in
         I->tag < n_req)
       start_at[I->tag] = i;
   }
-  for (int64_t i = 0; !st && i + 1 < n; i++) {
-    const pcgc_ins *W = &V->ins[pos[i]], *Y = &V->ins[pos[i + 1]];
-    if (W->kind != PCGC_INS_WAIT || W->dst < 0 || V->buf[W->dst].persistent || Y->kind != PCGC_INS_COPY ||
-        Y->src != W->dst || W->tag < 0 || W->tag >= n_req || start_at[W->tag] < 0)
+  for (int64_t i = 0; !st && i < n; i++) {
+    const pcgc_ins *W = &V->ins[pos[i]];
+    if (W->kind != PCGC_INS_WAIT || W->src < 0 || V->buf[W->src].persistent || W->tag < 0 || W->tag >= n_req ||
+        start_at[W->tag] < 0)
       continue;
     int64_t t = -1;
+    bool computed = false; /* a kernel since the start: a start right after it (an op's other weight) is passed */
     for (int64_t k = start_at[W->tag] + 1; k < i && t < 0; k++) {
       int kind = V->ins[pos[k]].kind;
-      if (kind == PCGC_INS_ALLREDUCE_START || kind == PCGC_INS_REDUCESCATTER_START) t = k;
+      if (computed && (kind == PCGC_INS_ALLREDUCE_START || kind == PCGC_INS_REDUCESCATTER_START)) t = k;
+      computed |= kind == PCGC_INS_FORWARD || kind == PCGC_INS_BACKWARD || kind == PCGC_INS_BN_STATS ||
+                  kind == PCGC_INS_BN_APPLY || kind == PCGC_INS_BN_BWD_STATS || kind == PCGC_INS_BN_BWD_APPLY;
     }
     if (t >= 0) {
-      target[i] = target[i + 1] = t;
+      target[i] = t;
       moved++;
     }
   }
@@ -773,6 +777,7 @@ bool pcgc_allreduce_in_place(const pcgc_device_program *P, const pcgc_ins *I) {
   if ((I->kind != PCGC_INS_ALLREDUCE_START && I->kind != PCGC_INS_REDUCESCATTER_START && I->kind != PCGC_INS_WAIT) ||
       I->box < 0 || I->dst < 0)
     return false;
+  if (I->src >= 0) return true; /* a reduce-scatter from the full gradient into its slab: no staging */
   const pcgc_plan_buf *B = &P->buf[I->dst];
   return box_bytes(&P->boxes[I->box], B->dtype) == B->bytes;
 }
@@ -856,6 +861,7 @@ int pcgc__cg_ins_access(const pcgc_ins *I, const int *args, int *rd, int *nrd, i
   case PCGC_INS_REDUCESCATTER_START:
     R(I->dst);
     W(I->dst);
+    if (I->src >= 0) R(I->src); /* a reduce-scatter out of place (ZeRO-2) and its WAIT: the full gradient */
     break;
   default:
     break;

@@ -246,9 +246,9 @@ static pcgc_status cu_allreduce_start(pcgc_backend *b, void *comm, void *buf, in
                                       pcgc_error *err) {
   return pcgc_cuda_allreduce_start(CU(b), COMM(comm), buf, n, t, slot, err);
 }
-static pcgc_status cu_reduce_scatter_start(pcgc_backend *b, void *comm, void *buf, const int64_t *counts, pcgc_dtype t,
-                                           int slot, pcgc_error *err) {
-  return pcgc_cuda_reduce_scatter_start(CU(b), COMM(comm), buf, counts, t, slot, err);
+static pcgc_status cu_reduce_scatter_start(pcgc_backend *b, void *comm, void *buf, void *out, const int64_t *counts,
+                                           pcgc_dtype t, int slot, pcgc_error *err) {
+  return pcgc_cuda_reduce_scatter_start(CU(b), COMM(comm), buf, out, counts, t, slot, err);
 }
 static pcgc_status cu_comm_wait(pcgc_backend *b, int slot, pcgc_error *err) { return pcgc_cuda_comm_wait(CU(b), slot, err); }
 static pcgc_status cu_broadcast(pcgc_backend *b, void *comm, void *buf, int64_t n, pcgc_dtype t, int root,

@@ -88,10 +88,10 @@ struct pcgc_backend {
   pcgc_status (*allreduce)(pcgc_backend *b, void *comm, void *buf, int64_t n, pcgc_dtype t, pcgc_error *err);
   pcgc_status (*allreduce_start)(pcgc_backend *b, void *comm, void *buf, int64_t n, pcgc_dtype t, int slot,
                                  pcgc_error *err);
-  /* in place, non-blocking: buf is the members' slabs (counts[j] elements of member j, in
-   * order); this member's slab becomes their sum, the others are left undefined */
-  pcgc_status (*reduce_scatter_start)(pcgc_backend *b, void *comm, void *buf, const int64_t *counts, pcgc_dtype t,
-                                      int slot, pcgc_error *err);
+  /* non-blocking: buf is the members' slabs (counts[j] elements of member j, in order); out
+   * receives this member's sum (out = its own slab of buf: in place, the others left undefined) */
+  pcgc_status (*reduce_scatter_start)(pcgc_backend *b, void *comm, void *buf, void *out, const int64_t *counts,
+                                      pcgc_dtype t, int slot, pcgc_error *err);
   pcgc_status (*comm_wait)(pcgc_backend *b, int slot, pcgc_error *err);
   pcgc_status (*broadcast)(pcgc_backend *b, void *comm, void *buf, int64_t n, pcgc_dtype t, int root, pcgc_error *err);
   pcgc_status (*reduce)(pcgc_backend *b, void *comm, void *buf, int64_t n, pcgc_dtype t, int root, pcgc_error *err);

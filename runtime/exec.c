@@ -639,19 +639,25 @@ static pcgc_status exec_one(rt *R, const pcgc_ins *I) {
     }
     return iallreduce(R, I, h, n, D->dtype);
   }
-  case PCGC_INS_REDUCESCATTER_START: { /* in place: slab `me` becomes the group's sum */
+  case PCGC_INS_REDUCESCATTER_START: { /* slab `me` of the cell becomes the group's sum */
     if (R->fault_no_allreduce) return PCGC_OK;
-    const pcgc_plan_buf *B = &P->buf[I->dst];
+    int cb = I->src >= 0 ? I->src : I->dst; /* the cell: the full gradient (ZeRO-2: src, the sum to dst) */
+    const pcgc_plan_buf *B = &P->buf[cb];
     const rs_slot *Q = &R->rs[I->tag];
-    char *data = data_of(R, I->dst);
-    if (R->dev_comm) return be->reduce_scatter_start(be, R->dcomm[I->peer], data, Q->cnt64, B->dtype, I->tag, R->err);
+    char *data = data_of(R, cb), *out = data_of(R, I->dst);
+    int64_t es = (int64_t)pcgc_dtype_size(B->dtype);
+    if (R->dev_comm) /* in place: into the cell's own slab */
+      return be->reduce_scatter_start(be, R->dcomm[I->peer], data, I->src >= 0 ? out : data + Q->at[Q->me] * es,
+                                      Q->cnt64, B->dtype, I->tag, R->err);
     char *h = be->host ? data : R->req_h[I->tag];
     if ((st = to_host(R, h, data, B->bytes))) return st;
-    /* MPI leaves this member's sum at the start of h: its WAIT moves it to the slab */
-    rc = Q->equal ? MPI_Ireduce_scatter_block(MPI_IN_PLACE, h, Q->cnt[0], mpi_type(B->dtype), sum_op(R, B->dtype),
+    /* in place, MPI leaves this member's sum at the start of h: its WAIT moves it to the slab; out
+     * of place it goes to dst (from a GPU: to the host mirror's end, which the WAIT uploads) */
+    void *sb = I->src >= 0 ? h : MPI_IN_PLACE, *rb = I->src < 0 ? h : be->host ? out : h + B->bytes;
+    rc = Q->equal ? MPI_Ireduce_scatter_block(sb, rb, Q->cnt[0], mpi_type(B->dtype), sum_op(R, B->dtype),
                                               R->comm[I->peer], &R->reqs[I->tag])
-                  : MPI_Ireduce_scatter(MPI_IN_PLACE, h, Q->cnt, mpi_type(B->dtype), sum_op(R, B->dtype),
-                                        R->comm[I->peer], &R->reqs[I->tag]);
+                  : MPI_Ireduce_scatter(sb, rb, Q->cnt, mpi_type(B->dtype), sum_op(R, B->dtype), R->comm[I->peer],
+                                        &R->reqs[I->tag]);
     if (rc != MPI_SUCCESS) return mpi_fail(R, rc, "reduce-scatter", I);
     R->pend[R->n_pend++] = I->tag;
     return PCGC_OK;
@@ -671,6 +677,9 @@ static pcgc_status exec_one(rt *R, const pcgc_ins *I) {
       if (rc != MPI_SUCCESS) return mpi_fail(R, rc, "reduce-scatter", I);
       int64_t es = (int64_t)pcgc_dtype_size(P->buf[I->dst].dtype);
       char *data = data_of(R, I->dst);
+      if (I->src >= 0) /* out of place (ZeRO-2): MPI wrote dst, or the host mirror's end */
+        return be->host ? PCGC_OK
+                        : from_host(R, data, R->req_h[I->tag] + P->buf[I->src].bytes, (int64_t)Q->cnt[Q->me] * es);
       if (be->host) {
         memmove(data + (int64_t)Q->at[Q->me] * es, data, (size_t)((int64_t)Q->cnt[Q->me] * es));
         return PCGC_OK;
@@ -1582,13 +1591,17 @@ pcgc_status pcgc_run(const pcgc_graph *g, const pcgc_program *p, const pcgc_run_
         st = pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
       } else {
         Q->at = Q->cnt + n;
-        st = zero_slabs(&R, &P->buf[I->dst], n, Q->cnt, Q->at, &Q->equal);
+        st = zero_slabs(&R, &P->buf[I->src >= 0 ? I->src : I->dst], n, Q->cnt, Q->at, &Q->equal);
         for (int j = 0; j < n; j++) Q->cnt64[j] = Q->cnt[j];
         Q->n = st || Q->me < 0 ? 0 : n;
         if (!st && Q->me < 0) st = pcgc_error_set(err, PCGC_ERR_INVALID, "rank %d: a reduce-scatter of a group it is "
                                                   "not in", R.rank);
       }
-      if (!st && !be->host && !(R.req_h[I->tag] = malloc((size_t)P->buf[I->dst].bytes + 8)))
+      /* from a GPU through MPI: the cell, then (out of place) this member's sum */
+      size_t hb = (size_t)P->buf[I->src >= 0 ? I->src : I->dst].bytes + (I->src >= 0 ? (size_t)P->buf[I->dst].bytes : 0);
+      if (!st && I->src >= 0 && P->buf[I->dst].bytes != (int64_t)Q->cnt[Q->me] * (int64_t)pcgc_dtype_size(P->buf[I->dst].dtype))
+        st = pcgc_error_set(err, PCGC_ERR_INVALID, "rank %d: a reduce-scatter into a buffer that is not its slab", R.rank);
+      if (!st && !be->host && !(R.req_h[I->tag] = malloc(hb + 8)))
         st = pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
     }
     if (I->kind == PCGC_INS_ALLREDUCE_START) {

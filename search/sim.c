@@ -89,15 +89,6 @@ typedef struct wrec {
   int32_t dev, bwd, node;
 } wrec;
 
-/* ZeRO-2: a split cell's reduce-scatter on a device, and the backward that
- * last adds into the cell there (of the op earliest in topological order
- * whose backward adds into it, at `topo`): the program waits for the
- * reduce-scatter one gradient start later (codegen's early_waits), which
- * zero2_waits makes an edge. */
-typedef struct z2rec {
-  int32_t dev, topo, rs, bwd;
-} z2rec;
-
 typedef struct sim {
   const pcgc_graph *g;
   const pcgc_machine *m;
@@ -124,12 +115,13 @@ typedef struct sim {
   double *act, *act_mb, *wbytes, *comm; /* [D] memory; comm: the largest message a device receives */
   double *obytes;                       /* [D] the weight bytes whose optimizer state a device keeps
                                            (wbytes, less the slabs others update under options.zero) */
-  z2rec *z2;                            /* ZeRO-2's reduce-scatters, for zero2_waits */
-  int64_t nz2, capz2;
   double *gbytes, *gfull, *gbig;        /* [D] ZeRO-2 (options.zero, one micro-batch): the gradient
                                            bytes kept (wbytes less the slabs others sum), and of the
-                                           split cells the full bytes and the largest, of which a few
-                                           are in flight at once (device_memory) */
+                                           split cells the full bytes and the most one op's backward
+                                           adds into, of which a few are in flight at once
+                                           (device_memory) */
+  double *gop;                          /* [n_nodes] ZeRO-2: the full bytes of the split cells each
+                                           op's backward adds into (over its devices: a bound) */
   double *sendsum;                      /* [D] bytes a device sends per step */
   /* send staging (codegen.h: a send's bytes are free once it is received):
    * per device the node whose sends are being made, their bytes and the
@@ -1107,6 +1099,13 @@ static void zero_cell(wsync *W, const pcgc_box *cell, const int *grp, int ng, co
   sim *S = W->S;
   pcgc_box sh;
   double whole = (double)pcgc_box_elems(cell) * W->esize;
+  double group = whole; /* ZeRO-2: the op whose backward adds into it, and what it adds into so far */
+  for (int64_t j = W->first[W->hidx[grp[0]]]; S->o.zero >= 2 && j < W->nr && W->r[j].dev == grp[0]; j++) {
+    int32_t op = W->r[j].bwd >= 0 ? S->T.node[W->r[j].bwd] : -1;
+    if (op < 0 || op >= S->g->n_nodes) continue;
+    group = S->gop[op] += whole;
+    break;
+  }
   int32_t *by = malloc((size_t)n * sizeof *by); /* member j: the j-th smallest device */
   if (!by) {
     fail_nomem(S);
@@ -1123,7 +1122,7 @@ static void zero_cell(wsync *W, const pcgc_box *cell, const int *grp, int ng, co
     S->gbytes[by[j]] -= whole;
     S->gbytes[by[j]] += whole - cut;
     S->gfull[by[j]] += whole;
-    if (whole > S->gbig[by[j]]) S->gbig[by[j]] = whole;
+    if (group > S->gbig[by[j]]) S->gbig[by[j]] = group;
   }
   for (int k = 0; k < ng; k++) {
     int32_t u = W->ut[W->hidx[grp[k]]];
@@ -1131,8 +1130,6 @@ static void zero_cell(wsync *W, const pcgc_box *cell, const int *grp, int ng, co
     if (u < 0 || !at) continue;
     pcgc_zero_shard(cell, n, (int)(at - by), &sh);
     S->T.dur[u] = update_dur(S, W->sd, &sh, whole);
-    if (S->o.zero >= 2 && S->mb_max <= 1) /* ZeRO-2: the slab's copy out of the full gradient */
-      S->T.dur[u] += pcgc_cost_copy_time(S->m, (double)pcgc_box_elems(&sh) * W->esize, false);
   }
   free(by);
   S->coll_in_place = true; /* in the weight itself */
@@ -1169,30 +1166,6 @@ static bool sync_cell(void *ctx, const pcgc_box *cell, const int *grp, int ng) {
     }
   for (int k = 0; ar >= 0 && k < ng; k++)
     if (W->ut[W->hidx[grp[k]]] >= 0) edge(S, ar, W->ut[W->hidx[grp[k]]]);
-  for (int k = 0; ar >= 0 && split && S->o.zero >= 2 && S->mb_max <= 1 && k < ng && !S->st; k++) {
-    z2rec z = {grp[k], INT32_MAX, ar, -1}; /* the holder's last backward into the cell */
-    for (int64_t j = W->first[W->hidx[grp[k]]]; j < W->nr && W->r[j].dev == grp[k]; j++) {
-      pcgc_box x;
-      if (W->r[j].bwd < 0 || !pcgc_box_intersect(&W->rbox[j], cell, &x)) continue;
-      int32_t op = S->T.node[W->r[j].bwd]; /* the op whose backward adds into it */
-      if (op >= 0 && S->nd[op].topo < z.topo) {
-        z.topo = S->nd[op].topo;
-        z.bwd = W->r[j].bwd;
-      }
-    }
-    if (z.bwd < 0) continue;
-    if (S->nz2 == S->capz2) {
-      int64_t cap = S->capz2 ? 2 * S->capz2 : 256;
-      z2rec *t = realloc(S->z2, (size_t)cap * sizeof *t);
-      if (!t) {
-        fail_nomem(S);
-        break;
-      }
-      S->z2 = t;
-      S->capz2 = cap;
-    }
-    S->z2[S->nz2++] = z;
-  }
   if (ar >= 0 && split && !S->st) {
     int32_t *g = S->grp;
     int n = 0;
@@ -1202,35 +1175,6 @@ static bool sync_cell(void *ctx, const pcgc_box *cell, const int *grp, int ng) {
     zero_cell(W, cell, grp, ng, g, n);
   }
   return !S->st;
-}
-
-static int z2_cmp(const void *a, const void *b) {
-  const z2rec *x = a, *y = b;
-  if (x->dev != y->dev) return (x->dev > y->dev) - (x->dev < y->dev);
-  if (x->topo != y->topo) return (x->topo < y->topo) - (x->topo > y->topo); /* backward order */
-  return (x->rs > y->rs) - (x->rs < y->rs);
-}
-
-/* ZeRO-2 (codegen's early_waits): a device waits for a cell's reduce-scatter
- * right after its next gradient start. Backward adds into the cells in
- * groups (one op's weights at one topological position); the last start of
- * a group is followed by the next group's, after that group's backward, so
- * the group's reduce-scatters must end before the backward of the group
- * after that one: an edge to it. Acyclic: that backward is of an op earlier
- * in topological order than every reader of the cell, which no backward of
- * those readers waits for. */
-static void zero2_waits(sim *S) {
-  if (S->st || !S->nz2) return;
-  qsort(S->z2, (size_t)S->nz2, sizeof *S->z2, z2_cmp);
-  for (int64_t i = 0; i < S->nz2 && !S->st;) {
-    int64_t g1 = i; /* the next group (topo strictly lower), then the one after it */
-    while (g1 < S->nz2 && S->z2[g1].dev == S->z2[i].dev && S->z2[g1].topo == S->z2[i].topo) g1++;
-    int64_t g2 = g1;
-    while (g2 < S->nz2 && S->z2[g2].dev == S->z2[i].dev && S->z2[g2].topo == S->z2[g1].topo) g2++;
-    bool target = g1 < S->nz2 && g2 < S->nz2 && S->z2[g2].dev == S->z2[i].dev;
-    for (int64_t k = i; k < g1 && target; k++) edge(S, S->z2[k].rs, S->z2[g2].bwd);
-    i = g1;
-  }
 }
 
 static void gen_weights(sim *S) {
@@ -1857,8 +1801,8 @@ static pcgc_memory device_memory(const sim *S, int d, const int *stage, int stag
   double staging = 2 * S->send_peak[d] < S->sendsum[d] ? 2 * S->send_peak[d] : S->sendsum[d];
   pcgc_memory r = pcgc_cost_memory(S->o.optimizer, S->wbytes[d], act + wmax, S->comm[d] + staging);
   /* ZeRO-2: the slabs, and of the full gradients those in flight: the ones the backward being run
-   * adds into and the ones whose reduce-scatter has not been waited for (the next start's), taken
-   * as three of the largest */
+   * adds into, and two ops' whose reduce-scatters have not been waited for (a WAIT comes after
+   * the next op's starts), taken as three of the op that adds into the most */
   double gr = S->gbytes[d] + fmin(3 * S->gbig[d], S->gfull[d]);
   r.total += gr - r.gradients;
   r.gradients = gr;
@@ -1885,10 +1829,10 @@ static void sim_free(sim *S) {
   free(S->work);
   free(S->wbytes);
   free(S->obytes);
-  free(S->z2);
   free(S->gbytes);
   free(S->gfull);
   free(S->gbig);
+  free(S->gop);
   free(S->comm);
   free(S->sendsum);
   free(S->send_node);
@@ -2319,6 +2263,7 @@ static pcgc_status simulate(const pcgc_graph *g, const pcgc_mapping *mp, const p
   S->gbytes = calloc((size_t)D, sizeof *S->gbytes);
   S->gfull = calloc((size_t)D, sizeof *S->gfull);
   S->gbig = calloc((size_t)D, sizeof *S->gbig);
+  S->gop = calloc((size_t)(g->n_nodes > 0 ? g->n_nodes : 1), sizeof *S->gop);
   S->comm = calloc((size_t)D, sizeof *S->comm);
   S->sendsum = calloc((size_t)D, sizeof *S->sendsum);
   S->send_node = malloc((size_t)D * sizeof *S->send_node);
@@ -2336,7 +2281,7 @@ static pcgc_status simulate(const pcgc_graph *g, const pcgc_mapping *mp, const p
   pcgc_status st = PCGC_OK;
   int *stage = NULL;
   pcgc_fan fan = {0};
-  if (!S->nd || !S->order || !S->act || !S->act_mb || !S->wbytes || !S->obytes || !S->gbytes || !S->gfull || !S->gbig || !S->comm || !S->sendsum || !S->send_node || !S->send_mb || !S->send_run ||
+  if (!S->nd || !S->order || !S->act || !S->act_mb || !S->wbytes || !S->obytes || !S->gbytes || !S->gfull || !S->gbig || !S->gop || !S->comm || !S->sendsum || !S->send_node || !S->send_mb || !S->send_run ||
       !S->send_peak || !S->gmax || !S->stamp || !S->ncount ||
       !S->grp || !S->first_topo || !S->last_topo || !r->device || !tasks_grow(S, 4096)) {
     st = pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
@@ -2443,7 +2388,6 @@ static pcgc_status simulate(const pcgc_graph *g, const pcgc_mapping *mp, const p
     return simulate(g, mp, m, &all, false, r, err);
   }
   gen_weights(S);
-  zero2_waits(S);
   if (S->copy0) copy0_spread(S);
   int stages = 1;
   for (int d = 0; d < D; d++) stage[d] = -1;

@@ -357,8 +357,8 @@ pcgc_status pcgc_cuda_allreduce_start(pcgc_cuda *cu, pcgc_cuda_comm *c, void *bu
   return mark_end(cu, c, cu->slot_done[slot], false, op, err);
 }
 
-pcgc_status pcgc_cuda_reduce_scatter_start(pcgc_cuda *cu, pcgc_cuda_comm *c, void *buf, const int64_t *counts,
-                                           pcgc_dtype t, int slot, pcgc_error *err) {
+pcgc_status pcgc_cuda_reduce_scatter_start(pcgc_cuda *cu, pcgc_cuda_comm *c, void *buf, void *out,
+                                           const int64_t *counts, pcgc_dtype t, int slot, pcgc_error *err) {
   static const char op[] = "starting a reduce-scatter";
   ncclDataType_t nt = ncclFloat32;
   int64_t total = 0;
@@ -370,6 +370,7 @@ pcgc_status pcgc_cuda_reduce_scatter_start(pcgc_cuda *cu, pcgc_cuda_comm *c, voi
     equal &= counts[j] == counts[0];
   }
   if (c && !counts) return pcgc_error_set(err, PCGC_ERR_INVALID, "NCCL: %s: no slab counts", op);
+  if (c && counts && counts[c->rank] > 0 && !out) return pcgc_error_set(err, PCGC_ERR_INVALID, "NCCL: %s: no output", op);
   pcgc_status st = check_op(cu, c, buf, total, t, op, &nt, err);
   if (st || (st = check_slot(cu, slot, op, err))) return st;
   if (total == 0) {
@@ -380,14 +381,15 @@ pcgc_status pcgc_cuda_reduce_scatter_start(pcgc_cuda *cu, pcgc_cuda_comm *c, voi
   size_t es = (size_t)pcgc_dtype_size(t);
   char *b = (char *)buf;
   ncclResult_t r;
-  if (equal) { /* in place: this member's slab is where its result goes */
-    r = ncclReduceScatter(b, b + (size_t)c->rank * (size_t)counts[0] * es, (size_t)counts[0], nt, ncclSum, c->nc,
-                          c->stream);
-  } else {
+  if (equal) { /* in place when out is this member's slab of b */
+    r = ncclReduceScatter(b, out, (size_t)counts[0], nt, ncclSum, c->nc, c->stream);
+  } else { /* slab j to member j; the root's receive buffer is out (the others' is not read) */
     r = ncclGroupStart();
     size_t at = 0;
     for (int j = 0; r == ncclSuccess && j < c->n; j++) {
-      if (counts[j] > 0) r = ncclReduce(b + at * es, b + at * es, (size_t)counts[j], nt, ncclSum, j, c->nc, c->stream);
+      if (counts[j] > 0)
+        r = ncclReduce(b + at * es, j == c->rank ? out : b + at * es, (size_t)counts[j], nt, ncclSum, j, c->nc,
+                       c->stream);
       at += (size_t)counts[j];
     }
     ncclResult_t e = ncclGroupEnd();

@@ -129,13 +129,14 @@ pcgc_status pcgc_cuda_allreduce(pcgc_cuda *cu, pcgc_cuda_comm *c, void *buf, int
 /* the same without the compute stream waiting: slot's event marks the end */
 pcgc_status pcgc_cuda_allreduce_start(pcgc_cuda *cu, pcgc_cuda_comm *c, void *buf, int64_t n, pcgc_dtype t, int slot,
                                       pcgc_error *err);
-/* A non-blocking reduce-scatter in place (slot as allreduce_start's): buf
- * holds n = c's size slabs, member j's counts[j] elements after those of
- * the members before it; afterwards this member's slab holds the members'
- * sum and its other slabs are undefined. Equal slabs: one ncclReduceScatter;
+/* A non-blocking reduce-scatter (slot as allreduce_start's): buf holds
+ * n = c's size slabs, member j's counts[j] elements after those of the
+ * members before it; out (this member's own slab of buf: in place, its
+ * other slabs then undefined; or a buffer of its own) receives the
+ * members' sum of this member's slab. Equal slabs: one ncclReduceScatter;
  * uneven ones: a group of ncclReduce, slab j to member j. */
-pcgc_status pcgc_cuda_reduce_scatter_start(pcgc_cuda *cu, pcgc_cuda_comm *c, void *buf, const int64_t *counts,
-                                           pcgc_dtype t, int slot, pcgc_error *err);
+pcgc_status pcgc_cuda_reduce_scatter_start(pcgc_cuda *cu, pcgc_cuda_comm *c, void *buf, void *out,
+                                           const int64_t *counts, pcgc_dtype t, int slot, pcgc_error *err);
 /* the compute stream waits for slot's all-reduce */
 pcgc_status pcgc_cuda_comm_wait(pcgc_cuda *cu, int slot, pcgc_error *err);
 pcgc_status pcgc_cuda_broadcast(pcgc_cuda *cu, pcgc_cuda_comm *c, void *buf, int64_t n, pcgc_dtype t, int root,

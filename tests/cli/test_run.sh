@@ -181,9 +181,10 @@ expect 0 "$pcgc" run "$tmp/scal.json" --steps 3 --check --optimizer sgd; has "$t
 # of the all-reduce: rows j L/4 to (j+1) L/4, logits' bias of 10 in 2, 3, 2, 3, through
 # MPI_Ireduce_scatter; the others' equal slabs through MPI_Ireduce_scatter_block), updates that
 # slab and keeps Adam's state for it alone, then the copies all-gather the slabs. With one
-# micro-batch (ZeRO-2) the full gradient lives from its backward until its slab is copied into a
-# buffer of the slab alone, right after the next weight's reduce-scatter starts. It trains as the
-# reference, and --check-report's gradients (each slab from the copy that summed it) match
+# micro-batch (ZeRO-2) the reduce-scatter sums each slab into a buffer of the slab alone, and the
+# full gradient lives from its backward until the WAIT, right after the next weight's
+# reduce-scatter starts. It trains as the reference, and --check-report's gradients (each slab
+# from the copy that summed it) match
 expect 0 "$pcgc" compile "$src/models/mlp.pcg" --machine cpu-4 --choice dp=4 --budget 0 -o "$tmp/z0.json"
 m0=$(sed -n 's/^memory per device (max) *\([0-9.]*\) MiB.*/\1/p' "$tmp/out")
 expect 0 "$pcgc" compile "$src/models/mlp.pcg" --machine cpu-4 --choice dp=4,zero --budget 0 -o "$tmp/zero1.json"
