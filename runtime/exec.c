@@ -825,9 +825,6 @@ static void on_alarm(int sig) {
   _exit(5);
 }
 
-/* Rank 0 assembles the logical value of weight `node`'s buffer of `role`
- * (SOURCE: the weight; OPT_M, OPT_V: its optimizer state) from every rank's
- * boxes. Every rank calls it. */
 /* The box of buffer b this rank's values are right in after the step: its
  * slab, for a gradient whose update is split (ZeRO: the reduce-scatter
  * summed that slab alone), else all of it. */
@@ -842,6 +839,10 @@ static void valid_box(const rt *R, int b, pcgc_box *x) {
     }
 }
 
+/* Rank 0 assembles the logical value of weight `node`'s buffer of `role`
+ * (SOURCE: the weight; OPT_M, OPT_V: its optimizer state; SOURCE_GRAD: its
+ * gradient, each rank's valid_box) from every rank's boxes. Every rank
+ * calls it. */
 static pcgc_status gather_weight(rt *R, int node, pcgc_buf_role role, float *whole) {
   const pcgc_ptensor *t = &R->g->nodes[node].out[0];
   int nranks = R->p->n_devices;
