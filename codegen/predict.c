@@ -276,7 +276,7 @@ static void rdv_complete(psim *S, int64_t id, int group, pcgc_collective c, doub
             if (!bg && *g < t + dur) *g = t + dur;
           }
         }
-    double k = c == PCGC_COLL_BROADCAST || c == PCGC_COLL_ALL_GATHER || c == PCGC_COLL_REDUCE_SCATTER ? 1 : 2;
+    double k = pcgc_collective_passes(c);
     S->bytes_intra += k * (n - grp.nodes) * bytes;
     S->bytes_inter += k * (grp.nodes - 1) * bytes;
     S->task_time += dur;

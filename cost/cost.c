@@ -219,6 +219,10 @@ pcgc_status pcgc_cost_node_time(const pcgc_machine *m, const pcgc_graph *g, int 
 
 /* ------------------------------------------------------- communication */
 
+double pcgc_collective_passes(pcgc_collective c) {
+  return c == PCGC_COLL_BROADCAST || c == PCGC_COLL_ALL_GATHER || c == PCGC_COLL_REDUCE_SCATTER ? 1 : 2;
+}
+
 const char *pcgc_collective_name(pcgc_collective c) {
   switch (c) {
   case PCGC_COLL_ALL_REDUCE: return "all-reduce";

@@ -258,6 +258,12 @@ typedef enum pcgc_comm_algo {
 } pcgc_comm_algo;
 
 const char *pcgc_collective_name(pcgc_collective c);   /* "all-reduce" */
+/* How many times a collective's n bytes (as pcgc_collective counts them)
+ * are counted in the bytes-moved reports of the simulator and a program's
+ * simulation, per member off the root's node: 1 for a broadcast, all-gather
+ * or reduce-scatter, 2 for the others (an all-reduce is a reduce-scatter and
+ * an all-gather). */
+double pcgc_collective_passes(pcgc_collective c);
 const char *pcgc_comm_algo_name(pcgc_comm_algo a);     /* "ring" */
 
 /* One collective over p devices on one link with latency alpha (s) and

@@ -825,44 +825,41 @@ static void on_alarm(int sig) {
   _exit(5);
 }
 
-/* The box of buffer b this rank's values are right in after the step: its
- * slab, for a gradient whose update is split (ZeRO: the reduce-scatter
- * summed that slab alone), else all of it. */
-static void valid_box(const rt *R, int b, pcgc_box *x) {
+/* This rank's buffer of weight `node`'s `role` (-1: none) and the box of it
+ * whose values are right after the step: all of it, except for a gradient,
+ * which is the buffer its update reads (ZeRO-2: the slab's own, the full one
+ * is gone) and, where that update is split (ZeRO), the slab it reads (the
+ * reduce-scatter summed that slab alone). */
+static int held_of(const rt *R, int node, pcgc_buf_role role, pcgc_box *x) {
   const pcgc_device_program *P = R->P;
-  pcgc_plan_buf_box(&P->buf[b], x);
-  if (P->buf[b].role != PCGC_BUF_SOURCE_GRAD) return;
-  for (int i = 0; i < P->n_ins; i++)
-    if (P->ins[i].kind == PCGC_INS_UPDATE && P->ins[i].src == b && P->ins[i].box >= 0) {
-      *x = P->boxes[P->ins[i].box];
-      return;
-    }
+  int b = -1;
+  for (int i = 0; role == PCGC_BUF_SOURCE_GRAD && i < P->n_ins; i++) {
+    const pcgc_ins *I = &P->ins[i];
+    if (I->kind != PCGC_INS_UPDATE || I->src < 0 || P->buf[I->src].node != node) continue;
+    pcgc_plan_buf_box(&P->buf[I->src], x);
+    if (I->box >= 0) *x = P->boxes[I->box];
+    return I->src;
+  }
+  for (int i = 0; i < P->n_buf && b < 0; i++)
+    if (P->buf[i].role == role && P->buf[i].node == node) b = i;
+  if (b >= 0) pcgc_plan_buf_box(&P->buf[b], x);
+  return b;
 }
 
 /* Rank 0 assembles the logical value of weight `node`'s buffer of `role`
  * (SOURCE: the weight; OPT_M, OPT_V: its optimizer state; SOURCE_GRAD: its
- * gradient, each rank's valid_box) from every rank's boxes. Every rank
- * calls it. */
+ * gradient) from every rank's boxes (held_of). Every rank calls it. */
 static pcgc_status gather_weight(rt *R, int node, pcgc_buf_role role, float *whole) {
   const pcgc_ptensor *t = &R->g->nodes[node].out[0];
   int nranks = R->p->n_devices;
   for (int r = 0; r < nranks; r++) {
     /* rank r sends its box of node, if any; ranks learn from their own program */
     if (R->rank == r) {
-      int b = -1;
-      /* a gradient: the buffer the update reads (ZeRO-2: its slab's, the full one is gone) */
-      for (int i = 0; role == PCGC_BUF_SOURCE_GRAD && i < R->P->n_ins && b < 0; i++) {
-        const pcgc_ins *I = &R->P->ins[i];
-        if (I->kind == PCGC_INS_UPDATE && I->src >= 0 && R->P->buf[I->src].node == node) b = I->src;
-      }
-      for (int i = 0; i < R->P->n_buf && b < 0; i++)
-        if (R->P->buf[i].role == role && R->P->buf[i].node == node) b = i;
-      int has = b >= 0;
+      pcgc_box x;
+      int b = held_of(R, node, role, &x), has = b >= 0;
       if (r == 0) {
         if (has && whole) {
           pcgc_plan_buf W = whole_desc(t);
-          pcgc_box x;
-          valid_box(R, b, &x);
           pcgc_status st;
           const void *h = host_of(R, b, true, &st);
           if (st) return st;
@@ -871,8 +868,6 @@ static pcgc_status gather_weight(rt *R, int node, pcgc_buf_role role, float *who
       } else {
         pcgc_status st = pcgc_ctl_send0(R->ctl, &has, sizeof has, R->err);
         if (!st && has) {
-          pcgc_box x;
-          valid_box(R, b, &x);
           int64_t box[2 * PCGC_MAX_RANK] = {0}, n = 1;
           for (int d = 0; d < t->rank; d++) {
             box[d] = x.lo[d];

@@ -385,6 +385,10 @@ static xfer transfer(sim *S, int phase, int node, int64_t piece, int micro, int 
   return (xfer){pk, up};
 }
 
+/* A gradient's synchronisation (an all-reduce, or ZeRO's reduce-scatter):
+ * the collective kinds that may run beside the computation. */
+static inline bool grad_sync(int coll) { return coll == PCGC_COLL_ALL_REDUCE || coll == PCGC_COLL_REDUCE_SCATTER; }
+
 /* A collective over devices devs[0..n) (distinct). PCGC_COLL_REDUCE is
  * timed as an all-reduce; bytes moved are the ring algorithm's: an
  * all-reduce over p devices on G nodes sends 2(p-G)·n within nodes and
@@ -421,8 +425,7 @@ static int32_t collective(sim *S, int phase, int node, int64_t piece, int micro,
     if (bytes > S->comm[devs[i]]) S->comm[devs[i]] = bytes;
   /* on a CPU machine the ranks' own cores do an all-reduce's copies and sums (the
    * runtime's progress calls): it holds their streams too, as codegen/predict.c has it */
-  bool holds = !S->o.overlap || (coll != PCGC_COLL_ALL_REDUCE && coll != PCGC_COLL_REDUCE_SCATTER) || S->coll_hold ||
-               S->m->device.kind == PCGC_DEVICE_CPU;
+  bool holds = !S->o.overlap || !grad_sync(coll) || S->coll_hold || S->m->device.kind == PCGC_DEVICE_CPU;
   /* one that holds its members' streams holds them while they copy the box
    * into the staging buffer and out again, as the program's members do */
   if (holds && !S->coll_in_place && isfinite(T->dur[t])) T->dur[t] += 2 * pcgc_cost_copy_time(S->m, bytes, false);
@@ -451,8 +454,7 @@ static int32_t collective(sim *S, int phase, int node, int64_t piece, int micro,
   bool inner = S->copy0;
   for (int i = 0; inner && i < n; i++) inner = copy_of(devs[i], S->reps, S->rstride) == 0;
   if (inner) S->inner_coll += T->dur[t];
-  double k = (c == PCGC_COLL_BROADCAST || c == PCGC_COLL_ALL_GATHER || c == PCGC_COLL_REDUCE_SCATTER ? 1 : 2) *
-             (inner ? S->reps : 1);
+  double k = pcgc_collective_passes(c) * (inner ? S->reps : 1);
   S->bytes_intra += k * (n - grp.nodes) * bytes;
   S->bytes_inter += k * (grp.nodes - 1) * bytes;
   comm_infinite(S, t, pcgc_collective_name(c));
@@ -1644,7 +1646,7 @@ static pcgc_status run(sim *S, pcgc_sim_result *r) {
                  .res_n = T->res_n[t],
                  .kind = (uint8_t)k,
                  .phase = T->phase[t]};
-    if (k == PCGC_TASK_COLLECTIVE && (T->coll[t] == PCGC_COLL_ALL_REDUCE || T->coll[t] == PCGC_COLL_REDUCE_SCATTER)) {
+    if (k == PCGC_TASK_COLLECTIVE && grad_sync(T->coll[t])) {
       const int32_t *rs = T->res + x->res_off;
       x->bg = true;
       for (int i = 0; i < x->res_n; i++) x->bg &= rs[i] >= D;
