@@ -12,7 +12,9 @@
 # this machine run as 4 CPU devices, data parallel 2 x experts split 2, its
 # step predicted from those measurements, and run that plan as 4 MPI
 # processes, checked against the single-process reference; then once more
-# with activations stored in bf16 (mixed precision), checked the same way.
+# with activations stored in bf16 (mixed precision), checked the same way;
+# finally data parallel over the 4 with optimizer state and gradients sharded
+# over the copies (ZeRO-2), run and checked the same way.
 #
 #   scripts/main.sh
 #
@@ -37,3 +39,6 @@ build/pcgc compile models/moe-small.pcg --machine cpu-4 --choice dp=2,tp=2 --bud
   --profile build/moe-small.cpu-4.prof -o build/moe-small.cpu-4.json
 build/pcgc run build/moe-small.cpu-4.json --steps 5 --check
 build/pcgc run build/moe-small.cpu-4.json --steps 5 --check --precision bf16
+build/pcgc compile models/moe-small.pcg --machine cpu-4 --choice dp=4,zero=2 --budget 0 \
+  -o build/moe-small.zero2.json
+build/pcgc run build/moe-small.zero2.json --steps 5 --check
