@@ -77,7 +77,7 @@ static void fill_slots(const pcgc_node *n, pcgc_buf *in) {
   int si = n->kind == PCGC_OP_MOE_DISPATCH ? 1 : n->kind == PCGC_OP_MOE_COMBINE ? 2 : -1;
   if (si < 0 || in[si].rank != 3 || in[si].dtype != PCGC_I32) return;
   int64_t slots = n->kind == PCGC_OP_MOE_DISPATCH
-                      ? pcgc_attrs_int(&n->attrs, "experts") * pcgc_attrs_int(&n->attrs, "capacity")
+                      ? pcgc_attrs_int(n->attrs, "experts") * pcgc_attrs_int(n->attrs, "capacity")
                       : in[0].dims[1] * in[0].dims[2];
   int64_t per = in[si].dims[1] * in[si].dims[2];
   int32_t *v = in[si].data;
@@ -168,8 +168,8 @@ pcgc_status pcgc__cli_profile_measure(const pcgc_graph *g, int id, const bool *g
   for (int r = -1; r < repeat && st == PCGC_OK; r++) {
     if (dev && (st = be->sync(be, err))) break;
     double t0 = now();
-    st = dev ? be->forward(be, n->kind, &n->attrs, n->n_in, d.in, n->n_out, d.out, &ctx, err)
-             : pcgc_cpu_forward(n->kind, &n->attrs, n->n_in, b.in, n->n_out, b.out, &ctx, err);
+    st = dev ? be->forward(be, n->kind, n->attrs, n->n_in, d.in, n->n_out, d.out, &ctx, err)
+             : pcgc_cpu_forward(n->kind, n->attrs, n->n_in, b.in, n->n_out, b.out, &ctx, err);
     if (dev && st == PCGC_OK) st = be->sync(be, err);
     double t1 = now();
     if (st != PCGC_OK) break;
@@ -181,8 +181,8 @@ pcgc_status pcgc__cli_profile_measure(const pcgc_graph *g, int id, const bool *g
     if (dev && st == PCGC_OK) st = be->sync(be, err);
     t0 = now();
     if (st == PCGC_OK)
-      st = dev ? be->backward(be, n->kind, &n->attrs, n->n_in, d.in, n->n_out, d.out, d.dout, d.din, &ctx, err)
-               : pcgc_cpu_backward(n->kind, &n->attrs, n->n_in, b.in, n->n_out, b.out, b.dout, b.din, &ctx, err);
+      st = dev ? be->backward(be, n->kind, n->attrs, n->n_in, d.in, n->n_out, d.out, d.dout, d.din, &ctx, err)
+               : pcgc_cpu_backward(n->kind, n->attrs, n->n_in, b.in, n->n_out, b.out, b.dout, b.din, &ctx, err);
     if (dev && st == PCGC_OK) st = be->sync(be, err);
     t1 = now();
     if (r >= 0) bt[r] = t1 - t0;

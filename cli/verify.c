@@ -218,7 +218,7 @@ static int first_difference(const pcgc_graph *a, const pcgc_graph *b) {
   for (int i = 0; i < n; i++) {
     const pcgc_node *x = &a->nodes[i], *y = &b->nodes[i];
     if (x->kind != y->kind || strcmp(x->name, y->name) != 0 || x->n_out != y->n_out || x->n_in != y->n_in ||
-        !pcgc_attrs_equal(&x->attrs, &y->attrs))
+        !pcgc_attrs_equal(x->attrs, y->attrs))
       return i;
     for (int j = 0; j < x->n_in; j++) /* inputs by producer name and slot */
       if (x->in[j].slot != y->in[j].slot || strcmp(a->nodes[x->in[j].node].name, b->nodes[y->in[j].node].name) != 0)
@@ -272,13 +272,13 @@ static void widths(const pcgc_graph *g, int64_t *norm, int64_t *head) {
     const pcgc_node *n = &g->nodes[i];
     if ((n->kind == PCGC_OP_LAYERNORM || n->kind == PCGC_OP_RMSNORM) && n->n_in > 0) {
       const pcgc_ptensor *t = pcgc_graph_ref_type(g, n->in[0]);
-      int64_t axes = pcgc_attrs_int(&n->attrs, "axes"), w = 1;
+      int64_t axes = pcgc_attrs_int(n->attrs, "axes"), w = 1;
       for (int d = t->rank - (int)axes; d < t->rank; d++)
         if (d >= 0) w *= t->dims[d];
       if (w < *norm) *norm = w;
     } else if (n->kind == PCGC_OP_ATTENTION && n->n_in > 3) {
       const pcgc_ptensor *wq = pcgc_graph_ref_type(g, n->in[3]);
-      int64_t heads = pcgc_attrs_int(&n->attrs, "heads");
+      int64_t heads = pcgc_attrs_int(n->attrs, "heads");
       if (heads > 0 && wq->rank == 2 && wq->dims[1] / heads < *head) *head = wq->dims[1] / heads;
     }
   }

@@ -670,7 +670,7 @@ static int grad_of(cg *C, pcgc_ref r, int64_t q, int mi, int X, int buf) {
 static pcgc_status piece_inputs(cg *C, const pcgc_node *n, int64_t p, int64_t *inp) {
   pcgc_ptensor tin[PCGC_VARIADIC];
   for (int i = 0; i < n->n_in; i++) tin[i] = *pcgc_graph_ref_type(C->g, n->in[i]);
-  return pcgc_op_piece_inputs(n->kind, &n->attrs, n->n_in, tin, &n->out[0], p, inp, C->err);
+  return pcgc_op_piece_inputs(n->kind, n->attrs, n->n_in, tin, &n->out[0], p, inp, C->err);
 }
 
 static int op_micro(const cg *C, const pcgc_node *n) {
@@ -762,7 +762,7 @@ static int read_bwd(cg *C, pcgc_ref r, int64_t q, int mi, int X) {
     /* a replica on its source's device is that source (lower_fan): where
      * the source is recomputed, so is it */
     const pcgc_ptensor *ti = pcgc_graph_ref_type(C->g, n->in[0]);
-    int64_t c[PCGC_MAX_RANK], s, rr, d = pcgc_attrs_int(&n->attrs, "degree");
+    int64_t c[PCGC_MAX_RANK], s, rr, d = pcgc_attrs_int(n->attrs, "degree");
     pcgc_piece_coords(&n->out[0], q, c, &s, &rr);
     int64_t qs = pcgc_piece_index(ti, c, s, rr / d);
     pcgc_ref src = n->in[0];
@@ -1123,7 +1123,7 @@ static void lower_fan(cg *C, const pcgc_node *n, bool backward) {
   bool to_wide = rep != backward;
   if (backward && !C->needg[src]) return;
   pcgc_fan F;
-  if ((C->st = pcgc_fan_init(&F, pcgc_attrs_int(&n->attrs, "degree"), C->D, C->err))) return;
+  if ((C->st = pcgc_fan_init(&F, pcgc_attrs_int(n->attrs, "degree"), C->D, C->err))) return;
   member *ms = malloc((size_t)F.cap * sizeof *ms);
   int *bufs = malloc((size_t)F.cap * sizeof *bufs), *wb = malloc((size_t)F.cap * sizeof *wb);
   if (!ms || !bufs || !wb) C->st = PCGC_ERR_NOMEM;

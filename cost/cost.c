@@ -211,7 +211,7 @@ pcgc_status pcgc_cost_node_time(const pcgc_machine *m, const pcgc_graph *g, int 
     in[i] = *p;
   }
   pcgc_op_cost logical, piece;
-  pcgc_op_cost_of(n->kind, &n->attrs, n->n_in, in, n->n_out, n->out, &logical);
+  pcgc_op_cost_of(n->kind, n->attrs, n->n_in, in, n->n_out, n->out, &logical);
   pcgc_cost_op_piece(n->n_in, in, n->n_out, n->out, &logical, &piece);
   *t = pcgc_cost_op_time(m, n->kind, pcgc_cost_op_dtype(n->n_in, in, n->n_out, n->out), &piece);
   return PCGC_OK;

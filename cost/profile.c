@@ -282,7 +282,7 @@ pcgc_status pcgc_profile_key(const pcgc_graph *g, int node, pcgc_profile_entry *
   key->kind = n->kind;
   key->n_in = n->n_in;
   key->dtype = pcgc_cost_op_dtype(n->n_in, in, n->n_out, n->out);
-  pcgc_profile_attrs_text(key->attrs, sizeof key->attrs, &n->attrs);
+  pcgc_profile_attrs_text(key->attrs, sizeof key->attrs, n->attrs);
   return PCGC_OK;
 }
 
@@ -509,13 +509,13 @@ static bool fused_time(const pcgc_profile *p, const pcgc_machine *m, const pcgc_
   int ai = -1;
   for (int i = 0; i < pcgc_op_num_attrs(n->kind); i++)
     if (strcmp(pcgc_op_attr(n->kind, i)->name, "act") == 0) ai = i;
-  if (ai < 0 || pcgc_attrs_int_at(&n->attrs, ai) == PCGC_ACT_NONE || n->n_out != 1) return false;
+  if (ai < 0 || pcgc_attrs_int_at(n->attrs, ai) == PCGC_ACT_NONE || n->n_out != 1) return false;
   static const pcgc_op_kind act_op[] = {[PCGC_ACT_RELU] = PCGC_OP_RELU, [PCGC_ACT_GELU] = PCGC_OP_GELU,
                                         [PCGC_ACT_SIGMOID] = PCGC_OP_SIGMOID, [PCGC_ACT_TANH] = PCGC_OP_TANH};
-  int64_t act = pcgc_attrs_int_at(&n->attrs, ai);
+  int64_t act = pcgc_attrs_int_at(n->attrs, ai);
   if (act < PCGC_ACT_RELU || act > PCGC_ACT_TANH) return false;
 
-  pcgc_attrs plain = n->attrs; /* the op alone */
+  pcgc_attrs plain = *n->attrs; /* the op alone */
   plain.val[ai].i = PCGC_ACT_NONE;
   pcgc_profile_entry bkey = *key;
   pcgc_profile_attrs_text(bkey.attrs, sizeof bkey.attrs, &plain);
@@ -552,8 +552,8 @@ pcgc_profile_source pcgc_profile_node_time(const pcgc_profile *p, const pcgc_mac
   if (pcgc_profile_key(g, node, &key, NULL) != PCGC_OK) return PCGC_PROFILE_NONE;
   const pcgc_node *n = &g->nodes[node];
   pcgc_ptensor in[PCGC_VARIADIC];
-  kernel x = {.key = &key, .kind = n->kind, .a = &n->attrs, .n_in = n->n_in, .in = in, .dtype = PCGC_F32};
-  if (!node_counts(g, n, &n->attrs, in, &x.x, &x.dtype)) return PCGC_PROFILE_NONE;
+  kernel x = {.key = &key, .kind = n->kind, .a = n->attrs, .n_in = n->n_in, .in = in, .dtype = PCGC_F32};
+  if (!node_counts(g, n, n->attrs, in, &x.x, &x.dtype)) return PCGC_PROFILE_NONE;
   if (kernel_time(p, m, &x, false, t) == PCGC_PROFILE_MEASURED) return PCGC_PROFILE_MEASURED;
   if (fused_time(p, m, g, n, &key, t)) return PCGC_PROFILE_NEAREST;
   return kernel_time(p, m, &x, true, t);

@@ -164,7 +164,7 @@ static void out_op_line(dot_out *o, const pcgc_node *nd)
   int n = pcgc_op_num_attrs(nd->kind);
   for (int i = 0; i < n; i++) {
     char buf[512];
-    pcgc_attr_format(buf, sizeof buf, &nd->attrs, i);
+    pcgc_attr_format(buf, sizeof buf, nd->attrs, i);
     if (i) out_puts(o, ", ");
     out_escaped(o, buf);
   }

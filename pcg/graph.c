@@ -7,20 +7,20 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* Out of memory in the name index must be an error, not uthash's exit(). */
-static _Thread_local bool index_oom;
-#define HASH_NONFATAL_OOM 1
-#define uthash_nonfatal_oom(obj) (index_oom = true)
-#include <uthash.h>
+#include <stdint.h>
+#include <xxhash.h>
 
 #include "internal.h"
 
-typedef struct pcgc__name_entry {
-  const char *name; /* points into the node */
-  int id;
-  UT_hash_handle hh;
-} pcgc__name_entry;
+/* A graph's private tables: its node names (ids + 1, keyed by name), and
+ * the distinct attribute sets its nodes point to (open addressing, at most
+ * half full), so a chain of 100,000 relus keeps one set, not 100,000 (issue
+ * 17: a graph's memory against its text). */
+typedef struct pcgc__graph_tables {
+  pcgc__name_index ids;
+  pcgc_attrs **attrs;
+  uint32_t cap_attrs, n_attrs;
+} pcgc__graph_tables;
 
 pcgc_graph *pcgc_graph_new(void) { return calloc(1, sizeof(pcgc_graph)); }
 
@@ -36,25 +36,26 @@ pcgc_status pcgc_graph_reserve(pcgc_graph *g, int n) {
 static void node_destroy(pcgc_node *n) {
   free(n->value);
   if (n->out_names)
-    for (int i = 0; i < n->n_out; i++) free(n->out_names[i]);
+    for (int i = 0; i < n->n_out; i++)
+      if (n->out_names[i] != n->name) free(n->out_names[i]);
   free(n->out_names);
   free(n->name);
   free(n->in);
   free(n->out);
 }
 
-static void index_clear(pcgc_graph *g) {
-  pcgc__name_entry *e, *tmp;
-  HASH_ITER(hh, g->index, e, tmp) {
-    HASH_DEL(g->index, e);
-    free(e);
-  }
+static void tables_free(pcgc__graph_tables *t) {
+  if (!t) return;
+  for (uint32_t i = 0; i < t->cap_attrs; i++) free(t->attrs[i]);
+  free(t->attrs);
+  pcgc__name_index_free(&t->ids);
+  free(t);
 }
 
 void pcgc_graph_free(pcgc_graph *g) {
   if (!g) return;
   for (int i = 0; i < g->n_nodes; i++) node_destroy(&g->nodes[i]);
-  index_clear(g);
+  tables_free(g->tables);
   free(g->nodes);
   free(g->name);
   free(g->file);
@@ -68,24 +69,51 @@ static char *dupstr(const char *s) {
   return d;
 }
 
+static const char *node_name(const void *g, uintptr_t v) { return ((const pcgc_graph *)g)->nodes[v - 1].name; }
+
 int pcgc_graph_find(const pcgc_graph *g, const char *name) {
-  pcgc__name_entry *e = NULL;
-  HASH_FIND_STR(g->index, name, e);
-  return e ? e->id : -1;
+  return g->tables ? (int)pcgc__name_index_find(&g->tables->ids, name, node_name, g) - 1 : -1;
 }
 
+static pcgc__graph_tables *tables_of(pcgc_graph *g) {
+  if (!g->tables) g->tables = calloc(1, sizeof *g->tables);
+  return g->tables;
+}
+
+/* Adds node id's name, known to be new. */
 static pcgc_status index_add(pcgc_graph *g, int id) {
-  pcgc__name_entry *e = malloc(sizeof *e);
-  if (!e) return PCGC_ERR_NOMEM;
-  e->name = g->nodes[id].name;
-  e->id = id;
-  index_oom = false;
-  HASH_ADD_KEYPTR(hh, g->index, e->name, strlen(e->name), e);
-  if (index_oom) {
-    free(e);
-    return PCGC_ERR_NOMEM;
+  pcgc__graph_tables *t = tables_of(g);
+  return t ? pcgc__name_index_add(&t->ids, (uintptr_t)id + 1, node_name, g) : PCGC_ERR_NOMEM;
+}
+
+/* The graph's copy of *a: one per distinct byte pattern. NULL on out of
+ * memory. */
+static const pcgc_attrs *attrs_intern(pcgc_graph *g, const pcgc_attrs *a) {
+  pcgc__graph_tables *t = tables_of(g);
+  if (!t) return NULL;
+  if ((t->n_attrs + 1) * 2 > t->cap_attrs) {
+    uint32_t cap = t->cap_attrs ? t->cap_attrs * 2 : 8;
+    pcgc_attrs **tab = calloc(cap, sizeof *tab);
+    if (!tab) return NULL;
+    for (uint32_t k = 0; k < t->cap_attrs; k++) {
+      if (!t->attrs[k]) continue;
+      uint32_t i = (uint32_t)XXH3_64bits(t->attrs[k], sizeof(pcgc_attrs)) & (cap - 1);
+      while (tab[i]) i = (i + 1) & (cap - 1);
+      tab[i] = t->attrs[k];
+    }
+    free(t->attrs);
+    t->attrs = tab;
+    t->cap_attrs = cap;
   }
-  return PCGC_OK;
+  uint32_t mask = t->cap_attrs - 1, i = (uint32_t)XXH3_64bits(a, sizeof *a) & mask;
+  for (; t->attrs[i]; i = (i + 1) & mask)
+    if (memcmp(t->attrs[i], a, sizeof *a) == 0) return t->attrs[i];
+  pcgc_attrs *c = malloc(sizeof *c);
+  if (!c) return NULL;
+  memcpy(c, a, sizeof *c);
+  t->attrs[i] = c;
+  t->n_attrs++;
+  return c;
 }
 
 int pcgc_graph_add_node(pcgc_graph *g, pcgc_op_kind kind, const char *name, const pcgc_attrs *attrs,
@@ -105,15 +133,20 @@ int pcgc_graph_add_node(pcgc_graph *g, pcgc_op_kind kind, const char *name, cons
   memset(n, 0, sizeof *n);
   n->id = id;
   n->kind = kind;
-  if (attrs) n->attrs = *attrs;
-  else pcgc_attrs_init(&n->attrs, kind);
+  pcgc_attrs defaults;
+  if (!attrs) {
+    memset(&defaults, 0, sizeof defaults);
+    pcgc_attrs_init(&defaults, kind);
+    attrs = &defaults;
+  }
   char auto_name[64];
   if (!name) {
     snprintf(auto_name, sizeof auto_name, "%s_%d", pcgc_op_name(kind), id);
     name = auto_name;
   }
   if (pcgc_graph_find(g, name) >= 0) return PCGC_ERR_INVALID; /* names are unique */
-  n->n_out = pcgc_op_num_outputs(kind, &n->attrs);
+  if (!(n->attrs = attrs_intern(g, attrs))) return PCGC_ERR_NOMEM;
+  n->n_out = pcgc_op_num_outputs(kind, n->attrs);
   n->name = dupstr(name);
   n->in = n_in ? malloc((size_t)n_in * sizeof *n->in) : NULL;
   n->out = calloc((size_t)n->n_out, sizeof *n->out);
@@ -122,7 +155,7 @@ int pcgc_graph_add_node(pcgc_graph *g, pcgc_op_kind kind, const char *name, cons
   for (int i = 0; ok && i < n->n_out; i++) {
     char buf[600];
     if (i > 0) snprintf(buf, sizeof buf, "%.500s.%d", name, i);
-    ok = (n->out_names[i] = dupstr(i == 0 ? name : buf)) != NULL;
+    ok = (n->out_names[i] = i == 0 ? n->name : dupstr(buf)) != NULL;
   }
   if (!ok || index_add(g, id) != PCGC_OK) {
     node_destroy(n);
@@ -140,8 +173,19 @@ pcgc_status pcgc_graph_set_output_name(pcgc_graph *g, int node, int slot, const 
   if (slot < 0 || slot >= n->n_out) return PCGC_ERR_INVALID;
   char *d = dupstr(name);
   if (!d) return PCGC_ERR_NOMEM;
-  free(n->out_names[slot]);
+  if (n->out_names[slot] != n->name) free(n->out_names[slot]);
   n->out_names[slot] = d;
+  return PCGC_OK;
+}
+
+pcgc_status pcgc_graph_set_attrs(pcgc_graph *g, int node, const pcgc_attrs *a) {
+  if (node < 0 || node >= g->n_nodes || !a) return PCGC_ERR_INVALID;
+  pcgc_node *n = &g->nodes[node];
+  if (a->kind != n->kind || pcgc_op_num_outputs(n->kind, a) != n->n_out) return PCGC_ERR_INVALID;
+  const pcgc_attrs *c = attrs_intern(g, a);
+  if (!c) return PCGC_ERR_NOMEM;
+  n->attrs = c;
+  n->typed = false;
   return PCGC_OK;
 }
 
@@ -149,7 +193,7 @@ pcgc_status pcgc_graph_set_value(pcgc_graph *g, int node, const float *data, int
   if (node < 0 || node >= g->n_nodes || g->nodes[node].kind != PCGC_OP_WEIGHT || n < 0 || (n && !data))
     return PCGC_ERR_INVALID;
   pcgc_node *w = &g->nodes[node];
-  pcgc_ints shape = pcgc_attrs_ints(&w->attrs, "shape");
+  pcgc_ints shape = pcgc_attrs_ints(w->attrs, "shape");
   int64_t numel = 1;
   for (int i = 0; i < shape.n; i++) numel *= shape.v[i];
   if (n != numel) return PCGC_ERR_INVALID;
@@ -164,7 +208,7 @@ pcgc_status pcgc_graph_set_value(pcgc_graph *g, int node, const float *data, int
 int pcgc_graph_copy_node(pcgc_graph *dst, const pcgc_graph *src, int node, const char *name, const pcgc_ref *in) {
   const pcgc_node *n = &src->nodes[node];
   if (!name) name = n->name;
-  int id = pcgc_graph_add_node(dst, n->kind, name, &n->attrs, n->n_in, in ? in : n->in);
+  int id = pcgc_graph_add_node(dst, n->kind, name, n->attrs, n->n_in, in ? in : n->in);
   if (id < 0) return id;
   pcgc_node *m = &dst->nodes[id];
   size_t ln = strlen(n->name);
@@ -182,7 +226,7 @@ int pcgc_graph_copy_node(pcgc_graph *dst, const pcgc_graph *src, int node, const
   m->loc = n->loc;
   if (src->file && n->loc.file == src->file) m->loc.file = dst->file;
   if (n->value) {
-    pcgc_ints shape = pcgc_attrs_ints(&n->attrs, "shape");
+    pcgc_ints shape = pcgc_attrs_ints(n->attrs, "shape");
     int64_t numel = 1;
     for (int k = 0; k < shape.n; k++) numel *= shape.v[k];
     pcgc_status s = pcgc_graph_set_value(dst, id, n->value, numel);
@@ -347,13 +391,13 @@ pcgc_status pcgc_graph_infer_node(pcgc_graph *g, int id, pcgc_error *err) {
     }
     in[k] = *t;
   }
-  if (pcgc_op_num_outputs(n->kind, &n->attrs) != n->n_out) {
+  if (pcgc_op_num_outputs(n->kind, n->attrs) != n->n_out) {
     pcgc_error_set(err, PCGC_ERR_GRAPH, "%s '%s' has %d outputs but its attributes give %d",
-                   pcgc_op_name(n->kind), n->name, n->n_out, pcgc_op_num_outputs(n->kind, &n->attrs));
+                   pcgc_op_name(n->kind), n->name, n->n_out, pcgc_op_num_outputs(n->kind, n->attrs));
     at_node(err, n);
     return PCGC_ERR_GRAPH;
   }
-  s = pcgc__op_infer_named(n->kind, n->name, &n->attrs, n->n_in, in, n->out, err);
+  s = pcgc__op_infer_named(n->kind, n->name, n->attrs, n->n_in, in, n->out, err);
   n->typed = s == PCGC_OK;
   if (s != PCGC_OK) at_node(err, n);
   return s;
@@ -412,7 +456,7 @@ pcgc_status pcgc_graph_stats_compute(const pcgc_graph *g, pcgc_graph_stats *st, 
     pcgc_ptensor in[PCGC_VARIADIC];
     for (int k = 0; k < n->n_in; k++) in[k] = *pcgc_graph_ref_type(g, n->in[k]);
     pcgc_op_cost cost;
-    pcgc_op_cost_of(n->kind, &n->attrs, n->n_in, in, n->n_out, n->out, &cost);
+    pcgc_op_cost_of(n->kind, n->attrs, n->n_in, in, n->n_out, n->out, &cost);
     st->params += cost.params;
     if (n->kind == PCGC_OP_WEIGHT) st->param_bytes += (double)pcgc_ptensor_bytes(&n->out[0]);
     if (n->kind == PCGC_OP_INPUT) st->input_bytes += (double)pcgc_ptensor_bytes(&n->out[0]);

@@ -78,7 +78,7 @@ static uint64_t node_label(hbuf *h, const pcgc_graph *g, int i) {
   put64(h, (uint64_t)n->kind);
   put64(h, (uint64_t)n->n_in);
   put64(h, (uint64_t)n->n_out);
-  put_attrs(h, &n->attrs);
+  put_attrs(h, n->attrs);
   for (int k = 0; k < n->n_out; k++) put_type(h, &n->out[k]);
   return XXH3_64bits_digest(h->st);
 }
@@ -271,7 +271,7 @@ static bool feasible(const eqctx *e, int ia, int ib) {
   const pcgc_node *na = &e->a->nodes[ia], *nb = &e->b->nodes[ib];
   if (e->used[ib] || e->ca[ia] != e->cb[ib]) return false;
   if (na->kind != nb->kind || na->n_in != nb->n_in || na->n_out != nb->n_out) return false;
-  if (!pcgc_attrs_equal(&na->attrs, &nb->attrs)) return false;
+  if (!pcgc_attrs_equal(na->attrs, nb->attrs)) return false;
   for (int k = 0; k < na->n_out; k++)
     if (!pcgc_ptensor_equal(&na->out[k], &nb->out[k])) return false;
   for (int k = 0; k < na->n_in; k++)

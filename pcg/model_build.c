@@ -5,7 +5,9 @@
  *
  *  - Expressions are evaluated exactly: int64 arithmetic with overflow
  *    checks and exact division; a float anywhere makes the result a float.
- *  - Scopes are uthash tables of names. The file scope holds constants,
+ *  - Scopes are tables of names (records in the scope's arena, indexed by
+ *    name_index.c: about 80 bytes a name, where uthash took 200; issue 17).
+ *    The file scope holds constants,
  *    blocks and tensors; a block instance gets a fresh scope with its
  *    parameters and its own layers, a name prefix ("h.3"), and sees the file
  *    scope only for constants and blocks. A separate table maps every full
@@ -32,10 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define HASH_NONFATAL_OOM 1
-#define uthash_nonfatal_oom(e) (oom_ = true)
-#include <uthash.h>
-
+#include "internal.h"
 #include "model_internal.h"
 
 /* ------------------------------------------------------------ structures */
@@ -46,34 +45,46 @@ typedef enum sym_kind { SYM_TENSOR, SYM_NUM, SYM_BLOCK } sym_kind;
 
 /* A name in a scope. */
 typedef struct sym {
-  UT_hash_handle hh;
-  sym_kind kind;
-  pcgc_ref ref;             /* SYM_TENSOR */
-  num val;                  /* SYM_NUM */
-  const pcgc__stmt *block;  /* SYM_BLOCK */
+  struct sym *next;         /* the scope's names in order of definition */
   pcgc__span def;
+  union {
+    pcgc_ref ref;             /* SYM_TENSOR */
+    num val;                  /* SYM_NUM */
+    const pcgc__stmt *block;  /* SYM_BLOCK */
+  };
+  sym_kind kind;
   char name[];
 } sym;
 
+typedef struct sym_table {
+  pcgc__name_index index;   /* of sym pointers */
+  sym *first, *last;
+  pcgc__arena arena;        /* the records */
+} sym_table;
+
 /* A full tensor name of the graph (node names and output names). */
 typedef struct gname {
-  UT_hash_handle hh;
   pcgc_ref ref;
   pcgc__span def;
   char name[];
 } gname;
 
+typedef struct gname_table {
+  pcgc__name_index index;   /* of gname pointers */
+  pcgc__arena arena;
+} gname_table;
+
 typedef struct scope {
-  sym *syms;
   const char *prefix;       /* "" in the file scope, "h.3" in an instance */
   struct scope *top;        /* the file scope; NULL for the file scope itself */
   const pcgc__stmt *block;  /* the block this scope instantiates */
+  sym_table syms;
 } scope;
 
 typedef struct builder {
   pcgc__src src;
   pcgc_graph *g;
-  gname *names;
+  gname_table names;
   const pcgc_model_options *opts;
   const num *set_vals;
   int nesting;
@@ -104,65 +115,51 @@ static const char *plural(int64_t n) { return n == 1 ? "" : "s"; }
 
 /* ------------------------------------------------------------ name tables */
 
-static sym *sym_find(sym *table, const char *name) {
-  sym *y = NULL;
-  HASH_FIND_STR(table, name, y);
-  return y;
+static const char *sym_name(const void *ctx, uintptr_t v) { return ((const sym *)v)->name; }
+static const char *gname_name(const void *ctx, uintptr_t v) { return ((const gname *)v)->name; }
+
+static sym *sym_find(const sym_table *t, const char *name) {
+  return (sym *)pcgc__name_index_find(&t->index, name, sym_name, NULL);
 }
 
 static pcgc_status sym_add(builder *b, scope *s, const char *name, sym_kind kind, pcgc__span def, sym **out) {
   size_t n = strlen(name);
-  sym *y = calloc(1, sizeof *y + n + 1);
+  sym *y = pcgc__arena_alloc(&s->syms.arena, sizeof *y + n + 1);
   if (!y) return nomem(b);
   memcpy(y->name, name, n + 1);
   y->kind = kind;
   y->def = def;
-  bool oom_ = false;
-  HASH_ADD_KEYPTR(hh, s->syms, y->name, n, y);
-  if (oom_) {
-    free(y);
-    return nomem(b);
-  }
+  if (pcgc__name_index_add(&s->syms.index, (uintptr_t)y, sym_name, NULL)) return nomem(b);
+  if (s->syms.last) s->syms.last->next = y;
+  else s->syms.first = y;
+  s->syms.last = y;
   *out = y;
   return PCGC_OK;
 }
 
-static void syms_free(sym **table) {
-  sym *y, *tmp;
-  HASH_ITER(hh, *table, y, tmp) {
-    HASH_DEL(*table, y);
-    free(y);
-  }
+static void syms_free(sym_table *t) {
+  pcgc__name_index_free(&t->index);
+  pcgc__arena_free(&t->arena);
+  t->first = t->last = NULL;
 }
 
 static gname *gname_find(builder *b, const char *name) {
-  gname *e = NULL;
-  HASH_FIND_STR(b->names, name, e);
-  return e;
+  return (gname *)pcgc__name_index_find(&b->names.index, name, gname_name, NULL);
 }
 
 static pcgc_status gname_add(builder *b, const char *name, pcgc_ref ref, pcgc__span def) {
   size_t n = strlen(name);
-  gname *e = calloc(1, sizeof *e + n + 1);
+  gname *e = pcgc__arena_alloc(&b->names.arena, sizeof *e + n + 1);
   if (!e) return nomem(b);
   memcpy(e->name, name, n + 1);
   e->ref = ref;
   e->def = def;
-  bool oom_ = false;
-  HASH_ADD_KEYPTR(hh, b->names, e->name, n, e);
-  if (oom_) {
-    free(e);
-    return nomem(b);
-  }
-  return PCGC_OK;
+  return pcgc__name_index_add(&b->names.index, (uintptr_t)e, gname_name, NULL) ? nomem(b) : PCGC_OK;
 }
 
 static void gnames_free(builder *b) {
-  gname *e, *tmp;
-  HASH_ITER(hh, b->names, e, tmp) {
-    HASH_DEL(b->names, e);
-    free(e);
-  }
+  pcgc__name_index_free(&b->names.index);
+  pcgc__arena_free(&b->names.arena);
 }
 
 /* out = prefix.name (or name at top level), with an optional ".index". */
@@ -194,7 +191,7 @@ static pcgc_status join_name(builder *b, const char *base, const char *suffix, p
 
 /* A name about to be defined in scope `s` must be new there. */
 static pcgc_status check_new(builder *b, scope *s, const pcgc__ident *id) {
-  sym *y = sym_find(s->syms, id->s);
+  sym *y = sym_find(&s->syms, id->s);
   if (!y) return PCGC_OK;
   FAIL(b, id->sp, PCGC_ERR_PARSE, "'%s' is already defined", id->s);
   return hint(b, "it was first defined at line %d, column %d; choose another name", y->def.line, y->def.col);
@@ -255,8 +252,8 @@ static const pcgc__stmt *defined_later_in_file(builder *b, const char *name, int
   return found;
 }
 
-static void suggest_syms(pcgc__suggest *sg, sym *table, sym_kind kind) {
-  for (sym *y = table; y; y = y->hh.next)
+static void suggest_syms(pcgc__suggest *sg, const sym_table *table, sym_kind kind) {
+  for (const sym *y = table->first; y; y = y->next)
     if (y->kind == kind) pcgc__suggest_add(sg, y->name);
 }
 
@@ -271,15 +268,15 @@ static pcgc_status unknown_number(builder *b, scope *s, const pcgc__expr *e) {
     return hint(b, "constant '%s' is defined later, at line %d; define it before its use", e->name, later_line);
   pcgc__suggest sg;
   pcgc__suggest_init(&sg, e->name);
-  suggest_syms(&sg, s->syms, SYM_NUM);
-  if (s->top) suggest_syms(&sg, top->syms, SYM_NUM);
+  suggest_syms(&sg, &s->syms, SYM_NUM);
+  if (s->top) suggest_syms(&sg, &top->syms, SYM_NUM);
   if (pcgc__suggest_best(&sg)) return hint(b, "did you mean '%s'?", pcgc__suggest_best(&sg));
   return hint(b, "numbers come from constants (const NAME = ...) and int or float block parameters");
 }
 
 static pcgc_status lookup_number(builder *b, scope *s, const pcgc__expr *e, num *out) {
-  sym *y = sym_find(s->syms, e->name);
-  if (!y && s->top) y = sym_find(s->top->syms, e->name);
+  sym *y = sym_find(&s->syms, e->name);
+  if (!y && s->top) y = sym_find(&s->top->syms, e->name);
   if (!y) return unknown_number(b, s, e);
   if (y->kind == SYM_NUM) {
     *out = y->val;
@@ -487,7 +484,7 @@ static pcgc_status eval_shape(builder *b, scope *s, const pcgc__type *ty, const 
 }
 
 static pcgc_status bind_tensor(builder *b, scope *s, const pcgc__ident *id, pcgc_ref ref) {
-  sym *y;
+  sym *y = NULL;
   pcgc_status st = sym_add(b, s, id->s, SYM_TENSOR, id->sp, &y);
   if (st == PCGC_OK) y->ref = ref;
   return st;
@@ -605,15 +602,15 @@ static pcgc_status value_int(builder *b, scope *s, const pcgc__kv *kv, const cha
   pcgc_status rc = need_scalar(b, kv, what, "an integer");
   if (rc) return rc;
   const pcgc__expr *e = kv->val.e;
-  if (e->kind == PCGC__EX_BOOL || (e->kind == PCGC__EX_NAME && !sym_find(s->syms, e->name) &&
-                                   !(s->top && sym_find(s->top->syms, e->name)))) {
+  if (e->kind == PCGC__EX_BOOL || (e->kind == PCGC__EX_NAME && !sym_find(&s->syms, e->name) &&
+                                   !(s->top && sym_find(&s->top->syms, e->name)))) {
     FAIL(b, e->sp, PCGC_ERR_INVALID, "%s must be an integer, got '%s'", what,
          e->kind == PCGC__EX_BOOL ? (e->i ? "true" : "false") : e->name);
     if (e->kind == PCGC__EX_NAME) {
       pcgc__suggest sg;
       pcgc__suggest_init(&sg, e->name);
-      suggest_syms(&sg, s->syms, SYM_NUM);
-      if (s->top) suggest_syms(&sg, s->top->syms, SYM_NUM);
+      suggest_syms(&sg, &s->syms, SYM_NUM);
+      if (s->top) suggest_syms(&sg, &s->top->syms, SYM_NUM);
       if (pcgc__suggest_best(&sg)) return hint(b, "did you mean '%s'?", pcgc__suggest_best(&sg));
     }
     return hint(b, "write a whole number or an integer expression: %s=256", kv->key.s);
@@ -836,7 +833,7 @@ static pcgc_status set_attr(builder *b, scope *s, pcgc_attrs *a, int idx, const 
   case PCGC_ATTR_FLOAT: {
     if ((rc = need_scalar(b, kv, what, "a number"))) return rc;
     const pcgc__expr *e = kv->val.e;
-    if (e->kind == PCGC__EX_NAME && !sym_find(s->syms, e->name) && !(s->top && sym_find(s->top->syms, e->name))) {
+    if (e->kind == PCGC__EX_NAME && !sym_find(&s->syms, e->name) && !(s->top && sym_find(&s->top->syms, e->name))) {
       FAIL(b, e->sp, PCGC_ERR_INVALID, "%s must be a number, got '%s'", what, e->name);
       return hint(b, "write a number or an expression: %s=0.1", d->name);
     }
@@ -1087,7 +1084,7 @@ static pcgc_status resolve_tensor(builder *b, scope *s, const pcgc__ident *id, p
 static pcgc_status instantiate(builder *b, scope *caller, const pcgc__stmt *call, const pcgc__stmt *blk,
                                const char *inst, const pcgc_ref *targs, const num *vals, const bool *given,
                                pcgc_ref *rets) {
-  scope bs = {NULL, inst, caller->top ? caller->top : caller, blk};
+  scope bs = {.prefix = inst, .top = caller->top ? caller->top : caller, .block = blk};
   pcgc_status rc = count_work(b, call->sp);
   int ti = 0;
   b->nesting++;
@@ -1216,7 +1213,7 @@ static pcgc_status exec_call(builder *b, scope *s, const pcgc__stmt *st, const p
 }
 
 static pcgc_status resolve_tensor(builder *b, scope *s, const pcgc__ident *id, pcgc_ref *out) {
-  sym *y = sym_find(s->syms, id->s);
+  sym *y = sym_find(&s->syms, id->s);
   if (y && y->kind == SYM_TENSOR) {
     *out = y->ref;
     return PCGC_OK;
@@ -1230,7 +1227,7 @@ static pcgc_status resolve_tensor(builder *b, scope *s, const pcgc__ident *id, p
       *out = e->ref;
       return PCGC_OK;
     }
-    if (s->top) y = sym_find(s->top->syms, id->s);
+    if (s->top) y = sym_find(&s->top->syms, id->s);
     if (y && y->kind == SYM_TENSOR) {
       FAIL(b, id->sp, PCGC_ERR_PARSE, "unknown tensor '%s' in block '%s'", id->s, s->block->name.s);
       return hint(b, "a block sees only its parameters, its own layers and the constants; pass '%s' as a tensor "
@@ -1252,14 +1249,14 @@ static pcgc_status resolve_tensor(builder *b, scope *s, const pcgc__ident *id, p
   if (later_line) return hint(b, "'%s' is defined later, at line %d; define it before its use", id->s, later_line);
   pcgc__suggest sg;
   pcgc__suggest_init(&sg, id->s);
-  suggest_syms(&sg, s->syms, SYM_TENSOR);
+  suggest_syms(&sg, &s->syms, SYM_TENSOR);
   if (pcgc__suggest_best(&sg)) return hint(b, "did you mean '%s'?", pcgc__suggest_best(&sg));
   return hint(b, "tensors are inputs, weights and layers defined before this line");
 }
 
 static pcgc_status unknown_callee(builder *b, scope *s, const pcgc__ident *id, const char *in_block) {
   scope *top = s->top ? s->top : s;
-  sym *y = sym_find(top->syms, id->s);
+  sym *y = sym_find(&top->syms, id->s);
   if (y && y->kind != SYM_BLOCK) {
     FAIL(b, id->sp, PCGC_ERR_PARSE, "'%s' is a %s, not an operator or block", id->s,
          y->kind == SYM_NUM ? "number" : "tensor");
@@ -1283,7 +1280,7 @@ static pcgc_status unknown_callee(builder *b, scope *s, const pcgc__ident *id, c
   pcgc__suggest_init(&sg, id->s);
   for (int i = 0; i < PCGC_OP_COUNT; i++)
     if (i != PCGC_OP_INPUT && i != PCGC_OP_WEIGHT) pcgc__suggest_add(&sg, pcgc_op_name((pcgc_op_kind)i));
-  suggest_syms(&sg, top->syms, SYM_BLOCK);
+  suggest_syms(&sg, &top->syms, SYM_BLOCK);
   if (pcgc__suggest_best(&sg)) return hint(b, "did you mean '%s'?", pcgc__suggest_best(&sg));
   return hint(b, "the operators are listed in docs/model-format.md; blocks must be defined before use");
 }
@@ -1301,7 +1298,7 @@ static pcgc_status exec_layer(builder *b, scope *s, const pcgc__stmt *st) {
     return hint(b, "declare it with '%s NAME: f32[...]'", st->callee.s);
   }
   if (op < 0) {
-    sym *y = sym_find(top->syms, st->callee.s);
+    sym *y = sym_find(&top->syms, st->callee.s);
     if (!y || y->kind != SYM_BLOCK) return unknown_callee(b, s, &st->callee, NULL);
     blk = y->block;
   }
@@ -1330,7 +1327,7 @@ static pcgc_status exec_block_def(builder *b, scope *s, const pcgc__stmt *st) {
       FAIL(b, body->callee.sp, PCGC_ERR_PARSE, "block '%s' calls itself", st->name.s);
       return hint(b, "recursion is not allowed; use repeat(n) to chain copies of a block");
     }
-    sym *y = sym_find(s->syms, body->callee.s);
+    sym *y = sym_find(&s->syms, body->callee.s);
     if (!y || y->kind != SYM_BLOCK) return unknown_callee(b, s, &body->callee, st->name.s);
   }
   sym *y;
@@ -1387,7 +1384,7 @@ pcgc_status pcgc__model_build(const pcgc__src *src, const pcgc_model_options *op
     pcgc__model_reader_free(R);
     return pcgc_error_set(src->err, PCGC_ERR_NOMEM, "out of memory");
   }
-  builder b = {*src, g, NULL, opts, set_vals, 0, 0, false};
+  builder b = {.src = *src, .g = g, .opts = opts, .set_vals = set_vals};
   /* node locations point at the graph's own copy of the file name */
   if (src->file) {
     size_t n = strlen(src->file) + 1;
@@ -1399,7 +1396,7 @@ pcgc_status pcgc__model_build(const pcgc__src *src, const pcgc_model_options *op
     memcpy(g->file, src->file, n);
     b.src.file = g->file;
   }
-  scope top = {NULL, "", NULL, NULL};
+  scope top = {.prefix = ""};
   /* each statement's tree is dropped once run, but blocks': their
    * symbols point at them */
   pcgc__arena arena = {0}, blocks = {0};

@@ -374,12 +374,16 @@ typedef struct pcgc_node {
   int id;                 /* index in graph->nodes */
   pcgc_op_kind kind;
   char *name;             /* unique within the graph */
-  pcgc_attrs attrs;
+  const pcgc_attrs *attrs;/* owned by the graph, shared by the nodes whose
+                             attributes are equal byte for byte (so a node
+                             costs a pointer, not 200 bytes; issue 17); never
+                             NULL; change with pcgc_graph_set_attrs */
   int n_in;
   pcgc_ref *in;           /* input slot i reads `in[i]` */
   int n_out;
   pcgc_ptensor *out;      /* inferred output types */
-  char **out_names;       /* name of each output (out_names[0] == name) */
+  char **out_names;       /* name of each output (out_names[0] == name, the
+                             same string unless renamed) */
   bool typed;             /* out[] holds inferred types */
   pcgc_srcloc loc;        /* where the model file defined it (file may be NULL) */
   float *value;           /* weights imported with values (ONNX): numel floats in
@@ -393,7 +397,8 @@ typedef struct pcgc_graph {
   char *name;             /* model name, may be NULL */
   char *file;             /* file the graph was read from (owned), may be NULL;
                              node locations point into it */
-  struct pcgc__name_entry *index;  /* private: node names -> ids (uthash) */
+  struct pcgc__graph_tables *tables; /* private: node names -> ids, and the
+                                        distinct attribute sets */
 } pcgc_graph;
 
 pcgc_graph *pcgc_graph_new(void);
@@ -411,6 +416,9 @@ pcgc_graph *pcgc_graph_clone(const pcgc_graph *g);
 int pcgc_graph_add_node(pcgc_graph *g, pcgc_op_kind kind, const char *name,
                         const pcgc_attrs *attrs, int n_in, const pcgc_ref *in);
 pcgc_status pcgc_graph_set_output_name(pcgc_graph *g, int node, int slot, const char *name);
+/* Gives node `node` the attributes *a (copied; a->kind must be its kind and
+ * its number of outputs must stay the same). The node is left untyped. */
+pcgc_status pcgc_graph_set_attrs(pcgc_graph *g, int node, const pcgc_attrs *a);
 /* Gives weight `node` its initial value (n floats, copied; n must equal the
  * weight's element count once typed). */
 pcgc_status pcgc_graph_set_value(pcgc_graph *g, int node, const float *data, int64_t n);

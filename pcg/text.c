@@ -364,19 +364,19 @@ static void write_int_list(text_out *o, pcgc_ints v)
 static pcgc_status write_attr_value(text_out *o, const pcgc_node *nd, int i, pcgc_error *err)
 {
   const pcgc_attr_desc *d = pcgc_op_attr(nd->kind, i);
-  int64_t vi = pcgc_attrs_int_at(&nd->attrs, i);
+  int64_t vi = pcgc_attrs_int_at(nd->attrs, i);
   switch (d->type) {
   case PCGC_ATTR_INT:
     write_int(o, vi);
     return PCGC_OK;
   case PCGC_ATTR_FLOAT:
-    return write_float(o, nd, d->name, pcgc_attrs_float_at(&nd->attrs, i), err);
+    return write_float(o, nd, d->name, pcgc_attrs_float_at(nd->attrs, i), err);
   case PCGC_ATTR_BOOL:
     out_puts(o, vi ? "true" : "false");
     return PCGC_OK;
   case PCGC_ATTR_INTS:
   case PCGC_ATTR_INTS2: {
-    pcgc_ints l = pcgc_attrs_ints_at(&nd->attrs, i);
+    pcgc_ints l = pcgc_attrs_ints_at(nd->attrs, i);
     if (l.n > PCGC_MAX_INTS) {
       return pcgc_error_set(err, PCGC_ERR_INVALID, "node '%s': attribute %s has %d entries",
                             nd->name ? nd->name : "?", d->name, l.n);
@@ -405,8 +405,8 @@ static pcgc_status write_attr_value(text_out *o, const pcgc_node *nd, int i, pcg
 /* "f32[64, 784]" from a source node's shape and dtype attributes. */
 static pcgc_status write_source_type(text_out *o, const pcgc_node *nd, pcgc_error *err)
 {
-  pcgc_ints shape = pcgc_attrs_ints(&nd->attrs, "shape");
-  int64_t dt = pcgc_attrs_int(&nd->attrs, "dtype");
+  pcgc_ints shape = pcgc_attrs_ints(nd->attrs, "shape");
+  int64_t dt = pcgc_attrs_int(nd->attrs, "dtype");
   if (dt < 0 || dt >= PCGC_DTYPE_COUNT) {
     return pcgc_error_set(err, PCGC_ERR_INVALID, "node '%s': unknown dtype %" PRId64,
                           nd->name ? nd->name : "?", dt);
@@ -430,7 +430,7 @@ static pcgc_status write_node(text_out *o, const pcgc_graph *g, const name_map *
     out_puts(o, ": ");
     if ((st = write_source_type(o, nd, err)) != PCGC_OK) return st;
     if (nd->kind == PCGC_OP_WEIGHT) {
-      int64_t init = pcgc_attrs_int(&nd->attrs, "init");
+      int64_t init = pcgc_attrs_int(nd->attrs, "init");
       const char *init_name = pcgc_enum_value_name(PCGC_ENUM_INIT, init);
       if (init_name == NULL) {
         return pcgc_error_set(err, PCGC_ERR_INVALID, "weight '%s': unknown init %" PRId64,
@@ -439,7 +439,7 @@ static pcgc_status write_node(text_out *o, const pcgc_graph *g, const name_map *
       out_printf(o, " = %s", init_name);
       if (init == PCGC_INIT_UNIFORM || init == PCGC_INIT_NORMAL) {
         out_puts(o, "(");
-        st = write_float(o, nd, "the init scale", pcgc_attrs_float(&nd->attrs, "scale"), err);
+        st = write_float(o, nd, "the init scale", pcgc_attrs_float(nd->attrs, "scale"), err);
         if (st != PCGC_OK) return st;
         out_puts(o, ")");
       }

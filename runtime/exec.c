@@ -264,7 +264,7 @@ static pcgc_status zero_slabs(rt *R, const pcgc_plan_buf *B, int n, int *cnt, in
  * recomputation), from its logits (buffer `logits`) on the host. */
 static pcgc_status route_aux(rt *R, const pcgc_node *n, const pcgc_ins *I, int logits, const pcgc_buf *seen,
                              int out0) {
-  double aux = pcgc_attrs_float(&n->attrs, "aux");
+  double aux = pcgc_attrs_float(n->attrs, "aux");
   int64_t c[PCGC_MAX_RANK], s, r;
   pcgc_piece_coords(&n->out[0], I->piece, c, &s, &r);
   if (!(aux > 0) || s != 0 || r != 0 || R->P->buf[out0].role == PCGC_BUF_RECOMPUTE) return PCGC_OK;
@@ -280,7 +280,7 @@ static pcgc_status route_aux(rt *R, const pcgc_node *n, const pcgc_ins *I, int l
     l.data = host_of(R, logits, true, &st);
   }
   if (st) return st;
-  R->loss += pcgc_cpu_moe_aux_loss(&l, pcgc_attrs_int(&n->attrs, "k"), aux,
+  R->loss += pcgc_cpu_moe_aux_loss(&l, pcgc_attrs_int(n->attrs, "k"), aux,
                                    pcgc_graph_ref_type(R->g, n->in[0])->dims[0]);
   return PCGC_OK;
 }
@@ -359,7 +359,7 @@ static pcgc_status kernel(rt *R, const pcgc_ins *I) {
     out[j] = kbuf(R, a[ni + j]);
     pout[j] = kpiece(R, a[ni + j]);
   }
-  pcgc_attrs attrs = n->attrs;
+  pcgc_attrs attrs = *n->attrs;
   pcgc_ref_localize(n->kind, &attrs, tin, ni, in, no, out);
   pcgc_kernel_ctx ctx = {pin, pout, R->o->seed, pcgc_rng_stream(n->name), R->o->training, NULL, 0};
   /* a last argument past the kernel's: what forward keeps for backward (pcgc_op_saved_elems) */
@@ -414,19 +414,19 @@ static pcgc_status batchnorm(rt *R, const pcgc_ins *I) {
   case PCGC_INS_BN_APPLY: {
     pcgc_buf sc = kbuf(R, a[1]), bi = kbuf(R, a[2]), y = kbuf(R, a[3]);
     if (!(st = widen(R, &W, a[3], &y, false, true)))
-      st = be->bn_apply(be, &n->attrs, &x, a[1] >= 0 ? &sc : NULL, a[2] >= 0 ? &bi : NULL, data_of(R, a[4]), count,
+      st = be->bn_apply(be, n->attrs, &x, a[1] >= 0 ? &sc : NULL, a[2] >= 0 ? &bi : NULL, data_of(R, a[4]), count,
                         &y, R->err);
     return st ? st : narrow(R, &W);
   }
   case PCGC_INS_BN_BWD_STATS: {
     pcgc_buf dy = kbuf(R, a[1]);
     if ((st = widen(R, &W, a[1], &dy, true, false))) return st;
-    return be->bn_bwd_stats(be, &n->attrs, &x, &dy, data_of(R, a[2]), count, R->err);
+    return be->bn_bwd_stats(be, n->attrs, &x, &dy, data_of(R, a[2]), count, R->err);
   }
   default: {
     pcgc_buf sc = kbuf(R, a[1]), dy = kbuf(R, a[2]), dx = kbuf(R, a[3]), dsc = kbuf(R, a[4]), dbi = kbuf(R, a[5]);
     if (!(st = widen(R, &W, a[2], &dy, true, false)) && !(st = widen(R, &W, a[3], &dx, true, true)))
-      st = be->bn_bwd_apply(be, &n->attrs, &x, a[1] >= 0 ? &sc : NULL, &dy, data_of(R, a[6]), count,
+      st = be->bn_bwd_apply(be, n->attrs, &x, a[1] >= 0 ? &sc : NULL, &dy, data_of(R, a[6]), count,
                             a[3] >= 0 ? &dx : NULL, a[4] >= 0 ? &dsc : NULL, a[5] >= 0 ? &dbi : NULL, R->err);
     return st ? st : narrow(R, &W);
   }
@@ -770,7 +770,7 @@ static pcgc_status init_sources(rt *R) {
       pcgc_plan_buf_box(B, &x);
       pcgc_box_move_host(B, k.data, &whole, (const char *)n->value, &x, false);
     } else if (n->kind == PCGC_OP_WEIGHT) {
-      pcgc_cpu_init_weight(&k, (pcgc_init)pcgc_attrs_int(&n->attrs, "init"), pcgc_attrs_float(&n->attrs, "scale"),
+      pcgc_cpu_init_weight(&k, (pcgc_init)pcgc_attrs_int(n->attrs, "init"), pcgc_attrs_float(n->attrs, "scale"),
                            R->o->seed, stream, &q);
     } else {
       int64_t bound = pcgc_dtype_is_float(n->out[0].dtype) ? 0 : pcgc_ref_data_bound(R->g, n->id);

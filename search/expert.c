@@ -205,7 +205,7 @@ pcgc_status pcgc_expert_new(const pcgc_graph *seq, const pcgc_machine *m, const 
     pcgc_ptensor in[PCGC_VARIADIC];
     for (int k = 0; k < n->n_in; k++) in[k] = *pcgc_graph_ref_type(seq, n->in[k]);
     pcgc_op_cost c;
-    pcgc_op_cost_of(n->kind, &n->attrs, n->n_in, in, n->n_out, n->out, &c);
+    pcgc_op_cost_of(n->kind, n->attrs, n->n_in, in, n->n_out, n->out, &c);
     x->flops[i] = c.fwd_flops > 0 ? c.fwd_flops : 0;
   }
   *out = x;

@@ -292,8 +292,8 @@ static XXH128_hash_t node_key(const pcgc_graph *g, const pcgc_node *n, XXH128_ha
   kput_hash(&k, machine);
   kput(&k, n->kind);
   for (int i = 0; i < pcgc_op_num_attrs(n->kind); i++) {
-    pcgc_ints l = pcgc_attrs_ints_at(&n->attrs, i);
-    kput(&k, pcgc_attrs_int_at(&n->attrs, i)); /* a float's bits: .i and .f share them */
+    pcgc_ints l = pcgc_attrs_ints_at(n->attrs, i);
+    kput(&k, pcgc_attrs_int_at(n->attrs, i)); /* a float's bits: .i and .f share them */
     kput(&k, l.n);
     for (int j = 0; j < l.n; j++) kput(&k, l.v[j]);
   }

@@ -231,7 +231,7 @@ static bool stubs_intact(void *ctx, const pcgc_graph *g2) {
     int a = pcgc_graph_find(g, s->stub_names[i]), b = pcgc_graph_find(g2, s->stub_names[i]);
     if (b < 0) return false;
     const pcgc_node *na = &g->nodes[a], *nb = &g2->nodes[b];
-    if (na->kind != nb->kind || na->n_in != nb->n_in || !pcgc_attrs_equal(&na->attrs, &nb->attrs)) return false;
+    if (na->kind != nb->kind || na->n_in != nb->n_in || !pcgc_attrs_equal(na->attrs, nb->attrs)) return false;
     bool loss = na->kind == PCGC_OP_MSE;
     for (int k = loss ? 1 : 0; k < na->n_in; k++)
       if (strcmp(g->nodes[na->in[k].node].name, g2->nodes[nb->in[k].node].name) != 0) return false;

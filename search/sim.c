@@ -776,7 +776,7 @@ static void gen_ordinary(sim *S, const pcgc_node *n) {
     if (closed) {
       pcgc_piece_map_apply(&S->pm, n, p, inp);
     } else {
-      pcgc_status st = pcgc_op_piece_inputs(n->kind, &n->attrs, n->n_in, tin, o, p, inp, S->err);
+      pcgc_status st = pcgc_op_piece_inputs(n->kind, n->attrs, n->n_in, tin, o, p, inp, S->err);
       if (st != PCGC_OK) {
         S->st = st;
         return;
@@ -2086,8 +2086,8 @@ static bool alike_key(const alike *A, const pcgc_node *n, XXH128_hash_t *key) {
   h64(&h, S->D);
   h64(&h, n->kind);
   for (int i = 0; i < pcgc_op_num_attrs(n->kind); i++) {
-    pcgc_ints l = pcgc_attrs_ints_at(&n->attrs, i);
-    h64(&h, pcgc_attrs_int_at(&n->attrs, i)); /* a float's bits: .i and .f share them */
+    pcgc_ints l = pcgc_attrs_ints_at(n->attrs, i);
+    h64(&h, pcgc_attrs_int_at(n->attrs, i)); /* a float's bits: .i and .f share them */
     h64(&h, l.n);
     XXH3_128bits_update(&h, l.v, (size_t)l.n * sizeof *l.v);
   }
@@ -2318,7 +2318,7 @@ static pcgc_status simulate(const pcgc_graph *g, const pcgc_mapping *mp, const p
   int64_t maxdeg = 1;
   for (int i = 0; i < n; i++)
     if (g->nodes[i].kind == PCGC_OP_REPLICATE || g->nodes[i].kind == PCGC_OP_REDUCE) {
-      int64_t dg = pcgc_attrs_int(&g->nodes[i].attrs, "degree");
+      int64_t dg = pcgc_attrs_int(g->nodes[i].attrs, "degree");
       if (dg > maxdeg) maxdeg = dg;
     }
   pcgc_status fst = pcgc_fan_init(&fan, maxdeg, D, NULL);

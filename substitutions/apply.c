@@ -40,7 +40,7 @@ static const pcgc_attrs *a_attrs_of(void *ctx, int t) {
   const actx *a = ctx;
   const pcgc_rule *r = a->m->inst->rule;
   if (t < 0 || t >= r->n_tensors || r->tensors[t].side != 0 || r->tensors[t].node < 0) return NULL;
-  return &a->g->nodes[a->m->nodes[r->tensors[t].node]].attrs;
+  return a->g->nodes[a->m->nodes[r->tensors[t].node]].attrs;
 }
 
 static char *dupstr(const char *s) {

@@ -135,7 +135,7 @@ static const pcgc_attrs *cb_attrs(void *ctx, int t) {
   const pcgc_rule *r = I->r;
   if (I->fake || t < 0 || t >= r->n_tensors || r->tensors[t].side != 0 || r->tensors[t].node < 0) return NULL;
   int gn = I->m.node_of[r->tensors[t].node];
-  return I->m.g && gn >= 0 && gn < I->m.g->n_nodes ? &I->m.g->nodes[gn].attrs : NULL;
+  return I->m.g && gn >= 0 && gn < I->m.g->n_nodes ? I->m.g->nodes[gn].attrs : NULL;
 }
 
 static void side_init(side_graph *sg) {
@@ -398,7 +398,7 @@ static void describe(const inst *I, char *buf, size_t n) {
     int gn = I->m.node_of[as->node];
     if (!I->A->av[j] || !I->m.g || gn < 0) continue;
     char kv[96];
-    pcgc_attr_format(kv, sizeof kv, &I->m.g->nodes[gn].attrs, as->attr);
+    pcgc_attr_format(kv, sizeof kv, I->m.g->nodes[gn].attrs, as->attr);
     int w = snprintf(buf + used, n - used, "%s%s.%s", used ? ", " : "", I->m.g->nodes[gn].name, kv);
     if (w > 0) used += (size_t)w;
     if (used >= n) used = n - 1;
@@ -1297,9 +1297,9 @@ static bool unify(inst *I, const space *sp, assign *A, int fixed, uint64_t *rs) 
 static int small_rope_head(const pcgc_graph *g, int64_t *vals, int max) {
   for (int k = 0; g && k < g->n_nodes; k++) {
     const pcgc_node *nd = &g->nodes[k];
-    if (nd->kind != PCGC_OP_ATTENTION || !pcgc_attrs_int(&nd->attrs, "rope") || nd->n_in < 4) continue;
+    if (nd->kind != PCGC_OP_ATTENTION || !pcgc_attrs_int(nd->attrs, "rope") || nd->n_in < 4) continue;
     const pcgc_ptensor *wq = pcgc_graph_ref_type(g, nd->in[3]);
-    int64_t heads = pcgc_attrs_int(&nd->attrs, "heads");
+    int64_t heads = pcgc_attrs_int(nd->attrs, "heads");
     if (!wq || wq->rank != 2 || heads < 1) continue;
     int64_t head = wq->dims[1] / heads;
     if (head % 2 == 0 && head >= 4) continue;
@@ -1405,17 +1405,17 @@ static bool attr_visible(const inst *I, int j) {
     if (!I->m.g || gn < 0) return false;
     const pcgc_node *n = &I->m.g->nodes[gn];
     const pcgc_ptensor *q = n->n_in > 0 ? pcgc_graph_ref_type(I->m.g, n->in[0]) : NULL;
-    bool on = !strcmp(an, "rope") || pcgc_attrs_int(&n->attrs, "rope");
+    bool on = !strcmp(an, "rope") || pcgc_attrs_int(n->attrs, "rope");
     if (!on || !q || q->rank < 2 || q->dims[q->rank - 2] < 2) return false;
     /* the base shows only past the first frequency pair, which turns by
      * base^0 = 1 whatever it is: head size 4 and up (rope_sizes) */
     const pcgc_ptensor *wq = n->n_in > 3 ? pcgc_graph_ref_type(I->m.g, n->in[3]) : NULL;
-    int64_t heads = pcgc_attrs_int(&n->attrs, "heads");
+    int64_t heads = pcgc_attrs_int(n->attrs, "heads");
     if (!wq || wq->rank != 2 || heads < 1 || wq->dims[1] / heads < 4) return false;
     /* rope turned on shows the default base too (a rewrite that changes it
      * differs there): only with that base */
     int ti = pcgc_op_attr_index(PCGC_OP_ATTENTION, "rope_theta");
-    return strcmp(an, "rope") || ti < 0 || pcgc_attrs_float_at(&n->attrs, ti) == pcgc_op_attr(PCGC_OP_ATTENTION, ti)->def_f;
+    return strcmp(an, "rope") || ti < 0 || pcgc_attrs_float_at(n->attrs, ti) == pcgc_op_attr(PCGC_OP_ATTENTION, ti)->def_f;
   }
   if (!causal &&
       ((rn->op != PCGC_OP_CONV2D && rn->op != PCGC_OP_POOL2D) || pcgc_op_attr(rn->op, as->attr)->type != PCGC_ATTR_INTS2))
@@ -1436,8 +1436,8 @@ static bool attr_visible(const inst *I, int j) {
     kh = w->dims[2];
     kw = w->dims[3];
   } else {
-    pcgc_ints k = pcgc_attrs_ints(&n->attrs, "kernel");
-    if (pcgc_attrs_int(&n->attrs, "global")) return false;
+    pcgc_ints k = pcgc_attrs_ints(n->attrs, "kernel");
+    if (pcgc_attrs_int(n->attrs, "global")) return false;
     kh = k.v[0];
     kw = k.v[1];
   }

@@ -199,7 +199,7 @@ static const pcgc_attrs *ms_attrs_of(void *ctx, int t) {
   if (!ms || t < 0 || t >= ms->r->n_tensors) return NULL;
   const rtensor *rt = &ms->r->tensors[t];
   if (rt->side != 0 || rt->node < 0 || ms->node_of[rt->node] < 0) return NULL;
-  return &ms->g->nodes[ms->node_of[rt->node]].attrs;
+  return ms->g->nodes[ms->node_of[rt->node]].attrs;
 }
 
 static void env_init(rx_env *env, const pcgc_rule_inst *ri, void *ctx) {
@@ -330,9 +330,9 @@ static bool static_attrs_ok(const mstate *ms, int p, const pcgc_node *gn) {
     if (!ms->plan->is_static[p][a]) continue;
     const rattr *ra = &pn->attrs[a];
     const int64_t *sv = ms->plan->static_v[p][a];
-    int64_t vi = pcgc_attrs_int_at(&gn->attrs, ra->attr);
-    double vf = pcgc_attrs_float_at(&gn->attrs, ra->attr);
-    pcgc_ints l = pcgc_attrs_ints_at(&gn->attrs, ra->attr);
+    int64_t vi = pcgc_attrs_int_at(gn->attrs, ra->attr);
+    double vf = pcgc_attrs_float_at(gn->attrs, ra->attr);
+    pcgc_ints l = pcgc_attrs_ints_at(gn->attrs, ra->attr);
     pcgc_attr_type ty = pcgc_op_attr(pn->op, ra->attr)->type;
     bool list = ty == PCGC_ATTR_INTS || ty == PCGC_ATTR_INTS2;
     switch (ra->kind) {
@@ -416,7 +416,7 @@ static ures worst(ures a, ures b) { return a == U_FAIL || b == U_FAIL ? U_FAIL :
 static ures check_attr(mstate *ms, int p, int a) {
   const rnode *pn = &ms->r->match.nodes[p];
   const rattr *ra = &pn->attrs[a];
-  const pcgc_attrs *ga = &ms->g->nodes[ms->node_of[p]].attrs;
+  const pcgc_attrs *ga = ms->g->nodes[ms->node_of[p]].attrs;
   pcgc_ints l = pcgc_attrs_ints_at(ga, ra->attr);
   pcgc_attr_type ty = pcgc_op_attr(pn->op, ra->attr)->type;
   ures res = U_OK;

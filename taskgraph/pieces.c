@@ -88,12 +88,12 @@ bool pcgc_piece_map_build(pcgc_piece_map *pm, const pcgc_node *n, const pcgc_pte
   int64_t got[PCGC_VARIADIC];
   pcgc_error e;
   for (int64_t s = 0; s < o->sum; s++)
-    if (pcgc_op_piece_inputs(n->kind, &n->attrs, ni, tin, o, pcgc_piece_index(o, c, s, 0), pm->g + s * ni, &e))
+    if (pcgc_op_piece_inputs(n->kind, n->attrs, ni, tin, o, pcgc_piece_index(o, c, s, 0), pm->g + s * ni, &e))
       return false;
   for (int j = 0; j < rank; j++) {
     c[j] = 1;
     if (o->degree[j] > 1 &&
-        pcgc_op_piece_inputs(n->kind, &n->attrs, ni, tin, o, pcgc_piece_index(o, c, 0, 0), pm->w[j], &e))
+        pcgc_op_piece_inputs(n->kind, n->attrs, ni, tin, o, pcgc_piece_index(o, c, 0, 0), pm->w[j], &e))
       return false;
     for (int i = 0; i < ni; i++) pm->w[j][i] = o->degree[j] > 1 ? pm->w[j][i] - pm->g[i] : 0;
     c[j] = 0;
@@ -101,7 +101,7 @@ bool pcgc_piece_map_build(pcgc_piece_map *pm, const pcgc_node *n, const pcgc_pte
   for (int k = 0; k <= rank; k++) { /* corners: each coordinate at its largest, then all of them */
     for (int j = 0; j < rank; j++) c[j] = k == rank || j == k ? o->degree[j] - 1 : 0;
     int64_t p = pcgc_piece_index(o, c, o->sum - 1, o->replica - 1), want[PCGC_VARIADIC];
-    if (pcgc_op_piece_inputs(n->kind, &n->attrs, ni, tin, o, p, got, &e)) return false;
+    if (pcgc_op_piece_inputs(n->kind, n->attrs, ni, tin, o, p, got, &e)) return false;
     pcgc_piece_map_apply(pm, n, p, want);
     for (int i = 0; i < ni; i++)
       if (want[i] != got[i]) return false;
@@ -143,7 +143,7 @@ pcgc_status pcgc_piece_reads(const pcgc_graph *g, const pcgc_node *n, const bool
       if (closed) {
         pcgc_piece_map_apply(pm, n, p, q);
       } else {
-        pcgc_status st = pcgc_op_piece_inputs(n->kind, &n->attrs, n->n_in, tin, to, p, q, err);
+        pcgc_status st = pcgc_op_piece_inputs(n->kind, n->attrs, n->n_in, tin, to, p, q, err);
         if (st != PCGC_OK) return st;
       }
       for (int i = 0; i < n->n_in; i++)
@@ -154,8 +154,8 @@ pcgc_status pcgc_piece_reads(const pcgc_graph *g, const pcgc_node *n, const bool
   }
   const pcgc_ptensor *ti = pcgc_graph_ref_type(g, n->in[0]);
   if (skip && skip[n->in[0].node]) return PCGC_OK;
-  int64_t d = n->kind == PCGC_OP_PIPELINE || n->kind == PCGC_OP_UNPIPELINE ? 1 : pcgc_attrs_int(&n->attrs, "degree");
-  int dim = n->kind == PCGC_OP_REPLICATE || n->kind == PCGC_OP_REDUCE ? -1 : (int)pcgc_attrs_int(&n->attrs, "dim");
+  int64_t d = n->kind == PCGC_OP_PIPELINE || n->kind == PCGC_OP_UNPIPELINE ? 1 : pcgc_attrs_int(n->attrs, "degree");
+  int dim = n->kind == PCGC_OP_REPLICATE || n->kind == PCGC_OP_REDUCE ? -1 : (int)pcgc_attrs_int(n->attrs, "dim");
   double ob = pcgc_cost_piece_bytes(to), ib = pcgc_cost_piece_bytes(ti);
   for (int64_t p = 0; p < P; p++) {
     int64_t c[PCGC_MAX_RANK], s, r;

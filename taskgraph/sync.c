@@ -84,7 +84,7 @@ void pcgc_fan_at(pcgc_fan *f, const pcgc_graph *g, const pcgc_mapping *mp, const
   const pcgc_ptensor *ti = pcgc_graph_ref_type(g, n->in[0]), *to = &n->out[0];
   const pcgc_ptensor *narrow = rep ? ti : to, *wide = rep ? to : ti;
   int nnode = rep ? n->in[0].node : n->id, wnode = rep ? n->id : n->in[0].node;
-  int64_t c[PCGC_MAX_RANK], s, r, d = pcgc_attrs_int(&n->attrs, "degree");
+  int64_t c[PCGC_MAX_RANK], s, r, d = pcgc_attrs_int(n->attrs, "degree");
   if (d > f->cap) d = f->cap; /* (the caller sized f for every fan it builds) */
   f->d = d;
   pcgc_piece_coords(narrow, q, c, &s, &r);

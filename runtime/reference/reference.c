@@ -218,7 +218,7 @@ static void relayout(value *from, value *to, bool backward) {
 }
 
 static pcgc_status run_parallel(const pcgc_node *n, value *x, value *y, bool backward) {
-  int64_t d = pcgc_attrs_int(&n->attrs, "degree");
+  int64_t d = pcgc_attrs_int(n->attrs, "degree");
   switch (n->kind) {
   case PCGC_OP_PARTITION:
   case PCGC_OP_COMBINE:
@@ -283,7 +283,7 @@ static void call_setup(pcgc_reference *R, const pcgc_node *n, const pcgc_ptensor
     c->dout[j] = v->g ? v->g[vm * v->P + p] : c->out[j];
     c->pout[j] = piece_of(v, p, vm);
   }
-  c->attrs = n->attrs;
+  c->attrs = *n->attrs;
   pcgc__localize(n->kind, &c->attrs, tin, n->n_in, c->in, n->n_out, c->out);
   c->ctx.in = c->pin;
   c->ctx.out = c->pout;
@@ -336,7 +336,7 @@ static pcgc_status run_batchnorm(pcgc_reference *R, const pcgc_node *n, const pc
   if (C > 4096) st = pcgc_error_set(err, PCGC_ERR_UNSUPPORTED, "batchnorm '%s': more than 4096 channels per piece", n->name);
   for (int pass = 0; st == PCGC_OK && pass < (backward ? 3 : 2); pass++)
     for (int64_t p = 0; st == PCGC_OK && p < P; p++) {
-      st = pcgc_op_piece_inputs(n->kind, &n->attrs, n->n_in, tin, &n->out[0], p, in_piece, err);
+      st = pcgc_op_piece_inputs(n->kind, n->attrs, n->n_in, tin, &n->out[0], p, in_piece, err);
       if (st != PCGC_OK) break;
       call_setup(R, n, tin, in_piece, p, 0, c);
       int64_t g = bn_group(o, p);
@@ -349,15 +349,15 @@ static pcgc_status run_batchnorm(pcgc_reference *R, const pcgc_node *n, const pc
           Q[k] += tmp2[k];
         }
       } else if (pass == 1 && !backward) {
-        pcgc_cpu_batchnorm_apply(&n->attrs, &c->in[0], scale, bias, S, Q, count, &c->out[0]);
+        pcgc_cpu_batchnorm_apply(n->attrs, &c->in[0], scale, bias, S, Q, count, &c->out[0]);
       } else if (pass == 1) {
-        pcgc_cpu_batchnorm_bwd_stats(&n->attrs, &c->in[0], &c->dout[0], S, Q, count, tmp1, tmp2);
+        pcgc_cpu_batchnorm_bwd_stats(n->attrs, &c->in[0], &c->dout[0], S, Q, count, tmp1, tmp2);
         for (int64_t k = 0; k < C; k++) {
           DS[k] += tmp1[k];
           DX[k] += tmp2[k];
         }
       } else {
-        pcgc_cpu_batchnorm_bwd_apply(&n->attrs, &c->in[0], scale, &c->dout[0], S, Q, count, DS, DX,
+        pcgc_cpu_batchnorm_bwd_apply(n->attrs, &c->in[0], scale, &c->dout[0], S, Q, count, DS, DX,
                                      &c->din[0], n->n_in == 3 ? &c->din[1] : NULL,
                                      n->n_in == 3 ? &c->din[2] : NULL);
       }
@@ -378,7 +378,7 @@ static pcgc_status run_ordinary(pcgc_reference *R, const pcgc_node *n, bool back
   if (!c) return pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
   for (int mu = 0; st == PCGC_OK && mu < m; mu++)
     for (int64_t p = 0; st == PCGC_OK && p < P; p++) {
-      st = pcgc_op_piece_inputs(n->kind, &n->attrs, n->n_in, tin, &n->out[0], p, in_piece, err);
+      st = pcgc_op_piece_inputs(n->kind, n->attrs, n->n_in, tin, &n->out[0], p, in_piece, err);
       if (st != PCGC_OK) break;
       call_setup(R, n, tin, in_piece, p, mu, c);
       if (!backward) {
@@ -386,8 +386,8 @@ static pcgc_status run_ordinary(pcgc_reference *R, const pcgc_node *n, bool back
         int64_t oc[PCGC_MAX_RANK], os, orr;
         pcgc_piece_coords(&n->out[0], p, oc, &os, &orr);
         if (st == PCGC_OK && n->kind == PCGC_OP_MOE_ROUTE && orr == 0 && os == 0) /* once per group */
-          R->aux_loss += pcgc_cpu_moe_aux_loss(&c->in[0], pcgc_attrs_int(&n->attrs, "k"),
-                                               pcgc_attrs_float(&n->attrs, "aux"), tin[0].dims[0]);
+          R->aux_loss += pcgc_cpu_moe_aux_loss(&c->in[0], pcgc_attrs_int(n->attrs, "k"),
+                                               pcgc_attrs_float(n->attrs, "aux"), tin[0].dims[0]);
       } else
         st = pcgc_cpu_backward(n->kind, &c->attrs, n->n_in, c->in, n->n_out, c->out, c->dout, c->din,
                                &c->ctx, err);
@@ -499,8 +499,8 @@ pcgc_reference *pcgc_ref_new(const pcgc_graph *g, const pcgc_ref_options *o, pcg
         pcgc_buf src = {PCGC_F32, 0, {0}, n->value};
         for (int64_t e = 0; e < pcgc_buf_numel(&v->b[0]); e++) set_elem(&v->b[0], e, get_elem(&src, e));
       } else {
-        pcgc_cpu_init_weight(&v->b[0], (pcgc_init)pcgc_attrs_int(&n->attrs, "init"),
-                             pcgc_attrs_float(&n->attrs, "scale"), r->o.seed, stream, NULL);
+        pcgc_cpu_init_weight(&v->b[0], (pcgc_init)pcgc_attrs_int(n->attrs, "init"),
+                             pcgc_attrs_float(n->attrs, "scale"), r->o.seed, stream, NULL);
       }
       for (int b = 0; b < 2; b++) {
         pcgc_buf *s = b ? &r->opt_v[i] : &r->opt_m[i];

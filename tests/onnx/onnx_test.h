@@ -210,7 +210,7 @@ static int kind_count(const pcgc_graph *g, pcgc_op_kind k) {
 static int fused_act_count(const pcgc_graph *g, pcgc_op_kind k, int64_t act) {
   int n = 0;
   for (int i = 0; i < g->n_nodes; i++)
-    if (g->nodes[i].kind == k && pcgc_attrs_int(&g->nodes[i].attrs, "act") == act) n++;
+    if (g->nodes[i].kind == k && pcgc_attrs_int(g->nodes[i].attrs, "act") == act) n++;
   return n;
 }
 

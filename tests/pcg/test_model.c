@@ -74,9 +74,9 @@ static void assert_shape(const pcgc_graph *g, const char *name, int rank, const 
 static void assert_init(const pcgc_graph *g, const char *name, int64_t init, double scale) {
   const pcgc_node *n = node(g, name);
   ck_assert_int_eq(n->kind, PCGC_OP_WEIGHT);
-  ck_assert_int_eq(pcgc_attrs_int(&n->attrs, "init"), init);
+  ck_assert_int_eq(pcgc_attrs_int(n->attrs, "init"), init);
   if (init == PCGC_INIT_UNIFORM || init == PCGC_INIT_NORMAL)
-    ck_assert_double_eq_tol(pcgc_attrs_float(&n->attrs, "scale"), scale, 1e-12);
+    ck_assert_double_eq_tol(pcgc_attrs_float(n->attrs, "scale"), scale, 1e-12);
 }
 
 static int64_t param_count(const pcgc_graph *g) {
@@ -205,7 +205,7 @@ START_TEST(bert_large_parameters) {
   SHAPE(g, "seg.weight", 2, 1024);
   SHAPE(g, "pooled", 8, 1024);
   SHAPE(g, "logits", 8, 2);
-  ck_assert_int_eq(pcgc_attrs_int(&node(g, "pooled")->attrs, "act"), PCGC_ACT_TANH);
+  ck_assert_int_eq(pcgc_attrs_int(node(g, "pooled")->attrs, "act"), PCGC_ACT_TANH);
   ck_assert_int_lt(pcgc_graph_find(g, "enc.24.ln2"), 0);
   pcgc_graph_free(g);
 
@@ -336,7 +336,7 @@ START_TEST(set_overrides) {
   pcgc_graph *g = pcgc_model_parse(text, strlen(text), "t.pcg", &o, &err);
   ck_assert_msg(g != NULL, "%s", err.message);
   SHAPE(g, "x", 16, 10); /* the last --set of a name wins */
-  ck_assert_double_eq(pcgc_attrs_float(&node(g, "y")->attrs, "rate"), 0.25);
+  ck_assert_double_eq(pcgc_attrs_float(node(g, "y")->attrs, "rate"), 0.25);
   pcgc_graph_free(g);
 
   /* an override of nothing is an error with a suggestion */
@@ -488,11 +488,11 @@ START_TEST(expressions) {
                            "e = softmax(d, axis=-1)\n"
                            "r = reshape(e, shape=[-1, A * M * N / 24])\n");
   SHAPE(g, "x", 12, 16, 1);
-  ck_assert_double_eq(pcgc_attrs_float(&node(g, "a")->attrs, "scalar"), 0.75);
-  ck_assert_double_eq(pcgc_attrs_float(&node(g, "b")->attrs, "scalar"), 0.25);
-  ck_assert_double_eq_tol(pcgc_attrs_float(&node(g, "c")->attrs, "scalar"), 3.502, 1e-12);
-  ck_assert_double_eq(pcgc_attrs_float(&node(g, "d")->attrs, "scalar"), 7.0);
-  ck_assert_int_eq(pcgc_attrs_int(&node(g, "e")->attrs, "axis"), -1);
+  ck_assert_double_eq(pcgc_attrs_float(node(g, "a")->attrs, "scalar"), 0.75);
+  ck_assert_double_eq(pcgc_attrs_float(node(g, "b")->attrs, "scalar"), 0.25);
+  ck_assert_double_eq_tol(pcgc_attrs_float(node(g, "c")->attrs, "scalar"), 3.502, 1e-12);
+  ck_assert_double_eq(pcgc_attrs_float(node(g, "d")->attrs, "scalar"), 7.0);
+  ck_assert_int_eq(pcgc_attrs_int(node(g, "e")->attrs, "axis"), -1);
   SHAPE(g, "r", 24, 8);
   pcgc_graph_free(g);
 
@@ -500,7 +500,7 @@ START_TEST(expressions) {
   g = parse_ok("input x: f32[1, 1, 9, 9]\n"
                "p = pool2d(x, kind=avg, kernel=3,\n"
                "           stride=[\n             3, 1\n           ])\n");
-  pcgc_ints k = pcgc_attrs_ints(&node(g, "p")->attrs, "kernel");
+  pcgc_ints k = pcgc_attrs_ints(node(g, "p")->attrs, "kernel");
   ck_assert_int_eq(k.n, 2);
   ck_assert_int_eq(k.v[0], 3);
   ck_assert_int_eq(k.v[1], 3);

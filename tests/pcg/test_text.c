@@ -460,14 +460,14 @@ START_TEST(test_mixed_round_trip)
   for (size_t i = 0; i < sizeof floats / sizeof floats[0]; i++) {
     int v = pcgc_graph_find(back, floats[i].node);
     ck_assert_msg(v >= 0, "node %s missing after the round trip", floats[i].node);
-    double got = pcgc_attrs_float(&back->nodes[v].attrs, floats[i].attr);
+    double got = pcgc_attrs_float(back->nodes[v].attrs, floats[i].attr);
     ck_assert_msg(same_double(got, floats[i].value), "%s.%s: %.17g != %.17g", floats[i].node,
                   floats[i].attr, got, floats[i].value);
   }
   int w = pcgc_graph_find(back, "lin.weight");
   ck_assert_int_ge(w, 0);
-  ck_assert(same_double(pcgc_attrs_float(&back->nodes[w].attrs, "scale"), 1.0 / sqrt(12.0)));
-  ck_assert_int_eq(pcgc_attrs_int(&back->nodes[w].attrs, "init"), PCGC_INIT_UNIFORM);
+  ck_assert(same_double(pcgc_attrs_float(back->nodes[w].attrs, "scale"), 1.0 / sqrt(12.0)));
+  ck_assert_int_eq(pcgc_attrs_int(back->nodes[w].attrs, "init"), PCGC_INIT_UNIFORM);
 
   free(text);
   pcgc_graph_free(back);

@@ -258,7 +258,7 @@ START_TEST(node_time_data_parallel_linear) {
   const pcgc_node *n = &g->nodes[fc];
   pcgc_ptensor in[2] = {g->nodes[xp].out[0], g->nodes[wr].out[0]};
   pcgc_op_cost logical, piece;
-  pcgc_op_cost_of(n->kind, &n->attrs, 2, in, 1, n->out, &logical);
+  pcgc_op_cost_of(n->kind, n->attrs, 2, in, 1, n->out, &logical);
   pcgc_cost_op_piece(2, in, 1, n->out, &logical, &piece);
   close_to(piece.fwd_flops, f);
   close_to(piece.fwd_bytes, (8 + 32 + 8) * MiB);

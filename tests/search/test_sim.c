@@ -999,7 +999,7 @@ static void check_piece_maps(const char *what, const pcgc_graph *g) {
     int64_t P = pcgc_ptensor_pieces(&x->out[0]), want[PCGC_VARIADIC], got[PCGC_VARIADIC];
     for (int64_t p = 0; p < P; p++) {
       pcgc_error err = {0};
-      ck_assert_int_eq(pcgc_op_piece_inputs(x->kind, &x->attrs, x->n_in, tin, &x->out[0], p, want, &err), PCGC_OK);
+      ck_assert_int_eq(pcgc_op_piece_inputs(x->kind, x->attrs, x->n_in, tin, &x->out[0], p, want, &err), PCGC_OK);
       pcgc_piece_map_apply(&pm, x, p, got);
       for (int k = 0; k < x->n_in; k++)
         ck_assert_msg(got[k] == want[k], "%s: %s piece %lld input %d: %lld, want %lld", what, x->name, (long long)p,

@@ -172,7 +172,7 @@ START_TEST(fuse_linear_relu) {
   ck_assert_int_eq(pcgc_graph_find(out, "r"), -1);
   int fused = node(out, "h/f");
   ck_assert_int_eq(out->nodes[fused].kind, PCGC_OP_LINEAR);
-  ck_assert_int_eq(pcgc_attrs_int(&out->nodes[fused].attrs, "act"), PCGC_ACT_RELU);
+  ck_assert_int_eq(pcgc_attrs_int(out->nodes[fused].attrs, "act"), PCGC_ACT_RELU);
   ck_assert_int_eq(out->nodes[fused].n_in, 3);
   ck_assert_int_eq(out->nodes[fused].in[0].node, node(out, "x"));
   ck_assert_int_eq(out->nodes[fused].in[2].node, node(out, "b1"));
@@ -395,7 +395,7 @@ START_TEST(parallel_degree_param) {
   pcgc_graph *out = apply_ok(g, &f.m[0]);
   ck_assert_int_eq(out->n_nodes, g->n_nodes + 3);
   const pcgc_node *yp = &out->nodes[node(out, "y/yp")];
-  ck_assert_int_eq(pcgc_attrs_int(&yp->attrs, "act"), PCGC_ACT_TANH);   /* y.* */
+  ck_assert_int_eq(pcgc_attrs_int(yp->attrs, "act"), PCGC_ACT_TANH);   /* y.* */
   ck_assert_int_eq(yp->out[0].degree[0], 2);
   const pcgc_node *yc = &out->nodes[node(out, "y/yc")];
   ck_assert(pcgc_ptensor_equal(&yc->out[0], type(g, "y", 0)));
