@@ -24,6 +24,12 @@
  *   model-lists   `yN = reshape(yM, shape=[2, 4, 8, 2]); ...` (list attributes)
  *   model-lexerr  model-consts with a stray '$' at the very end (the lexer's
  *                 error comes after reading everything)
+ *   names-ops     model-ops with names long enough that the node limit fills
+ *                 the size: the most nodes an input of that size can hold
+ *   names-scalars the same with a different attribute on every node
+ *                 (`scalar_mul` by N.5), so no two nodes share attributes
+ *   names-linear  the same with `linear(yM, out=4)`: three nodes (the layer,
+ *                 its weight and its bias) and three names a statement
  *   rules-many    small rules up to the rule limit (10,000; each rule is
  *                 packed to what it holds, ~1 KB for these)
  *   rules-big     rules with 31 long `where` conditions (~4000 expressions a rule)
@@ -137,6 +143,26 @@ static void model_lists(buf *b, size_t size) {
   put(b, "\n");
 }
 
+/* Statements up to the node limit (100,000), their names padded so that
+ * they fill `size`: a model of that size can hold no more nodes. */
+static void padded(buf *b, size_t size, int nodes_per_stmt, const char *op, const char *args) {
+  int stmts = 99990 / nodes_per_stmt, fixed = (int)(strlen(op) + strlen(args)) + 20, w = 1;
+  if (size / (size_t)stmts > (size_t)fixed) w = (int)((size / (size_t)stmts - (size_t)fixed) / 2);
+  if (w > 200) w = 200;
+  put(b, "model names; input x: f32[4, 4]; y%0*d = relu(x);", w, 0);
+  for (int i = 1; i < stmts; i++) {
+    put(b, " y%0*d = %s(y%0*d", w, i, op, w, i - 1);
+    if (strchr(args, '%')) put(b, args, i);
+    else put(b, "%s", args);
+    put(b, ");");
+  }
+  put(b, "\n");
+}
+
+static void names_ops(buf *b, size_t size) { padded(b, size, 1, "relu", ""); }
+static void names_scalars(buf *b, size_t size) { padded(b, size, 1, "scalar_mul", ", scalar=%d.5"); }
+static void names_linear(buf *b, size_t size) { padded(b, size, 3, "linear", ", out=4"); }
+
 static void model_lexerr(buf *b, size_t size) {
   model_consts(b, size);
   b->n--; /* the newline */
@@ -196,6 +222,8 @@ typedef struct bench_case {
 static const bench_case cases[] = {
     {"model-consts", false, model_consts, false}, {"model-ops", false, model_ops, false},
     {"model-lists", false, model_lists, false},   {"model-lexerr", false, model_lexerr, true},
+    {"names-ops", false, names_ops, false},       {"names-scalars", false, names_scalars, false},
+    {"names-linear", false, names_linear, false},
     {"rules-many", true, rules_many, false},      {"rules-big", true, rules_big, false},
     {"rules-lexerr", true, rules_lexerr, true},
 };

@@ -62,7 +62,10 @@ typedef struct sym_table {
   pcgc__arena arena;        /* the records */
 } sym_table;
 
-/* A full tensor name of the graph (node names and output names). */
+/* A full tensor name of the graph that is not a node's name: outputs after
+ * the first, named by the layer (`a, b = split(...)`). A node's name (its
+ * first output) is found in the graph's own index, where it was defined in
+ * `defs`: the names are not kept twice. */
 typedef struct gname {
   pcgc_ref ref;
   pcgc__span def;
@@ -85,6 +88,12 @@ typedef struct builder {
   pcgc__src src;
   pcgc_graph *g;
   gname_table names;
+  struct {
+    int line, col;
+  } *defs;                  /* by node id: where its name was defined */
+  int n_defs;
+  sym *found;               /* scope_find's answer for a name of the file
+                               scope bound without a record */
   const pcgc_model_options *opts;
   const num *set_vals;
   int nesting;
@@ -143,8 +152,19 @@ static void syms_free(sym_table *t) {
   t->first = t->last = NULL;
 }
 
-static gname *gname_find(builder *b, const char *name) {
-  return (gname *)pcgc__name_index_find(&b->names.index, name, gname_name, NULL);
+/* The node and slot of full tensor name `name`, and where it was defined
+ * (either may be NULL). */
+static bool gname_find(builder *b, const char *name, pcgc_ref *ref, pcgc__span *def) {
+  int id = pcgc_graph_find(b->g, name);
+  if (id >= 0) {
+    if (ref) *ref = (pcgc_ref){id, 0};
+    if (def) *def = id < b->n_defs ? (pcgc__span){0, 0, b->defs[id].line, b->defs[id].col} : (pcgc__span){0};
+    return true;
+  }
+  const gname *e = (const gname *)pcgc__name_index_find(&b->names.index, name, gname_name, NULL);
+  if (e && ref) *ref = e->ref;
+  if (e && def) *def = e->def;
+  return e != NULL;
 }
 
 static pcgc_status gname_add(builder *b, const char *name, pcgc_ref ref, pcgc__span def) {
@@ -157,9 +177,25 @@ static pcgc_status gname_add(builder *b, const char *name, pcgc_ref ref, pcgc__s
   return pcgc__name_index_add(&b->names.index, (uintptr_t)e, gname_name, NULL) ? nomem(b) : PCGC_OK;
 }
 
+/* Name `name` in scope `s`. The file scope binds a tensor named like its
+ * node without a record of its own (bind_tensor): it is found through the
+ * graph, as a record in b->found. */
+static sym *scope_find(builder *b, const scope *s, const char *name) {
+  sym *y = sym_find(&s->syms, name);
+  if (y || s->top || strchr(name, '.')) return y;
+  pcgc_ref ref;
+  pcgc__span def;
+  if (!gname_find(b, name, &ref, &def)) return NULL;
+  b->found->kind = SYM_TENSOR;
+  b->found->ref = ref;
+  b->found->def = def;
+  return b->found;
+}
+
 static void gnames_free(builder *b) {
   pcgc__name_index_free(&b->names.index);
   pcgc__arena_free(&b->names.arena);
+  free(b->defs);
 }
 
 /* out = prefix.name (or name at top level), with an optional ".index". */
@@ -191,7 +227,7 @@ static pcgc_status join_name(builder *b, const char *base, const char *suffix, p
 
 /* A name about to be defined in scope `s` must be new there. */
 static pcgc_status check_new(builder *b, scope *s, const pcgc__ident *id) {
-  sym *y = sym_find(&s->syms, id->s);
+  sym *y = scope_find(b, s, id->s);
   if (!y) return PCGC_OK;
   FAIL(b, id->sp, PCGC_ERR_PARSE, "'%s' is already defined", id->s);
   return hint(b, "it was first defined at line %d, column %d; choose another name", y->def.line, y->def.col);
@@ -199,10 +235,10 @@ static pcgc_status check_new(builder *b, scope *s, const pcgc__ident *id) {
 
 /* A full graph name about to be created must be new. */
 static pcgc_status check_new_full(builder *b, const char *full, pcgc__span sp) {
-  gname *e = gname_find(b, full);
-  if (!e) return PCGC_OK;
+  pcgc__span def;
+  if (!gname_find(b, full, NULL, &def)) return PCGC_OK;
   FAIL(b, sp, PCGC_ERR_PARSE, "tensor '%s' is already defined", full);
-  return hint(b, "it was first defined at line %d, column %d; choose another name", e->def.line, e->def.col);
+  return hint(b, "it was first defined at line %d, column %d; choose another name", def.line, def.col);
 }
 
 /* ------------------------------------------------------------ expressions */
@@ -275,8 +311,8 @@ static pcgc_status unknown_number(builder *b, scope *s, const pcgc__expr *e) {
 }
 
 static pcgc_status lookup_number(builder *b, scope *s, const pcgc__expr *e, num *out) {
-  sym *y = sym_find(&s->syms, e->name);
-  if (!y && s->top) y = sym_find(&s->top->syms, e->name);
+  sym *y = scope_find(b, s, e->name);
+  if (!y && s->top) y = scope_find(b, s->top, e->name);
   if (!y) return unknown_number(b, s, e);
   if (y->kind == SYM_NUM) {
     *out = y->val;
@@ -440,7 +476,18 @@ static pcgc_status infer(builder *b, int id, pcgc__span where) {
 /* Registers the names of every output of node `id`. */
 static pcgc_status register_outputs(builder *b, int id, pcgc__span def) {
   const pcgc_node *n = &b->g->nodes[id];
-  for (int k = 0; k < n->n_out; k++) {
+  if (id >= b->n_defs) {
+    int cap = b->n_defs ? b->n_defs : 64;
+    while (cap <= id) cap *= 2;
+    void *d = realloc(b->defs, (size_t)cap * sizeof *b->defs);
+    if (!d) return nomem(b);
+    b->defs = d;
+    memset(b->defs + b->n_defs, 0, (size_t)(cap - b->n_defs) * sizeof *b->defs);
+    b->n_defs = cap;
+  }
+  b->defs[id].line = def.line;
+  b->defs[id].col = def.col;
+  for (int k = 1; k < n->n_out; k++) {
     pcgc_status st = gname_add(b, n->out_names[k], (pcgc_ref){id, k}, def);
     if (st) return st;
   }
@@ -484,6 +531,9 @@ static pcgc_status eval_shape(builder *b, scope *s, const pcgc__type *ty, const 
 }
 
 static pcgc_status bind_tensor(builder *b, scope *s, const pcgc__ident *id, pcgc_ref ref) {
+  pcgc_ref named;
+  if (!s->top && gname_find(b, id->s, &named, NULL) && named.node == ref.node && named.slot == ref.slot)
+    return PCGC_OK; /* `y = op(...)` in the file scope: the graph knows y (scope_find) */
   sym *y = NULL;
   pcgc_status st = sym_add(b, s, id->s, SYM_TENSOR, id->sp, &y);
   if (st == PCGC_OK) y->ref = ref;
@@ -602,8 +652,8 @@ static pcgc_status value_int(builder *b, scope *s, const pcgc__kv *kv, const cha
   pcgc_status rc = need_scalar(b, kv, what, "an integer");
   if (rc) return rc;
   const pcgc__expr *e = kv->val.e;
-  if (e->kind == PCGC__EX_BOOL || (e->kind == PCGC__EX_NAME && !sym_find(&s->syms, e->name) &&
-                                   !(s->top && sym_find(&s->top->syms, e->name)))) {
+  if (e->kind == PCGC__EX_BOOL || (e->kind == PCGC__EX_NAME && !scope_find(b, s, e->name) &&
+                                   !(s->top && scope_find(b, s->top, e->name)))) {
     FAIL(b, e->sp, PCGC_ERR_INVALID, "%s must be an integer, got '%s'", what,
          e->kind == PCGC__EX_BOOL ? (e->i ? "true" : "false") : e->name);
     if (e->kind == PCGC__EX_NAME) {
@@ -833,7 +883,7 @@ static pcgc_status set_attr(builder *b, scope *s, pcgc_attrs *a, int idx, const 
   case PCGC_ATTR_FLOAT: {
     if ((rc = need_scalar(b, kv, what, "a number"))) return rc;
     const pcgc__expr *e = kv->val.e;
-    if (e->kind == PCGC__EX_NAME && !sym_find(&s->syms, e->name) && !(s->top && sym_find(&s->top->syms, e->name))) {
+    if (e->kind == PCGC__EX_NAME && !scope_find(b, s, e->name) && !(s->top && scope_find(b, s->top, e->name))) {
       FAIL(b, e->sp, PCGC_ERR_INVALID, "%s must be a number, got '%s'", what, e->name);
       return hint(b, "write a number or an expression: %s=0.1", d->name);
     }
@@ -1213,7 +1263,7 @@ static pcgc_status exec_call(builder *b, scope *s, const pcgc__stmt *st, const p
 }
 
 static pcgc_status resolve_tensor(builder *b, scope *s, const pcgc__ident *id, pcgc_ref *out) {
-  sym *y = sym_find(&s->syms, id->s);
+  sym *y = scope_find(b, s, id->s);
   if (y && y->kind == SYM_TENSOR) {
     *out = y->ref;
     return PCGC_OK;
@@ -1222,12 +1272,8 @@ static pcgc_status resolve_tensor(builder *b, scope *s, const pcgc__ident *id, p
     name_buf full;
     pcgc_status rc = full_name(b, s, id->s, -1, id->sp, full);
     if (rc) return rc;
-    gname *e = gname_find(b, full);
-    if (e) {
-      *out = e->ref;
-      return PCGC_OK;
-    }
-    if (s->top) y = sym_find(&s->top->syms, id->s);
+    if (gname_find(b, full, out, NULL)) return PCGC_OK;
+    if (s->top) y = scope_find(b, s->top, id->s);
     if (y && y->kind == SYM_TENSOR) {
       FAIL(b, id->sp, PCGC_ERR_PARSE, "unknown tensor '%s' in block '%s'", id->s, s->block->name.s);
       return hint(b, "a block sees only its parameters, its own layers and the constants; pass '%s' as a tensor "
@@ -1250,13 +1296,16 @@ static pcgc_status resolve_tensor(builder *b, scope *s, const pcgc__ident *id, p
   pcgc__suggest sg;
   pcgc__suggest_init(&sg, id->s);
   suggest_syms(&sg, &s->syms, SYM_TENSOR);
+  for (int i = 0; !s->top && i < b->g->n_nodes; i++) /* the file scope's tensors without a record */
+    for (int k = 0; k < b->g->nodes[i].n_out; k++)
+      if (!strchr(b->g->nodes[i].out_names[k], '.')) pcgc__suggest_add(&sg, b->g->nodes[i].out_names[k]);
   if (pcgc__suggest_best(&sg)) return hint(b, "did you mean '%s'?", pcgc__suggest_best(&sg));
   return hint(b, "tensors are inputs, weights and layers defined before this line");
 }
 
 static pcgc_status unknown_callee(builder *b, scope *s, const pcgc__ident *id, const char *in_block) {
   scope *top = s->top ? s->top : s;
-  sym *y = sym_find(&top->syms, id->s);
+  sym *y = scope_find(b, top, id->s);
   if (y && y->kind != SYM_BLOCK) {
     FAIL(b, id->sp, PCGC_ERR_PARSE, "'%s' is a %s, not an operator or block", id->s,
          y->kind == SYM_NUM ? "number" : "tensor");
@@ -1298,7 +1347,7 @@ static pcgc_status exec_layer(builder *b, scope *s, const pcgc__stmt *st) {
     return hint(b, "declare it with '%s NAME: f32[...]'", st->callee.s);
   }
   if (op < 0) {
-    sym *y = sym_find(&top->syms, st->callee.s);
+    sym *y = scope_find(b, top, st->callee.s);
     if (!y || y->kind != SYM_BLOCK) return unknown_callee(b, s, &st->callee, NULL);
     blk = y->block;
   }
@@ -1327,7 +1376,7 @@ static pcgc_status exec_block_def(builder *b, scope *s, const pcgc__stmt *st) {
       FAIL(b, body->callee.sp, PCGC_ERR_PARSE, "block '%s' calls itself", st->name.s);
       return hint(b, "recursion is not allowed; use repeat(n) to chain copies of a block");
     }
-    sym *y = sym_find(&s->syms, body->callee.s);
+    sym *y = scope_find(b, s, body->callee.s);
     if (!y || y->kind != SYM_BLOCK) return unknown_callee(b, s, &body->callee, st->name.s);
   }
   sym *y;
@@ -1395,6 +1444,11 @@ pcgc_status pcgc__model_build(const pcgc__src *src, const pcgc_model_options *op
     }
     memcpy(g->file, src->file, n);
     b.src.file = g->file;
+  }
+  if (!(b.found = pcgc__arena_alloc(&b.names.arena, sizeof *b.found + 1))) {
+    pcgc_graph_free(g);
+    pcgc__model_reader_free(R);
+    return pcgc_error_set(src->err, PCGC_ERR_NOMEM, "out of memory");
   }
   scope top = {.prefix = ""};
   /* each statement's tree is dropped once run, but blocks': their
