@@ -32,6 +32,8 @@
  *                 its weight and its bias) and three names a statement
  *   rules-many    small rules up to the rule limit (10,000; each rule is
  *                 packed to what it holds, ~1 KB for these)
+ *   rules-chains  rules up to the rule limit, each a chain of relus long
+ *                 enough that they fill the size (the most rules it can hold)
  *   rules-big     rules with 31 long `where` conditions (~4000 expressions a rule)
  *   rules-lexerr  rules-big with a stray '$' at the very end
  */
@@ -177,6 +179,23 @@ static void rules_many(buf *b, size_t size) {
   put(b, "\n");
 }
 
+/* Rules up to the rule limit (10,000), each the longest match the rule
+ * language takes (16 nodes) and a rewrite as long, names padded so that
+ * they fill `size`: a rule file of that size can hold no more. */
+static void rules_chains(buf *b, size_t size) {
+  int w = 1; /* 32 names a side, 17 bytes a node besides its names */
+  if (size / 10000 > 2 * 16 * 17) w = (int)((size / 10000 - 2 * 16 * 17) / (2 * 16 * 2));
+  if (w > 100) w = 100;
+  for (int i = 0; i < 10000; i++) {
+    put(b, "rule r%d { match { input x: [...S]; m%0*d = relu(x); ", i, w, 0);
+    for (int k = 1; k < 16; k++) put(b, "m%0*d = relu(m%0*d); ", w, k, w, k - 1);
+    put(b, "yield m%0*d; } rewrite { w%0*d = relu(x); ", w, 15, w, 0);
+    for (int k = 1; k < 16; k++) put(b, "w%0*d = relu(w%0*d); ", w, k, w, k - 1);
+    put(b, "yield w%0*d; } } ", w, 15);
+  }
+  put(b, "\n");
+}
+
 /* Long conditions: a balanced sum of N (+ 1) terms has height log2, within
  * the depth limit, and 2 terms' worth of expressions per term. */
 static void balanced(buf *b, int depth) {
@@ -225,6 +244,7 @@ static const bench_case cases[] = {
     {"names-ops", false, names_ops, false},       {"names-scalars", false, names_scalars, false},
     {"names-linear", false, names_linear, false},
     {"rules-many", true, rules_many, false},      {"rules-big", true, rules_big, false},
+    {"rules-chains", true, rules_chains, false},
     {"rules-lexerr", true, rules_lexerr, true},
 };
 

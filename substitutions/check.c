@@ -176,7 +176,7 @@ static int add_source(inst *I, pcgc_graph *g, const char *name, pcgc_dtype dt, i
  * cannot be computed (an expression undefined) or a dim is outside 1..64. */
 static bool input_shape(inst *I, int i, int *rank, int64_t *dims) {
   const pcgc_rule *r = I->r;
-  const rtype *ty = &r->tensors[r->inputs[i]].type;
+  const rtype *ty = r->tensors[r->inputs[i]].type;
   if (!ty->has_shape) {
     *rank = I->A->rank[i];
     for (int d = 0; d < *rank; d++) {
@@ -227,7 +227,7 @@ static int64_t item(inst *I, const rtype *ty, rpitem_kind k, int rank, int dim, 
 static bool build_input(inst *I, side_graph *sg, int i, int rank, const int64_t *dims, pcgc_dtype dt) {
   const pcgc_rule *r = I->r;
   const rtensor *t = &r->tensors[r->inputs[i]];
-  const rtype *ty = &t->type;
+  const rtype *ty = t->type;
   bool ok = true;
   int64_t sum = item(I, ty, RP_SUM, rank, -1, &ok), rep = item(I, ty, RP_REP, rank, -1, &ok),
           micro = item(I, ty, RP_MICRO, rank, -1, &ok);
@@ -739,7 +739,7 @@ static bool slot_active(const pcgc_rule *r, const assign *A, const slot *sl) {
   switch (sl->kind) {
   case SLOT_VAR: return true;
   case SLOT_ELL: return sl->k < A->ell_n[sl->a];
-  default: return !r->tensors[r->inputs[sl->a]].type.has_shape && sl->k < A->rank[sl->a];
+  default: return !r->tensors[r->inputs[sl->a]].type->has_shape && sl->k < A->rank[sl->a];
   }
 }
 
@@ -759,7 +759,7 @@ static void space_init(space *sp, const pcgc_rule *r) {
    * size: >= 1; one bound only by an attribute may be 0 or negative */
   bool sized[PCGC_RULE_MAX_SYMS] = {false};
   for (int i = 0; i < r->n_inputs; i++) {
-    const rtype *ty = &r->tensors[r->inputs[i]].type;
+    const rtype *ty = r->tensors[r->inputs[i]].type;
     for (int d = 0; ty->has_shape && d < ty->n_dims; d++) expr_syms(r, ty->dims[d], sized, 0);
     for (int p = 0; p < ty->n_pitems; p++) expr_syms(r, ty->pitems[p].value, sized, 0);
   }
@@ -770,7 +770,7 @@ static void space_init(space *sp, const pcgc_rule *r) {
       add_slot(sp, SLOT_VAR, s, 0, sized[s] ? 1 : -2);
   }
   for (int i = 0; i < r->n_inputs; i++)
-    if (!r->tensors[r->inputs[i]].type.has_shape)
+    if (!r->tensors[r->inputs[i]].type->has_shape)
       for (int k = 0; k < 4; k++) add_slot(sp, SLOT_DIM, i, k, 1);
   for (int e = 0; e < r->n_ex && sp->n_divs < MAX_DIVS; e++)
     if (r->ex[e].kind == RX_DIV || r->ex[e].kind == RX_MOD) sp->divs[sp->n_divs++] = e;
@@ -883,7 +883,7 @@ static void random_assign(const pcgc_rule *r, uint64_t *rs, assign *A, bool keep
     }
   }
   for (int i = 0; i < r->n_inputs; i++) {
-    if (r->tensors[r->inputs[i]].type.has_shape) continue;
+    if (r->tensors[r->inputs[i]].type->has_shape) continue;
     if (!keep_shape) A->rank[i] = 1 + (int)(rng_next(rs) % 4);
     for (int d = 0; d < A->rank[i]; d++) A->dims[i][d] = pick(rs, small, 6);
   }
@@ -923,7 +923,7 @@ static void fake_types(inst *I) {
     int rank = 0;
     int64_t dims[PCGC_MAX_RANK];
     I->fake_ok[i] = input_shape(I, i, &rank, dims);
-    if (I->fake_ok[i]) pcgc_ptensor_init(&I->fake_t[i], input_dtype(&r->tensors[r->inputs[i]].type), rank, dims);
+    if (I->fake_ok[i]) pcgc_ptensor_init(&I->fake_t[i], input_dtype(r->tensors[r->inputs[i]].type), rank, dims);
   }
 }
 
@@ -1177,7 +1177,7 @@ static draw_result try_assign(inst *I, const assign *A, uint64_t *rs, char *msg,
   int64_t dims[PCGC_RULE_MAX_INPUTS][PCGC_MAX_RANK];
   for (int i = 0; i < r->n_inputs; i++) {
     if (!input_shape(I, i, &rank[i], dims[i])) return DRAW_NONE;
-    pcgc_dtype dt = input_dtype(&r->tensors[r->inputs[i]].type);
+    pcgc_dtype dt = input_dtype(r->tensors[r->inputs[i]].type);
     if (!build_input(I, &I->m, i, rank[i], dims[i], dt)) return DRAW_NONE;
   }
   pcgc_error err = {0};
@@ -1198,7 +1198,7 @@ static draw_result try_assign(inst *I, const assign *A, uint64_t *rs, char *msg,
   /* the rewrite, on the same inputs */
   int n_src = I->n_src;
   for (int i = 0; i < r->n_inputs; i++) {
-    pcgc_dtype dt = input_dtype(&r->tensors[r->inputs[i]].type);
+    pcgc_dtype dt = input_dtype(r->tensors[r->inputs[i]].type);
     if (!build_input(I, &I->w, i, rank[i], dims[i], dt)) return DRAW_NONE;
   }
   I->n_src = n_src;
@@ -1606,7 +1606,7 @@ static int check_binding(checker *C, int cap) {
    * on ranks 1 and 2) is run at ranks where wrong formulas differ */
   bool wide = false;
   for (int s = r->n_params; s < r->n_syms && !wide; s++) wide = r->syms[s].kind == RS_ELLIPSIS;
-  for (int i = 0; i < r->n_inputs && !wide; i++) wide = !r->tensors[r->inputs[i]].type.has_shape;
+  for (int i = 0; i < r->n_inputs && !wide; i++) wide = !r->tensors[r->inputs[i]].type->has_shape;
   for (int p = 0; p < r->n_params; p++)
     if (r->syms[p].kind == RS_DEGREE && I->env.sym[p] < 2) wide = false;
   if (wide) {
@@ -1625,7 +1625,7 @@ static int check_binding(checker *C, int cap) {
         for (int s = r->n_params; s < r->n_syms; s++)
           if (r->syms[s].kind == RS_ELLIPSIS) B.ell_n[s] = ell_t[w];
         for (int i = 0; i < r->n_inputs; i++)
-          if (!r->tensors[r->inputs[i]].type.has_shape) B.rank[i] = rank_t[w];
+          if (!r->tensors[r->inputs[i]].type->has_shape) B.rank[i] = rank_t[w];
         if (p >= C->n_pool) random_assign(r, &C->rs, &B, true);
         else if (memcmp(&B, &C->pool[p], sizeof B)) continue; /* a pool base of another shape */
         if (!sizes_pass(I, &B)) continue;

@@ -250,7 +250,7 @@ static void plan_build(mplan *pl, const pcgc_rule_inst *ri, const pcgc_graph_ind
     }
   }
   for (int i = 0; i < r->n_inputs; i++) {
-    const rtype *ty = &r->tensors[r->inputs[i]].type;
+    const rtype *ty = r->tensors[r->inputs[i]].type;
     if (ty->has_shape) pl->items[pl->n_items++] = (citem){CI_DIMS, (uint8_t)i, 0};
     for (int k = 0; k < ty->n_pitems; k++) pl->items[pl->n_items++] = (citem){CI_PITEM, (uint8_t)i, (uint8_t)k};
   }
@@ -314,9 +314,9 @@ static bool bind(mstate *ms, int t, pcgc_ref ref) {
   const rtensor *rt = &ms->r->tensors[t];
   if (rt->input >= 0) {
     const pcgc_ptensor *ty = &ms->g->nodes[ref.node].out[ref.slot];
-    if (!dtype_ok(rt->type.dtype, ty->dtype)) return false;
-    if (rt->type.has_shape &&
-        (rt->type.ellipsis_at < 0 ? ty->rank != rt->type.n_dims : ty->rank < rt->type.n_dims))
+    if (!dtype_ok(rt->type->dtype, ty->dtype)) return false;
+    if (rt->type->has_shape &&
+        (rt->type->ellipsis_at < 0 ? ty->rank != rt->type->n_dims : ty->rank < rt->type->n_dims))
       return false;
   }
   ms->bound[t] = ref;
@@ -458,7 +458,7 @@ static ures check_attr(mstate *ms, int p, int a) {
 static ures check_dims(mstate *ms, int input) {
   const pcgc_rule *r = ms->r;
   int t = r->inputs[input];
-  const rtype *ty = &r->tensors[t].type;
+  const rtype *ty = r->tensors[t].type;
   const pcgc_ptensor *T = ms_type_of(ms, t);
   int ell = ty->ellipsis_at < 0 ? 0 : T->rank - ty->n_dims;
   if (ell < 0 || (ty->ellipsis_at < 0 && T->rank != ty->n_dims)) return U_FAIL;
@@ -486,7 +486,7 @@ static ures check_dims(mstate *ms, int input) {
 
 static ures check_pitem(mstate *ms, int input, int k) {
   int t = ms->r->inputs[input];
-  const rpitem *it = &ms->r->tensors[t].type.pitems[k];
+  const rpitem *it = &ms->r->tensors[t].type->pitems[k];
   const pcgc_ptensor *T = ms_type_of(ms, t);
   switch (it->kind) {
   case RP_DEG: {

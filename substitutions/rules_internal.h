@@ -41,12 +41,13 @@ typedef enum rx_kind {
   RX_ADD, RX_SUB, RX_MUL, RX_DIV, RX_MOD /* a op b; / and % as in C, on int64 */
 } rx_kind;
 
-/* 16 bytes: a rule may hold thousands (one per number or name of its
+/* 12 bytes: a rule may hold thousands (one per number or name of its
  * conditions, about one per three bytes of its text; issue 17), so the
- * fields a kind does not read share storage, operands are 16-bit indices
- * (PCGC__RULES_MAX_EXPRS fits), and an expression keeps no source position:
- * messages point at the condition or attribute that holds it. */
-typedef struct rx {
+ * fields a kind does not read share storage, operands are 13-bit indices
+ * (PCGC__RULES_MAX_EXPRS, 4096, fits) packed with the kind in one word, the
+ * struct is 4-aligned, and an expression keeps no source position: messages
+ * point at the condition or attribute that holds it. */
+typedef struct __attribute__((packed, aligned(4))) rx {
   union {
     int64_t v;           /* RX_INT */
     int32_t sym;         /* RX_SYM */
@@ -55,8 +56,8 @@ typedef struct rx {
       int32_t attr;      /* RX_ATTR, RX_ATTR_AT */
     };
   };
-  int16_t a, b;          /* operand expressions, -1 when absent (every kind) */
-  rx_kind kind : 8;
+  signed int a : 13, b : 13; /* operand expressions, -1 when absent (every kind) */
+  rx_kind kind : 5;
 } rx;
 
 /* -------------------------------------------------------------- symbols */
@@ -129,34 +130,41 @@ typedef struct rattr {
   int len;
 } rattr;
 
-typedef struct rnode {
+typedef struct rnode {            /* counts in 16 bits: a rule holds up to 32 (issue 17) */
   pcgc_op_kind op;
-  int n_args;
+  int16_t n_args;
+  int16_t n_attrs;
+  int16_t copy_from;                  /* rewrite only: NAME.* copies the attributes of
+                                         the match node producing tensor NAME (same op),
+                                         then attrs[] override; -1 for none */
+  int16_t n_outs;
+  int32_t len;
   int32_t *args;                      /* n_args tensor indices (at most PCGC_RULE_MAX_ARGS) */
-  int n_attrs;
   rattr *attrs;                       /* n_attrs (at most PCGC_RULE_MAX_ATTRS);
                                          match: constraints (unlisted: any);
                                          rewrite: values (after copy_from) */
-  int32_t copy_from;                  /* rewrite only: NAME.* copies the attributes of
-                                         the match node producing tensor NAME (same op),
-                                         then attrs[] override; -1 for none */
-  int n_outs;
   int32_t *outs;                      /* n_outs tensor indices; -1 for `_` */
-  pcgc_srcloc loc;                    /* the op name */
-  int len;
+  pcgc_srcloc loc;                    /* the op name (len: its length) */
 } rnode;
 
 /* -------------------------------------------------------------- tensors */
 
-typedef struct rtensor {
+typedef struct rtensor {   /* indices in 16 bits: a rule holds up to 48 (issue 17) */
   char *name;
   pcgc_srcloc loc;
-  int side;              /* 0 match, 1 rewrite */
-  int32_t node;          /* producing node within its side; -1 for a match input */
-  int slot;              /* output slot of that node */
-  int32_t input;         /* match input index, or -1 */
-  rtype type;            /* match inputs: the constraint */
+  int16_t side;          /* 0 match, 1 rewrite */
+  int16_t node;          /* producing node within its side; -1 for a match input */
+  int16_t slot;          /* output slot of that node */
+  int16_t input;         /* match input index, or -1 */
+  const rtype *type;     /* match inputs: the constraint (in the packed rule
+                            or the parser's scratch); other tensors share
+                            pcgc__rtype_any. Never NULL. A pointer, not the
+                            64 bytes themselves: most tensors are not inputs
+                            (issue 17) */
 } rtensor;
+
+/* No constraint: any dtype, any shape, no parallel items. */
+extern const rtype pcgc__rtype_any;
 
 typedef struct rside {
   int n_nodes;
@@ -247,8 +255,5 @@ void pcgc__rule_free(pcgc_rule *r);
  * its count, and every name), or NULL on out of memory; r is left as it was. */
 pcgc_rule *pcgc__rule_pack(const pcgc_rule *r);
 int32_t pcgc__rx_new(pcgc_rule *r, rx_kind kind);  /* -1 on out of memory */
-/* The text of the file a location names (loc.file of a rule of rs), for
- * messages that show a source line; NULL if rs did not read that file. */
-const char *pcgc__ruleset_source(const pcgc_ruleset *rs, const char *file, size_t *len);
 
 #endif

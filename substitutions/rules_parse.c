@@ -63,8 +63,8 @@ static pcgc_status set_height(parser *P, int32_t e, int h, const pcgc__rtok *t) 
   return pcgc__rp_hint(P, "simplify the expression");
 }
 
-_Static_assert(sizeof(rx) <= 16, "rule expressions stay small (issue 17)");
-_Static_assert(PCGC__RULES_MAX_EXPRS <= INT16_MAX, "operands are 16-bit indices");
+_Static_assert(sizeof(rx) <= 12, "rule expressions stay small (issue 17)");
+_Static_assert(PCGC__RULES_MAX_EXPRS <= (1 << 12), "operands are 13-bit signed indices (rx.a, rx.b)");
 
 static pcgc_status parse_expr(parser *P, int32_t *out);
 
@@ -825,7 +825,8 @@ static pcgc_status parse_inputs(parser *P) {
     int32_t k;
     if ((s = pcgc__rp_add_tensor(P, t, 0, -1, 0, &k))) return s;
     r->tensors[k].input = r->n_inputs;
-    r->tensors[k].type = ty;
+    P->scratch->types[r->n_inputs] = ty;
+    r->tensors[k].type = &P->scratch->types[r->n_inputs];
     r->inputs[r->n_inputs++] = k;
     if (!is_p(peek(P), ',')) break;
     advance(P);

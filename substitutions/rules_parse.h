@@ -93,6 +93,7 @@ typedef struct pcgc__rule_scratch {
   rsym syms[PCGC_RULE_MAX_SYMS];
   int32_t inputs[PCGC_RULE_MAX_INPUTS];
   rtensor tensors[PCGC_RULE_MAX_TENSORS];
+  rtype types[PCGC_RULE_MAX_INPUTS];                         /* of match input i */
   rpitem pitems[PCGC_RULE_MAX_INPUTS][PCGC_RULE_MAX_PITEMS]; /* of match input i */
   rnode nodes[2][PCGC_RULE_MAX_NODES];
   int32_t args[2][PCGC_RULE_MAX_NODES][PCGC_RULE_MAX_ARGS];

@@ -111,9 +111,7 @@ pcgc_status pcgc__rp_add_tensor(parser *P, const pcgc__rtok *t, int side, int no
   x->node = node;
   x->slot = slot;
   x->input = -1;
-  x->type.dtype = RT_DTYPE_ANY;
-  x->type.ellipsis_at = -1;
-  x->type.ellipsis_sym = -1;
+  x->type = &pcgc__rtype_any;
   *out = r->n_tensors++;
   return PCGC_OK;
 }
@@ -252,7 +250,7 @@ pcgc_status pcgc__rules_validate_match(const pcgc__src *src, const pcgc_rule *r)
   bool bound[PCGC_RULE_MAX_SYMS] = {false};
   int32_t y;
   for (int i = 0; i < r->n_inputs; i++) {
-    const rtype *ty = &r->tensors[r->inputs[i]].type;
+    const rtype *ty = r->tensors[r->inputs[i]].type;
     for (int d = 0; d < ty->n_dims; d++)
       if (is_bare_sym(r, ty->dims[d], &y)) bound[y] = true;
     for (int k = 0; k < ty->n_pitems; k++)

@@ -4,9 +4,10 @@
  * one rule; plus the AST helpers the parser uses (pcgc__rx_new,
  * pcgc__rule_free).
  *
- * The set owns a copy of every file's name and text: rule, symbol and
- * expression locations point at the name, and later messages (the matcher,
- * the checker) can show source lines from the text (pcgc__ruleset_source).
+ * The set owns a copy of every file's name: rule, symbol and expression
+ * locations point at it. It keeps no copy of the text (issue 17: a rule
+ * set's memory against its text); messages that quote a source line are
+ * made while parsing, from the caller's text.
  * Loading is all-or-nothing per call: a text, file or directory with an
  * error adds nothing.
  */
@@ -29,8 +30,6 @@ static _Thread_local bool index_oom;
 
 typedef struct rs_file {
   char *path;
-  char *text;
-  size_t len;
 } rs_file;
 
 struct pcgc__rule_name {
@@ -77,6 +76,8 @@ void pcgc__rule_free(pcgc_rule *r) {
   free(r);
 }
 
+const rtype pcgc__rtype_any = {.dtype = RT_DTYPE_ANY, .ellipsis_at = -1, .ellipsis_sym = -1};
+
 /* Bump allocation inside the packed block: every piece is 8-aligned (the
  * structs hold pointers or int64s), so the pieces can come in any order. */
 typedef struct pack {
@@ -104,7 +105,11 @@ pcgc_rule *pcgc__rule_pack(const pcgc_rule *r) {
   n += pack_round((size_t)r->n_ex * sizeof(rx));
   for (int i = 0; i < r->n_syms; i++) n += pack_round(strlen(r->syms[i].name) + 1);
   for (int i = 0; i < r->n_tensors; i++)
-    n += pack_round(strlen(r->tensors[i].name) + 1) + pack_round((size_t)r->tensors[i].type.n_pitems * sizeof(rpitem));
+    n += pack_round(strlen(r->tensors[i].name) + 1);
+  for (int i = 0; i < r->n_inputs; i++) {
+    const rtype *ty = r->tensors[r->inputs[i]].type;
+    n += pack_round(sizeof *ty) + pack_round((size_t)ty->n_pitems * sizeof(rpitem));
+  }
   for (int sd = 0; sd < 2; sd++) {
     n += pack_round((size_t)sides[sd]->n_nodes * sizeof(rnode)) + pack_round((size_t)sides[sd]->n_yields * sizeof(int32_t));
     for (int i = 0; i < sides[sd]->n_nodes; i++) {
@@ -122,10 +127,12 @@ pcgc_rule *pcgc__rule_pack(const pcgc_rule *r) {
   for (int i = 0; i < r->n_syms; i++) q->syms[i].name = pack_str(&k, r->syms[i].name);
   q->inputs = pack_take(&k, r->inputs, (size_t)r->n_inputs * sizeof(int32_t));
   q->tensors = pack_take(&k, r->tensors, (size_t)r->n_tensors * sizeof(rtensor));
-  for (int i = 0; i < r->n_tensors; i++) {
-    q->tensors[i].name = pack_str(&k, r->tensors[i].name);
-    q->tensors[i].type.pitems =
-        pack_take(&k, r->tensors[i].type.pitems, (size_t)r->tensors[i].type.n_pitems * sizeof(rpitem));
+  for (int i = 0; i < r->n_tensors; i++) q->tensors[i].name = pack_str(&k, r->tensors[i].name);
+  for (int i = 0; i < r->n_inputs; i++) {
+    const rtype *ty = r->tensors[r->inputs[i]].type;
+    rtype *qt = pack_take(&k, ty, sizeof *ty);
+    qt->pitems = pack_take(&k, ty->pitems, (size_t)ty->n_pitems * sizeof(rpitem));
+    q->tensors[r->inputs[i]].type = qt;
   }
   rside *qs[2] = {&q->match, &q->rewrite};
   for (int sd = 0; sd < 2; sd++) {
@@ -198,7 +205,6 @@ static void truncate_set(pcgc_ruleset *rs, int n, int n_files) {
   while (rs->n_files > n_files) {
     rs_file *f = &rs->files[--rs->n_files];
     free(f->path);
-    free(f->text);
   }
 }
 
@@ -230,16 +236,10 @@ pcgc_status pcgc_ruleset_parse(pcgc_ruleset *rs, const char *text, size_t len, c
     rs->files = v;
     rs->cap_files = cap;
   }
-  rs_file f = {strdup(path), malloc(len + 1), len};
-  if (!f.path || !f.text) {
-    free(f.path);
-    free(f.text);
-    return pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory reading rules");
-  }
-  if (len) memcpy(f.text, text, len);
-  f.text[len] = '\0';
+  rs_file f = {strdup(path)};
+  if (!f.path) return pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory reading rules");
 
-  pcgc__src src = {f.text, len, f.path, err};
+  pcgc__src src = {text ? text : "", len, f.path, err};
   pcgc_rule **rules = NULL;
   int n = 0;
   pcgc_status s = pcgc__rules_parse(&src, rs, &rules, &n);
@@ -256,7 +256,6 @@ pcgc_status pcgc_ruleset_parse(pcgc_ruleset *rs, const char *text, size_t len, c
     for (int i = 0; i < n; i++) pcgc__rule_free(rules[i]);
     free(rules);
     free(f.path);
-    free(f.text);
     return s;
   }
   int n0 = rs->n;
@@ -357,17 +356,6 @@ void pcgc_ruleset_remove(pcgc_ruleset *rs, int i) {
   pcgc__rule_free(rs->rules[i]);
   memmove(&rs->rules[i], &rs->rules[i + 1], (size_t)(rs->n - i - 1) * sizeof *rs->rules);
   rs->n--;
-}
-
-const char *pcgc__ruleset_source(const pcgc_ruleset *rs, const char *file, size_t *len) {
-  for (int pass = 0; pass < 2; pass++)
-    for (int i = 0; rs && file && i < rs->n_files; i++)
-      if (pass == 0 ? rs->files[i].path == file : strcmp(rs->files[i].path, file) == 0) {
-        if (len) *len = rs->files[i].len;
-        return rs->files[i].text;
-      }
-  if (len) *len = 0;
-  return NULL;
 }
 
 /* ------------------------------------------------------------ one rule */
