@@ -148,14 +148,16 @@ static void model_lists(buf *b, size_t size) {
 /* Statements up to the node limit (100,000), their names padded so that
  * they fill `size`: a model of that size can hold no more nodes. */
 static void padded(buf *b, size_t size, int nodes_per_stmt, const char *op, const char *args) {
-  int stmts = 99990 / nodes_per_stmt, fixed = (int)(strlen(op) + strlen(args)) + 20, w = 1;
-  if (size / (size_t)stmts > (size_t)fixed) w = (int)((size / (size_t)stmts - (size_t)fixed) / 2);
+  int stmts = 99990 / nodes_per_stmt, w = 1;
+  char a[64];
+  snprintf(a, sizeof a, args, stmts - 1);
+  size_t fixed = 9 + strlen(op) + strlen(a); /* " y = op(y" ");" and the arguments */
+  if (size / (size_t)stmts > fixed + 2) w = (int)((size / (size_t)stmts - fixed) / 2);
   if (w > 200) w = 200;
   put(b, "model names; input x: f32[4, 4]; y%0*d = relu(x);", w, 0);
   for (int i = 1; i < stmts; i++) {
     put(b, " y%0*d = %s(y%0*d", w, i, op, w, i - 1);
-    if (strchr(args, '%')) put(b, args, i);
-    else put(b, "%s", args);
+    put(b, args, i);
     put(b, ");");
   }
   put(b, "\n");

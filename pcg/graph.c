@@ -14,7 +14,7 @@
 
 /* A graph's private tables: its node names (ids + 1, keyed by name), and
  * the distinct attribute sets its nodes point to (open addressing, at most
- * half full), so a chain of 100,000 relus keeps one set, not 100,000 (issue
+ * 80% full), so a chain of 100,000 relus keeps one set, not 100,000 (issue
  * 17: a graph's memory against its text). */
 typedef struct pcgc__graph_tables {
   pcgc__name_index ids;
@@ -33,14 +33,14 @@ pcgc_status pcgc_graph_reserve(pcgc_graph *g, int n) {
   return PCGC_OK;
 }
 
+/* A node's own memory is one block at n->out: its output types, its output
+ * name pointers, its inputs and its name (out_names[0] unless renamed); a
+ * renamed output's name is allocated on its own. */
 static void node_destroy(pcgc_node *n) {
   free(n->value);
   if (n->out_names)
     for (int i = 0; i < n->n_out; i++)
       if (n->out_names[i] != n->name) free(n->out_names[i]);
-  free(n->out_names);
-  free(n->name);
-  free(n->in);
   free(n->out);
 }
 
@@ -91,7 +91,7 @@ static pcgc_status index_add(pcgc_graph *g, int id) {
 static const pcgc_attrs *attrs_intern(pcgc_graph *g, const pcgc_attrs *a) {
   pcgc__graph_tables *t = tables_of(g);
   if (!t) return NULL;
-  if ((t->n_attrs + 1) * 2 > t->cap_attrs) {
+  if ((t->n_attrs + 1) * 5 > t->cap_attrs * 4) {
     uint32_t cap = t->cap_attrs ? t->cap_attrs * 2 : 8;
     pcgc_attrs **tab = calloc(cap, sizeof *tab);
     if (!tab) return NULL;
@@ -122,7 +122,7 @@ int pcgc_graph_add_node(pcgc_graph *g, pcgc_op_kind kind, const char *name, cons
     return PCGC_ERR_INVALID;
   if (attrs && attrs->kind != kind) return PCGC_ERR_INVALID;
   if (g->n_nodes == g->cap) {
-    int cap = g->cap ? g->cap * 2 : 16;
+    int cap = g->cap ? g->cap + g->cap / 2 : 16; /* by half: less room unused at the end */
     pcgc_node *nodes = realloc(g->nodes, (size_t)cap * sizeof *nodes);
     if (!nodes) return PCGC_ERR_NOMEM;
     g->nodes = nodes;
@@ -146,12 +146,17 @@ int pcgc_graph_add_node(pcgc_graph *g, pcgc_op_kind kind, const char *name, cons
   }
   if (pcgc_graph_find(g, name) >= 0) return PCGC_ERR_INVALID; /* names are unique */
   if (!(n->attrs = attrs_intern(g, attrs))) return PCGC_ERR_NOMEM;
-  n->n_out = pcgc_op_num_outputs(kind, n->attrs);
-  n->name = dupstr(name);
-  n->in = n_in ? malloc((size_t)n_in * sizeof *n->in) : NULL;
-  n->out = calloc((size_t)n->n_out, sizeof *n->out);
-  n->out_names = calloc((size_t)n->n_out, sizeof *n->out_names);
-  bool ok = n->name && (!n_in || n->in) && n->out && n->out_names;
+  int n_out = pcgc_op_num_outputs(kind, n->attrs);
+  size_t ln = strlen(name) + 1, at_names = (size_t)n_out * sizeof *n->out,
+         at_in = at_names + (size_t)n_out * sizeof *n->out_names, at_name = at_in + (size_t)n_in * sizeof *n->in;
+  char *block = calloc(1, at_name + ln);
+  if (!block) return PCGC_ERR_NOMEM;
+  n->n_out = (int16_t)n_out;
+  n->out = (pcgc_ptensor *)block;
+  n->out_names = (char **)(block + at_names);
+  n->in = n_in ? (pcgc_ref *)(block + at_in) : NULL;
+  n->name = memcpy(block + at_name, name, ln);
+  bool ok = true;
   for (int i = 0; ok && i < n->n_out; i++) {
     char buf[600];
     if (i > 0) snprintf(buf, sizeof buf, "%.500s.%d", name, i);
@@ -161,7 +166,7 @@ int pcgc_graph_add_node(pcgc_graph *g, pcgc_op_kind kind, const char *name, cons
     node_destroy(n);
     return PCGC_ERR_NOMEM;
   }
-  n->n_in = n_in;
+  n->n_in = (int16_t)n_in;
   if (n_in) memcpy(n->in, in, (size_t)n_in * sizeof *in);
   g->n_nodes++;
   return id;

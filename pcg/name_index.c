@@ -1,9 +1,10 @@
 /*
  * name_index.c — an index of names kept elsewhere: open addressing with
- * linear probing over one machine word a slot, at most half full. A value
+ * linear probing over one machine word a slot, at most 80% full (a graph at
+ * the model node limit, 100,000, fits 131,072 slots). A value
  * names its record (a node id + 1, a pointer); the caller's `key` gives the
  * record's name, so the index stores no string. A uthash entry took 56
- * bytes of handle plus its bucket; this takes 8 to 16 bytes a name (issue 17:
+ * bytes of handle plus its bucket; this takes 10 to 20 bytes a name (issue 17:
  * a model's memory against its text).
  */
 #include <stdlib.h>
@@ -25,7 +26,7 @@ uintptr_t pcgc__name_index_find(const pcgc__name_index *x, const char *name, pcg
 }
 
 pcgc_status pcgc__name_index_add(pcgc__name_index *x, uintptr_t v, pcgc__name_key key, const void *ctx) {
-  if ((x->n + 1) * 2 > x->cap) {
+  if ((x->n + 1) * 5 > x->cap * 4) {
     size_t cap = x->cap ? x->cap * 2 : 16;
     uintptr_t *slot = calloc(cap, sizeof *slot);
     if (!slot) return PCGC_ERR_NOMEM;

@@ -372,19 +372,19 @@ typedef struct pcgc_ref {
 
 typedef struct pcgc_node {
   int id;                 /* index in graph->nodes */
-  pcgc_op_kind kind;
+  int16_t n_in;           /* at most PCGC_VARIADIC */
+  int16_t n_out;
+  pcgc_op_kind kind : 16;
+  bool typed;             /* out[] holds inferred types */
   char *name;             /* unique within the graph */
   const pcgc_attrs *attrs;/* owned by the graph, shared by the nodes whose
                              attributes are equal byte for byte (so a node
                              costs a pointer, not 200 bytes; issue 17); never
                              NULL; change with pcgc_graph_set_attrs */
-  int n_in;
   pcgc_ref *in;           /* input slot i reads `in[i]` */
-  int n_out;
   pcgc_ptensor *out;      /* inferred output types */
   char **out_names;       /* name of each output (out_names[0] == name, the
                              same string unless renamed) */
-  bool typed;             /* out[] holds inferred types */
   pcgc_srcloc loc;        /* where the model file defined it (file may be NULL) */
   float *value;           /* weights imported with values (ONNX): numel floats in
                              row-major order, used instead of the init attribute;
