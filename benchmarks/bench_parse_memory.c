@@ -35,6 +35,10 @@
  *   rules-chains  rules up to the rule limit, each a chain of relus long
  *                 enough that they fill the size (the most rules it can hold)
  *   rules-big     rules with 31 long `where` conditions (~4000 expressions a rule)
+ *   rules-dense   the same with the densest conditions the language takes:
+ *                 `N*M+N*M+...` without spaces, one expression a byte
+ *   rules-distinct conditions that share the least: `A+10+11+...` chains
+ *                 of two-digit numbers, each condition from another start
  *   rules-lexerr  rules-big with a stray '$' at the very end
  */
 #define _GNU_SOURCE
@@ -225,6 +229,32 @@ static void rules_big(buf *b, size_t size) {
   put(b, "\n");
 }
 
+static void rules_dense(buf *b, size_t size) {
+  for (int i = 0; b->n < size && i < 10000; i++) {
+    put(b, "rule r%d { match { input x: [N, M]; y = relu(x); yield y; } where {", i);
+    for (int c = 0; c < 31; c++) { /* 32 products a condition: 63 deep, within the depth limit */
+      put(b, " N*M");
+      for (int k = 1; k < 32; k++) put(b, "+N*M");
+      put(b, ">=0;");
+    }
+    put(b, " } rewrite { w = relu(x); yield w; } } ");
+  }
+  put(b, "\n");
+}
+
+static void rules_distinct(buf *b, size_t size) {
+  for (int i = 0; b->n < size && i < 10000; i++) {
+    put(b, "rule r%d { match { input x: [A, B, C, D, E, F]; y = relu(x); yield y; } where {", i);
+    for (int c = 0; c < 32; c++) { /* 62 terms: 62 deep, within the depth limit */
+      put(b, " %c", 'A' + (c + i) % 6);
+      for (int k = 0; k < 61; k++) put(b, "+%d", 10 + (c * 7 + i + k) % 90);
+      put(b, ">=0;");
+    }
+    put(b, " } rewrite { w = relu(x); yield w; } } ");
+  }
+  put(b, "\n");
+}
+
 static void rules_lexerr(buf *b, size_t size) {
   rules_big(b, size);
   b->n--;
@@ -246,7 +276,8 @@ static const bench_case cases[] = {
     {"names-ops", false, names_ops, false},       {"names-scalars", false, names_scalars, false},
     {"names-linear", false, names_linear, false},
     {"rules-many", true, rules_many, false},      {"rules-big", true, rules_big, false},
-    {"rules-chains", true, rules_chains, false},
+    {"rules-chains", true, rules_chains, false},  {"rules-dense", true, rules_dense, false},
+    {"rules-distinct", true, rules_distinct, false},
     {"rules-lexerr", true, rules_lexerr, true},
 };
 

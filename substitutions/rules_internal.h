@@ -41,23 +41,23 @@ typedef enum rx_kind {
   RX_ADD, RX_SUB, RX_MUL, RX_DIV, RX_MOD /* a op b; / and % as in C, on int64 */
 } rx_kind;
 
-/* 12 bytes: a rule may hold thousands (one per number or name of its
- * conditions, about one per three bytes of its text; issue 17), so the
- * fields a kind does not read share storage, operands are 13-bit indices
- * (PCGC__RULES_MAX_EXPRS, 4096, fits) packed with the kind in one word, the
- * struct is 4-aligned, and an expression keeps no source position: messages
- * point at the condition or attribute that holds it. */
-typedef struct __attribute__((packed, aligned(4))) rx {
+/* 8 bytes: a rule may hold thousands (up to one per byte of the text of
+ * its conditions; issue 17), so the fields a kind does not read share
+ * storage, operands are 13-bit indices (PCGC__RULES_MAX_EXPRS, 4096, fits)
+ * packed with the kind in one word, an integer literal is at most 2^31 - 1
+ * (the parser says so), and an expression keeps no source position:
+ * messages point at the condition or attribute that holds it. */
+typedef struct rx {
   union {
-    int64_t v;           /* RX_INT */
+    int32_t v;           /* RX_INT (evaluated in int64) */
     int32_t sym;         /* RX_SYM */
     struct {
-      int32_t tensor;    /* RX_ATTR, RX_ATTR_AT, RX_RANK, RX_SIZE */
-      int32_t attr;      /* RX_ATTR, RX_ATTR_AT */
+      int16_t tensor;    /* RX_ATTR, RX_ATTR_AT, RX_RANK, RX_SIZE */
+      int16_t attr;      /* RX_ATTR, RX_ATTR_AT */
     };
   };
   signed int a : 13, b : 13; /* operand expressions, -1 when absent (every kind) */
-  rx_kind kind : 5;
+  rx_kind kind : 6;
 } rx;
 
 /* -------------------------------------------------------------- symbols */

@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <xxhash.h>
 
 #include "rules_parse.h"
 
@@ -55,6 +56,48 @@ static pcgc_status new_rx(parser *P, rx_kind kind, const pcgc__rtok *t, int32_t 
   return PCGC_OK;
 }
 
+/* The where block's expressions by content (open addressing; a rule holds
+ * at most PCGC__RULES_MAX_EXPRS, so never more than half full). */
+#define SAME_CAP (2 * PCGC__RULES_MAX_EXPRS)
+_Static_assert(PCGC__RULES_MAX_EXPRS < (1 << 16), "an index fits below the generation");
+
+/* Starts (on) or ends sharing expressions within one where block. */
+static pcgc_status same_scope(parser *P, bool on) {
+  P->same_on = false;
+  if (!on) return PCGC_OK;
+  if (!P->same && !(P->same = calloc(SAME_CAP, sizeof *P->same))) return pcgc__rp_oom(P);
+  if (++P->same_gen == 1u << 16) { /* every stamp used: start over */
+    memset(P->same, 0, SAME_CAP * sizeof *P->same);
+    P->same_gen = 1;
+  }
+  P->same_on = true;
+  return PCGC_OK;
+}
+
+/* In a where block, an expression just completed (the newest of the rule)
+ * that equals one made before in the block is dropped for it: `N*M+N*M+...`
+ * kept 12 bytes a byte of its text (issue 17). Only conditions share, so no
+ * expression of a shape or an attribute is ever shared, and what reads a
+ * condition walks its tree (params_only, the checker's expr_has_div), not a
+ * range of indices. Expressions are values (nothing writes one once made),
+ * so evaluating a shared one gives the same. */
+static pcgc_status intern_rx(parser *P, int32_t *e) {
+  pcgc_rule *r = P->r;
+  if (!P->same_on || *e != r->n_ex - 1) return PCGC_OK;
+  const rx *x = &r->ex[*e];
+  uint32_t i = (uint32_t)XXH3_64bits(x, sizeof *x) & (SAME_CAP - 1);
+  for (; P->same[i] >> 16 == P->same_gen; i = (i + 1) & (SAME_CAP - 1)) {
+    int32_t o = (int32_t)(P->same[i] & 0xFFFF) - 1;
+    if (memcmp(&r->ex[o], x, sizeof *x) == 0) {
+      *e = o;
+      r->n_ex--;
+      return PCGC_OK;
+    }
+  }
+  P->same[i] = P->same_gen << 16 | (uint32_t)(*e + 1);
+  return PCGC_OK;
+}
+
 /* Sets the tree height of e (t: where to report a tree too high). */
 static pcgc_status set_height(parser *P, int32_t e, int h, const pcgc__rtok *t) {
   P->height[e] = h;
@@ -63,7 +106,7 @@ static pcgc_status set_height(parser *P, int32_t e, int h, const pcgc__rtok *t) 
   return pcgc__rp_hint(P, "simplify the expression");
 }
 
-_Static_assert(sizeof(rx) <= 12, "rule expressions stay small (issue 17)");
+_Static_assert(sizeof(rx) <= 8, "rule expressions stay small (issue 17)");
 _Static_assert(PCGC__RULES_MAX_EXPRS <= (1 << 12), "operands are 13-bit signed indices (rx.a, rx.b)");
 
 static pcgc_status parse_expr(parser *P, int32_t *out);
@@ -178,7 +221,7 @@ static pcgc_status parse_name(parser *P, int32_t *out) {
   P->r->ex[e].sym = y;
   advance(P);
   *out = e;
-  return PCGC_OK;
+  return intern_rx(P, out);
 }
 
 /* atom = INT | NAME | NAME "." KEY [ "[" expr "]" ] | rank(...) | size(...) | "(" expr ")" */
@@ -186,10 +229,14 @@ static pcgc_status parse_atom(parser *P, int32_t *out) {
   const pcgc__rtok *t = peek(P);
   pcgc_status s;
   if (t->kind == PCGC__RT_INT) {
+    if (t->i > INT32_MAX) {
+      FAIL(P, t, "integer %lld is too large for an expression (at most %d)", (long long)t->i, INT32_MAX);
+      return pcgc__rp_hint(P, "rule expressions compute sizes, dims and degrees; no constant is that large");
+    }
     if ((s = new_rx(P, RX_INT, t, out))) return s;
-    P->r->ex[*out].v = t->i;
+    P->r->ex[*out].v = (int32_t)t->i;
     advance(P);
-    return PCGC_OK;
+    return intern_rx(P, out);
   }
   if (t->kind == PCGC__RT_FLOAT) {
     FAIL(P, t, "a float cannot appear in an expression");
@@ -240,7 +287,7 @@ static pcgc_status parse_unary(parser *P, int32_t *out) {
   P->r->ex[e].a = (int16_t)a;
   if ((s = set_height(P, e, P->height[a] + 1, t))) return s;
   *out = e;
-  return PCGC_OK;
+  return intern_rx(P, out);
 }
 
 static pcgc_status make_bin(parser *P, const pcgc__rtok *op, int32_t l, int32_t r, int32_t *out) {
@@ -253,7 +300,7 @@ static pcgc_status make_bin(parser *P, const pcgc__rtok *op, int32_t l, int32_t 
   x->b = (int16_t)r;
   if ((s = set_height(P, e, (P->height[l] > P->height[r] ? P->height[l] : P->height[r]) + 1, op))) return s;
   *out = e;
-  return PCGC_OK;
+  return intern_rx(P, out);
 }
 
 /* term = unary { ("*" | "/" | "%") unary } */
@@ -908,6 +955,16 @@ static pcgc_status parse_side(parser *P, int which) {
   }
 }
 
+/* Whether expression e reads parameters and constants alone. */
+static bool params_only(const pcgc_rule *r, int32_t e) {
+  if (e < 0) return true;
+  const rx *x = &r->ex[e];
+  if (x->kind == RX_ATTR || x->kind == RX_ATTR_AT || x->kind == RX_RANK || x->kind == RX_SIZE ||
+      (x->kind == RX_SYM && x->sym >= r->n_params))
+    return false;
+  return params_only(r, x->a) && params_only(r, x->b);
+}
+
 /* where = "where" "{" { cond ";" } "}" */
 static pcgc_status parse_where(parser *P) {
   pcgc_rule *r = P->r;
@@ -916,6 +973,7 @@ static pcgc_status parse_where(parser *P) {
   if (!is_p(peek(P), '{'))
     return pcgc__rp_expected(P, "'{' after 'where'", "conditions are written where { B %% d == 0; }");
   pcgc_status s = pcgc__rp_open(P, "the where block");
+  if (s == PCGC_OK) s = same_scope(P, true);
   while (s == PCGC_OK && !is_p(peek(P), '}')) {
     const pcgc__rtok *t = peek(P);
     if (r->n_conds == PCGC_RULE_MAX_CONDS) {
@@ -924,7 +982,6 @@ static pcgc_status parse_where(parser *P) {
     }
     rcond *c = &r->conds[r->n_conds];
     c->loc = loc_of(P, t);
-    int first = r->n_ex;
     if ((s = parse_expr(P, &c->a))) return s;
     const pcgc__rtok *op = peek(P);
     switch (op->kind == PCGC__RT_PUNCT ? op->p : 0) {
@@ -946,15 +1003,10 @@ static pcgc_status parse_where(parser *P) {
     c->len = prev_end(P) - t->sp.off;
     if ((s = pcgc__rp_expect_semi(P, "the condition"))) return s;
     /* decided at instantiation when only parameters are involved */
-    c->params_only = true;
-    for (int e = first; e < r->n_ex; e++) {
-      const rx *x = &r->ex[e];
-      if (x->kind == RX_ATTR || x->kind == RX_ATTR_AT || x->kind == RX_RANK || x->kind == RX_SIZE ||
-          (x->kind == RX_SYM && x->sym >= r->n_params))
-        c->params_only = false;
-    }
+    c->params_only = params_only(r, c->a) && params_only(r, c->b);
     r->n_conds++;
   }
+  same_scope(P, false);
   if (s == PCGC_OK) pcgc__rp_close(P);
   return s;
 }
@@ -1057,6 +1109,7 @@ static pcgc_status parse_rule(parser *P) {
   P->r = r;
   P->n_open = 0;
   P->depth = 0;
+  same_scope(P, false);
   advance(P);
   pcgc_status s = PCGC_OK;
   if (is_p(peek(P), '(')) s = parse_params(P);
@@ -1135,6 +1188,7 @@ pcgc_status pcgc__rules_parse(const pcgc__src *src, const pcgc_ruleset *rs, pcgc
   if (win.status != PCGC_OK) s = pcgc__rp_oom(P);
   pcgc__tokwin_free(&win);
   free(P->height);
+  free(P->same);
   free(P->scratch);
   pcgc__rule_index_clear(&P->names);
   if (s != PCGC_OK) {
