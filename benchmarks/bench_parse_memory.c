@@ -189,15 +189,17 @@ static void rules_many(buf *b, size_t size) {
  * language takes (16 nodes) and a rewrite as long, names padded so that
  * they fill `size`: a rule file of that size can hold no more. */
 static void rules_chains(buf *b, size_t size) {
-  int w = 1; /* 32 names a side, 17 bytes a node besides its names */
-  if (size / 10000 > 2 * 16 * 17) w = (int)((size / 10000 - 2 * 16 * 17) / (2 * 16 * 2));
-  if (w > 100) w = 100;
-  for (int i = 0; i < 10000; i++) {
-    put(b, "rule r%d { match { input x: [...S]; m%0*d = relu(x); ", i, w, 0);
-    for (int k = 1; k < 16; k++) put(b, "m%0*d = relu(m%0*d); ", w, k, w, k - 1);
-    put(b, "yield m%0*d; } rewrite { w%0*d = relu(x); ", w, 15, w, 0);
-    for (int k = 1; k < 16; k++) put(b, "w%0*d = relu(w%0*d); ", w, k, w, k - 1);
-    put(b, "yield w%0*d; } } ", w, 15);
+  for (int w = 1; w <= 100; w++) { /* the widest names that keep it within the size */
+    size_t start = b->n;
+    for (int i = 0; i < 10000; i++) {
+      put(b, "rule r%d { match { input x: [...S]; m%0*d = relu(x); ", i, w, 0);
+      for (int k = 1; k < 16; k++) put(b, "m%0*d = relu(m%0*d); ", w, k, w, k - 1);
+      put(b, "yield m%0*d; } rewrite { w%0*d = relu(x); ", w, 15, w, 0);
+      for (int k = 1; k < 16; k++) put(b, "w%0*d = relu(w%0*d); ", w, k, w, k - 1);
+      put(b, "yield w%0*d; } } ", w, 15);
+    }
+    if (b->n - start + 10000 * 64 > size || w == 100) break; /* one more digit: 64 bytes a rule */
+    b->n = start;
   }
   put(b, "\n");
 }
