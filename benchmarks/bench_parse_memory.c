@@ -30,6 +30,8 @@
  *                 (`scalar_mul` by N.5), so no two nodes share attributes
  *   names-linear  the same with `linear(yM, out=4)`: three nodes (the layer,
  *                 its weight and its bias) and three names a statement
+ *   names-splits  splits into 16 up to the tensor limit (100,000 outputs),
+ *                 names padded to fill the size
  *   rules-many    small rules up to the rule limit (10,000; each rule is
  *                 packed to what it holds, ~1 KB for these)
  *   rules-chains  rules up to the rule limit, each a chain of relus long
@@ -171,6 +173,19 @@ static void names_ops(buf *b, size_t size) { padded(b, size, 1, "relu", ""); }
 static void names_scalars(buf *b, size_t size) { padded(b, size, 1, "scalar_mul", ", scalar=%d.5"); }
 static void names_linear(buf *b, size_t size) { padded(b, size, 3, "linear", ", out=4"); }
 
+static void names_splits(buf *b, size_t size) {
+  int stmts = 99990 / 16, w = 1;
+  size_t fixed = 16 * 5 + 80; /* ", s_k" a name; " = split(x, axis=1, sizes=[...]);" */
+  if (size / (size_t)stmts > fixed + 32) w = (int)((size / (size_t)stmts - fixed) / 16);
+  if (w > 200) w = 200;
+  put(b, "model splits; input x: f32[4, 32];");
+  for (int i = 0; i < stmts; i++) {
+    for (int k = 0; k < 16; k++) put(b, "%ss%0*d_%x", k ? ", " : " ", w, i, k);
+    put(b, " = split(x, axis=1, sizes=[2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2]);");
+  }
+  put(b, "\n");
+}
+
 static void model_lexerr(buf *b, size_t size) {
   model_consts(b, size);
   b->n--; /* the newline */
@@ -276,7 +291,7 @@ static const bench_case cases[] = {
     {"model-consts", false, model_consts, false}, {"model-ops", false, model_ops, false},
     {"model-lists", false, model_lists, false},   {"model-lexerr", false, model_lexerr, true},
     {"names-ops", false, names_ops, false},       {"names-scalars", false, names_scalars, false},
-    {"names-linear", false, names_linear, false},
+    {"names-linear", false, names_linear, false}, {"names-splits", false, names_splits, false},
     {"rules-many", true, rules_many, false},      {"rules-big", true, rules_big, false},
     {"rules-chains", true, rules_chains, false},  {"rules-dense", true, rules_dense, false},
     {"rules-distinct", true, rules_distinct, false},

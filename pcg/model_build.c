@@ -96,6 +96,7 @@ typedef struct builder {
                                scope bound without a record */
   const pcgc_model_options *opts;
   const num *set_vals;
+  int64_t tensors;          /* outputs of the graph's nodes */
   int nesting;
   int64_t work;
   bool noted; /* the instance context is already in the message */
@@ -432,6 +433,12 @@ static pcgc_status add_node(builder *b, pcgc_op_kind kind, const char *name, con
     FAIL(b, where, PCGC_ERR_INVALID, "the model has more than %d nodes", PCGC__MODEL_MAX_NODES);
     return hint(b, "check the repeat counts and how often blocks call blocks");
   }
+  int n_out = a ? pcgc_op_num_outputs(kind, a) : 1;
+  if (b->tensors + n_out > PCGC__MODEL_MAX_TENSORS) {
+    FAIL(b, where, PCGC_ERR_INVALID, "the model has more than %d tensors (outputs of its nodes)",
+         PCGC__MODEL_MAX_TENSORS);
+    return hint(b, "each output of a split counts; check the repeat counts and the splits");
+  }
   int id = pcgc_graph_add_node(b->g, kind, name, a, n_in, in);
   if (id == PCGC_ERR_NOMEM) return nomem(b);
   if (id < 0) {
@@ -440,6 +447,7 @@ static pcgc_status add_node(builder *b, pcgc_op_kind kind, const char *name, con
     return hint(b, "tensor names must be unique");
   }
   b->g->nodes[id].loc = (pcgc_srcloc){b->src.file, where.line, where.col};
+  b->tensors += b->g->nodes[id].n_out;
   *id_out = id;
   return PCGC_OK;
 }
@@ -986,11 +994,17 @@ static pcgc_status count_work(builder *b, pcgc__span sp) {
 
 /* After the first of `reps` instances, refuses a repeat whose projected
  * size exceeds the limits. */
-static pcgc_status check_projection(builder *b, const pcgc__stmt *st, int64_t reps, int64_t nodes0, int64_t work0) {
-  int64_t per_nodes = b->g->n_nodes - nodes0, per_work = b->work - work0;
+static pcgc_status check_projection(builder *b, const pcgc__stmt *st, int64_t reps, int64_t nodes0,
+                                    int64_t tensors0, int64_t work0) {
+  int64_t per_nodes = b->g->n_nodes - nodes0, per_work = b->work - work0, per_tensors = b->tensors - tensors0;
   if (nodes0 + per_nodes * reps > PCGC__MODEL_MAX_NODES) {
     FAIL(b, st->repeat->sp, PCGC_ERR_INVALID, "repeat(%lld) would make the model about %lld nodes; at most %d "
          "are allowed", (long long)reps, (long long)(nodes0 + per_nodes * reps), PCGC__MODEL_MAX_NODES);
+    return hint(b, "lower the repeat count");
+  }
+  if (tensors0 + per_tensors * reps > PCGC__MODEL_MAX_TENSORS) {
+    FAIL(b, st->repeat->sp, PCGC_ERR_INVALID, "repeat(%lld) would make the model about %lld tensors; at most %d "
+         "are allowed", (long long)reps, (long long)(tensors0 + per_tensors * reps), PCGC__MODEL_MAX_TENSORS);
     return hint(b, "lower the repeat count");
   }
   if (work0 + per_work * reps > PCGC__MODEL_MAX_WORK) {
@@ -1084,7 +1098,7 @@ static pcgc_status exec_op(builder *b, scope *s, const pcgc__stmt *st, pcgc_op_k
   }
   pcgc_ref cur[PCGC_VARIADIC];
   memcpy(cur, in, (size_t)st->n_pos * sizeof *in);
-  int64_t nodes0 = b->g->n_nodes, work0 = b->work;
+  int64_t nodes0 = b->g->n_nodes, tensors0 = b->tensors, work0 = b->work;
   int id = -1;
   for (int64_t r = 0; r < reps; r++) {
     if (r > 0 && (rc = count_work(b, st->sp))) return rc;
@@ -1109,7 +1123,7 @@ static pcgc_status exec_op(builder *b, scope *s, const pcgc__stmt *st, pcgc_op_k
     }
     if ((rc = infer(b, id, st->callee.sp)) || (rc = register_outputs(b, id, st->lhs[0].sp))) return rc;
     for (int k = 0; k < n_out; k++) cur[k] = (pcgc_ref){id, k};
-    if (r == 0 && reps > 1 && (rc = check_projection(b, st, reps, nodes0, work0))) return rc;
+    if (r == 0 && reps > 1 && (rc = check_projection(b, st, reps, nodes0, tensors0, work0))) return rc;
   }
   for (int k = 0; k < n_out; k++)
     if ((rc = bind_tensor(b, s, &st->lhs[k], (pcgc_ref){id, k}))) return rc;
@@ -1249,13 +1263,13 @@ static pcgc_status exec_call(builder *b, scope *s, const pcgc__stmt *st, const p
   }
   pcgc_ref cur[PCGC__MODEL_MAX_ARGS], rets[PCGC__MODEL_MAX_ARGS];
   memcpy(cur, in, (size_t)st->n_pos * sizeof *in);
-  int64_t nodes0 = b->g->n_nodes, work0 = b->work;
+  int64_t nodes0 = b->g->n_nodes, tensors0 = b->tensors, work0 = b->work;
   for (int64_t r = 0; r < reps; r++) {
     name_buf inst;
     if ((rc = full_name(b, s, st->lhs[0].s, st->repeat ? r : -1, st->lhs[0].sp, inst))) return rc;
     if ((rc = instantiate(b, s, st, blk, inst, cur, vals, given, rets))) return rc;
     memcpy(cur, rets, (size_t)n_ret * sizeof *rets);
-    if (r == 0 && reps > 1 && (rc = check_projection(b, st, reps, nodes0, work0))) return rc;
+    if (r == 0 && reps > 1 && (rc = check_projection(b, st, reps, nodes0, tensors0, work0))) return rc;
   }
   for (int k = 0; k < n_ret; k++)
     if ((rc = bind_tensor(b, s, &st->lhs[k], rets[k]))) return rc;

@@ -41,6 +41,9 @@
 #define PCGC__MODEL_MAX_PARAMS 64         /* parameters of one block */
 #define PCGC__MODEL_MAX_REPEAT 10000      /* n of repeat(n) */
 #define PCGC__MODEL_MAX_NODES 100000      /* nodes of one graph */
+#define PCGC__MODEL_MAX_TENSORS 100000    /* tensors (node outputs) of one graph: a split
+                                             names 16 at about 10 bytes of text each, and
+                                             each keeps its type (issue 17) */
 #define PCGC__MODEL_MAX_WORK 1000000      /* statements run, over all block instances */
 #define PCGC__MODEL_MAX_NESTING 64        /* block instances inside block instances */
 

@@ -648,6 +648,14 @@ START_TEST(limits) {
                "block b(tensor x) { y = repeat(10000) a(x); return y }\n"
                "z = repeat(10000) b(x)\n",
                4, 12, "would run about", NULL);
+  /* tensors count too: 7000 splits into 16 are 7000 nodes but 112000 tensors */
+  expect_error("input x: f32[4, 32]\n"
+               "block a(tensor x) {\n"
+               "  s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, sa, sb, sc, sd, se, sf = split(x, axis=1, "
+               "sizes=[2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2])\n"
+               "  return x\n}\n"
+               "z = repeat(7000) a(x)\n",
+               6, 12, "would make the model about 112001 tensors", "lower the repeat count");
   /* blocks that each call the one before twice double the graph per level */
   char text[16384];
   k = (size_t)snprintf(text, sizeof text, "input x: f32[2]\nblock b0(tensor x) { y = relu(x); return y }\n");
