@@ -233,25 +233,13 @@ static void balanced(buf *b, int depth) {
   put(b, ")");
 }
 
-static void rules_big(buf *b, size_t size) {
+/* Rules up to the size (or the rule limit) of one relu each, with n_conds
+ * conditions written by cond(b, rule, condition) on the dims of x. */
+static void rules_where(buf *b, size_t size, const char *dims, int n_conds, void (*cond)(buf *b, int i, int c)) {
   for (int i = 0; b->n < size && i < 10000; i++) {
-    put(b, "rule r%d { match { input x: [N, M]; y = relu(x); yield y; } where {", i);
-    for (int c = 0; c < 31; c++) {
-      put(b, " ");
-      balanced(b, 6); /* 64 terms, 127 expressions */
-      put(b, " >= 0;");
-    }
-    put(b, " } rewrite { w = relu(x); yield w; } } ");
-  }
-  put(b, "\n");
-}
-
-static void rules_dense(buf *b, size_t size) {
-  for (int i = 0; b->n < size && i < 10000; i++) {
-    put(b, "rule r%d { match { input x: [N, M]; y = relu(x); yield y; } where {", i);
-    for (int c = 0; c < 31; c++) { /* 32 products a condition: 63 deep, within the depth limit */
-      put(b, " N*M");
-      for (int k = 1; k < 32; k++) put(b, "+N*M");
+    put(b, "rule r%d { match { input x: [%s]; y = relu(x); yield y; } where {", i, dims);
+    for (int c = 0; c < n_conds; c++) {
+      cond(b, i, c);
       put(b, ">=0;");
     }
     put(b, " } rewrite { w = relu(x); yield w; } } ");
@@ -259,18 +247,27 @@ static void rules_dense(buf *b, size_t size) {
   put(b, "\n");
 }
 
-static void rules_distinct(buf *b, size_t size) {
-  for (int i = 0; b->n < size && i < 10000; i++) {
-    put(b, "rule r%d { match { input x: [A, B, C, D, E, F]; y = relu(x); yield y; } where {", i);
-    for (int c = 0; c < 32; c++) { /* 62 terms: 62 deep, within the depth limit */
-      put(b, " %c", 'A' + (c + i) % 6);
-      for (int k = 0; k < 61; k++) put(b, "+%d", 10 + (c * 7 + i + k) % 90);
-      put(b, ">=0;");
-    }
-    put(b, " } rewrite { w = relu(x); yield w; } } ");
-  }
-  put(b, "\n");
+static void big_cond(buf *b, int i, int c) {
+  put(b, " ");
+  balanced(b, 6); /* 64 terms, 127 expressions */
+  put(b, " ");
 }
+
+/* 32 products: 63 deep, within the depth limit */
+static void dense_cond(buf *b, int i, int c) {
+  put(b, " N*M");
+  for (int k = 1; k < 32; k++) put(b, "+N*M");
+}
+
+/* 62 terms: 62 deep, within the depth limit; each condition from another start */
+static void distinct_cond(buf *b, int i, int c) {
+  put(b, " %c", 'A' + (c + i) % 6);
+  for (int k = 0; k < 61; k++) put(b, "+%d", 10 + (c * 7 + i + k) % 90);
+}
+
+static void rules_big(buf *b, size_t size) { rules_where(b, size, "N, M", 31, big_cond); }
+static void rules_dense(buf *b, size_t size) { rules_where(b, size, "N, M", 31, dense_cond); }
+static void rules_distinct(buf *b, size_t size) { rules_where(b, size, "A, B, C, D, E, F", 32, distinct_cond); }
 
 static void rules_lexerr(buf *b, size_t size) {
   rules_big(b, size);
@@ -349,11 +346,11 @@ static int run_case(const bench_case *c, size_t size, const char *dir) {
   }
   double mb = (double)b.n / 1e6;
   if (COUNTING)
-    printf("%-13s %6.2f MB  peak %7.1f MB %5.1fx   kept %7.1f MB %5.1fx   rss +%7.1f MB%s\n", c->name, mb,
+    printf("%-14s %6.2f MB  peak %7.1f MB %5.1fx   kept %7.1f MB %5.1fx   rss +%7.1f MB%s\n", c->name, mb,
            (double)peak / 1e6, (double)peak / (double)b.n, (double)kept / 1e6, (double)kept / (double)b.n,
            (double)rss / 1e3, tree);
   else
-    printf("%-13s %7.2f MB  rss +%7.1f MB  %5.1fx\n", c->name, mb, (double)rss / 1e3,
+    printf("%-14s %7.2f MB  rss +%7.1f MB  %5.1fx\n", c->name, mb, (double)rss / 1e3,
            (double)rss * 1e3 / (double)b.n);
   pcgc_graph_free(g);
   pcgc_ruleset_free(rs);
