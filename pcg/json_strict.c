@@ -1,8 +1,9 @@
 /*
  * json_strict.c — what cJSON lets through and pcgc's JSON files must not
- * hold (pcg.h, pcgc_json_check_strict): a NUL character, bytes that are not
- * UTF-8, and an object member named twice (cJSON would silently use the
- * first). One pass over the text with a small tokenizer; a syntax error
+ * hold (pcg.h, pcgc_json_check_strict): a NUL character (also written
+ * \u0000, where cJSON would end the string), bytes that are not UTF-8, and
+ * an object member named twice, escapes decoded ("a" and "\u0061" are one
+ * name; cJSON would silently use the first). One pass over the text with a small tokenizer; a syntax error
  * ends the pass quietly, since the JSON parser that runs next reports it
  * with its position.
  */
@@ -13,7 +14,7 @@
 #include "uthash.h"
 
 typedef struct jkey {
-  const char *s; /* the raw member name between its quotes (escapes as written) */
+  char *s;       /* the member name, escapes decoded (owned) */
   size_t n;
   size_t at;     /* offset of its opening quote */
   UT_hash_handle hh;
@@ -55,7 +56,19 @@ static void ws(jscan *J) {
   while (J->i < J->n && (J->t[J->i] == ' ' || J->t[J->i] == '\t' || J->t[J->i] == '\n' || J->t[J->i] == '\r')) J->i++;
 }
 
-/* At '"': past the closing quote; false on a syntax error. */
+static int hex4(const char *t, size_t n, size_t i) {
+  if (i + 4 > n) return -1;
+  int v = 0;
+  for (int k = 0; k < 4; k++) {
+    char c = t[i + (size_t)k];
+    int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+    if (d < 0) return -1;
+    v = v * 16 + d;
+  }
+  return v;
+}
+
+/* At '"': past the closing quote; false on a syntax error. A \u0000 fails. */
 static bool string(jscan *J) {
   for (J->i++; J->i < J->n; J->i++) {
     char c = J->t[J->i];
@@ -63,9 +76,67 @@ static bool string(jscan *J) {
       J->i++;
       return true;
     }
-    if (c == '\\') J->i++;
+    if (c == '\\') {
+      if (J->i + 1 < J->n && J->t[J->i + 1] == 'u' && hex4(J->t, J->n, J->i + 2) == 0) {
+        fail(J, J->i, "the string holds \\u0000, a NUL character, where pcgc's JSON files never need one "
+                      "(the reader would end the string there)");
+        return false;
+      }
+      J->i++;
+    }
   }
   return false;
+}
+
+/* The member name between t[a] and t[b] (the quotes excluded), escapes
+ * decoded to UTF-8 (an invalid escape is kept as written: the parser
+ * reports it), in a new string; NULL on out of memory. */
+static char *decode(const char *t, size_t a, size_t b, size_t *len) {
+  char *d = malloc(b - a + 1), *o = d;
+  if (!d) return NULL;
+  for (size_t i = a; i < b; i++) {
+    if (t[i] != '\\' || i + 1 >= b) {
+      *o++ = t[i];
+      continue;
+    }
+    char e = t[++i];
+    const char *plain = strchr("\"\\/", e), *ctl = strchr("bfnrt", e);
+    if (plain) {
+      *o++ = e;
+    } else if (ctl) {
+      *o++ = "\b\f\n\r\t"[ctl - "bfnrt"];
+    } else if (e == 'u' && hex4(t, b, i + 1) >= 0) {
+      unsigned cp = (unsigned)hex4(t, b, i + 1);
+      i += 4;
+      if (cp >= 0xD800 && cp <= 0xDBFF && i + 6 < b + 1 && t[i + 1] == '\\' && t[i + 2] == 'u') {
+        int lo = hex4(t, b, i + 3);
+        if (lo >= 0xDC00 && lo <= 0xDFFF) {
+          cp = 0x10000 + ((cp - 0xD800) << 10) + ((unsigned)lo - 0xDC00);
+          i += 6;
+        }
+      }
+      if (cp < 0x80) {
+        *o++ = (char)cp;
+      } else if (cp < 0x800) {
+        *o++ = (char)(0xC0 | cp >> 6);
+        *o++ = (char)(0x80 | (cp & 0x3F));
+      } else if (cp < 0x10000) {
+        *o++ = (char)(0xE0 | cp >> 12);
+        *o++ = (char)(0x80 | (cp >> 6 & 0x3F));
+        *o++ = (char)(0x80 | (cp & 0x3F));
+      } else {
+        *o++ = (char)(0xF0 | cp >> 18);
+        *o++ = (char)(0x80 | (cp >> 12 & 0x3F));
+        *o++ = (char)(0x80 | (cp >> 6 & 0x3F));
+        *o++ = (char)(0x80 | (cp & 0x3F));
+      }
+    } else {
+      *o++ = '\\';
+      *o++ = e;
+    }
+  }
+  *len = (size_t)(o - d);
+  return d;
 }
 
 static bool value(jscan *J);
@@ -89,15 +160,19 @@ static bool object(jscan *J) {
       J->st = pcgc_error_set(J->err, PCGC_ERR_NOMEM, "out of memory checking %s", J->path);
       break;
     }
-    k->s = J->t + at + 1;
-    k->n = J->i - at - 2;
     k->at = at;
+    if (!(k->s = decode(J->t, at + 1, J->i - 1, &k->n))) {
+      free(k);
+      J->st = pcgc_error_set(J->err, PCGC_ERR_NOMEM, "out of memory checking %s", J->path);
+      break;
+    }
     HASH_FIND(hh, keys, k->s, k->n, e);
     if (e) {
       char msg[400];
       pcgc_srcloc first = loc(J, e->at);
       snprintf(msg, sizeof msg, "the member \"%.*s\" is given twice (first at line %d, column %d); keep one",
                (int)(k->n < 200 ? k->n : 200), k->s, first.line, first.col);
+      free(k->s);
       free(k);
       fail(J, at, msg);
       break;
@@ -120,6 +195,7 @@ static bool object(jscan *J) {
   }
   HASH_ITER(hh, keys, e, tmp) {
     HASH_DEL(keys, e);
+    free(e->s);
     free(e);
   }
   return ok;
