@@ -418,34 +418,52 @@ pcgc_status pcgc_graph_infer(pcgc_graph *g, pcgc_error *err) {
   return s;
 }
 
+/* Every node's recorded types are what inference gives from its inputs'
+ * recorded types, node by node in topological order: by induction from the
+ * sources, what inferring the whole graph afresh would give. No copy of the
+ * graph is made (it doubled the memory of loading a model; issue 17). */
 pcgc_status pcgc_graph_validate(const pcgc_graph *g, pcgc_error *err) {
-  pcgc_graph *c = pcgc_graph_clone(g);
-  if (!c) return pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
   /* names must be unique: the index holds the first node of each name */
   for (int i = 0; i < g->n_nodes; i++)
-    if (pcgc_graph_find(g, g->nodes[i].name) != i) {
-      pcgc_graph_free(c);
+    if (pcgc_graph_find(g, g->nodes[i].name) != i)
       return pcgc_error_set(err, PCGC_ERR_GRAPH, "two nodes are named '%s'", g->nodes[i].name);
+  int most = 1;
+  for (int i = 0; i < g->n_nodes; i++) most = g->nodes[i].n_out > most ? g->nodes[i].n_out : most;
+  int *order = malloc((size_t)(g->n_nodes ? g->n_nodes : 1) * sizeof *order);
+  pcgc_ptensor *got = malloc((size_t)most * sizeof *got);
+  pcgc_status s = order && got ? pcgc_graph_topo_order(g, order, err) : pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
+  for (int j = 0; s == PCGC_OK && j < g->n_nodes; j++) {
+    const pcgc_node *n = &g->nodes[order[j]];
+    if ((s = check_edges(g, order[j], err))) break;
+    pcgc_ptensor in[PCGC_VARIADIC];
+    for (int k = 0; k < n->n_in; k++) in[k] = g->nodes[n->in[k].node].out[n->in[k].slot]; /* typed: checked before */
+    if (pcgc_op_num_outputs(n->kind, n->attrs) != n->n_out) {
+      s = pcgc_error_set(err, PCGC_ERR_GRAPH, "%s '%s' has %d outputs but its attributes give %d",
+                         pcgc_op_name(n->kind), n->name, n->n_out, pcgc_op_num_outputs(n->kind, n->attrs));
+      at_node(err, n);
+      break;
     }
-  pcgc_status s = pcgc_graph_infer(c, err);
-  for (int i = 0; s == PCGC_OK && i < g->n_nodes; i++) {
-    const pcgc_node *n = &g->nodes[i];
+    if ((s = pcgc__op_infer_named(n->kind, n->name, n->attrs, n->n_in, in, got, err))) {
+      at_node(err, n);
+      break;
+    }
     if (!n->typed) {
       s = pcgc_error_set(err, PCGC_ERR_TYPE, "%s '%s' has no inferred type", pcgc_op_name(n->kind), n->name);
       break;
     }
     for (int k = 0; k < n->n_out; k++)
-      if (!pcgc_ptensor_equal(&n->out[k], &c->nodes[i].out[k])) {
+      if (!pcgc_ptensor_equal(&n->out[k], &got[k])) {
         char t1[160], t2[160];
         pcgc_ptensor_format(t1, sizeof t1, &n->out[k]);
-        pcgc_ptensor_format(t2, sizeof t2, &c->nodes[i].out[k]);
+        pcgc_ptensor_format(t2, sizeof t2, &got[k]);
         s = pcgc_error_set(err, PCGC_ERR_TYPE, "%s '%s': output %d is recorded as %s but its inputs give %s "
                            "(type mismatch)", pcgc_op_name(n->kind), n->name, k, t1, t2);
         at_node(err, n);
         break;
       }
   }
-  pcgc_graph_free(c);
+  free(order);
+  free(got);
   return s;
 }
 
