@@ -8,7 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <stdint.h>
-#include <xxhash.h>
 
 #include "internal.h"
 
@@ -17,9 +16,8 @@
  * 80% full), so a chain of 100,000 relus keeps one set, not 100,000 (issue
  * 17: a graph's memory against its text). */
 typedef struct pcgc__graph_tables {
-  pcgc__name_index ids;
-  pcgc_attrs **attrs;
-  uint32_t cap_attrs, n_attrs;
+  pcgc__index ids;    /* node id + 1, by name */
+  pcgc__index attrs;  /* pcgc_attrs pointers (owned), by their bytes */
 } pcgc__graph_tables;
 
 pcgc_graph *pcgc_graph_new(void) { return calloc(1, sizeof(pcgc_graph)); }
@@ -46,9 +44,9 @@ static void node_destroy(pcgc_node *n) {
 
 static void tables_free(pcgc__graph_tables *t) {
   if (!t) return;
-  for (uint32_t i = 0; i < t->cap_attrs; i++) free(t->attrs[i]);
-  free(t->attrs);
-  pcgc__name_index_free(&t->ids);
+  for (size_t i = 0; i < t->attrs.cap; i++) free((void *)t->attrs.slot[i]);
+  pcgc__index_free(&t->attrs);
+  pcgc__index_free(&t->ids);
   free(t);
 }
 
@@ -69,10 +67,14 @@ static char *dupstr(const char *s) {
   return d;
 }
 
-static const char *node_name(const void *g, uintptr_t v) { return ((const pcgc_graph *)g)->nodes[v - 1].name; }
+static pcgc__key node_name(const void *g, uintptr_t v) {
+  return pcgc__key_str(((const pcgc_graph *)g)->nodes[v - 1].name);
+}
+
+static pcgc__key attrs_bytes(const void *ctx, uintptr_t v) { return (pcgc__key){(const void *)v, sizeof(pcgc_attrs)}; }
 
 int pcgc_graph_find(const pcgc_graph *g, const char *name) {
-  return g->tables ? (int)pcgc__name_index_find(&g->tables->ids, name, node_name, g) - 1 : -1;
+  return g->tables ? (int)pcgc__index_find(&g->tables->ids, pcgc__key_str(name), node_name, g) - 1 : -1;
 }
 
 static pcgc__graph_tables *tables_of(pcgc_graph *g) {
@@ -83,7 +85,7 @@ static pcgc__graph_tables *tables_of(pcgc_graph *g) {
 /* Adds node id's name, known to be new. */
 static pcgc_status index_add(pcgc_graph *g, int id) {
   pcgc__graph_tables *t = tables_of(g);
-  return t ? pcgc__name_index_add(&t->ids, (uintptr_t)id + 1, node_name, g) : PCGC_ERR_NOMEM;
+  return t ? pcgc__index_add(&t->ids, (uintptr_t)id + 1, node_name, g) : PCGC_ERR_NOMEM;
 }
 
 /* The graph's copy of *a: one per distinct byte pattern. NULL on out of
@@ -91,28 +93,15 @@ static pcgc_status index_add(pcgc_graph *g, int id) {
 static const pcgc_attrs *attrs_intern(pcgc_graph *g, const pcgc_attrs *a) {
   pcgc__graph_tables *t = tables_of(g);
   if (!t) return NULL;
-  if ((t->n_attrs + 1) * 5 > t->cap_attrs * 4) {
-    uint32_t cap = t->cap_attrs ? t->cap_attrs * 2 : 8;
-    pcgc_attrs **tab = calloc(cap, sizeof *tab);
-    if (!tab) return NULL;
-    for (uint32_t k = 0; k < t->cap_attrs; k++) {
-      if (!t->attrs[k]) continue;
-      uint32_t i = (uint32_t)XXH3_64bits(t->attrs[k], sizeof(pcgc_attrs)) & (cap - 1);
-      while (tab[i]) i = (i + 1) & (cap - 1);
-      tab[i] = t->attrs[k];
-    }
-    free(t->attrs);
-    t->attrs = tab;
-    t->cap_attrs = cap;
-  }
-  uint32_t mask = t->cap_attrs - 1, i = (uint32_t)XXH3_64bits(a, sizeof *a) & mask;
-  for (; t->attrs[i]; i = (i + 1) & mask)
-    if (memcmp(t->attrs[i], a, sizeof *a) == 0) return t->attrs[i];
+  const pcgc_attrs *have = (const pcgc_attrs *)pcgc__index_find(&t->attrs, (pcgc__key){a, sizeof *a}, attrs_bytes, NULL);
+  if (have) return have;
   pcgc_attrs *c = malloc(sizeof *c);
   if (!c) return NULL;
   memcpy(c, a, sizeof *c);
-  t->attrs[i] = c;
-  t->n_attrs++;
+  if (pcgc__index_add(&t->attrs, (uintptr_t)c, attrs_bytes, NULL) != PCGC_OK) {
+    free(c);
+    return NULL;
+  }
   return c;
 }
 
@@ -135,7 +124,6 @@ int pcgc_graph_add_node(pcgc_graph *g, pcgc_op_kind kind, const char *name, cons
   n->kind = kind;
   pcgc_attrs defaults;
   if (!attrs) {
-    memset(&defaults, 0, sizeof defaults);
     pcgc_attrs_init(&defaults, kind);
     attrs = &defaults;
   }

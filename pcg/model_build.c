@@ -6,7 +6,7 @@
  *  - Expressions are evaluated exactly: int64 arithmetic with overflow
  *    checks and exact division; a float anywhere makes the result a float.
  *  - Scopes are tables of names (records in the scope's arena, indexed by
- *    name_index.c: about 80 bytes a name, where uthash took 200; issue 17).
+ *    index.c: about 80 bytes a name, where uthash took 200; issue 17).
  *    The file scope holds constants,
  *    blocks and tensors; a block instance gets a fresh scope with its
  *    parameters and its own layers, a name prefix ("h.3"), and sees the file
@@ -57,25 +57,10 @@ typedef struct sym {
 } sym;
 
 typedef struct sym_table {
-  pcgc__name_index index;   /* of sym pointers */
+  pcgc__index index;        /* of sym pointers */
   sym *first, *last;
   pcgc__arena arena;        /* the records */
 } sym_table;
-
-/* A full tensor name of the graph that is not a node's name: outputs after
- * the first, named by the layer (`a, b = split(...)`). A node's name (its
- * first output) is found in the graph's own index, where it was defined in
- * `defs`: the names are not kept twice. */
-typedef struct gname {
-  pcgc_ref ref;
-  pcgc__span def;
-  char name[];
-} gname;
-
-typedef struct gname_table {
-  pcgc__name_index index;   /* of gname pointers */
-  pcgc__arena arena;
-} gname_table;
 
 typedef struct scope {
   const char *prefix;       /* "" in the file scope, "h.3" in an instance */
@@ -87,10 +72,13 @@ typedef struct scope {
 typedef struct builder {
   pcgc__src src;
   pcgc_graph *g;
-  gname_table names;
+  pcgc__index outputs;      /* the graph's outputs after the first, by name:
+                               out_name() values; a node's name (its first
+                               output) is in the graph's own index */
   struct {
     int line, col;
-  } *defs;                  /* by node id: where its name was defined */
+  } *defs;                  /* by node id: where its outputs' names were
+                               defined (the names are not kept twice) */
   int n_defs;
   sym *found;               /* scope_find's answer for a name of the file
                                scope bound without a record */
@@ -125,11 +113,18 @@ static const char *plural(int64_t n) { return n == 1 ? "" : "s"; }
 
 /* ------------------------------------------------------------ name tables */
 
-static const char *sym_name(const void *ctx, uintptr_t v) { return ((const sym *)v)->name; }
-static const char *gname_name(const void *ctx, uintptr_t v) { return ((const gname *)v)->name; }
+static pcgc__key sym_name(const void *ctx, uintptr_t v) { return pcgc__key_str(((const sym *)v)->name); }
+
+/* Output `slot` of node `id` as a value of b->outputs, and its name. */
+_Static_assert(PCGC_MAX_INTS < 256, "a split's outputs fit 8 bits");
+static uintptr_t out_value(int id, int slot) { return ((uintptr_t)id << 8 | (uintptr_t)slot) + 1; }
+static pcgc__key out_name(const void *g, uintptr_t v) {
+  const pcgc_node *n = &((const pcgc_graph *)g)->nodes[(v - 1) >> 8];
+  return pcgc__key_str(n->out_names[(v - 1) & 0xFF]);
+}
 
 static sym *sym_find(const sym_table *t, const char *name) {
-  return (sym *)pcgc__name_index_find(&t->index, name, sym_name, NULL);
+  return (sym *)pcgc__index_find(&t->index, pcgc__key_str(name), sym_name, NULL);
 }
 
 static pcgc_status sym_add(builder *b, scope *s, const char *name, sym_kind kind, pcgc__span def, sym **out) {
@@ -139,7 +134,7 @@ static pcgc_status sym_add(builder *b, scope *s, const char *name, sym_kind kind
   memcpy(y->name, name, n + 1);
   y->kind = kind;
   y->def = def;
-  if (pcgc__name_index_add(&s->syms.index, (uintptr_t)y, sym_name, NULL)) return nomem(b);
+  if (pcgc__index_add(&s->syms.index, (uintptr_t)y, sym_name, NULL)) return nomem(b);
   if (s->syms.last) s->syms.last->next = y;
   else s->syms.first = y;
   s->syms.last = y;
@@ -148,7 +143,7 @@ static pcgc_status sym_add(builder *b, scope *s, const char *name, sym_kind kind
 }
 
 static void syms_free(sym_table *t) {
-  pcgc__name_index_free(&t->index);
+  pcgc__index_free(&t->index);
   pcgc__arena_free(&t->arena);
   t->first = t->last = NULL;
 }
@@ -156,26 +151,16 @@ static void syms_free(sym_table *t) {
 /* The node and slot of full tensor name `name`, and where it was defined
  * (either may be NULL). */
 static bool gname_find(builder *b, const char *name, pcgc_ref *ref, pcgc__span *def) {
-  int id = pcgc_graph_find(b->g, name);
-  if (id >= 0) {
-    if (ref) *ref = (pcgc_ref){id, 0};
-    if (def) *def = id < b->n_defs ? (pcgc__span){0, 0, b->defs[id].line, b->defs[id].col} : (pcgc__span){0};
-    return true;
+  int id = pcgc_graph_find(b->g, name), slot = 0;
+  if (id < 0) {
+    uintptr_t v = pcgc__index_find(&b->outputs, pcgc__key_str(name), out_name, b->g);
+    if (!v) return false;
+    id = (int)((v - 1) >> 8);
+    slot = (int)((v - 1) & 0xFF);
   }
-  const gname *e = (const gname *)pcgc__name_index_find(&b->names.index, name, gname_name, NULL);
-  if (e && ref) *ref = e->ref;
-  if (e && def) *def = e->def;
-  return e != NULL;
-}
-
-static pcgc_status gname_add(builder *b, const char *name, pcgc_ref ref, pcgc__span def) {
-  size_t n = strlen(name);
-  gname *e = pcgc__arena_alloc(&b->names.arena, sizeof *e + n + 1);
-  if (!e) return nomem(b);
-  memcpy(e->name, name, n + 1);
-  e->ref = ref;
-  e->def = def;
-  return pcgc__name_index_add(&b->names.index, (uintptr_t)e, gname_name, NULL) ? nomem(b) : PCGC_OK;
+  if (ref) *ref = (pcgc_ref){id, slot};
+  if (def) *def = id < b->n_defs ? (pcgc__span){0, 0, b->defs[id].line, b->defs[id].col} : (pcgc__span){0};
+  return true;
 }
 
 /* Name `name` in scope `s`. The file scope binds a tensor named like its
@@ -194,9 +179,9 @@ static sym *scope_find(builder *b, const scope *s, const char *name) {
 }
 
 static void gnames_free(builder *b) {
-  pcgc__name_index_free(&b->names.index);
-  pcgc__arena_free(&b->names.arena);
+  pcgc__index_free(&b->outputs);
   free(b->defs);
+  free(b->found);
 }
 
 /* out = prefix.name (or name at top level), with an optional ".index". */
@@ -495,10 +480,8 @@ static pcgc_status register_outputs(builder *b, int id, pcgc__span def) {
   }
   b->defs[id].line = def.line;
   b->defs[id].col = def.col;
-  for (int k = 1; k < n->n_out; k++) {
-    pcgc_status st = gname_add(b, n->out_names[k], (pcgc_ref){id, k}, def);
-    if (st) return st;
-  }
+  for (int k = 1; k < n->n_out; k++)
+    if (pcgc__index_add(&b->outputs, out_value(id, k), out_name, b->g)) return nomem(b);
   return PCGC_OK;
 }
 
@@ -1459,7 +1442,7 @@ pcgc_status pcgc__model_build(const pcgc__src *src, const pcgc_model_options *op
     memcpy(g->file, src->file, n);
     b.src.file = g->file;
   }
-  if (!(b.found = pcgc__arena_alloc(&b.names.arena, sizeof *b.found + 1))) {
+  if (!(b.found = calloc(1, sizeof *b.found + 1))) {
     pcgc_graph_free(g);
     pcgc__model_reader_free(R);
     return pcgc_error_set(src->err, PCGC_ERR_NOMEM, "out of memory");

@@ -76,7 +76,7 @@ static pcgc_status same_scope(parser *P, bool on) {
 
 /* In a where block, an expression just completed (the newest of the rule)
  * that equals one made before in the block is dropped for it: `N*M+N*M+...`
- * kept 12 bytes a byte of its text (issue 17). Only conditions share, so no
+ * kept one expression a byte of its text (issue 17). Only conditions share, so no
  * expression of a shape or an attribute is ever shared, and what reads a
  * condition walks its tree (params_only, the checker's expr_has_div), not a
  * range of indices. Expressions are values (nothing writes one once made),

@@ -117,10 +117,10 @@ typedef struct pcgc__rparser {
   int depth;    /* open ( and unary minus in the current expression */
   int *height;  /* per expression of r: tree height */
   int cap_ex;
-  uint32_t *same;  /* the current condition's expressions by content
-                      (intern_rx): gen << 16 | index + 1 */
-  uint32_t same_gen; /* stamp of the condition being read */
-  bool same_on;      /* in a condition */
+  uint32_t *same;  /* the where block's expressions by content (intern_rx):
+                      gen << 16 | index + 1, slots of older stamps empty */
+  uint32_t same_gen; /* stamp of the where block being read */
+  bool same_on;      /* in a where block */
   int open[PCGC__RULES_MAX_OPEN]; /* token indices of unclosed brackets */
   const char *open_what[PCGC__RULES_MAX_OPEN];
   int n_open;
