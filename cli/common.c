@@ -48,8 +48,11 @@ int pcgc_cli_exit_code(pcgc_status s) {
 void pcgc_cli_format_choice(char *b, size_t n, pcgc_expert_choice c) {
   snprintf(b, n, "dp %d x tp %d x pp %d, %d micro-batch%s%s%s%s", c.dp, c.tp, c.pp, c.micro, c.micro == 1 ? "" : "es",
            c.schedule == PCGC_SCHEDULE_1F1B ? " in 1F1B order" : "", c.recompute ? ", activations recomputed" : "",
-           !c.zero ? "" : c.zero >= 2 && c.micro == 1 ? ", optimizer state and gradients sharded (ZeRO-2)"
-                                                      : ", optimizer state sharded (ZeRO-1)");
+           !c.zero                           ? ""
+           : c.zero >= 3 && c.micro == 1     ? ", weights, gradients and optimizer state sharded (ZeRO-3)"
+           : c.zero >= 3                     ? ", weights and optimizer state sharded (ZeRO-3)"
+           : c.zero >= 2 && c.micro == 1     ? ", optimizer state and gradients sharded (ZeRO-2)"
+                                             : ", optimizer state sharded (ZeRO-1)");
 }
 
 int pcgc_cli_loss_kind(const char *cmd, const char *name, int *kind) {

@@ -96,10 +96,10 @@ void pcgc_cli_compile_help(FILE *f) {
           "                     segments of about N, searched one by one, identical ones once\n"
           "                     (default 40; 0: search the graph whole)\n"
           "  --choice C         start from this one expert strategy instead of searching the grid:\n"
-          "                     dp=D,tp=T,pp=P[,micro=M][,schedule=gpipe|1f1b][,recompute][,zero[=1|2]]\n"
+          "                     dp=D,tp=T,pp=P[,micro=M][,schedule=gpipe|1f1b][,recompute][,zero[=1|2|3]]\n"
           "                     (degrees default 1, micro default pp; zero: optimizer state sharded over\n"
           "                     the data-parallel copies, zero=2 gradients too where there is one\n"
-          "                     micro-batch); with --budget 0 the plan is exactly it\n"
+          "                     micro-batch, zero=3 weights too); with --budget 0 the plan is exactly it\n"
           "  --profile DB       kernel times measured by `pcgc profile` (on a GPU machine's GPU, with the\n"
           "                     same --precision) in place of the roofline, for the search and the\n"
           "                     program's prediction\n"
@@ -336,9 +336,9 @@ static int parse_choice(const char *text, pcgc_expert_choice *c) {
       c->zero = 1;
       continue;
     }
-    if (eq && strncmp(tok, "zero", 4) == 0 && eq == tok + 4) { /* zero=1 (ZeRO-1), zero=2 (ZeRO-2) */
-      if (strcmp(eq + 1, "0") && strcmp(eq + 1, "1") && strcmp(eq + 1, "2"))
-        return pcgc_cli_usage_error("compile", "--choice: zero=%s: the ZeRO stage is 0, 1 or 2", eq + 1);
+    if (eq && strncmp(tok, "zero", 4) == 0 && eq == tok + 4) { /* zero=1 (ZeRO-1) .. zero=3 (ZeRO-3) */
+      if (strcmp(eq + 1, "0") && strcmp(eq + 1, "1") && strcmp(eq + 1, "2") && strcmp(eq + 1, "3"))
+        return pcgc_cli_usage_error("compile", "--choice: zero=%s: the ZeRO stage is 0, 1, 2 or 3", eq + 1);
       c->zero = eq[1] - '0';
       continue;
     }

@@ -17,9 +17,9 @@
 void pcgc_cli_simulate_help(FILE *f) {
   fprintf(f,
           "usage: pcgc simulate MODEL --machine M [--strategy S] [--devices N] [--optimizer O]\n"
-          "                     [--schedule gpipe|1f1b] [--no-overlap] [--recompute] [--zero|--zero2] [--trace FILE] [--profile DB] [--batch B] [--set NAME=VALUE]...\n"
+          "                     [--schedule gpipe|1f1b] [--no-overlap] [--recompute] [--zero|--zero2|--zero3] [--trace FILE] [--profile DB] [--batch B] [--set NAME=VALUE]...\n"
           "       pcgc simulate STRATEGY.json --machine M [--optimizer O] [--schedule S] [--no-overlap] [--recompute]\n"
-          "                     [--zero|--zero2] [--trace FILE] [--estimate-trace FILE] [--profile DB]\n"
+          "                     [--zero|--zero2|--zero3] [--trace FILE] [--estimate-trace FILE] [--profile DB]\n"
           "\n"
           "Simulates one training iteration of MODEL parallelised by a baseline strategy on machine M\n"
           "(a preset name or a .machine file) and prints the iteration time, compute and idle time per\n"
@@ -44,6 +44,8 @@ void pcgc_cli_simulate_help(FILE *f) {
           "                     anyway)\n"
           "  --zero2            ZeRO-2: the gradients as well where a step has one micro-batch (each\n"
           "                     keeps its 1/n, a full gradient lives only while it is reduced)\n"
+          "  --zero3            ZeRO-3: the weights as well (each keeps its 1/n and all-gathers a\n"
+          "                     weight before its first use in forward and again in backward)\n"
           "  --trace FILE       write a Chrome trace of every task (chrome://tracing, ui.perfetto.dev);\n"
           "                     for a strategy file, of the program pcgc run executes\n"
           "  --estimate-trace FILE\n"
@@ -172,7 +174,9 @@ int pcgc_cli_simulate(int argc, char **argv) {
     } else if (strcmp(a, "--zero") == 0) {
       if (o.zero < 1) o.zero = 1;
     } else if (strcmp(a, "--zero2") == 0) {
-      o.zero = 2;
+      if (o.zero < 2) o.zero = 2;
+    } else if (strcmp(a, "--zero3") == 0) {
+      o.zero = 3;
     } else if (a[0] == '-' && a[1] && !v) {
       return pcgc_cli_usage_error("simulate", "%s needs a value", a);
     } else if (strcmp(a, "--machine") == 0) {

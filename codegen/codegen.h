@@ -35,7 +35,9 @@
  *     gradient (ALLREDUCE_START, non-blocking, as soon as the last backward
  *     that writes it is done; WAIT before UPDATE), then every copy takes the
  *     optimizer step, so copies stay identical; with options.zero each of a
- *     cell's holders steps its slab and they all-gather the slabs.
+ *     cell's holders steps its slab and they all-gather the slabs (ZeRO-3:
+ *     each keeps only its slab, and the cell is all-gathered into a
+ *     transient buffer before its first read in forward and in backward).
  *
  * Order. The instructions form a task graph whose edges are the buffers'
  * read/write dependencies in a sequential order (forward, backward, update)
@@ -115,6 +117,8 @@ typedef enum pcgc_buf_role {
   PCGC_BUF_SCRATCH,     /* partial sums to reduce, batch-norm statistics (f64) */
   PCGC_BUF_RECOMPUTE,   /* a piece computed again before backward (recomputation) */
   PCGC_BUF_SAVED,       /* what a kernel piece's forward keeps for its backward (save_for_backward) */
+  PCGC_BUF_GATHER,      /* ZeRO-3: a weight cell all-gathered from its holders' slabs, for forward
+                           (micro 0) or backward (micro 1) alone */
   PCGC_BUF_ROLE_COUNT
 } pcgc_buf_role;
 
@@ -157,7 +161,8 @@ typedef enum pcgc_ins_kind {
   PCGC_INS_LOSS,        /* adds src's element (replica 0) to the step's loss */
   PCGC_INS_SEED,        /* dst = d loss / d loss piece: 1 for replica 0, else 0 */
   PCGC_INS_ALLGATHER,   /* group `peer` of n: dst (whole) is n slabs, the j-th member's slab j
-                           (pcgc_zero_shard); each member's slab to all, in place (blocking) */
+                           (pcgc_zero_shard); each member's slab to all, in place (blocking).
+                           src >= 0 (ZeRO-3): src, a buffer of slab j alone, is that slab */
   PCGC_INS_REDUCESCATTER_START, /* group `peer` of n, non-blocking, request slot `tag`: the cell
                            (`box`, a whole buffer) is n slabs as ALLGATHER's. src -1: dst is the
                            cell, and the j-th member's slab j becomes the group's sum in place (its
@@ -240,7 +245,11 @@ typedef struct pcgc_codegen_options {
                                   keeps a buffer of its gradient's slab alone, which the
                                   reduce-scatter fills from the full gradient; that one lives from
                                   its backward until the WAIT, right after the device's next
-                                  gradient start (ZeRO-2) */
+                                  gradient start (ZeRO-2). 3: the weights as well: each member
+                                  keeps only its slab (the update's, a persistent SOURCE buffer)
+                                  and all-gathers the cell into a transient GATHER buffer before
+                                  its first read in forward and again in backward; no all-gather
+                                  after the update (ZeRO-3) */
   bool bf16;                   /* bf16 storage (mixed precision): activations and their gradients
                                   in bf16, weights, their gradients and optimizer state in f32
                                   (pcgc_value_dtype); kernels compute in f32 on widened copies */

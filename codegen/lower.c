@@ -594,6 +594,26 @@ static const pcgc_box *held_box(const cg *C, int src, int dev) {
   return e ? &e->box : NULL;
 }
 
+/* options.zero: device `key % D` updates slab `box` of weight `key / D`
+ * and all-gathers it with the other members[0..n) of its cell (ascending;
+ * the first member's entry owns the array). */
+typedef struct zshard {
+  int64_t key;
+  pcgc_box box;
+  int gid, n, j;
+  int gs;       /* ZeRO-2 (one micro-batch): the slab's gradient buffer, which the full one's
+                   reduce-scattered slab is copied into (-1: the update reads the full one) */
+  int *members;
+  UT_hash_handle hh;
+} zshard;
+
+static zshard *zshard_of(const cg *C, int src, int dev) {
+  int64_t key = (int64_t)src * C->D + dev;
+  zshard *z = NULL;
+  HASH_FIND(hh, C->zero, &key, sizeof key, z);
+  return z;
+}
+
 static int source_buf(cg *C, int src, int dev, int role) {
   bkey k = mkkey(dev, role, src, 0, -1, 0);
   int id = buf_find(C, k);
@@ -604,8 +624,42 @@ static int source_buf(cg *C, int src, int dev, int role) {
                            C->g->nodes[src].name);
     return -1;
   }
+  if (role == PCGC_BUF_SOURCE && C->o.zero >= 3) { /* ZeRO-3: the slab alone is kept */
+    const zshard *z = zshard_of(C, src, dev);
+    if (z) b = &z->box;
+  }
   pcgc_dtype t = role == PCGC_BUF_SOURCE ? pcgc_stored_dtype(C->g->nodes[src].out[0].dtype) : PCGC_F32;
   return buf_add(C, k, t, b, true);
+}
+
+/* What a kernel on dev reads of weight (or input) src: its box, or under
+ * ZeRO-3, where dev keeps a slab of a sharded cell, the cell all-gathered
+ * from the members' slabs into a buffer of this phase alone, before the
+ * first read of the phase (forward, backward). The gather is one task over
+ * the group, ordered as the read that needs it; in backward it waits for
+ * the reading piece's output gradients (gate), as recomputation does. */
+static int weight_buf(cg *C, int src, int dev) {
+  const zshard *z = C->o.zero >= 3 ? zshard_of(C, src, dev) : NULL;
+  if (!z) return source_buf(C, src, dev, PCGC_BUF_SOURCE);
+  int ph = C->phase == CG_BWD;
+  int id = buf_find(C, mkkey(dev, PCGC_BUF_GATHER, src, 0, -1, ph));
+  if (id >= 0 || C->st) return id;
+  pcgc_dtype t = pcgc_stored_dtype(C->g->nodes[src].out[0].dtype);
+  int tk = task_begin(C, 0);
+  for (int j = 0; j < z->n && !C->st; j++) {
+    int M = z->members[j];
+    pcgc_ins I = ins_new(C, PCGC_INS_ALLGATHER);
+    I.node = src;
+    I.piece = -1;
+    I.micro = 0;
+    I.src = source_buf(C, src, M, PCGC_BUF_SOURCE);
+    I.dst = buf_add(C, mkkey(M, PCGC_BUF_GATHER, src, 0, -1, ph), t, held_box(C, src, M), false);
+    I.peer = z->gid;
+    if (M == dev) id = I.dst;
+    emit(C, tk, M, I, NULL, 0, NULL, NULL, 0);
+  }
+  if (ph) gate(C, tk, dev, -1);
+  return C->st ? -1 : id;
 }
 
 /* Input piece (q, mi) of value r, read on device X: the buffer to read. */
@@ -616,7 +670,7 @@ static int read_piece(cg *C, pcgc_ref r, int64_t q, int mi, int X) {
   pcgc_piece_box(t, q, mi, &b);
   if (C->resident[r.node]) {
     int src = pcgc_source_of(C->g, r.node);
-    int S = source_buf(C, src, X, PCGC_BUF_SOURCE);
+    int S = weight_buf(C, src, X);
     if (S < 0) return -1;
     pcgc_box hb;
     pcgc_plan_buf_box(&C->dv[X].buf[S], &hb);
@@ -647,7 +701,8 @@ static int grad_of(cg *C, pcgc_ref r, int64_t q, int mi, int X, int buf) {
   if (!pcgc_dtype_is_float(t->dtype)) return -1;
   int id = -1;
   switch ((pcgc_buf_role)B->role) {
-  case PCGC_BUF_SOURCE: id = source_buf(C, B->node, X, PCGC_BUF_SOURCE_GRAD); break;
+  case PCGC_BUF_SOURCE:
+  case PCGC_BUF_GATHER: id = source_buf(C, B->node, X, PCGC_BUF_SOURCE_GRAD); break;
   case PCGC_BUF_VIEW:
   case PCGC_BUF_STAGE: {
     int role = B->role == PCGC_BUF_VIEW ? PCGC_BUF_VIEW_GRAD : PCGC_BUF_STAGE_GRAD;
@@ -1170,26 +1225,6 @@ static void lower_fan(cg *C, const pcgc_node *n, bool backward) {
 
 /* --------------------------------------------------------------- weights */
 
-/* options.zero: device `key % D` updates slab `box` of weight `key / D`
- * and all-gathers it with the other members[0..n) of its cell (ascending;
- * the first member's entry owns the array). */
-typedef struct zshard {
-  int64_t key;
-  pcgc_box box;
-  int gid, n, j;
-  int gs;       /* ZeRO-2 (one micro-batch): the slab's gradient buffer, which the full one's
-                   reduce-scattered slab is copied into (-1: the update reads the full one) */
-  int *members;
-  UT_hash_handle hh;
-} zshard;
-
-static zshard *zshard_of(const cg *C, int src, int dev) {
-  int64_t key = (int64_t)src * C->D + dev;
-  zshard *z = NULL;
-  HASH_FIND(hh, C->zero, &key, sizeof key, z);
-  return z;
-}
-
 static int cmp_int(const void *a, const void *b) {
   int x = *(const int *)a, y = *(const int *)b;
   return (x > y) - (x < y);
@@ -1256,7 +1291,7 @@ static bool sync_cell(void *ctx, const pcgc_box *cell, const int *grp, int ng) {
   int tk = task_begin(C, 14);
   C->t[tk].priority_now = C->t[tk].allreduce = true;
   bool split = zero_splits(C, src, cell, grp, ng), shard_grad = split && C->o.zero >= 2 && C->M <= 1;
-  if (split && !C->st) zero_split(C, src, cell, grp, ng, gid);
+  if (split && !C->st && !zshard_of(C, src, grp[0])) zero_split(C, src, cell, grp, ng, gid); /* ZeRO-3: split already */
   for (int i = 0; i < ng && !C->st; i++) {
     cg_dev *V = &C->dv[grp[i]];
     pcgc_ins I = ins_new(C, split ? PCGC_INS_REDUCESCATTER_START : PCGC_INS_ALLREDUCE_START);
@@ -1318,6 +1353,38 @@ static void lower_weight_sync(cg *C, int src) {
   free(boxes);
 }
 
+/* ZeRO-3: the cells each weight's holders split, decided before forward
+ * reads them (sync_cell finds them made). */
+static bool shard_cell(void *ctx, const pcgc_box *cell, const int *grp, int ng) {
+  sync_ctx *X = ctx;
+  if (zero_splits(X->C, X->src, cell, grp, ng) && !X->C->st)
+    zero_split(X->C, X->src, cell, grp, ng, group_id(X->C, grp, ng));
+  return !X->C->st;
+}
+
+static void zero3_shards(cg *C) {
+  int *hold = malloc((size_t)C->D * sizeof *hold);
+  pcgc_box *boxes = malloc((size_t)C->D * sizeof *boxes);
+  if (!hold || !boxes) C->st = PCGC_ERR_NOMEM;
+  for (int i = 0; i < C->g->n_nodes && !C->st; i++) {
+    const pcgc_node *n = &C->g->nodes[i];
+    if (n->kind != PCGC_OP_WEIGHT || !C->needg[i]) continue;
+    int nh = 0;
+    for (int X = 0; X < C->D; X++) {
+      const pcgc_box *b = held_box(C, i, X);
+      if (!b) continue;
+      hold[nh] = X;
+      boxes[nh++] = *b;
+    }
+    sync_ctx ctx = {C, i};
+    bool oom;
+    pcgc_weight_sync_cells(n->out[0].rank, nh, hold, boxes, 2, shard_cell, &ctx, &oom);
+    if (oom) C->st = PCGC_ERR_NOMEM;
+  }
+  free(hold);
+  free(boxes);
+}
+
 static void lower_updates(cg *C) {
   C->phase = CG_UPD;
   for (int k = 0; k < C->g->n_nodes && !C->st; k++) {
@@ -1345,8 +1412,8 @@ static void lower_updates(cg *C) {
       I.src = z && z->gs >= 0 ? z->gs : gw; /* ZeRO-2: the slab's own gradient buffer */
       emit(C, t, X, I, a, 2, z ? &z->box : NULL, a, 2);
     }
-    /* sharded cells: every member's updated slab to the others */
-    for (int X = 0; C->zero && X < C->D && !C->st; X++) {
+    /* sharded cells: every member's updated slab to the others (ZeRO-3: the next reads gather it) */
+    for (int X = 0; C->zero && C->o.zero < 3 && X < C->D && !C->st; X++) {
       zshard *z = zshard_of(C, n->id, X);
       if (!z || z->j != 0) continue;
       int t = task_begin(C, 5);
@@ -1614,6 +1681,7 @@ pcgc_status pcgc_codegen(const pcgc_graph *g, const pcgc_mapping *mp, int n_devi
   if (!st) st = pipeline_slots(&C);
   if (!st) {
     find_boxes(&C);
+    if (C.o.zero >= 3 && !C.st) zero3_shards(&C);
     st = C.st;
   }
   /* forward */

@@ -468,13 +468,14 @@ static pcgc_status step(psim *S, int d, bool *moved) {
   case PCGC_INS_ALLGATHER:
   case PCGC_INS_REDUCESCATTER_START: {
     bool start = I->kind == PCGC_INS_ALLREDUCE_START || I->kind == PCGC_INS_REDUCESCATTER_START;
-    int b = I->src >= 0 ? I->src : I->dst, grp = I->peer;
+    int b = I->src >= 0 && I->kind != PCGC_INS_ALLGATHER ? I->src : I->dst, grp = I->peer;
     if (grp < 0 || grp >= S->p->n_groups)
       return pcgc_error_set(S->err, PCGC_ERR_INVALID, "device %d instruction %d names group %d of %d", d, x->pc, grp,
                             S->p->n_groups);
-    /* an all-gather runs on its buffer in place */
+    /* an all-gather runs on its buffer in place (ZeRO-3: after its slab is copied in) */
     double bytes = region_bytes(P, I, b),
-           stage = pcgc_allreduce_in_place(P, I) || I->kind == PCGC_INS_ALLGATHER ? 0 : mem_time(S, bytes, false);
+           stage = I->kind == PCGC_INS_ALLGATHER ? I->src >= 0 ? mem_time(S, region_bytes(P, I, I->src), false) : 0
+                   : pcgc_allreduce_in_place(P, I) ? 0 : mem_time(S, bytes, false);
     int64_t id = x->joined;
     if (id < 0) { /* reaching it: stage the box in, then join */
       id = rdv_get(S, grp, S->seq[(int64_t)d * S->p->n_groups + grp]++);
@@ -515,7 +516,7 @@ static pcgc_status step(psim *S, int d, bool *moved) {
     }
     x->joined = -1;
     if (S->rv[id].end > x->clock) x->clock = S->rv[id].end;
-    dur = I->dst >= 0 ? stage : 0; /* and out again */
+    dur = I->dst >= 0 && I->kind != PCGC_INS_ALLGATHER ? stage : 0; /* and out again */
     break;
   }
   case PCGC_INS_WAIT: {

@@ -878,7 +878,7 @@ int pcgc__cg_ins_access(const pcgc_ins *I, const int *args, int *rd, int *nrd, i
 const char *pcgc_buf_role_name(pcgc_buf_role r) {
   static const char *const names[] = {"value", "grad",  "source",     "source-grad", "opt-m", "opt-v",
                                       "view",  "view-grad", "stage", "stage-grad", "scratch", "recompute",
-                                      "saved"};
+                                      "saved", "gathered"};
   _Static_assert(sizeof names / sizeof *names == PCGC_BUF_ROLE_COUNT, "one name per buffer role");
   return (unsigned)r < PCGC_BUF_ROLE_COUNT ? names[r] : "?";
 }

@@ -722,6 +722,11 @@ static pcgc_status exec_one(rt *R, const pcgc_ins *I) {
     int n = R->p->group_off[I->peer + 1] - R->p->group_off[I->peer];
     int64_t es = (int64_t)pcgc_dtype_size(B->dtype);
     char *data = data_of(R, I->dst);
+    if (I->src >= 0) { /* ZeRO-3: this member's slab, kept apart, into its place in the cell first */
+      pcgc_box x;
+      pcgc_plan_buf_box(&P->buf[I->src], &x);
+      if ((st = be->move(be, B, data, &P->buf[I->src], data_of(R, I->src), &x, false, R->err))) return st;
+    }
     int *cnt = malloc(2 * (size_t)(n > 0 ? n : 1) * sizeof *cnt), *at = cnt ? cnt + n : NULL;
     if (!cnt) return pcgc_error_set(R->err, PCGC_ERR_NOMEM, "out of memory");
     bool equal = true;

@@ -688,9 +688,14 @@ static void fmt_choice(char *buf, size_t n, pcgc_expert_choice c) {
  *      gradients sharded as well (ZeRO-2: each keeps its slab, the full
  *      gradient only while in flight; the stream waits for each
  *      reduce-scatter at the next one's start); kept likewise;
- *   4. still out of memory, with its activations recomputed as well (a
- *      forward more per backward, at the highest ZeRO stage tried); kept
- *      when it fits.
+ *   4. still out of memory, data parallel, with its weights sharded as well
+ *      (ZeRO-3: each keeps its slab and all-gathers a weight before its first
+ *      read in forward and again in backward); kept likewise;
+ *   5. still out of memory, or fitting only with ZeRO-3, with its
+ *      activations recomputed as well (a forward more per backward) at the
+ *      highest ZeRO stage below 3 tried; kept when it fits (and, against
+ *      ZeRO-3, when it is faster);
+ *   6. still out of memory: recomputed at ZeRO-3; kept when it fits.
  * *sr, c->schedule, c->zero and c->recompute follow what is kept. Not tried when
  * the candidate fits: 1F1B takes about GPipe's time (the simulator gives
  * BERT-Large with 8 stages 303 and 302 ms) and recomputing only costs, and
@@ -701,34 +706,39 @@ static pcgc_status fit_in_memory(const pcgc_graph *pg, const pcgc_mapping *mp, c
                                  pcgc_error *err) {
   bool pipelined = c->pp > 1 && c->micro > 1 && so->schedule == PCGC_SCHEDULE_GPIPE;
   int given = so->zero > c->zero ? so->zero : c->zero; /* the stage asked for */
-  for (int step = pipelined ? 1 : 2; step <= 4 && sr->oom_devices > 0; step++) {
-    int stage = step == 2 ? 1 : step == 3 ? 2 : 0; /* the ZeRO stage this step tries */
+  int low = given < 3 ? given : 2;                      /* the highest stage below 3 tried or ruled out */
+  for (int step = pipelined ? 1 : 2; step <= 6; step++) {
+    /* ZeRO-3 fit: recomputation at the stage below may be faster (a forward more against
+     * another all-gather of every weight) */
+    bool compare = step == 5 && sr->oom_devices == 0 && c->zero == 3 && given < 3 && !so->recompute;
+    if (sr->oom_devices == 0 && !compare) break;
+    if (step == 6 && (given >= 3 || c->dp < 2)) break; /* recomputation at ZeRO-3: step 5 was it */
+    int stage = step >= 2 && step <= 4 ? step - 1 : 0; /* the ZeRO stage this step tries */
     if (stage && (given >= stage || c->dp < 2 || (stage == 2 && c->micro > 1))) continue;
-    if (stage) { /* the most sharding saves: all but 1/dp of a device's optimizer state (and gradients) */
+    if (stage && stage < 3) low = stage;
+    if (stage) { /* the most sharding saves: all but 1/dp of a device's optimizer state (and gradients, weights) */
       double worst = 0;
       for (int d = 0; d < sr->n_devices; d++) {
         const pcgc_memory *x = &sr->device[d].memory;
-        double cut = x->optimizer + (stage == 2 ? x->gradients : 0);
+        double cut = x->optimizer + (stage >= 2 && c->micro == 1 ? x->gradients : 0) + (stage == 3 ? x->weights : 0);
         worst = fmax(worst, x->total - cut * (1 - 1.0 / c->dp));
       }
-      if (worst > pcgc_machine_usable_memory(m)) { /* it cannot fit alone: recomputation tries it with */
-        if (stage > c->zero) c->zero = stage;
-        continue;
-      }
+      if (worst > pcgc_machine_usable_memory(m)) continue; /* it cannot fit alone: recomputation tries it with */
     }
-    if (step == 4 && so->recompute) break;
+    if (step >= 5 && so->recompute) break;
     pcgc_sim_options o = *so;
     if (pipelined) o.schedule = PCGC_SCHEDULE_1F1B;
-    o.zero = stage > given ? stage : given;
-    if (c->zero > o.zero) o.zero = c->zero; /* a stage that could not fit alone, with recomputation */
-    o.recompute = so->recompute || step == 4;
+    o.zero = step == 6 ? 3 : step == 5 ? low : stage > given ? stage : given;
+    o.recompute = so->recompute || step >= 5;
     pcgc_sim_result r2;
     pcgc_status st = pcgc_simulate(pg, mp, m, &o, &r2, err);
     if (st != PCGC_OK) return st;
     bool fits = r2.oom_devices == 0;
     /* neither fits (and neither was run): keep the one that needs less memory */
     bool less = !isfinite(r2.iteration_time) && !isfinite(sr->iteration_time) && pcgc_sim_result_max_memory(&r2) < pcgc_sim_result_max_memory(sr);
-    if (fits || (step == 1 && (r2.iteration_time < sr->iteration_time || less)) || (stage && less)) {
+    bool keep = compare ? fits && r2.iteration_time < sr->iteration_time
+                        : fits || (step == 1 && (r2.iteration_time < sr->iteration_time || less)) || (stage && less);
+    if (keep) {
       pcgc_sim_result t = *sr;
       *sr = r2;
       r2 = t;
@@ -737,6 +747,7 @@ static pcgc_status fit_in_memory(const pcgc_graph *pg, const pcgc_mapping *mp, c
       c->recompute = o.recompute;
     }
     pcgc_sim_result_destroy(&r2);
+    if (compare) break;
   }
   return PCGC_OK;
 }

@@ -86,7 +86,7 @@ typedef struct hent {
 /* One read of a weight piece: the element group `key`, the reading device and its backward task. */
 typedef struct wrec {
   int64_t key;
-  int32_t dev, bwd, node;
+  int32_t dev, bwd, node, fwd;
 } wrec;
 
 typedef struct sim {
@@ -122,6 +122,8 @@ typedef struct sim {
                                            (device_memory) */
   double *gop;                          /* [n_nodes] ZeRO-2: the full bytes of the split cells each
                                            op's backward adds into (over its devices: a bound) */
+  double *wfull, *wbig;                 /* [D] ZeRO-3: of the split cells the full bytes, and the most
+                                           one op reads, gathered while it runs (device_memory) */
   double *sendsum;                      /* [D] bytes a device sends per step */
   /* send staging (codegen.h: a send's bytes are free once it is received):
    * per device the node whose sends are being made, their bytes and the
@@ -539,7 +541,7 @@ static int in_mu(int m, int mu) { return m > 1 ? mu : 0; }
 
 /* ----------------------------------------------------- ordinary ops */
 
-static void weight_read(sim *S, int node, int64_t box, int dev, int32_t bwd) {
+static void weight_read(sim *S, int node, int64_t box, int dev, int32_t fwd, int32_t bwd) {
   if (S->st) return;
   if (S->nw == S->capw) {
     int64_t cap = S->capw ? 2 * S->capw : 1024;
@@ -551,7 +553,7 @@ static void weight_read(sim *S, int node, int64_t box, int dev, int32_t bwd) {
     S->w = w;
     S->capw = cap;
   }
-  S->w[S->nw++] = (wrec){S->nd[node].ts + box, dev, bwd, node};
+  S->w[S->nw++] = (wrec){S->nd[node].ts + box, dev, bwd, node, fwd};
 }
 
 /* The bytes of value (node, slot) of `bytes` as the program stores it, and its gradient: bf16 under
@@ -577,7 +579,7 @@ static double read_input(sim *S, const pcgc_node *n, int i, int64_t q, int Y, in
   bool fresh;
   if (I->resident) {
     if (I->weight) { /* sum degree 1: the replicas of one shard are pieces q / replica */
-      weight_read(S, r.node, q / t->replica, X, b);
+      weight_read(S, r.node, q / t->replica, X, f, b);
     } else {
       hash_get(S, ts, X, &fresh); /* data: loaded where it is read, kept for backward */
       if (fresh) keep(S, X, I->m > 1, bytes);
@@ -1119,6 +1121,11 @@ static void zero_cell(wsync *W, const pcgc_box *cell, const int *grp, int ng, co
     pcgc_zero_shard(cell, n, j, &sh);
     double cut = whole - (double)pcgc_box_elems(&sh) * W->esize;
     S->obytes[by[j]] -= cut;
+    if (S->o.zero >= 3) { /* ZeRO-3: the slab kept, the cell gathered while its op runs */
+      S->wbytes[by[j]] -= cut;
+      S->wfull[by[j]] += whole;
+      if (group > S->wbig[by[j]]) S->wbig[by[j]] = group;
+    }
     if (S->o.zero < 2 || S->mb_max > 1) continue;
     /* ZeRO-2: the full gradient lives from its backward to its slab's copy (codegen) */
     S->gbytes[by[j]] -= whole;
@@ -1135,6 +1142,24 @@ static void zero_cell(wsync *W, const pcgc_box *cell, const int *grp, int ng, co
   }
   free(by);
   S->coll_in_place = true; /* in the weight itself */
+  if (S->o.zero >= 3) { /* ZeRO-3: gathered before the first read in forward, and again in backward */
+    int32_t af = collective(S, PCGC_PHASE_FORWARD, W->src, 0, 0, PCGC_COLL_ALL_GATHER, n, g, whole);
+    int32_t ab = collective(S, PCGC_PHASE_BACKWARD, W->src, 0, 0, PCGC_COLL_ALL_GATHER, n, g, whole);
+    S->coll_in_place = false;
+    if (S->st) return;
+    double in = pcgc_cost_copy_time(S->m, whole / n, false); /* each member's slab into the cell first */
+    S->T.dur[af] += in;
+    S->T.dur[ab] += in;
+    for (int k = 0; k < n; k++) hold(S, g[k], 2 * in);
+    for (int k = 0; !S->st && k < ng; k++)
+      for (int64_t j = W->first[W->hidx[grp[k]]]; j < W->nr && W->r[j].dev == grp[k] && !S->st; j++) {
+        pcgc_box x;
+        if (!pcgc_box_intersect(&W->rbox[j], cell, &x)) continue;
+        if (W->r[j].fwd >= 0) edge(S, af, W->r[j].fwd);
+        if (W->r[j].bwd >= 0) edge(S, ab, W->r[j].bwd);
+      }
+    return;
+  }
   int32_t ag = collective(S, PCGC_PHASE_UPDATE, W->src, 0, 0, PCGC_COLL_ALL_GATHER, n, g, whole);
   S->coll_in_place = false;
   for (int k = 0; !S->st && k < ng; k++)
@@ -1808,6 +1833,11 @@ static pcgc_memory device_memory(const sim *S, int d, const int *stage, int stag
   double gr = S->gbytes[d] + fmin(3 * S->gbig[d], S->gfull[d]);
   r.total += gr - r.gradients;
   r.gradients = gr;
+  /* ZeRO-3: the slabs (wbytes), and the cells gathered for the op being run (the program gathers
+   * an op's weights right before it, and they die with its last read) */
+  double wt = S->wbytes[d] + fmin(S->wbig[d], S->wfull[d]);
+  r.total += wt - r.weights;
+  r.weights = wt;
   double opt = pcgc_cost_memory(S->o.optimizer, S->obytes[d], 0, 0).optimizer; /* less under options.zero */
   r.total += opt - r.optimizer;
   r.optimizer = opt;
@@ -1835,6 +1865,8 @@ static void sim_free(sim *S) {
   free(S->gfull);
   free(S->gbig);
   free(S->gop);
+  free(S->wfull);
+  free(S->wbig);
   free(S->comm);
   free(S->sendsum);
   free(S->send_node);
@@ -2266,6 +2298,8 @@ static pcgc_status simulate(const pcgc_graph *g, const pcgc_mapping *mp, const p
   S->gfull = calloc((size_t)D, sizeof *S->gfull);
   S->gbig = calloc((size_t)D, sizeof *S->gbig);
   S->gop = calloc((size_t)(g->n_nodes > 0 ? g->n_nodes : 1), sizeof *S->gop);
+  S->wfull = calloc((size_t)D, sizeof *S->wfull);
+  S->wbig = calloc((size_t)D, sizeof *S->wbig);
   S->comm = calloc((size_t)D, sizeof *S->comm);
   S->sendsum = calloc((size_t)D, sizeof *S->sendsum);
   S->send_node = malloc((size_t)D * sizeof *S->send_node);
@@ -2283,7 +2317,7 @@ static pcgc_status simulate(const pcgc_graph *g, const pcgc_mapping *mp, const p
   pcgc_status st = PCGC_OK;
   int *stage = NULL;
   pcgc_fan fan = {0};
-  if (!S->nd || !S->order || !S->act || !S->act_mb || !S->wbytes || !S->obytes || !S->gbytes || !S->gfull || !S->gbig || !S->gop || !S->comm || !S->sendsum || !S->send_node || !S->send_mb || !S->send_run ||
+  if (!S->nd || !S->order || !S->act || !S->act_mb || !S->wbytes || !S->obytes || !S->gbytes || !S->gfull || !S->gbig || !S->gop || !S->wfull || !S->wbig || !S->comm || !S->sendsum || !S->send_node || !S->send_mb || !S->send_run ||
       !S->send_peak || !S->gmax || !S->stamp || !S->ncount ||
       !S->grp || !S->first_topo || !S->last_topo || !r->device || !tasks_grow(S, 4096)) {
     st = pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");

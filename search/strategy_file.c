@@ -464,12 +464,13 @@ pcgc_status pcgc_strategy_file_parse(const char *text, size_t len, const char *p
                   "\"choice\".\"recompute\" must be true or false%s", "");
     }
     const cJSON *zo = cJSON_GetObjectItemCaseSensitive(choice, "zero"); /* optional: files before it say nothing */
-    /* true or false (ZeRO-1 or none, as plans before ZeRO-2 have it), or the stage 0, 1 or 2 */
+    /* true or false (ZeRO-1 or none, as plans before ZeRO-2 have it), or the stage 0 to 3 */
     if (st == PCGC_OK && zo && !cJSON_IsBool(zo) &&
-        !(cJSON_IsNumber(zo) && (zo->valuedouble == 0 || zo->valuedouble == 1 || zo->valuedouble == 2))) {
+        !(cJSON_IsNumber(zo) && (zo->valuedouble == 0 || zo->valuedouble == 1 || zo->valuedouble == 2 ||
+                                 zo->valuedouble == 3))) {
       size_t k, vo;
       st = bad_at(err, &J, member_at(&J, co, "zero", &k, &vo) ? vo : co,
-                  "\"choice\".\"zero\" must be true, false or the ZeRO stage 0, 1 or 2%s", "");
+                  "\"choice\".\"zero\" must be true, false or the ZeRO stage 0, 1, 2 or 3%s", "");
     }
     if (st == PCGC_OK) {
       in.has_choice = true;

@@ -384,8 +384,11 @@ typedef struct pcgc_sim_options {
                                 that slab alone and all-gather the slabs after
                                 (pcgc_zero_shard); 2, where a step has one micro-batch,
                                 each keeps its gradient's slab alone as well, the full
-                                gradient only while in flight; as codegen's option of
-                                the same name */
+                                gradient only while in flight; 3, the weights as well:
+                                each keeps its slab and all-gathers the cell before its
+                                first read in forward and again in backward (their memory:
+                                the slabs and the cells of the op that reads the most);
+                                as codegen's option of the same name */
   bool bf16;                 /* bf16 storage (default false): activations and their
                                 gradients kept, moved and zeroed in bf16, each kernel's
                                 bf16 arguments widened to f32 in its workspace, as
