@@ -50,7 +50,6 @@ void pcgc_cli_format_choice(char *b, size_t n, pcgc_expert_choice c) {
            c.schedule == PCGC_SCHEDULE_1F1B ? " in 1F1B order" : "", c.recompute ? ", activations recomputed" : "",
            !c.zero                           ? ""
            : c.zero >= 3 && c.micro == 1     ? ", weights, gradients and optimizer state sharded (ZeRO-3)"
-           : c.zero >= 3                     ? ", weights and optimizer state sharded (ZeRO-3)"
            : c.zero >= 2 && c.micro == 1     ? ", optimizer state and gradients sharded (ZeRO-2)"
                                              : ", optimizer state sharded (ZeRO-1)");
 }

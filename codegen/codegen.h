@@ -245,7 +245,8 @@ typedef struct pcgc_codegen_options {
                                   keeps a buffer of its gradient's slab alone, which the
                                   reduce-scatter fills from the full gradient; that one lives from
                                   its backward until the WAIT, right after the device's next
-                                  gradient start (ZeRO-2). 3: the weights as well: each member
+                                  gradient start (ZeRO-2). 3: where the step has one micro-batch,
+                                  the weights as well: each member
                                   keeps only its slab (the update's, a persistent SOURCE buffer)
                                   and all-gathers the cell into a transient GATHER buffer before
                                   its first read in forward and again in backward; no all-gather

@@ -594,6 +594,12 @@ static const pcgc_box *held_box(const cg *C, int src, int dev) {
   return e ? &e->box : NULL;
 }
 
+/* ZeRO-3 where the step has one micro-batch (as ZeRO-2's gradients): with
+ * more, a weight gathered once per phase would live across every
+ * micro-batch of it, and gathered per micro-batch would move its bytes that
+ * many times more; such a step shards the optimizer state alone (ZeRO-1). */
+static bool zero3(const cg *C) { return C->o.zero >= 3 && C->M <= 1; }
+
 /* options.zero: device `key % D` updates slab `box` of weight `key / D`
  * and all-gathers it with the other members[0..n) of its cell (ascending;
  * the first member's entry owns the array). */
@@ -624,7 +630,7 @@ static int source_buf(cg *C, int src, int dev, int role) {
                            C->g->nodes[src].name);
     return -1;
   }
-  if (role == PCGC_BUF_SOURCE && C->o.zero >= 3) { /* ZeRO-3: the slab alone is kept */
+  if (role == PCGC_BUF_SOURCE && zero3(C)) { /* ZeRO-3: the slab alone is kept */
     const zshard *z = zshard_of(C, src, dev);
     if (z) b = &z->box;
   }
@@ -639,7 +645,7 @@ static int source_buf(cg *C, int src, int dev, int role) {
  * the group, ordered as the read that needs it; in backward it waits for
  * the reading piece's output gradients (gate), as recomputation does. */
 static int weight_buf(cg *C, int src, int dev) {
-  const zshard *z = C->o.zero >= 3 ? zshard_of(C, src, dev) : NULL;
+  const zshard *z = zero3(C) ? zshard_of(C, src, dev) : NULL;
   if (!z) return source_buf(C, src, dev, PCGC_BUF_SOURCE);
   int ph = C->phase == CG_BWD;
   int id = buf_find(C, mkkey(dev, PCGC_BUF_GATHER, src, 0, -1, ph));
@@ -1413,7 +1419,7 @@ static void lower_updates(cg *C) {
       emit(C, t, X, I, a, 2, z ? &z->box : NULL, a, 2);
     }
     /* sharded cells: every member's updated slab to the others (ZeRO-3: the next reads gather it) */
-    for (int X = 0; C->zero && C->o.zero < 3 && X < C->D && !C->st; X++) {
+    for (int X = 0; C->zero && !zero3(C) && X < C->D && !C->st; X++) {
       zshard *z = zshard_of(C, n->id, X);
       if (!z || z->j != 0) continue;
       int t = task_begin(C, 5);
@@ -1681,7 +1687,7 @@ pcgc_status pcgc_codegen(const pcgc_graph *g, const pcgc_mapping *mp, int n_devi
   if (!st) st = pipeline_slots(&C);
   if (!st) {
     find_boxes(&C);
-    if (C.o.zero >= 3 && !C.st) zero3_shards(&C);
+    if (zero3(&C) && !C.st) zero3_shards(&C);
     st = C.st;
   }
   /* forward */

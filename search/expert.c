@@ -688,7 +688,7 @@ static void fmt_choice(char *buf, size_t n, pcgc_expert_choice c) {
  *      gradients sharded as well (ZeRO-2: each keeps its slab, the full
  *      gradient only while in flight; the stream waits for each
  *      reduce-scatter at the next one's start); kept likewise;
- *   4. still out of memory, data parallel, with its weights sharded as well
+ *   4. still out of memory, data parallel with one micro-batch, with its weights sharded as well
  *      (ZeRO-3: each keeps its slab and all-gathers a weight before its first
  *      read in forward and again in backward); kept likewise;
  *   5. still out of memory, or fitting only with ZeRO-3, with its
@@ -707,20 +707,21 @@ static pcgc_status fit_in_memory(const pcgc_graph *pg, const pcgc_mapping *mp, c
   bool pipelined = c->pp > 1 && c->micro > 1 && so->schedule == PCGC_SCHEDULE_GPIPE;
   int given = so->zero > c->zero ? so->zero : c->zero; /* the stage asked for */
   int low = given < 3 ? given : 2;                      /* the highest stage below 3 tried or ruled out */
+  bool hopeless = false; /* recomputed at `low` it was out of memory by more than ZeRO-3 could save */
   for (int step = pipelined ? 1 : 2; step <= 6; step++) {
     /* ZeRO-3 fit: recomputation at the stage below may be faster (a forward more against
      * another all-gather of every weight) */
     bool compare = step == 5 && sr->oom_devices == 0 && c->zero == 3 && given < 3 && !so->recompute;
     if (sr->oom_devices == 0 && !compare) break;
-    if (step == 6 && (given >= 3 || c->dp < 2)) break; /* recomputation at ZeRO-3: step 5 was it */
+    if (step == 6 && (given >= 3 || c->dp < 2 || c->micro > 1 || hopeless)) break; /* at ZeRO-3: step 5 was it */
     int stage = step >= 2 && step <= 4 ? step - 1 : 0; /* the ZeRO stage this step tries */
-    if (stage && (given >= stage || c->dp < 2 || (stage == 2 && c->micro > 1))) continue;
+    if (stage && (given >= stage || c->dp < 2 || (stage >= 2 && c->micro > 1))) continue;
     if (stage && stage < 3) low = stage;
     if (stage) { /* the most sharding saves: all but 1/dp of a device's optimizer state (and gradients, weights) */
       double worst = 0;
       for (int d = 0; d < sr->n_devices; d++) {
         const pcgc_memory *x = &sr->device[d].memory;
-        double cut = x->optimizer + (stage >= 2 && c->micro == 1 ? x->gradients : 0) + (stage == 3 ? x->weights : 0);
+        double cut = x->optimizer + (stage >= 2 ? x->gradients : 0) + (stage == 3 ? x->weights : 0);
         worst = fmax(worst, x->total - cut * (1 - 1.0 / c->dp));
       }
       if (worst > pcgc_machine_usable_memory(m)) continue; /* it cannot fit alone: recomputation tries it with */
@@ -738,6 +739,15 @@ static pcgc_status fit_in_memory(const pcgc_graph *pg, const pcgc_mapping *mp, c
     bool less = !isfinite(r2.iteration_time) && !isfinite(sr->iteration_time) && pcgc_sim_result_max_memory(&r2) < pcgc_sim_result_max_memory(sr);
     bool keep = compare ? fits && r2.iteration_time < sr->iteration_time
                         : fits || (step == 1 && (r2.iteration_time < sr->iteration_time || less)) || (stage && less);
+    if (step == 5 && !fits) { /* what ZeRO-3 would save at most besides */
+      double worst = 0, k = 1 - 1.0 / c->dp;
+      for (int d = 0; d < r2.n_devices; d++) {
+        const pcgc_memory *x = &r2.device[d].memory;
+        double cut = x->weights + (low < 2 && c->micro == 1 ? x->gradients : 0) + (low < 1 ? x->optimizer : 0);
+        worst = fmax(worst, x->total - cut * k);
+      }
+      hopeless = worst > pcgc_machine_usable_memory(m);
+    }
     if (keep) {
       pcgc_sim_result t = *sr;
       *sr = r2;

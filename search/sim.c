@@ -1121,7 +1121,7 @@ static void zero_cell(wsync *W, const pcgc_box *cell, const int *grp, int ng, co
     pcgc_zero_shard(cell, n, j, &sh);
     double cut = whole - (double)pcgc_box_elems(&sh) * W->esize;
     S->obytes[by[j]] -= cut;
-    if (S->o.zero >= 3) { /* ZeRO-3: the slab kept, the cell gathered while its op runs */
+    if (S->o.zero >= 3 && S->mb_max <= 1) { /* ZeRO-3 (one micro-batch): the slab kept, the cell gathered while its op runs */
       S->wbytes[by[j]] -= cut;
       S->wfull[by[j]] += whole;
       if (group > S->wbig[by[j]]) S->wbig[by[j]] = group;
@@ -1142,7 +1142,7 @@ static void zero_cell(wsync *W, const pcgc_box *cell, const int *grp, int ng, co
   }
   free(by);
   S->coll_in_place = true; /* in the weight itself */
-  if (S->o.zero >= 3) { /* ZeRO-3: gathered before the first read in forward, and again in backward */
+  if (S->o.zero >= 3 && S->mb_max <= 1) { /* ZeRO-3: gathered before the first read in forward, and again in backward */
     int32_t af = collective(S, PCGC_PHASE_FORWARD, W->src, 0, 0, PCGC_COLL_ALL_GATHER, n, g, whole);
     int32_t ab = collective(S, PCGC_PHASE_BACKWARD, W->src, 0, 0, PCGC_COLL_ALL_GATHER, n, g, whole);
     S->coll_in_place = false;

@@ -384,7 +384,7 @@ typedef struct pcgc_sim_options {
                                 that slab alone and all-gather the slabs after
                                 (pcgc_zero_shard); 2, where a step has one micro-batch,
                                 each keeps its gradient's slab alone as well, the full
-                                gradient only while in flight; 3, the weights as well:
+                                gradient only while in flight; 3, with one micro-batch, the weights as well:
                                 each keeps its slab and all-gathers the cell before its
                                 first read in forward and again in backward (their memory:
                                 the slabs and the cells of the op that reads the most);

@@ -248,7 +248,8 @@ expect 0 "$pcgc" run "$tmp/zero3.json" --steps 3 --check-report; has "$tmp/out" 
 has "$tmp/out" "the last step's gradients of 6 weights differ by at most"
 expect 0 "$pcgc" simulate "$tmp/zero3.json" --machine cpu-4; has "$tmp/out" "(ZeRO-3)"
 # with tensor parallelism (attention's weights gathered per tensor-parallel shard), and with
-# two micro-batches over a pipeline (the gradient then stays whole, reduce-scattered in place)
+# two micro-batches over a pipeline, where it shards the optimizer state alone (ZeRO-1: a weight
+# gathered once would live through every micro-batch)
 # the transformer block at dp 4: a lower peak (52 MiB with ZeRO-2)
 expect 0 "$pcgc" compile "$tb" --machine cpu-4 --choice dp=4,zero=2 --budget 0
 t2=$(sed -n 's/^memory per device (max) *\([0-9.]*\) MiB.*/\1/p' "$tmp/out")
@@ -259,7 +260,9 @@ expect 0 "$pcgc" compile "$tb" --machine cpu-4 --choice dp=2,tp=2,zero=3 --budge
 expect 0 "$pcgc" run "$tmp/zero3tp.json" --steps 3 --check; has "$tmp/out" ": match"
 expect 0 "$pcgc" compile "$src/models/mlp.pcg" --machine cpu-4 --choice dp=2,pp=2,micro=2,zero=3 --budget 0 \
   -o "$tmp/zero3pp.json"
-has "$tmp/out" "weights and optimizer state sharded (ZeRO-3)"
+has "$tmp/out" "optimizer state sharded (ZeRO-1)"
+expect 0 "$pcgc" plan show "$tmp/zero3pp.json" --device 0 --streams
+grep -q ' gathered ' "$tmp/out" && bad "ZeRO-3 with two micro-batches gathered weights" || ok
 expect 0 "$pcgc" run "$tmp/zero3pp.json" --steps 3 --check; has "$tmp/out" ": match"
 # a LLaMA-shaped decoder (RMSNorm, SwiGLU): compile's plan, and Megatron with the SwiGLU split
 expect 0 "$pcgc" compile "$src/models/decoder-small.pcg" --machine cpu-4 --set LAYERS=2 -o "$tmp/dec4.json"
