@@ -1555,6 +1555,22 @@ static inline bool devq_empty(const devq *d) { return !d->n && d->uh == d->un; }
  * match its copy-0 counterpart's in number, total time and an order-free
  * hash of what each is (node, kind, phase, micro-batch, the receiver's
  * offset). */
+/* Whether R copies at stride st (device d in copy (d / st) % R) leave no
+ * shared link (a node's port, machine.intra/inter.shared) to two copies'
+ * own messages: on a machine without shared links; where every node holds
+ * one copy's devices alone (st a multiple of the node's devices), whatever
+ * is shared; or where every copy lies within one node and only the
+ * inter-node link is shared (a copy's messages stay on its node's unshared
+ * links). Collectives across the copies are one task over all their members
+ * either way, holding the same ports. Then copy 0 simulated alone is what
+ * simulating every copy gives. */
+static bool copies_apart(const sim *S, int R, int st) {
+  const pcgc_machine *m = S->m;
+  if (!m->intra.shared && !m->inter.shared) return true;
+  if (st % S->dpn == 0) return true;
+  return !m->intra.shared && S->dpn % st == 0 && (int64_t)R * st == S->D;
+}
+
 static bool copies_alike(const sim *S, int reps, int stride, double *load, int64_t *count, uint64_t *sig) {
   const pcgc_tasks *T = &S->T;
   int D = S->D;
@@ -1589,18 +1605,19 @@ static bool copies_alike(const sim *S, int reps, int stride, double *load, int64
  * of copies other than 0 (a collective runs on a copy-0 member where it has
  * one). The copies tried are the hint's, then pairs of them, fours, ... (a
  * rewrite that splits an operator over two copies keeps the pairs alike);
- * the first alike one is used (*reps, *stride). NULL (run everything)
- * without the hint, on a machine with shared ports (copies would contend
- * for them), when no grouping is alike, or out of memory. */
+ * the first alike one whose copies contend for no shared port
+ * (copies_apart) is used (*reps, *stride). NULL (run everything) without
+ * the hint, when no grouping is alike, or out of memory. */
 static uint8_t *symmetric_drop(const sim *S, int *reps, int *stride) {
   const pcgc_tasks *T = &S->T;
   int D = S->D, R = S->o.replicas, st = S->o.replica_stride;
-  if (R < 2 || st < 1 || S->m->intra.shared || S->m->inter.shared || T->n < 1) return NULL;
+  if (R < 2 || st < 1 || T->n < 1) return NULL;
   double *load = malloc((size_t)D * sizeof *load);
   int64_t *count = malloc((size_t)D * sizeof *count);
   uint64_t *sig = malloc((size_t)D * sizeof *sig);
   bool ok = false;
-  while (load && count && sig && !(ok = copies_alike(S, R, st, load, count, sig)) && R % 2 == 0 && R >= 4) {
+  while (load && count && sig && !(ok = copies_apart(S, R, st) && copies_alike(S, R, st, load, count, sig)) &&
+         R % 2 == 0 && R >= 4) {
     R /= 2; /* pairs of copies, in blocks of the same size */
     st *= 2;
   }
@@ -2327,11 +2344,11 @@ static pcgc_status simulate(const pcgc_graph *g, const pcgc_mapping *mp, const p
   if ((st = analyse(S)) != PCGC_OK) goto out;
   S->reps = S->o.replicas;
   S->rstride = S->o.replica_stride;
-  bool can = S->reps > 1 && S->rstride > 0 && !m->intra.shared && !m->inter.shared && D % (S->reps * S->rstride) == 0;
-  S->copy0 = S->o.copies_alike && can;
+  bool can = S->reps > 1 && S->rstride > 0 && D % (S->reps * S->rstride) == 0;
+  S->copy0 = S->o.copies_alike && can && copies_apart(S, S->reps, S->rstride);
   if (can && !S->copy0 && check_alike) /* the copies, then pairs of them, fours, ... (symmetric_drop's order) */
     for (int R = S->reps, st = S->rstride;; R /= 2, st *= 2) {
-      if (copies_built_alike(S, R, st)) {
+      if (copies_apart(S, R, st) && copies_built_alike(S, R, st)) {
         S->copy0 = true;
         S->reps = R;
         S->rstride = st;

@@ -623,7 +623,8 @@ START_TEST(one_dp_copy_simulated_for_all) {
     pcgc_mapping_destroy(&mp);
     pcgc_graph_free(pg);
   }
-  /* a shared inter-node port: the copies would contend for it, so all run */
+  /* a shared inter-node port: copies of one device each send nothing of their own across it
+   * (copies_apart), so copy 0 alone still gives what simulating all of them does */
   pcgc_machine sh = preset("p100-4x4");
   pcgc_expert *y = expert(g, &sh);
   pcgc_graph *pg;
@@ -634,10 +635,47 @@ START_TEST(one_dp_copy_simulated_for_all) {
   pcgc_sim_options_default(&o);
   o.replicas = 16;
   o.replica_stride = 1;
-  pcgc_sim_result r;
+  pcgc_sim_result r, all;
   ck_assert_int_eq(pcgc_simulate(pg, &mp, &sh, &o, &r, &err), PCGC_OK);
-  ck_assert(!r.symmetric);
+  ck_assert(r.symmetric);
+  pcgc_sim_options_default(&o);
+  ck_assert_int_eq(pcgc_simulate(pg, &mp, &sh, &o, &all, &err), PCGC_OK);
+  ck_assert(!all.symmetric);
+  printf("p100-4x4, dp 16: %.9g s from copy 0, %.9g s from all (%lld and %lld tasks run)\n", r.iteration_time,
+         all.iteration_time, (long long)r.n_tasks, (long long)all.n_tasks);
+  ck_assert_double_eq_tol(r.iteration_time, all.iteration_time, 1e-9 * all.iteration_time);
+  ck_assert_double_eq_tol(r.bytes_inter, all.bytes_inter, 1e-9 * (all.bytes_inter + 1));
+  for (int d = 0; d < all.n_devices; d++)
+    ck_assert_double_eq(r.device[d].memory.total, all.device[d].memory.total);
+  int64_t one16 = r.n_tasks;
   pcgc_sim_result_destroy(&r);
+  /* 4 copies at stride 2 (copy 0: devices 0, 1, 8, 9) would share nodes 0 and 2's port with
+   * copy 1's own messages: pairs of them at stride 4 (whole nodes) are run instead */
+  o.replicas = 4;
+  o.replica_stride = 2;
+  ck_assert_int_eq(pcgc_simulate(pg, &mp, &sh, &o, &r, &err), PCGC_OK);
+  ck_assert(r.symmetric);
+  printf("p100-4x4, 4 copies at stride 2: %lld of %lld tasks run\n", (long long)r.n_tasks, (long long)all.n_tasks);
+  ck_assert(r.n_tasks < all.n_tasks && r.n_tasks > one16);
+  ck_assert_double_eq_tol(r.iteration_time, all.iteration_time, 1e-9 * all.iteration_time);
+  pcgc_sim_result_destroy(&r);
+  pcgc_sim_result_destroy(&all);
+  pcgc_mapping_destroy(&mp);
+  pcgc_graph_free(pg);
+  /* copies of two devices, three to a node... here two: dp 8 x tp 2, a copy's messages on its node */
+  ck_assert_int_eq(pcgc_expert_build(y, (pcgc_expert_choice){8, 2, 1, 1, PCGC_SCHEDULE_GPIPE, false, false}, &pg, &mp, &err),
+                   PCGC_OK);
+  o.replicas = 8;
+  o.replica_stride = 2;
+  ck_assert_int_eq(pcgc_simulate(pg, &mp, &sh, &o, &r, &err), PCGC_OK);
+  pcgc_sim_options_default(&o);
+  ck_assert_int_eq(pcgc_simulate(pg, &mp, &sh, &o, &all, &err), PCGC_OK);
+  printf("p100-4x4, dp 8 x tp 2: %.12g s from copy 0 (%d), %.12g s from all\n", r.iteration_time, r.symmetric,
+         all.iteration_time);
+  ck_assert(r.symmetric);
+  ck_assert_double_eq_tol(r.iteration_time, all.iteration_time, 1e-9 * all.iteration_time);
+  pcgc_sim_result_destroy(&r);
+  pcgc_sim_result_destroy(&all);
   pcgc_mapping_destroy(&mp);
   pcgc_graph_free(pg);
   pcgc_expert_free(y);
