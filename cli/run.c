@@ -155,6 +155,7 @@ static int load_program(const char *cmd, const char *path, int need, int prec, p
     co.recompute = info->choice.recompute;
     co.zero = info->choice.zero;
   }
+  if (info->has_program) co.order = info->program_order; /* as compile lowered it */
   co.bf16 = (prec >= 0 ? (pcgc_precision)prec : info->precision) == PCGC_PREC_BF16;
   /* as compile lowered it: CPU plans keep attention's projections for backward (the CUDA backend
    * computes them again; the CPU backend does either) */

@@ -251,6 +251,7 @@ static bool feasible_at(verify_ctx *v, int64_t norm_floor, int64_t head_floor) {
   co.schedule = v->info.choice.schedule;
   co.recompute = v->info.choice.recompute;
   co.zero = v->info.choice.zero;
+  if (v->info.has_program) co.order = v->info.program_order;
   co.optimizer = PCGC_OPTIM_SGD;
   pcgc_program *p = NULL;
   pcgc_error err;

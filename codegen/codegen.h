@@ -256,6 +256,12 @@ typedef struct pcgc_codegen_options {
                                   (pcgc_value_dtype); kernels compute in f32 on widened copies */
   int threads;                 /* devices' streams and memory planned at once (default
                                   pcgc_threads_default(); the program does not depend on it) */
+  int order;                   /* the global list schedule's tie-break within a micro-batch slot:
+                                  0 (default) topological position; 1 (critical path) the
+                                  longest path of tasks from the task to the step's end first
+                                  (a kernel counts 4, any other task 1), then topological
+                                  position. pcgc compile lowers both and keeps the faster
+                                  program; the plan records which ("program"."order") */
   bool save_for_backward;      /* a SAVED buffer per kernel piece that keeps something for its
                                   backward (pcgc_op_saved_elems: attention's projections and
                                   context), written by the FORWARD (the recomputing one where the

@@ -4,7 +4,8 @@
  *
  * Order: one global list schedule (Kahn's algorithm with a min-heap on the
  * priority: gradient all-reduces and sends as soon as ready, then micro-batch slot,
- * then topological position, then creation order). Each device's stream is
+ * then (options.order 1) the longest path of tasks to the step's end, then
+ * topological position, then creation order). Each device's stream is
  * its projection of that global order, which is what makes a plan
  * deadlock-free (codegen.h). The step's last slot, each weight's WAIT and
  * UPDATE, goes in the order the all-reduces started (each task after the
@@ -66,11 +67,12 @@ static hitem hpop(hitem *h, int64_t *n) {
   return top;
 }
 
-static hitem key_of(const cg *C, int t, const int64_t *after) {
+static hitem key_of(const cg *C, int t, const int64_t *after, const int32_t *lvl) {
   const cg_task *T = &C->t[t];
   hitem h;
   h.a = T->priority_now ? LLONG_MIN : T->slot;
-  h.b = T->phase == CG_UPD ? after[t] << 32 | T->order : T->order;
+  h.b = T->phase == CG_UPD ? after[t] << 32 | T->order
+        : lvl ? (int64_t)(INT32_MAX - lvl[t]) << 32 | T->order : T->order;
   h.id = t;
   return h;
 }
@@ -627,6 +629,7 @@ pcgc_status pcgc__cg_schedule(cg *C, pcgc_program **out) {
   /* after[t]: 1 + the position among all-reduce starts of the latest one t depends on
    * through update-phase tasks (0: none) */
   int64_t *after = calloc((size_t)(nt ? nt : 1), sizeof *after), n_starts = 0;
+  int32_t *lvl = NULL; /* per task: the longest path from it to the step's end (kernels 4, others 1) */
   pcgc_program *p = calloc(1, sizeof *p);
   pcgc_status st = PCGC_OK;
   if (!off || !succ || !indeg || !heap || !pos || !gp || !npos || !lay || !after || !p) {
@@ -657,8 +660,28 @@ pcgc_status pcgc__cg_schedule(cg *C, pcgc_program **out) {
     free(fill);
   }
   int64_t nh = 0, done_n = 0;
+  if (C->o.order == 1) { /* tasks on the longest path to the step's end first */
+    lvl = calloc((size_t)(nt ? nt : 1), sizeof *lvl);
+    int *q = malloc((size_t)(nt ? nt : 1) * sizeof *q), *deg = malloc((size_t)(nt ? nt : 1) * sizeof *deg);
+    int64_t qn = 0;
+    memcpy(deg, indeg, (size_t)nt * sizeof *deg);
+    for (int64_t t = 0; t < nt; t++)
+      if (!deg[t]) q[qn++] = (int)t;
+    for (int64_t i = 0; i < qn; i++)
+      for (int64_t k = off[q[i]]; k < off[q[i] + 1]; k++)
+        if (--deg[succ[k]] == 0) q[qn++] = succ[k];
+    for (int64_t i = qn - 1; i >= 0; i--) {
+      int t = q[i];
+      int32_t m = 0;
+      for (int64_t k = off[t]; k < off[t + 1]; k++)
+        if (lvl[succ[k]] > m) m = lvl[succ[k]];
+      lvl[t] = m + (C->t[t].compute ? 4 : 1);
+    }
+    free(q);
+    free(deg);
+  }
   for (int64_t t = 0; t < nt; t++)
-    if (!indeg[t]) hpush(heap, &nh, key_of(C, (int)t, after));
+    if (!indeg[t]) hpush(heap, &nh, key_of(C, (int)t, after, lvl));
   while (nh) {
     hitem h = hpop(heap, &nh);
     const cg_task *T = &C->t[h.id];
@@ -671,7 +694,7 @@ pcgc_status pcgc__cg_schedule(cg *C, pcgc_program **out) {
     int64_t a = T->allreduce ? ++n_starts : T->phase == CG_UPD ? after[h.id] : 0;
     for (int64_t k = off[h.id]; k < off[h.id + 1]; k++) {
       if (a > after[succ[k]]) after[succ[k]] = a;
-      if (--indeg[succ[k]] == 0) hpush(heap, &nh, key_of(C, succ[k], after));
+      if (--indeg[succ[k]] == 0) hpush(heap, &nh, key_of(C, succ[k], after, lvl));
     }
   }
   if (done_n != nt) {
@@ -760,6 +783,7 @@ done:
   free(npos);
   free(lay);
   free(after);
+  free(lvl);
   free(off);
   free(succ);
   free(indeg);

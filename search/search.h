@@ -676,7 +676,7 @@ pcgc_status pcgc_views_dp_if_better(const pcgc_graph *g, int block, int t, const
  *                  "peak_bytes": 1.2e9},
  *    "choice": {"dp": 2, "tp": 4, "pp": 1, "micro": 1, "schedule": "gpipe", "recompute": false},
  *    "program": {"digest": "9f…", "tasks": 1234, "instructions": 5678,
- *                "peak_bytes": 1.1e9, "arena_bytes": 1.1e9},
+ *                "peak_bytes": 1.1e9, "arena_bytes": 1.1e9, "order": "critical-path"},
  *    "checksum": "xxh3-64:…"}
  *
  * "program" is codegen's summary of what the plan lowers to (null when it
@@ -729,6 +729,8 @@ typedef struct pcgc_strategy_info {
   const pcgc_derivation *derivation;     /* writing: recorded when not NULL (borrowed) */
   bool has_program;                      /* codegen's summary */
   uint64_t program_digest;
+  int program_order;                     /* pcgc_codegen_options.order it was lowered with ("order":
+                                            "critical-path" for 1; absent: 0, "topological") */
   int64_t program_tasks, program_instructions, planned_peak_bytes, planned_arena_bytes;
 } pcgc_strategy_info;
 

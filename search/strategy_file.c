@@ -171,7 +171,8 @@ static cJSON *to_json(const pcgc_graph *g, const pcgc_mapping *mp, const pcgc_st
         !cJSON_AddNumberToObject(o, "tasks", (double)info->program_tasks) ||
         !cJSON_AddNumberToObject(o, "instructions", (double)info->program_instructions) ||
         !cJSON_AddNumberToObject(o, "peak_bytes", (double)info->planned_peak_bytes) ||
-        !cJSON_AddNumberToObject(o, "arena_bytes", (double)info->planned_arena_bytes))
+        !cJSON_AddNumberToObject(o, "arena_bytes", (double)info->planned_arena_bytes) ||
+        (info->program_order == 1 && !cJSON_AddStringToObject(o, "order", "critical-path")))
       goto fail;
   } else if (!cJSON_AddNullToObject(root, "program")) {
     goto fail;
@@ -495,6 +496,13 @@ pcgc_status pcgc_strategy_file_parse(const char *text, size_t len, const char *p
         st = bad_at(err, &J, member_at(&J, po, keys[i], &k, &vo) ? vo : po,
                     "\"program\".\"%s\" must be an integer from 0 to 9e18", keys[i]);
       else *dst[i] = (int64_t)v->valuedouble;
+    }
+    const cJSON *od = cJSON_GetObjectItemCaseSensitive(prog, "order"); /* optional: plans before it say nothing */
+    if (st == PCGC_OK && od) {
+      if (cJSON_IsString(od) && strcmp(od->valuestring, "critical-path") == 0) in.program_order = 1;
+      else if (!(cJSON_IsString(od) && strcmp(od->valuestring, "topological") == 0))
+        st = bad_at(err, &J, member_at(&J, po, "order", &k, &vo) ? vo : po,
+                    "\"program\".\"order\" must be \"topological\" or \"critical-path\"%s", "");
     }
     in.has_program = st == PCGC_OK;
   }

@@ -264,6 +264,17 @@ has "$tmp/out" "optimizer state sharded (ZeRO-1)"
 expect 0 "$pcgc" plan show "$tmp/zero3pp.json" --device 0 --streams
 grep -q ' gathered ' "$tmp/out" && bad "ZeRO-3 with two micro-batches gathered weights" || ok
 expect 0 "$pcgc" run "$tmp/zero3pp.json" --steps 3 --check; has "$tmp/out" ": match"
+# compile lowers each plan with both orders of the global schedule and keeps the faster program:
+# CANDLE-Uno's pipeline of 4 runs its stages sooner by the longest remaining path; the plan
+# records it, and run, simulate and plan show lower it the same way (no other digest)
+expect 0 "$pcgc" compile "$src/models/candle-uno.pcg" --machine cpu-4 --batch 16 --set W=128 --set TOWER_DEPTH=2 \
+  --set DEPTH=2 --choice pp=4,micro=4 --budget 0 -o "$tmp/cpath.json"
+grep -q '"order":[[:space:]]*"critical-path"' "$tmp/cpath.json" && ok || bad "CANDLE-Uno's pipeline kept the topological order"
+expect 0 "$pcgc" simulate "$tmp/cpath.json" --machine cpu-4
+pc=$(sed -n 's/^  predicted *\([0-9.e-]*\) s by pcgc compile, \([0-9.e-]*\) s now.*/\1 \2/p' "$tmp/out")
+[ -n "$pc" ] && [ "${pc% *}" = "${pc#* }" ] && ok || bad "simulate lowered the plan otherwise: $pc"
+expect 0 "$pcgc" run "$tmp/cpath.json" --steps 3 --check; has "$tmp/out" ": match"
+grep -q "lowers .* to another program" "$tmp/err" && bad "run lowered another program than compile" || ok
 # a LLaMA-shaped decoder (RMSNorm, SwiGLU): compile's plan, and Megatron with the SwiGLU split
 expect 0 "$pcgc" compile "$src/models/decoder-small.pcg" --machine cpu-4 --set LAYERS=2 -o "$tmp/dec4.json"
 expect 0 "$pcgc" run "$tmp/dec4.json" --steps 2 --check --optimizer sgd; has "$tmp/out" ": match"

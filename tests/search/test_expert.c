@@ -920,6 +920,9 @@ static const bad_case bad_cases[] = {
      4, 59, "\"choice\".\"zero\" must be true, false or the ZeRO stage 0, 1, 2 or 3"},
     {HEAD MODEL "\"views\": {\"xp\": [0, 1], \"y\": [0, 1]},\n\"predicted\": {\"iteration_s\": \"fast\"}}", 4, 30,
      "\"iteration_s\""},
+    {HEAD MODEL "\"views\": {\"xp\": [0, 1], \"y\": [0, 1]},\n\"program\": {\"digest\": \"0123456789abcdef\", \"tasks\": 1, "
+                "\"instructions\": 1, \"peak_bytes\": 0, \"arena_bytes\": 0, \"order\": \"sideways\"}}",
+     4, 118, "\"program\".\"order\" must be \"topological\" or \"critical-path\""},
 };
 
 START_TEST(malformed_strategy_files) {
