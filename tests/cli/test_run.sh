@@ -365,26 +365,21 @@ expect 0 "$pcgc" run "$tmp/mlptp2.json" --steps 6 --no-dropout --checkpoint "$tm
 has "$tmp/out" "resumed after step 4"; has "$tmp/out" ": match"
 got=$(awk '/^step/ {print $4}' "$tmp/out" | tr '\n' ' ')
 [ "$got" = "$want " ] && ok || bad "tensor-parallel resume [$got] != data parallel's steps 5-6 [$want]"
-# optimizer state and gradients sharded (ZeRO-2) resumes from data parallel's checkpoint, and its own resumes
-cp -r "$ck" "$tmp/ck5"; echo step-00000004.ckpt >"$tmp/ck5/latest"
-expect 0 "$pcgc" run "$tmp/zero.json" --steps 6 --no-dropout --checkpoint "$tmp/ck5" --resume --check
-has "$tmp/out" "resumed after step 4"; has "$tmp/out" ": match"
-got=$(awk '/^step/ {print $4}' "$tmp/out" | tr '\n' ' ')
-[ "$got" = "$want " ] && ok || bad "ZeRO-2 resume [$got] != data parallel's steps 5-6 [$want]"
-expect 0 "$pcgc" run "$tmp/zero.json" --steps 4 --no-dropout --checkpoint "$tmp/ckz" --every 4
-expect 0 "$pcgc" run "$mlpdp" --steps 6 --no-dropout --checkpoint "$tmp/ckz" --resume
-got=$(awk '/^step/ {print $4}' "$tmp/out" | tr '\n' ' ')
-[ "$got" = "$want " ] && ok || bad "data parallel resumed from ZeRO-2 [$got] != steps 5-6 [$want]"
-# ZeRO-3 likewise: its checkpoint holds the weights whole, gathered from the slabs
-cp -r "$ck" "$tmp/ck6"; echo step-00000004.ckpt >"$tmp/ck6/latest"
-expect 0 "$pcgc" run "$tmp/zero3.json" --steps 6 --no-dropout --checkpoint "$tmp/ck6" --resume --check
-has "$tmp/out" "resumed after step 4"; has "$tmp/out" ": match"
-got=$(awk '/^step/ {print $4}' "$tmp/out" | tr '\n' ' ')
-[ "$got" = "$want " ] && ok || bad "ZeRO-3 resume [$got] != data parallel's steps 5-6 [$want]"
-expect 0 "$pcgc" run "$tmp/zero3.json" --steps 4 --no-dropout --checkpoint "$tmp/ckz3" --every 4
-expect 0 "$pcgc" run "$mlpdp" --steps 6 --no-dropout --checkpoint "$tmp/ckz3" --resume
-got=$(awk '/^step/ {print $4}' "$tmp/out" | tr '\n' ' ')
-[ "$got" = "$want " ] && ok || bad "data parallel resumed from ZeRO-3 [$got] != steps 5-6 [$want]"
+# a sharded plan resumes from data parallel's checkpoint (its slabs cut from the whole weights and
+# state), and data parallel from its own (the slabs gathered): zero_resume NAME PLAN
+zero_resume() {
+  cp -r "$ck" "$tmp/ck-$1"; echo step-00000004.ckpt >"$tmp/ck-$1/latest"
+  expect 0 "$pcgc" run "$2" --steps 6 --no-dropout --checkpoint "$tmp/ck-$1" --resume --check
+  has "$tmp/out" "resumed after step 4"; has "$tmp/out" ": match"
+  got=$(awk '/^step/ {print $4}' "$tmp/out" | tr '\n' ' ')
+  [ "$got" = "$want " ] && ok || bad "$1 resume [$got] != data parallel's steps 5-6 [$want]"
+  expect 0 "$pcgc" run "$2" --steps 4 --no-dropout --checkpoint "$tmp/ckz-$1" --every 4
+  expect 0 "$pcgc" run "$mlpdp" --steps 6 --no-dropout --checkpoint "$tmp/ckz-$1" --resume
+  got=$(awk '/^step/ {print $4}' "$tmp/out" | tr '\n' ' ')
+  [ "$got" = "$want " ] && ok || bad "data parallel resumed from $1 [$got] != steps 5-6 [$want]"
+}
+zero_resume ZeRO-2 "$tmp/zero.json"   # optimizer state and gradients sharded
+zero_resume ZeRO-3 "$tmp/zero3.json"  # and the weights
 # refused: another optimizer, another model, a damaged file, nothing to resume
 expect 1 "$pcgc" run "$mlpdp" --steps 8 --checkpoint "$tmp/ck4" --resume --optimizer sgd
 has "$tmp/err" "holds the state of adam, but this run trains with sgd"

@@ -746,6 +746,14 @@ START_TEST(weight_cells_in_estimate_and_program) {
 }
 END_TEST
 
+/* A weight and a bias replicated on 4 devices, the batch split 4 ways (the ZeRO tests). */
+static const char zero_model[] = "model z\n"
+                                 "input x: f32[64, 256]\ninput t: f32[64, 10]\n"
+                                 "weight w: f32[256, 10] = uniform(0.1)\nweight c: f32[10] = uniform(0.1)\n"
+                                 "xb = partition(x, dim=0, degree=4)\nwr = replicate(w, degree=4)\n"
+                                 "cr = replicate(c, degree=4)\ntb = partition(t, dim=0, degree=4)\n"
+                                 "y = linear(xb, wr, cr)\nloss = mse(y, tb)\n";
+
 /* ZeRO-1, in the estimate and the program alike: a weight replicated on 4
  * devices has its gradient reduce-scattered (each device sums a quarter, in
  * place of the all-reduce), is updated a quarter on each (optimizer state
@@ -756,13 +764,7 @@ END_TEST
 START_TEST(zero_in_estimate_and_program) {
   pcgc_machine m = toy_machine(4, "16 GiB");
   pcgc_mapping mp;
-  pcgc_graph *g = hand_model("model z\n"
-                             "input x: f32[64, 256]\ninput t: f32[64, 10]\n"
-                             "weight w: f32[256, 10] = uniform(0.1)\nweight c: f32[10] = uniform(0.1)\n"
-                             "xb = partition(x, dim=0, degree=4)\nwr = replicate(w, degree=4)\ncr = replicate(c, degree=4)\n"
-                             "tb = partition(t, dim=0, degree=4)\n"
-                             "y = linear(xb, wr, cr)\nloss = mse(y, tb)\n",
-                             "", &mp);
+  pcgc_graph *g = hand_model(zero_model, "", &mp);
   pcgc_sim_result e0, r0, est, r;
   pcgc_sim_result e1, r1;
   pcgc_program *p0 = estimate_and_program_z(g, &mp, &m, 4, 0, &e0, &r0);
@@ -844,13 +846,7 @@ END_TEST
 START_TEST(zero3_in_estimate_and_program) {
   pcgc_machine m = toy_machine(4, "16 GiB");
   pcgc_mapping mp;
-  pcgc_graph *g = hand_model("model z\n"
-                             "input x: f32[64, 256]\ninput t: f32[64, 10]\n"
-                             "weight w: f32[256, 10] = uniform(0.1)\nweight c: f32[10] = uniform(0.1)\n"
-                             "xb = partition(x, dim=0, degree=4)\nwr = replicate(w, degree=4)\ncr = replicate(c, degree=4)\n"
-                             "tb = partition(t, dim=0, degree=4)\n"
-                             "y = linear(xb, wr, cr)\nloss = mse(y, tb)\n",
-                             "", &mp);
+  pcgc_graph *g = hand_model(zero_model, "", &mp);
   pcgc_sim_result e2, r2, est, r;
   pcgc_program *p2 = estimate_and_program_z(g, &mp, &m, 4, 2, &e2, &r2);
   pcgc_program *p = estimate_and_program_z(g, &mp, &m, 4, 3, &est, &r);
