@@ -1332,9 +1332,9 @@ static bool sync_cell(void *ctx, const pcgc_box *cell, const int *grp, int ng) {
   return !C->st;
 }
 
-/* The devices that keep a box of weight `src` all-reduce each cell they
- * share (pcgc_weight_sync_cells), non-blocking. */
-static void lower_weight_sync(cg *C, int src) {
+/* Calls cell(ctx, ...) for each cell of weight src its holders share
+ * (pcgc_weight_sync_cells); with `grads`, zeroes each holder's gradient first. */
+static void weight_cells(cg *C, int src, bool grads, bool (*cell)(void *, const pcgc_box *, const int *, int)) {
   const pcgc_ptensor *t = &C->g->nodes[src].out[0];
   int *hold = malloc((size_t)C->D * sizeof *hold), nh = 0;
   pcgc_box *boxes = malloc((size_t)C->D * sizeof *boxes);
@@ -1349,15 +1349,19 @@ static void lower_weight_sync(cg *C, int src) {
     if (!b) continue;
     hold[nh] = X;
     boxes[nh++] = *b;
-    touch(C, X, source_buf(C, src, X, PCGC_BUF_SOURCE_GRAD), 3);
+    if (grads) touch(C, X, source_buf(C, src, X, PCGC_BUF_SOURCE_GRAD), 3);
   }
   sync_ctx ctx = {C, src};
   bool oom;
-  pcgc_weight_sync_cells(t->rank, nh, hold, boxes, 2, sync_cell, &ctx, &oom);
+  pcgc_weight_sync_cells(t->rank, nh, hold, boxes, 2, cell, &ctx, &oom);
   if (oom) C->st = PCGC_ERR_NOMEM;
   free(hold);
   free(boxes);
 }
+
+/* The devices that keep a box of weight `src` all-reduce each cell they
+ * share, non-blocking. */
+static void lower_weight_sync(cg *C, int src) { weight_cells(C, src, true, sync_cell); }
 
 /* ZeRO-3: the cells each weight's holders split, decided before forward
  * reads them (sync_cell finds them made). */
@@ -1369,26 +1373,8 @@ static bool shard_cell(void *ctx, const pcgc_box *cell, const int *grp, int ng) 
 }
 
 static void zero3_shards(cg *C) {
-  int *hold = malloc((size_t)C->D * sizeof *hold);
-  pcgc_box *boxes = malloc((size_t)C->D * sizeof *boxes);
-  if (!hold || !boxes) C->st = PCGC_ERR_NOMEM;
-  for (int i = 0; i < C->g->n_nodes && !C->st; i++) {
-    const pcgc_node *n = &C->g->nodes[i];
-    if (n->kind != PCGC_OP_WEIGHT || !C->needg[i]) continue;
-    int nh = 0;
-    for (int X = 0; X < C->D; X++) {
-      const pcgc_box *b = held_box(C, i, X);
-      if (!b) continue;
-      hold[nh] = X;
-      boxes[nh++] = *b;
-    }
-    sync_ctx ctx = {C, i};
-    bool oom;
-    pcgc_weight_sync_cells(n->out[0].rank, nh, hold, boxes, 2, shard_cell, &ctx, &oom);
-    if (oom) C->st = PCGC_ERR_NOMEM;
-  }
-  free(hold);
-  free(boxes);
+  for (int i = 0; i < C->g->n_nodes && !C->st; i++)
+    if (C->g->nodes[i].kind == PCGC_OP_WEIGHT && C->needg[i]) weight_cells(C, i, false, shard_cell);
 }
 
 static void lower_updates(cg *C) {
