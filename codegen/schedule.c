@@ -77,6 +77,35 @@ static hitem key_of(const cg *C, int t, const int64_t *after, const int32_t *lvl
   return h;
 }
 
+/* options.order 1: per task, the longest path of tasks from it to the
+ * step's end (a kernel 4, any other task 1), over the edges succ[off[t] ..
+ * off[t + 1]) with in-degrees indeg (not changed); NULL when out of memory. */
+static int32_t *longest_paths(const cg *C, const int64_t *off, const int *succ, const int *indeg) {
+  int64_t nt = C->nt, qn = 0;
+  int32_t *lvl = calloc((size_t)(nt ? nt : 1), sizeof *lvl);
+  int *q = malloc((size_t)(nt ? nt : 1) * sizeof *q), *deg = malloc((size_t)(nt ? nt : 1) * sizeof *deg);
+  if (!lvl || !q || !deg) {
+    free(lvl);
+    lvl = NULL;
+  } else { /* a topological order, then the paths from its end backwards */
+    memcpy(deg, indeg, (size_t)nt * sizeof *deg);
+    for (int64_t t = 0; t < nt; t++)
+      if (!deg[t]) q[qn++] = (int)t;
+    for (int64_t i = 0; i < qn; i++)
+      for (int64_t k = off[q[i]]; k < off[q[i] + 1]; k++)
+        if (--deg[succ[k]] == 0) q[qn++] = succ[k];
+    for (int64_t i = qn - 1; i >= 0; i--) {
+      int32_t m = 0;
+      for (int64_t k = off[q[i]]; k < off[q[i] + 1]; k++)
+        if (lvl[succ[k]] > m) m = lvl[succ[k]];
+      lvl[q[i]] = m + (C->t[q[i]].compute ? 4 : 1);
+    }
+  }
+  free(q);
+  free(deg);
+  return lvl;
+}
+
 static int64_t align64(int64_t x) { return (x + 63) & ~(int64_t)63; }
 
 /* Every buffer an instruction touches. */
@@ -660,25 +689,9 @@ pcgc_status pcgc__cg_schedule(cg *C, pcgc_program **out) {
     free(fill);
   }
   int64_t nh = 0, done_n = 0;
-  if (C->o.order == 1) { /* tasks on the longest path to the step's end first */
-    lvl = calloc((size_t)(nt ? nt : 1), sizeof *lvl);
-    int *q = malloc((size_t)(nt ? nt : 1) * sizeof *q), *deg = malloc((size_t)(nt ? nt : 1) * sizeof *deg);
-    int64_t qn = 0;
-    memcpy(deg, indeg, (size_t)nt * sizeof *deg);
-    for (int64_t t = 0; t < nt; t++)
-      if (!deg[t]) q[qn++] = (int)t;
-    for (int64_t i = 0; i < qn; i++)
-      for (int64_t k = off[q[i]]; k < off[q[i] + 1]; k++)
-        if (--deg[succ[k]] == 0) q[qn++] = succ[k];
-    for (int64_t i = qn - 1; i >= 0; i--) {
-      int t = q[i];
-      int32_t m = 0;
-      for (int64_t k = off[t]; k < off[t + 1]; k++)
-        if (lvl[succ[k]] > m) m = lvl[succ[k]];
-      lvl[t] = m + (C->t[t].compute ? 4 : 1);
-    }
-    free(q);
-    free(deg);
+  if (C->o.order == 1 && !(lvl = longest_paths(C, off, succ, indeg))) { /* the longest path to the end first */
+    st = PCGC_ERR_NOMEM;
+    goto done;
   }
   for (int64_t t = 0; t < nt; t++)
     if (!indeg[t]) hpush(heap, &nh, key_of(C, (int)t, after, lvl));
