@@ -39,6 +39,6 @@ build/pcgc compile models/moe-small.pcg --machine cpu-4 --choice dp=2,tp=2 --bud
   --profile build/moe-small.cpu-4.prof -o build/moe-small.cpu-4.json
 build/pcgc run build/moe-small.cpu-4.json --steps 5 --check
 build/pcgc run build/moe-small.cpu-4.json --steps 5 --check --precision bf16
-build/pcgc compile models/moe-small.pcg --machine cpu-4 --choice dp=4,zero=2 --budget 0 \
-  -o build/moe-small.zero2.json
-build/pcgc run build/moe-small.zero2.json --steps 5 --check
+build/pcgc compile models/moe-small.pcg --machine cpu-4 --choice dp=4,zero=3 --budget 0 \
+  -o build/moe-small.zero3.json
+build/pcgc run build/moe-small.zero3.json --steps 5 --check
