@@ -49,7 +49,10 @@ void pcgc_cli_compile_help(FILE *f) {
           "Then the joint search rewrites the chosen one with the rule library (docs/rules.md;\n"
           "every rule checked by execution first): best-first over rewritten graphs, each simulated,\n"
           "duplicates recognised by their canonical hash, within --budget, --alpha and the time limit;\n"
-          "its result is kept only if its program is faster than the one it started from.\n"
+          "where data parallelism on all devices fits and was not chosen, it searches again from\n"
+          "there (rewrites that move one region off data parallelism, such as DLRM's tables onto\n"
+          "groups of devices of their own, start from it), and the faster result is the rewrite;\n"
+          "it is kept only if its program is faster than the expert strategy's.\n"
           "Prints the strategy per operator (output type with its shard degrees, partial sums,\n"
           "replicas and micro-batches; the devices it runs on), the predicted iteration time against\n"
           "data parallel and the best pure tensor-parallel and pure pipeline candidates, the largest\n"
@@ -88,7 +91,8 @@ void pcgc_cli_compile_help(FILE *f) {
           "  --verbose          one line per candidate, and what the bound cost (on standard error)\n"
           "  --threads N        worker threads for the search and the lowering (default: $PCGC_THREADS,\n"
           "                     else the cores, at most 16); the plan does not depend on it\n"
-          "  --budget N         graphs the joint search expands (default 4; 0: expert strategies only)\n"
+          "  --budget N         graphs the joint search expands from each start (default 4; 0: expert\n"
+          "                     strategies only)\n"
           "  --alpha A          the joint search keeps candidates up to A x the best (default 1.05)\n"
           "  --rerank N         lower the best N candidates within 10%% of the fastest estimate and\n"
           "                     choose the fastest program (default 4, at most 8; 0 or 1: the best\n"
@@ -592,13 +596,14 @@ static int compile_main(int argc, char **argv) {
     kept_start = rewrites_oom = false;
     if (r.start_graph && L.predicted) {
       lowered Ls;
-      lower_plan(r.start_graph, &r.start_mapping, r.choice, &m, &o, D, &Ls);
+      lower_plan(r.start_graph, &r.start_mapping, r.start_choice, &m, &o, D, &Ls);
       if (Ls.predicted && (Ls.pr.oom_devices < L.pr.oom_devices ||
                            (Ls.pr.oom_devices == L.pr.oom_devices && Ls.pr.iteration_time < L.pr.iteration_time))) {
         rewrites_time = L.pr.iteration_time;
         rewrites_oom = L.pr.oom_devices > 0;
         start_time = Ls.pr.iteration_time;
         kept_start = true;
+        r.choice = r.start_choice;
         pcgc_graph *tg = r.graph;
         r.graph = r.start_graph;
         r.start_graph = tg;
@@ -716,8 +721,9 @@ static int compile_main(int argc, char **argv) {
     printf("%-28s %s the expert strategy's %s", "", j->improvements ? "improved on" : "no rewrite improved on",
            pcgc_cli_fmt_time(a, sizeof a, r.expert_time));
     if (j->improvements)
-      printf(" to %s (%d improvement%s, the last by %s)", pcgc_cli_fmt_time(b, sizeof b, j->time), j->improvements,
-             j->improvements == 1 ? "" : "s", j->last_rule);
+      printf(" to %s (%d improvement%s%s, the last by %s)", pcgc_cli_fmt_time(b, sizeof b, j->time),
+             j->improvements, j->improvements == 1 ? "" : "s",
+             r.joint_from_dp ? " of data parallel on every device, its second start" : "", j->last_rule);
     printf("\n");
     if (kept_start && rewrites_oom)
       printf("%-28s but as a program the rewritten plan did not fit in memory (the search's estimate missed "

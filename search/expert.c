@@ -971,7 +971,7 @@ static void grid_merge(grid *G, int i) {
     r->feasible += ok;
     r->stopped += u->sr.stopped_building;
     if (u->fam) ref_update(u->fam, u->c, ok, u->sr.iteration_time, ok ? NULL : u->why);
-    if (ok && u->pg && i == 0 && G->max_top > 1 && !G->o->only) { /* a copy of data parallel's */
+    if (ok && u->pg && i == 0 && (G->max_top > 1 || G->o->joint.budget > 0) && !G->o->only) { /* a copy of data parallel's */
       pcgc_graph *c = pcgc_graph_clone(u->pg);
       pcgc_mapping cm;
       pcgc_error e;
@@ -1014,6 +1014,56 @@ static void grid_work(void *ctx, int i, int w) {
   pthread_mutex_unlock(&G->lock);
 }
 
+/* The simulation options of expert choice c: its schedule, recomputation
+ * and ZeRO stage, one data-parallel copy run where the copies are alike (the
+ * simulator checks; the results are those of running every copy). */
+static pcgc_sim_options final_options(const pcgc_compile_options *o, pcgc_expert_choice c) {
+  pcgc_sim_options so = o->sim;
+  so.schedule = c.schedule;
+  so.recompute = so.recompute || c.recompute;
+  if (c.zero > so.zero) so.zero = c.zero;
+  so.replicas = c.dp;
+  so.replica_stride = c.tp;
+  return so;
+}
+
+/* The joint search from g (views mp, expert choice c) within what is left
+ * of compile's time limit. */
+static pcgc_status joint_from(const pcgc_compile_options *o, const pcgc_machine *m, pcgc_ruleset *rs,
+                              pcgc_views_memo *memo, double t0, const pcgc_graph *g, const pcgc_mapping *mp,
+                              pcgc_expert_choice c, pcgc_joint_result *jr, pcgc_error *err) {
+  pcgc_joint_options jo = o->joint;
+  /* rewrites of an expert strategy keep its dp copies mostly: the simulator
+   * runs one where they are still alike (it checks), and skips the event
+   * loop of a rewrite that does not fit */
+  pcgc_sim_options js = final_options(o, c);
+  js.oom_skips_run = true;
+  jo.sim = &js;
+  if (!jo.memo) jo.memo = memo;
+  jo.threads = o->threads;
+  if (o->time_limit > 0) {
+    double left = o->time_limit - (pcgc_now() - t0);
+    if (jo.time_limit <= 0 || jo.time_limit > left) jo.time_limit = left > 0.001 ? left : 0.001;
+  }
+  return pcgc_joint_search(g, mp, c.dp * c.tp, c.tp, m, rs, &jo, jr, err);
+}
+
+/* The counts of search a added into b's (two searches reported as one). */
+static void joint_add_counts(const pcgc_joint_result *a, pcgc_joint_result *b) {
+  b->expanded += a->expanded;
+  b->evaluated += a->evaluated;
+  b->duplicates += a->duplicates;
+  b->refused += a->refused;
+  b->wide += a->wide;
+  b->dropped += a->dropped;
+  b->dp_better += a->dp_better;
+  b->seconds += a->seconds;
+  b->alike_hits += a->alike_hits;
+  b->alike_misses += a->alike_misses;
+  b->budget_hit |= a->budget_hit;
+  b->time_hit |= a->time_hit;
+}
+
 pcgc_status pcgc_compile(const pcgc_graph *seq, const pcgc_machine *m, const pcgc_compile_options *o,
                          pcgc_compile_result *r, pcgc_error *err) {
   if (r) memset(r, 0, sizeof *r);
@@ -1039,6 +1089,9 @@ pcgc_status pcgc_compile(const pcgc_graph *seq, const pcgc_machine *m, const pcg
   if (st == PCGC_OK) st = pcgc_views_memo_new(&memo, err);
   int D = pcgc_machine_num_devices(m);
   double best_time = INFINITY;
+  pcgc_graph *dp_seed = NULL; /* data parallel on every device, where it fits and is not the best */
+  pcgc_mapping dp_seed_mp = {0};
+  pcgc_expert_choice dp_seed_c = {0};
   /* the weights with their gradients and optimizer state: spread over the
    * tp × pp devices of a copy at best, so a candidate whose average share
    * exceeds a device's memory cannot fit, whatever its views */
@@ -1112,7 +1165,12 @@ pcgc_status pcgc_compile(const pcgc_graph *seq, const pcgc_machine *m, const pcg
       best_time = G.dp.time;
       r->choice = G.dp.c;
     } else {
-      if (G.has_dp) {
+      if (G.has_dp && G.n_top > 0 && !pcgc_expert_choice_equal(&G.dp.c, &G.top[pick].c)) {
+        /* the joint search's second start (below) */
+        dp_seed = G.dp.g;
+        dp_seed_mp = G.dp.mp;
+        dp_seed_c = G.dp.c;
+      } else if (G.has_dp) {
         pcgc_graph_free(G.dp.g);
         pcgc_mapping_destroy(&G.dp.mp);
       }
@@ -1137,19 +1195,6 @@ pcgc_status pcgc_compile(const pcgc_graph *seq, const pcgc_machine *m, const pcg
     st = PCGC_ERR_INVALID;
   }
   r->expert_time = best_time;
-  pcgc_sim_options chosen = o->sim; /* the simulation options with the chosen schedule */
-  if (best) {
-    chosen.schedule = r->choice.schedule;
-    chosen.recompute = chosen.recompute || r->choice.recompute;
-    if (r->choice.zero > chosen.zero) chosen.zero = r->choice.zero;
-  }
-  /* the final simulations: run one dp copy where the copies are alike (the
-   * simulator checks; the results are those of running every copy) */
-  pcgc_sim_options fin = chosen;
-  if (best) {
-    fin.replicas = r->choice.dp;
-    fin.replica_stride = r->choice.tp;
-  }
   if (st == PCGC_OK && o->joint.budget > 0) {
     /* the rule-driven joint search from the best expert strategy, with the
      * library checked by execution first */
@@ -1159,27 +1204,32 @@ pcgc_status pcgc_compile(const pcgc_graph *seq, const pcgc_machine *m, const pcg
     pcgc_check_options_default(&co);
     co.threads = o->threads > 0 ? o->threads : 1;
     if (st == PCGC_OK) st = pcgc_ruleset_verify(x->rs, &co, o->allow_unsound, o->rules_report, &r->rules_unsound, NULL, err);
-    pcgc_joint_options jo = o->joint;
-    /* rewrites of the expert strategy keep its dp copies mostly: the
-     * simulator runs one where they are still alike (it checks), and skips
-     * the event loop of a rewrite that does not fit */
-    pcgc_sim_options js = chosen;
-    js.replicas = r->choice.dp;
-    js.replica_stride = r->choice.tp;
-    js.oom_skips_run = true;
-    jo.sim = &js;
-    if (!jo.memo) jo.memo = memo;
-    jo.threads = o->threads;
-    if (o->time_limit > 0) {
-      double left = o->time_limit - (pcgc_now() - t0);
-      if (jo.time_limit <= 0 || jo.time_limit > left) jo.time_limit = left > 0.001 ? left : 0.001;
+    if (st == PCGC_OK) st = joint_from(o, m, x->rs, memo, t0, best, &best_mp, r->choice, &r->joint, err);
+    r->start_choice = r->choice;
+    /* then from data parallel on every device, where that is not the start:
+     * rewrites that move one region off data parallelism (DLRM's tables onto
+     * device groups beside data-parallel MLPs) start from there, and the
+     * expert strategy (tensor parallelism everywhere) may be too far from
+     * them for single rewrites that each simulate faster */
+    if (st == PCGC_OK && dp_seed && !(o->time_limit > 0 && pcgc_now() - t0 > o->time_limit)) {
+      pcgc_joint_result j2;
+      double before = r->joint.improvements ? r->joint.time : best_time;
+      st = joint_from(o, m, x->rs, memo, t0, dp_seed, &dp_seed_mp, dp_seed_c, &j2, err);
+      if (st == PCGC_OK && j2.improvements > 0 && j2.time < before) { /* the rewrites of data parallel win */
+        joint_add_counts(&r->joint, &j2);
+        pcgc_joint_result_destroy(&r->joint);
+        r->joint = j2;
+        r->joint_from_dp = true;
+        r->choice = dp_seed_c;
+      } else if (st == PCGC_OK) {
+        joint_add_counts(&j2, &r->joint);
+        pcgc_joint_result_destroy(&j2);
+      }
     }
-    if (st == PCGC_OK)
-      st = pcgc_joint_search(best, &best_mp, r->choice.dp * r->choice.tp, r->choice.tp, m, x->rs, &jo, &r->joint, err);
     if (st == PCGC_OK && r->joint.improvements > 0) { /* the start, kept for the caller */
+      pcgc_sim_options sf = final_options(o, r->start_choice);
       st = pcgc_strategy_canonical(best, &best_mp, &r->start_graph, &r->start_mapping, err);
-      if (st == PCGC_OK) st = pcgc_simulate(r->start_graph, &r->start_mapping, m, &fin, &r->start_sim, err);
-      if (st != PCGC_OK) pcgc_joint_result_destroy(&r->joint);
+      if (st == PCGC_OK) st = pcgc_simulate(r->start_graph, &r->start_mapping, m, &sf, &r->start_sim, err);
     }
     if (st == PCGC_OK) {
       r->joint_ran = true;
@@ -1189,8 +1239,15 @@ pcgc_status pcgc_compile(const pcgc_graph *seq, const pcgc_machine *m, const pcg
       best_mp = r->joint.mapping;
       r->joint.graph = NULL;
       memset(&r->joint.mapping, 0, sizeof r->joint.mapping);
+    } else {
+      pcgc_joint_result_destroy(&r->joint);
     }
   }
+  pcgc_graph_free(dp_seed);
+  pcgc_mapping_destroy(&dp_seed_mp);
+  /* the final simulation: run one dp copy where the copies are alike (the
+   * simulator checks; the results are those of running every copy) */
+  pcgc_sim_options fin = final_options(o, r->choice);
   if (st == PCGC_OK) st = pcgc_strategy_canonical(best, &best_mp, &r->graph, &r->mapping, err);
   if (st == PCGC_OK) st = pcgc_simulate(r->graph, &r->mapping, m, &fin, &r->sim, err);
   pcgc_graph_free(best);

@@ -16,7 +16,9 @@
  *      every layer in one step and are few); a result whose canonical hash (pcgc_graph_hash) was seen
  *      is a duplicate (equality is checked against the graphs still held;
  *      a graph dropped earlier is known by its hash alone); the rest get
- *      views (pcgc_views_replace) and a simulation. Out of memory or slower
+ *      views (pcgc_views_replace; a rule-wide move also with each
+ *      application's operators spread over its own share of the devices,
+ *      try_spread) and a simulation. Out of memory or slower
  *      than alpha x best: dropped. Otherwise pushed; faster than the best:
  *      the new best.
  * Data parallel and the expert strategies are where the search starts, so
@@ -57,6 +59,8 @@ typedef struct pend {
   cand c;
   const pcgc_rule_inst *ri;
   bool wide;
+  int *group;       /* a rule-wide move's: per node of c.g, the application that made it (-1: none) */
+  int n_groups;
   bool slower, dp_changed, skipped;
   pcgc_status st;
   pcgc_error err;
@@ -217,13 +221,58 @@ double pcgc__joint_cost(const pcgc_graph *g, const pcgc_mapping *mp, const pcgc_
   return t;
 }
 
+/* A rule-wide move's rewrites spread over the block (joint.c's top
+ * comment): the nodes application i made, where they have no more pieces
+ * than a share of the block's devices, moved to the i-th share of it
+ * (stride 1). The greedy places every application's nodes next to the
+ * same producers, so DLRM's tables, split by columns, all landed on the
+ * same devices; the DP's cost adds parallel branches that overlap anywhere
+ * (the data-parallel tail of each table does), so it cannot tell either.
+ * Kept when it simulates faster (*sr then is its result). */
+static pcgc_status try_spread(const search *S, cand *c, const int *group, int n_groups, const pcgc_sim_options *so,
+                              pcgc_sim_result *sr, pcgc_error *err) {
+  int B = S->block, w = B / n_groups, D = pcgc_machine_num_devices(S->m);
+  if (w < 1) return PCGC_OK;
+  pcgc_mapping sp;
+  pcgc_error e = {0};
+  if (pcgc_mapping_init(&sp, c->mp.n_nodes, (pcgc_view){0, 1}, &e) != PCGC_OK)
+    return pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory in the search");
+  memcpy(sp.view, c->mp.view, (size_t)c->mp.n_nodes * sizeof *sp.view);
+  bool moved = false;
+  for (int v = 0; v < c->g->n_nodes && v < c->mp.n_nodes; v++) {
+    if (group[v] < 0) continue;
+    int64_t P = pcgc_ptensor_pieces(&c->g->nodes[v].out[0]);
+    pcgc_view nv = {sp.view[v].start / B * B + group[v] % n_groups * w, 1};
+    if (P > w || nv.start >= D || (nv.start == sp.view[v].start && (P == 1 || sp.view[v].stride == 1))) continue;
+    sp.view[v] = nv;
+    moved = true;
+  }
+  pcgc_sim_result r2;
+  memset(&r2, 0, sizeof r2);
+  pcgc_sim_options o2 = *so;
+  if (isfinite(sr->iteration_time) && !sr->oom_devices && (o2.give_up_after <= 0 || sr->iteration_time < o2.give_up_after))
+    o2.give_up_after = sr->iteration_time;
+  if (moved && pcgc_simulate(c->g, &sp, S->m, &o2, &r2, &e) == PCGC_OK && !r2.stopped_building && !r2.gave_up &&
+      cost_of_result(&r2) < cost_of_result(sr)) {
+    pcgc_mapping t = c->mp;
+    c->mp = sp;
+    sp = t;
+    pcgc_sim_result tr = *sr;
+    *sr = r2;
+    r2 = tr;
+  }
+  pcgc_sim_result_destroy(&r2);
+  pcgc_mapping_destroy(&sp);
+  return PCGC_OK;
+}
+
 /* Candidate c's cost with its views, which the DP's replace where they
  * simulate better (o->views_dp). Only running out of memory is an error.
  * A candidate slower than alpha x the best is dropped whatever its time,
  * so its simulations stop at `bound` (that, at the batch's start; 0: never)
  * (INFINITY; *slower set). Runs on worker threads: touches only c. */
-static pcgc_status cost_candidate(const search *S, cand *c, double bound, bool *slower, bool *changed,
-                                  pcgc_error *err) {
+static pcgc_status cost_candidate(const search *S, cand *c, const int *group, int n_groups, double bound,
+                                  bool *slower, bool *changed, pcgc_error *err) {
   pcgc_sim_options so = sim_options(S->o);
   so.give_up_after = bound;
   pcgc_sim_result sr;
@@ -233,7 +282,8 @@ static pcgc_status cost_candidate(const search *S, cand *c, double bound, bool *
   *changed = false;
   if (pcgc_simulate(c->g, &c->mp, S->m, &so, &sr, &e) != PCGC_OK) return PCGC_OK;
   pcgc_status st = PCGC_OK;
-  if (S->o->views_dp)
+  if (group && n_groups > 1) st = try_spread(S, c, group, n_groups, &so, &sr, err);
+  if (st == PCGC_OK && S->o->views_dp)
     st = pcgc_views_dp_if_better(c->g, S->block, S->t, S->m, &so, S->o->memo, &c->mp, &sr, changed, err);
   c->cost = cost_of_result(&sr);
   *slower = sr.gave_up && !sr.oom_devices;
@@ -279,45 +329,52 @@ static bool too_many_pieces(const search *S, const pcgc_graph *g) {
  * (owned; NULL: out of memory): dropped as a duplicate, or given views and
  * simulated, kept when within alpha of the best. */
 static pcgc_status consider(search *S, const pcgc_rule_inst *ri, pcgc_graph *g2, bool wide, char *step, uint64_t h,
-                            pcgc_error *err) {
+                            int *group, int n_groups, pcgc_error *err) {
   pcgc_joint_result *r = S->r;
   pcgc_error e = {0};
   if (!step) {
     pcgc_graph_free(g2);
+    free(group);
     return pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory in the search");
   }
   if (already_seen(S, g2, h)) {
     r->duplicates++;
     pcgc_graph_free(g2);
     free(step);
+    free(group);
     return PCGC_OK;
   }
   if (!remember(S, h)) {
     pcgc_graph_free(g2);
     free(step);
+    free(group);
     return pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory in the search");
   }
   if (S->accept && !S->accept(S->accept_ctx, g2)) {
     r->refused++;
     pcgc_graph_free(g2);
     free(step);
+    free(group);
     return PCGC_OK;
   }
   if (too_many_pieces(S, g2)) {
     r->refused++;
     pcgc_graph_free(g2);
     free(step);
+    free(group);
     return PCGC_OK;
   }
   cand c = {.g = g2, .seq = S->seq++, .hash = h, .trace = pcgc__trace_join(S->cur->trace, step)};
   free(step);
   if (!c.trace) {
     cand_free(&c);
+    free(group);
     return pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory in the search");
   }
   if (pcgc_views_replace(g2, S->cur->g, &S->cur->mp, S->block, S->t, S->m, &c.mp, &e) != PCGC_OK) {
     r->refused++;
     cand_free(&c);
+    free(group);
     return PCGC_OK;
   }
   if (S->n_pend == S->cap_pend) {
@@ -325,12 +382,13 @@ static pcgc_status consider(search *S, const pcgc_rule_inst *ri, pcgc_graph *g2,
     pend *v = realloc(S->pend, (size_t)cap * sizeof *v);
     if (!v) {
       cand_free(&c);
+      free(group);
       return pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory in the search");
     }
     S->pend = v;
     S->cap_pend = cap;
   }
-  S->pend[S->n_pend++] = (pend){.c = c, .ri = ri, .wide = wide};
+  S->pend[S->n_pend++] = (pend){.c = c, .ri = ri, .wide = wide, .group = group, .n_groups = n_groups};
   /* a batch per few rewrites a thread: the time limit and alpha x the best
    * are checked between batches */
   int batch = S->o->threads > 1 ? 4 * S->o->threads : 1;
@@ -345,7 +403,7 @@ static void cost_one(void *ctx, int i, int worker) {
     p->skipped = true;
     return;
   }
-  p->st = cost_candidate(S, &p->c, S->bound, &p->slower, &p->dp_changed, &p->err);
+  p->st = cost_candidate(S, &p->c, p->group, p->n_groups, S->bound, &p->slower, &p->dp_changed, &p->err);
 }
 
 /* A costed rewrite p taken (in the order rewrites were made): kept when
@@ -418,6 +476,8 @@ static pcgc_status flush(search *S, pcgc_error *err) {
   pcgc_status st = PCGC_OK;
   for (int i = 0; i < S->n_pend; i++) {
     pend *p = &S->pend[i];
+    free(p->group);
+    p->group = NULL;
     if (st == PCGC_OK && p->st != PCGC_OK) {
       if (err) *err = p->err;
       st = p->st;
@@ -434,18 +494,44 @@ static bool first_only(const pcgc_match *m, void *ctx) {
   return true;
 }
 
+/* Names of the nodes of g2 that g does not have, appended to *names. */
+static bool new_names(const pcgc_graph *g, const pcgc_graph *g2, int app, char ***names, int **apps, int *n,
+                      int *cap) {
+  for (int v = 0; v < g2->n_nodes; v++) {
+    if (pcgc_graph_find(g, g2->nodes[v].name) >= 0) continue;
+    if (*n == *cap) {
+      int c2 = *cap ? 2 * *cap : 64;
+      char **nn = realloc(*names, (size_t)c2 * sizeof *nn);
+      if (nn) *names = nn;
+      int *na = nn ? realloc(*apps, (size_t)c2 * sizeof *na) : NULL;
+      if (na) *apps = na;
+      if (!nn || !na) return false;
+      *cap = c2;
+    }
+    if (!((*names)[*n] = strdup(g2->nodes[v].name))) return false;
+    (*apps)[(*n)++] = app;
+  }
+  return true;
+}
+
 /* The rule applied everywhere it matches: the first match of the graph
  * rewritten, again and again, at most `limit` times (a rule whose rewrite
  * matches itself stops there). NULL when fewer than two applied. *step:
  * its trace, "everywhere N", or with `singles` one line per match applied
  * (the segmented search translates those into the whole graph's names);
- * NULL on out of memory. */
+ * NULL on out of memory. *group (owned; NULL on out of memory): per node of
+ * the result, the application that made it (0, 1, ...; -1: none), for
+ * try_spread; *n_groups the applications. */
 static pcgc_graph *apply_everywhere(const pcgc_graph *g0, const pcgc_rule_inst *ri, int limit, bool singles,
-                                    char **step, pcgc_error *err) {
+                                    char **step, int **group, int *n_groups, pcgc_error *err) {
   pcgc_graph *g = pcgc_graph_clone(g0);
   int applied = 0;
   char *lines = NULL;
   bool nomem = false;
+  char **names = NULL;
+  int *apps = NULL, n_names = 0, cap_names = 0;
+  *group = NULL;
+  *n_groups = 0;
   for (int k = 0; g && k < limit; k++) {
     pcgc_graph_index *ix = pcgc_graph_index_new(g, err);
     pcgc_match m;
@@ -465,10 +551,23 @@ static pcgc_graph *apply_everywhere(const pcgc_graph *g0, const pcgc_rule_inst *
       lines = all;
       nomem |= !all;
     }
+    nomem |= !new_names(g, g2, applied, &names, &apps, &n_names, &cap_names);
     pcgc_graph_free(g);
     g = g2;
     applied++;
   }
+  if (applied >= 2 && !nomem && (*group = malloc((size_t)(g->n_nodes ? g->n_nodes : 1) * sizeof **group))) {
+    for (int v = 0; v < g->n_nodes; v++) (*group)[v] = -1;
+    for (int i = 0; i < n_names; i++) { /* a later application may have consumed an earlier one's nodes */
+      int v = pcgc_graph_find(g, names[i]);
+      if (v >= 0) (*group)[v] = apps[i];
+    }
+    *n_groups = applied;
+  }
+  nomem |= applied >= 2 && !*group;
+  for (int i = 0; i < n_names; i++) free(names[i]);
+  free(names);
+  free(apps);
   if (applied < 2) {
     pcgc_graph_free(g);
     free(lines);
@@ -476,6 +575,10 @@ static pcgc_graph *apply_everywhere(const pcgc_graph *g0, const pcgc_rule_inst *
   }
   *step = nomem ? NULL : singles ? lines : pcgc__trace_step(ri, NULL, NULL, applied);
   if (nomem || !singles) free(lines);
+  if (nomem) {
+    free(*group);
+    *group = NULL;
+  }
   return g;
 }
 
@@ -492,6 +595,7 @@ typedef struct job {
   pcgc_graph *g;          /* the rewrite (NULL: none) */
   char *step;
   uint64_t hash;          /* pcgc_graph_hash(g) */
+  int *group, n_groups;   /* the rule-wide move's applications (apply_everywhere) */
   bool refused, nomem;
 } job;
 
@@ -511,7 +615,7 @@ static void make_one(void *ctx, int i, int worker) {
   if (j->match < 0) {
     if (pcgc_rule_count_matches(j->ri, S->cur->g, X->ix, 2, &e) < 2) return;
     j->g = apply_everywhere(S->cur->g, j->ri, S->o->max_matches > 0 ? 4 * S->o->max_matches : 256, S->accept != NULL,
-                            &j->step, &e);
+                            &j->step, &j->group, &j->n_groups, &e);
     j->nomem = j->g && !j->step;
     if (j->g) j->hash = pcgc_graph_hash(j->g);
     return;
@@ -558,10 +662,12 @@ static pcgc_status expand(search *S, const pcgc_rule_inst *insts, int n_insts, c
       if (st != PCGC_OK) {
         pcgc_graph_free(j->g);
         free(j->step);
+        free(j->group);
         continue;
       }
       r->refused += j->refused;
-      if (j->g) st = consider(S, j->ri, j->g, j->match < 0, j->step, j->hash, err); /* takes g and step */
+      if (j->g) st = consider(S, j->ri, j->g, j->match < 0, j->step, j->hash, j->group, j->n_groups, err); /* takes g, step, group */
+      else free(j->group);
     }
   }
   free(jobs);
@@ -619,7 +725,10 @@ pcgc_status pcgc__joint_run(const pcgc_graph *start, const pcgc_mapping *start_m
     if (st == PCGC_OK) st = expand(&S, insts, n_insts, ix, err);
     /* before S.cur goes: the rewrites of it not yet costed */
     if (st == PCGC_OK) st = flush(&S, err);
-    for (int i = 0; i < S.n_pend; i++) cand_free(&S.pend[i].c);
+    for (int i = 0; i < S.n_pend; i++) {
+      cand_free(&S.pend[i].c);
+      free(S.pend[i].group);
+    }
     S.n_pend = 0;
     if (out_of_time(&S)) r->time_hit = true;
     report(&S);

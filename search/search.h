@@ -477,6 +477,13 @@ typedef struct pcgc_compile_result {
   pcgc_graph *start_graph;
   pcgc_mapping start_mapping;
   pcgc_sim_result start_sim;
+  pcgc_expert_choice start_choice;  /* the expert strategy's choice (choice is data parallel's
+                                       where joint_from_dp) */
+  /* The joint search ran a second time from data parallel on every device where that
+   * fits and is not its start (the same budget, in what is left of the time limit), and
+   * that search's rewrites won: choice is data parallel's, joint that search's result
+   * (its counts include the first's), and the plan's trace replays from data parallel. */
+  bool joint_from_dp;
   int rules, rules_unsound;   /* rules loaded; of them, refused by the checker */
   double seconds;             /* wall time of the search */
 } pcgc_compile_result;
