@@ -1048,22 +1048,6 @@ static pcgc_status joint_from(const pcgc_compile_options *o, const pcgc_machine 
   return pcgc_joint_search(g, mp, c.dp * c.tp, c.tp, m, rs, &jo, jr, err);
 }
 
-/* The counts of search a added into b's (two searches reported as one). */
-static void joint_add_counts(const pcgc_joint_result *a, pcgc_joint_result *b) {
-  b->expanded += a->expanded;
-  b->evaluated += a->evaluated;
-  b->duplicates += a->duplicates;
-  b->refused += a->refused;
-  b->wide += a->wide;
-  b->dropped += a->dropped;
-  b->dp_better += a->dp_better;
-  b->seconds += a->seconds;
-  b->alike_hits += a->alike_hits;
-  b->alike_misses += a->alike_misses;
-  b->budget_hit |= a->budget_hit;
-  b->time_hit |= a->time_hit;
-}
-
 pcgc_status pcgc_compile(const pcgc_graph *seq, const pcgc_machine *m, const pcgc_compile_options *o,
                          pcgc_compile_result *r, pcgc_error *err) {
   if (r) memset(r, 0, sizeof *r);
@@ -1216,13 +1200,13 @@ pcgc_status pcgc_compile(const pcgc_graph *seq, const pcgc_machine *m, const pcg
       double before = r->joint.improvements ? r->joint.time : best_time;
       st = joint_from(o, m, x->rs, memo, t0, dp_seed, &dp_seed_mp, dp_seed_c, &j2, err);
       if (st == PCGC_OK && j2.improvements > 0 && j2.time < before) { /* the rewrites of data parallel win */
-        joint_add_counts(&r->joint, &j2);
+        pcgc_joint_result_add_counts(&j2, &r->joint);
         pcgc_joint_result_destroy(&r->joint);
         r->joint = j2;
         r->joint_from_dp = true;
         r->choice = dp_seed_c;
       } else if (st == PCGC_OK) {
-        joint_add_counts(&j2, &r->joint);
+        pcgc_joint_result_add_counts(&r->joint, &j2);
         pcgc_joint_result_destroy(&j2);
       }
     }

@@ -101,6 +101,21 @@ void pcgc_joint_options_default(pcgc_joint_options *o) {
   o->threads = pcgc_threads_default();
 }
 
+void pcgc_joint_result_add_counts(pcgc_joint_result *into, const pcgc_joint_result *from) {
+  into->expanded += from->expanded;
+  into->evaluated += from->evaluated;
+  into->duplicates += from->duplicates;
+  into->refused += from->refused;
+  into->wide += from->wide;
+  into->dropped += from->dropped;
+  into->dp_better += from->dp_better;
+  into->seconds += from->seconds;
+  into->alike_hits += from->alike_hits;
+  into->alike_misses += from->alike_misses;
+  into->budget_hit |= from->budget_hit;
+  into->time_hit |= from->time_hit;
+}
+
 void pcgc_joint_result_destroy(pcgc_joint_result *r) {
   if (!r) return;
   pcgc_graph_free(r->graph);
@@ -238,15 +253,28 @@ static pcgc_status try_spread(const search *S, cand *c, const int *group, int n_
   if (pcgc_mapping_init(&sp, c->mp.n_nodes, (pcgc_view){0, 1}, &e) != PCGC_OK)
     return pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory in the search");
   memcpy(sp.view, c->mp.view, (size_t)c->mp.n_nodes * sizeof *sp.view);
+  /* resident nodes (sources and what only distributes them) go where their readers are */
+  int n = c->g->n_nodes;
+  int *order = malloc((size_t)(n ? n : 1) * sizeof *order);
+  bool *res = calloc((size_t)(n ? n : 1), sizeof *res);
+  if (!order || !res || pcgc_graph_topo_order(c->g, order, NULL) != PCGC_OK) {
+    free(order);
+    free(res);
+    pcgc_mapping_destroy(&sp);
+    return PCGC_OK; /* not spread (a failed topological order cannot happen on a typed graph) */
+  }
+  pcgc_resident_nodes(c->g, order, res);
+  free(order);
   bool moved = false;
-  for (int v = 0; v < c->g->n_nodes && v < c->mp.n_nodes; v++) {
-    if (group[v] < 0) continue;
+  for (int v = 0; v < n && v < c->mp.n_nodes; v++) {
+    if (group[v] < 0 || res[v]) continue;
     int64_t P = pcgc_ptensor_pieces(&c->g->nodes[v].out[0]);
     pcgc_view nv = {sp.view[v].start / B * B + group[v] % n_groups * w, 1};
     if (P > w || nv.start >= D || (nv.start == sp.view[v].start && (P == 1 || sp.view[v].stride == 1))) continue;
     sp.view[v] = nv;
     moved = true;
   }
+  free(res);
   pcgc_sim_result r2;
   memset(&r2, 0, sizeof r2);
   pcgc_sim_options o2 = *so;

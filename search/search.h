@@ -353,6 +353,10 @@ typedef struct pcgc_joint_result {
 pcgc_status pcgc_joint_search(const pcgc_graph *start, const pcgc_mapping *start_mp, int block, int t,
                               const pcgc_machine *m, const struct pcgc_ruleset *rs, const pcgc_joint_options *o,
                               pcgc_joint_result *r, pcgc_error *err);
+/* The counts of search `from` (graphs expanded, rewrites simulated, duplicates, refused,
+ * rule-wide, dropped, the DP's, seconds, copies found alike, how it ended) added into `into`'s:
+ * two searches, or a graph's segments, reported as one. */
+void pcgc_joint_result_add_counts(pcgc_joint_result *into, const pcgc_joint_result *from);
 void pcgc_joint_result_destroy(pcgc_joint_result *r);
 
 /* The trace of a joint search: one line per rewrite from the start, in the

@@ -403,18 +403,6 @@ static pcgc_status splice_trace(const segment *segs, int n_seg, pcgc_graph *cons
 
 /* ------------------------------------------------------------ driver */
 
-static void add_stats(pcgc_joint_result *r, const pcgc_joint_result *s) {
-  r->expanded += s->expanded;
-  r->evaluated += s->evaluated;
-  r->duplicates += s->duplicates;
-  r->refused += s->refused;
-  r->wide += s->wide;
-  r->dp_better += s->dp_better;
-  r->dropped += s->dropped;
-  r->budget_hit |= s->budget_hit;
-  r->time_hit |= s->time_hit;
-}
-
 /* The caller's progress callback, told which segment is being searched. */
 typedef struct seg_progress {
   const pcgc_joint_options *o;
@@ -526,7 +514,7 @@ pcgc_status pcgc__joint_segmented(const pcgc_graph *start, const pcgc_mapping *s
     st = pcgc__joint_run(segs[k].g, &segs[k].mp, block, t, m, insts, n_insts, &so, stubs_intact, &ac, &res[k], err);
     if (st != PCGC_OK) break;
     r->segments_searched++;
-    add_stats(r, &res[k]);
+    pcgc_joint_result_add_counts(r, &res[k]);
     if (res[k].time < res[k].start_time) {
       r->improvements += res[k].improvements;
       snprintf(r->last_rule, sizeof r->last_rule, "%s", res[k].last_rule);

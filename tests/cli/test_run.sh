@@ -171,6 +171,13 @@ for m in mlp cnn transformer-block embedding-bag; do
     has "$tmp/out" ": match"
   done
 done
+# the joint search's hybrid of a recommender: from data parallelism on 4 processes, its tables
+# split by columns over devices of their own (embedding_batch_to_columns everywhere, spread),
+# trained against the reference
+expect 0 "$pcgc" compile "$src/models/embedding-bag.pcg" --machine cpu-4 --choice dp=4 -o "$tmp/ebh.json"
+has "$tmp/ebh.json" '"embedding_batch_to_columns d=4 c='
+expect 0 "$pcgc" run "$tmp/ebh.json" --steps 3 --check
+has "$tmp/out" ": match"
 # a scalar weight under data parallelism: its gradient is all-reduced once (it was twice, which
 # SGD trains wrongly and Adam hides)
 printf 'model scal\ninput x: f32[8, 16]\ninput t: f32[8, 16]\nweight s: f32[] = uniform(0.1)\ny = mul(x, s)\nloss = mse(y, t)\n' \
