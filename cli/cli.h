@@ -61,6 +61,17 @@ const char *pcgc_cli_fmt_bytes(char *b, size_t n, double x);
  * the rest (pcgc_profile_apply_link). */
 pcgc_status pcgc_cli_load_profile(const char *cmd, const char *profile, pcgc_machine *m, pcgc_profile **p,
                                   pcgc_error *err);
+/* The order of the global schedule a plan is lowered in (pcgc_codegen_options.order): the one
+ * pcgc compile recorded in it (program.order), else, for a plan without that record (a
+ * hand-written strategy file), the order pcgc compile would choose: the plan lowered with co
+ * in both orders and simulated on machine m with so, the one whose program fits on more
+ * devices, then the faster, then topological (0); topological where lowering fails or the
+ * program has over a million instructions. pcgc run and pcgc simulate both ask it, so they
+ * lower such a plan alike. */
+struct pcgc_codegen_options;
+enum { PCGC_CLI_LOWER_TWICE_MAX_INSTRUCTIONS = 1000000 };
+int pcgc_cli_plan_order(const pcgc_strategy_info *info, const pcgc_graph *g, const pcgc_mapping *mp, int D,
+                        const struct pcgc_codegen_options *co, const pcgc_machine *m, const pcgc_sim_options *so);
 /* The launcher: $PCGC_MPIRUN, else the mpirun found at build time ("" if none). */
 const char *pcgc_cli_mpirun_path(void);
 /* Replaces this process with `mpirun -np n --bind-to none pcgc SUB argv...`

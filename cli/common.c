@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "codegen.h"
 #include "onnx_import.h"
 
 static const char *prog = "pcgc";
@@ -228,4 +229,33 @@ void pcgc_cli_exec_mpirun(const char *cmd, int n, const char *sub, int argc, cha
   execvp(mpirun, av);
   fprintf(stderr, "pcgc %s: error: cannot start %s\n", cmd, mpirun);
   free(av);
+}
+
+int pcgc_cli_plan_order(const pcgc_strategy_info *info, const pcgc_graph *g, const pcgc_mapping *mp, int D,
+                        const pcgc_codegen_options *co, const pcgc_machine *m, const pcgc_sim_options *so) {
+  if (info->has_program) return info->program_order;
+  pcgc_codegen_options c = *co;
+  pcgc_sim_result r[2];
+  bool ok[2] = {false, false};
+  memset(r, 0, sizeof r);
+  for (int k = 0; k < 2; k++) {
+    pcgc_program *p = NULL;
+    pcgc_error e;
+    pcgc_error_clear(&e);
+    c.order = k;
+    if (pcgc_codegen(g, mp, D, &c, &p, &e) != PCGC_OK) break;
+    int64_t ins = 0;
+    for (int d = 0; d < p->n_devices; d++) ins += p->dev[d].n_ins;
+    pcgc_sim_options o = *so;
+    o.trace_path = NULL;
+    ok[k] = ins <= PCGC_CLI_LOWER_TWICE_MAX_INSTRUCTIONS && pcgc_program_simulate(p, g, m, &o, &r[k], &e) == PCGC_OK;
+    pcgc_program_free(p);
+    if (!ok[k]) break;
+  }
+  int order = ok[0] && ok[1] &&
+              (r[1].oom_devices < r[0].oom_devices ||
+               (r[1].oom_devices == r[0].oom_devices && r[1].iteration_time < r[0].iteration_time));
+  pcgc_sim_result_destroy(&r[0]);
+  pcgc_sim_result_destroy(&r[1]);
+  return order;
 }

@@ -284,8 +284,6 @@ static void lowered_free(lowered *L) {
   memset(L, 0, sizeof *L);
 }
 
-/* Programs of more than this many instructions are lowered in one order. */
-enum { LOWER_TWICE_MAX_INSTRUCTIONS = 1000000 };
 
 static void lower_once(const pcgc_graph *g, const pcgc_mapping *mp, pcgc_expert_choice choice, const pcgc_machine *m,
                        const pcgc_compile_options *o, int D, int order, lowered *L) {
@@ -323,7 +321,7 @@ static void lower_once(const pcgc_graph *g, const pcgc_mapping *mp, pcgc_expert_
 static void lower_plan(const pcgc_graph *g, const pcgc_mapping *mp, pcgc_expert_choice choice, const pcgc_machine *m,
                        const pcgc_compile_options *o, int D, lowered *L) {
   lower_once(g, mp, choice, m, o, D, 0, L);
-  if (!L->predicted || L->instructions > LOWER_TWICE_MAX_INSTRUCTIONS) return;
+  if (!L->predicted || L->instructions > PCGC_CLI_LOWER_TWICE_MAX_INSTRUCTIONS) return;
   lowered P;
   lower_once(g, mp, choice, m, o, D, 1, &P);
   if (P.predicted && (P.pr.oom_devices < L->pr.oom_devices ||

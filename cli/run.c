@@ -170,6 +170,18 @@ static int load_program(const char *cmd, const char *path, int need, int prec, p
     return pcgc_cli_exit_code(err.status);
   }
   if (!D) D = pcgc_machine_num_devices(&m);
+  if (!info->has_program && !info->devices) { /* a version 1 file: the order compile would choose */
+    pcgc_sim_options so;
+    pcgc_sim_options_default(&so);
+    so.optimizer = co.optimizer;
+    so.schedule = co.schedule;
+    so.recompute = co.recompute;
+    so.zero = co.zero;
+    so.bf16 = co.bf16;
+    pcgc_machine pm = m;
+    pcgc_machine_set_precision(&pm, info->precision);
+    co.order = pcgc_cli_plan_order(info, *g, mp, D, &co, &pm, &so);
+  }
   if (pcgc_codegen(*g, mp, D, &co, prog, &err) != PCGC_OK) {
     fprintf(stderr, "pcgc %s: ", cmd);
     pcgc_error_print(stderr, &err);

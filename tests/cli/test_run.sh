@@ -282,6 +282,18 @@ pc=$(sed -n 's/^  predicted *\([0-9.e-]*\) s by pcgc compile, \([0-9.e-]*\) s no
 [ -n "$pc" ] && [ "${pc% *}" = "${pc#* }" ] && ok || bad "simulate lowered the plan otherwise: $pc"
 expect 0 "$pcgc" run "$tmp/cpath.json" --steps 3 --check; has "$tmp/out" ": match"
 grep -q "lowers .* to another program" "$tmp/err" && bad "run lowered another program than compile" || ok
+# the same plan as a hand-written (version 1) strategy file, which records no order: simulate
+# and run lower it as compile would, in the faster order (the same iteration as the plan's)
+/usr/bin/python3 - "$tmp/cpath.json" "$tmp/cpath-v1.json" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))
+json.dump({"format": "pcgc-strategy", "version": 1, "machine": p["machine"], "model": p["model"],
+           "views": p["views"], "choice": p["choice"]}, open(sys.argv[2], "w"))
+PY
+expect 0 "$pcgc" simulate "$tmp/cpath.json" --machine cpu-4; it2=$(grep '^  iteration' "$tmp/out")
+expect 0 "$pcgc" simulate "$tmp/cpath-v1.json" --machine cpu-4; it1=$(grep '^  iteration' "$tmp/out")
+[ -n "$it1" ] && [ "$it1" = "$it2" ] && ok || bad "the version 1 file was lowered otherwise: '$it1' against '$it2'"
+expect 0 "$pcgc" run "$tmp/cpath-v1.json" --steps 3 --check; has "$tmp/out" ": match"
 # a LLaMA-shaped decoder (RMSNorm, SwiGLU): compile's plan, and Megatron with the SwiGLU split
 expect 0 "$pcgc" compile "$src/models/decoder-small.pcg" --machine cpu-4 --set LAYERS=2 -o "$tmp/dec4.json"
 expect 0 "$pcgc" run "$tmp/dec4.json" --steps 2 --check --optimizer sgd; has "$tmp/out" ": match"
