@@ -61,17 +61,23 @@ const char *pcgc_cli_fmt_bytes(char *b, size_t n, double x);
  * the rest (pcgc_profile_apply_link). */
 pcgc_status pcgc_cli_load_profile(const char *cmd, const char *profile, pcgc_machine *m, pcgc_profile **p,
                                   pcgc_error *err);
-/* The order of the global schedule a plan is lowered in (pcgc_codegen_options.order): the one
- * pcgc compile recorded in it (program.order), else, for a plan without that record (a
- * hand-written strategy file), the order pcgc compile would choose: the plan lowered with co
- * in both orders and simulated on machine m with so, the one whose program fits on more
- * devices, then the faster, then topological (0); topological where lowering fails or the
- * program has over a million instructions. pcgc run and pcgc simulate both ask it, so they
- * lower such a plan alike. */
+/* Of two simulated programs, whether a is the better: it fits on more devices, or on as many
+ * and is faster (how compile chooses between a plan's two orders, and between its rewrites and
+ * the expert strategy). */
+bool pcgc_cli_better_program(const pcgc_sim_result *a, const pcgc_sim_result *b);
+/* Lowers plan g (views mp) for D devices with co into *prog (pcgc_codegen's status and error):
+ * in the order of the global schedule (pcgc_codegen_options.order) that pcgc compile recorded in
+ * it (program.order), else, for a plan without that record (a hand-written strategy file) and a
+ * machine m to simulate on (not NULL), in the order compile would keep: lowered both ways, each
+ * program simulated with so, the better (pcgc_cli_better_program), topological (0) on a tie, when
+ * the second cannot be lowered or simulated, or above a million instructions (lowered once, as
+ * compile does). pcgc run and pcgc simulate both lower plans with it, so they lower alike. */
 struct pcgc_codegen_options;
+struct pcgc_program;
 enum { PCGC_CLI_LOWER_TWICE_MAX_INSTRUCTIONS = 1000000 };
-int pcgc_cli_plan_order(const pcgc_strategy_info *info, const pcgc_graph *g, const pcgc_mapping *mp, int D,
-                        const struct pcgc_codegen_options *co, const pcgc_machine *m, const pcgc_sim_options *so);
+pcgc_status pcgc_cli_lower_plan(const pcgc_strategy_info *info, const pcgc_graph *g, const pcgc_mapping *mp, int D,
+                                const struct pcgc_codegen_options *co, const pcgc_machine *m,
+                                const pcgc_sim_options *so, struct pcgc_program **prog, pcgc_error *err);
 /* The launcher: $PCGC_MPIRUN, else the mpirun found at build time ("" if none). */
 const char *pcgc_cli_mpirun_path(void);
 /* Replaces this process with `mpirun -np n --bind-to none pcgc SUB argv...`

@@ -231,31 +231,41 @@ void pcgc_cli_exec_mpirun(const char *cmd, int n, const char *sub, int argc, cha
   free(av);
 }
 
-int pcgc_cli_plan_order(const pcgc_strategy_info *info, const pcgc_graph *g, const pcgc_mapping *mp, int D,
-                        const pcgc_codegen_options *co, const pcgc_machine *m, const pcgc_sim_options *so) {
-  if (info->has_program) return info->program_order;
+bool pcgc_cli_better_program(const pcgc_sim_result *a, const pcgc_sim_result *b) {
+  return a->oom_devices < b->oom_devices || (a->oom_devices == b->oom_devices && a->iteration_time < b->iteration_time);
+}
+
+static int64_t instructions_of(const pcgc_program *p) {
+  int64_t n = 0;
+  for (int d = 0; d < p->n_devices; d++) n += p->dev[d].n_ins;
+  return n;
+}
+
+pcgc_status pcgc_cli_lower_plan(const pcgc_strategy_info *info, const pcgc_graph *g, const pcgc_mapping *mp, int D,
+                                const pcgc_codegen_options *co, const pcgc_machine *m, const pcgc_sim_options *so,
+                                pcgc_program **prog, pcgc_error *err) {
   pcgc_codegen_options c = *co;
-  pcgc_sim_result r[2];
-  bool ok[2] = {false, false};
-  memset(r, 0, sizeof r);
-  for (int k = 0; k < 2; k++) {
-    pcgc_program *p = NULL;
-    pcgc_error e;
-    pcgc_error_clear(&e);
-    c.order = k;
-    if (pcgc_codegen(g, mp, D, &c, &p, &e) != PCGC_OK) break;
-    int64_t ins = 0;
-    for (int d = 0; d < p->n_devices; d++) ins += p->dev[d].n_ins;
-    pcgc_sim_options o = *so;
-    o.trace_path = NULL;
-    ok[k] = ins <= PCGC_CLI_LOWER_TWICE_MAX_INSTRUCTIONS && pcgc_program_simulate(p, g, m, &o, &r[k], &e) == PCGC_OK;
-    pcgc_program_free(p);
-    if (!ok[k]) break;
+  bool pick = !info->has_program && m;
+  c.order = info->has_program ? info->program_order : 0;
+  pcgc_status st = pcgc_codegen(g, mp, D, &c, prog, err);
+  if (st != PCGC_OK || !pick || instructions_of(*prog) > PCGC_CLI_LOWER_TWICE_MAX_INSTRUCTIONS) return st;
+  pcgc_sim_options o = *so;
+  o.trace_path = NULL;
+  pcgc_sim_result r0, r1;
+  memset(&r0, 0, sizeof r0);
+  memset(&r1, 0, sizeof r1);
+  pcgc_program *p1 = NULL;
+  pcgc_error e;
+  pcgc_error_clear(&e);
+  c.order = 1;
+  if (pcgc_program_simulate(*prog, g, m, &o, &r0, &e) == PCGC_OK && pcgc_codegen(g, mp, D, &c, &p1, &e) == PCGC_OK &&
+      pcgc_program_simulate(p1, g, m, &o, &r1, &e) == PCGC_OK && pcgc_cli_better_program(&r1, &r0)) {
+    pcgc_program *t = *prog;
+    *prog = p1;
+    p1 = t;
   }
-  int order = ok[0] && ok[1] &&
-              (r[1].oom_devices < r[0].oom_devices ||
-               (r[1].oom_devices == r[0].oom_devices && r[1].iteration_time < r[0].iteration_time));
-  pcgc_sim_result_destroy(&r[0]);
-  pcgc_sim_result_destroy(&r[1]);
-  return order;
+  pcgc_program_free(p1);
+  pcgc_sim_result_destroy(&r0);
+  pcgc_sim_result_destroy(&r1);
+  return PCGC_OK;
 }

@@ -284,7 +284,6 @@ static void lowered_free(lowered *L) {
   memset(L, 0, sizeof *L);
 }
 
-
 static void lower_once(const pcgc_graph *g, const pcgc_mapping *mp, pcgc_expert_choice choice, const pcgc_machine *m,
                        const pcgc_compile_options *o, int D, int order, lowered *L) {
   memset(L, 0, sizeof *L);
@@ -324,8 +323,7 @@ static void lower_plan(const pcgc_graph *g, const pcgc_mapping *mp, pcgc_expert_
   if (!L->predicted || L->instructions > PCGC_CLI_LOWER_TWICE_MAX_INSTRUCTIONS) return;
   lowered P;
   lower_once(g, mp, choice, m, o, D, 1, &P);
-  if (P.predicted && (P.pr.oom_devices < L->pr.oom_devices ||
-                      (P.pr.oom_devices == L->pr.oom_devices && P.pr.iteration_time < L->pr.iteration_time))) {
+  if (P.predicted && pcgc_cli_better_program(&P.pr, &L->pr)) {
     lowered t = *L;
     *L = P;
     P = t;
@@ -595,8 +593,7 @@ static int compile_main(int argc, char **argv) {
     if (r.start_graph && L.predicted) {
       lowered Ls;
       lower_plan(r.start_graph, &r.start_mapping, r.start_choice, &m, &o, D, &Ls);
-      if (Ls.predicted && (Ls.pr.oom_devices < L.pr.oom_devices ||
-                           (Ls.pr.oom_devices == L.pr.oom_devices && Ls.pr.iteration_time < L.pr.iteration_time))) {
+      if (Ls.predicted && pcgc_cli_better_program(&Ls.pr, &L.pr)) {
         rewrites_time = L.pr.iteration_time;
         rewrites_oom = L.pr.oom_devices > 0;
         start_time = Ls.pr.iteration_time;

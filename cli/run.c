@@ -169,20 +169,19 @@ static int load_program(const char *cmd, const char *path, int need, int prec, p
     pcgc_error_print(stderr, &err);
     return pcgc_cli_exit_code(err.status);
   }
+  /* a version 1 file (no device count, no program record) is lowered in the order compile would
+   * keep, its programs simulated on its machine */
+  pcgc_sim_options so;
+  pcgc_sim_options_default(&so);
+  so.optimizer = co.optimizer;
+  so.schedule = co.schedule;
+  so.recompute = co.recompute;
+  so.zero = co.zero;
+  so.bf16 = co.bf16;
+  if (!D) pcgc_machine_set_precision(&m, info->precision);
+  bool v1 = !D;
   if (!D) D = pcgc_machine_num_devices(&m);
-  if (!info->has_program && !info->devices) { /* a version 1 file: the order compile would choose */
-    pcgc_sim_options so;
-    pcgc_sim_options_default(&so);
-    so.optimizer = co.optimizer;
-    so.schedule = co.schedule;
-    so.recompute = co.recompute;
-    so.zero = co.zero;
-    so.bf16 = co.bf16;
-    pcgc_machine pm = m;
-    pcgc_machine_set_precision(&pm, info->precision);
-    co.order = pcgc_cli_plan_order(info, *g, mp, D, &co, &pm, &so);
-  }
-  if (pcgc_codegen(*g, mp, D, &co, prog, &err) != PCGC_OK) {
+  if (pcgc_cli_lower_plan(info, *g, mp, D, &co, v1 ? &m : NULL, &so, prog, &err) != PCGC_OK) {
     fprintf(stderr, "pcgc %s: ", cmd);
     pcgc_error_print(stderr, &err);
     return pcgc_cli_exit_code(err.status);

@@ -114,8 +114,7 @@ static int simulate_file(const char *path, const char *machine, const char *prof
       co.bf16 = o->bf16;
       /* as pcgc run lowers it: by the plan's device kind, else the machine's */
       co.save_for_backward = (info.has_device_kind ? info.device_kind : m.device.kind) == PCGC_DEVICE_CPU;
-      co.order = pcgc_cli_plan_order(&info, g, &mp, used > 0 ? used : D, &co, &m, o);
-      lowered = pcgc_codegen(g, &mp, used > 0 ? used : D, &co, &prog, &cerr) == PCGC_OK;
+      lowered = pcgc_cli_lower_plan(&info, g, &mp, used > 0 ? used : D, &co, &m, o, &prog, &cerr) == PCGC_OK;
       /* a program that lowers but does not simulate (a deadlock, a trace not written) is an error */
       if (lowered) st = pcgc_program_simulate(prog, g, &m, o, &pr, &err);
       else if (o->trace_path) { /* no program: trace the estimate instead */

@@ -1017,7 +1017,7 @@ static void grid_work(void *ctx, int i, int w) {
 /* The simulation options of expert choice c: its schedule, recomputation
  * and ZeRO stage, one data-parallel copy run where the copies are alike (the
  * simulator checks; the results are those of running every copy). */
-static pcgc_sim_options final_options(const pcgc_compile_options *o, pcgc_expert_choice c) {
+static pcgc_sim_options choice_sim_options(const pcgc_compile_options *o, pcgc_expert_choice c) {
   pcgc_sim_options so = o->sim;
   so.schedule = c.schedule;
   so.recompute = so.recompute || c.recompute;
@@ -1036,7 +1036,7 @@ static pcgc_status joint_from(const pcgc_compile_options *o, const pcgc_machine 
   /* rewrites of an expert strategy keep its dp copies mostly: the simulator
    * runs one where they are still alike (it checks), and skips the event
    * loop of a rewrite that does not fit */
-  pcgc_sim_options js = final_options(o, c);
+  pcgc_sim_options js = choice_sim_options(o, c);
   js.oom_skips_run = true;
   jo.sim = &js;
   if (!jo.memo) jo.memo = memo;
@@ -1211,7 +1211,7 @@ pcgc_status pcgc_compile(const pcgc_graph *seq, const pcgc_machine *m, const pcg
       }
     }
     if (st == PCGC_OK && r->joint.improvements > 0) { /* the start, kept for the caller */
-      pcgc_sim_options sf = final_options(o, r->start_choice);
+      pcgc_sim_options sf = choice_sim_options(o, r->start_choice);
       st = pcgc_strategy_canonical(best, &best_mp, &r->start_graph, &r->start_mapping, err);
       if (st == PCGC_OK) st = pcgc_simulate(r->start_graph, &r->start_mapping, m, &sf, &r->start_sim, err);
     }
@@ -1231,7 +1231,7 @@ pcgc_status pcgc_compile(const pcgc_graph *seq, const pcgc_machine *m, const pcg
   pcgc_mapping_destroy(&dp_seed_mp);
   /* the final simulation: run one dp copy where the copies are alike (the
    * simulator checks; the results are those of running every copy) */
-  pcgc_sim_options fin = final_options(o, r->choice);
+  pcgc_sim_options fin = choice_sim_options(o, r->choice);
   if (st == PCGC_OK) st = pcgc_strategy_canonical(best, &best_mp, &r->graph, &r->mapping, err);
   if (st == PCGC_OK) st = pcgc_simulate(r->graph, &r->mapping, m, &fin, &r->sim, err);
   pcgc_graph_free(best);
