@@ -454,6 +454,7 @@ static int compile_main(int argc, char **argv) {
       if (!*argv[i] || *end || !(x >= 0) || x > 1e7)
         return pcgc_cli_usage_error("compile", "--time-limit must be seconds >= 0, not '%s'", argv[i]);
       o.time_limit = x;
+      o.joint.time_limit = x; /* the joint search's own limit (30 s) would still stop it at 0 */
     } else if (strcmp(a, "--optimizer") == 0) {
       if ((k = pcgc_optimizer_from_name(argv[++i])) < 0)
         return pcgc_cli_usage_error("compile", "unknown optimizer '%s' (sgd, momentum, adam)", argv[i]);

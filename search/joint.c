@@ -94,6 +94,7 @@ void pcgc_joint_options_default(pcgc_joint_options *o) {
   o->budget = 4;
   o->alpha = 1.05;
   o->time_limit = 30;
+  o->branches = true;
   o->max_matches = 64;
   o->max_held = 32;
   o->segment_nodes = 40;

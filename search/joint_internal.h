@@ -49,4 +49,16 @@ char *pcgc__trace_rename(const char *line, void (*fn)(void *ctx, const char *nam
 pcgc_status pcgc__joint_replay(const pcgc_graph *start, int n_steps, const char *const *steps,
                                const pcgc_rule_inst *insts, int n_insts, pcgc_graph **out, pcgc_error *err);
 
+/* branches.c: the region move. pcgc__branches_narrow narrows the fork-join
+ * regions of g (views mp) where the cost model says so: *out (NULL: none),
+ * its views, and its trace lines, one per region, "@branches S... at JOIN"
+ * (all owned by the caller). pcgc__branches_apply narrows the region closed
+ * by node `join` of *g to size[i] devices per branch (a line replayed; *g
+ * replaced; why: what is wrong on failure). */
+#define PCGC__BRANCHES_STEP "@branches"
+pcgc_status pcgc__branches_narrow(const pcgc_machine *m, const pcgc_graph *g, const pcgc_mapping *mp,
+                                  pcgc_graph **out, pcgc_mapping *out_mp, char ***lines, int *n_lines,
+                                  pcgc_error *err);
+pcgc_status pcgc__branches_apply(pcgc_graph **g, const char *join, int k, const int *size, char *why, size_t why_n);
+
 #endif

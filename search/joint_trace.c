@@ -326,6 +326,33 @@ static pcgc_status apply_step(const step *s, const pcgc_rule_inst *ri, pcgc_grap
   return PCGC_OK;
 }
 
+/* A region move's line, "@branches S... at JOIN", applied to *g. */
+static pcgc_status apply_branches(const char *line, pcgc_graph **g, char *why, size_t why_n) {
+  int size[64], k = 0;
+  const char *p = line + strlen(PCGC__BRANCHES_STEP);
+  for (;;) {
+    while (*p == ' ') p++;
+    if (strncmp(p, "at ", 3) == 0) break;
+    char *end;
+    long v = strtol(p, &end, 10);
+    if (end == p || (*end != ' ' && *end) || v < 1 || v > 1000000 || k == 64) {
+      snprintf(why, why_n, "expected " PCGC__BRANCHES_STEP " DEVICES... at NODE");
+      return PCGC_ERR_INVALID;
+    }
+    size[k++] = (int)v;
+    p = end;
+  }
+  p += 3;
+  while (*p == ' ') p++;
+  size_t len = strcspn(p, " ");
+  char join[600];
+  if (!decode(p, len, join, sizeof join) || p[len]) {
+    snprintf(why, why_n, "expected one node name after 'at'");
+    return PCGC_ERR_INVALID;
+  }
+  return pcgc__branches_apply(g, join, k, size, why, why_n);
+}
+
 pcgc_status pcgc__joint_replay(const pcgc_graph *start, int n_steps, const char *const *steps,
                                const pcgc_rule_inst *insts, int n_insts, pcgc_graph **out, pcgc_error *err) {
   *out = NULL;
@@ -336,9 +363,11 @@ pcgc_status pcgc__joint_replay(const pcgc_graph *start, int n_steps, const char 
     char why[1400] = "";
     pcgc_status st = PCGC_ERR_INVALID;
     const pcgc_rule_inst *ri = NULL;
-    if (parse_step(steps[i], &s, why, sizeof why) && (ri = find_inst(&s, insts, n_insts, why, sizeof why)))
+    bool region = strncmp(steps[i], PCGC__BRANCHES_STEP " ", strlen(PCGC__BRANCHES_STEP) + 1) == 0;
+    if (region) st = apply_branches(steps[i], &g, why, sizeof why);
+    else if (parse_step(steps[i], &s, why, sizeof why) && (ri = find_inst(&s, insts, n_insts, why, sizeof why)))
       st = apply_step(&s, ri, &g, why, sizeof why);
-    if (st != PCGC_OK || !ri) {
+    if (st != PCGC_OK || (!ri && !region)) {
       pcgc_graph_free(g);
       if (st == PCGC_OK) st = PCGC_ERR_INVALID;
       return pcgc_error_set(err, st, "trace step %d of %d (%.300s): %s", i + 1, n_steps, steps[i], why);

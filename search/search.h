@@ -298,6 +298,10 @@ typedef struct pcgc_joint_options {
                             (pcgc_views_dp) and keep its views when they simulate
                             faster than the greedy placement's (default true) */
   struct pcgc_views_memo *memo;  /* the DP's shared terms (NULL: one for the search) */
+  bool branches;         /* then narrow the branches of fork-join regions (an
+                            inception module's towers) onto disjoint device
+                            groups where that simulates faster (default true;
+                            trace lines "@branches S... at CONCAT") */
   int threads;           /* rewrites simulated at once, on worker threads (default
                             pcgc_threads_default(); 1: one at a time); the result
                             does not depend on it */
