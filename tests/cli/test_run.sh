@@ -178,6 +178,13 @@ expect 0 "$pcgc" compile "$src/models/embedding-bag.pcg" --machine cpu-4 --choic
 has "$tmp/ebh.json" '"embedding_batch_to_columns d=4 c='
 expect 0 "$pcgc" run "$tmp/ebh.json" --steps 3 --check
 has "$tmp/out" ": match"
+# the region move: inception-style towers on disjoint groups of 2, 2 and 4 of a DGX H100's GPUs
+# (strided views, combines into each group and partitions out of it), trained on 8 CPU
+# processes against the reference
+expect 0 "$pcgc" compile "$src/tests/data/towers.pcg" --machine dgx-h100 --choice dp=8 -o "$tmp/towers.json"
+has "$tmp/towers.json" '"@branches 2 2 4 2 at m1.y"'
+expect 0 "$pcgc" run "$tmp/towers.json" --backend cpu --steps 3 --check
+has "$tmp/out" ": match"
 # a scalar weight under data parallelism: its gradient is all-reduced once (it was twice, which
 # SGD trains wrongly and Adam hides)
 printf 'model scal\ninput x: f32[8, 16]\ninput t: f32[8, 16]\nweight s: f32[] = uniform(0.1)\ny = mul(x, s)\nloss = mse(y, t)\n' \

@@ -9,6 +9,8 @@
 #     a plan without a derivation record, a plan whose joint-search trace no
 #     longer applies or is missing;
 #   - a plan the joint search rewrote (DLRM on dgx-h100): its trace replayed;
+#   - the region move's towers on disjoint GPU groups (tests/data/towers.pcg):
+#     its "@branches" lines replayed, a line that no longer fits refused;
 #   - compile --verify writes the plan only when it verifies.
 # ctest runs: bash test_verify.sh PCGC SOURCE_DIR. Exit 0 = pass, 77 = skipped.
 set -uo pipefail
@@ -95,6 +97,19 @@ else
   $reseal "$tmp/joint.json" "$tmp/notrace.json" '"trace":' '"trace_of_another_pcgc":'
   expect 1 "$pcgc" verify "$tmp/notrace.json"; has "$tmp/err" "does not record its steps"
 fi
+
+# the region move: inception-style towers narrowed onto disjoint groups of a DGX H100's GPUs
+# (data parallel over all 8, no rule expanded); the plan's "@branches" lines replayed, then
+# trained on 8 processes against the reference; a line that no longer fits is refused
+expect 0 "$pcgc" compile "$src/tests/data/towers.pcg" --machine dgx-h100 --choice dp=8 --budget 1 -o "$tmp/towers.json"
+has "$tmp/out" "@branches (branches of 2 regions on disjoint devices)"
+has "$tmp/towers.json" '"@branches 2 2 4 2 at m1.y", "@branches 2 2 4 2 at m2.y"'
+expect 0 "$pcgc" verify "$tmp/towers.json"
+has "$tmp/out" "derived again at its sizes with the joint search's rewrites: the same"
+has "$tmp/out" "verified: 3 steps"
+$reseal "$tmp/towers.json" "$tmp/towers-bad.json" '"@branches 2 2 4 2 at m1.y"' '"@branches 2 2 4 at m1.y"'
+expect 1 "$pcgc" verify "$tmp/towers-bad.json"
+has "$tmp/err" "'m1.y' has 4 branches, the step sizes 3"
 
 # a runtime that trains wrongly (test hook: all-reduces leave the gradients alone) is caught, naming
 # the first weight whose gradient differs and the operator reading it

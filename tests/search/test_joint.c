@@ -9,7 +9,10 @@
  *   - two runs give the same graph (canonical hash) and the same time;
  *   - a deep stack of such layers is split at its bottlenecks into segments,
  *     the identical ones searched once, and the spliced result has no round
- *     trip left, keeps the layers' names and validates.
+ *     trip left, keeps the layers' names and validates;
+ *   - the region move narrows the towers of inception-style modules onto
+ *     disjoint device groups, and its trace lines replay (or are refused
+ *     with the reason).
  */
 #define _POSIX_C_SOURCE 200809L
 #include <check.h>
@@ -479,6 +482,111 @@ START_TEST(trace_of_compile) {
 }
 END_TEST
 
+/* Two inception-style modules: towers of conv -> batchnorm -> relu read the
+ * module input and meet in a concat. */
+static const char *TOWERS =
+    "model towers\n"
+    "input images: f32[16, 8, 12, 12]\n"
+    "input labels: i32[16]\n"
+    "block cbr(tensor x, int out, int k = 1, int p = 0) {\n"
+    "  c = conv2d(x, out=out, kernel=k, padding=p, bias=false)\n"
+    "  n = batchnorm(c)\n"
+    "  r = relu(n)\n"
+    "  return r\n"
+    "}\n"
+    "block module(tensor x, int w) {\n"
+    "  a = cbr(x, out=w)\n"
+    "  b1 = cbr(x, out=w)\n"
+    "  b2 = cbr(b1, out=w, k=3, p=1)\n"
+    "  c1 = cbr(x, out=w)\n"
+    "  c2 = cbr(c1, out=w, k=3, p=1)\n"
+    "  c3 = cbr(c2, out=w, k=3, p=1)\n"
+    "  pool = pool2d(x, kind=avg, kernel=3, stride=1, padding=1)\n"
+    "  d = cbr(pool, out=w)\n"
+    "  y = concat(a, b2, c3, d, axis=1)\n"
+    "  return y\n"
+    "}\n"
+    "m1 = module(images, w=8)\n"
+    "m2 = module(m1, w=8)\n"
+    "g = pool2d(m2, kind=avg, global=true)\n"
+    "f = flatten(g)\n"
+    "logits = linear(f, out=10)\n"
+    "loss = softmax_cross_entropy(logits, labels)\n";
+
+/* The region move (search/branches.c) on data parallelism over a DGX H100's
+ * 8 GPUs, with no rule expanded (budget 0): each module's towers narrowed
+ * to groups of their own, sized by the cost model (the three-conv tower on
+ * 4 GPUs, the two-conv one on 2, the two one-conv towers sharing 2), the
+ * groups on disjoint GPUs covering the machine; the whole faster by a third
+ * or more; the trace replays to the same graph; lines that do not fit the
+ * graph are refused with the reason; and with branches off nothing moves. */
+START_TEST(branches_on_towers) {
+  pcgc_machine m;
+  pcgc_error err = {0};
+  ck_assert_int_eq(pcgc_machine_load("dgx-h100", &m, &err), PCGC_OK);
+  pcgc_graph *seq = typed(TOWERS), *g = NULL;
+  pcgc_expert *x = NULL;
+  pcgc_mapping mp;
+  ck_assert_int_eq(pcgc_expert_new(seq, &m, NULL, &x, &err), PCGC_OK);
+  ck_assert_msg(pcgc_expert_build(x, (pcgc_expert_choice){.dp = 8, .tp = 1, .pp = 1, .micro = 1}, &g, &mp, &err) ==
+                    PCGC_OK, "%s", err.message);
+  pcgc_joint_options o;
+  pcgc_joint_options_default(&o);
+  o.budget = 0;
+  o.time_limit = 0;
+  pcgc_joint_result r;
+  ck_assert_msg(pcgc_joint_search(g, &mp, 8, 1, &m, rs, &o, &r, &err) == PCGC_OK, "%s", err.message);
+  ck_assert_int_eq(r.n_trace, 2);
+  ck_assert_str_eq(r.trace[0], "@branches 2 2 4 2 at m1.y");
+  ck_assert_str_eq(r.trace[1], "@branches 2 2 4 2 at m2.y");
+  ck_assert_int_eq(r.improvements, 1);
+  ck_assert_msg(r.time < 0.67 * r.start_time, "%g s against data parallel's %g s", r.time, r.start_time);
+  const char *mods[] = {"m1", "m2"};
+  for (int k = 0; k < 2; k++) {
+    uint64_t dev[4];
+    const char *tower[] = {"a", "b2", "c3", "d"};
+    for (int i = 0; i < 4; i++) {
+      char name[32];
+      snprintf(name, sizeof name, "%s.%s.c", mods[k], tower[i]);
+      int v = pcgc_graph_find(r.graph, name);
+      ck_assert_int_ge(v, 0);
+      ck_assert_int_eq(r.graph->nodes[v].out[0].degree[0], i == 2 ? 4 : 2);
+      dev[i] = devices_of(r.graph, &r.mapping, v, 8);
+    }
+    ck_assert(dev[0] == dev[3]); /* the one-conv towers share a group */
+    ck_assert((dev[0] & dev[1]) == 0 && (dev[0] & dev[2]) == 0 && (dev[1] & dev[2]) == 0);
+    ck_assert((dev[0] | dev[1] | dev[2]) == 0xff);
+  }
+  pcgc_graph_free(replayed(g, &r, &m));
+  /* lines that do not fit */
+  const char *bad[][2] = {
+      {"@branches 2 2 4 at m1.y", "has 4 branches, the step sizes 3"},
+      {"@branches 3 2 2 1 at m1.y", "3 devices does not divide its 8"},
+      {"@branches 2 2 2 2 at m1.a.r", "does not close branches"},
+      {"@branches 2 2 2 2 at nowhere", "no node 'nowhere'"},
+      {"@branches 2 x 2 2 at m1.y", "expected @branches DEVICES... at NODE"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    pcgc_graph *g2 = NULL;
+    pcgc_error e = {0};
+    const char *line = bad[i][0];
+    ck_assert_int_ne(pcgc_joint_replay(g, 1, &line, &m, rs, &g2, &e), PCGC_OK);
+    ck_assert_msg(strstr(e.message, bad[i][1]), "%s: %s", line, e.message);
+    ck_assert(g2 == NULL);
+  }
+  pcgc_joint_result_destroy(&r);
+  o.branches = false;
+  ck_assert_int_eq(pcgc_joint_search(g, &mp, 8, 1, &m, rs, &o, &r, &err), PCGC_OK);
+  ck_assert_int_eq(r.n_trace, 0);
+  ck_assert(pcgc_graph_equal(r.graph, g));
+  pcgc_joint_result_destroy(&r);
+  pcgc_graph_free(g);
+  pcgc_mapping_destroy(&mp);
+  pcgc_expert_free(x);
+  pcgc_graph_free(seq);
+}
+END_TEST
+
 /* The search on worker threads chooses what it chooses on one: DLRM on a
  * DGX H100 (the grid, the rule check and the joint search with the DP's
  * views all run on the workers) compiled with 1 and with 3 threads gives
@@ -588,6 +696,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, trace_of_compile);
   tcase_add_test(tc, threads_do_not_change_the_plan);
   tcase_add_test(tc, derivation_trace);
+  tcase_add_test(tc, branches_on_towers);
   suite_add_tcase(s, tc);
   return s;
 }
