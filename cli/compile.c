@@ -708,7 +708,7 @@ static int compile_main(int argc, char **argv) {
            "simulated (%d rule-wide, %d faster with the DP's views), %d duplicates, %d refused; %.2f s%s\n",
            "joint search", r.rules, r.rules_unsound, o.allow_unsound && r.rules_unsound ? ", used anyway" : "",
            j->instances, j->expanded, j->evaluated, j->wide, j->dp_better, j->duplicates, j->refused, j->seconds,
-           j->time_hit ? " (time limit)" : j->budget_hit ? " (budget)" : "");
+           j->time_hit ? " (time limit)" : j->budget_hit ? " (budget)" : j->exhausted ? " (no graph left within alpha)" : "");
     if (j->segments)
       printf("%-28s split at bottleneck tensors into %d segments: %d distinct ones searched, %d replaced by a "
              "faster rewrite%s\n",

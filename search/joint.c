@@ -115,6 +115,7 @@ void pcgc_joint_result_add_counts(pcgc_joint_result *into, const pcgc_joint_resu
   into->alike_misses += from->alike_misses;
   into->budget_hit |= from->budget_hit;
   into->time_hit |= from->time_hit;
+  into->exhausted |= from->exhausted;
 }
 
 void pcgc_joint_result_destroy(pcgc_joint_result *r) {
@@ -744,6 +745,7 @@ pcgc_status pcgc__joint_run(const pcgc_graph *start, const pcgc_mapping *start_m
     cand cur = heap_pop(&S);
     if (cur.cost > o.alpha * S.best.cost) {
       cand_free(&cur);
+      r->exhausted = true;
       break;
     }
     S.cur = &cur;
@@ -765,6 +767,7 @@ pcgc_status pcgc__joint_run(const pcgc_graph *start, const pcgc_mapping *start_m
     S.cur = NULL;
     cand_free(&cur);
   }
+  if (st == PCGC_OK && S.n_heap == 0 && !r->budget_hit && !r->time_hit) r->exhausted = true;
 done:
   while (S.n_heap > 0) {
     cand c = heap_pop(&S);

@@ -321,6 +321,7 @@ typedef struct pcgc_joint_result {
   int dp_better;         /* of the evaluated: the DP's views beat the greedy's */
   char last_rule[160];   /* the rule of the last improvement */
   bool budget_hit, time_hit;
+  bool exhausted;        /* stopped with no graph left within alpha x the best */
   double seconds;
   int64_t alike_hits;    /* operators whose dp copies a simulation found alike */
   int64_t alike_misses;  /* by the memo (pcgc_sim_memo), and those it checked */
