@@ -17,7 +17,8 @@
  *     replicate(w, degree=s_i)               in place of replicate(w, degree=d)
  *     partition(y_i, dim=b, degree=d/s_i)    between the branch and the concat
  *
- * which moves data and nothing else, so the result computes what the start
+ * (an input that only branch i reads, split d ways, is split s_i ways
+ * instead) which moves data and nothing else, so the result computes what the start
  * did (the reference interpreter and `pcgc verify` check the plans like any
  * other). A trace line records it: "@branches s_1 ... s_k at CONCAT"
  * (pcgc__joint_replay applies it again).
@@ -92,6 +93,7 @@ static int dp_dim(const pcgc_ptensor *t, int *d) {
 
 typedef struct region {
   int join, k, dim, d;
+  bool free[MAX_BRANCHES]; /* computes nothing: stays on all d devices */
   unsigned *mask; /* per node: bit i set where input i of the join reads it (caller's array) */
 } region;
 
@@ -153,9 +155,12 @@ static bool region_at(const pcgc_graph *g, const consumers *C, int join, region 
         return false;
     }
   }
-  for (int i = 0; i < R->k; i++)
-    if (!computes[i]) return false;
-  return true;
+  int busy = 0; /* branches that compute; the others (an input passed straight on) stay as they are */
+  for (int i = 0; i < R->k; i++) {
+    R->free[i] = !computes[i];
+    busy += computes[i];
+  }
+  return busy >= 2;
 }
 
 /* ------------------------------------------------------------ narrowing */
@@ -185,8 +190,8 @@ static bool layout(int k, const int *grp, const int *size, int d, int *offset) {
   if (!used) return false;
   int order[MAX_BRANCHES], n = 0;
   for (int i = 0; i < k; i++) {
-    bool first = true;
-    for (int j = 0; j < i; j++) first &= grp[j] != grp[i];
+    bool first = size[i] < d; /* a branch on all d devices is not moved */
+    for (int j = 0; j < i && first; j++) first = grp[j] != grp[i];
     if (first) order[n++] = i;
   }
   for (int a = 1; a < n; a++) /* stable: larger first */
@@ -206,7 +211,7 @@ static bool layout(int k, const int *grp, const int *size, int d, int *offset) {
     if (o == st) ok = false;
     for (int q = 0; ok && q < s; q++) used[o + q * st] = true;
     for (int j = 0; ok && j < k; j++)
-      if (grp[j] == grp[i]) offset[j] = o;
+      if (grp[j] == grp[i] && size[j] < d) offset[j] = o;
   }
   free(used);
   return ok;
@@ -270,7 +275,11 @@ static pcgc_status narrow(pcgc_graph **gp, pcgc_mapping *mp, const char *join_na
     for (int v = 0; st == PCGC_OK && v < n0; v++) {
       if (!in_branch(&R, v, i)) continue;
       const pcgc_node *n = &g->nodes[v];
-      if (n->kind == PCGC_OP_REPLICATE) {
+      /* the group's copies of its weights, and its slices of an input only it reads */
+      bool input_split = n->kind == PCGC_OP_PARTITION && in_branch(&R, n->in[0].node, i) &&
+                         g->nodes[n->in[0].node].kind == PCGC_OP_INPUT &&
+                         pcgc_attrs_int(n->attrs, "dim") == R.dim && pcgc_attrs_int(n->attrs, "degree") == R.d;
+      if (n->kind == PCGC_OP_REPLICATE || input_split) {
         pcgc_attrs a = *n->attrs;
         if (pcgc_attrs_set_int(&a, "degree", size[i]) != PCGC_OK || pcgc_graph_set_attrs(g2, v, &a) != PCGC_OK)
           st = PCGC_ERR_NOMEM;
@@ -481,27 +490,35 @@ static bool choose(const pcgc_graph *g, const pcgc_machine *m, const pcgc_mappin
                    int *grp) {
   bcost bc[MAX_BRANCHES];
   branch_costs(g, m, R, bc);
-  chooser X = {.k = R->k, .d = R->d, .best = INFINITY};
+  chooser X = {.k = 0, .d = R->d, .best = INFINITY};
   for (int s = R->d / 2; s >= 1 && X.n_opt < MAX_SIZES; s /= 2) {
     X.opt[X.n_opt++] = s;
     if (s % 2) break;
   }
   pcgc_view base = mp->view[g->nodes[R->join].in[0].node];
   double c_all = 0, s_all = 0, bw = m->intra.bandwidth;
+  int busy[MAX_BRANCHES];
   for (int i = 0; i < R->k; i++) {
     c_all += compute_on(&bc[i], R->d, R->d, bw);
     s_all += sync_on(g, m, R, i, base, R->d);
+    if (R->free[i]) continue;
+    busy[X.k] = i;
     for (int j = 0; j < X.n_opt; j++) {
-      X.tc[i][j] = compute_on(&bc[i], R->d, X.opt[j], bw);
-      X.ts[i][j] = sync_on(g, m, R, i, base, X.opt[j]);
+      X.tc[X.k][j] = compute_on(&bc[i], R->d, X.opt[j], bw);
+      X.ts[X.k][j] = sync_on(g, m, R, i, base, X.opt[j]);
     }
+    X.k++;
   }
   groupings(&X, 0, 0);
   double all = c_all > s_all ? c_all : s_all;
   if (!(X.best < all)) return false;
-  for (int i = 0; i < R->k; i++) {
-    grp[i] = X.best_lab[i];
-    size[i] = X.opt[X.best_gsz[X.best_lab[i]]];
+  for (int i = 0; i < R->k; i++) { /* the branches that compute nothing stay on all d */
+    grp[i] = MAX_BRANCHES + i;
+    size[i] = R->d;
+  }
+  for (int b = 0; b < X.k; b++) {
+    grp[busy[b]] = X.best_lab[b];
+    size[busy[b]] = X.opt[X.best_gsz[X.best_lab[b]]];
   }
   return true;
 }

@@ -613,42 +613,54 @@ pcgc_status pcgc__joint_segmented(const pcgc_graph *start, const pcgc_mapping *s
 
 /* ------------------------------------------------------- entry point */
 
-/* The region move (branches.c) on r's graph, kept when it simulates
- * faster: its lines appended to the trace, one improvement more. */
-static pcgc_status try_branches(const pcgc_machine *m, const pcgc_joint_options *o, pcgc_joint_result *r,
-                                pcgc_error *err) {
-  pcgc_graph *bg = NULL;
-  pcgc_mapping bm;
-  char **lines = NULL;
-  int n_lines = 0;
-  pcgc_status st = pcgc__branches_narrow(m, r->graph, &r->mapping, &bg, &bm, &lines, &n_lines, err);
-  if (st != PCGC_OK || !bg) return st;
-  double t = pcgc__joint_cost(bg, &bm, m, o);
-  r->evaluated++;
-  if (o->log) fprintf(o->log, "  %-36s %d regions %s\n", PCGC__BRANCHES_STEP, n_lines, t < r->time ? "faster" : "");
-  char **v = t < r->time ? realloc(r->trace, (size_t)(r->n_trace + n_lines) * sizeof *v) : NULL;
-  if (t < r->time && !v) st = pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory in the search");
-  if (v) {
-    r->trace = v;
-    for (int i = 0; i < n_lines; i++) {
-      r->trace[r->n_trace++] = lines[i];
-      lines[i] = NULL;
+/* The region move (branches.c) on r's graph and, where the rules changed
+ * it, on the start (a rule's rewrite inside a branch, such as a pipelined
+ * layer, leaves no region to narrow); the fastest of those and r kept: the
+ * move's lines appended to r's trace, or in place of it. */
+static pcgc_status try_branches(const pcgc_graph *start, const pcgc_mapping *start_mp, const pcgc_machine *m,
+                                const pcgc_joint_options *o, pcgc_joint_result *r, pcgc_error *err) {
+  pcgc_status st = PCGC_OK;
+  for (int from_start = 0; from_start < 2 && st == PCGC_OK; from_start++) {
+    if (from_start && r->n_trace == 0) break; /* r is the start */
+    const pcgc_graph *g = from_start ? start : r->graph;
+    pcgc_graph *bg = NULL;
+    pcgc_mapping bm;
+    char **lines = NULL;
+    int n_lines = 0;
+    st = pcgc__branches_narrow(m, g, from_start ? start_mp : &r->mapping, &bg, &bm, &lines, &n_lines, err);
+    if (st != PCGC_OK || !bg) continue;
+    double t = pcgc__joint_cost(bg, &bm, m, o);
+    r->evaluated++;
+    if (o->log)
+      fprintf(o->log, "  %-36s %d regions of the %s%s\n", PCGC__BRANCHES_STEP, n_lines, from_start ? "start" : "result",
+              t < r->time ? ": faster" : "");
+    int keep = from_start ? 0 : r->n_trace;
+    char **v = t < r->time ? realloc(r->trace, (size_t)(keep + n_lines) * sizeof *v) : NULL;
+    if (t < r->time && !v) st = pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory in the search");
+    if (v) {
+      for (int i = keep; i < r->n_trace; i++) free(v[i]);
+      r->trace = v;
+      r->n_trace = keep;
+      for (int i = 0; i < n_lines; i++) {
+        r->trace[r->n_trace++] = lines[i];
+        lines[i] = NULL;
+      }
+      pcgc_graph_free(r->graph);
+      r->graph = bg;
+      bg = NULL;
+      pcgc_mapping_destroy(&r->mapping);
+      r->mapping = bm;
+      memset(&bm, 0, sizeof bm);
+      r->time = t;
+      r->improvements = from_start ? 1 : r->improvements + 1;
+      snprintf(r->last_rule, sizeof r->last_rule, "%s (branches of %d regions on disjoint devices)",
+               PCGC__BRANCHES_STEP, n_lines);
     }
-    pcgc_graph_free(r->graph);
-    r->graph = bg;
-    bg = NULL;
-    pcgc_mapping_destroy(&r->mapping);
-    r->mapping = bm;
-    memset(&bm, 0, sizeof bm);
-    r->time = t;
-    r->improvements++;
-    snprintf(r->last_rule, sizeof r->last_rule, "%s (branches of %d regions on disjoint devices)",
-             PCGC__BRANCHES_STEP, n_lines);
+    for (int i = 0; i < n_lines; i++) free(lines[i]);
+    free(lines);
+    pcgc_graph_free(bg);
+    pcgc_mapping_destroy(&bm);
   }
-  for (int i = 0; i < n_lines; i++) free(lines[i]);
-  free(lines);
-  pcgc_graph_free(bg);
-  pcgc_mapping_destroy(&bm);
   return st;
 }
 
@@ -693,7 +705,7 @@ pcgc_status pcgc_joint_search(const pcgc_graph *start, const pcgc_mapping *start
   if (st == PCGC_OK && !done) st = pcgc__joint_run(start, start_mp, block, t, m, insts, n_insts, &o, NULL, NULL, r, err);
   /* the region move on what the rules found (branches.c) */
   if (st == PCGC_OK && o.branches && !r->untraced && !(o.time_limit > 0 && r->seconds > o.time_limit))
-    st = try_branches(m, &o, r, err);
+    st = try_branches(start, start_mp, m, &o, r, err);
   pcgc_sim_memo_stats(so.memo, &r->alike_hits, &r->alike_misses);
   pcgc_sim_memo_free(own_sim);
   pcgc_views_memo_free(own);
