@@ -181,40 +181,85 @@ static int add_relayout(pcgc_graph *g, pcgc_op_kind kind, const char *base, int 
   return pcgc_graph_add_node(g, kind, name, &a, 1, &in);
 }
 
-/* Offsets of the groups (grp[i]: branch i's; size[i] its size) among d
- * devices, laid out strided: group of s at o, o + d/s, ...; the largest
- * groups first, each at the lowest offset free for all its devices. false
- * when they do not fit. */
-static bool layout(int k, const int *grp, const int *size, int d, int *offset) {
+/* Where a region's groups go (narrow with views): the region's devices
+ * (base: its entries' view), each branch's estimated time on its group
+ * (load), and what earlier regions put on each of the machine's D devices
+ * (acc, updated), so that the heaviest groups of successive regions do not
+ * land on the same devices. */
+typedef struct placer {
+  pcgc_view base;
+  int D;
+  const double *load;
+  double *acc;
+} placer;
+
+/* Offsets of the groups (grp[i]: branch i's; size[i] its size) among the
+ * region's d devices, laid out strided: group of s at o, o + d/s, ...; the
+ * largest groups first, then the busiest, each at the free offset whose
+ * devices carry the least so far. false when they do not fit. */
+static bool layout(int k, const int *grp, const int *size, int d, const placer *pl, int *offset) {
   bool *used = calloc((size_t)d, sizeof *used);
   if (!used) return false;
   int order[MAX_BRANCHES], n = 0;
+  double gl[MAX_BRANCHES] = {0}; /* per branch: its group's load */
+  for (int i = 0; i < k; i++)
+    for (int j = 0; j < k; j++)
+      if (grp[j] == grp[i]) gl[i] += pl->load[j];
   for (int i = 0; i < k; i++) {
     bool first = size[i] < d; /* a branch on all d devices is not moved */
     for (int j = 0; j < i && first; j++) first = grp[j] != grp[i];
     if (first) order[n++] = i;
   }
-  for (int a = 1; a < n; a++) /* stable: larger first */
-    for (int b = a; b > 0 && size[order[b]] > size[order[b - 1]]; b--) {
-      int t = order[b];
-      order[b] = order[b - 1];
-      order[b - 1] = t;
+  for (int a = 1; a < n; a++) /* stable: larger first, then busier */
+    for (int b = a; b > 0; b--) {
+      int x = order[b], y = order[b - 1];
+      if (size[x] < size[y] || (size[x] == size[y] && !(gl[x] > gl[y]))) break;
+      order[b] = y;
+      order[b - 1] = x;
     }
   bool ok = true;
   for (int a = 0; a < n && ok; a++) {
-    int i = order[a], s = size[i], st = d / s, o = 0;
-    for (; o < st; o++) {
+    int i = order[a], s = size[i], st = d / s, best = -1;
+    double best_max = 0;
+    for (int o = 0; o < st; o++) {
       bool free_all = true;
-      for (int q = 0; q < s && free_all; q++) free_all = !used[o + q * st];
-      if (free_all) break;
+      double most = 0;
+      for (int q = 0; q < s && free_all; q++) {
+        free_all = !used[o + q * st];
+        double x = pl->acc[pcgc_view_device(pl->base, o + q * st, pl->D)];
+        most = x > most ? x : most;
+      }
+      if (free_all && (best < 0 || most < best_max)) {
+        best = o;
+        best_max = most;
+      }
     }
-    if (o == st) ok = false;
-    for (int q = 0; ok && q < s; q++) used[o + q * st] = true;
-    for (int j = 0; ok && j < k; j++)
-      if (grp[j] == grp[i] && size[j] < d) offset[j] = o;
+    if (best < 0) {
+      ok = false;
+      break;
+    }
+    for (int q = 0; q < s; q++) {
+      used[best + q * st] = true;
+      pl->acc[pcgc_view_device(pl->base, best + q * st, pl->D)] += gl[i];
+    }
+    for (int j = 0; j < k; j++)
+      if (grp[j] == grp[i] && size[j] < d) offset[j] = best;
   }
   free(used);
   return ok;
+}
+
+/* The view of the tensors entering region R (the first one found), where
+ * its groups' devices are counted from. */
+static pcgc_view region_base(const pcgc_graph *g, const region *R, const pcgc_mapping *mp) {
+  for (int v = 0; v < g->n_nodes; v++) {
+    unsigned mk = R->mask[v];
+    if (!mk || (mk & (mk - 1)) || pcgc_op_class_of(g->nodes[v].kind) != PCGC_CLASS_COMPUTE) continue;
+    int i = __builtin_ctz(mk);
+    for (int s = 0; s < g->nodes[v].n_in; s++)
+      if (!in_branch(R, g->nodes[v].in[s].node, i)) return mp->view[g->nodes[v].in[s].node];
+  }
+  return mp->view[R->join];
 }
 
 /* Narrows the region closed by node `join_name` of *g: branch i to size[i]
@@ -223,7 +268,7 @@ static bool layout(int k, const int *grp, const int *size, int d, int *offset) {
  * devices, laid out by `layout`; without, views are not kept. why: on
  * failure, what is wrong. */
 static pcgc_status narrow(pcgc_graph **gp, pcgc_mapping *mp, const char *join_name, int k, const int *size,
-                          const int *grp, char *why, size_t why_n) {
+                          const int *grp, placer *pl, char *why, size_t why_n) {
   const pcgc_graph *g = *gp;
   int join = pcgc_graph_find(g, join_name);
   if (join < 0) {
@@ -255,7 +300,8 @@ static pcgc_status narrow(pcgc_graph **gp, pcgc_mapping *mp, const char *join_na
       st = PCGC_ERR_INVALID;
     }
   int offset[MAX_BRANCHES] = {0};
-  if (st == PCGC_OK && mp && !layout(k, grp, size, R.d, offset)) {
+  if (st == PCGC_OK && mp) pl->base = region_base(g, &R, mp);
+  if (st == PCGC_OK && mp && !layout(k, grp, size, R.d, pl, offset)) {
     snprintf(why, why_n, "the groups of '%s' do not fit on its %d devices", join_name, R.d);
     st = PCGC_ERR_INVALID;
   }
@@ -334,13 +380,7 @@ static pcgc_status narrow(pcgc_graph **gp, pcgc_mapping *mp, const char *join_na
       st = PCGC_ERR_NOMEM;
     } else {
       memcpy(nm.view, mp->view, (size_t)n0 * sizeof *nm.view);
-      /* the region's devices: those of its first branch's first entry */
-      pcgc_view base = mp->view[join];
-      for (int v = n0; v < g2->n_nodes; v++)
-        if (g2->nodes[v].kind == PCGC_OP_COMBINE) {
-          base = mp->view[g2->nodes[v].in[0].node];
-          break;
-        }
+      pcgc_view base = pl->base;
       for (int v = 0; v < g2->n_nodes; v++) {
         int i = branch_of[v];
         if (v >= n0 && g2->nodes[v].kind == PCGC_OP_PARTITION) nm.view[v] = mp->view[join];
@@ -371,7 +411,7 @@ pcgc_status pcgc__branches_apply(pcgc_graph **g, const char *join, int k, const 
     snprintf(why, why_n, "%d branches (at most %d)", k, MAX_BRANCHES);
     return PCGC_ERR_INVALID;
   }
-  return narrow(g, NULL, join, k, size, NULL, why, why_n);
+  return narrow(g, NULL, join, k, size, NULL, NULL, why, why_n);
 }
 
 /* ------------------------------------------------------------ choosing */
@@ -418,18 +458,27 @@ static void branch_costs(const pcgc_graph *g, const pcgc_machine *m, const regio
     bc[i].bytes += (double)pcgc_ptensor_bytes(pcgc_graph_ref_type(g, g->nodes[R->join].in[i]));
 }
 
-/* The all-reduces of branch i's weight gradients over a group of s of the
- * region's devices laid out strided from `base` (offset 0 stands for any). */
-static double sync_on(const pcgc_graph *g, const pcgc_machine *m, const region *R, int i, pcgc_view base, int s) {
+/* Branch i's all-reduces over a group of s of the region's devices laid
+ * out strided from `base` (offset 0 stands for any): with bn false, its
+ * weights' gradients (beside the compute); with bn true, its batch norms'
+ * statistics, forward and backward (blocking, on the compute's path; as
+ * the simulator's bn_sync). */
+static double sync_on(const pcgc_graph *g, const pcgc_machine *m, const region *R, int i, pcgc_view base, int s,
+                      bool bn) {
   int D = pcgc_machine_num_devices(m), devs[256];
   if (s > 256) s = 256; /* the group's shape, not its size, is what this reads */
   for (int q = 0; q < s; q++) devs[q] = pcgc_view_device((pcgc_view){base.start, base.stride * (R->d / s)}, q, D);
   pcgc_comm_group grp = pcgc_comm_group_of(m, s, devs);
   double t = 0;
-  for (int v = 0; v < g->n_nodes; v++)
-    if (in_branch(R, v, i) && g->nodes[v].kind == PCGC_OP_REPLICATE)
+  for (int v = 0; v < g->n_nodes; v++) {
+    const pcgc_node *n = &g->nodes[v];
+    if (!in_branch(R, v, i)) continue;
+    if (!bn && n->kind == PCGC_OP_REPLICATE)
       t += pcgc_comm_time(m, PCGC_COLL_ALL_REDUCE, PCGC_ALGO_AUTO, grp,
-                          (double)pcgc_ptensor_bytes(pcgc_graph_ref_type(g, g->nodes[v].in[0])));
+                          (double)pcgc_ptensor_bytes(pcgc_graph_ref_type(g, n->in[0])));
+    if (bn && n->kind == PCGC_OP_BATCHNORM && n->out[0].rank > 1 && n->out[0].degree[1] == 1)
+      t += 2 * pcgc_comm_time(m, PCGC_COLL_ALL_REDUCE, PCGC_ALGO_AUTO, grp, 2.0 * sizeof(double) * (double)n->out[0].dims[1]);
+  }
   return t;
 }
 
@@ -487,7 +536,7 @@ static void groupings(chooser *X, int i, int m) {
  * takes the longer of its branches' compute and their gradients'
  * all-reduces, which overlap. */
 static bool choose(const pcgc_graph *g, const pcgc_machine *m, const pcgc_mapping *mp, const region *R, int *size,
-                   int *grp) {
+                   int *grp, double *load) {
   bcost bc[MAX_BRANCHES];
   branch_costs(g, m, R, bc);
   chooser X = {.k = 0, .d = R->d, .best = INFINITY};
@@ -499,13 +548,13 @@ static bool choose(const pcgc_graph *g, const pcgc_machine *m, const pcgc_mappin
   double c_all = 0, s_all = 0, bw = m->intra.bandwidth;
   int busy[MAX_BRANCHES];
   for (int i = 0; i < R->k; i++) {
-    c_all += compute_on(&bc[i], R->d, R->d, bw);
-    s_all += sync_on(g, m, R, i, base, R->d);
+    c_all += compute_on(&bc[i], R->d, R->d, bw) + sync_on(g, m, R, i, base, R->d, true);
+    s_all += sync_on(g, m, R, i, base, R->d, false);
     if (R->free[i]) continue;
     busy[X.k] = i;
     for (int j = 0; j < X.n_opt; j++) {
-      X.tc[X.k][j] = compute_on(&bc[i], R->d, X.opt[j], bw);
-      X.ts[X.k][j] = sync_on(g, m, R, i, base, X.opt[j]);
+      X.tc[X.k][j] = compute_on(&bc[i], R->d, X.opt[j], bw) + (X.opt[j] > 1 ? sync_on(g, m, R, i, base, X.opt[j], true) : 0);
+      X.ts[X.k][j] = sync_on(g, m, R, i, base, X.opt[j], false);
     }
     X.k++;
   }
@@ -515,10 +564,12 @@ static bool choose(const pcgc_graph *g, const pcgc_machine *m, const pcgc_mappin
   for (int i = 0; i < R->k; i++) { /* the branches that compute nothing stay on all d */
     grp[i] = MAX_BRANCHES + i;
     size[i] = R->d;
+    load[i] = 0;
   }
   for (int b = 0; b < X.k; b++) {
     grp[busy[b]] = X.best_lab[b];
     size[busy[b]] = X.opt[X.best_gsz[X.best_lab[b]]];
+    load[busy[b]] = X.tc[b][X.best_gsz[X.best_lab[b]]];
   }
   return true;
 }
@@ -555,6 +606,7 @@ pcgc_status pcgc__branches_narrow(const pcgc_machine *m, const pcgc_graph *g, co
   R.mask = malloc((size_t)(n + 1) * sizeof *R.mask);
   typedef struct planned {
     int join, k, size[MAX_BRANCHES], grp[MAX_BRANCHES];
+    double load[MAX_BRANCHES];
   } planned;
   planned *plan = malloc((size_t)(n + 1) * sizeof *plan);
   int *order = malloc((size_t)(n + 1) * sizeof *order);
@@ -574,7 +626,7 @@ pcgc_status pcgc__branches_narrow(const pcgc_machine *m, const pcgc_graph *g, co
     int v = order[q];
     if (inside[v] || !plain_name(g->nodes[v].name) || !region_at(g, &C, v, &R, stack)) continue;
     planned p = {.join = v, .k = R.k};
-    if (!choose(g, m, mp, &R, p.size, p.grp)) continue;
+    if (!choose(g, m, mp, &R, p.size, p.grp, p.load)) continue;
     plan[n_plan++] = p;
     for (int u = 0; u < n; u++) inside[u] |= R.mask[u] != 0 && !(R.mask[u] & (R.mask[u] - 1));
   }
@@ -597,16 +649,20 @@ pcgc_status pcgc__branches_narrow(const pcgc_machine *m, const pcgc_graph *g, co
                  !(lines = calloc((size_t)n_plan, sizeof *lines))))
     st = pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory in the search");
   if (st == PCGC_OK && n_plan) memcpy(mw.view, mp->view, (size_t)mp->n_nodes * sizeof *mw.view);
+  double *acc = n_plan ? calloc((size_t)pcgc_machine_num_devices(m), sizeof *acc) : NULL;
+  if (n_plan && !acc) st = pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory in the search");
   for (int i = 0; st == PCGC_OK && i < n_plan; i++) {
     char why[800];
     const char *jn = g->nodes[plan[i].join].name;
-    pcgc_status s2 = narrow(&gw, &mw, jn, plan[i].k, plan[i].size, plan[i].grp, why, sizeof why);
+    placer pl = {.D = pcgc_machine_num_devices(m), .load = plan[i].load, .acc = acc};
+    pcgc_status s2 = narrow(&gw, &mw, jn, plan[i].k, plan[i].size, plan[i].grp, &pl, why, sizeof why);
     if (s2 == PCGC_ERR_NOMEM) st = pcgc_error_set(err, s2, "out of memory in the search");
     if (s2 != PCGC_OK) continue; /* this region stays as it was */
     if (!(lines[n_lines++] = branches_line(jn, plan[i].k, plan[i].size)))
       st = pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory in the search");
   }
   free(plan);
+  free(acc);
   if (st != PCGC_OK || !n_lines) {
     for (int i = 0; i < n_lines; i++) free(lines[i]);
     free(lines);

@@ -103,11 +103,11 @@ fi
 # trained on 8 processes against the reference; a line that no longer fits is refused
 expect 0 "$pcgc" compile "$src/tests/data/towers.pcg" --machine dgx-h100 --choice dp=8 --budget 1 -o "$tmp/towers.json"
 has "$tmp/out" "@branches (branches of 2 regions on disjoint devices)"
-has "$tmp/towers.json" '"@branches 2 2 4 2 at m1.y", "@branches 2 2 4 2 at m2.y"'
+has "$tmp/towers.json" '"@branches 4 2 1 1 at m1.y", "@branches 4 2 1 1 at m2.y"'
 expect 0 "$pcgc" verify "$tmp/towers.json"
 has "$tmp/out" "derived again at its sizes with the joint search's rewrites: the same"
 has "$tmp/out" "verified: 3 steps"
-$reseal "$tmp/towers.json" "$tmp/towers-bad.json" '"@branches 2 2 4 2 at m1.y"' '"@branches 2 2 4 at m1.y"'
+$reseal "$tmp/towers.json" "$tmp/towers-bad.json" '"@branches 4 2 1 1 at m1.y"' '"@branches 4 2 1 at m1.y"'
 expect 1 "$pcgc" verify "$tmp/towers-bad.json"
 has "$tmp/err" "'m1.y' has 4 branches, the step sizes 3"
 
