@@ -229,6 +229,10 @@ static bool parse_step(const char *line, step *s, char *why, size_t why_n) {
     return true;
   }
   if (i < n && len[i] == 2 && strncmp(tok[i], "at", 2) == 0 && n > i + 1) {
+    if (n - i - 1 > PCGC_RULE_MAX_NODES) { /* with fewer parameters, more words than a match has nodes */
+      snprintf(why, why_n, "%d node names (a rule matches at most %d)", n - i - 1, PCGC_RULE_MAX_NODES);
+      return false;
+    }
     for (int k = i + 1; k < n; k++)
       if (!decode(tok[k], len[k], s->node[s->n_nodes++], sizeof s->node[0])) {
         snprintf(why, why_n, "bad node name '%.*s'", (int)len[k], tok[k]);
