@@ -635,12 +635,12 @@ static pcgc_status try_branches(const pcgc_graph *start, const pcgc_mapping *sta
       fprintf(o->log, "  %-36s %d regions of the %s%s\n", PCGC__BRANCHES_STEP, n_lines, from_start ? "start" : "result",
               t < r->time ? ": faster" : "");
     int keep = from_start ? 0 : r->n_trace;
+    if (t < r->time) /* the rules' lines go where the move starts from the start */
+      for (; r->n_trace > keep; r->n_trace--) free(r->trace[r->n_trace - 1]);
     char **v = t < r->time ? realloc(r->trace, (size_t)(keep + n_lines) * sizeof *v) : NULL;
     if (t < r->time && !v) st = pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory in the search");
     if (v) {
-      for (int i = keep; i < r->n_trace; i++) free(v[i]);
       r->trace = v;
-      r->n_trace = keep;
       for (int i = 0; i < n_lines; i++) {
         r->trace[r->n_trace++] = lines[i];
         lines[i] = NULL;
