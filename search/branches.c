@@ -282,6 +282,7 @@ static pcgc_status narrow(pcgc_graph **gp, pcgc_mapping *mp, const char *join_na
   if (!stack || !R.mask || !consumers_build(g, &C)) {
     free(stack);
     free(R.mask);
+    snprintf(why, why_n, "out of memory");
     return PCGC_ERR_NOMEM;
   }
   pcgc_status st = PCGC_OK;
@@ -348,7 +349,7 @@ static pcgc_status narrow(pcgc_graph **gp, pcgc_mapping *mp, const char *join_na
           snprintf(base, sizeof base, "%s.in%d", join_name, i);
           int c = add_relayout(g2, PCGC_OP_COMBINE, base, R.dim, f, u);
           if (c < 0) {
-            st = (pcgc_status)-c;
+            st = (pcgc_status)c;
             break;
           }
           branch_of[c] = i;
@@ -363,7 +364,7 @@ static pcgc_status narrow(pcgc_graph **gp, pcgc_mapping *mp, const char *join_na
     snprintf(base, sizeof base, "%s.out%d", join_name, i);
     int p = add_relayout(g2, PCGC_OP_PARTITION, base, R.dim, f, g->nodes[join].in[i]);
     if (p < 0) {
-      st = (pcgc_status)-p;
+      st = (pcgc_status)p;
       break;
     }
     branch_of[p] = -1;
@@ -385,7 +386,7 @@ static pcgc_status narrow(pcgc_graph **gp, pcgc_mapping *mp, const char *join_na
         int i = branch_of[v];
         if (v >= n0 && g2->nodes[v].kind == PCGC_OP_PARTITION) nm.view[v] = mp->view[join];
         if (i < 0 || R.d / size[i] == 1) continue;
-        nm.view[v] = (pcgc_view){base.start + base.stride * offset[i], base.stride * (R.d / size[i])};
+        nm.view[v] = (pcgc_view){(base.start + base.stride * offset[i]) % pl->D, base.stride * (R.d / size[i])};
       }
       pcgc_mapping_destroy(mp);
       *mp = nm;
