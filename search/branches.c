@@ -459,17 +459,21 @@ static void branch_costs(const pcgc_graph *g, const pcgc_machine *m, const regio
     bc[i].bytes += (double)pcgc_ptensor_bytes(pcgc_graph_ref_type(g, g->nodes[R->join].in[i]));
 }
 
-/* Branch i's all-reduces over a group of s of the region's devices laid
- * out strided from `base` (offset 0 stands for any): with bn false, its
+/* Where a group of s of region R's devices sits, laid out strided from
+ * `base` (offset 0 stands for any: the shape is the same); devs: room for
+ * R->d device ids. */
+static pcgc_comm_group group_shape(const pcgc_machine *m, const region *R, pcgc_view base, int s, int *devs) {
+  int D = pcgc_machine_num_devices(m);
+  for (int q = 0; q < s; q++) devs[q] = pcgc_view_device((pcgc_view){base.start, base.stride * (R->d / s)}, q, D);
+  return pcgc_comm_group_of(m, s, devs);
+}
+
+/* Branch i's all-reduces over a group shaped grp: with bn false, its
  * weights' gradients (beside the compute); with bn true, its batch norms'
  * statistics, forward and backward (blocking, on the compute's path; as
  * the simulator's bn_sync). */
-static double sync_on(const pcgc_graph *g, const pcgc_machine *m, const region *R, int i, pcgc_view base, int s,
+static double sync_on(const pcgc_graph *g, const pcgc_machine *m, const region *R, int i, pcgc_comm_group grp,
                       bool bn) {
-  int D = pcgc_machine_num_devices(m), devs[256];
-  if (s > 256) s = 256; /* the group's shape, not its size, is what this reads */
-  for (int q = 0; q < s; q++) devs[q] = pcgc_view_device((pcgc_view){base.start, base.stride * (R->d / s)}, q, D);
-  pcgc_comm_group grp = pcgc_comm_group_of(m, s, devs);
   double t = 0;
   for (int v = 0; v < g->n_nodes; v++) {
     const pcgc_node *n = &g->nodes[v];
@@ -546,16 +550,21 @@ static bool choose(const pcgc_graph *g, const pcgc_machine *m, const pcgc_mappin
     if (s % 2) break;
   }
   pcgc_view base = mp->view[g->nodes[R->join].in[0].node];
+  int *devs = malloc((size_t)R->d * sizeof *devs);
+  if (!devs) return false; /* not narrowed */
+  pcgc_comm_group all_grp = group_shape(m, R, base, R->d, devs), shape[MAX_SIZES];
+  for (int j = 0; j < X.n_opt; j++) shape[j] = group_shape(m, R, base, X.opt[j], devs);
+  free(devs);
   double c_all = 0, s_all = 0, bw = m->intra.bandwidth;
   int busy[MAX_BRANCHES];
   for (int i = 0; i < R->k; i++) {
-    c_all += compute_on(&bc[i], R->d, R->d, bw) + sync_on(g, m, R, i, base, R->d, true);
-    s_all += sync_on(g, m, R, i, base, R->d, false);
+    c_all += compute_on(&bc[i], R->d, R->d, bw) + sync_on(g, m, R, i, all_grp, true);
+    s_all += sync_on(g, m, R, i, all_grp, false);
     if (R->free[i]) continue;
     busy[X.k] = i;
     for (int j = 0; j < X.n_opt; j++) {
-      X.tc[X.k][j] = compute_on(&bc[i], R->d, X.opt[j], bw) + (X.opt[j] > 1 ? sync_on(g, m, R, i, base, X.opt[j], true) : 0);
-      X.ts[X.k][j] = sync_on(g, m, R, i, base, X.opt[j], false);
+      X.tc[X.k][j] = compute_on(&bc[i], R->d, X.opt[j], bw) + (X.opt[j] > 1 ? sync_on(g, m, R, i, shape[j], true) : 0);
+      X.ts[X.k][j] = sync_on(g, m, R, i, shape[j], false);
     }
     X.k++;
   }

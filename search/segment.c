@@ -620,8 +620,9 @@ pcgc_status pcgc__joint_segmented(const pcgc_graph *start, const pcgc_mapping *s
 static pcgc_status try_branches(const pcgc_graph *start, const pcgc_mapping *start_mp, const pcgc_machine *m,
                                 const pcgc_joint_options *o, pcgc_joint_result *r, pcgc_error *err) {
   pcgc_status st = PCGC_OK;
+  bool rules_changed = r->n_trace > 0; /* else r is the start, narrowed already */
   for (int from_start = 0; from_start < 2 && st == PCGC_OK; from_start++) {
-    if (from_start && r->n_trace == 0) break; /* r is the start */
+    if (from_start && !rules_changed) break;
     const pcgc_graph *g = from_start ? start : r->graph;
     pcgc_graph *bg = NULL;
     pcgc_mapping bm;
