@@ -140,6 +140,9 @@ typedef struct pcgc_plan_buf {
   bool persistent;       /* lives across steps (weights, state, data) */
 } pcgc_plan_buf;
 
+/* The most buffers one ZERO instruction clears. */
+#define PCGC_ZERO_MAX 32
+
 typedef enum pcgc_ins_kind {
   PCGC_INS_FORWARD,     /* kernel: args in[n_in], out[n_out] (then a SAVED buffer, if any) */
   PCGC_INS_BACKWARD,    /* kernel: args in, out, dout, din (-1: not wanted); adds into din */
@@ -148,7 +151,8 @@ typedef enum pcgc_ins_kind {
   PCGC_INS_BN_BWD_STATS,/* adds dsum, dxsum into scratch [2C, 4C) */
   PCGC_INS_BN_BWD_APPLY,
   PCGC_INS_COPY,        /* dst (+)= src over `box` */
-  PCGC_INS_ZERO,        /* dst = 0 */
+  PCGC_INS_ZERO,        /* dst = 0; dst -1: every buffer args[args .. args + n_args) = 0, at most
+                           PCGC_ZERO_MAX, in one launch (a backward piece's gradients) */
   PCGC_INS_SEND,        /* src over `box` to device `peer` (non-blocking), `tag` */
   PCGC_INS_RECV,        /* dst (+)= `box` from device `peer`, `tag` */
   PCGC_INS_BCAST,       /* group `peer`, root device `root`: root's src box to every dst (+)= */

@@ -120,6 +120,10 @@ typedef struct cg {
    * for them (lower.c, gate) */
   int gate_dev, n_gate;
   int gate[PCGC_VARIADIC];
+  /* the gradient buffers a backward piece (on device zdev) adds into,
+   * zeroed by one ZERO instruction before it (lower.c, touch; -1: none) */
+  int zdev, n_zpend;
+  int zpend[PCGC_ZERO_MAX];
 } cg;
 
 typedef struct cg_keys {

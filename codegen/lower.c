@@ -379,10 +379,13 @@ static int t_copy(cg *C, int dev, int dst, int src, const pcgc_box *box, bool ad
  * gradient from the next stage, would recompute and zero every layer's
  * buffers at once, and hold them all). It waits for the gradients of that
  * piece's outputs instead: just in time. */
-static void gate(cg *C, int task, int dev, int buf) {
+static void gate(cg *C, int task, int dev, const int *bufs, int n) {
   if (C->st || task < 0 || dev != C->gate_dev) return;
-  for (int k = 0; k < C->n_gate; k++)
-    if (C->gate[k] >= 0 && C->gate[k] != buf) edge(C, C->dv[dev].acc[C->gate[k]].writer, task);
+  for (int k = 0; k < C->n_gate; k++) {
+    bool own = C->gate[k] < 0;
+    for (int i = 0; i < n && !own; i++) own = C->gate[k] == bufs[i];
+    if (!own) edge(C, C->dv[dev].acc[C->gate[k]].writer, task);
+  }
 }
 
 static int t_zero(cg *C, int dev, int dst, int sub) {
@@ -390,8 +393,36 @@ static int t_zero(cg *C, int dev, int dst, int sub) {
   pcgc_ins I = ins_new(C, PCGC_INS_ZERO);
   I.dst = dst;
   emit(C, t, dev, I, NULL, 0, NULL, NULL, 0);
-  gate(C, t, dev, dst);
+  gate(C, t, dev, &dst, 1);
   return t;
+}
+
+/* The zeroing a backward piece needs, pending since zero_begin: one ZERO
+ * instruction, one launch, for all of its buffers. */
+static void zero_flush(cg *C, int sub) {
+  int n = C->n_zpend, dev = C->zdev;
+  C->n_zpend = 0;
+  if (C->st || n == 0) return;
+  if (n == 1) {
+    t_zero(C, dev, C->zpend[0], sub);
+    return;
+  }
+  int t = task_begin(C, sub);
+  pcgc_ins I = ins_new(C, PCGC_INS_ZERO);
+  emit(C, t, dev, I, C->zpend, n, NULL, NULL, 0);
+  gate(C, t, dev, C->zpend, n);
+}
+
+/* From here to zero_end, the gradients touched on device dev are zeroed
+ * together (zero_end emits them, before the backward piece's own task). */
+static void zero_begin(cg *C, int dev) {
+  C->n_zpend = 0;
+  C->zdev = dev;
+}
+
+static void zero_end(cg *C, int sub) {
+  zero_flush(C, sub);
+  C->zdev = -1;
 }
 
 /* A gradient-like buffer (added into): zeroed before its first use in the step. */
@@ -400,7 +431,12 @@ static void touch(cg *C, int dev, int buf, int sub) {
   cg_acc *A = &C->dv[dev].acc[buf];
   if (A->zeroed) return;
   A->zeroed = true;
-  t_zero(C, dev, buf, sub);
+  if (dev != C->zdev) {
+    t_zero(C, dev, buf, sub);
+    return;
+  }
+  if (C->n_zpend == PCGC_ZERO_MAX) zero_flush(C, sub);
+  C->zpend[C->n_zpend++] = buf;
 }
 
 static int next_tag(cg *C, int from, int to) {
@@ -664,7 +700,7 @@ static int weight_buf(cg *C, int src, int dev) {
     if (M == dev) id = I.dst;
     emit(C, tk, M, I, NULL, 0, NULL, NULL, 0);
   }
-  if (ph) gate(C, tk, dev, -1);
+  if (ph) gate(C, tk, dev, NULL, 0);
   return C->st ? -1 : id;
 }
 
@@ -809,7 +845,7 @@ static int recomp_buf(cg *C, int node, int slot, int64_t q, int mu, int X) {
   I.piece = q;
   I.micro = mu;
   emit(C, t, X, I, args, n->n_in + n->n_out + (sv >= 0), NULL, args + n->n_in, n->n_out + (sv >= 0));
-  gate(C, t, X, -1);
+  gate(C, t, X, NULL, 0);
   if (t >= 0) C->t[t].compute = true;
   C->n_recomputed++;
   return C->st ? -1 : args[n->n_in + slot];
@@ -849,6 +885,7 @@ static void lower_ordinary_bwd(cg *C, const pcgc_node *n) {
       C->gate_dev = X;
       C->n_gate = loss ? 0 : no;
       for (int j = 0; j < C->n_gate; j++) C->gate[j] = value_buf(C, PCGC_BUF_GRAD, n->id, j, p, out_mu(n, j, mu), X);
+      zero_begin(C, X);
       for (int i = 0; i < ni; i++) {
         int mi = in_mu(C, n->in[i], mu);
         args[i] = read_bwd(C, n->in[i], inp[i], mi, X);
@@ -873,6 +910,7 @@ static void lower_ordinary_bwd(cg *C, const pcgc_node *n) {
           touch(C, X, args[ni + no + j], 3); /* an output nobody read still needs a zero gradient */
         }
       }
+      zero_end(C, 3);
       /* what the piece's forward kept (its recomputation's, where recomputed) */
       int sv = C->o.save_for_backward && pcgc_op_saves(n->kind)
                    ? buf_find(C, mkkey(X, PCGC_BUF_SAVED, n->id, 0, p, out_mu(n, 0, mu)))
@@ -977,9 +1015,11 @@ static void lower_bn(cg *C, const pcgc_node *n, bool backward) {
         int dx = grad_of(C, n->in[0], inp[0], 0, X, x);
         int dsc = n->n_in == 3 ? grad_of(C, n->in[1], inp[1], 0, X, sc) : -1;
         int dbi = n->n_in == 3 ? grad_of(C, n->in[2], inp[2], 0, X, bi) : -1;
+        zero_begin(C, X);
         touch(C, X, dx, 3);
         touch(C, X, dsc, 3);
         touch(C, X, dbi, 3);
+        zero_end(C, 3);
         int t = task_begin(C, 6);
         if (t < 0) break;
         C->t[t].compute = true;
@@ -1668,6 +1708,7 @@ pcgc_status pcgc_codegen(const pcgc_graph *g, const pcgc_mapping *mp, int n_devi
   if (o) C.o = *o;
   else pcgc_codegen_options_default(&C.o);
   C.ctx_node = -1;
+  C.zdev = -1;
   C.dv = calloc((size_t)n_devices, sizeof *C.dv);
   pcgc_status st = C.dv ? analyse(&C) : PCGC_ERR_NOMEM;
   if (!st) st = pipeline_slots(&C);

@@ -406,7 +406,12 @@ static pcgc_status step(psim *S, int d, bool *moved) {
     break;
   }
   case PCGC_INS_COPY: dur = mem_time(S, region_bytes(P, I, I->dst), I->add); break;
-  case PCGC_INS_ZERO: dur = fill_time(S, (double)P->buf[I->dst].bytes); break;
+  case PCGC_INS_ZERO: { /* one launch, for one buffer or a list */
+    double bytes = I->dst >= 0 ? (double)P->buf[I->dst].bytes : 0;
+    for (int i = 0; I->dst < 0 && i < I->n_args; i++) bytes += (double)P->buf[P->args[I->args + i]].bytes;
+    dur = fill_time(S, bytes);
+    break;
+  }
   case PCGC_INS_SEED:
   case PCGC_INS_LOSS: dur = mem_time(S, 4, false); break;
   case PCGC_INS_UPDATE: dur = update_time(S, P, I); break;

@@ -877,6 +877,9 @@ int pcgc__cg_ins_access(const pcgc_ins *I, const int *args, int *rd, int *nrd, i
     W(I->dst);
     break;
   case PCGC_INS_ZERO:
+    for (int i = 0; I->dst < 0 && i < I->n_args; i++) W(args[I->args + i]);
+    W(I->dst);
+    break;
   case PCGC_INS_SEED:
     W(I->dst);
     break;

@@ -176,6 +176,9 @@ static void open_cpu(pcgc_backend *b) {
 static void *cu_alloc(pcgc_backend *b, size_t bytes, pcgc_error *err) { return pcgc_cuda_alloc(CU(b), bytes, err); }
 static void cu_release(pcgc_backend *b, void *p) { pcgc_cuda_free(CU(b), p); }
 static pcgc_status cu_zero(pcgc_backend *b, void *p, size_t n, pcgc_error *err) { return pcgc_cuda_zero(CU(b), p, n, err); }
+static pcgc_status cu_zero_list(pcgc_backend *b, int n, void *const *p, const size_t *bytes, pcgc_error *err) {
+  return pcgc_cuda_zero_list(CU(b), n, p, bytes, err);
+}
 static pcgc_status cu_upload(pcgc_backend *b, void *d, const void *h, size_t n, pcgc_error *err) {
   return pcgc_cuda_upload(CU(b), d, h, n, err);
 }
@@ -285,6 +288,7 @@ static pcgc_status open_cuda(pcgc_backend *b, int device, pcgc_error *err) {
   b->alloc = cu_alloc;
   b->release = cu_release;
   b->zero = cu_zero;
+  b->zero_list = cu_zero_list;
   b->upload = cu_upload;
   b->download = cu_download;
   b->move = cu_move;

@@ -37,6 +37,8 @@ struct pcgc_backend {
   void *(*alloc)(pcgc_backend *b, size_t bytes, pcgc_error *err);
   void (*release)(pcgc_backend *b, void *p);
   pcgc_status (*zero)(pcgc_backend *b, void *p, size_t bytes, pcgc_error *err);
+  /* buffers p[0 .. n) cleared at once (one launch); NULL: zero() each */
+  pcgc_status (*zero_list)(pcgc_backend *b, int n, void *const *p, const size_t *bytes, pcgc_error *err);
   pcgc_status (*upload)(pcgc_backend *b, void *dst, const void *host, size_t bytes, pcgc_error *err);
   /* waits for every earlier operation */
   pcgc_status (*download)(pcgc_backend *b, void *host, const void *src, size_t bytes, pcgc_error *err);

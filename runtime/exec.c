@@ -501,7 +501,23 @@ static pcgc_status exec_one(rt *R, const pcgc_ins *I) {
     }
     return be->move(be, &P->buf[I->dst], data_of(R, I->dst), &P->buf[I->src], data_of(R, I->src), &x, I->add, R->err);
   }
-  case PCGC_INS_ZERO: return be->zero(be, data_of(R, I->dst), (size_t)P->buf[I->dst].bytes, R->err);
+  case PCGC_INS_ZERO: {
+    if (I->dst >= 0) return be->zero(be, data_of(R, I->dst), (size_t)P->buf[I->dst].bytes, R->err);
+    void *p[PCGC_ZERO_MAX];
+    size_t bytes[PCGC_ZERO_MAX];
+    int n = I->n_args < PCGC_ZERO_MAX ? I->n_args : PCGC_ZERO_MAX;
+    for (int i = 0; i < n; i++) {
+      int b = P->args[I->args + i];
+      p[i] = data_of(R, b);
+      bytes[i] = (size_t)P->buf[b].bytes;
+    }
+    if (be->zero_list) return be->zero_list(be, n, p, bytes, R->err);
+    for (int i = 0; i < n; i++) {
+      pcgc_status st = be->zero(be, p[i], bytes[i], R->err);
+      if (st != PCGC_OK) return st;
+    }
+    return PCGC_OK;
+  }
   case PCGC_INS_SEED: {
     float one = (float)I->tag;
     return be->upload(be, data_of(R, I->dst), &one, sizeof one, R->err);

@@ -565,10 +565,11 @@ static double value_bytes(const sim *S, int node, int slot, double bytes) {
 
 /* Task f (backward b, or -1) of micro-batch mu on device X reads piece q of
  * input i (on device Y unless resident), of `bytes` as stored (value_bytes).
- * Returns the time X spends zeroing the gradient buffer b adds into, the
- * first time one is needed in the step (the program zeroes every
- * gradient once before it accumulates: the producer's on its device, and a
- * received value's where it was received); a weight's is its update's. */
+ * Returns the bytes X zeroes of the gradient buffer b adds into, the first
+ * time one is needed in the step (the program zeroes every gradient once
+ * before it accumulates: the producer's on its device, and a received
+ * value's where it was received); a weight's gradient bytes are its
+ * update's (update_dur). */
 static double read_input(sim *S, const pcgc_node *n, int i, int64_t q, int Y, int mu, int X, int32_t f, int32_t b,
                          double bytes) {
   pcgc_ref r = n->in[i];
@@ -590,7 +591,7 @@ static double read_input(sim *S, const pcgc_node *n, int i, int64_t q, int Y, in
   double zero = 0;
   if (gs >= 0 && !S->zeroed[ts]) { /* the producer's gradient, on its device */
     S->zeroed[ts] = 1;
-    if (Y == X) zero = pcgc_cost_fill_time(S->m, bytes);
+    if (Y == X) zero = bytes;
   }
   if (Y == X) {
     edge(S, fr, f);
@@ -608,7 +609,7 @@ static double read_input(sim *S, const pcgc_node *n, int i, int64_t q, int Y, in
   edge(S, e->fwd, f);
   if (gs >= 0) { /* the gradients of X's readers, summed on X, go back once */
     if (e->bwd < 0) { /* summed in a buffer zeroed on X first */
-      zero += pcgc_cost_fill_time(S->m, bytes);
+      zero += bytes;
       xfer x = transfer(S, PCGC_PHASE_BACKWARD, r.node, q, mi, X, Y, bytes); /* (transfer() leaves the table alone) */
       e->bwd = x.in;
       edge(S, x.out, gs);
@@ -829,8 +830,16 @@ static void gen_ordinary(sim *S, const pcgc_node *n) {
         if (S->first_topo[X] < 0) S->first_topo[X] = N->topo;
         if (N->topo > S->last_topo[X]) S->last_topo[X] = N->topo;
       }
-      double zero = 0;
-      for (int i = 0; i < n->n_in; i++) zero += read_input(S, n, i, inp[i], Y[i], mu, X, fr, br, in_bytes[i]);
+      /* the program zeroes what this backward adds into with one launch (codegen's zero_flush):
+       * its inputs' gradients, and in its first micro-batch its weights' */
+      double zb = 0;
+      bool wz = false;
+      for (int i = 0; i < n->n_in; i++) {
+        zb += read_input(S, n, i, inp[i], Y[i], mu, X, fr, br, in_bytes[i]);
+        const snode *W = &S->nd[n->in[i].node];
+        wz = wz || (mu == 0 && W->resident && W->weight && W->grad);
+      }
+      double zero = br < 0 ? 0 : zb > 0 ? pcgc_cost_fill_time(S->m, zb) : wz ? S->m->device.launch_overhead : 0;
       if (br >= 0 && zero > 0 && !S->st) {
         S->T.dur[br] += zero;
         hold(S, X, zero);
@@ -1070,14 +1079,15 @@ typedef struct wsync {
   pcgc_dtype sd;            /* the weight's stored dtype */
 } wsync;
 
-/* An update of box b of a weight stored in sd, zeroing `fill` bytes of its gradient first. */
+/* An update of box b of a weight stored in sd, and the zeroing of `fill` bytes of its gradient
+ * (their bandwidth: the launch is its first backward's, read_input). */
 static double update_dur(sim *S, pcgc_dtype sd, const pcgc_box *b, double fill) {
   pcgc_ptensor u;
   pcgc_ptensor_init(&u, sd, b->rank, b->len);
   pcgc_op_cost uc = pcgc_cost_update(S->o.optimizer, &u);
   double tu = pcgc_cost_roofline(S->m, PCGC_OP_MUL, u.dtype, uc.fwd_flops, uc.fwd_bytes);
   if (S->o.profile) S->uprof[pcgc_profile_update_time(S->o.profile, S->m, S->o.optimizer, &u, &tu)]++;
-  return tu + pcgc_cost_fill_time(S->m, fill);
+  return tu + (fill > 0 ? fill / S->m->device.memory_bandwidth : 0);
 }
 
 static int cmp_i32(const void *a, const void *b) {

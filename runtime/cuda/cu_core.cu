@@ -124,6 +124,48 @@ pcgc_status pcgc_cuda_zero(pcgc_cuda *cu, void *p, size_t bytes, pcgc_error *err
   return e == cudaSuccess ? PCGC_OK : cuda_fail(err, e, "zeroing a buffer");
 }
 
+/* Several buffers cleared by one kernel: their pointers and sizes travel in
+ * the launch's parameters (PCGC_ZERO_MAX of them), block row y clears
+ * buffer y, in 16-byte words where its size and address allow. */
+typedef struct zero_list_args {
+  char *p[PCGC_CUDA_ZERO_MAX];
+  size_t n[PCGC_CUDA_ZERO_MAX];
+} zero_list_args;
+
+__global__ void zero_list_kernel(zero_list_args a) {
+  char *p = a.p[blockIdx.y];
+  size_t n = a.n[blockIdx.y];
+  size_t stride = (size_t)gridDim.x * blockDim.x, i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (((uintptr_t)p & 15) == 0) {
+    size_t words = n / 16;
+    for (size_t k = i; k < words; k += stride) reinterpret_cast<int4 *>(p)[k] = make_int4(0, 0, 0, 0);
+    for (size_t k = words * 16 + i; k < n; k += stride) p[k] = 0;
+  } else {
+    for (size_t k = i; k < n; k += stride) p[k] = 0;
+  }
+}
+
+pcgc_status pcgc_cuda_zero_list(pcgc_cuda *cu, int n, void *const *p, const size_t *bytes, pcgc_error *err) {
+  for (int at = 0; at < n; at += PCGC_CUDA_ZERO_MAX) {
+    zero_list_args a;
+    int k = n - at < PCGC_CUDA_ZERO_MAX ? n - at : PCGC_CUDA_ZERO_MAX;
+    size_t most = 0;
+    for (int i = 0; i < k; i++) {
+      a.p[i] = (char *)p[at + i];
+      a.n[i] = bytes[at + i];
+      if (a.n[i] > most) most = a.n[i];
+    }
+    if (most == 0) continue;
+    size_t blocks = (most / 16 + 255) / 256;
+    if (blocks < 1) blocks = 1;
+    if (blocks > 1024) blocks = 1024;
+    zero_list_kernel<<<dim3((unsigned)blocks, (unsigned)k), 256, 0, cu->stream>>>(a);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) return cuda_fail(err, e, "zeroing buffers");
+  }
+  return PCGC_OK;
+}
+
 pcgc_status pcgc_cuda_upload(pcgc_cuda *cu, void *dev, const void *host, size_t bytes, pcgc_error *err) {
   /* synchronous with respect to the host buffer: the caller may reuse it at once */
   cudaError_t e = cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, cu->stream);

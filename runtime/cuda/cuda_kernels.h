@@ -48,6 +48,9 @@ const char *pcgc_cuda_describe(const pcgc_cuda *cu);
 void *pcgc_cuda_alloc(pcgc_cuda *cu, size_t bytes, pcgc_error *err);  /* 256-byte aligned */
 void pcgc_cuda_free(pcgc_cuda *cu, void *p);
 pcgc_status pcgc_cuda_zero(pcgc_cuda *cu, void *p, size_t bytes, pcgc_error *err);
+/* buffers p[0 .. n) of bytes[i] each cleared, PCGC_CUDA_ZERO_MAX per kernel launch */
+#define PCGC_CUDA_ZERO_MAX 32
+pcgc_status pcgc_cuda_zero_list(pcgc_cuda *cu, int n, void *const *p, const size_t *bytes, pcgc_error *err);
 pcgc_status pcgc_cuda_upload(pcgc_cuda *cu, void *dev, const void *host, size_t bytes, pcgc_error *err);
 /* Waits for the stream, then copies: the host sees every earlier kernel's result. */
 pcgc_status pcgc_cuda_download(pcgc_cuda *cu, void *host, const void *dev, size_t bytes, pcgc_error *err);

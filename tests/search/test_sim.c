@@ -230,12 +230,13 @@ START_TEST(dp_overlap_by_hand) {
   ck_assert_int_eq(pcgc_strategy_build(PCGC_STRATEGY_DATA_PARALLEL, g, &m, 0, &pg, &mp, &err), PCGC_OK);
   pcgc_op_time h = node_time(&m, pg, "h"), y = node_time(&m, pg, "y"), loss = node_time(&m, pg, "loss");
   double n = 4.0 * 1024 * 1024, ar = pcgc_comm_time(&m, PCGC_COLL_ALL_REDUCE, PCGC_ALGO_AUTO, (pcgc_comm_group){1, 4, 1}, n);
-  /* an update zeroes its weight's gradient too; y's and h's gradients are zeroed by the
-   * backward that first adds into them */
-  double u = adam_time(&m, 1024.0 * 1024) + zero_time(&m, n), za = zero_time(&m, 4.0 * 16 * 1024);
+  /* y's and h's gradients are zeroed by the backward that first adds into them, each with one
+   * launch that zeroes its weight's gradient too (w2's with h's); h's backward zeroes w1's
+   * alone (a launch); an update pays for its gradient's zeroing by the byte */
+  double u = adam_time(&m, 1024.0 * 1024) + n / 1e12, za = zero_time(&m, 4.0 * 16 * 1024), launch = 5e-6;
   double t1 = h.fwd + y.fwd + loss.fwd + loss.bwd + za + y.bwd + za; /* w2's gradient is ready */
-  double compute = t1 + h.bwd + 2 * u;
-  ck_assert(ar > h.bwd); /* so the second all-reduce waits for the link, not for h's backward */
+  double compute = t1 + launch + h.bwd + 2 * u;
+  ck_assert(ar > launch + h.bwd); /* so the second all-reduce waits for the link, not for h's backward */
 
   pcgc_sim_options o = opts();
   pcgc_sim_result r = simulate(pg, &mp, &m, &o);
@@ -602,16 +603,22 @@ START_TEST(sequential_is_the_sum_of_its_tasks) {
         }
         carries[i] &= pcgc_dtype_is_float(x->out[0].dtype);
         want += t.fwd + (grad ? t.bwd : 0);
+        /* one launch zeroes what the backward adds into: its inputs' gradients not zeroed yet,
+         * and its weights' (their bytes are the updates') */
+        double zb = 0;
+        bool weights = false;
         for (int j = 0; grad && j < x->n_in; j++) {
           const pcgc_node *in = &g->nodes[x->in[j].node];
+          weights |= in->kind == PCGC_OP_WEIGHT && pcgc_dtype_is_float(in->out[0].dtype);
           if (in->kind == PCGC_OP_WEIGHT || !carries[in->id] || zeroed[in->id]) continue;
           zeroed[in->id] = true;
-          want += zero_time(&m, 4.0 * (double)pcgc_ptensor_numel(&in->out[x->in[j].slot]));
+          zb += 4.0 * (double)pcgc_ptensor_numel(&in->out[x->in[j].slot]);
         }
+        want += zb > 0 ? zero_time(&m, zb) : weights ? m.device.launch_overhead : 0;
       } else if (x->kind == PCGC_OP_WEIGHT) {
         carries[i] = pcgc_dtype_is_float(x->out[0].dtype);
         double n = (double)pcgc_ptensor_numel(&x->out[0]);
-        want += adam_time(&m, n) + zero_time(&m, 4.0 * n);
+        want += adam_time(&m, n) + 4.0 * n / m.device.memory_bandwidth;
       }
     }
     free(carries);
