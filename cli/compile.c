@@ -631,7 +631,7 @@ static int compile_main(int argc, char **argv) {
     pcgc_compile_result_destroy(&r);
     memset(&r, 0, sizeof r);
   }
-  char a[64], b[64], c[128];
+  char a[64], b[64], c[128], c2[64];
   const char *name = g->name ? g->name : model;
   pcgc_cli_format_choice(c, sizeof c, r.choice);
   printf("pcgc compile: %s on %s (%d device%s)\n", name, m.name, D, D == 1 ? "" : "s");
@@ -724,6 +724,15 @@ static int compile_main(int argc, char **argv) {
              j->improvements, j->improvements == 1 ? "" : "s",
              r.joint_from_dp ? " of data parallel on every device, its second start" : "", j->last_rule);
     printf("\n");
+    if (r.joint_reranked > 1 && r.joint_rerank_changed)
+      printf("%-28s the best %d rewrites by estimate lowered and ranked by their programs: the fastest estimate "
+             "(%s) runs in %s, the chosen one in %s\n", "", r.joint_reranked,
+             pcgc_cli_fmt_time(a, sizeof a, r.joint_by_estimate_time),
+             pcgc_cli_fmt_time(b, sizeof b, r.joint_by_estimate_program),
+             pcgc_cli_fmt_time(c2, sizeof c2, r.joint_chosen_program));
+    else if (r.joint_reranked > 1)
+      printf("%-28s the best %d rewrites by estimate lowered and ranked by their programs: the fastest estimate's "
+             "is the fastest (%s)\n", "", r.joint_reranked, pcgc_cli_fmt_time(a, sizeof a, r.joint_chosen_program));
     if (kept_start && rewrites_oom)
       printf("%-28s but as a program the rewritten plan did not fit in memory (the search's estimate missed "
              "some): kept the expert strategy (%s)\n", "", pcgc_cli_fmt_time(b, sizeof b, start_time));

@@ -50,6 +50,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "joint_internal.h"
 #include "search.h"
 #include "substitutions.h"
 
@@ -573,6 +574,60 @@ void pcgc_compile_result_destroy(pcgc_compile_result *r) {
   r->start_graph = NULL;
   pcgc_mapping_destroy(&r->start_mapping);
   pcgc_sim_result_destroy(&r->start_sim);
+}
+
+/* The joint search compares estimates, and a rewrite's program may wait
+ * where its estimate does not (a stream's fixed order, messages queued
+ * behind collectives). Its runner-ups within rerank_margin of its best are
+ * lowered with it, as the expert grid's best few are, and the fastest
+ * program is the rewrite: its graph, mapping, time and trace take the
+ * best's place. */
+static pcgc_status rerank_joint(const pcgc_compile_options *o, pcgc_compile_result *r, pcgc_error *err) {
+  pcgc_joint_result *j = &r->joint;
+  double first = o->program_time(o->program_ctx, j->graph, &j->mapping, r->choice);
+  if (!(first >= 0)) return PCGC_OK; /* the best's program is unknown: nothing to rank against */
+  double bestp = first;
+  int pick = -1, n = 1;
+  for (int k = 0; k < j->n_alt; k++) {
+    if (j->alt[k].time > j->time * (1 + o->rerank_margin)) break; /* fastest first */
+    double p = o->program_time(o->program_ctx, j->alt[k].graph, &j->alt[k].mapping, r->choice);
+    if (!(p >= 0)) continue;
+    n++;
+    if (p < bestp) {
+      bestp = p;
+      pick = k;
+    }
+  }
+  r->joint_reranked = n;
+  r->joint_by_estimate_time = j->time;
+  r->joint_by_estimate_program = first;
+  r->joint_chosen_program = bestp;
+  if (pick < 0) return PCGC_OK;
+  pcgc_joint_alt *a = &j->alt[pick];
+  pcgc_joint_result lines;
+  memset(&lines, 0, sizeof lines);
+  if (pcgc__trace_split(a->trace, &lines) != PCGC_OK) {
+    pcgc__trace_free(&lines);
+    return pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory in the search");
+  }
+  pcgc__trace_free(j);
+  j->trace = lines.trace;
+  j->n_trace = lines.n_trace;
+  pcgc_graph *g = j->graph;
+  j->graph = a->graph;
+  a->graph = g;
+  pcgc_mapping mp = j->mapping;
+  j->mapping = a->mapping;
+  a->mapping = mp;
+  double t = j->time;
+  j->time = a->time;
+  a->time = t;
+  /* the last line names its rule: "RULE [P=V]... at ..." or "... everywhere N" */
+  const char *last = j->n_trace ? j->trace[j->n_trace - 1] : "";
+  int len = (int)strcspn(last, " ");
+  snprintf(j->last_rule, sizeof j->last_rule, "%.*s%s", len, last, strstr(last, " everywhere ") ? " (everywhere)" : "");
+  r->joint_rerank_changed = true;
+  return PCGC_OK;
 }
 
 typedef struct cand_list {
@@ -1210,6 +1265,9 @@ pcgc_status pcgc_compile(const pcgc_graph *seq, const pcgc_machine *m, const pcg
         pcgc_joint_result_destroy(&j2);
       }
     }
+    if (st == PCGC_OK && o->program_time && r->joint.improvements > 0 && r->joint.n_alt > 0)
+      st = rerank_joint(o, r, err);
+    pcgc__joint_alts_free(&r->joint);
     if (st == PCGC_OK && r->joint.improvements > 0) { /* the start, kept for the caller */
       pcgc_sim_options sf = choice_sim_options(o, r->start_choice);
       st = pcgc_strategy_canonical(best, &best_mp, &r->start_graph, &r->start_mapping, err);

@@ -77,6 +77,8 @@ typedef struct search {
   int64_t seq;
   seen *seen;
   cand best;
+  cand alt[PCGC_JOINT_ALTS]; /* the next fastest after the best, fastest first (pcgc_joint_result.alt) */
+  int n_alt;
   pcgc_joint_result *r;
   double t0;
   /* the graph being expanded, and the matches of one instance */
@@ -123,6 +125,7 @@ void pcgc_joint_result_destroy(pcgc_joint_result *r) {
   pcgc_graph_free(r->graph);
   pcgc_mapping_destroy(&r->mapping);
   pcgc__trace_free(r);
+  pcgc__joint_alts_free(r);
   memset(r, 0, sizeof *r);
 }
 
@@ -436,6 +439,43 @@ static void cost_one(void *ctx, int i, int worker) {
   p->st = cost_candidate(S, &p->c, p->group, p->n_groups, S->bound, &p->slower, &p->dp_changed, &p->err);
 }
 
+void pcgc__joint_alts_free(pcgc_joint_result *r) {
+  for (int i = 0; i < r->n_alt; i++) {
+    pcgc_graph_free(r->alt[i].graph);
+    pcgc_mapping_destroy(&r->alt[i].mapping);
+    free(r->alt[i].trace);
+  }
+  memset(r->alt, 0, sizeof r->alt);
+  r->n_alt = 0;
+}
+
+/* A graph the search kept (c: a rewrite, not the start) offered as a
+ * runner-up: in S->alt when it is among the fastest PCGC_JOINT_ALTS
+ * besides the best. own: c is S's to keep or free; else it is copied when
+ * it goes in. Out of memory: no runner-up, nothing else lost. */
+static void offer_alt(search *S, cand *c, bool own) {
+  bool in = c->trace && (S->n_alt < PCGC_JOINT_ALTS || less(c, &S->alt[S->n_alt - 1]));
+  cand k = {0};
+  if (in && own) {
+    k = *c;
+  } else if (in) {
+    k = (cand){pcgc_graph_clone(c->g), {0}, c->cost, c->seq, c->hash, strdup(c->trace)};
+    if (!k.g || !k.trace || pcgc_mapping_init(&k.mp, c->mp.n_nodes, (pcgc_view){0, 1}, NULL) != PCGC_OK) {
+      pcgc_graph_free(k.g);
+      free(k.trace);
+      return;
+    }
+    memcpy(k.mp.view, c->mp.view, (size_t)c->mp.n_nodes * sizeof *k.mp.view);
+  } else {
+    if (own) cand_free(c);
+    return;
+  }
+  if (S->n_alt == PCGC_JOINT_ALTS) cand_free(&S->alt[--S->n_alt]);
+  int i = S->n_alt++;
+  for (; i > 0 && less(&k, &S->alt[i - 1]); i--) S->alt[i] = S->alt[i - 1];
+  S->alt[i] = k;
+}
+
 /* A costed rewrite p taken (in the order rewrites were made): kept when
  * within alpha of the best, the new best when faster. */
 static pcgc_status take(search *S, pend *p, pcgc_error *err) {
@@ -470,10 +510,13 @@ static pcgc_status take(search *S, pend *p, pcgc_error *err) {
       return pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory in the search");
     }
     memcpy(bm.view, c.mp.view, (size_t)c.mp.n_nodes * sizeof *bm.view);
-    cand_free(&S->best);
+    cand old = S->best;
     S->best = (cand){bg, bm, c.cost, c.seq, c.hash, bt};
+    offer_alt(S, &old, true); /* the best until now: the first runner-up */
     r->improvements++;
     snprintf(r->last_rule, sizeof r->last_rule, "%s%s", pcgc_rule_name(ri->rule), wide ? " (everywhere)" : "");
+  } else {
+    offer_alt(S, &c, false);
   }
   if (S->o->max_held > 0 && S->n_heap >= S->o->max_held) {
     /* the heap is full: the new graph replaces the worst held one, or goes */
@@ -791,8 +834,11 @@ done:
     r->mapping = S.best.mp;
     r->time = S.best.cost;
     free(S.best.trace);
+    for (int i = 0; i < S.n_alt; i++)
+      r->alt[r->n_alt++] = (pcgc_joint_alt){S.alt[i].g, S.alt[i].mp, S.alt[i].cost, S.alt[i].trace};
   } else {
     cand_free(&S.best);
+    for (int i = 0; i < S.n_alt; i++) cand_free(&S.alt[i]);
   }
   return st;
 }

@@ -42,6 +42,8 @@ char *pcgc__trace_join(const char *a, const char *b);
  * out of memory stops it, so pcgc__trace_free frees what was made). */
 pcgc_status pcgc__trace_split(const char *joined, pcgc_joint_result *r);
 void pcgc__trace_free(pcgc_joint_result *r);
+/* frees r's runner-ups (pcgc_joint_result.alt) */
+void pcgc__joint_alts_free(pcgc_joint_result *r);
 /* A single-match line with every node name mapped by fn (a rule-wide line
  * unchanged): malloc'd; NULL on out of memory or a malformed line. */
 char *pcgc__trace_rename(const char *line, void (*fn)(void *ctx, const char *name, char *buf, size_t n), void *ctx);

@@ -309,6 +309,16 @@ typedef struct pcgc_joint_options {
 
 void pcgc_joint_options_default(pcgc_joint_options *o);
 
+/* Runner-ups of a joint search: the next fastest graphs it found. */
+#define PCGC_JOINT_ALTS 3
+
+typedef struct pcgc_joint_alt {
+  pcgc_graph *graph;
+  pcgc_mapping mapping;
+  double time;           /* its simulated iteration time, s */
+  char *trace;           /* the rewrites from the start, '\n'-joined (as pcgc_joint_result.trace) */
+} pcgc_joint_alt;
+
 typedef struct pcgc_joint_result {
   pcgc_graph *graph;     /* the best graph found (the start when nothing beat it) */
   pcgc_mapping mapping;
@@ -338,6 +348,13 @@ typedef struct pcgc_joint_result {
   int n_trace;
   char **trace;          /* owned, like every line */
   bool untraced;
+  /* A search of the whole graph (not segmented) keeps the PCGC_JOINT_ALTS
+   * rewrites that simulated fastest after graph (distinct, fastest first,
+   * each within alpha of the best when it was found; not the start), so that
+   * pcgc_compile can compare their programs with graph's, as it does the
+   * expert grid's best few (pcgc_compile_options.program_time) */
+  int n_alt;
+  pcgc_joint_alt alt[PCGC_JOINT_ALTS];
 } pcgc_joint_result;
 
 /* start/start_mp: a typed parallel graph and its views; block: devices per
@@ -478,6 +495,13 @@ typedef struct pcgc_compile_result {
   pcgc_joint_result joint;    /* the joint search's statistics (its graph and
                                  mapping moved into graph/mapping above) */
   bool joint_ran;
+  /* The joint search's best and its runner-ups within rerank_margin (joint.alt), lowered
+   * and ranked by their programs (options.program_time): how many were compared, and where
+   * a runner-up's program beat the best estimate's (joint_rerank_changed; the runner-up
+   * is then the joint search's graph, time and trace), both programs' times */
+  int joint_reranked;
+  bool joint_rerank_changed;
+  double joint_by_estimate_time, joint_by_estimate_program, joint_chosen_program;
   /* Where the joint search improved on the expert strategy (joint.improvements > 0): the
    * expert strategy it started from, canonical, and its simulation, so that a caller who
    * lowers both (pcgc compile does) can keep it when its program turns out faster: the
