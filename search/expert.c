@@ -588,7 +588,7 @@ static pcgc_status rerank_joint(const pcgc_compile_options *o, pcgc_compile_resu
   if (!(first >= 0)) return PCGC_OK; /* the best's program is unknown: nothing to rank against */
   double bestp = first;
   int pick = -1, n = 1;
-  for (int k = 0; k < j->n_alt; k++) {
+  for (int k = 0; k < j->n_alt && n < o->rerank_max; k++) {
     if (j->alt[k].time > j->time * (1 + o->rerank_margin)) break; /* fastest first */
     double p = o->program_time(o->program_ctx, j->alt[k].graph, &j->alt[k].mapping, r->choice);
     if (!(p >= 0)) continue;

@@ -1155,6 +1155,39 @@ static void test_optimizers(void) {
   test_optimizer("adam lr=0.01 weight_decay=0.05", &o);
 }
 
+/* A backward piece's gradients zeroed by one kernel (codegen's list ZERO):
+ * buffers of odd sizes and addresses, more than one launch holds, each
+ * cleared to its last byte and not one byte past it. */
+static void test_zero_list(void) {
+  pcgc_error err;
+  pcgc_error_clear(&err);
+  enum { N = PCGC_CUDA_ZERO_MAX + 5, GUARD = 64 };
+  size_t total = 0, bytes[N], off[N];
+  for (int i = 0; i < N; i++) {
+    bytes[i] = i == 3 ? 0 : (size_t)(i * 977 % 5003) + (size_t)i % 3; /* one empty, odd lengths */
+    off[i] = total + (size_t)(i % 5);                                 /* some not 16-byte aligned */
+    total = off[i] + bytes[i] + GUARD;
+  }
+  unsigned char *d = dalloc(total), *h = halloc(total);
+  memset(h, 0xa5, total);
+  void *p[N];
+  for (int i = 0; i < N; i++) p[i] = d + off[i];
+  pcgc_status st = pcgc_cuda_upload(cu, d, h, total, &err);
+  if (!st) st = pcgc_cuda_zero_list(cu, N, p, bytes, &err);
+  if (!st) st = pcgc_cuda_download(cu, h, d, total, &err);
+  if (st) die("pcgc_cuda_zero_list", &err);
+  int64_t bad = 0;
+  for (size_t k = 0, i = 0; k < total; k++) {
+    while (i + 1 < N && k >= off[i + 1]) i++;
+    bool in = k >= off[i] && k < off[i] + bytes[i];
+    bad += h[k] != (in ? 0 : 0xa5);
+  }
+  char what[96];
+  snprintf(what, sizeof what, "%d buffers, %zu bytes with guards", (int)N, total);
+  report("zero_list", what, (double)bad, NAN, 0, NULL); /* fwd: bytes wrong */
+  free_case();
+}
+
 /* ----------------------------------------------------------------- main */
 
 /* Box moves between f32 and bf16 (bf16 storage, exec.c's widening): the
@@ -1223,6 +1256,7 @@ int main(void) {
   test_batchnorm_split(false);
   test_optimizers();
   test_convert();
+  test_zero_list();
   /* the GEMM-class cases again in each reduced precision, then back to f32 */
   for (size_t p = 1; p < sizeof precisions / sizeof precisions[0]; p++) {
     prec = &precisions[p];
