@@ -11,6 +11,9 @@
 #   - a plan the joint search rewrote (DLRM on dgx-h100): its trace replayed;
 #   - the region move's towers on disjoint GPU groups (tests/data/towers.pcg):
 #     its "@branches" lines replayed, a line that no longer fits refused;
+#   - a model that amplifies rounding at the check's sizes (Inception-v3 at
+#     batch 2) is checked over one step, where its plan matches and a run
+#     that skips its all-reduces does not;
 #   - compile --verify writes the plan only when it verifies.
 # ctest runs: bash test_verify.sh PCGC SOURCE_DIR. Exit 0 = pass, 77 = skipped.
 set -uo pipefail
@@ -118,6 +121,19 @@ PCGC_TEST_FAULT=skip-allreduce "$pcgc" verify "$tmp/transformer-block.json" >"$t
 has "$tmp/out" "first difference in the model's order:"
 has "$tmp/out" "NOT verified"
 grep -E "first difference" "$tmp/out" | sed "s/^/  skipped all-reduces: /"
+
+# a model that amplifies rounding at the check's sizes (Inception-v3 at batch 2: 94 batch norms, a
+# last bit of every weight moves the reference by whole percents in one step): verify says so and
+# checks one step from the same weights, where the plan matches; a runtime that trains wrongly is
+# still caught in that step
+expect 0 "$pcgc" compile "$src/models/inception-v3.pcg" --machine dgx-h100 --batch 16 --choice dp=2 --budget 0 -o "$tmp/inc.json"
+expect 0 "$pcgc" verify "$tmp/inc.json" --set R=75
+has "$tmp/out" "at these sizes the model amplifies rounding: the reference trained from weights one ulp off differs by"
+has "$tmp/out" "checking 1 step, from the same weights"
+has "$tmp/out" "verified: 1 step of"
+PCGC_TEST_FAULT=skip-allreduce "$pcgc" verify "$tmp/inc.json" --set R=75 >"$tmp/out" 2>"$tmp/err"
+[ $? -ne 0 ] && ok || bad "verify passed an Inception run whose all-reduces were skipped"
+has "$tmp/out" "NOT verified"
 
 # compile --verify: written only when verified
 expect 0 "$pcgc" compile "$src/models/cnn.pcg" --machine cpu-2 --budget 0 --verify -o "$tmp/cv.json"
