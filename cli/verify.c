@@ -39,6 +39,7 @@
 #include "cli.h"
 #include "codegen.h"
 #include "reference.h"
+#include "runtime.h"
 #include "search.h"
 #include "substitutions.h"
 
@@ -336,7 +337,6 @@ static void shrink(verify_ctx *v) {
   }
 }
 
-/* Runs `pcgc run plan ...` as a child and waits: its exit code. */
 /* How far the model itself carries rounding at the check's sizes: the
  * reference trained as `pcgc run --check` trains it (seed 1, dropout on,
  * SGD), beside a copy whose initial weights are one ulp off (up or down by
@@ -384,11 +384,11 @@ static int steady_steps(const pcgc_graph *g, int steps, double tol, double *spre
   }
   int good = steps;
   for (int s = 0; s < steps && st == PCGC_OK && good == steps; s++) {
-    double la = 0, lb = 0, worst = fabs(la - lb), gmax = 0;
+    double la = 0, lb = 0, gmax = 0;
     st = pcgc_ref_train_step(a, &la, &err);
     if (st == PCGC_OK) st = pcgc_ref_train_step(b, &lb, &err);
     if (st != PCGC_OK) break;
-    worst = fabs(la - lb) / fmax(fabs(la), 1e-6);
+    double worst = fabs(la - lb) / fmax(fabs(la), 1e-6);
     for (int pass = 0; pass < 2 && st == PCGC_OK; pass++) /* gradients: the model's largest first */
       for (int i = 0; i < g->n_nodes && st == PCGC_OK; i++) {
         const pcgc_node *n = &g->nodes[i];
@@ -400,21 +400,10 @@ static int steady_steps(const pcgc_graph *g, int steps, double tol, double *spre
           continue;
         }
         if (st == PCGC_OK) st = pcgc_ref_get_grad(b, n->name, PCGC_F32, y, N, &err);
-        double scale = 1e-3 * gmax, d = 0;
-        for (int64_t e = 0; e < N && st == PCGC_OK; e++) {
-          scale = fmax(scale, fabs(x[e]));
-          d = fmax(d, fabs((double)x[e] - y[e]));
-        }
-        if (scale > 0) worst = fmax(worst, d / scale / 10);
+        if (st == PCGC_OK) worst = fmax(worst, pcgc_check_grad_diff(x, y, N, gmax));
         if (st == PCGC_OK) st = pcgc_ref_get(a, n->name, PCGC_F32, x, N, &err);
         if (st == PCGC_OK) st = pcgc_ref_get(b, n->name, PCGC_F32, y, N, &err);
-        scale = 1e-6;
-        d = 0;
-        for (int64_t e = 0; e < N && st == PCGC_OK; e++) {
-          scale = fmax(scale, fabs(x[e]));
-          d = fmax(d, fabs((double)x[e] - y[e]));
-        }
-        worst = fmax(worst, d / scale);
+        if (st == PCGC_OK) worst = fmax(worst, pcgc_check_weight_diff(x, y, N, 0));
       }
     if (st == PCGC_OK && worst > 10 * tol) {
       good = s;
@@ -429,6 +418,7 @@ static int steady_steps(const pcgc_graph *g, int steps, double tol, double *spre
   return st == PCGC_OK ? good : -1;
 }
 
+/* Runs `pcgc run plan ...` as a child and waits: its exit code. */
 static int run_child(const char *plan, int steps, double tol) {
   char self[4096], st[32], tl[32];
   ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
@@ -591,7 +581,7 @@ int pcgc__cli_verify_plan(const char *path, const char *shown, const char *machi
   }
   /* 3. as many steps as the model keeps rounding within the tolerance at these sizes */
   double spread = 0;
-  int past = 0, steady = steady_steps(small, steps, tol, &spread, &past);
+  int past = 0, steady = steps > 1 ? steady_steps(small, steps, tol, &spread, &past) : -1; /* one: nothing to spare */
   bool fewer = steady >= 0 && steady < steps;
   if (fewer) {
     int k = steady > 0 ? steady : 1;

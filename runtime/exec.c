@@ -505,7 +505,10 @@ static pcgc_status exec_one(rt *R, const pcgc_ins *I) {
     if (I->dst >= 0) return be->zero(be, data_of(R, I->dst), (size_t)P->buf[I->dst].bytes, R->err);
     void *p[PCGC_ZERO_MAX];
     size_t bytes[PCGC_ZERO_MAX];
-    int n = I->n_args < PCGC_ZERO_MAX ? I->n_args : PCGC_ZERO_MAX;
+    int n = I->n_args;
+    if (n < 1 || n > PCGC_ZERO_MAX)
+      return pcgc_error_set(R->err, PCGC_ERR_INVALID, "a ZERO instruction lists %d buffers (1 to %d)", n,
+                            PCGC_ZERO_MAX);
     for (int i = 0; i < n; i++) {
       int b = P->args[I->args + i];
       p[i] = data_of(R, b);
@@ -1003,6 +1006,20 @@ static void report_check(rt *R, const pcgc_run_result *res, const double *wd, co
   fflush(stdout);
 }
 
+double pcgc_check_weight_diff(const float *want, const float *got, int64_t n, double slack) {
+  double scale = 1e-6, worst = 0;
+  for (int64_t e = 0; e < n; e++) scale = fmax(scale, fabs(want[e]));
+  for (int64_t e = 0; e < n; e++) worst = fmax(worst, fmax(0, fabs((double)want[e] - got[e]) - slack) / scale);
+  return worst;
+}
+
+double pcgc_check_grad_diff(const float *want, const float *got, int64_t n, double gmax) {
+  double scale = 1e-3 * gmax, worst = 0;
+  for (int64_t e = 0; e < n; e++) scale = fmax(scale, fabs(want[e]));
+  for (int64_t e = 0; e < n; e++) worst = fmax(worst, fabs((double)want[e] - got[e]));
+  return (scale > 0 ? worst / scale : worst) / 10;
+}
+
 /* Rank 0: the reference interpreter on the same graph and options; compares
  * losses and final weights (and, given grads, the last step's gradients). */
 static pcgc_status check_against_reference(rt *R, pcgc_run_result *res, float **weights, float **grads) {
@@ -1040,10 +1057,8 @@ static pcgc_status check_against_reference(rt *R, pcgc_run_result *res, float **
     /* Adam divides by the gradient's own size, so rounding noise in a gradient
      * that is zero in exact arithmetic (a key bias under softmax, a dead unit)
      * becomes a whole step of lr: such elements may differ by one step each */
-    double scale = 1e-6, worst = 0, slack = R->o->opt.kind == PCGC_ADAM ? 2 * R->o->opt.lr * R->o->steps : 0;
-    for (int64_t e = 0; e < N; e++) scale = fmax(scale, fabs(want[e]));
-    for (int64_t e = 0; e < N && st == PCGC_OK; e++)
-      worst = fmax(worst, fmax(0, fabs((double)want[e] - weights[i][e]) - slack) / scale);
+    double slack = R->o->opt.kind == PCGC_ADAM ? 2 * R->o->opt.lr * R->o->steps : 0;
+    double worst = st == PCGC_OK ? pcgc_check_weight_diff(want, weights[i], N, slack) : 0;
     if (worst > res->max_weight_diff) {
       res->max_weight_diff = worst;
       snprintf(res->worst_tensor, sizeof res->worst_tensor, "%s", n->name);
@@ -1073,13 +1088,10 @@ static pcgc_status check_against_reference(rt *R, pcgc_run_result *res, float **
   for (int i = 0; want && i < R->g->n_nodes && st == PCGC_OK; i++) {
     if (!want[i]) continue;
     int64_t N = pcgc_ptensor_numel(&R->g->nodes[i].out[0]);
-    double scale = 1e-3 * gmax, worst = 0;
-    for (int64_t e = 0; e < N; e++) scale = fmax(scale, fabs(want[i][e]));
-    for (int64_t e = 0; e < N; e++) worst = fmax(worst, fabs((double)want[i][e] - grads[i][e]));
     /* against 10x the tolerance: a gradient is a sum over devices and
      * micro-batches, where f32 reassociation shows more than in the weight
      * it moves by lr (reported in the same units as the weights) */
-    gd[i] = (scale > 0 ? worst / scale : worst) / 10;
+    gd[i] = pcgc_check_grad_diff(want[i], grads[i], N, gmax);
     if (gd[i] > R->o->tolerance && (first_bad < 0 || i < first_bad)) first_bad = i;
     if (gd[i] > res->max_weight_diff) {
       res->max_weight_diff = gd[i];

@@ -89,6 +89,15 @@ typedef struct pcgc_run_result {
  * the inputs). Errors name the file and the fix. */
 pcgc_status pcgc_run_check_data(const pcgc_graph *g, const char *dir, int64_t *batches, pcgc_error *err);
 
+/* The measures of `--check` (and of pcgc verify's rounding control): a
+ * weight's largest difference from the reference's, less `slack` per
+ * element, over the reference tensor's largest element (at least 1e-6); a
+ * gradient's over its largest element or 1e-3 of the model's largest
+ * gradient `gmax`, whichever is more, and a tenth of that (a sum over
+ * devices shows reassociation more than the weight it moves by lr). */
+double pcgc_check_weight_diff(const float *want, const float *got, int64_t n, double slack);
+double pcgc_check_grad_diff(const float *want, const float *got, int64_t n, double gmax);
+
 /* Runs o->steps training steps of program p (lowered from g) on this rank's
  * device. Every rank calls it; MPI must be initialised and the world's size
  * must equal p->n_devices; a one-device plan also runs without MPI (no

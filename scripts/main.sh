@@ -3,8 +3,11 @@
 # compile it for a DGX H100 (the fastest data x tensor x pipeline strategy the
 # simulator predicts, verified by execution at small sizes as 8 MPI processes,
 # written to build/bert-large.plan.json) and simulate that strategy, compile
-# DLRM (its tables on GPU groups of their own), compile Inception-v3 for 32
-# H100s (its modules' towers on GPU groups of their own), compile GPT-3 2.7B for 16 GB P100s (it
+# DLRM for 32 H100s (its tables on GPU groups of their own; the joint search's
+# best few rewrites ranked by their programs), compile Inception-v3 for 32
+# H100s (its modules' towers on GPU groups of their own) and verify it as 32
+# MPI processes (over one step: the model amplifies rounding at small sizes),
+# compile GPT-3 2.7B for 16 GB P100s (it
 # fits pipelined in 1F1B order with its optimizer state sharded over 2 data-parallel
 # copies, ZeRO-1; verified as 16 processes), compile LLaMA-3 8B (grouped-query attention) for 64
 # H100s from the expert grid alone, train the shipped CNN for a few steps on
@@ -30,8 +33,9 @@ cmake --build build -j"$(nproc)"
 build/pcgc check models/bert-large.pcg
 build/pcgc compile models/bert-large.pcg --machine dgx-h100 --batch 64 --verify -o build/bert-large.plan.json
 build/pcgc simulate build/bert-large.plan.json --machine dgx-h100
-build/pcgc compile models/dlrm.pcg --machine dgx-h100 -o build/dlrm.plan.json
+build/pcgc compile models/dlrm.pcg --machine h100-4x8 --batch 2048 -o build/dlrm.plan.json
 build/pcgc compile models/inception-v3.pcg --machine h100-4x8 --batch 256 -o build/inception-v3.plan.json
+build/pcgc verify build/inception-v3.plan.json --set R=75
 build/pcgc compile models/gpt-3b.pcg --machine p100-4x4 --batch 16 -o build/gpt-3b.plan.json
 build/pcgc verify build/gpt-3b.plan.json
 build/pcgc compile models/llama3-8b.pcg --machine h100-8x8 --precision bf16 --budget 0

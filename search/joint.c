@@ -97,6 +97,7 @@ void pcgc_joint_options_default(pcgc_joint_options *o) {
   o->alpha = 1.05;
   o->time_limit = 30;
   o->branches = true;
+  o->alts = PCGC_JOINT_ALTS;
   o->max_matches = 64;
   o->max_held = 32;
   o->segment_nodes = 40;
@@ -454,7 +455,8 @@ void pcgc__joint_alts_free(pcgc_joint_result *r) {
  * besides the best. own: c is S's to keep or free; else it is copied when
  * it goes in. Out of memory: no runner-up, nothing else lost. */
 static void offer_alt(search *S, cand *c, bool own) {
-  bool in = c->trace && (S->n_alt < PCGC_JOINT_ALTS || less(c, &S->alt[S->n_alt - 1]));
+  int most = S->o->alts < PCGC_JOINT_ALTS ? S->o->alts : PCGC_JOINT_ALTS;
+  bool in = c->trace && most > 0 && (S->n_alt < most || less(c, &S->alt[S->n_alt - 1]));
   cand k = {0};
   if (in && own) {
     k = *c;
@@ -470,7 +472,7 @@ static void offer_alt(search *S, cand *c, bool own) {
     if (own) cand_free(c);
     return;
   }
-  if (S->n_alt == PCGC_JOINT_ALTS) cand_free(&S->alt[--S->n_alt]);
+  if (S->n_alt == most) cand_free(&S->alt[--S->n_alt]);
   int i = S->n_alt++;
   for (; i > 0 && less(&k, &S->alt[i - 1]); i--) S->alt[i] = S->alt[i - 1];
   S->alt[i] = k;

@@ -298,6 +298,8 @@ typedef struct pcgc_joint_options {
                             (pcgc_views_dp) and keep its views when they simulate
                             faster than the greedy placement's (default true) */
   struct pcgc_views_memo *memo;  /* the DP's shared terms (NULL: one for the search) */
+  int alts;             /* runner-ups kept (pcgc_joint_result.alt; default
+                            PCGC_JOINT_ALTS, at most that; segments keep none) */
   bool branches;         /* then narrow the branches of fork-join regions (an
                             inception module's towers) onto disjoint device
                             groups where that simulates faster (default true;

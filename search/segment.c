@@ -495,6 +495,7 @@ pcgc_status pcgc__joint_segmented(const pcgc_graph *start, const pcgc_mapping *s
   for (int k = 0; k < P.n_seg && st == PCGC_OK; k++) {
     if (!segs[k].ok || segs[k].group != k) continue;
     pcgc_joint_options so = *o;
+    so.alts = 0; /* a segment's runner-ups would not be spliced: none cloned */
     if (o->time_limit > 0) {
       double remain = o->time_limit - (pcgc_now() - t0) - reserve;
       if (remain <= 0) {
