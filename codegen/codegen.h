@@ -158,10 +158,18 @@ typedef enum pcgc_ins_kind {
   PCGC_INS_BCAST,       /* group `peer`, root device `root`: root's src box to every dst (+)= */
   PCGC_INS_REDUCE,      /* group `peer`: the sum of every member's src box into root's dst (+)= */
   PCGC_INS_ALLREDUCE,   /* group `peer`: dst box summed over the group, in place (blocking) */
-  PCGC_INS_ALLREDUCE_START, /* the same, non-blocking: request slot `tag` */
-  PCGC_INS_WAIT,        /* completes request slot `tag`: dst over `box`, as its START named them */
+  PCGC_INS_ALLREDUCE_START, /* the same, non-blocking: request slot `tag`. dst -1: a gradient
+                           bucket, the whole buffers args[args .. args + n_args) (pcgc_grad_buckets,
+                           at most PCGC_BUCKET_MAX), summed by one all-reduce over the span they
+                           lie in (pcgc_allreduce_span) */
+  PCGC_INS_WAIT,        /* completes request slot `tag`: dst over `box` (or a bucket's buffers in
+                           args), as its START named them */
   PCGC_INS_UPDATE,      /* optimizer step: dst weight box, src gradient, args m, v; with a box
-                           (ZeRO-1): that slab of dst and src alone, m and v hold just it */
+                           (ZeRO-1): that slab of dst and src alone, m and v hold just it. dst -1:
+                           a gradient bucket's weights, args their weights, gradients, m and v
+                           (k each, -1 where the optimizer keeps no such state), each list lying
+                           back to back in the arena in the same order: one step over the spans
+                           (pcgc_update_spans) */
   PCGC_INS_LOSS,        /* adds src's element (replica 0) to the step's loss */
   PCGC_INS_SEED,        /* dst = d loss / d loss piece: 1 for replica 0, else 0 */
   PCGC_INS_ALLGATHER,   /* group `peer` of n: dst (whole) is n slabs, the j-th member's slab j
@@ -289,6 +297,16 @@ void pcgc_program_free(pcgc_program *p);
  * common case). Otherwise the region is packed into a staging buffer of its
  * own, held from the start to the wait (request_bytes counts them). */
 bool pcgc_allreduce_in_place(const pcgc_device_program *P, const pcgc_ins *ins);
+/* A gradient bucket's ALLREDUCE_START or WAIT (dst -1: its buffers in args,
+ * laid back to back in the arena by the memory plan): the span's offset and
+ * bytes, which one all-reduce of f32 sums in place (64-byte gaps between the
+ * buffers included). False when I is no bucket, or its buffers are not
+ * persistent f32 ones lying so (the runtime refuses the program). */
+bool pcgc_allreduce_span(const pcgc_device_program *P, const pcgc_ins *ins, int64_t *span_at, int64_t *span_bytes);
+/* A bucket's UPDATE (dst -1): the offsets of the spans of its weights,
+ * gradients, m and v (-1: no such state) and their common bytes. False when
+ * I is no such UPDATE or the lists do not lie back to back alike. */
+bool pcgc_update_spans(const pcgc_device_program *P, const pcgc_ins *ins, int64_t span_at[4], int64_t *span_bytes);
 
 /* Readable listing: per device its totals, and with `streams` its buffers
  * (role, tensor, piece, bytes, lifetime) and its instruction stream.

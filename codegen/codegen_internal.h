@@ -124,7 +124,28 @@ typedef struct cg {
    * zeroed by one ZERO instruction before it (lower.c, touch; -1: none) */
   int zdev, n_zpend;
   int zpend[PCGC_ZERO_MAX];
+  /* gradient buckets (pcgc_grad_buckets): every weight cell all-reduced, in
+   * the order weight_cells meets them; a bucket of several cells is lowered
+   * as one all-reduce when its last cell is (lower.c, sync_cell) */
+  struct cg_cell *cells;
+  int64_t n_cells, cap_cells;
+  int *cell_first;      /* [n_nodes]: a weight's first cell (-1: none) */
+  int *cell_next;       /* [n_nodes]: the next of its cells sync_cell meets */
+  int *bucket;          /* [n_cells] */
+  int *bstart, *bmem;   /* bucket b's cells: bmem[bstart[b] .. bstart[b + 1]) */
+  int *bucket_left;     /* [n_buckets]: cells not yet lowered */
+  int n_buckets;
 } cg;
+
+/* A weight cell that its holders all-reduce: its members, whether it may
+ * share a bucket. */
+typedef struct cg_cell {
+  int src, ng;
+  int *grp;
+  pcgc_box box;
+  double bytes;
+  bool bucketable;
+} cg_cell;
 
 typedef struct cg_keys {
   struct bkey *k;

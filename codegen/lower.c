@@ -1329,10 +1329,57 @@ typedef struct sync_ctx {
   int src;
 } sync_ctx;
 
+/* A gradient bucket of several cells, once its last is lowered: one
+ * non-blocking all-reduce per member over the cells' gradient buffers (in
+ * the bucket's order: the memory plan lays them so), one WAIT before the
+ * updates. */
+static void sync_bucket(cg *C, int b) {
+  const int *mem = C->bmem + C->bstart[b];
+  int k = C->bstart[b + 1] - C->bstart[b];
+  const cg_cell *c0 = &C->cells[mem[0]];
+  int gid = group_id(C, c0->grp, c0->ng);
+  int *args = malloc((size_t)k * sizeof *args);
+  if (!args) {
+    C->st = PCGC_ERR_NOMEM;
+    return;
+  }
+  int tk = task_begin(C, 14);
+  if (tk >= 0) C->t[tk].priority_now = C->t[tk].allreduce = true;
+  for (int i = 0; i < c0->ng && !C->st; i++) {
+    int X = c0->grp[i];
+    for (int j = 0; j < k; j++) args[j] = source_buf(C, C->cells[mem[j]].src, X, PCGC_BUF_SOURCE_GRAD);
+    pcgc_ins I = ins_new(C, PCGC_INS_ALLREDUCE_START);
+    I.peer = gid;
+    I.tag = C->dv[X].n_requests++;
+    emit(C, tk, X, I, args, k, NULL, NULL, 0);
+  }
+  C->ctx_phase_save = C->phase;
+  C->phase = CG_UPD;
+  int tw = task_begin(C, 0);
+  for (int i = 0; i < c0->ng && !C->st; i++) {
+    int X = c0->grp[i];
+    for (int j = 0; j < k; j++) args[j] = source_buf(C, C->cells[mem[j]].src, X, PCGC_BUF_SOURCE_GRAD);
+    pcgc_ins W = ins_new(C, PCGC_INS_WAIT);
+    W.tag = C->dv[X].n_requests - 1;
+    emit(C, tw, X, W, args, k, NULL, NULL, 0);
+  }
+  edge(C, tk, tw);
+  C->phase = C->ctx_phase_save;
+  free(args);
+}
+
 static bool sync_cell(void *ctx, const pcgc_box *cell, const int *grp, int ng) {
   sync_ctx *X = ctx;
   cg *C = X->C;
   int src = X->src;
+  int ci = C->cell_first && C->cell_first[src] >= 0 ? C->cell_next[src]++ : -1; /* as find_cells met it */
+  if (ci >= 0 && ci < C->n_cells && C->cells[ci].src == src) {
+    int b = C->bucket[ci];
+    if (C->bstart[b + 1] - C->bstart[b] > 1) { /* a bucket's: lowered with its last cell */
+      if (--C->bucket_left[b] == 0) sync_bucket(C, b);
+      return !C->st;
+    }
+  }
   int gid = group_id(C, grp, ng);
   int tk = task_begin(C, 14);
   C->t[tk].priority_now = C->t[tk].allreduce = true;
@@ -1400,8 +1447,86 @@ static void weight_cells(cg *C, int src, bool grads, bool (*cell)(void *, const 
 }
 
 /* The devices that keep a box of weight `src` all-reduce each cell they
- * share, non-blocking. */
+ * share, non-blocking (a bucket's cells together). */
 static void lower_weight_sync(cg *C, int src) { weight_cells(C, src, true, sync_cell); }
+
+/* find_cells: each cell as weight_cells meets it, whether it may share a
+ * bucket (every member holds it whole, ZeRO does not split it). */
+static bool note_cell(void *ctx, const pcgc_box *cell, const int *grp, int ng) {
+  sync_ctx *X = ctx;
+  cg *C = X->C;
+  GROW(C, C->cells, C->cap_cells, C->n_cells + 1);
+  int *g = C->st ? NULL : malloc((size_t)ng * sizeof *g);
+  if (!g) {
+    C->st = PCGC_ERR_NOMEM;
+    return false;
+  }
+  memcpy(g, grp, (size_t)ng * sizeof *g);
+  bool whole = !zero_splits(C, X->src, cell, grp, ng);
+  for (int i = 0; i < ng && whole; i++) {
+    const pcgc_box *b = held_box(C, X->src, grp[i]);
+    whole = b && pcgc_box_equal(b, cell);
+  }
+  C->cells[C->n_cells++] = (cg_cell){X->src, ng, g, *cell, (double)pcgc_box_elems(cell) * 4, whole};
+  return true;
+}
+
+/* Every weight cell its holders all-reduce, and its gradient bucket
+ * (pcgc_grad_buckets: the simulator's own), before backward is lowered. */
+static void find_cells(cg *C) {
+  int n = C->g->n_nodes;
+  C->cell_first = malloc((size_t)(n ? n : 1) * sizeof *C->cell_first);
+  C->cell_next = malloc((size_t)(n ? n : 1) * sizeof *C->cell_next);
+  int *key = malloc((size_t)(n ? n : 1) * sizeof *key);
+  if (!C->cell_first || !C->cell_next || !key) {
+    free(key);
+    C->st = PCGC_ERR_NOMEM;
+    return;
+  }
+  for (int i = 0; i < n; i++) C->cell_first[i] = C->cell_next[i] = -1;
+  for (int k = 0; k < n && !C->st; k++) {
+    const pcgc_node *w = &C->g->nodes[C->order[k]];
+    if (w->kind != PCGC_OP_WEIGHT || !C->needg[w->id]) continue;
+    C->cell_first[w->id] = C->cell_next[w->id] = (int)C->n_cells;
+    weight_cells(C, w->id, false, note_cell);
+  }
+  pcgc_weight_grad_order(C->g, C->order, key);
+  pcgc_grad_cell *gc = malloc((size_t)(C->n_cells ? C->n_cells : 1) * sizeof *gc);
+  C->bucket = malloc((size_t)(C->n_cells ? C->n_cells : 1) * sizeof *C->bucket);
+  if (!gc || !C->bucket || C->st) {
+    free(key);
+    free(gc);
+    if (!C->st) C->st = PCGC_ERR_NOMEM;
+    return;
+  }
+  for (int64_t i = 0; i < C->n_cells; i++) {
+    const cg_cell *c = &C->cells[i];
+    gc[i] = (pcgc_grad_cell){c->src, key[c->src], c->ng, c->grp, c->bytes, c->bucketable};
+  }
+  int nb = pcgc_grad_buckets((int)C->n_cells, gc, C->bucket);
+  free(key);
+  free(gc);
+  C->bstart = calloc((size_t)(nb > 0 ? nb : 0) + 2, sizeof *C->bstart);
+  C->bmem = malloc((size_t)(C->n_cells ? C->n_cells : 1) * sizeof *C->bmem);
+  C->bucket_left = malloc((size_t)(nb > 0 ? nb : 1) * sizeof *C->bucket_left);
+  if (nb < 0 || !C->bstart || !C->bmem || !C->bucket_left) {
+    C->st = PCGC_ERR_NOMEM;
+    return;
+  }
+  C->n_buckets = nb;
+  /* each bucket's cells in their order (a counting sort) */
+  for (int64_t i = 0; i < C->n_cells; i++) C->bstart[C->bucket[i] + 1]++;
+  for (int b = 0; b < nb; b++) C->bstart[b + 1] += C->bstart[b];
+  for (int b = 0; b < nb; b++) C->bucket_left[b] = C->bstart[b + 1] - C->bstart[b];
+  int *fill = malloc((size_t)(nb > 0 ? nb : 1) * sizeof *fill);
+  if (!fill) {
+    C->st = PCGC_ERR_NOMEM;
+    return;
+  }
+  memcpy(fill, C->bstart, (size_t)nb * sizeof *fill);
+  for (int64_t i = 0; i < C->n_cells; i++) C->bmem[fill[C->bucket[i]]++] = (int)i;
+  free(fill);
+}
 
 /* ZeRO-3: the cells each weight's holders split, decided before forward
  * reads them (sync_cell finds them made). */
@@ -1417,6 +1542,47 @@ static void zero3_shards(cg *C) {
     if (C->g->nodes[i].kind == PCGC_OP_WEIGHT && C->needg[i]) weight_cells(C, i, false, shard_cell);
 }
 
+/* The bucket of several cells that device X's cell of weight src is in (-1: none). */
+static int bucket_of(const cg *C, int src, int X) {
+  if (!C->cell_first || C->cell_first[src] < 0) return -1;
+  for (int64_t i = C->cell_first[src]; i < C->n_cells && C->cells[i].src == src; i++) {
+    int b = C->bucket[i];
+    if (C->bstart[b + 1] - C->bstart[b] < 2) continue;
+    for (int j = 0; j < C->cells[i].ng; j++)
+      if (C->cells[i].grp[j] == X) return b;
+  }
+  return -1;
+}
+
+/* A bucket's weights updated by one step on each member: args their
+ * weights, gradients, m and v, in the bucket's order (the memory plan lays
+ * each list back to back alike). */
+static void update_bucket(cg *C, int b) {
+  const int *mem = C->bmem + C->bstart[b];
+  int k = C->bstart[b + 1] - C->bstart[b];
+  const cg_cell *c0 = &C->cells[mem[0]];
+  int *a = malloc(4 * (size_t)k * sizeof *a);
+  if (!a) {
+    C->st = PCGC_ERR_NOMEM;
+    return;
+  }
+  for (int i = 0; i < c0->ng && !C->st; i++) {
+    int X = c0->grp[i];
+    for (int j = 0; j < k; j++) {
+      int src = C->cells[mem[j]].src;
+      a[j] = source_buf(C, src, X, PCGC_BUF_SOURCE);
+      a[k + j] = source_buf(C, src, X, PCGC_BUF_SOURCE_GRAD);
+      a[2 * k + j] = C->o.optimizer == PCGC_OPTIM_SGD ? -1 : source_buf(C, src, X, PCGC_BUF_OPT_M);
+      a[3 * k + j] = C->o.optimizer != PCGC_OPTIM_ADAM ? -1 : source_buf(C, src, X, PCGC_BUF_OPT_V);
+    }
+    int t = task_begin(C, 4);
+    if (t >= 0) C->t[t].compute = true;
+    pcgc_ins I = ins_new(C, PCGC_INS_UPDATE);
+    emit(C, t, X, I, a, 4 * k, NULL, NULL, 0);
+  }
+  free(a);
+}
+
 static void lower_updates(cg *C) {
   C->phase = CG_UPD;
   for (int k = 0; k < C->g->n_nodes && !C->st; k++) {
@@ -1424,6 +1590,22 @@ static void lower_updates(cg *C) {
     if (n->kind != PCGC_OP_WEIGHT || !C->needg[n->id]) continue;
     for (int X = 0; X < C->D && !C->st; X++) {
       if (!held_box(C, n->id, X)) continue;
+      int b = bucket_of(C, n->id, X);
+      if (b >= 0) { /* with its bucket's, at the first of them */
+        if (C->bucket_left[b] > 0) {
+          C->st = pcgc_error_set(C->err, PCGC_ERR_GRAPH, "codegen: the gradient bucket of weight '%s' was never "
+                                 "all-reduced (internal error)", n->name);
+          return;
+        }
+        if (C->bucket_left[b] == 0) {
+          C->ctx_node = n->id;
+          C->ctx_piece = -1;
+          C->ctx_micro = 0;
+          C->bucket_left[b] = -1;
+          update_bucket(C, b);
+        }
+        continue;
+      }
       C->ctx_node = n->id;
       C->ctx_piece = -1;
       C->ctx_micro = 0;
@@ -1666,6 +1848,14 @@ static void free_cg(cg *C) {
   free(C->t);
   free(C->e);
   free(C->em);
+  for (int64_t i = 0; i < C->n_cells; i++) free(C->cells[i].grp);
+  free(C->cells);
+  free(C->cell_first);
+  free(C->cell_next);
+  free(C->bucket);
+  free(C->bstart);
+  free(C->bmem);
+  free(C->bucket_left);
   free(C->order);
   free(C->topo);
   free(C->resident);
@@ -1715,6 +1905,7 @@ pcgc_status pcgc_codegen(const pcgc_graph *g, const pcgc_mapping *mp, int n_devi
   if (!st) {
     find_boxes(&C);
     if (zero3(&C) && !C.st) zero3_shards(&C);
+    if (!C.st) find_cells(&C);
     st = C.st;
   }
   /* forward */

@@ -166,6 +166,8 @@ static int64_t box_numel(const pcgc_box *b) {
 
 /* Bytes of the region an instruction names: its box, else buffer `b` whole. */
 static double region_bytes(const pcgc_device_program *P, const pcgc_ins *I, int b) {
+  int64_t at, span;
+  if (b < 0 && pcgc_allreduce_span(P, I, &at, &span)) return (double)span; /* a gradient bucket */
   if (b < 0) return 0;
   const pcgc_plan_buf *B = &P->buf[b];
   if (I->box < 0) return (double)B->bytes;
@@ -197,9 +199,15 @@ static pcgc_status node_time(psim *S, int node, pcgc_op_time *t) {
 }
 
 static double update_time(psim *S, const pcgc_device_program *P, const pcgc_ins *I) {
-  const pcgc_plan_buf *B = &P->buf[I->dst];
-  pcgc_ptensor t; /* with a box (ZeRO-1): that slab */
-  pcgc_ptensor_init(&t, B->dtype, B->rank, I->box >= 0 ? P->boxes[I->box].len : B->dims);
+  pcgc_ptensor t; /* with a box (ZeRO-1): that slab; a bucket's: the span of its weights */
+  int64_t at[4], span;
+  if (I->dst < 0 && pcgc_update_spans(P, I, at, &span)) {
+    int64_t e = span / (int64_t)sizeof(float);
+    pcgc_ptensor_init(&t, PCGC_F32, 1, &e);
+  } else {
+    const pcgc_plan_buf *B = &P->buf[I->dst];
+    pcgc_ptensor_init(&t, B->dtype, B->rank, I->box >= 0 ? P->boxes[I->box].len : B->dims);
+  }
   pcgc_op_cost uc = pcgc_cost_update(S->o->optimizer, &t);
   double tu = pcgc_cost_roofline(S->m, PCGC_OP_MUL, t.dtype, uc.fwd_flops, uc.fwd_bytes);
   if (S->o->profile) {
@@ -345,7 +353,7 @@ static void trace_fill(pcgc_tasks *T, int64_t i, int d, const pcgc_program *p, c
   T->start[i] = start;
   T->dur[i] = dur;
   int b = I->kind == PCGC_INS_SEND ? I->src : I->dst >= 0 ? I->dst : I->src;
-  T->bytes[i] = b >= 0 && (k == PCGC_TASK_TRANSFER || k == PCGC_TASK_COLLECTIVE) ? region_bytes(&p->dev[d], I, b) : 0;
+  T->bytes[i] = k == PCGC_TASK_TRANSFER || k == PCGC_TASK_COLLECTIVE ? region_bytes(&p->dev[d], I, b) : 0;
 }
 
 /* The simulation's trace: a SEND drawn as its message on the link (its

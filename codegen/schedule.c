@@ -145,6 +145,40 @@ static void lifetimes(pcgc_device_program *P) {
 /* What plan_memory reads of a device's buffers: sizes, persistence and
  * lifetimes. Devices alike in all of it (the data-parallel copies of a
  * strategy) get the same placement, computed once. */
+static bool is_bucket(const pcgc_ins *I) {
+  return (I->kind == PCGC_INS_ALLREDUCE_START || I->kind == PCGC_INS_WAIT || I->kind == PCGC_INS_UPDATE) &&
+         I->dst < 0 && I->n_args > 0 && (I->kind != PCGC_INS_UPDATE || I->n_args % 4 == 0);
+}
+
+/* Buffers b[0..n) lying back to back (64-byte aligned) as persistent f32
+ * buffers: the offset of the first and the span's bytes. */
+static bool list_span(const pcgc_device_program *P, const int *b, int n, int64_t *at, int64_t *bytes) {
+  int64_t a = 0, end = 0;
+  for (int j = 0; j < n; j++) {
+    if (b[j] < 0 || b[j] >= P->n_buf) return false;
+    const pcgc_plan_buf *B = &P->buf[b[j]];
+    if (!B->persistent || B->dtype != PCGC_F32 || (j > 0 && B->addr != end)) return false;
+    if (j == 0) a = B->addr;
+    end = B->addr + (j == n - 1 ? B->bytes : align64(B->bytes));
+  }
+  *at = a;
+  *bytes = end - a;
+  return n > 0;
+}
+
+/* plan_memory: the buffers of list b[0..n) not yet placed, back to back from *off. */
+static void place_list(pcgc_device_program *P, const int *b, int n, int64_t *off) {
+  for (int j = 0; j < n; j++) {
+    if (b[j] < 0) continue;
+    pcgc_plan_buf *B = &P->buf[b[j]];
+    if (!B->persistent || B->addr >= 0) continue; /* not a bucket's: the spans' checks say so */
+    B->addr = *off;
+    *off += align64(B->bytes);
+  }
+}
+
+/* ... and the buffers of its gradient buckets, which plan_memory lays back
+ * to back in the order of their starts. */
 static uint64_t layout_hash(const pcgc_device_program *P) {
   XXH3_state_t *s = XXH3_createState();
   if (!s) return 0;
@@ -155,6 +189,9 @@ static uint64_t layout_hash(const pcgc_device_program *P) {
     int64_t v[4] = {B->bytes, B->persistent, B->first, B->last};
     XXH3_64bits_update(s, v, sizeof v);
   }
+  for (int i = 0; i < P->n_ins; i++)
+    if (P->ins[i].kind != PCGC_INS_WAIT && is_bucket(&P->ins[i]))
+      XXH3_64bits_update(s, P->args + P->ins[i].args, (size_t)P->ins[i].n_args * sizeof *P->args);
   uint64_t h = XXH3_64bits_digest(s);
   XXH3_freeState(s);
   return h;
@@ -165,6 +202,13 @@ static bool same_layout(const pcgc_device_program *a, const pcgc_device_program 
   for (int i = 0; i < a->n_buf; i++) {
     const pcgc_plan_buf *x = &a->buf[i], *y = &b->buf[i];
     if (x->bytes != y->bytes || x->persistent != y->persistent || x->first != y->first || x->last != y->last)
+      return false;
+  }
+  for (int i = 0; i < a->n_ins; i++) {
+    const pcgc_ins *x = &a->ins[i], *y = &b->ins[i];
+    bool bx = x->kind != PCGC_INS_WAIT && is_bucket(x), by = y->kind != PCGC_INS_WAIT && is_bucket(y);
+    if (bx != by || (bx && (x->n_args != y->n_args ||
+                            memcmp(a->args + x->args, b->args + y->args, (size_t)x->n_args * sizeof *a->args))))
       return false;
   }
   return true;
@@ -290,10 +334,20 @@ static pcgc_status plan_memory(pcgc_device_program *P) {
   int64_t off = 0;
   int m = 0;
   P->unplanned_bytes = 0;
+  /* persistent buffers first: each gradient bucket's back to back, in its order (one
+   * all-reduce spans them: pcgc_allreduce_span), then the others in order */
+  for (int b = 0; b < n; b++) P->buf[b].addr = -1;
+  for (int i = 0; i < P->n_ins; i++) {
+    const pcgc_ins *I = &P->ins[i];
+    if (!is_bucket(I) || I->kind == PCGC_INS_WAIT) continue;
+    int k = I->kind == PCGC_INS_UPDATE ? I->n_args / 4 : I->n_args; /* an update: weights, gradients, m, v */
+    for (int q = 0; q < I->n_args / k; q++) place_list(P, P->args + I->args + q * k, k, &off);
+  }
   for (int b = 0; b < n; b++) {
     pcgc_plan_buf *B = &P->buf[b];
     P->unplanned_bytes += B->bytes;
     if (B->persistent) {
+      if (B->addr >= 0) continue;
       B->addr = off;
       off += align64(B->bytes);
     } else if (B->first >= 0) {
@@ -496,6 +550,51 @@ typedef struct dev_job {
 } dev_job;
 
 /* Device d's stream in the global order, its sends, lifetimes and layout hash. */
+/* Zeroing instructions next to each other in the stream clear their buffers
+ * with one launch: a run of them becomes one list ZERO (at most
+ * PCGC_ZERO_MAX buffers). gp, the global positions, is compacted alike. */
+static pcgc_status merge_zeros(pcgc_device_program *P, int32_t *gp) {
+  int total = 0;
+  for (int i = 0; i < P->n_ins; i++)
+    if (P->ins[i].kind == PCGC_INS_ZERO) total += P->ins[i].dst >= 0 ? 1 : P->ins[i].n_args;
+  if (!total) return PCGC_OK;
+  int *a = realloc(P->args, ((size_t)P->n_args + (size_t)total) * sizeof *a);
+  if (!a) return PCGC_ERR_NOMEM;
+  P->args = a;
+  int o = 0;
+  for (int i = 0; i < P->n_ins;) {
+    pcgc_ins I = P->ins[i];
+    int j = i, n = 0;
+    while (j < P->n_ins && P->ins[j].kind == PCGC_INS_ZERO) {
+      int c = P->ins[j].dst >= 0 ? 1 : P->ins[j].n_args;
+      if (n + c > PCGC_ZERO_MAX) break;
+      n += c;
+      j++;
+    }
+    if (j - i < 2) { /* no run: as it is */
+      gp[o] = gp[i];
+      P->ins[o++] = I;
+      i++;
+      continue;
+    }
+    int at = P->n_args;
+    for (int k = i; k < j; k++) {
+      const pcgc_ins *Z = &P->ins[k];
+      if (Z->dst >= 0) P->args[P->n_args++] = Z->dst;
+      for (int m = 0; Z->dst < 0 && m < Z->n_args; m++) P->args[P->n_args++] = P->args[Z->args + m];
+    }
+    I.dst = -1;
+    I.box = -1;
+    I.args = at;
+    I.n_args = P->n_args - at;
+    gp[o] = gp[i];
+    P->ins[o++] = I;
+    i = j;
+  }
+  P->n_ins = o;
+  return PCGC_OK;
+}
+
 static void dev_stream(void *ctx, int d, int worker) {
   (void)worker;
   dev_job *J = ctx;
@@ -529,7 +628,7 @@ static void dev_stream(void *ctx, int d, int worker) {
   if (!P->buf) P->buf = malloc(sizeof *P->buf); /* never NULL, as before: callers copy from them */
   if (!P->args) P->args = malloc(sizeof *P->args);
   if (!P->boxes) P->boxes = malloc(sizeof *P->boxes);
-  if (!P->buf || !P->args || !P->boxes) {
+  if (!P->buf || !P->args || !P->boxes || merge_zeros(P, J->gp[d]) != PCGC_OK) {
     free(last_recv);
     J->st[d] = PCGC_ERR_NOMEM;
     return;
@@ -810,7 +909,37 @@ done:
   return PCGC_OK;
 }
 
+bool pcgc_allreduce_span(const pcgc_device_program *P, const pcgc_ins *I, int64_t *addr, int64_t *bytes) {
+  if (!is_bucket(I) || I->kind == PCGC_INS_UPDATE) return false;
+  return list_span(P, P->args + I->args, I->n_args, addr, bytes);
+}
+
+bool pcgc_update_spans(const pcgc_device_program *P, const pcgc_ins *I, int64_t at[4], int64_t *bytes) {
+  if (!is_bucket(I) || I->kind != PCGC_INS_UPDATE) return false;
+  int k = I->n_args / 4;
+  const int *a = P->args + I->args;
+  int64_t b0 = -1;
+  for (int q = 0; q < 4; q++) {
+    at[q] = -1;
+    bool none = true, all = true; /* a state list is all absent or all there */
+    for (int j = 0; j < k; j++) {
+      none &= a[q * k + j] < 0;
+      all &= a[q * k + j] >= 0;
+    }
+    if (none && q >= 2) continue;
+    int64_t b;
+    if (!all || !list_span(P, a + q * k, k, &at[q], &b) || (b0 >= 0 && b != b0)) return false;
+    for (int j = 0; q > 0 && j < k; j++) /* alike, buffer by buffer */
+      if (P->buf[a[q * k + j]].bytes != P->buf[a[j]].bytes || P->buf[a[q * k + j]].addr - at[q] != P->buf[a[j]].addr - at[0])
+        return false;
+    b0 = b;
+  }
+  *bytes = b0;
+  return true;
+}
+
 bool pcgc_allreduce_in_place(const pcgc_device_program *P, const pcgc_ins *I) {
+  if (is_bucket(I)) return I->kind != PCGC_INS_UPDATE;
   if ((I->kind != PCGC_INS_ALLREDUCE_START && I->kind != PCGC_INS_REDUCESCATTER_START && I->kind != PCGC_INS_WAIT) ||
       I->box < 0 || I->dst < 0)
     return false;
@@ -866,6 +995,13 @@ int pcgc__cg_ins_access(const pcgc_ins *I, const int *args, int *rd, int *nrd, i
   case PCGC_INS_BN_BWD_STATS:
   case PCGC_INS_BN_BWD_APPLY:
   case PCGC_INS_UPDATE:
+    if (I->kind == PCGC_INS_UPDATE && I->dst < 0) { /* a bucket's: weights, gradients, m, v; all but the gradients written */
+      int k = I->n_args / 4;
+      for (int i = 0; i < I->n_args; i++) R(args[I->args + i]);
+      for (int i = 0; i < I->n_args; i++)
+        if (i < k || i >= 2 * k) W(args[I->args + i]);
+      break;
+    }
     /* args: the kinds' layouts name which are written; dst lists them too */
     for (int i = 0; i < I->n_args; i++) R(args[I->args + i]);
     W(I->dst);
@@ -899,6 +1035,10 @@ int pcgc__cg_ins_access(const pcgc_ins *I, const int *args, int *rd, int *nrd, i
   case PCGC_INS_WAIT:
   case PCGC_INS_ALLGATHER:
   case PCGC_INS_REDUCESCATTER_START:
+    for (int i = 0; is_bucket(I) && i < I->n_args; i++) { /* a bucket */
+      R(args[I->args + i]);
+      W(args[I->args + i]);
+    }
     R(I->dst);
     W(I->dst);
     if (I->src >= 0) R(I->src); /* a reduce-scatter out of place (ZeRO-2) and its WAIT: the full gradient */
@@ -1029,6 +1169,8 @@ void pcgc_program_print(FILE *f, const pcgc_program *p, const pcgc_graph *g, int
         fputs(" <-", f);
         print_buf_ref(f, P, g, I->src);
       }
+      if (is_bucket(I)) /* the weights of a gradient bucket */
+        fprintf(f, " bucket of %d", I->kind == PCGC_INS_UPDATE ? I->n_args / 4 : I->n_args);
       if (I->n_args) {
         fputs(" (", f);
         for (int j = 0; j < I->n_args; j++) {

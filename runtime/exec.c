@@ -630,6 +630,15 @@ static pcgc_status exec_one(rt *R, const pcgc_ins *I) {
   case PCGC_INS_ALLREDUCE:
   case PCGC_INS_ALLREDUCE_START: {
     if (R->fault_no_allreduce) return PCGC_OK;
+    int64_t at, span;
+    if (I->kind == PCGC_INS_ALLREDUCE_START && pcgc_allreduce_span(P, I, &at, &span)) { /* a gradient bucket */
+      char *data = R->arena + at;
+      int64_t n = span / (int64_t)pcgc_dtype_size(PCGC_F32);
+      if (R->dev_comm) return be->allreduce_start(be, R->dcomm[I->peer], data, n, PCGC_F32, I->tag, R->err);
+      char *h = be->host ? data : R->req_h[I->tag];
+      if ((st = to_host(R, h, data, span))) return st;
+      return iallreduce(R, I, h, n, PCGC_F32);
+    }
     pcgc_box x = region(R, I, I->dst);
     const pcgc_plan_buf *D = &P->buf[I->dst];
     pcgc_plan_buf sd = stage_desc(&x, D->dtype);
@@ -709,6 +718,8 @@ static pcgc_status exec_one(rt *R, const pcgc_ins *I) {
       if (R->dev_comm) return be->comm_wait(be, I->tag, R->err);
       rc = MPI_Wait(&R->reqs[I->tag], MPI_STATUS_IGNORE);
       if (rc != MPI_SUCCESS) return mpi_fail(R, rc, "all-reduce", I);
+      int64_t at, span;
+      if (pcgc_allreduce_span(P, I, &at, &span)) return from_host(R, R->arena + at, R->req_h[I->tag], span);
       pcgc_box x = region(R, I, I->dst);
       return from_host(R, data_of(R, I->dst), R->req_h[I->tag], box_numel(&x) * (int64_t)pcgc_dtype_size(P->buf[I->dst].dtype));
     }
@@ -729,6 +740,23 @@ static pcgc_status exec_one(rt *R, const pcgc_ins *I) {
   }
   case PCGC_INS_UPDATE: {
     const int *a = P->args + I->args;
+    if (I->dst < 0) { /* a gradient bucket's weights: one step over the spans of them */
+      int64_t at[4], span;
+      if (!pcgc_update_spans(P, I, at, &span))
+        return pcgc_error_set(R->err, PCGC_ERR_INVALID, "a bucket's update whose weights, gradients and state do "
+                              "not lie back to back alike in the arena (the program was not planned by this "
+                              "pcgc's codegen)");
+      pcgc_buf k[4];
+      for (int q = 0; q < 4; q++) {
+        memset(&k[q], 0, sizeof k[q]);
+        k[q].dtype = PCGC_F32;
+        k[q].rank = 1;
+        k[q].dims[0] = span / (int64_t)sizeof(float);
+        k[q].data = at[q] >= 0 ? R->arena + at[q] : NULL;
+      }
+      return be->update(be, &R->o->opt, &k[0], &k[1], at[2] >= 0 ? &k[2] : NULL, at[3] >= 0 ? &k[3] : NULL, R->step,
+                        R->err);
+    }
     pcgc_buf w = kbuf(R, I->dst), gr = kbuf(R, I->src), m = kbuf(R, a[0]), v = kbuf(R, a[1]);
     if (I->box >= 0) { /* ZeRO-1: a slab of the weight and its gradient, contiguous in both */
       pcgc_box x = region(R, I, I->dst);
@@ -1633,11 +1661,25 @@ pcgc_status pcgc_run(const pcgc_graph *g, const pcgc_program *p, const pcgc_run_
       if (!st && !be->host && !(R.req_h[I->tag] = malloc(hb + 8)))
         st = pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
     }
-    if (I->kind == PCGC_INS_ALLREDUCE_START) {
+    int64_t at, span, ats[4];
+    bool bucket = I->kind == PCGC_INS_ALLREDUCE_START && I->dst < 0;
+    if (I->kind == PCGC_INS_UPDATE && I->dst < 0 && !pcgc_update_spans(P, I, ats, &span))
+      st = pcgc_error_set(err, PCGC_ERR_INVALID, "instruction %d: a gradient bucket's update whose weights, "
+                          "gradients and state do not lie back to back alike in the arena (the program was not "
+                          "planned by this pcgc's codegen)", i);
+    if (bucket && !(I->tag >= 0 && I->tag < P->n_requests && pcgc_allreduce_span(P, I, &at, &span)))
+      st = pcgc_error_set(err, PCGC_ERR_INVALID, "instruction %d: a gradient bucket's all-reduce whose buffers do "
+                          "not lie back to back as persistent f32 buffers of the arena (the program was not "
+                          "planned by this pcgc's codegen)", i);
+    else if (I->kind == PCGC_INS_ALLREDUCE_START) {
       /* a whole buffer is reduced where it lies (through MPI from a GPU, by
-       * way of a host mirror); a region through a staging of its own */
-      pcgc_box x = R.P->boxes[I->box];
-      size_t bytes = (size_t)(box_numel(&x) * (int64_t)pcgc_dtype_size(P->buf[I->dst].dtype)) + 8;
+       * way of a host mirror); a region through a staging of its own; a
+       * bucket over the span of its buffers */
+      size_t bytes = bucket ? (size_t)span + 8 : 0;
+      if (!bucket) {
+        pcgc_box x = R.P->boxes[I->box];
+        bytes = (size_t)(box_numel(&x) * (int64_t)pcgc_dtype_size(P->buf[I->dst].dtype)) + 8;
+      }
       bool in_place = pcgc_allreduce_in_place(P, I);
       if (!in_place && !(R.req_stage[I->tag] = be->alloc(be, bytes, err))) st = PCGC_ERR_NOMEM;
       else if (be->host) R.req_h[I->tag] = R.req_stage[I->tag];

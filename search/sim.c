@@ -1077,6 +1077,8 @@ typedef struct wsync {
   double esize;
   const pcgc_box *hbox;     /* per holder: its box */
   pcgc_dtype sd;            /* the weight's stored dtype */
+  struct gbuckets *B;       /* the cells that may share an all-reduce, pending */
+  int order;                /* the weight's pcgc_weight_grad_order key */
 } wsync;
 
 /* An update of box b of a weight stored in sd, and the zeroing of `fill` bytes of its gradient
@@ -1176,11 +1178,181 @@ static void zero_cell(wsync *W, const pcgc_box *cell, const int *grp, int ng, co
     if (W->ut[W->hidx[grp[k]]] >= 0) edge(S, W->ut[W->hidx[grp[k]]], ag);
 }
 
+/* Cells whose all-reduce may be bucketed (pcgc_grad_buckets), made into
+ * collectives once every weight's cells are known (gen_buckets). Per
+ * cell, its members, the backward tasks that add into it and the updates
+ * that wait for it, as ranges of three pools. */
+typedef struct gpend {
+  int64_t g, b, nb, u, nu;
+} gpend;
+
+typedef struct gbuckets {
+  pcgc_grad_cell *c;
+  gpend *at;
+  int64_t n, cap, cap_at;
+  int32_t *grp, *bwd, *upd;
+  int64_t ng, nb, nu, cap_g, cap_b, cap_u;
+} gbuckets;
+
+static bool grow(void **p, int64_t *cap, int64_t need, size_t size) {
+  if (need <= *cap) return true;
+  int64_t c = *cap ? *cap : 64;
+  while (c < need) c *= 2;
+  void *q = realloc(*p, (size_t)c * size);
+  if (!q) return false;
+  *p = q;
+  *cap = c;
+  return true;
+}
+
+static void gbuckets_free(gbuckets *B) {
+  free(B->c);
+  free(B->at);
+  free(B->grp);
+  free(B->bwd);
+  free(B->upd);
+}
+
+/* Whether every member holds the cell whole: its gradient buffer is the
+ * cell, reduced in place, and may share a bucket. */
+static bool held_whole(const wsync *W, const pcgc_box *cell, const int *grp, int ng) {
+  for (int k = 0; k < ng; k++)
+    if (!pcgc_box_equal(&W->hbox[W->hidx[grp[k]]], cell)) return false;
+  return true;
+}
+
+/* A bucketable cell whose gradient is wanted, kept for gen_buckets. */
+static void pend_cell(wsync *W, const pcgc_box *cell, const int *grp, int ng) {
+  sim *S = W->S;
+  gbuckets *B = W->B;
+  int n = ng * (S->copy0 ? S->reps : 1);
+  if (!grow((void **)&B->c, &B->cap, B->n + 1, sizeof *B->c) ||
+      !grow((void **)&B->at, &B->cap_at, B->n + 1, sizeof *B->at) ||
+      !grow((void **)&B->grp, &B->cap_g, B->ng + n, sizeof *B->grp) ||
+      !grow((void **)&B->upd, &B->cap_u, B->nu + ng, sizeof *B->upd)) {
+    fail_nomem(S);
+    return;
+  }
+  gpend at = {B->ng, B->nb, 0, B->nu, 0};
+  for (int k = 0; k < ng; k++)
+    for (int64_t j = W->first[W->hidx[grp[k]]]; j < W->nr && W->r[j].dev == grp[k]; j++) {
+      pcgc_box x;
+      if (W->r[j].bwd < 0 || !pcgc_box_intersect(&W->rbox[j], cell, &x)) continue;
+      if (!grow((void **)&B->bwd, &B->cap_b, B->nb + 1, sizeof *B->bwd)) {
+        fail_nomem(S);
+        return;
+      }
+      B->bwd[B->nb++] = W->r[j].bwd;
+    }
+  if (!(at.nb = B->nb - at.b)) return; /* no gradient wanted: no all-reduce */
+  for (int h = 0; h < ng; h++) B->grp[B->ng++] = grp[h];
+  for (int h = 0; S->copy0 && h < ng; h++)
+    for (int c = 1; c < S->reps; c++) B->grp[B->ng++] = grp[h] + c * S->rstride;
+  for (int k = 0; k < ng; k++)
+    if (W->ut[W->hidx[grp[k]]] >= 0) B->upd[B->nu++] = W->ut[W->hidx[grp[k]]];
+  at.nu = B->nu - at.u;
+  B->at[B->n] = at;
+  B->c[B->n++] = (pcgc_grad_cell){W->src, W->order, n, NULL, (double)pcgc_box_elems(cell) * W->esize, true};
+}
+
+/* The pending cells' buckets: one in-place all-reduce each, after every
+ * backward task that adds into one of its cells, before their updates. */
+static void gen_buckets(sim *S, gbuckets *B) {
+  if (S->st || !B->n) return;
+  int *bucket = malloc((size_t)B->n * sizeof *bucket);
+  int32_t *first = malloc((size_t)B->n * sizeof *first);
+  if (!bucket || !first) {
+    free(bucket);
+    free(first);
+    fail_nomem(S);
+    return;
+  }
+  for (int64_t i = 0; i < B->n; i++) B->c[i].grp = B->grp + B->at[i].g;
+  int nb = pcgc_grad_buckets((int)B->n, B->c, bucket);
+  if (nb < 0) {
+    free(bucket);
+    free(first);
+    fail_nomem(S);
+    return;
+  }
+  /* each bucket's bytes and first cell, then its collective */
+  double *bytes = calloc((size_t)nb, sizeof *bytes);
+  int32_t *ar = malloc((size_t)nb * sizeof *ar);
+  if (!bytes || !ar) {
+    free(bucket);
+    free(first);
+    free(bytes);
+    free(ar);
+    fail_nomem(S);
+    return;
+  }
+  for (int k = 0; k < nb; k++) first[k] = -1;
+  for (int64_t i = 0; i < B->n; i++) {
+    bytes[bucket[i]] += first[bucket[i]] < 0 ? B->c[i].bytes : pcgc_bucket_bytes(B->c[i].bytes);
+    if (first[bucket[i]] < 0) first[bucket[i]] = (int32_t)i;
+  }
+  for (int k = 0; k < nb && !S->st; k++) {
+    const pcgc_grad_cell *c = &B->c[first[k]];
+    S->coll_in_place = true;
+    ar[k] = collective(S, PCGC_PHASE_BACKWARD, c->weight, 0, 0, PCGC_COLL_ALL_REDUCE, c->ng, c->grp, bytes[k]);
+    S->coll_in_place = false;
+  }
+  for (int64_t i = 0; i < B->n && !S->st; i++) {
+    int32_t t = ar[bucket[i]];
+    for (int64_t j = B->at[i].b; j < B->at[i].b + B->at[i].nb; j++) edge(S, B->bwd[j], t);
+    for (int64_t j = B->at[i].u; j < B->at[i].u + B->at[i].nu; j++) edge(S, t, B->upd[j]);
+  }
+  /* a bucket of several cells: each member updates their weights in one step, which its
+   * first update task stands for (its bytes and the zeroing of their gradients); the
+   * others take no time */
+  int64_t *cells = calloc((size_t)nb, sizeof *cells);
+  double *elems = calloc((size_t)S->D, sizeof *elems);
+  int32_t *lead = malloc((size_t)S->D * sizeof *lead);
+  if (!cells || !elems || !lead) fail_nomem(S);
+  for (int64_t i = 0; !S->st && i < B->n; i++) cells[bucket[i]]++;
+  for (int k = 0; !S->st && k < nb; k++) {
+    if (cells[k] < 2) continue;
+    for (int64_t i = first[k]; i < B->n; i++) { /* the bucket's update tasks, by device */
+      if (bucket[i] != k) continue;
+      for (int64_t j = B->at[i].u; j < B->at[i].u + B->at[i].nu; j++) {
+        int32_t u = B->upd[j];
+        int d = S->T.dev[u];
+        if (elems[d] == 0) lead[d] = u;
+        elems[d] += B->c[i].bytes / 4;
+        S->T.dur[u] = 0;
+      }
+    }
+    for (int64_t i = first[k]; i < B->n; i++) {
+      if (bucket[i] != k) continue;
+      for (int64_t j = B->at[i].u; j < B->at[i].u + B->at[i].nu; j++) {
+        int d = S->T.dev[B->upd[j]];
+        if (elems[d] == 0) continue;
+        int64_t e = (int64_t)elems[d];
+        pcgc_box one = {1, {0}, {e}};
+        S->T.dur[lead[d]] = update_dur(S, PCGC_F32, &one, 4 * elems[d]);
+        elems[d] = 0;
+      }
+    }
+  }
+  free(cells);
+  free(elems);
+  free(lead);
+  free(bucket);
+  free(first);
+  free(bytes);
+  free(ar);
+}
+
 static bool sync_cell(void *ctx, const pcgc_box *cell, const int *grp, int ng) {
   wsync *W = ctx;
   sim *S = W->S;
   int32_t ar = -1; /* made at the first read of the cell whose gradient is needed */
   bool split = false;
+  if (W->B && held_whole(W, cell, grp, ng) &&
+      !zero_splits(W, cell, grp, ng, ng * (S->copy0 ? S->reps : 1))) { /* all-reduced in a bucket */
+    pend_cell(W, cell, grp, ng);
+    return !S->st;
+  }
   for (int k = 0; k < ng; k++) /* the holders' reads of the cell */
     for (int64_t j = W->first[W->hidx[grp[k]]]; j < W->nr && W->r[j].dev == grp[k]; j++) {
       pcgc_box x;
@@ -1224,10 +1396,13 @@ static void gen_weights(sim *S) {
   int32_t *ut = malloc((size_t)D * sizeof *ut);
   int *hold = malloc((size_t)D * sizeof *hold), *hidx = malloc((size_t)D * sizeof *hidx);
   int64_t *first = malloc((size_t)D * sizeof *first), *cnt = malloc(((size_t)K + 1) * sizeof *cnt);
-  if (!r || !tmp || !rbox || !hbox || !ut || !hold || !hidx || !first || !cnt) {
+  int *gorder = malloc((size_t)g->n_nodes * sizeof *gorder);
+  gbuckets B = {0};
+  if (!r || !tmp || !rbox || !hbox || !ut || !hold || !hidx || !first || !cnt || !gorder) {
     fail_nomem(S);
     goto out;
   }
+  pcgc_weight_grad_order(g, S->order, gorder);
   for (int64_t i = 0; i < nw; i++) { /* each read: its weight and shard */
     tmp[i] = S->w[i];
     int src = pcgc_source_of(g, tmp[i].node);
@@ -1294,13 +1469,16 @@ static void gen_weights(sim *S) {
         edge(S, r[e].bwd, ut[k]);
       }
     }
-    wsync W = {S, src, r + i, rbox + i, j - i, first, hidx, ut, es, hbox, sd};
+    wsync W = {S, src, r + i, rbox + i, j - i, first, hidx, ut, es, hbox, sd, &B, gorder[src]};
     bool oom;
     if (!S->st) pcgc_weight_sync_cells(w->rank, nh, hold, hbox, S->copy0 && S->reps > 1 ? 1 : 2, sync_cell, &W, &oom);
     if (!S->st && oom) fail_nomem(S);
     i = j;
   }
+  gen_buckets(S, &B);
 out:
+  gbuckets_free(&B);
+  free(gorder);
   free(r);
   free(tmp);
   free(cnt);

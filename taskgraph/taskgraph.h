@@ -290,6 +290,54 @@ static inline int pcgc_source_of(const pcgc_graph *g, int node) {
 bool pcgc_weight_sync_cells(int rank, int nh, const int *hold, const pcgc_box *box, int min_group, pcgc_sync_fn fn,
                             void *ctx, bool *oom);
 
+/* Gradient buckets. Small all-reduces cost their latency, not their bytes
+ * (2(p-1) steps of a ring: 28 us over 8 H100s in the cost model), so the
+ * cells that the same devices all-reduce are summed together: one
+ * all-reduce over the cells' gradients lying back to back (codegen places
+ * each bucket's buffers so in the arena), as PyTorch DDP's buckets. A
+ * bucket starts once the last of its cells' gradients is done; buckets
+ * form in the order backward finishes the weights (pcgc_weight_grad_order,
+ * latest first), so the first to start holds the weights backward reaches
+ * first. A bucket holds at most PCGC_BUCKET_BYTES (4 MiB: what an
+ * all-reduce moves in the time of its latency between the 8 GPUs of an
+ * H100 node is 7 MiB; over PCIe about 1 MiB) and PCGC_BUCKET_MAX cells.
+ * Only a cell that every member holds whole (its gradient buffer is the
+ * cell: reduced in place) is bucketed; the others keep an all-reduce each.
+ * Each member then updates a bucket's weights with one optimizer step over
+ * the span of them (their weights, gradients and state lie back to back in
+ * the same order: the step is elementwise), one launch instead of one per
+ * weight.
+ * The cap does not depend on the machine, so a plan lowers to the same
+ * program wherever it runs. The simulator and codegen both call this on
+ * the same cells, so the estimate times the buckets the program runs. */
+#define PCGC_BUCKET_MAX 32
+#define PCGC_BUCKET_BYTES (4.0 * 1024 * 1024)
+
+typedef struct pcgc_grad_cell {
+  int weight;       /* the weight node */
+  int order;        /* its pcgc_weight_grad_order key */
+  int ng;           /* members, grp[0..ng), in any order */
+  const int *grp;
+  double bytes;     /* the cell's gradient */
+  bool bucketable;  /* held whole by every member (reduced in place), not split by ZeRO */
+} pcgc_grad_cell;
+
+/* key[w] for every weight node w (others -1): the topological position of
+ * the first operator that reads it (through parallel operators), which is
+ * the last whose backward adds into its gradient. order: a topological
+ * order of g. */
+void pcgc_weight_grad_order(const pcgc_graph *g, const int *order, int *key);
+
+/* bucket[i] for each of the n cells: cells in one bucket share their
+ * members and are bucketable; cells not bucketed are alone in theirs.
+ * Buckets are numbered in the order they form. Returns the number of
+ * buckets, -1 out of memory. */
+int pcgc_grad_buckets(int n, const pcgc_grad_cell *cells, int *bucket);
+
+/* The bytes a bucket's cells span in the arena: each cell's bytes rounded
+ * up to 64 (codegen's buffer alignment). */
+static inline double pcgc_bucket_bytes(double bytes) { return (double)(((int64_t)bytes + 63) & ~(int64_t)63); }
+
 /* ZeRO-1 (sharded optimizer state): the members of a cell that each hold
  * exactly that cell (their box is the cell) split its update. Member j of
  * n (the group's devices in ascending order: the runtime's group ranks)

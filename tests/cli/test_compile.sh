@@ -342,9 +342,9 @@ fi
 # (1.2 ms as a program); the joint search's second start, data parallel on
 # all 32, rewritten with every table split by columns over a group of 8 GPUs
 # of its own, its output passed on to the data-parallel readers through 4 of
-# them (embedding_batch_to_columns_a2a everywhere), runs in 0.800 ms, and
-# compile keeps it. Its estimate is the second best (765.7 us): the best
-# (tables on 4 GPUs, 763 us) runs in 0.904 ms as a program, and compile's
+# them (embedding_batch_to_columns_a2a everywhere), runs in 0.765 ms, and
+# compile keeps it. Its estimate is the second best (756.2 us): the best
+# (tables on 4 GPUs, 728.4 us) runs in 0.869 ms as a program, and compile's
 # ranking of the runner-ups by their programs picks this one. Its plan
 # records data parallel as the choice the trace replays from.
 expect 0 "$pcgc" compile "$src/models/dlrm.pcg" --machine h100-4x8 --batch 2048 --budget 0 -o "$tmp/dlrm0.json"
@@ -355,7 +355,7 @@ has "$tmp/out" "strategy: dp 32 x tp 1 x pp 1"
 if awk -v a="$(prog_s "$tmp/dlrm4.json")" -v b="$(prog_s "$tmp/dlrm0.json")" 'BEGIN { exit !(a < 0.9 * b) }'; then ok
 else bad "DLRM's hybrid is not 10% faster than the expert strategy: $(prog_s "$tmp/dlrm4.json") s against $(prog_s "$tmp/dlrm0.json") s"; fi
 has "$tmp/dlrm4.json" '"trace":	["embedding_batch_to_columns_a2a e=4 c=8 everywhere 4"]'
-has "$tmp/out" "the best 3 rewrites by estimate lowered and ranked by their programs: the fastest estimate"
+has "$tmp/out" "rewrites by estimate lowered and ranked by their programs: the fastest estimate"
 if awk -v a="$(prog_s "$tmp/dlrm4.json")" 'BEGIN { exit !(a < 0.00085) }'; then ok
 else bad "DLRM's hybrid on h100-4x8 is not the runner-up faster as a program: $(prog_s "$tmp/dlrm4.json") s"; fi
 
