@@ -154,7 +154,8 @@ typedef enum pcgc_ins_kind {
   PCGC_INS_ZERO,        /* dst = 0; dst -1: every buffer args[args .. args + n_args) = 0, at most
                            PCGC_ZERO_MAX, in one launch (a backward piece's gradients) */
   PCGC_INS_SEND,        /* src over `box` to device `peer` (non-blocking), `tag` */
-  PCGC_INS_RECV,        /* dst (+)= `box` from device `peer`, `tag` */
+  PCGC_INS_RECV,        /* dst (+)= `box` from device `peer`, `tag` (set over a contiguous run of
+                           dst: received in place, pcgc_recv_in_place) */
   PCGC_INS_BCAST,       /* group `peer`, root device `root`: root's src box to every dst (+)= */
   PCGC_INS_REDUCE,      /* group `peer`: the sum of every member's src box into root's dst (+)= */
   PCGC_INS_ALLREDUCE,   /* group `peer`: dst box summed over the group, in place (blocking) */
@@ -297,6 +298,10 @@ void pcgc_program_free(pcgc_program *p);
  * common case). Otherwise the region is packed into a staging buffer of its
  * own, held from the start to the wait (request_bytes counts them). */
 bool pcgc_allreduce_in_place(const pcgc_device_program *P, const pcgc_ins *ins);
+/* A RECV that sets (not adds) a region lying as one contiguous run of its
+ * buffer (pcgc_box_contiguous_in): the message is received in place, with
+ * no staging and no unpacking; *at: the run's byte offset in the buffer. */
+bool pcgc_recv_in_place(const pcgc_device_program *P, const pcgc_ins *ins, int64_t *at);
 /* A gradient bucket's ALLREDUCE_START or WAIT (dst -1: its buffers in args,
  * laid back to back in the arena by the memory plan): the span's offset and
  * bytes, which one all-reduce of f32 sums in place (64-byte gaps between the

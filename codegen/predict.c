@@ -16,7 +16,8 @@
  *     until that message has arrived (the runtime completes that send);
  *     the message holds the sender's out port and the receiver's in port of
  *     the link between them for pcgc_comm_p2p_time, first come, first served;
- *   - RECV waits until its message has arrived, then copies it in;
+ *   - RECV waits until its message has arrived, then copies it in (nothing
+ *     where it set a contiguous run of its buffer: received in place);
  *   - BCAST, REDUCE, ALLREDUCE wait until every member of the group has
  *     reached the collective (members meet a group's collectives in one
  *     order: codegen's schedule guarantees it), then take pcgc_comm_time
@@ -471,7 +472,8 @@ static pcgc_status step(psim *S, int d, bool *moved) {
     if (e->arrive > x->clock) x->clock = e->arrive;
     HASH_DEL(S->msgs, e);
     free(e);
-    dur = mem_time(S, region_bytes(P, I, I->dst), I->add);
+    int64_t at;
+    dur = pcgc_recv_in_place(P, I, &at) ? 0 : mem_time(S, region_bytes(P, I, I->dst), I->add); /* else unpacked */
     break;
   }
   case PCGC_INS_BCAST:

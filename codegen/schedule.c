@@ -938,6 +938,18 @@ bool pcgc_update_spans(const pcgc_device_program *P, const pcgc_ins *I, int64_t 
   return true;
 }
 
+bool pcgc_recv_in_place(const pcgc_device_program *P, const pcgc_ins *I, int64_t *at) {
+  if (I->kind != PCGC_INS_RECV || I->add || I->dst < 0 || I->dst >= P->n_buf) return false;
+  const pcgc_plan_buf *B = &P->buf[I->dst];
+  pcgc_box whole, x;
+  pcgc_plan_buf_box(B, &whole);
+  x = I->box >= 0 ? P->boxes[I->box] : whole;
+  int64_t first;
+  if (!pcgc_box_contiguous_in(&x, &whole, &first)) return false;
+  *at = first * (int64_t)pcgc_dtype_size(B->dtype);
+  return true;
+}
+
 bool pcgc_allreduce_in_place(const pcgc_device_program *P, const pcgc_ins *I) {
   if (is_bucket(I)) return I->kind != PCGC_INS_UPDATE;
   if ((I->kind != PCGC_INS_ALLREDUCE_START && I->kind != PCGC_INS_REDUCESCATTER_START && I->kind != PCGC_INS_WAIT) ||

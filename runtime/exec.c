@@ -563,7 +563,15 @@ static pcgc_status exec_one(rt *R, const pcgc_ins *I) {
     pcgc_box x = region(R, I, I->dst);
     const pcgc_plan_buf *D = &P->buf[I->dst];
     pcgc_plan_buf sd = stage_desc(&x, D->dtype);
-    int64_t n = box_numel(&x);
+    int64_t n = box_numel(&x), at;
+    if (pcgc_recv_in_place(P, I, &at)) { /* a contiguous run of dst, set: the message lands there */
+      char *to = (char *)data_of(R, I->dst) + at;
+      if (R->dev_comm) return be->recv(be, R->from[I->peer], to, n, D->dtype, 0, R->err);
+      rc = MPI_Recv(be->host ? to : R->recv_h, (int)n, mpi_type(D->dtype), I->peer, I->tag, MPI_COMM_WORLD,
+                    MPI_STATUS_IGNORE);
+      if (rc != MPI_SUCCESS) return mpi_fail(R, rc, "receive", I);
+      return be->host ? PCGC_OK : from_host(R, to, R->recv_h, n * (int64_t)pcgc_dtype_size(D->dtype));
+    }
     if (R->dev_comm) {
       if ((st = be->recv(be, R->from[I->peer], R->recv_stage, n, D->dtype, 0, R->err))) return st;
       return be->move(be, D, data_of(R, I->dst), &sd, R->recv_stage, &x, I->add, R->err);

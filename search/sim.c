@@ -377,12 +377,16 @@ typedef struct xfer {
 /* A point-to-point transfer of `bytes` from device a to device b, staged
  * as the program stages it: a's stream packs the bytes into its send
  * buffer, the message, b's stream unpacks them (adding them in backward,
- * where the program receives into a gradient with +=). */
-static xfer transfer(sim *S, int phase, int node, int64_t piece, int micro, int a, int b, double bytes) {
+ * where the program receives into a gradient with +=). `direct`: the
+ * message sets a contiguous run of its destination (a whole piece, or a
+ * slice of one along its outermost split dim), which the program receives
+ * in place, without unpacking (pcgc_recv_in_place). */
+static xfer transfer(sim *S, int phase, int node, int64_t piece, int micro, int a, int b, double bytes, bool direct) {
   int32_t pk = copy_task(S, PCGC_TASK_STAGE, phase, node, piece, micro, a, bytes, false);
   int32_t t = transfer_task(S, phase, node, piece, micro, a, b, bytes);
-  int32_t up = copy_task(S, PCGC_TASK_STAGE, phase, node, piece, micro, b, bytes, phase == PCGC_PHASE_BACKWARD);
   edge(S, pk, t);
+  if (direct && phase != PCGC_PHASE_BACKWARD) return (xfer){pk, t};
+  int32_t up = copy_task(S, PCGC_TASK_STAGE, phase, node, piece, micro, b, bytes, phase == PCGC_PHASE_BACKWARD);
   edge(S, t, up);
   return (xfer){pk, up};
 }
@@ -601,7 +605,7 @@ static double read_input(sim *S, const pcgc_node *n, int i, int64_t q, int Y, in
   hent *e = hash_get(S, ts, X, &fresh);
   if (!e) return 0;
   if (fresh) {
-    xfer x = transfer(S, PCGC_PHASE_FORWARD, r.node, q, mi, Y, X, bytes);
+    xfer x = transfer(S, PCGC_PHASE_FORWARD, r.node, q, mi, Y, X, bytes, true); /* a whole piece */
     e->fwd = x.out;
     edge(S, fr, x.in);
     keep(S, X, I->m > 1, bytes);
@@ -610,7 +614,7 @@ static double read_input(sim *S, const pcgc_node *n, int i, int64_t q, int Y, in
   if (gs >= 0) { /* the gradients of X's readers, summed on X, go back once */
     if (e->bwd < 0) { /* summed in a buffer zeroed on X first */
       zero += bytes;
-      xfer x = transfer(S, PCGC_PHASE_BACKWARD, r.node, q, mi, X, Y, bytes); /* (transfer() leaves the table alone) */
+      xfer x = transfer(S, PCGC_PHASE_BACKWARD, r.node, q, mi, X, Y, bytes, false); /* (transfer() leaves the table alone) */
       e->bwd = x.in;
       edge(S, x.out, gs);
     }
@@ -855,7 +859,7 @@ static void gen_ordinary(sim *S, const pcgc_node *n) {
  * receives `bytes` of input slice (q, mi) of node `src`: copied where both
  * are on X (as the program stores them), else a transfer. */
 static void move(sim *S, int node, int64_t p, int mu, int X, int32_t fj, int32_t gj, int src, int64_t q, int mi,
-                 double bytes) {
+                 double bytes, bool direct) {
   int Y = home(S, src, q);
   int32_t fr = fready(S, src, q, mi), gs = gj >= 0 ? gsink(S, src, q, mi) : -1;
   bytes = value_bytes(S, node, 0, bytes);
@@ -871,12 +875,12 @@ static void move(sim *S, int node, int64_t p, int mu, int X, int32_t fj, int32_t
     }
     return;
   }
-  xfer tr = transfer(S, PCGC_PHASE_FORWARD, node, p, mu, Y, X, bytes);
+  xfer tr = transfer(S, PCGC_PHASE_FORWARD, node, p, mu, Y, X, bytes, direct);
   edge(S, fr, tr.in);
   edge(S, tr.out, fj);
   keep(S, X, S->nd[node].m > 1, bytes);
   if (gs >= 0) {
-    xfer gt = transfer(S, PCGC_PHASE_BACKWARD, node, p, mu, X, Y, bytes);
+    xfer gt = transfer(S, PCGC_PHASE_BACKWARD, node, p, mu, X, Y, bytes, false);
     edge(S, gj, gt.in);
     edge(S, gt.out, gs);
   }
@@ -894,9 +898,11 @@ typedef struct relayout_ctx {
 } relayout_ctx;
 
 static bool relayout_cell(void *ctx, int64_t q, int mi, const pcgc_box *part, double bytes) {
-  (void)part;
   relayout_ctx *R = ctx;
-  move(R->S, R->n->id, R->p, R->mu, R->X, R->fj, R->gj, R->n->in[0].node, q, mi, bytes);
+  pcgc_box slice; /* the output slice's buffer: received in place where the part is a run of it */
+  pcgc_piece_box(&R->n->out[0], R->p, R->mu, &slice);
+  move(R->S, R->n->id, R->p, R->mu, R->X, R->fj, R->gj, R->n->in[0].node, q, mi, bytes,
+       pcgc_box_contiguous_in(part, &slice, NULL));
   return true;
 }
 
@@ -931,8 +937,8 @@ static void gen_replicate(sim *S, const pcgc_node *n, pcgc_fan *F) {
       switch (pcgc_fan_move_of(F, true, false)) { /* (backward: the same move, mirrored) */
       case PCGC_FAN_LOCAL: break;
       case PCGC_FAN_MESSAGE:
-        fwd = transfer(S, PCGC_PHASE_FORWARD, n->id, q, mu, Y, F->grp[1], bytes);
-        if (N->bwd >= 0) bwd = transfer(S, PCGC_PHASE_BACKWARD, n->id, q, mu, F->grp[1], Y, bytes);
+        fwd = transfer(S, PCGC_PHASE_FORWARD, n->id, q, mu, Y, F->grp[1], bytes, true); /* a whole piece */
+        if (N->bwd >= 0) bwd = transfer(S, PCGC_PHASE_BACKWARD, n->id, q, mu, F->grp[1], Y, bytes, false);
         break;
       case PCGC_FAN_COLLECTIVE: {
         int32_t cf = collective(S, PCGC_PHASE_FORWARD, n->id, q, mu, PCGC_COLL_BROADCAST, F->n_grp, F->grp, bytes);
@@ -944,13 +950,13 @@ static void gen_replicate(sim *S, const pcgc_node *n, pcgc_fan *F) {
         break;
       }
       case PCGC_FAN_RELAY: { /* to the first copy's device, which broadcasts; sums come back so */
-        xfer x = transfer(S, PCGC_PHASE_FORWARD, n->id, q, mu, Y, F->dev[0], bytes);
+        xfer x = transfer(S, PCGC_PHASE_FORWARD, n->id, q, mu, Y, F->dev[0], bytes, true);
         int32_t cf = collective(S, PCGC_PHASE_FORWARD, n->id, q, mu, PCGC_COLL_BROADCAST, F->n_dev, F->dev, bytes);
         edge(S, x.out, cf);
         fwd = (xfer){x.in, cf};
         if (N->bwd >= 0) {
           int32_t cb = collective(S, PCGC_PHASE_BACKWARD, n->id, q, mu, PCGC_COLL_REDUCE, F->n_dev, F->dev, bytes);
-          xfer y = transfer(S, PCGC_PHASE_BACKWARD, n->id, q, mu, F->dev[0], Y, bytes);
+          xfer y = transfer(S, PCGC_PHASE_BACKWARD, n->id, q, mu, F->dev[0], Y, bytes, false);
           edge(S, cb, y.in);
           bwd = (xfer){cb, y.out};
         }
@@ -992,7 +998,7 @@ static void gen_reduce(sim *S, const pcgc_node *n, pcgc_fan *F) {
         int32_t co = collective(S, PCGC_PHASE_FORWARD, n->id, p, mu, PCGC_COLL_REDUCE, relay ? F->n_dev : F->n_grp,
                                 relay ? F->dev : F->grp, bytes);
         if (relay) {
-          xfer x = transfer(S, PCGC_PHASE_FORWARD, n->id, p, mu, F->dev[0], X, bytes);
+          xfer x = transfer(S, PCGC_PHASE_FORWARD, n->id, p, mu, F->dev[0], X, bytes, false);
           edge(S, co, x.in);
           edge(S, x.out, fj);
         } else {
@@ -1023,10 +1029,10 @@ static void gen_reduce(sim *S, const pcgc_node *n, pcgc_fan *F) {
       }
       xfer in = {-1, -1}, gt = {-1, -1};
       if (fm == PCGC_FAN_MESSAGE) {
-        in = transfer(S, PCGC_PHASE_FORWARD, n->id, p, mu, F->grp[1], X, bytes);
+        in = transfer(S, PCGC_PHASE_FORWARD, n->id, p, mu, F->grp[1], X, bytes, false);
         edge(S, in.out, sink);
         if (gj >= 0) {
-          gt = transfer(S, PCGC_PHASE_BACKWARD, n->id, p, mu, X, F->grp[1], bytes);
+          gt = transfer(S, PCGC_PHASE_BACKWARD, n->id, p, mu, X, F->grp[1], bytes, false);
           edge(S, gj, gt.in);
         }
       }

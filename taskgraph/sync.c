@@ -41,6 +41,22 @@ bool pcgc_box_equal(const pcgc_box *a, const pcgc_box *b) {
   return true;
 }
 
+bool pcgc_box_contiguous_in(const pcgc_box *x, const pcgc_box *in, int64_t *first) {
+  if (x->rank != in->rank) return false;
+  int64_t at = 0;
+  bool full = true; /* every dim inside the current one is whole */
+  for (int d = 0; d < x->rank; d++) {
+    if (x->lo[d] < in->lo[d] || x->lo[d] + x->len[d] > in->lo[d] + in->len[d]) return false;
+    at = at * in->len[d] + (x->lo[d] - in->lo[d]);
+  }
+  for (int d = x->rank - 1; d >= 0; d--) { /* whole dims innermost, then one partial, then ones */
+    if (!full && x->len[d] != 1) return false;
+    if (x->len[d] != in->len[d]) full = false;
+  }
+  if (first) *first = at;
+  return true;
+}
+
 int64_t pcgc_box_elems(const pcgc_box *b) {
   int64_t e = 1;
   for (int d = 0; d < b->rank; d++) e *= b->len[d];

@@ -355,6 +355,11 @@ bool pcgc_box_intersect(const pcgc_box *a, const pcgc_box *b, pcgc_box *out);
 void pcgc_box_union(pcgc_box *a, const pcgc_box *b);
 bool pcgc_box_equal(const pcgc_box *a, const pcgc_box *b);
 int64_t pcgc_box_elems(const pcgc_box *b);
+/* Whether box x, inside box `in`, is one contiguous run of in's row-major
+ * elements (whole in every dim inside its outermost partial one, one wide
+ * outside it): a message of x then lands in place, with no unpacking.
+ * *first (may be NULL): the run's first element's index in `in`. */
+bool pcgc_box_contiguous_in(const pcgc_box *x, const pcgc_box *in, int64_t *first);
 
 /* --------------------------------------------------------------- schedule */
 

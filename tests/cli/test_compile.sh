@@ -323,30 +323,39 @@ awk '/^predicted iteration time/ { p = $4; e = $(NF - 1); u = $5 }
 
 # The joint search never makes the program slower than the expert strategy it
 # starts from: it ranks rewrites by the search's estimate, so compile lowers
-# both and keeps the expert strategy where its program is faster. Unity's MLP
-# on 4 x 4 P100s: the rewrites shorten the estimate (78.66 -> 75.24 ms) and
-# lengthen the program (81.28 -> 135.6 ms).
+# both and keeps the expert strategy where its program is faster. CANDLE-Uno
+# on a DGX H100: the rewrites shorten the estimate (11.57 -> 11.5 ms) and
+# lengthen the program (11.54 -> 12.42 ms).
 prog_s() { /usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["predicted"]["iteration_s"])' "$1"; }
-expect 0 "$pcgc" compile "$src/models/unity-mlp.pcg" --machine p100-4x4 --batch 1024 --budget 0 -o "$tmp/umlp0.json"
-expect 0 "$pcgc" compile "$src/models/unity-mlp.pcg" --machine p100-4x4 --batch 1024 -o "$tmp/umlp4.json"
-if awk -v a="$(prog_s "$tmp/umlp4.json")" -v b="$(prog_s "$tmp/umlp0.json")" 'BEGIN { exit !(a <= b) }'; then ok
-else bad "the joint search's plan runs slower than the expert strategy's: $(prog_s "$tmp/umlp4.json") s against $(prog_s "$tmp/umlp0.json") s"; fi
+expect 0 "$pcgc" compile "$src/models/candle-uno.pcg" --machine dgx-h100 --batch 512 --budget 0 -o "$tmp/cuno0.json"
+expect 0 "$pcgc" compile "$src/models/candle-uno.pcg" --machine dgx-h100 --batch 512 -o "$tmp/cuno4.json"
+if awk -v a="$(prog_s "$tmp/cuno4.json")" -v b="$(prog_s "$tmp/cuno0.json")" 'BEGIN { exit !(a <= b) }'; then ok
+else bad "the joint search's plan runs slower than the expert strategy's: $(prog_s "$tmp/cuno4.json") s against $(prog_s "$tmp/cuno0.json") s"; fi
 if grep -q "improved on the expert strategy" "$tmp/out"; then
   has "$tmp/out" "but as programs the rewrites were slower"
-  has "$tmp/umlp4.json" '"rewrites":	0'
+  has "$tmp/cuno4.json" '"rewrites":	0'
 else
-  bad "the joint search did not improve the estimate of Unity's MLP on p100-4x4: the kept start is not exercised"
+  bad "the joint search did not improve the estimate of CANDLE-Uno on dgx-h100: the kept start is not exercised"
 fi
+# Unity's MLP on 4 x 4 P100s: the joint search's best rewrites by estimate are
+# lowered and ranked by their programs, and the fastest program is not the
+# fastest estimate's (80.65 ms runs in 80.89 ms, another in 80.84 ms); the plan
+# is never slower than the expert strategy's.
+expect 0 "$pcgc" compile "$src/models/unity-mlp.pcg" --machine p100-4x4 --batch 1024 --budget 0 -o "$tmp/umlp0.json"
+expect 0 "$pcgc" compile "$src/models/unity-mlp.pcg" --machine p100-4x4 --batch 1024 -o "$tmp/umlp4.json"
+has "$tmp/out" "rewrites by estimate lowered and ranked by their programs: the fastest estimate"
+if awk -v a="$(prog_s "$tmp/umlp4.json")" -v b="$(prog_s "$tmp/umlp0.json")" 'BEGIN { exit !(a <= b) }'; then ok
+else bad "the joint search's plan runs slower than the expert strategy's: $(prog_s "$tmp/umlp4.json") s against $(prog_s "$tmp/umlp0.json") s"; fi
 
 # DLRM on 4 x 8 H100s: the expert strategy is tensor parallelism on 8 GPUs
 # (1.2 ms as a program); the joint search's second start, data parallel on
 # all 32, rewritten with every table split by columns over a group of 8 GPUs
 # of its own, its output passed on to the data-parallel readers through 4 of
-# them (embedding_batch_to_columns_a2a everywhere), runs in 0.765 ms, and
-# compile keeps it. Its estimate is the second best (756.2 us): the best
-# (tables on 4 GPUs, 728.4 us) runs in 0.869 ms as a program, and compile's
-# ranking of the runner-ups by their programs picks this one. Its plan
-# records data parallel as the choice the trace replays from.
+# them (embedding_batch_to_columns_a2a everywhere), runs in 0.694 ms, and
+# compile keeps it (its estimate 689.6 us; before messages were received in
+# place, the tables on 4 GPUs estimated faster and ran slower, and the ranking
+# of runner-ups by their programs picked this one). Its plan records data
+# parallel as the choice the trace replays from.
 expect 0 "$pcgc" compile "$src/models/dlrm.pcg" --machine h100-4x8 --batch 2048 --budget 0 -o "$tmp/dlrm0.json"
 expect 0 "$pcgc" compile "$src/models/dlrm.pcg" --machine h100-4x8 --batch 2048 -o "$tmp/dlrm4.json"
 has "$tmp/out" "of data parallel on every device, its second start"
@@ -355,8 +364,7 @@ has "$tmp/out" "strategy: dp 32 x tp 1 x pp 1"
 if awk -v a="$(prog_s "$tmp/dlrm4.json")" -v b="$(prog_s "$tmp/dlrm0.json")" 'BEGIN { exit !(a < 0.9 * b) }'; then ok
 else bad "DLRM's hybrid is not 10% faster than the expert strategy: $(prog_s "$tmp/dlrm4.json") s against $(prog_s "$tmp/dlrm0.json") s"; fi
 has "$tmp/dlrm4.json" '"trace":	["embedding_batch_to_columns_a2a e=4 c=8 everywhere 4"]'
-has "$tmp/out" "rewrites by estimate lowered and ranked by their programs: the fastest estimate"
-if awk -v a="$(prog_s "$tmp/dlrm4.json")" 'BEGIN { exit !(a < 0.00085) }'; then ok
-else bad "DLRM's hybrid on h100-4x8 is not the runner-up faster as a program: $(prog_s "$tmp/dlrm4.json") s"; fi
+if awk -v a="$(prog_s "$tmp/dlrm4.json")" 'BEGIN { exit !(a < 0.00075) }'; then ok
+else bad "DLRM's hybrid on h100-4x8 does not run under 0.75 ms: $(prog_s "$tmp/dlrm4.json") s"; fi
 
 finish test_compile

@@ -129,17 +129,26 @@ START_TEST(message_by_hand) {
   pcgc_program *p = hand_program(2);
   add_ins(p, 1, PCGC_INS_RECV, 0, 0, 0); /* the receiver gets there first and waits */
   add_ins(p, 0, PCGC_INS_SEND, 0, 1, 0);
+  /* it sets its whole buffer: received in place (pcgc_recv_in_place), nothing to unpack */
+  int64_t at = -1;
+  ck_assert(pcgc_recv_in_place(&p->dev[1], &p->dev[1].ins[0], &at) && at == 0);
   pcgc_sim_result r = simulate_ok(p, g, &m);
-  close_to(r.iteration_time, COPY + WIRE + COPY, 1e-12);
+  close_to(r.iteration_time, COPY + WIRE, 1e-12);
   close_to(r.critical_path, r.iteration_time, 1e-12);
   close_to(r.device[0].compute, COPY, 1e-12); /* the sender only stages */
-  close_to(r.device[1].compute, COPY, 1e-12);
+  close_to(r.device[1].compute, 0, 1e-12);
   close_to(r.bytes_intra, MIB, 1e-12);
   ck_assert_int_eq(r.n_tasks, 2);
   ck_assert_int_eq(r.n_edges, 1);
   ck_assert(r.program);
   /* memory: the arena plus the staging buffers */
   close_to(r.device[1].memory.total, 3 * MIB, 1e-12);
+  pcgc_sim_result_destroy(&r);
+  /* one that adds into its buffer is received into the staging, then added in */
+  p->dev[1].ins[0].add = true;
+  ck_assert(!pcgc_recv_in_place(&p->dev[1], &p->dev[1].ins[0], &at));
+  r = simulate_ok(p, g, &m);
+  close_to(r.iteration_time, COPY + WIRE + pcgc_cost_copy_time(&m, MIB, true), 1e-12);
   pcgc_sim_result_destroy(&r);
   pcgc_program_free(p);
   pcgc_graph_free(g);
@@ -220,8 +229,8 @@ START_TEST(reused_staging_waits) {
   add_ins(p, 1, PCGC_INS_RECV, 1, 0, 1);
   pcgc_sim_result r = simulate_ok(p, g, &m);
   /* the first arrives at COPY + WIRE; only then is the second staged (COPY)
-   * and sent (WIRE), and copied in (COPY) */
-  close_to(r.iteration_time, 3 * COPY + 2 * WIRE, 1e-12);
+   * and sent (WIRE); both are received in place */
+  close_to(r.iteration_time, 2 * COPY + 2 * WIRE, 1e-12);
   /* its staging is one message, not two */
   close_to(r.device[0].memory.comm, (double)(2 * MIB), 1e-6); /* the staging and the largest message */
   pcgc_sim_result_destroy(&r);
@@ -240,11 +249,10 @@ START_TEST(messages_share_a_link) {
   add_ins(p, 1, PCGC_INS_RECV, 1, 0, 1);
   pcgc_sim_result r = simulate_ok(p, g, &m);
   /* the second message is staged by 2 COPY but waits for the link until COPY + WIRE */
-  double second = COPY + WIRE + WIRE;
-  close_to(r.iteration_time, second + COPY, 1e-12);
-  /* with every port free it leaves at 2 COPY and arrives at 2 COPY + WIRE,
-   * but the receiver is still copying the first one in until COPY + WIRE + COPY */
-  close_to(r.critical_path, COPY + WIRE + COPY + COPY, 1e-12);
+  double second = COPY + WIRE + WIRE; /* both received in place */
+  close_to(r.iteration_time, second, 1e-12);
+  /* with every port free it leaves at 2 COPY and arrives at 2 COPY + WIRE */
+  close_to(r.critical_path, 2 * COPY + WIRE, 1e-12);
   pcgc_sim_result_destroy(&r);
   pcgc_program_free(p);
   pcgc_graph_free(g);

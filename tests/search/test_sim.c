@@ -327,13 +327,13 @@ START_TEST(pipeline_gpipe_by_hand) {
     ck_assert_int_eq(r.tasks_by_kind[PCGC_TASK_FORWARD], 5 * m);
     ck_assert_int_eq(r.tasks_by_kind[PCGC_TASK_TRANSFER], 2 * 3 * m); /* activations forward, gradients back */
     /* a line of s stations that take every micro-batch in turn, each station k busy P_k per
-     * micro-batch, ends after sum(P) + (m-1) max(P). Forward, every stage but the first
-     * unpacks what it receives (c, the staging copy of one micro-batch of h), every stage
-     * but the last packs what it sends; the last adds the loss. With c = 0 the last stage
+     * micro-batch, ends after sum(P) + (m-1) max(P). Forward, every stage but the last
+     * packs what it sends (c, the staging copy of one micro-batch of h); what a stage
+     * receives, a whole micro-batch of h, lands in place; the last adds the loss. With c = 0 the last stage
      * is the bottleneck, busy from (s-1)t on: (s-1)t + m(t + l). */
     double h = 4.0 * (512 / m) * 2048;
     double c = pcgc_cost_copy_time(&mach, h, false), ca = pcgc_cost_copy_time(&mach, h, true);
-    double P[4] = {st.fwd + c, st.fwd + 2 * c, st.fwd + 2 * c, st.fwd + c + l.fwd};
+    double P[4] = {st.fwd + c, st.fwd + c, st.fwd + c, st.fwd + l.fwd};
     double F = line_time(P, s, m);
     close_to(r.forward_time, F, 1e-6);
     /* textbook: (m+s-1)/m of the ideal m·t, bubble fraction (s-1)/(m+s-1), with the
@@ -504,11 +504,11 @@ START_TEST(pipeline_several_ops_per_stage) {
      * loss on the bottleneck stage and the updates at the end. Each message
      * is staged: stage 0 packs micro-batch 0's h2 (c) before it leaves, and
      * unpacks the last gradient by adding it in (ca) before its last
-     * backward; stage 1 unpacks and packs one message per micro-batch each
-     * way (2c). */
+     * backward; stage 1 receives each micro-batch's h2 in place (a whole
+     * piece) and packs one gradient per micro-batch (c). */
     double hb = 4.0 * (512 / m) * 2048;
     double c = pcgc_cost_copy_time(&mach, hb, false), ca = pcgc_cost_copy_time(&mach, hb, true);
-    double want = (m + s - 1) * (Tf + Tb) + m * (l.fwd + l.bwd) + 3 * u + c + 2 * m * c + ca;
+    double want = (m + s - 1) * (Tf + Tb) + m * (l.fwd + l.bwd) + 3 * u + c + m * c + ca;
     /* and the zeroing of gradients (a micro-batch of h, z, before the
      * backward that first adds into it): on stage 1 those of h5, h4, h3 and
      * the received h2 every micro-batch, on stage 0 those of h1 and h0 in the
@@ -541,7 +541,7 @@ START_TEST(pipeline_several_ops_per_stage) {
       close_to(r.iteration_time, want + zeroing, 1e-6); /* transfers take ~1e-13 s, their staging not */
       close_to(r.iteration_time - 3 * u - zeroing, (m + s - 1) * (Tf + Tb), 0.01);
       if (!f1b) { /* the forward pass: stage 0 fills in Tf, stage 1 (with the loss) then runs every micro-batch */
-        close_to(r.forward_time, Tf + c + m * (c + Tf + l.fwd), 1e-6);
+        close_to(r.forward_time, Tf + c + m * (Tf + l.fwd), 1e-6);
         ck_assert(r.iteration_time < op_major);
       }
       check_bounds(f1b ? "deep pipeline, 1f1b" : "deep pipeline, gpipe", &r);
