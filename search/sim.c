@@ -1310,16 +1310,20 @@ static void gen_buckets(sim *S, gbuckets *B) {
   }
   /* a bucket of several cells: each member updates their weights in one step, which its
    * first update task stands for (its bytes and the zeroing of their gradients); the
-   * others take no time */
-  int64_t *cells = calloc((size_t)nb, sizeof *cells);
+   * others take no time. The cells by bucket (a counting sort): bucket k's are
+   * ord[off[k] .. off[k + 1]). */
+  int64_t *off = calloc((size_t)nb + 1, sizeof *off), *ord = malloc((size_t)B->n * sizeof *ord),
+          *fill = calloc((size_t)nb + 1, sizeof *fill);
   double *elems = calloc((size_t)S->D, sizeof *elems);
   int32_t *lead = malloc((size_t)S->D * sizeof *lead);
-  if (!cells || !elems || !lead) fail_nomem(S);
-  for (int64_t i = 0; !S->st && i < B->n; i++) cells[bucket[i]]++;
+  if (!off || !ord || !fill || !elems || !lead) fail_nomem(S);
+  for (int64_t i = 0; !S->st && i < B->n; i++) off[bucket[i] + 1]++;
+  for (int k = 0; !S->st && k < nb; k++) off[k + 1] += off[k];
+  for (int64_t i = 0; !S->st && i < B->n; i++) ord[off[bucket[i]] + fill[bucket[i]]++] = i;
   for (int k = 0; !S->st && k < nb; k++) {
-    if (cells[k] < 2) continue;
-    for (int64_t i = first[k]; i < B->n; i++) { /* the bucket's update tasks, by device */
-      if (bucket[i] != k) continue;
+    if (off[k + 1] - off[k] < 2) continue;
+    for (int64_t x = off[k]; x < off[k + 1]; x++) { /* the bucket's update tasks, by device */
+      int64_t i = ord[x];
       for (int64_t j = B->at[i].u; j < B->at[i].u + B->at[i].nu; j++) {
         int32_t u = B->upd[j];
         int d = S->T.dev[u];
@@ -1328,8 +1332,8 @@ static void gen_buckets(sim *S, gbuckets *B) {
         S->T.dur[u] = 0;
       }
     }
-    for (int64_t i = first[k]; i < B->n; i++) {
-      if (bucket[i] != k) continue;
+    for (int64_t x = off[k]; x < off[k + 1]; x++) {
+      int64_t i = ord[x];
       for (int64_t j = B->at[i].u; j < B->at[i].u + B->at[i].nu; j++) {
         int d = S->T.dev[B->upd[j]];
         if (elems[d] == 0) continue;
@@ -1340,7 +1344,9 @@ static void gen_buckets(sim *S, gbuckets *B) {
       }
     }
   }
-  free(cells);
+  free(off);
+  free(ord);
+  free(fill);
   free(elems);
   free(lead);
   free(bucket);
