@@ -29,6 +29,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include <ctype.h>
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -429,11 +430,17 @@ static int run_child(const char *plan, int steps, double tol) {
   fflush(stdout);
   fflush(stderr);
   pid_t pid = fork();
-  if (pid < 0) return EXIT_IO;
+  if (pid < 0) {
+    fprintf(stderr, "pcgc verify: error: cannot start `pcgc run`: %s\n", strerror(errno));
+    return EXIT_IO;
+  }
   if (pid == 0) {
     char *av[] = {self, "run", (char *)plan, "--steps", st, "--check", "--check-report", "--tolerance", tl,
                   "--optimizer", "sgd", "--backend", "cpu", "--quiet", NULL};
     execv(self, av);
+    /* e.g. the binary was replaced while verify ran: /proc/self/exe names the old, deleted one */
+    fprintf(stderr, "pcgc verify: error: cannot run %s: %s\nhint: run the verify again (was pcgc rebuilt or "
+            "moved while it ran?)\n", self, strerror(errno));
     _exit(EXIT_IO);
   }
   int status = 0;
