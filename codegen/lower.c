@@ -1506,26 +1506,16 @@ static void find_cells(cg *C) {
   int nb = pcgc_grad_buckets((int)C->n_cells, gc, C->bucket);
   free(key);
   free(gc);
-  C->bstart = calloc((size_t)(nb > 0 ? nb : 0) + 2, sizeof *C->bstart);
+  C->bstart = malloc(((size_t)(nb > 0 ? nb : 0) + 1) * sizeof *C->bstart);
   C->bmem = malloc((size_t)(C->n_cells ? C->n_cells : 1) * sizeof *C->bmem);
   C->bucket_left = malloc((size_t)(nb > 0 ? nb : 1) * sizeof *C->bucket_left);
-  if (nb < 0 || !C->bstart || !C->bmem || !C->bucket_left) {
+  if (nb < 0 || !C->bstart || !C->bmem || !C->bucket_left ||
+      !pcgc_grad_bucket_cells((int)C->n_cells, C->bucket, nb, C->bstart, C->bmem)) {
     C->st = PCGC_ERR_NOMEM;
     return;
   }
   C->n_buckets = nb;
-  /* each bucket's cells in their order (a counting sort) */
-  for (int64_t i = 0; i < C->n_cells; i++) C->bstart[C->bucket[i] + 1]++;
-  for (int b = 0; b < nb; b++) C->bstart[b + 1] += C->bstart[b];
   for (int b = 0; b < nb; b++) C->bucket_left[b] = C->bstart[b + 1] - C->bstart[b];
-  int *fill = malloc((size_t)(nb > 0 ? nb : 1) * sizeof *fill);
-  if (!fill) {
-    C->st = PCGC_ERR_NOMEM;
-    return;
-  }
-  memcpy(fill, C->bstart, (size_t)nb * sizeof *fill);
-  for (int64_t i = 0; i < C->n_cells; i++) C->bmem[fill[C->bucket[i]]++] = (int)i;
-  free(fill);
 }
 
 /* ZeRO-3: the cells each weight's holders split, decided before forward

@@ -1265,94 +1265,57 @@ static void pend_cell(wsync *W, const pcgc_box *cell, const int *grp, int ng) {
  * backward task that adds into one of its cells, before their updates. */
 static void gen_buckets(sim *S, gbuckets *B) {
   if (S->st || !B->n) return;
-  int *bucket = malloc((size_t)B->n * sizeof *bucket);
-  int32_t *first = malloc((size_t)B->n * sizeof *first);
-  if (!bucket || !first) {
-    free(bucket);
-    free(first);
-    fail_nomem(S);
-    return;
-  }
-  for (int64_t i = 0; i < B->n; i++) B->c[i].grp = B->grp + B->at[i].g;
-  int nb = pcgc_grad_buckets((int)B->n, B->c, bucket);
-  if (nb < 0) {
-    free(bucket);
-    free(first);
-    fail_nomem(S);
-    return;
-  }
-  /* each bucket's bytes and first cell, then its collective */
-  double *bytes = calloc((size_t)nb, sizeof *bytes);
-  int32_t *ar = malloc((size_t)nb * sizeof *ar);
-  if (!bytes || !ar) {
-    free(bucket);
-    free(first);
-    free(bytes);
-    free(ar);
-    fail_nomem(S);
-    return;
-  }
-  for (int k = 0; k < nb; k++) first[k] = -1;
-  for (int64_t i = 0; i < B->n; i++) {
-    bytes[bucket[i]] += first[bucket[i]] < 0 ? B->c[i].bytes : pcgc_bucket_bytes(B->c[i].bytes);
-    if (first[bucket[i]] < 0) first[bucket[i]] = (int32_t)i;
-  }
-  for (int k = 0; k < nb && !S->st; k++) {
-    const pcgc_grad_cell *c = &B->c[first[k]];
-    S->coll_in_place = true;
-    ar[k] = collective(S, PCGC_PHASE_BACKWARD, c->weight, 0, 0, PCGC_COLL_ALL_REDUCE, c->ng, c->grp, bytes[k]);
-    S->coll_in_place = false;
-  }
-  for (int64_t i = 0; i < B->n && !S->st; i++) {
-    int32_t t = ar[bucket[i]];
-    for (int64_t j = B->at[i].b; j < B->at[i].b + B->at[i].nb; j++) edge(S, B->bwd[j], t);
-    for (int64_t j = B->at[i].u; j < B->at[i].u + B->at[i].nu; j++) edge(S, t, B->upd[j]);
-  }
-  /* a bucket of several cells: each member updates their weights in one step, which its
-   * first update task stands for (its bytes and the zeroing of their gradients); the
-   * others take no time. The cells by bucket (a counting sort): bucket k's are
-   * ord[off[k] .. off[k + 1]). */
-  int64_t *off = calloc((size_t)nb + 1, sizeof *off), *ord = malloc((size_t)B->n * sizeof *ord),
-          *fill = calloc((size_t)nb + 1, sizeof *fill);
+  int n = (int)B->n;
+  int *bucket = malloc((size_t)n * sizeof *bucket), *ord = malloc((size_t)n * sizeof *ord);
+  int *off = malloc(((size_t)n + 1) * sizeof *off); /* nb <= n */
   double *elems = calloc((size_t)S->D, sizeof *elems);
   int32_t *lead = malloc((size_t)S->D * sizeof *lead);
-  if (!off || !ord || !fill || !elems || !lead) fail_nomem(S);
-  for (int64_t i = 0; !S->st && i < B->n; i++) off[bucket[i] + 1]++;
-  for (int k = 0; !S->st && k < nb; k++) off[k + 1] += off[k];
-  for (int64_t i = 0; !S->st && i < B->n; i++) ord[off[bucket[i]] + fill[bucket[i]]++] = i;
+  for (int i = 0; i < n; i++) B->c[i].grp = B->grp + B->at[i].g;
+  int nb = bucket && ord && off && elems && lead ? pcgc_grad_buckets(n, B->c, bucket) : -1;
+  if (nb < 0 || !pcgc_grad_bucket_cells(n, bucket, nb, off, ord)) fail_nomem(S);
+  /* each bucket's collective: its first cell's members, the cells' bytes as they lie in the
+   * program's arena, after every backward task adding into one of them, before their updates */
   for (int k = 0; !S->st && k < nb; k++) {
+    const pcgc_grad_cell *c = &B->c[ord[off[k]]];
+    double bytes = c->bytes;
+    for (int x = off[k] + 1; x < off[k + 1]; x++) bytes += pcgc_bucket_bytes(B->c[ord[x]].bytes);
+    S->coll_in_place = true;
+    int32_t t = collective(S, PCGC_PHASE_BACKWARD, c->weight, 0, 0, PCGC_COLL_ALL_REDUCE, c->ng, c->grp, bytes);
+    S->coll_in_place = false;
+    for (int x = off[k]; !S->st && x < off[k + 1]; x++) {
+      const gpend *at = &B->at[ord[x]];
+      for (int64_t j = at->b; j < at->b + at->nb; j++) edge(S, B->bwd[j], t);
+      for (int64_t j = at->u; j < at->u + at->nu; j++) edge(S, t, B->upd[j]);
+    }
     if (off[k + 1] - off[k] < 2) continue;
-    for (int64_t x = off[k]; x < off[k + 1]; x++) { /* the bucket's update tasks, by device */
-      int64_t i = ord[x];
-      for (int64_t j = B->at[i].u; j < B->at[i].u + B->at[i].nu; j++) {
+    /* several cells: each member updates their weights in one step, which its first update
+     * task stands for (their bytes and the zeroing of their gradients); the others take no time */
+    for (int x = off[k]; x < off[k + 1]; x++) {
+      const gpend *at = &B->at[ord[x]];
+      for (int64_t j = at->u; j < at->u + at->nu; j++) {
         int32_t u = B->upd[j];
         int d = S->T.dev[u];
         if (elems[d] == 0) lead[d] = u;
-        elems[d] += B->c[i].bytes / 4;
+        elems[d] += B->c[ord[x]].bytes / 4;
         S->T.dur[u] = 0;
       }
     }
-    for (int64_t x = off[k]; x < off[k + 1]; x++) {
-      int64_t i = ord[x];
-      for (int64_t j = B->at[i].u; j < B->at[i].u + B->at[i].nu; j++) {
+    for (int x = off[k]; x < off[k + 1]; x++) {
+      const gpend *at = &B->at[ord[x]];
+      for (int64_t j = at->u; j < at->u + at->nu; j++) {
         int d = S->T.dev[B->upd[j]];
         if (elems[d] == 0) continue;
-        int64_t e = (int64_t)elems[d];
-        pcgc_box one = {1, {0}, {e}};
+        pcgc_box one = {1, {0}, {(int64_t)elems[d]}};
         S->T.dur[lead[d]] = update_dur(S, PCGC_F32, &one, 4 * elems[d]);
         elems[d] = 0;
       }
     }
   }
-  free(off);
+  free(bucket);
   free(ord);
-  free(fill);
+  free(off);
   free(elems);
   free(lead);
-  free(bucket);
-  free(first);
-  free(bytes);
-  free(ar);
 }
 
 static bool sync_cell(void *ctx, const pcgc_box *cell, const int *grp, int ng) {

@@ -110,3 +110,14 @@ done:
   free(sorted);
   return nb;
 }
+
+bool pcgc_grad_bucket_cells(int n, const int *bucket, int nb, int *off, int *ord) {
+  int *fill = calloc((size_t)nb + 1, sizeof *fill);
+  if (!fill) return false;
+  for (int k = 0; k <= nb; k++) off[k] = 0;
+  for (int i = 0; i < n; i++) off[bucket[i] + 1]++;
+  for (int k = 0; k < nb; k++) off[k + 1] += off[k];
+  for (int i = 0; i < n; i++) ord[off[bucket[i]] + fill[bucket[i]]++] = i;
+  free(fill);
+  return true;
+}

@@ -334,6 +334,11 @@ void pcgc_weight_grad_order(const pcgc_graph *g, const int *order, int *key);
  * buckets, -1 out of memory. */
 int pcgc_grad_buckets(int n, const pcgc_grad_cell *cells, int *bucket);
 
+/* The cells of each of nb buckets: bucket k's are ord[off[k] .. off[k + 1]),
+ * in ascending order (off has room for nb + 1, ord for n). False: out of
+ * memory. */
+bool pcgc_grad_bucket_cells(int n, const int *bucket, int nb, int *off, int *ord);
+
 /* The bytes a bucket's cells span in the arena: each cell's bytes rounded
  * up to 64 (codegen's buffer alignment). */
 static inline double pcgc_bucket_bytes(double bytes) { return (double)(((int64_t)bytes + 63) & ~(int64_t)63); }
