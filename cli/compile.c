@@ -683,8 +683,21 @@ static int compile_main(int argc, char **argv) {
       printf("%-28s %d device%s need%s more memory than the %s usable: pcgc run cannot allocate it there (a "
              "smaller --batch, or --choice with recompute, needs less)\n", "OUT OF MEMORY", pr.oom_devices,
              pr.oom_devices == 1 ? "" : "s", pr.oom_devices == 1 ? "s" : "", pcgc_cli_fmt_bytes(a, sizeof a, cap));
-    printf("%-28s %lld instructions over %d device%s\n", "program", (long long)instructions, prog->n_devices,
+    int64_t starts = 0, buckets = 0, bucketed = 0; /* gradient all-reduces, and those that are buckets */
+    for (int d = 0; d < prog->n_devices; d++)
+      for (int i = 0; i < prog->dev[d].n_ins; i++) {
+        const pcgc_ins *I = &prog->dev[d].ins[i];
+        if (I->kind != PCGC_INS_ALLREDUCE_START) continue;
+        starts++;
+        if (I->dst < 0) buckets++, bucketed += I->n_args;
+      }
+    printf("%-28s %lld instructions over %d device%s", "program", (long long)instructions, prog->n_devices,
            prog->n_devices == 1 ? "" : "s");
+    if (buckets)
+      printf("; %lld gradient all-reduces on all devices, %lld of them buckets of %.1f weights on average",
+             (long long)starts,
+             (long long)buckets, (double)bucketed / (double)buckets);
+    putchar('\n');
   } else {
     printf("%-28s %s of %s usable\n", "memory per device (max)", pcgc_cli_fmt_bytes(a, sizeof a, mem),
            pcgc_cli_fmt_bytes(b, sizeof b, cap));
