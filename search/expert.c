@@ -535,7 +535,7 @@ pcgc_status pcgc_expert_build(pcgc_expert *x, pcgc_expert_choice c, pcgc_graph *
   pcgc_resident_nodes(pg, order, res);
   assign_stages(x, pg, order, res, c.pp, stage);
   if ((st = pcgc_mapping_init(mp, n, (pcgc_view){0, 1}, err)) != PCGC_OK) goto fail;
-  st = pcgc_views_place(pg, order, res, stage, c.dp * c.tp, c.tp, pcgc_machine_num_devices(&x->m), mp->view, err);
+  st = pcgc_views_place(pg, order, res, stage, c.dp * c.tp, c.tp, &x->m, NULL, mp->view, err);
   if (st != PCGC_OK) goto fail;
   free(order);
   free(stage);

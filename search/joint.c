@@ -62,6 +62,7 @@ typedef struct pend {
   int *group;       /* a rule-wide move's: per node of c.g, the application that made it (-1: none) */
   int n_groups;
   bool slower, dp_changed, skipped;
+  bool refused;     /* its views could not be placed */
   pcgc_status st;
   pcgc_error err;
 } pend;
@@ -365,7 +366,6 @@ static bool too_many_pieces(const search *S, const pcgc_graph *g) {
 static pcgc_status consider(search *S, const pcgc_rule_inst *ri, pcgc_graph *g2, bool wide, char *step, uint64_t h,
                             int *group, int n_groups, pcgc_error *err) {
   pcgc_joint_result *r = S->r;
-  pcgc_error e = {0};
   if (!step) {
     pcgc_graph_free(g2);
     free(group);
@@ -405,12 +405,6 @@ static pcgc_status consider(search *S, const pcgc_rule_inst *ri, pcgc_graph *g2,
     free(group);
     return pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory in the search");
   }
-  if (pcgc_views_replace(g2, S->cur->g, &S->cur->mp, S->block, S->t, S->m, &c.mp, &e) != PCGC_OK) {
-    r->refused++;
-    cand_free(&c);
-    free(group);
-    return PCGC_OK;
-  }
   if (S->n_pend == S->cap_pend) {
     int cap = S->cap_pend ? 2 * S->cap_pend : 16;
     pend *v = realloc(S->pend, (size_t)cap * sizeof *v);
@@ -435,6 +429,13 @@ static void cost_one(void *ctx, int i, int worker) {
   pend *p = &S->pend[i];
   if (out_of_time(S)) {
     p->skipped = true;
+    return;
+  }
+  /* its views, re-placed from the graph expanded (S->cur, unchanged while
+   * the batch runs) */
+  pcgc_error e = {0};
+  if (pcgc_views_replace(p->c.g, S->cur->g, &S->cur->mp, S->block, S->t, S->m, S->o->memo, &p->c.mp, &e) != PCGC_OK) {
+    p->refused = true;
     return;
   }
   p->st = cost_candidate(S, &p->c, p->group, p->n_groups, S->bound, &p->slower, &p->dp_changed, &p->err);
@@ -557,7 +558,8 @@ static pcgc_status flush(search *S, pcgc_error *err) {
       if (err) *err = p->err;
       st = p->st;
     }
-    if (st != PCGC_OK || p->skipped) cand_free(&p->c);
+    S->r->refused += st == PCGC_OK && !p->skipped && p->refused;
+    if (st != PCGC_OK || p->skipped || p->refused) cand_free(&p->c);
     else st = take(S, p, err);
   }
   S->n_pend = 0;

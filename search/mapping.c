@@ -56,11 +56,7 @@
 /* ------------------------------------------------------- cost terms */
 
 /* One read of a node's piece p: `bytes` of piece q of input `slot`. */
-typedef struct vread {
-  int64_t p, q;
-  int slot;
-  double bytes;
-} vread;
+typedef pcgc__vread vread;
 
 static int home(pcgc_view v, int64_t p, int D) { return pcgc_view_device(v, p, D); }
 
@@ -419,18 +415,18 @@ static void build_free(vbuild *B) {
   memset(B, 0, sizeof *B);
 }
 
-static const mnode *node_get(vbuild *B, const pcgc_node *n, pcgc_error *err) {
-  XXH128_hash_t key = node_key(B->g, n, B->machine);
-  pcgc_views_memo *M = B->memo;
+/* Node n's entry in memo M (made and added on a miss; *hit says which). */
+static const mnode *memo_node(pcgc_views_memo *M, const pcgc_graph *g, const pcgc_node *n, const pcgc_machine *m,
+                              XXH128_hash_t machine, pcgc_piece_map *pm, bool *hit, pcgc_error *err) {
+  XXH128_hash_t key = node_key(g, n, machine);
   mnode *e, *had;
   pthread_mutex_lock(&M->lock);
   HASH_FIND(hh, M->nodes, &key, sizeof key, e);
   if (e) M->hits++;
   pthread_mutex_unlock(&M->lock);
-  B->hits += e != NULL;
-  B->misses += e == NULL;
+  *hit = e != NULL;
   if (e) return e;
-  if (!(e = node_compute(B->g, n, B->m, &B->pm, err))) return NULL;
+  if (!(e = node_compute(g, n, m, pm, err))) return NULL;
   e->key = key;
   pthread_mutex_lock(&M->lock);
   HASH_FIND(hh, M->nodes, &key, sizeof key, had); /* another thread's, made meanwhile */
@@ -447,6 +443,26 @@ static const mnode *node_get(vbuild *B, const pcgc_node *n, pcgc_error *err) {
     return had;
   }
   return e;
+}
+
+static const mnode *node_get(vbuild *B, const pcgc_node *n, pcgc_error *err) {
+  bool hit = false;
+  const mnode *e = memo_node(B->memo, B->g, n, B->m, B->machine, &B->pm, &hit, err);
+  B->hits += e && hit;
+  B->misses += e && !hit;
+  return e;
+}
+
+pcgc_status pcgc__views_memo_reads(pcgc_views_memo *M, const pcgc_graph *g, const pcgc_node *n, const pcgc_machine *m,
+                                   const pcgc__vread **r, const int64_t **off, pcgc_error *err) {
+  pcgc_piece_map pm = {0};
+  bool hit;
+  const mnode *x = memo_node(M, g, n, m, machine_key(m), &pm, &hit, err);
+  free(pm.g);
+  if (!x) return err && err->status != PCGC_OK ? err->status : PCGC_ERR_NOMEM;
+  *r = x->r;
+  *off = x->off;
+  return PCGC_OK;
 }
 
 /* The bytes of value `in` as stored over the bytes of its type: 1/2 for
@@ -1196,7 +1212,13 @@ pcgc_status pcgc_views_dp_if_better(const pcgc_graph *g, int block, int t, const
   if (st != PCGC_OK) return st == PCGC_ERR_NOMEM ? pcgc_error_set(err, st, "%s", e.message) : PCGC_OK;
   pcgc_sim_result r2;
   memset(&r2, 0, sizeof r2);
-  if (!ds.kept_init && (st = pcgc_simulate(g, &dp, m, so, &r2, &e)) == PCGC_OK && !r2.stopped_building) {
+  /* where the views given fit, the DP's are taken only if faster: their
+   * simulation may stop once it is not */
+  pcgc_sim_options so2 = *so;
+  if (sr->oom_devices == 0 && isfinite(sr->iteration_time) &&
+      (so2.give_up_after <= 0 || sr->iteration_time < so2.give_up_after))
+    so2.give_up_after = sr->iteration_time;
+  if (!ds.kept_init && (st = pcgc_simulate(g, &dp, m, &so2, &r2, &e)) == PCGC_OK && !r2.stopped_building) {
     bool fit1 = sr->oom_devices == 0, fit2 = r2.oom_devices == 0;
     if ((fit2 && !fit1) || (fit2 == fit1 && r2.iteration_time < sr->iteration_time)) {
       pcgc_mapping tm = *mp;

@@ -249,16 +249,20 @@ pcgc_status pcgc_expert_build(pcgc_expert *x, pcgc_expert_choice c, pcgc_graph *
  * block of B devices starting at stage[x] * B, at the view (of: its pieces
  * spread evenly over the block, its main producer's, the block's first
  * device, stride t) that moves the fewest bytes of its reads. view has
- * pg->n_nodes entries. */
+ * pg->n_nodes entries. memo (may be NULL): the nodes' reads, kept by their
+ * content (pcgc_views_memo; m is the machine it is keyed by), so that the
+ * rewrites of one graph work out only their new nodes' reads. */
+struct pcgc_views_memo;
 pcgc_status pcgc_views_place(const pcgc_graph *pg, const int *order, const bool *res, const int *stage, int B, int t,
-                             int D, pcgc_view *view, pcgc_error *err);
+                             const pcgc_machine *m, struct pcgc_views_memo *memo, pcgc_view *view, pcgc_error *err);
 
 /* Views for g, a rewrite of prev mapped by prev_mp: every node keeps its
  * stage (its view's start / block) by name (rewrite nodes "<anchor>/..." by
  * their anchor's), then the greedy placement above within blocks of `block`
  * devices (t: the tensor-parallel degree, a candidate stride). */
 pcgc_status pcgc_views_replace(const pcgc_graph *g, const pcgc_graph *prev, const pcgc_mapping *prev_mp, int block,
-                               int t, const pcgc_machine *m, pcgc_mapping *out, pcgc_error *err);
+                               int t, const pcgc_machine *m, struct pcgc_views_memo *memo, pcgc_mapping *out,
+                               pcgc_error *err);
 
 struct pcgc_ruleset; /* substitutions/substitutions.h */
 
@@ -624,8 +628,19 @@ int pcgc_views_candidates(const pcgc_graph *g, const pcgc_mapping *init, int nod
  * of one compile): a node's piece time and the pieces each of its pieces
  * reads, keyed by its content (op, attributes, input and output types, the
  * machine), not its id; a pair matrix by its consumer's content, the input
- * slot and both candidate lists. Not thread-safe. */
+ * slot and both candidate lists. Threads may share one (it locks). */
 typedef struct pcgc_views_memo pcgc_views_memo; /* also named in pcgc_joint_options */
+
+/* internal (views.c): piece p of a node reads `bytes` of piece q of its
+ * input `slot`; node n's reads from the memo, computed once per content:
+ * slot i's are (*r)[(*off)[i] .. (*off)[i + 1]), owned by the memo. */
+typedef struct pcgc__vread {
+  int64_t p, q;
+  int slot;
+  double bytes;
+} pcgc__vread;
+pcgc_status pcgc__views_memo_reads(pcgc_views_memo *M, const pcgc_graph *g, const pcgc_node *n, const pcgc_machine *m,
+                                   const pcgc__vread **r, const int64_t **off, pcgc_error *err);
 
 typedef struct pcgc_views_memo_stats {
   int64_t hits, misses;     /* lookups since pcgc_views_memo_new */

@@ -565,7 +565,7 @@ pcgc_status pcgc__joint_segmented(const pcgc_graph *start, const pcgc_mapping *s
       pcgc_graph_free(rg);
       for (int i = 0; lines && i < n_lines; i++) free(lines[i]);
       free(lines);
-      if (st == PCGC_OK && pcgc_views_replace(ng, start, start_mp, block, t, m, &nmp, &e) == PCGC_OK)
+      if (st == PCGC_OK && pcgc_views_replace(ng, start, start_mp, block, t, m, o->memo, &nmp, &e) == PCGC_OK)
         ntime = pcgc__joint_cost(ng, &nmp, m, o);
     }
     free(S.kid);

@@ -73,6 +73,7 @@ typedef struct snode {
   int64_t ts;        /* first tensor-slice id of its outputs */
   int64_t P0;        /* pieces that have tasks: P, or those of copy 0 (options.copies_alike) */
   int32_t *cix;      /* copies_alike: piece -> its task slot among the P0, -1 off copy 0; NULL: the piece */
+  int32_t *dev;      /* not resident: piece -> its device (home), worked out once (dev_index) */
   int topo;          /* position in topological order */
   pcgc_op_time t;    /* ordinary: one task's times */
 } snode;
@@ -162,6 +163,9 @@ typedef struct sim {
   bool crossed;            /* copy0, and a task of copy 0 reads one of another copy: build all */
   double inner_coll;       /* copy0: time of the collectives within copy 0 (every copy runs its own) */
   int32_t *cix_pool;       /* the snodes' cix arrays */
+  int32_t *dev_pool;       /* the snodes' dev arrays */
+  int32_t *cpy;            /* device -> its copy, for cpy_R copies of stride cpy_st (copy_table) */
+  int cpy_R, cpy_st;
 } sim;
 
 static pcgc_status fail_nomem(sim *S) {
@@ -504,6 +508,8 @@ static hent *hash_get(sim *S, int64_t ts, int dev, bool *fresh) {
  * division instead of three where p, the stride and the start are already
  * reduced (nearly always; the build asks for every read). */
 static int home(const sim *S, int node, int64_t p) {
+  const snode *N = &S->nd[node];
+  if (N->dev && (uint64_t)p < (uint64_t)N->P) return N->dev[p];
   pcgc_view v = S->mp->view[node];
   int64_t D = S->D;
   if ((uint64_t)p < (uint64_t)D && (uint32_t)v.stride < (uint64_t)D && (uint32_t)v.start < (uint64_t)D)
@@ -687,7 +693,7 @@ static double kernel_busy_max(sim *S) {
     if (N->resident || pcgc_op_class_of(n->kind) == PCGC_CLASS_PARALLEL) continue;
     ordinary_times(S, n, &o);
     double per = (o.fwd + (N->has_bwd ? o.bwd : 0)) * N->m;
-    for (int64_t p = 0; p < N->P; p++) S->busy[home(S, i, p)] += per;
+    for (int64_t p = 0; p < N->P; p++) S->busy[N->dev[p]] += per;
   }
   for (int d = 0; d < S->D; d++) {
     if (S->busy[d] > most) most = S->busy[d];
@@ -2064,7 +2070,38 @@ static void sim_free(sim *S) {
   free(S->first_topo);
   free(S->last_topo);
   free(S->cix_pool);
+  free(S->dev_pool);
+  free(S->cpy);
   free(S->pm.g);
+}
+
+/* Each non-resident node's piece -> device (snode.dev): the loops over
+ * every piece of a 1,024-device graph (the copies' checks, the kernels'
+ * bound) spent most of a simulation dividing. */
+static pcgc_status dev_index(sim *S) {
+  int64_t total = 0;
+  for (int i = 0; i < S->g->n_nodes; i++)
+    if (!S->nd[i].resident) total += S->nd[i].P;
+  if (!(S->dev_pool = malloc((size_t)(total ? total : 1) * sizeof *S->dev_pool))) return fail_nomem(S);
+  int64_t off = 0;
+  for (int i = 0; i < S->g->n_nodes; i++) {
+    snode *N = &S->nd[i];
+    if (N->resident) continue;
+    N->dev = S->dev_pool + off;
+    off += N->P;
+    pcgc_view_devices(S->mp->view[i], N->P, S->D, N->dev);
+  }
+  return PCGC_OK;
+}
+
+/* sim.cpy: each device's copy among R copies of stride st (copy_of). */
+static const int32_t *copy_table(sim *S, int R, int st) {
+  if (S->cpy && S->cpy_R == R && S->cpy_st == st) return S->cpy;
+  if (!S->cpy && !(S->cpy = malloc((size_t)S->D * sizeof *S->cpy))) return NULL;
+  for (int d = 0; d < S->D; d++) S->cpy[d] = copy_of(d, R, st);
+  S->cpy_R = R;
+  S->cpy_st = st;
+  return S->cpy;
 }
 
 /* options.copies_alike: each non-resident node's pieces on copy 0, and the
@@ -2073,7 +2110,8 @@ static pcgc_status copy0_index(sim *S) {
   int64_t total = 0;
   for (int i = 0; i < S->g->n_nodes; i++)
     if (!S->nd[i].resident) total += S->nd[i].P;
-  if (!(S->cix_pool = malloc((size_t)(total ? total : 1) * sizeof *S->cix_pool))) return fail_nomem(S);
+  const int32_t *cpy = copy_table(S, S->reps, S->rstride);
+  if (!cpy || !(S->cix_pool = malloc((size_t)(total ? total : 1) * sizeof *S->cix_pool))) return fail_nomem(S);
   int64_t off = 0;
   for (int i = 0; i < S->g->n_nodes; i++) {
     snode *N = &S->nd[i];
@@ -2081,7 +2119,7 @@ static pcgc_status copy0_index(sim *S) {
     N->cix = S->cix_pool + off;
     off += N->P;
     int32_t k = 0;
-    for (int64_t p = 0; p < N->P; p++) N->cix[p] = copy_of(home(S, i, p), S->reps, S->rstride) ? -1 : k++;
+    for (int64_t p = 0; p < N->P; p++) N->cix[p] = cpy[N->dev[p]] ? -1 : k++;
     N->P0 = k;
   }
   return PCGC_OK;
@@ -2356,7 +2394,8 @@ static bool copies_built_alike(sim *S, int R, int st) {
   A.at = malloc((size_t)(most + 1) * sizeof *A.at);
   int32_t *count = calloc((size_t)R, sizeof *count);
   pcgc_cell_list C0 = {0}, Ck = {0};
-  bool ok = A.base && A.first && A.pos && A.cpy && A.l0 && A.dmap && A.at && count;
+  const int32_t *cpy = copy_table(S, R, st);
+  bool ok = A.base && A.first && A.pos && A.cpy && A.l0 && A.dmap && A.at && count && cpy;
   /* the pieces of each copy, paired by their place */
   int64_t b = 0, f = 0;
   for (int i = 0; ok && i < n; i++) {
@@ -2365,8 +2404,9 @@ static bool copies_built_alike(sim *S, int R, int st) {
     A.first[i] = f;
     if (N->resident) continue;
     memset(count, 0, (size_t)R * sizeof *count);
+    const int32_t *dev = N->dev;
     for (int64_t p = 0; p < N->P; p++) {
-      int k = copy_of(home(S, i, p), R, st);
+      int k = cpy[dev[p]];
       A.cpy[b + p] = k;
       A.pos[b + p] = count[k]++;
       if (k == 0) A.l0[f + A.pos[b + p]] = p;
@@ -2374,7 +2414,7 @@ static bool copies_built_alike(sim *S, int R, int st) {
     for (int k = 1; ok && k < R; k++) ok = count[k] == count[0];
     for (int64_t p = 0; ok && p < N->P; p++) {
       int k = A.cpy[b + p];
-      ok = home(S, i, p) - k * st == home(S, i, A.l0[f + A.pos[b + p]]);
+      ok = dev[p] - k * st == dev[A.l0[f + A.pos[b + p]]];
     }
     b += N->P;
     f += count[0];
@@ -2504,7 +2544,7 @@ static pcgc_status simulate(const pcgc_graph *g, const pcgc_mapping *mp, const p
     goto out;
   }
   for (int d = 0; d < D; d++) S->first_topo[d] = S->last_topo[d] = S->send_node[d] = -1;
-  if ((st = analyse(S)) != PCGC_OK) goto out;
+  if ((st = analyse(S)) != PCGC_OK || (st = dev_index(S)) != PCGC_OK) goto out;
   S->reps = S->o.replicas;
   S->rstride = S->o.replica_stride;
   bool can = S->reps > 1 && S->rstride > 0 && D % (S->reps * S->rstride) == 0;

@@ -79,6 +79,23 @@ static inline int pcgc_view_device(pcgc_view v, int64_t p, int n_devices) {
   return (int)(((p % D) * (v.stride % D) + v.start) % D);
 }
 
+/* dev[p] = pcgc_view_device(v, p, n_devices) for p < P, by adding the
+ * stride instead of dividing: loops over every piece of a 1,024-device
+ * graph spent most of their time there. */
+static inline void pcgc_view_devices(pcgc_view v, int64_t P, int n_devices, int32_t *dev) {
+  int64_t D = n_devices;
+  if (v.stride >= 0 && v.start >= 0) { /* (p * stride + start) mod D */
+    int64_t step = v.stride % D, d = v.start % D;
+    for (int64_t p = 0; p < P; p++) {
+      dev[p] = (int32_t)d;
+      d += step;
+      if (d >= D) d -= D;
+    }
+  } else {
+    for (int64_t p = 0; p < P; p++) dev[p] = pcgc_view_device(v, p, n_devices);
+  }
+}
+
 /* Allocates n_nodes views, each set to `all`. */
 pcgc_status pcgc_mapping_init(pcgc_mapping *mp, int n_nodes, pcgc_view all, pcgc_error *err);
 void pcgc_mapping_destroy(pcgc_mapping *mp);

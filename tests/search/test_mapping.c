@@ -63,7 +63,7 @@ static void greedy(const pcgc_graph *g, const pcgc_machine *m, int t, pcgc_mappi
   pcgc_error err = {0};
   pcgc_mapping all;
   ck_assert_int_eq(pcgc_mapping_init(&all, g->n_nodes, (pcgc_view){0, 1}, &err), PCGC_OK);
-  ck_assert_int_eq(pcgc_views_replace(g, g, &all, 4, t, m, out, &err), PCGC_OK);
+  ck_assert_int_eq(pcgc_views_replace(g, g, &all, 4, t, m, NULL, out, &err), PCGC_OK);
   pcgc_mapping_destroy(&all);
 }
 
