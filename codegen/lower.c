@@ -1048,6 +1048,8 @@ static void lower_relayout(cg *C, const pcgc_node *n, bool backward) {
   const pcgc_ptensor *to = &n->out[0];
   int mo = value_m(to), src = n->in[0].node, slot = n->in[0].slot;
   int64_t Po = pcgc_ptensor_pieces(to);
+  /* backward: set the input's gradient where nothing else adds into it (no zeroing) */
+  bool add = !pcgc_relayout_grad_sets(C->g, n);
   pcgc_cell_list L = {0};
   for (int mu = 0; mu < mo && !C->st; mu++)
     for (int64_t p = 0; p < Po && !C->st; p++) {
@@ -1075,9 +1077,10 @@ static void lower_relayout(cg *C, const pcgc_node *n, bool backward) {
           else t_sendrecv(C, Y, in, X, out, x, false);
         } else if (C->needg[src]) {
           int gin = value_buf(C, PCGC_BUF_GRAD, src, slot, q, ui, Y);
-          touch(C, Y, gin, 3);
-          if (Y == X) t_copy(C, X, gin, out, x, true, 6);
-          else t_sendrecv(C, X, out, Y, gin, x, true);
+          if (add) touch(C, Y, gin, 3);
+          else if (gin >= 0) C->dv[Y].acc[gin].zeroed = true; /* set whole here: its reader must not zero it */
+          if (Y == X) t_copy(C, X, gin, out, x, add, 6);
+          else t_sendrecv(C, X, out, Y, gin, x, add);
         }
       }
     }

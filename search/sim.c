@@ -389,7 +389,7 @@ static xfer transfer(sim *S, int phase, int node, int64_t piece, int micro, int 
   int32_t pk = copy_task(S, PCGC_TASK_STAGE, phase, node, piece, micro, a, bytes, false);
   int32_t t = transfer_task(S, phase, node, piece, micro, a, b, bytes);
   edge(S, pk, t);
-  if (direct && phase != PCGC_PHASE_BACKWARD) return (xfer){pk, t};
+  if (direct) return (xfer){pk, t};
   int32_t up = copy_task(S, PCGC_TASK_STAGE, phase, node, piece, micro, b, bytes, phase == PCGC_PHASE_BACKWARD);
   edge(S, t, up);
   return (xfer){pk, up};
@@ -863,9 +863,11 @@ static void gen_ordinary(sim *S, const pcgc_node *n) {
 
 /* Output slice (fj forward join, gj gradient join or -1) on device X
  * receives `bytes` of input slice (q, mi) of node `src`: copied where both
- * are on X (as the program stores them), else a transfer. */
+ * are on X (as the program stores them), else a transfer. direct: the
+ * forward message lands in place; sets: the gradient goes back into the
+ * input's without adding (pcgc_relayout_grad_sets), direct_back: in place. */
 static void move(sim *S, int node, int64_t p, int mu, int X, int32_t fj, int32_t gj, int src, int64_t q, int mi,
-                 double bytes, bool direct) {
+                 double bytes, bool direct, bool sets, bool direct_back) {
   int Y = home(S, src, q);
   int32_t fr = fready(S, src, q, mi), gs = gj >= 0 ? gsink(S, src, q, mi) : -1;
   bytes = value_bytes(S, node, 0, bytes);
@@ -875,7 +877,7 @@ static void move(sim *S, int node, int64_t p, int mu, int X, int32_t fj, int32_t
     edge(S, fr, cp);
     edge(S, cp, fj);
     if (gs >= 0) {
-      int32_t cb = copy_task(S, PCGC_TASK_ADD, PCGC_PHASE_BACKWARD, node, p, mu, X, stored, true);
+      int32_t cb = copy_task(S, PCGC_TASK_ADD, PCGC_PHASE_BACKWARD, node, p, mu, X, stored, !sets);
       edge(S, gj, cb);
       edge(S, cb, gs);
     }
@@ -886,7 +888,7 @@ static void move(sim *S, int node, int64_t p, int mu, int X, int32_t fj, int32_t
   edge(S, tr.out, fj);
   keep(S, X, S->nd[node].m > 1, bytes);
   if (gs >= 0) {
-    xfer gt = transfer(S, PCGC_PHASE_BACKWARD, node, p, mu, X, Y, bytes, false);
+    xfer gt = transfer(S, PCGC_PHASE_BACKWARD, node, p, mu, X, Y, bytes, sets && direct_back);
     edge(S, gj, gt.in);
     edge(S, gt.out, gs);
   }
@@ -901,23 +903,32 @@ typedef struct relayout_ctx {
   int64_t p;
   int mu, X;
   int32_t fj, gj;
+  bool sets;  /* pcgc_relayout_grad_sets */
 } relayout_ctx;
 
 static bool relayout_cell(void *ctx, int64_t q, int mi, const pcgc_box *part, double bytes) {
   relayout_ctx *R = ctx;
-  pcgc_box slice; /* the output slice's buffer: received in place where the part is a run of it */
+  /* the output slice's buffer, and backward the input slice's gradient:
+   * received in place where the part is a run of it */
+  pcgc_box slice, in;
   pcgc_piece_box(&R->n->out[0], R->p, R->mu, &slice);
+  bool back = false;
+  if (R->sets && R->gj >= 0) {
+    pcgc_piece_box(pcgc_graph_ref_type(R->S->g, R->n->in[0]), q, mi, &in);
+    back = pcgc_box_contiguous_in(part, &in, NULL);
+  }
   move(R->S, R->n->id, R->p, R->mu, R->X, R->fj, R->gj, R->n->in[0].node, q, mi, bytes,
-       pcgc_box_contiguous_in(part, &slice, NULL));
+       pcgc_box_contiguous_in(part, &slice, NULL), R->sets, back);
   return true;
 }
 
 static void gen_relayout(sim *S, const pcgc_node *n) {
   const snode *N = &S->nd[n->id];
+  bool sets = pcgc_relayout_grad_sets(S->g, n);
   for (int mu = 0; mu < N->m && !S->st; mu++)
     for (int64_t p = 0; p < N->P; p++) {
       if (slot_of(N, p) < 0) continue; /* another copy's piece */
-      relayout_ctx R = {S, n, p, mu, home(S, n->id, p), fready(S, n->id, p, mu), gsink(S, n->id, p, mu)};
+      relayout_ctx R = {S, n, p, mu, home(S, n->id, p), fready(S, n->id, p, mu), gsink(S, n->id, p, mu), sets};
       pcgc_relayout_cells(S->g, n, p, mu, relayout_cell, &R);
     }
 }
@@ -2075,13 +2086,19 @@ static void sim_free(sim *S) {
   free(S->pm.g);
 }
 
+/* The pieces of the nodes that are not resident. */
+static int64_t computed_pieces(const sim *S) {
+  int64_t total = 0;
+  for (int i = 0; i < S->g->n_nodes; i++)
+    if (!S->nd[i].resident) total += S->nd[i].P;
+  return total;
+}
+
 /* Each non-resident node's piece -> device (snode.dev): the loops over
  * every piece of a 1,024-device graph (the copies' checks, the kernels'
  * bound) spent most of a simulation dividing. */
 static pcgc_status dev_index(sim *S) {
-  int64_t total = 0;
-  for (int i = 0; i < S->g->n_nodes; i++)
-    if (!S->nd[i].resident) total += S->nd[i].P;
+  int64_t total = computed_pieces(S);
   if (!(S->dev_pool = malloc((size_t)(total ? total : 1) * sizeof *S->dev_pool))) return fail_nomem(S);
   int64_t off = 0;
   for (int i = 0; i < S->g->n_nodes; i++) {
@@ -2107,9 +2124,7 @@ static const int32_t *copy_table(sim *S, int R, int st) {
 /* options.copies_alike: each non-resident node's pieces on copy 0, and the
  * slot of each among them (sim.cix). */
 static pcgc_status copy0_index(sim *S) {
-  int64_t total = 0;
-  for (int i = 0; i < S->g->n_nodes; i++)
-    if (!S->nd[i].resident) total += S->nd[i].P;
+  int64_t total = computed_pieces(S);
   const int32_t *cpy = copy_table(S, S->reps, S->rstride);
   if (!cpy || !(S->cix_pool = malloc((size_t)(total ? total : 1) * sizeof *S->cix_pool))) return fail_nomem(S);
   int64_t off = 0;

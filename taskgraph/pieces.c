@@ -288,3 +288,22 @@ static bool cell_append(void *ctx, int64_t q, int mi, const pcgc_box *part, doub
 void pcgc_relayout_cell_list(const pcgc_graph *g, const pcgc_node *n, int64_t p, int mu, pcgc_cell_list *L) {
   pcgc_relayout_cells(g, n, p, mu, cell_append, L);
 }
+
+bool pcgc_relayout_grad_sets(const pcgc_graph *g, const pcgc_node *n) {
+  if ((n->kind != PCGC_OP_PARTITION && n->kind != PCGC_OP_COMBINE && n->kind != PCGC_OP_PIPELINE &&
+       n->kind != PCGC_OP_UNPIPELINE) ||
+      n->n_in != 1 || n->n_out != 1)
+    return false;
+  const pcgc_ptensor *to = &n->out[0], *ti = pcgc_graph_ref_type(g, n->in[0]);
+  if (!ti || ti->sum != 1 || to->sum != 1 || ti->replica != 1 || to->replica != 1) return false;
+  int mo = to->micro > 1 ? to->micro : 1, mi = ti->micro > 1 ? ti->micro : 1;
+  if (mi > 1 && mo > 1 && (mi != mo || ti->micro_dim != to->micro_dim)) return false;
+  if (ti->rank != to->rank) return false;
+  for (int d = 0; d < to->rank; d++) /* slices of equal size that tile the tensor (no remainder left out) */
+    if (ti->dims[d] != to->dims[d] || ti->dims[d] % cells(ti, mi, d) || to->dims[d] % cells(to, mo, d)) return false;
+  pcgc_ref r = n->in[0];
+  int readers = 0;
+  for (int v = 0; v < g->n_nodes && readers < 2; v++)
+    for (int i = 0; i < g->nodes[v].n_in; i++) readers += g->nodes[v].in[i].node == r.node && g->nodes[v].in[i].slot == r.slot;
+  return readers == 1;
+}

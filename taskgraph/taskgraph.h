@@ -232,6 +232,16 @@ typedef struct pcgc_cell_list {
 } pcgc_cell_list;
 void pcgc_relayout_cell_list(const pcgc_graph *g, const pcgc_node *n, int64_t p, int mu, pcgc_cell_list *L);
 
+/* Whether the backward of relayout n sets its input's gradient instead of
+ * adding into it: n is the only reader of its input, and the input and
+ * output have the same partial sums and replicas (and, both pipelined, the
+ * same micro-batch split), so that n's cells move every element of every
+ * input slice exactly once and their gradients cover the input's gradient
+ * once, with nothing else adding into it. Then no zeroing, and a message
+ * lands in place where its part is a run of the input slice. For a
+ * computed input (not resident); codegen and the simulator both ask. */
+bool pcgc_relayout_grad_sets(const pcgc_graph *g, const pcgc_node *n);
+
 /* ------------------------------------------------------------------ fans */
 
 /* Replicate and reduce are mirror images (taskgraph/sync.c): one piece on

@@ -299,7 +299,7 @@ has "$tmp/out" "the program of dp 1 x tp 2 x pp 2, 8 micro-batches, the best est
 has "$tmp/out" "of 16.2 MiB usable"
 if grep -q "OUT OF MEMORY" "$tmp/out"; then bad "the tight machine's plan is out of memory"; else ok; fi
 expect 0 "$pcgc" compile "$src/models/moe-small.pcg" --machine "$tmp/tight.machine" --rerank 0 -o "$tmp/tight0.json"
-has "$tmp/err" "the program of dp 1 x tp 2 x pp 2, 8 micro-batches needs 16.5 MiB per device where the search estimated 15.8 MiB; searching again"
+has "$tmp/err" "the program of dp 1 x tp 2 x pp 2, 8 micro-batches needs 17.5 MiB per device where the search estimated 15.8 MiB; searching again"
 has "$tmp/out" "memory margin"
 has "$tmp/out" "of 16.2 MiB usable"
 if grep -q "OUT OF MEMORY" "$tmp/out"; then bad "the tight machine's plan is out of memory"; else ok; fi
@@ -351,22 +351,23 @@ else bad "the joint search's plan runs slower than the expert strategy's: $(prog
 # (1.2 ms as a program); the joint search's second start, data parallel on
 # all 32, rewritten with every table split by columns over a group of 8 GPUs
 # of its own, its output passed on to the data-parallel readers through 4 of
-# them (embedding_batch_to_columns_a2a everywhere), runs in 0.694 ms, and
-# compile keeps it (its estimate 689.6 us; before messages were received in
-# place, the tables on 4 GPUs estimated faster and ran slower, and the ranking
-# of runner-ups by their programs picked this one). Its plan records data
-# parallel as the choice the trace replays from.
+# them (embedding_batch_to_columns_a2a everywhere), ran in 0.694 ms. Since a
+# relayout that is its input's only reader sets its input's gradient (no
+# zeroing, messages in place), every table's output combined on one GPU of its
+# group and partitioned from there to the 32 readers (embedding_batch_to_columns
+# everywhere) is faster: 0.654 ms (its estimate 622.1 us), and compile keeps it.
+# Its plan records data parallel as the choice the trace replays from.
 expect 0 "$pcgc" compile "$src/models/dlrm.pcg" --machine h100-4x8 --batch 2048 --budget 0 -o "$tmp/dlrm0.json"
 expect 0 "$pcgc" compile "$src/models/dlrm.pcg" --machine h100-4x8 --batch 2048 -o "$tmp/dlrm4.json"
 has "$tmp/out" "of data parallel on every device, its second start"
-has "$tmp/out" "embedding_batch_to_columns_a2a (everywhere)"
+has "$tmp/out" "embedding_batch_to_columns (everywhere)"
 has "$tmp/out" "strategy: dp 32 x tp 1 x pp 1"
 if awk -v a="$(prog_s "$tmp/dlrm4.json")" -v b="$(prog_s "$tmp/dlrm0.json")" 'BEGIN { exit !(a < 0.9 * b) }'; then ok
 else bad "DLRM's hybrid is not 10% faster than the expert strategy: $(prog_s "$tmp/dlrm4.json") s against $(prog_s "$tmp/dlrm0.json") s"; fi
-has "$tmp/dlrm4.json" '"trace":	["embedding_batch_to_columns_a2a e=4 c=8 everywhere 4"]'
+has "$tmp/dlrm4.json" '"trace":	["embedding_batch_to_columns d=32 c=8 everywhere 4"]'
 # every GPU's 8 MLP gradients (4 weights, 4 biases) in one bucket: one all-reduce each
 has "$tmp/out" "32 gradient all-reduces on all devices, 32 of them buckets of 8.0 weights on average"
-if awk -v a="$(prog_s "$tmp/dlrm4.json")" 'BEGIN { exit !(a < 0.00075) }'; then ok
-else bad "DLRM's hybrid on h100-4x8 does not run under 0.75 ms: $(prog_s "$tmp/dlrm4.json") s"; fi
+if awk -v a="$(prog_s "$tmp/dlrm4.json")" 'BEGIN { exit !(a < 0.0007) }'; then ok
+else bad "DLRM's hybrid on h100-4x8 does not run under 0.7 ms: $(prog_s "$tmp/dlrm4.json") s"; fi
 
 finish test_compile

@@ -809,6 +809,34 @@ START_TEST(relayout_transfers) {
 }
 END_TEST
 
+/* A relayout that is its input's only reader sets its input's gradient
+ * (no zeroing, no adding); one whose input has another reader adds. */
+START_TEST(relayout_gradient_set_where_alone) {
+  pcgc_graph *g = model_text("model relayout\n"
+                             "input x: f32[8, 16]\ninput t: f32[8, 32]\n"
+                             "weight w: f32[16, 32] = uniform(0.2)\n"
+                             "xp = partition(x, dim=0, degree=2)\nwr = replicate(w, degree=2)\n"
+                             "h = linear(xp, wr)\n"
+                             "r = combine(h, dim=0, degree=2)\n"
+                             "p = partition(r, dim=1, degree=4)\n"
+                             "a = relu(p)\n"
+                             "c = combine(a, dim=1, degree=4)\n"
+                             "q = partition(c, dim=0, degree=2)\n"
+                             "b = relu(q)\n"
+                             "e = add(c, c)\n"
+                             "bc = combine(b, dim=0, degree=2)\n"
+                             "s = add(bc, e)\n"
+                             "loss = mse(s, t)\n");
+  ck_assert(pcgc_relayout_grad_sets(g, &g->nodes[node(g, "r")]));
+  ck_assert(pcgc_relayout_grad_sets(g, &g->nodes[node(g, "p")]));
+  ck_assert(pcgc_relayout_grad_sets(g, &g->nodes[node(g, "bc")]));
+  ck_assert(!pcgc_relayout_grad_sets(g, &g->nodes[node(g, "q")])); /* c is also read (twice) by e */
+  ck_assert(pcgc_relayout_grad_sets(g, &g->nodes[node(g, "c")]));
+  ck_assert(!pcgc_relayout_grad_sets(g, &g->nodes[node(g, "h")])); /* not a relayout */
+  pcgc_graph_free(g);
+}
+END_TEST
+
 START_TEST(replicate_and_reduce_collectives) {
   pcgc_machine m = toy_machine(4, "16 GiB");
   pcgc_error err = {0};
@@ -1252,6 +1280,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, sequential_is_the_sum_of_its_tasks);
   tcase_add_test(tc, recompute_by_hand);
   tcase_add_test(tc, relayout_transfers);
+  tcase_add_test(tc, relayout_gradient_set_where_alone);
   tcase_add_test(tc, replicate_and_reduce_collectives);
   tcase_add_test(tc, reduce_point_to_point);
   suite_add_tcase(s, tc);
