@@ -77,8 +77,9 @@ void pcgc_cli_compile_help(FILE *f) {
           "  --set NAME=VALUE   override a `const` of the model; repeatable\n"
           PCGC_CLI_LOSS_HELP
           "  --time-limit S     stop the search after S seconds (default 30; 0: no limit): the expert grid\n"
-          "                     and the joint search share it;\n"
-          "                     the search is deterministic unless the limit cuts it short\n"
+          "                     and the joint search share it (the rule library's check before the\n"
+          "                     joint search does not count); the search is deterministic unless\n"
+          "                     the limit cuts it short\n"
           "  --optimizer O      sgd | momentum | adam (default adam): memory and update cost\n"
           );
   fprintf(f,

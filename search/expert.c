@@ -1242,18 +1242,22 @@ pcgc_status pcgc_compile(const pcgc_graph *seq, const pcgc_machine *m, const pcg
     pcgc_check_options co;
     pcgc_check_options_default(&co);
     co.threads = o->threads > 0 ? o->threads : 1;
+    /* the library's check is not search: its seconds (the same for every
+     * machine and model size) do not count against the time limit */
+    double tv = pcgc_now();
     if (st == PCGC_OK) st = pcgc_ruleset_verify(x->rs, &co, o->allow_unsound, o->rules_report, &r->rules_unsound, NULL, err);
-    if (st == PCGC_OK) st = joint_from(o, m, x->rs, memo, t0, best, &best_mp, r->choice, &r->joint, err);
+    double ts = t0 + (pcgc_now() - tv);
+    if (st == PCGC_OK) st = joint_from(o, m, x->rs, memo, ts, best, &best_mp, r->choice, &r->joint, err);
     r->start_choice = r->choice;
     /* then from data parallel on every device, where that is not the start:
      * rewrites that move one region off data parallelism (DLRM's tables onto
      * device groups beside data-parallel MLPs) start from there, and the
      * expert strategy (tensor parallelism everywhere) may be too far from
      * them for single rewrites that each simulate faster */
-    if (st == PCGC_OK && dp_seed && !(o->time_limit > 0 && pcgc_now() - t0 > o->time_limit)) {
+    if (st == PCGC_OK && dp_seed && !(o->time_limit > 0 && pcgc_now() - ts > o->time_limit)) {
       pcgc_joint_result j2;
       double before = r->joint.improvements ? r->joint.time : best_time;
-      st = joint_from(o, m, x->rs, memo, t0, dp_seed, &dp_seed_mp, dp_seed_c, &j2, err);
+      st = joint_from(o, m, x->rs, memo, ts, dp_seed, &dp_seed_mp, dp_seed_c, &j2, err);
       if (st == PCGC_OK && j2.improvements > 0 && j2.time < before) { /* the rewrites of data parallel win */
         pcgc_joint_result_add_counts(&j2, &r->joint);
         pcgc_joint_result_destroy(&r->joint);
