@@ -1049,7 +1049,7 @@ static void lower_relayout(cg *C, const pcgc_node *n, bool backward) {
   int mo = value_m(to), src = n->in[0].node, slot = n->in[0].slot;
   int64_t Po = pcgc_ptensor_pieces(to);
   /* backward: set the input's gradient where nothing else adds into it (no zeroing) */
-  bool add = !pcgc_relayout_grad_sets(C->g, n);
+  bool add = backward && !pcgc_relayout_grad_sets(C->g, n);
   pcgc_cell_list L = {0};
   for (int mu = 0; mu < mo && !C->st; mu++)
     for (int64_t p = 0; p < Po && !C->st; p++) {

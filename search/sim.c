@@ -384,7 +384,8 @@ typedef struct xfer {
  * where the program receives into a gradient with +=). `direct`: the
  * message sets a contiguous run of its destination (a whole piece, or a
  * slice of one along its outermost split dim), which the program receives
- * in place, without unpacking (pcgc_recv_in_place). */
+ * in place, without unpacking (pcgc_recv_in_place); in backward only a
+ * relayout's gradient that it sets (pcgc_relayout_grad_sets). */
 static xfer transfer(sim *S, int phase, int node, int64_t piece, int micro, int a, int b, double bytes, bool direct) {
   int32_t pk = copy_task(S, PCGC_TASK_STAGE, phase, node, piece, micro, a, bytes, false);
   int32_t t = transfer_task(S, phase, node, piece, micro, a, b, bytes);
@@ -924,7 +925,7 @@ static bool relayout_cell(void *ctx, int64_t q, int mi, const pcgc_box *part, do
 
 static void gen_relayout(sim *S, const pcgc_node *n) {
   const snode *N = &S->nd[n->id];
-  bool sets = pcgc_relayout_grad_sets(S->g, n);
+  bool sets = N->bwd >= 0 && pcgc_relayout_grad_sets(S->g, n); /* (its reader scan only where a gradient comes back) */
   for (int mu = 0; mu < N->m && !S->st; mu++)
     for (int64_t p = 0; p < N->P; p++) {
       if (slot_of(N, p) < 0) continue; /* another copy's piece */

@@ -772,18 +772,23 @@ END_TEST
 
 /* ------------------------------------------------- parallel operators */
 
+/* a data-parallel linear on devices 0-1 (by their views), combined, split
+ * by columns over 4, combined again; the loss comes after */
+#define RELAYOUT_CHAIN                                                                     \
+  "model relayout\n"                                                                      \
+  "input x: f32[8, 16]\ninput t: f32[8, 32]\n"                                            \
+  "weight w: f32[16, 32] = uniform(0.2)\n"                                                \
+  "xp = partition(x, dim=0, degree=2)\nwr = replicate(w, degree=2)\n"                     \
+  "h = linear(xp, wr)\n"                                                                  \
+  "r = combine(h, dim=0, degree=2)\n"                                                     \
+  "p = partition(r, dim=1, degree=4)\n"                                                   \
+  "a = relu(p)\n"                                                                         \
+  "c = combine(a, dim=1, degree=4)\n"
+
 START_TEST(relayout_transfers) {
   /* a data-parallel linear on devices 0-1, combined on device 2, split by
    * columns over 0-3, combined again on device 0 */
-  pcgc_graph *g = model_text("model relayout\n"
-                             "input x: f32[8, 16]\ninput t: f32[8, 32]\n"
-                             "weight w: f32[16, 32] = uniform(0.2)\n"
-                             "xp = partition(x, dim=0, degree=2)\nwr = replicate(w, degree=2)\n"
-                             "h = linear(xp, wr)\n"
-                             "r = combine(h, dim=0, degree=2)\n"
-                             "p = partition(r, dim=1, degree=4)\n"
-                             "a = relu(p)\n"
-                             "c = combine(a, dim=1, degree=4)\n"
+  pcgc_graph *g = model_text(RELAYOUT_CHAIN
                              "loss = mse(c, t)\n");
   pcgc_machine m = toy_machine(4, "16 GiB");
   pcgc_mapping mp;
@@ -812,15 +817,7 @@ END_TEST
 /* A relayout that is its input's only reader sets its input's gradient
  * (no zeroing, no adding); one whose input has another reader adds. */
 START_TEST(relayout_gradient_set_where_alone) {
-  pcgc_graph *g = model_text("model relayout\n"
-                             "input x: f32[8, 16]\ninput t: f32[8, 32]\n"
-                             "weight w: f32[16, 32] = uniform(0.2)\n"
-                             "xp = partition(x, dim=0, degree=2)\nwr = replicate(w, degree=2)\n"
-                             "h = linear(xp, wr)\n"
-                             "r = combine(h, dim=0, degree=2)\n"
-                             "p = partition(r, dim=1, degree=4)\n"
-                             "a = relu(p)\n"
-                             "c = combine(a, dim=1, degree=4)\n"
+  pcgc_graph *g = model_text(RELAYOUT_CHAIN
                              "q = partition(c, dim=0, degree=2)\n"
                              "b = relu(q)\n"
                              "e = add(c, c)\n"
