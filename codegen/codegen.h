@@ -302,6 +302,14 @@ bool pcgc_allreduce_in_place(const pcgc_device_program *P, const pcgc_ins *ins);
  * buffer (pcgc_box_contiguous_in): the message is received in place, with
  * no staging and no unpacking; *at: the run's byte offset in the buffer. */
 bool pcgc_recv_in_place(const pcgc_device_program *P, const pcgc_ins *ins, int64_t *at);
+/* Consecutive SENDs pack their boxes into staging in one launch: the run
+ * that starts at instruction `pc` (a SEND, the stream's k-th): the SENDs
+ * that follow it with nothing between, at most PCGC_PACK_MAX, stopping
+ * before one that must first complete a send of the run (its send_wait
+ * names one: their staging bytes overlap). Returns the run's length (0:
+ * pc is no SEND). The runtime packs so (backend move_list) and the
+ * prediction charges one launch a run (PCGC_PACK_MAX: taskgraph.h). */
+int pcgc_send_pack_run(const pcgc_device_program *P, int pc, int k);
 /* A gradient bucket's ALLREDUCE_START or WAIT (dst -1: its buffers in args,
  * laid back to back in the arena by the memory plan): the span's offset and
  * bytes, which one all-reduce of f32 sums in place (64-byte gaps between the

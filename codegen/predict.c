@@ -12,10 +12,18 @@
  * pcgc_cost_update's (or the profile's) time of the weight box.
  * Communication follows the runtime's semantics:
  *   - SEND copies its box into a staging buffer and goes on (non-blocking);
- *     where its planned staging overlaps an earlier send's, it first waits
- *     until that message has arrived (the runtime completes that send);
- *     the message holds the sender's out port and the receiver's in port of
- *     the link between them for pcgc_comm_p2p_time, first come, first served;
+ *     consecutive SENDs pack in one launch (pcgc_send_pack_run: the first
+ *     pays the launch, the others their bytes); where its planned staging
+ *     overlaps an earlier send's, it first waits until that message has
+ *     arrived (the runtime completes that send; a packed run, for all of
+ *     its sends' at its first); the message holds the sender's out port
+ *     and the receiver's in port of the link between them for its bytes
+ *     over the bandwidth, first come, first served, and arrives the link's
+ *     latency later (pcgc_comm_p2p_time in all): messages to different
+ *     peers overlap their latencies, as the runtime's sends do (MPI_Isend,
+ *     or NCCL on a communicator and stream per pair of devices). Messages
+ *     between the same two devices follow one another (one stream): one
+ *     leaves once the one before it has arrived;
  *   - RECV waits until its message has arrived, then copies it in (nothing
  *     where it set a contiguous run of its buffer: received in place);
  *   - BCAST, REDUCE, ALLREDUCE wait until every member of the group has
@@ -54,7 +62,7 @@
 enum { P_INTRA_OUT, P_INTRA_IN, P_INTER_OUT, P_INTER_IN, P_KINDS };
 
 typedef struct msg {
-  int64_t key;  /* (from * D + to) << 24 | tag */
+  int64_t key;  /* (from * D + to) << 24 | tag; pairs: from * D + to */
   double arrive;
   UT_hash_handle hh;
 } msg;
@@ -97,6 +105,7 @@ typedef struct psim {
   double *port_free; /* [P_KINDS * D] */
   double *port_fg;   /* [P_KINDS * D]: when messages and blocking collectives may pass background all-reduces */
   msg *msgs;
+  msg *pairs;        /* per pair of devices that exchanged messages: the last one's arrival */
   /* rendezvous: per group a list by sequence number; per device and group its next sequence */
   rdv *rv;
   int64_t n_rv, cap_rv;
@@ -111,6 +120,7 @@ typedef struct psim {
   /* send staging, per device: each send's arrival, sends issued */
   double **s_arrive;
   int32_t *n_sent;
+  int32_t *pack_left; /* sends of the packed run still to come */
   double fwd_end, task_time, bytes_intra, bytes_inter;
   int64_t n_msgs;
   /* o->trace_path: one task per instruction (device d's at ins_off[d] + pc) */
@@ -430,14 +440,35 @@ static pcgc_status step(psim *S, int d, bool *moved) {
     if (k >= P->n_sends)
       return pcgc_error_set(S->err, PCGC_ERR_INVALID, "device %d sends more than the %d messages it plans", d,
                             P->n_sends);
-    for (int w = P->send_wait_off[k]; w < P->send_wait_off[k + 1]; w++) { /* the messages its bytes held */
-      int j = P->send_wait[w];
-      if (j >= 0 && j < k && S->s_arrive[d][j] > x->clock) x->clock = S->s_arrive[d][j];
-    }
     dur = mem_time(S, bytes, false);
+    if (S->pack_left[d] > 0) { /* packed with the run's first: no launch of its own */
+      S->pack_left[d]--;
+      dur = dur > S->m->device.launch_overhead ? dur - S->m->device.launch_overhead : 0;
+    } else { /* a run's first: it completes the messages whose bytes the run's staging held */
+      int run = pcgc_send_pack_run(P, x->pc, k);
+      S->pack_left[d] = run > 1 ? run - 1 : 0;
+      for (int i = k; i < k + (run > 1 ? run : 1); i++)
+        for (int w = P->send_wait_off[i]; w < P->send_wait_off[i + 1]; w++) {
+          int j = P->send_wait[w];
+          if (j >= 0 && j < k && S->s_arrive[d][j] > x->clock) x->clock = S->s_arrive[d][j];
+        }
+    }
     bool same = d / S->dpn == I->peer / S->dpn;
     int ports[2] = {port(S, same ? P_INTRA_OUT : P_INTER_OUT, d), port(S, same ? P_INTRA_IN : P_INTER_IN, I->peer)};
-    double tt = pcgc_comm_p2p_time(S->m, same, 1, bytes), s0 = claim(S, ports, 2, x->clock + dur, tt);
+    double tt = pcgc_comm_p2p_time(S->m, same, 1, bytes), lat = same ? S->m->intra.latency : S->m->inter.latency;
+    if (!(tt > lat)) lat = 0;
+    int64_t pk = (int64_t)d * S->D + I->peer;
+    msg *pr = NULL;
+    HASH_FIND(hh, S->pairs, &pk, sizeof pk, pr);
+    double leave = x->clock + dur;
+    if (pr && pr->arrive > leave) leave = pr->arrive; /* the pair's stream: after the message before it */
+    double s0 = claim(S, ports, 2, leave, tt - lat);
+    if (!pr) {
+      if (!(pr = malloc(sizeof *pr))) return pcgc_error_set(S->err, PCGC_ERR_NOMEM, "out of memory");
+      pr->key = pk;
+      HASH_ADD(hh, S->pairs, key, sizeof pr->key, pr);
+    }
+    pr->arrive = s0 + tt;
     msg *e = malloc(sizeof *e);
     if (!e) return pcgc_error_set(S->err, PCGC_ERR_NOMEM, "out of memory");
     e->key = ((int64_t)d * S->D + I->peer) << 24 | (int64_t)(I->tag & 0xffffff);
@@ -604,13 +635,17 @@ static void reset(psim *S) {
     HASH_DEL(S->msgs, e);
     free(e);
   }
+  HASH_ITER(hh, S->pairs, e, tmp) {
+    HASH_DEL(S->pairs, e);
+    free(e);
+  }
   for (int k = 0; k < S->p->n_groups; k++) S->grp_n[k] = 0;
   S->n_rv = 0;
   memset(S->seq, 0, (size_t)S->D * (size_t)(S->p->n_groups ? S->p->n_groups : 1) * sizeof *S->seq);
   for (int d = 0; d < S->D; d++)
     for (int k = 0; k < S->p->dev[d].n_requests; k++) S->slot_rv[d][k] = -1;
   for (int d = 0; d < S->D; d++) S->busy[d] = 0;
-  for (int d = 0; d < S->D; d++) S->n_sent[d] = 0;
+  for (int d = 0; d < S->D; d++) S->n_sent[d] = S->pack_left[d] = 0;
   for (int i = 0; i < P_KINDS * S->D; i++) S->port_free[i] = S->port_fg[i] = 0;
   S->hn = 0;
 }
@@ -621,6 +656,10 @@ static void psim_free(psim *S) {
   msg *e, *tmp;
   HASH_ITER(hh, S->msgs, e, tmp) {
     HASH_DEL(S->msgs, e);
+    free(e);
+  }
+  HASH_ITER(hh, S->pairs, e, tmp) {
+    HASH_DEL(S->pairs, e);
     free(e);
   }
   free(S->ds);
@@ -638,6 +677,7 @@ static void psim_free(psim *S) {
   for (int d = 0; S->s_arrive && d < S->D; d++) free(S->s_arrive[d]);
   free(S->s_arrive);
   free(S->n_sent);
+  free(S->pack_left);
   free(S->nt);
   free(S->nt_done);
   free(S->busy);
@@ -766,10 +806,11 @@ pcgc_status pcgc_program_simulate(const pcgc_program *p, const pcgc_graph *g, co
   S->busy = calloc((size_t)D, sizeof *S->busy);
   S->s_arrive = calloc((size_t)D, sizeof *S->s_arrive);
   S->n_sent = calloc((size_t)D, sizeof *S->n_sent);
+  S->pack_left = calloc((size_t)D, sizeof *S->pack_left);
   r->device = calloc((size_t)pcgc_machine_num_devices(m), sizeof *r->device);
   pcgc_status st = PCGC_OK;
   if (!S->ds || !S->heap || !S->port_free || !S->port_fg || !S->grp_rv || !S->grp_n || !S->grp_cap || !S->seq || !S->slot_rv ||
-      !S->nt || !S->nt_done || !S->busy || !S->s_arrive || !S->n_sent || !r->device) {
+      !S->nt || !S->nt_done || !S->busy || !S->s_arrive || !S->n_sent || !S->pack_left || !r->device) {
     st = pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
     goto out;
   }

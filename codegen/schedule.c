@@ -950,6 +950,16 @@ bool pcgc_recv_in_place(const pcgc_device_program *P, const pcgc_ins *I, int64_t
   return true;
 }
 
+int pcgc_send_pack_run(const pcgc_device_program *P, int pc, int k) {
+  int n = 0;
+  for (int i = pc; i < P->n_ins && n < PCGC_PACK_MAX && P->ins[i].kind == PCGC_INS_SEND && k + n < P->n_sends; i++) {
+    for (int w = P->send_wait_off[k + n]; n > 0 && w < P->send_wait_off[k + n + 1]; w++)
+      if (P->send_wait[w] >= k) return n; /* it reuses the staging of a send of this run */
+    n++;
+  }
+  return n;
+}
+
 bool pcgc_allreduce_in_place(const pcgc_device_program *P, const pcgc_ins *I) {
   if (is_bucket(I)) return I->kind != PCGC_INS_UPDATE;
   if ((I->kind != PCGC_INS_ALLREDUCE_START && I->kind != PCGC_INS_REDUCESCATTER_START && I->kind != PCGC_INS_WAIT) ||

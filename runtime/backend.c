@@ -190,6 +190,20 @@ static pcgc_status cu_move(pcgc_backend *b, const pcgc_plan_buf *D, void *dd, co
   return pcgc_cuda_move(CU(b), D->dtype, S->dtype, x->rank, dd, D->dims, D->offset, sd, S->dims, S->offset, x->lo, x->len, add,
                         err);
 }
+static pcgc_status cu_move_list(pcgc_backend *b, int n, const pcgc_plan_buf *D, void *const *dd,
+                                const pcgc_plan_buf *const *S, const void *const *sd, const pcgc_box *x, pcgc_error *err) {
+  pcgc_cuda_box_move m[PCGC_PACK_MAX];
+  if (n < 0 || n > PCGC_PACK_MAX)
+    return pcgc_error_set(err, PCGC_ERR_INVALID, "moving %d boxes at once (at most %d)", n, PCGC_PACK_MAX);
+  for (int i = 0; i < n; i++) {
+    if (D[i].dtype != S[i]->dtype)
+      return pcgc_error_set(err, PCGC_ERR_UNSUPPORTED, "a packed box of %s into one of %s",
+                            pcgc_dtype_name(S[i]->dtype), pcgc_dtype_name(D[i].dtype));
+    m[i] = (pcgc_cuda_box_move){D[i].dtype, x[i].rank, dd[i], sd[i], D[i].dims, D[i].offset, S[i]->dims,
+                                S[i]->offset, x[i].lo, x[i].len};
+  }
+  return pcgc_cuda_move_list(CU(b), n, m, err);
+}
 static pcgc_status cu_forward(pcgc_backend *b, pcgc_op_kind k, const pcgc_attrs *a, int ni, const pcgc_buf *in,
                               int no, pcgc_buf *out, const pcgc_kernel_ctx *ctx, pcgc_error *err) {
   return pcgc_cuda_forward(CU(b), k, a, ni, in, no, out, ctx, err);
@@ -292,6 +306,7 @@ static pcgc_status open_cuda(pcgc_backend *b, int device, pcgc_error *err) {
   b->upload = cu_upload;
   b->download = cu_download;
   b->move = cu_move;
+  b->move_list = cu_move_list;
   b->forward = cu_forward;
   b->backward = cu_backward;
   b->bn_stats = cu_bn_stats;

@@ -67,6 +67,7 @@ typedef struct rt {
   int *pend, n_pend;      /* request slots of the all-reduces started and not yet waited for (host MPI) */
   struct rs_slot *rs;     /* per request slot: a reduce-scatter's slabs (n 0: an all-reduce's slot) */
   int n_sends;            /* SENDs issued this step: sends[k] is the k-th's request */
+  int packed;             /* SENDs of this step whose boxes are in staging already (a packed run's) */
   MPI_Comm *comm;      /* per group: its communicator, or MPI_COMM_NULL where not a member */
   bool dev_comm;       /* messages through the backend's communicators (NCCL), not host MPI */
   void **dcomm;        /* per group: the backend's communicator (NULL where not a member) */
@@ -453,6 +454,41 @@ static pcgc_status settle_sends(rt *R, int k) {
   return PCGC_OK;
 }
 
+/* The run of consecutive SENDs that starts at instruction pc, the step's
+ * k-th (pcgc_send_pack_run): completes the sends whose staging bytes the
+ * run reuses, then packs every box of the run into its staging at once (one
+ * launch where the backend has move_list), as the prediction charges. */
+static pcgc_status pack_sends(rt *R, int pc, int k) {
+  const pcgc_device_program *P = R->P;
+  pcgc_backend *be = R->be;
+  int n = pcgc_send_pack_run(P, pc, k);
+  if (n < 1) n = 1;
+  pcgc_plan_buf sd[PCGC_PACK_MAX];
+  const pcgc_plan_buf *src[PCGC_PACK_MAX];
+  const void *sp[PCGC_PACK_MAX];
+  void *dp[PCGC_PACK_MAX];
+  pcgc_box x[PCGC_PACK_MAX];
+  pcgc_status st = PCGC_OK;
+  for (int i = 0; i < n && !st; i++) {
+    const pcgc_ins *I = &P->ins[pc + i];
+    x[i] = region(R, I, I->src);
+    src[i] = &P->buf[I->src];
+    sd[i] = stage_desc(&x[i], src[i]->dtype);
+    sp[i] = data_of(R, I->src);
+    int64_t bytes = box_numel(&x[i]) * (int64_t)pcgc_dtype_size(src[i]->dtype), at = P->send_off[k + i];
+    if (at < 0 || at + bytes > P->send_bytes)
+      return pcgc_error_set(R->err, PCGC_ERR_INVALID, "send %d's staging [%lld, %lld) lies outside the %lld planned",
+                            k + i + 1, (long long)at, (long long)(at + bytes), (long long)P->send_bytes);
+    dp[i] = R->send_stage + at;
+    st = settle_sends(R, k + i);
+  }
+  if (!st && n > 1 && be->move_list) st = be->move_list(be, n, sd, dp, src, sp, x, R->err);
+  else
+    for (int i = 0; i < n && !st; i++) st = be->move(be, &sd[i], dp[i], src[i], sp[i], &x[i], false, R->err);
+  if (!st) R->packed = k + n;
+  return st;
+}
+
 /* Open MPI advances a non-blocking collective only inside MPI calls (no
  * progress thread): between instructions, a test of the oldest all-reduce
  * still open moves every one of them (and the sends) on, so they run while
@@ -537,7 +573,6 @@ static pcgc_status exec_one(rt *R, const pcgc_ins *I) {
   case PCGC_INS_SEND: {
     pcgc_box x = region(R, I, I->src);
     const pcgc_plan_buf *S = &P->buf[I->src];
-    pcgc_plan_buf sd = stage_desc(&x, S->dtype);
     int64_t n = box_numel(&x), bytes = n * (int64_t)pcgc_dtype_size(S->dtype);
     int k = R->n_sends;
     if (k >= P->n_sends)
@@ -546,11 +581,10 @@ static pcgc_status exec_one(rt *R, const pcgc_ins *I) {
     if (at < 0 || at + bytes > P->send_bytes)
       return pcgc_error_set(R->err, PCGC_ERR_INVALID, "send %d's staging [%lld, %lld) lies outside the %lld planned",
                             k + 1, (long long)at, (long long)(at + bytes), (long long)P->send_bytes);
-    if ((st = settle_sends(R, k))) return st;
     char *buf = R->send_stage + at, *h = R->send_h + at;
+    if (k >= R->packed && (st = pack_sends(R, (int)(I - P->ins), k))) return st;
     R->sends[k] = MPI_REQUEST_NULL;
     R->n_sends++;
-    if ((st = be->move(be, &sd, buf, S, data_of(R, I->src), &x, false, R->err))) return st;
     if (R->dev_comm) {
       if ((st = be->send(be, R->to[I->peer], buf, n, S->dtype, 1, R->err))) return st;
       return be->send_mark(be, R->to[I->peer], P->n_requests + k, R->err);
@@ -1777,7 +1811,7 @@ pcgc_status pcgc_run(const pcgc_graph *g, const pcgc_program *p, const pcgc_run_
     if (o->step_timeout > 0) alarm((unsigned)ceil(o->step_timeout));
     R.step = s + 1;
     R.loss = 0;
-    R.n_sends = 0;
+    R.n_sends = R.packed = 0;
     g_step = s + 1;
     if (R.data) st = load_step_data(&R, s + 1);
     for (int i = 0; i < P->n_ins && !st; i++) {

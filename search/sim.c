@@ -132,6 +132,11 @@ typedef struct sim {
    * micro-batch seen so far */
   int32_t *send_node, *send_mb;
   double *send_run, *send_peak;
+  /* packing (codegen.h, pcgc_send_pack_run): per device the (node, phase,
+   * micro-batch) of the last message packed and how many of its run so far:
+   * the next one of the same packs with them, without a launch of its own */
+  int64_t *pack_key;
+  int32_t *pack_n;
   double *gmax;                         /* [D] the most gradient bytes one backward piece holds */
   /* [D] the time of the tasks made so far that hold a device's compute
    * stream (its kernels, and the broadcasts and reduces it takes part in):
@@ -388,6 +393,16 @@ typedef struct xfer {
  * relayout's gradient that it sets (pcgc_relayout_grad_sets). */
 static xfer transfer(sim *S, int phase, int node, int64_t piece, int micro, int a, int b, double bytes, bool direct) {
   int32_t pk = copy_task(S, PCGC_TASK_STAGE, phase, node, piece, micro, a, bytes, false);
+  int64_t key = (int64_t)node << 32 | (int64_t)phase << 28 | (micro & 0xfffffff);
+  if (!S->st && S->pack_key[a] == key && S->pack_n[a] < PCGC_PACK_MAX) { /* packed with the messages before it */
+    double l = S->m->device.launch_overhead, d = S->T.dur[pk] > l ? S->T.dur[pk] - l : 0;
+    hold(S, a, d - S->T.dur[pk]);
+    S->T.dur[pk] = d;
+    S->pack_n[a]++;
+  } else {
+    S->pack_key[a] = key;
+    S->pack_n[a] = 1;
+  }
   int32_t t = transfer_task(S, phase, node, piece, micro, a, b, bytes);
   edge(S, pk, t);
   if (direct) return (xfer){pk, t};
@@ -1907,7 +1922,11 @@ static pcgc_status run(sim *S, pcgc_sim_result *r) {
           double f = bg || rs[i] < D ? free_at[rs[i]] : fg_at[rs[i]];
           if (f > s) s = f;
         }
-        double e2 = s + x->dur;
+        double e2 = s + x->dur; /* a message holds its ports for its bytes; its latency follows (arrival) */
+        if (k == PCGC_TASK_TRANSFER) {
+          double lat = T->dev[t] / S->dpn == T->peer[t] / S->dpn ? S->m->intra.latency : S->m->inter.latency;
+          if (x->dur > lat) e2 -= lat;
+        }
         for (int i = 0; i < x->res_n; i++) {
           if (free_at[rs[i]] < e2) free_at[rs[i]] = e2;
           if (!bg && fg_at[rs[i]] < e2) fg_at[rs[i]] = e2;
@@ -2068,6 +2087,8 @@ static void sim_free(sim *S) {
   free(S->comm);
   free(S->sendsum);
   free(S->send_node);
+  free(S->pack_key);
+  free(S->pack_n);
   free(S->send_mb);
   free(S->send_run);
   free(S->send_peak);
@@ -2542,6 +2563,8 @@ static pcgc_status simulate(const pcgc_graph *g, const pcgc_mapping *mp, const p
   S->send_mb = calloc((size_t)D, sizeof *S->send_mb);
   S->send_run = calloc((size_t)D, sizeof *S->send_run);
   S->send_peak = calloc((size_t)D, sizeof *S->send_peak);
+  S->pack_key = malloc((size_t)D * sizeof *S->pack_key);
+  S->pack_n = calloc((size_t)D, sizeof *S->pack_n);
   S->gmax = calloc((size_t)D, sizeof *S->gmax);
   S->busy = calloc((size_t)D, sizeof *S->busy);
   S->stamp = calloc((size_t)nstamp, sizeof *S->stamp);
@@ -2554,12 +2577,15 @@ static pcgc_status simulate(const pcgc_graph *g, const pcgc_mapping *mp, const p
   int *stage = NULL;
   pcgc_fan fan = {0};
   if (!S->nd || !S->order || !S->act || !S->act_mb || !S->wbytes || !S->obytes || !S->gbytes || !S->gfull || !S->gbig || !S->gop || !S->wfull || !S->wbig || !S->comm || !S->sendsum || !S->send_node || !S->send_mb || !S->send_run ||
-      !S->send_peak || !S->gmax || !S->stamp || !S->ncount ||
+      !S->send_peak || !S->pack_key || !S->pack_n || !S->gmax || !S->stamp || !S->ncount ||
       !S->grp || !S->first_topo || !S->last_topo || !r->device || !tasks_grow(S, 4096)) {
     st = pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
     goto out;
   }
-  for (int d = 0; d < D; d++) S->first_topo[d] = S->last_topo[d] = S->send_node[d] = -1;
+  for (int d = 0; d < D; d++) {
+    S->first_topo[d] = S->last_topo[d] = S->send_node[d] = -1;
+    S->pack_key[d] = -1;
+  }
   if ((st = analyse(S)) != PCGC_OK || (st = dev_index(S)) != PCGC_OK) goto out;
   S->reps = S->o.replicas;
   S->rstride = S->o.replica_stride;

@@ -242,6 +242,11 @@ void pcgc_relayout_cell_list(const pcgc_graph *g, const pcgc_node *n, int64_t p,
  * computed input (not resident); codegen and the simulator both ask. */
 bool pcgc_relayout_grad_sets(const pcgc_graph *g, const pcgc_node *n);
 
+/* The most messages a device packs into its send staging in one launch:
+ * consecutive sends (codegen's pcgc_send_pack_run; the simulator's
+ * transfers of one relayout's piece from one device) pay one launch. */
+#define PCGC_PACK_MAX 16
+
 /* ------------------------------------------------------------------ fans */
 
 /* Replicate and reduce are mirror images (taskgraph/sync.c): one piece on

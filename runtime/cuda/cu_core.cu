@@ -295,9 +295,9 @@ static void convert_launch(cudaStream_t stream, const move_geom &g, bool flat, v
   }
 }
 
-pcgc_status pcgc_cuda_move(pcgc_cuda *cu, pcgc_dtype t, pcgc_dtype st, int rank, void *dst, const int64_t *ddims,
-                           const int64_t *doff, const void *src, const int64_t *sdims, const int64_t *soff,
-                           const int64_t *lo, const int64_t *len, bool add, pcgc_error *err) {
+/* The box (lo, len) of dst (dims ddims from doff) and src (sdims, soff). */
+static move_geom geom_of(int rank, const int64_t *ddims, const int64_t *doff, const int64_t *sdims,
+                         const int64_t *soff, const int64_t *lo, const int64_t *len) {
   move_geom g;
   memset(&g, 0, sizeof g);
   g.rank = rank;
@@ -313,6 +313,64 @@ pcgc_status pcgc_cuda_move(pcgc_cuda *cu, pcgc_dtype t, pcgc_dtype st, int rank,
     ss *= sdims[k];
     g.n *= len[k];
   }
+  return g;
+}
+
+/* Several boxes moved by one kernel (a packed run of sends): their
+ * geometries and pointers travel in the launch's parameters, block row y
+ * moves box y, elements of es bytes. */
+typedef struct move_list_args {
+  move_geom g[PCGC_CUDA_MOVE_MAX];
+  char *d[PCGC_CUDA_MOVE_MAX];
+  const char *s[PCGC_CUDA_MOVE_MAX];
+  int es[PCGC_CUDA_MOVE_MAX];
+} move_list_args;
+static_assert(sizeof(move_list_args) <= 4000, "a launch's parameters hold at most 4 KiB");
+
+__global__ void move_list_kernel(move_list_args a) {
+  const move_geom &g = a.g[blockIdx.y];
+  char *d = a.d[blockIdx.y];
+  const char *s = a.s[blockIdx.y];
+  int es = a.es[blockIdx.y];
+  int64_t stride = (int64_t)gridDim.x * blockDim.x;
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < g.n; i += stride) {
+    int64_t di, si;
+    box_at(g, i, &di, &si);
+    if (es == 8) reinterpret_cast<int64_t *>(d)[di] = reinterpret_cast<const int64_t *>(s)[si];
+    else if (es == 4) reinterpret_cast<int32_t *>(d)[di] = reinterpret_cast<const int32_t *>(s)[si];
+    else if (es == 2) reinterpret_cast<int16_t *>(d)[di] = reinterpret_cast<const int16_t *>(s)[si];
+    else d[di] = s[si];
+  }
+}
+
+pcgc_status pcgc_cuda_move_list(pcgc_cuda *cu, int n, const pcgc_cuda_box_move *m, pcgc_error *err) {
+  for (int at = 0; at < n; at += PCGC_CUDA_MOVE_MAX) {
+    move_list_args a;
+    memset(&a, 0, sizeof a);
+    int k = n - at < PCGC_CUDA_MOVE_MAX ? n - at : PCGC_CUDA_MOVE_MAX;
+    int64_t most = 0;
+    for (int i = 0; i < k; i++) {
+      const pcgc_cuda_box_move *x = &m[at + i];
+      if (x->rank < 0 || x->rank > PCGC_MAX_RANK)
+        return pcgc_error_set(err, PCGC_ERR_INVALID, "moving a box of rank %d (0 to %d)", x->rank, PCGC_MAX_RANK);
+      a.g[i] = geom_of(x->rank, x->ddims, x->doff, x->sdims, x->soff, x->lo, x->len);
+      a.d[i] = (char *)x->dst;
+      a.s[i] = (const char *)x->src;
+      a.es[i] = (int)pcgc_dtype_size(x->t);
+      if (a.g[i].n > most) most = a.g[i].n;
+    }
+    if (most <= 0) continue;
+    move_list_kernel<<<dim3(pcgc__cu_blocks(most), (unsigned)k), PCGC_CU_THREADS, 0, cu->stream>>>(a);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) return cuda_fail(err, e, "moving boxes");
+  }
+  return PCGC_OK;
+}
+
+pcgc_status pcgc_cuda_move(pcgc_cuda *cu, pcgc_dtype t, pcgc_dtype st, int rank, void *dst, const int64_t *ddims,
+                           const int64_t *doff, const void *src, const int64_t *sdims, const int64_t *soff,
+                           const int64_t *lo, const int64_t *len, bool add, pcgc_error *err) {
+  move_geom g = geom_of(rank, ddims, doff, sdims, soff, lo, len);
   if (g.n <= 0) return PCGC_OK;
   size_t es = pcgc_dtype_size(t);
   if (rank == 0) g.rank = 0;

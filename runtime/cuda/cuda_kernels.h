@@ -64,6 +64,20 @@ pcgc_status pcgc_cuda_move(pcgc_cuda *cu, pcgc_dtype t, pcgc_dtype st, int rank,
                            const int64_t *doff, const void *src, const int64_t *sdims, const int64_t *soff,
                            const int64_t *lo, const int64_t *len, bool add, pcgc_error *err);
 
+/* One box of pcgc_cuda_move_list: as pcgc_cuda_move's arguments, dst and
+ * src both of type t, set (not added). */
+typedef struct pcgc_cuda_box_move {
+  pcgc_dtype t;
+  int rank;
+  void *dst;
+  const void *src;
+  const int64_t *ddims, *doff, *sdims, *soff, *lo, *len;
+} pcgc_cuda_box_move;
+/* The most boxes one launch of pcgc_cuda_move_list moves. */
+#define PCGC_CUDA_MOVE_MAX 16
+/* Moves boxes m[0 .. n) in one launch per PCGC_CUDA_MOVE_MAX of them. */
+pcgc_status pcgc_cuda_move_list(pcgc_cuda *cu, int n, const pcgc_cuda_box_move *m, pcgc_error *err);
+
 /* ---------------------------------------------------------- workspace
  * measure(true): following kernel calls only record the workspace they would
  * take (nothing runs); measure(false) grows the workspace to the largest

@@ -6,8 +6,10 @@
  *     bandwidth), the receiver copies it in; the receiver waits for it;
  *   - a blocking all-reduce starts when the last member arrives and takes
  *     pcgc_comm_time; a non-blocking one overlaps the work before its WAIT;
- *   - two messages on one link queue behind each other, and not when the
- *     links are free (the critical path);
+ *   - two messages from one device to two others pack in one launch and
+ *     queue on its out port for their bytes, overlapping their latencies,
+ *     and not when the links are free (the critical path); two between the
+ *     same devices follow one another;
  *   - a program whose streams wait for each other in a cycle is refused with
  *     an error that names the device and the instruction;
  *   - programs lowered from shipped models: one device's step is the sum of
@@ -239,7 +241,46 @@ START_TEST(reused_staging_waits) {
 }
 END_TEST
 
+/* Two messages from one device to two others: the second packs with the
+ * first (pcgc_send_pack_run: one launch for both, its bytes alone after),
+ * then queues on the sender's out port behind the first's bytes, not its
+ * latency, which the two overlap (as the runtime's sends to different peers
+ * do). */
 START_TEST(messages_share_a_link) {
+  pcgc_machine m = toy_machine(3, "16 GiB");
+  pcgc_graph *g = tiny_graph();
+  pcgc_program *p = hand_program(3);
+  add_ins(p, 0, PCGC_INS_SEND, 0, 1, 0);
+  add_ins(p, 0, PCGC_INS_SEND, 1, 2, 0);
+  add_ins(p, 1, PCGC_INS_RECV, 0, 0, 0);
+  add_ins(p, 2, PCGC_INS_RECV, 0, 0, 0);
+  ck_assert_int_eq(pcgc_send_pack_run(&p->dev[0], 0, 0), 2);
+  ck_assert_int_eq(pcgc_send_pack_run(&p->dev[0], 1, 1), 1);
+  ck_assert_int_eq(pcgc_send_pack_run(&p->dev[1], 0, 0), 0); /* a RECV */
+  pcgc_sim_result r = simulate_ok(p, g, &m);
+  double stage = COPY - 5e-6, lat = 1e-6; /* the second's packing: its bytes, no launch */
+  /* the first holds the port from COPY for its bytes; the second follows and arrives a latency after */
+  close_to(r.iteration_time, COPY + 2 * WIRE - lat, 1e-12);
+  close_to(r.device[0].compute, COPY + stage, 1e-12);
+  /* with every port free it leaves once packed and arrives a wire later */
+  close_to(r.critical_path, COPY + stage + WIRE, 1e-12);
+  pcgc_sim_result_destroy(&r);
+  /* the second completes the first before packing (their staging overlaps): a run of its own, with a launch */
+  p->dev[0].send_wait_off[2] = 1;
+  p->dev[0].send_wait[0] = 0;
+  ck_assert_int_eq(pcgc_send_pack_run(&p->dev[0], 0, 0), 1);
+  r = simulate_ok(p, g, &m);
+  close_to(r.iteration_time, 2 * COPY + 2 * WIRE, 1e-12);
+  pcgc_sim_result_destroy(&r);
+  pcgc_program_free(p);
+  pcgc_graph_free(g);
+}
+END_TEST
+
+/* Two messages between the same two devices: one stream carries them (a
+ * pair's NCCL communicator), so the second leaves when the first has
+ * arrived, with or without contention. */
+START_TEST(messages_of_a_pair_in_order) {
   pcgc_machine m = toy_machine(2, "16 GiB");
   pcgc_graph *g = tiny_graph();
   pcgc_program *p = hand_program(2);
@@ -248,11 +289,8 @@ START_TEST(messages_share_a_link) {
   add_ins(p, 1, PCGC_INS_RECV, 0, 0, 0);
   add_ins(p, 1, PCGC_INS_RECV, 1, 0, 1);
   pcgc_sim_result r = simulate_ok(p, g, &m);
-  /* the second message is staged by 2 COPY but waits for the link until COPY + WIRE */
-  double second = COPY + WIRE + WIRE; /* both received in place */
-  close_to(r.iteration_time, second, 1e-12);
-  /* with every port free it leaves at 2 COPY and arrives at 2 COPY + WIRE */
-  close_to(r.critical_path, 2 * COPY + WIRE, 1e-12);
+  close_to(r.iteration_time, COPY + 2 * WIRE, 1e-12);
+  close_to(r.critical_path, COPY + 2 * WIRE, 1e-12);
   pcgc_sim_result_destroy(&r);
   pcgc_program_free(p);
   pcgc_graph_free(g);
@@ -934,6 +972,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, message_by_hand);
   tcase_add_test(tc, trace_of_a_message);
   tcase_add_test(tc, messages_share_a_link);
+  tcase_add_test(tc, messages_of_a_pair_in_order);
   tcase_add_test(tc, reused_staging_waits);
   tcase_add_test(tc, pipeline_staging_reused);
   tcase_add_test(tc, bf16_storage);

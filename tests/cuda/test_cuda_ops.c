@@ -1188,6 +1188,65 @@ static void test_zero_list(void) {
   free_case();
 }
 
+/* A packed run of sends (exec.c's pack_sends): boxes of several shapes and
+ * element sizes moved by one list launch (more than one launch holds) into
+ * contiguous staging, each equal to the same box moved on the host, and
+ * nothing written past its end. */
+static void test_move_list(void) {
+  pcgc_error err;
+  pcgc_error_clear(&err);
+  enum { N = PCGC_CUDA_MOVE_MAX + 3 };
+  int64_t sdims[N][3], soff[N][3], lo[N][3], len[N][3];
+  pcgc_cuda_box_move m[N];
+  size_t sat[N], dat[N], stotal = 0, dtotal = 0;
+  pcgc_dtype types[3] = {PCGC_F32, PCGC_I64, PCGC_BF16};
+  for (int i = 0; i < N; i++) {
+    pcgc_dtype t = types[i % 3];
+    size_t es = pcgc_dtype_size(t);
+    sdims[i][0] = 3 + i % 4, sdims[i][1] = 5 + i % 7, sdims[i][2] = 2 + i % 5;
+    for (int k = 0; k < 3; k++) {
+      soff[i][k] = k == 0 ? 10 : 0; /* the source buffer starts at logical row 10 */
+      lo[i][k] = soff[i][k] + (k == 0 ? i % 2 : k == 1 ? i % 3 : 0);
+      len[i][k] = sdims[i][k] - (lo[i][k] - soff[i][k]) - (k == 2 && sdims[i][2] > 2 ? 1 : 0);
+    }
+    if (i == 5) len[i][1] = 0; /* an empty box */
+    int64_t sn = sdims[i][0] * sdims[i][1] * sdims[i][2], dn = len[i][0] * len[i][1] * len[i][2];
+    sat[i] = stotal;
+    stotal += ((size_t)sn * es + 15) / 16 * 16 + 64;
+    dat[i] = dtotal;
+    dtotal += ((size_t)dn * es + 15) / 16 * 16 + 64; /* aligned as staging is, a guard after each box */
+  }
+  unsigned char *hs = halloc(stotal), *hd = halloc(dtotal), *want = halloc(dtotal);
+  for (size_t k = 0; k < stotal; k++) hs[k] = (unsigned char)(k * 131 + 7);
+  memset(hd, 0x5a, dtotal);
+  memcpy(want, hd, dtotal);
+  unsigned char *ds = dalloc(stotal), *dd = dalloc(dtotal);
+  for (int i = 0; i < N; i++) { /* the same boxes moved on the host, element by element */
+    size_t es = pcgc_dtype_size(types[i % 3]);
+    int64_t at = 0;
+    for (int64_t r = 0; r < len[i][0]; r++)
+      for (int64_t c = 0; c < len[i][1]; c++)
+        for (int64_t z = 0; z < len[i][2]; z++, at++) {
+          int64_t sr = lo[i][0] + r - soff[i][0], sc = lo[i][1] + c - soff[i][1], sz = lo[i][2] + z - soff[i][2];
+          int64_t si = (sr * sdims[i][1] + sc) * sdims[i][2] + sz;
+          memcpy(want + dat[i] + (size_t)at * es, hs + sat[i] + (size_t)si * es, es);
+        }
+    m[i] = (pcgc_cuda_box_move){types[i % 3], 3, dd + dat[i], ds + sat[i], len[i], lo[i], sdims[i], soff[i], lo[i],
+                                len[i]};
+  }
+  pcgc_status st = pcgc_cuda_upload(cu, ds, hs, stotal, &err);
+  if (!st) st = pcgc_cuda_upload(cu, dd, hd, dtotal, &err);
+  if (!st) st = pcgc_cuda_move_list(cu, N, m, &err);
+  if (!st) st = pcgc_cuda_download(cu, hd, dd, dtotal, &err);
+  if (st) die("pcgc_cuda_move_list", &err);
+  int64_t bad = 0;
+  for (size_t k = 0; k < dtotal; k++) bad += hd[k] != want[k];
+  char what[96];
+  snprintf(what, sizeof what, "%d boxes of f32, i64, bf16 into staging, %zu bytes with guards", (int)N, dtotal);
+  report("move_list", what, (double)bad, NAN, 0, NULL); /* fwd: bytes wrong */
+  free_case();
+}
+
 /* ----------------------------------------------------------------- main */
 
 /* Box moves between f32 and bf16 (bf16 storage, exec.c's widening): the
@@ -1257,6 +1316,7 @@ int main(void) {
   test_optimizers();
   test_convert();
   test_zero_list();
+  test_move_list();
   /* the GEMM-class cases again in each reduced precision, then back to f32 */
   for (size_t p = 1; p < sizeof precisions / sizeof precisions[0]; p++) {
     prec = &precisions[p];

@@ -814,6 +814,60 @@ START_TEST(relayout_transfers) {
 }
 END_TEST
 
+/* Device 0 hands three quarters of a tensor to devices 1-3: its three
+ * messages pack into staging with one launch (the first pays it, the others
+ * their bytes), and they queue on its out port for their bytes alone, their
+ * latencies overlapping (codegen's packed SENDs, the program's messages). */
+START_TEST(scatter_packs_and_overlaps) {
+  pcgc_graph *g = model_text("model scatter\ninput x: f32[8, 1024]\ninput t: f32[8, 1024]\n"
+                             "h = relu(x)\np = partition(h, dim=0, degree=4)\na = relu(p)\n"
+                             "c = combine(a, dim=0, degree=4)\nloss = mse(c, t)\n");
+  pcgc_machine m = toy_machine(4, "16 GiB");
+  pcgc_mapping mp;
+  pcgc_error err = {0};
+  ck_assert_int_eq(pcgc_mapping_init(&mp, g->n_nodes, (pcgc_view){0, 0}, &err), PCGC_OK);
+  mp.view[node(g, "p")] = mp.view[node(g, "a")] = (pcgc_view){0, 1};
+  char path[] = "/tmp/pcgc-scatter-XXXXXX";
+  int fd = mkstemp(path);
+  ck_assert(fd >= 0);
+  close(fd);
+  pcgc_sim_options o = opts();
+  o.trace_path = path;
+  pcgc_sim_result r = simulate(g, &mp, &m, &o);
+  size_t len = 0;
+  char *json = pcgc_read_file(path, &len, &err);
+  ck_assert_msg(json != NULL, "%s", err.message);
+  cJSON *root = cJSON_Parse(json), *e;
+  ck_assert(root != NULL);
+  double bytes = 2 * 1024 * 4.0, stage[4] = {0}, sent[4] = {0};
+  int n_stage = 0, n_sent = 0;
+  cJSON_ArrayForEach(e, cJSON_GetObjectItem(root, "traceEvents")) {
+    const char *cat = cJSON_GetStringValue(cJSON_GetObjectItem(e, "cat")), *name = cJSON_GetStringValue(cJSON_GetObjectItem(e, "name"));
+    if (!cat || !name || cJSON_GetNumberValue(cJSON_GetObjectItem(e, "pid")) != 0) continue;
+    double ts = cJSON_GetNumberValue(cJSON_GetObjectItem(e, "ts")) * 1e-6, dur = cJSON_GetNumberValue(cJSON_GetObjectItem(e, "dur")) * 1e-6;
+    if (strcmp(cat, "staging") == 0 && strcmp(name, "p") == 0 && n_stage < 4) stage[n_stage++] = dur;
+    if (strcmp(cat, "transfer") == 0 && strncmp(name, "send p -> ", 10) == 0 && n_sent < 4) sent[n_sent++] = ts;
+  }
+  ck_assert_int_eq(n_stage, 3);
+  ck_assert_int_eq(n_sent, 3);
+  close_to(stage[0], pcgc_cost_copy_time(&m, bytes, false), 1e-9);
+  close_to(stage[1], pcgc_cost_copy_time(&m, bytes, false) - 5e-6, 1e-9);
+  close_to(stage[2], pcgc_cost_copy_time(&m, bytes, false) - 5e-6, 1e-9);
+  /* each leaves once the one before has held the port for its bytes (not its 1 us latency) */
+  for (int i = 0; i < 3; i++)
+    for (int j = 0; j < 3; j++)
+      if (sent[j] > sent[i]) ck_assert_msg(sent[j] - sent[i] >= bytes / 100e9 * (1 - 1e-9), "%g %g", sent[i], sent[j]);
+  double first = fmin(sent[0], fmin(sent[1], sent[2])), last = fmax(sent[0], fmax(sent[1], sent[2]));
+  close_to(last - first, 2 * bytes / 100e9, 1e-9);
+  cJSON_Delete(root);
+  free(json);
+  remove(path);
+  pcgc_sim_result_destroy(&r);
+  pcgc_mapping_destroy(&mp);
+  pcgc_graph_free(g);
+}
+END_TEST
+
 /* A relayout that is its input's only reader sets its input's gradient
  * (no zeroing, no adding); one whose input has another reader adds. */
 START_TEST(relayout_gradient_set_where_alone) {
@@ -1278,6 +1332,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, recompute_by_hand);
   tcase_add_test(tc, relayout_transfers);
   tcase_add_test(tc, relayout_gradient_set_where_alone);
+  tcase_add_test(tc, scatter_packs_and_overlaps);
   tcase_add_test(tc, replicate_and_reduce_collectives);
   tcase_add_test(tc, reduce_point_to_point);
   suite_add_tcase(s, tc);
