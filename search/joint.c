@@ -494,9 +494,15 @@ static pcgc_status take(search *S, pend *p, pcgc_error *err) {
   /* slower than alpha x the best taken so far: dropped, as a search on one
    * thread would have (its bound was that best's) */
   bool slower = p->slower || (isfinite(c.cost) && c.cost > S->o->alpha * S->best.cost);
-  if (S->o->log)
-    fprintf(S->o->log, "  %-36s%s %s\n", pcgc_rule_name(ri->rule), wide ? " (everywhere)" : "",
+  if (S->o->log) { /* the rule, its step of the trace (degrees, where), and its time where known */
+    const char *step = c.trace ? strrchr(c.trace, '\n') : NULL;
+    step = step ? step + 1 : c.trace ? c.trace : "";
+    while (*step == ' ') step++;
+    fprintf(S->o->log, "  %-36s%s %s", pcgc_rule_name(ri->rule), wide ? " (everywhere)" : "",
             !isfinite(c.cost) && !slower ? "out of memory" : slower ? "slower than alpha x the best" : "");
+    if (isfinite(c.cost) && !p->slower) fprintf(S->o->log, " %.6g ms", c.cost * 1e3);
+    fprintf(S->o->log, " [%.120s]\n", step);
+  }
   if (!isfinite(c.cost) || slower) {
     cand_free(&c);
     return PCGC_OK;
