@@ -130,6 +130,18 @@ static pcgc_sim_options opts(void) {
   return o;
 }
 
+/* simulate() with a Chrome trace written to a new temporary file, whose
+ * name lands in path (a mkstemp template, "/tmp/...-XXXXXX") */
+static pcgc_sim_result simulate_traced(const pcgc_graph *g, const pcgc_mapping *mp, const pcgc_machine *m,
+                                       char *path) {
+  int fd = mkstemp(path);
+  ck_assert(fd >= 0);
+  close(fd);
+  pcgc_sim_options o = opts();
+  o.trace_path = path;
+  return simulate(g, mp, m, &o);
+}
+
 /* Adam on n f32 elements: 12 FLOPs, 7 element reads and writes each, on the vector units. */
 static double adam_time(const pcgc_machine *m, double n) {
   double peak = m->device.flops[PCGC_F32] * (m->device.kind == PCGC_DEVICE_CPU ? 0.1 : 0.5);
@@ -828,12 +840,7 @@ START_TEST(scatter_packs_and_overlaps) {
   ck_assert_int_eq(pcgc_mapping_init(&mp, g->n_nodes, (pcgc_view){0, 0}, &err), PCGC_OK);
   mp.view[node(g, "p")] = mp.view[node(g, "a")] = (pcgc_view){0, 1};
   char path[] = "/tmp/pcgc-scatter-XXXXXX";
-  int fd = mkstemp(path);
-  ck_assert(fd >= 0);
-  close(fd);
-  pcgc_sim_options o = opts();
-  o.trace_path = path;
-  pcgc_sim_result r = simulate(g, &mp, &m, &o);
+  pcgc_sim_result r = simulate_traced(g, &mp, &m, path);
   size_t len = 0;
   char *json = pcgc_read_file(path, &len, &err);
   ck_assert_msg(json != NULL, "%s", err.message);
@@ -1230,12 +1237,8 @@ START_TEST(report_and_trace) {
   pcgc_error err = {0};
   ck_assert_int_eq(pcgc_strategy_build(PCGC_STRATEGY_DATA_PARALLEL, g, &m, 0, &pg, &mp, &err), PCGC_OK);
   char path[] = "/tmp/pcgc-trace-XXXXXX";
-  int fd = mkstemp(path);
-  ck_assert(fd >= 0);
-  close(fd);
+  pcgc_sim_result r = simulate_traced(pg, &mp, &m, path);
   pcgc_sim_options o = opts();
-  o.trace_path = path;
-  pcgc_sim_result r = simulate(pg, &mp, &m, &o);
   char *text = NULL;
   size_t len = 0;
   FILE *f = open_memstream(&text, &len);
