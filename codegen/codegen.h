@@ -140,7 +140,8 @@ typedef struct pcgc_plan_buf {
   bool persistent;       /* lives across steps (weights, state, data) */
 } pcgc_plan_buf;
 
-/* The most buffers one ZERO instruction clears. */
+/* The most buffers one ZERO instruction clears (PCGC_ZERO_HOIST, the most
+ * kernels a zeroing moves up past to join the one before it: taskgraph.h). */
 #define PCGC_ZERO_MAX 32
 
 typedef enum pcgc_ins_kind {

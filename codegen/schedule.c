@@ -549,6 +549,56 @@ typedef struct dev_job {
   int *plan;           /* devices whose memory is planned (the rest copy a like's) */
 } dev_job;
 
+/* A zeroing moves up its stream to join the run of zeroings before it, so
+ * that merge_zeros clears them with one launch, where no instruction between
+ * touches its buffers, at most PCGC_ZERO_HOIST kernels lie between, and the
+ * run holds at most PCGC_ZERO_MAX buffers. Its buffers then live from there:
+ * a few kernels longer (the memory plan follows the lifetimes). gp, the
+ * global positions, moves alike (the zeroing takes the run's). */
+static pcgc_status hoist_zeros(pcgc_device_program *P, int32_t *gp) {
+  int *stamp = malloc((size_t)(P->n_buf ? P->n_buf : 1) * sizeof *stamp);
+  if (!stamp) return PCGC_ERR_NOMEM;
+  for (int b = 0; b < P->n_buf; b++) stamp[b] = -1;
+  int tb[PCGC_VARIADIC * 8 + 32];
+  int epoch = 0, run_end = -1, run_n = 0, kernels = 0;
+  for (int i = 0; i < P->n_ins; i++) {
+    pcgc_ins I = P->ins[i];
+    if (I.kind != PCGC_INS_ZERO) {
+      int k = touched(&I, P->args, tb);
+      for (int j = 0; j < k; j++) stamp[tb[j]] = epoch;
+      kernels += I.kind == PCGC_INS_FORWARD || I.kind == PCGC_INS_BACKWARD || I.kind == PCGC_INS_BN_STATS ||
+                 I.kind == PCGC_INS_BN_APPLY || I.kind == PCGC_INS_BN_BWD_STATS || I.kind == PCGC_INS_BN_BWD_APPLY;
+      continue;
+    }
+    int c = I.dst >= 0 ? 1 : I.n_args;
+    bool free_between = run_end >= 0 && run_end < i - 1 && kernels <= PCGC_ZERO_HOIST && run_n + c <= PCGC_ZERO_MAX;
+    for (int j = 0; free_between && j < c; j++) {
+      int b = I.dst >= 0 ? I.dst : P->args[I.args + j];
+      free_between = b < 0 || stamp[b] != epoch;
+    }
+    if (run_end == i - 1 && run_n + c <= PCGC_ZERO_MAX) { /* next to the run already */
+      run_end = i;
+      run_n += c;
+      continue;
+    }
+    if (!free_between) { /* a new run starts here */
+      epoch++;
+      run_end = i;
+      run_n = c;
+      kernels = 0;
+      continue;
+    }
+    int32_t g = gp[run_end];
+    memmove(&P->ins[run_end + 2], &P->ins[run_end + 1], (size_t)(i - run_end - 1) * sizeof *P->ins);
+    memmove(&gp[run_end + 2], &gp[run_end + 1], (size_t)(i - run_end - 1) * sizeof *gp);
+    P->ins[++run_end] = I;
+    gp[run_end] = g;
+    run_n += c;
+  }
+  free(stamp);
+  return PCGC_OK;
+}
+
 /* Device d's stream in the global order, its sends, lifetimes and layout hash. */
 /* Zeroing instructions next to each other in the stream clear their buffers
  * with one launch: a run of them becomes one list ZERO (at most
@@ -628,7 +678,7 @@ static void dev_stream(void *ctx, int d, int worker) {
   if (!P->buf) P->buf = malloc(sizeof *P->buf); /* never NULL, as before: callers copy from them */
   if (!P->args) P->args = malloc(sizeof *P->args);
   if (!P->boxes) P->boxes = malloc(sizeof *P->boxes);
-  if (!P->buf || !P->args || !P->boxes || merge_zeros(P, J->gp[d]) != PCGC_OK) {
+  if (!P->buf || !P->args || !P->boxes || hoist_zeros(P, J->gp[d]) != PCGC_OK || merge_zeros(P, J->gp[d]) != PCGC_OK) {
     free(last_recv);
     J->st[d] = PCGC_ERR_NOMEM;
     return;

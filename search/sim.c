@@ -137,6 +137,10 @@ typedef struct sim {
    * the next one of the same packs with them, without a launch of its own */
   int64_t *pack_key;
   int32_t *pack_n;
+  /* zeroing (codegen's hoist_zeros): per device the backward kernels made
+   * since the last zeroing charged a launch; one within PCGC_ZERO_HOIST of
+   * it joins that launch */
+  int32_t *zrun;
   double *gmax;                         /* [D] the most gradient bytes one backward piece holds */
   /* [D] the time of the tasks made so far that hold a device's compute
    * stream (its kernels, and the broadcasts and reduces it takes part in):
@@ -866,6 +870,15 @@ static void gen_ordinary(sim *S, const pcgc_node *n) {
         wz = wz || (mu == 0 && W->resident && W->weight && W->grad);
       }
       double zero = br < 0 ? 0 : zb > 0 ? pcgc_cost_fill_time(S->m, zb) : wz ? S->m->device.launch_overhead : 0;
+      if (br >= 0 && zero > 0 && !S->st) {
+        if (S->zrun[X] <= PCGC_ZERO_HOIST) { /* joins the launch of a zeroing a few kernels away */
+          double l = S->m->device.launch_overhead;
+          zero = zero > l ? zero - l : 0;
+        } else {
+          S->zrun[X] = 0;
+        }
+      }
+      if (br >= 0 && !S->st) S->zrun[X] += bn ? 2 : 1;
       if (br >= 0 && zero > 0 && !S->st) {
         S->T.dur[br] += zero;
         hold(S, X, zero);
@@ -2089,6 +2102,7 @@ static void sim_free(sim *S) {
   free(S->send_node);
   free(S->pack_key);
   free(S->pack_n);
+  free(S->zrun);
   free(S->send_mb);
   free(S->send_run);
   free(S->send_peak);
@@ -2565,6 +2579,7 @@ static pcgc_status simulate(const pcgc_graph *g, const pcgc_mapping *mp, const p
   S->send_peak = calloc((size_t)D, sizeof *S->send_peak);
   S->pack_key = malloc((size_t)D * sizeof *S->pack_key);
   S->pack_n = calloc((size_t)D, sizeof *S->pack_n);
+  S->zrun = malloc((size_t)D * sizeof *S->zrun);
   S->gmax = calloc((size_t)D, sizeof *S->gmax);
   S->busy = calloc((size_t)D, sizeof *S->busy);
   S->stamp = calloc((size_t)nstamp, sizeof *S->stamp);
@@ -2577,7 +2592,7 @@ static pcgc_status simulate(const pcgc_graph *g, const pcgc_mapping *mp, const p
   int *stage = NULL;
   pcgc_fan fan = {0};
   if (!S->nd || !S->order || !S->act || !S->act_mb || !S->wbytes || !S->obytes || !S->gbytes || !S->gfull || !S->gbig || !S->gop || !S->wfull || !S->wbig || !S->comm || !S->sendsum || !S->send_node || !S->send_mb || !S->send_run ||
-      !S->send_peak || !S->pack_key || !S->pack_n || !S->gmax || !S->stamp || !S->ncount ||
+      !S->send_peak || !S->pack_key || !S->pack_n || !S->zrun || !S->gmax || !S->stamp || !S->ncount ||
       !S->grp || !S->first_topo || !S->last_topo || !r->device || !tasks_grow(S, 4096)) {
     st = pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
     goto out;
@@ -2585,6 +2600,7 @@ static pcgc_status simulate(const pcgc_graph *g, const pcgc_mapping *mp, const p
   for (int d = 0; d < D; d++) {
     S->first_topo[d] = S->last_topo[d] = S->send_node[d] = -1;
     S->pack_key[d] = -1;
+    S->zrun[d] = INT32_MAX / 2;
   }
   if ((st = analyse(S)) != PCGC_OK || (st = dev_index(S)) != PCGC_OK) goto out;
   S->reps = S->o.replicas;

@@ -247,6 +247,12 @@ bool pcgc_relayout_grad_sets(const pcgc_graph *g, const pcgc_node *n);
  * transfers of one relayout's piece from one device) pay one launch. */
 #define PCGC_PACK_MAX 16
 
+/* The most kernels a zeroing moves up its stream past to join the zeroing
+ * before it, one launch for both (codegen's hoist_zeros; the simulator
+ * charges a backward's zeroing no launch within so many kernels of the
+ * last one it charged on that device). */
+#define PCGC_ZERO_HOIST 4
+
 /* ------------------------------------------------------------------ fans */
 
 /* Replicate and reduce are mirror images (taskgraph/sync.c): one piece on

@@ -299,7 +299,7 @@ has "$tmp/out" "the program of dp 1 x tp 2 x pp 2, 8 micro-batches, the best est
 has "$tmp/out" "of 16.2 MiB usable"
 if grep -q "OUT OF MEMORY" "$tmp/out"; then bad "the tight machine's plan is out of memory"; else ok; fi
 expect 0 "$pcgc" compile "$src/models/moe-small.pcg" --machine "$tmp/tight.machine" --rerank 0 -o "$tmp/tight0.json"
-has "$tmp/err" "the program of dp 1 x tp 2 x pp 2, 8 micro-batches needs 17.5 MiB per device where the search estimated 15.8 MiB; searching again"
+has "$tmp/err" "the program of dp 1 x tp 2 x pp 2, 8 micro-batches needs 17.7 MiB per device where the search estimated 15.8 MiB; searching again"
 has "$tmp/out" "memory margin"
 has "$tmp/out" "of 16.2 MiB usable"
 if grep -q "OUT OF MEMORY" "$tmp/out"; then bad "the tight machine's plan is out of memory"; else ok; fi
@@ -323,29 +323,22 @@ awk '/^predicted iteration time/ { p = $4; e = $(NF - 1); u = $5 }
 
 # The joint search never makes the program slower than the expert strategy it
 # starts from: it ranks rewrites by the search's estimate, so compile lowers
-# both and keeps the expert strategy where its program is faster. CANDLE-Uno
-# on a DGX H100: the rewrites shorten the estimate (11.57 -> 11.5 ms) and
-# lengthen the program (11.54 -> 12.42 ms).
+# both and keeps the expert strategy where its program is faster. Unity's MLP
+# on 4 x 4 P100s: the rewrites shorten the estimate (78.46 -> 74.84 ms) and
+# lengthen the program (78.62 -> 134 ms); its best rewrites by estimate are
+# lowered and ranked by their programs too.
 prog_s() { /usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["predicted"]["iteration_s"])' "$1"; }
-expect 0 "$pcgc" compile "$src/models/candle-uno.pcg" --machine dgx-h100 --batch 512 --budget 0 -o "$tmp/cuno0.json"
-expect 0 "$pcgc" compile "$src/models/candle-uno.pcg" --machine dgx-h100 --batch 512 -o "$tmp/cuno4.json"
-if awk -v a="$(prog_s "$tmp/cuno4.json")" -v b="$(prog_s "$tmp/cuno0.json")" 'BEGIN { exit !(a <= b) }'; then ok
-else bad "the joint search's plan runs slower than the expert strategy's: $(prog_s "$tmp/cuno4.json") s against $(prog_s "$tmp/cuno0.json") s"; fi
-if grep -q "improved on the expert strategy" "$tmp/out"; then
-  has "$tmp/out" "but as programs the rewrites were slower"
-  has "$tmp/cuno4.json" '"rewrites":	0'
-else
-  bad "the joint search did not improve the estimate of CANDLE-Uno on dgx-h100: the kept start is not exercised"
-fi
-# Unity's MLP on 4 x 4 P100s: the joint search's best rewrites by estimate are
-# lowered and ranked by their programs, and the fastest program is not the
-# fastest estimate's (80.65 ms runs in 80.89 ms, another in 80.84 ms); the plan
-# is never slower than the expert strategy's.
 expect 0 "$pcgc" compile "$src/models/unity-mlp.pcg" --machine p100-4x4 --batch 1024 --budget 0 -o "$tmp/umlp0.json"
 expect 0 "$pcgc" compile "$src/models/unity-mlp.pcg" --machine p100-4x4 --batch 1024 -o "$tmp/umlp4.json"
 has "$tmp/out" "rewrites by estimate lowered and ranked by their programs: the fastest estimate"
 if awk -v a="$(prog_s "$tmp/umlp4.json")" -v b="$(prog_s "$tmp/umlp0.json")" 'BEGIN { exit !(a <= b) }'; then ok
 else bad "the joint search's plan runs slower than the expert strategy's: $(prog_s "$tmp/umlp4.json") s against $(prog_s "$tmp/umlp0.json") s"; fi
+if grep -q "^  *improved on the expert strategy" "$tmp/out"; then
+  has "$tmp/out" "but as programs the rewrites were slower"
+  has "$tmp/umlp4.json" '"rewrites":	0'
+else
+  bad "the joint search did not improve the estimate of Unity's MLP on p100-4x4: the kept start is not exercised"
+fi
 
 # DLRM on 4 x 8 H100s: the expert strategy is tensor parallelism on 8 GPUs
 # (1.2 ms as a program); the joint search's second start, data parallel on

@@ -252,13 +252,16 @@ grep -q 'source  *h1.weight .* always \[196:392,0:512\]' "$tmp/out" && ok || bad
   || bad "ZeRO-3: expected h1.weight gathered whole twice, for forward and backward, transient"
 last=$(grep -n ' update ' "$tmp/out" | tail -1 | cut -d: -f1); ag=$(grep -n ' allgather ' "$tmp/out" | tail -1 | cut -d: -f1)
 [ "${ag:-0}" -lt "${last:-0}" ] && ok || bad "ZeRO-3: an all-gather after the last update"
-# persistent: three quarters of the 2 MiB of weights less than ZeRO-2 (the peak is not lower in
-# this model: h1 holds three quarters of its weights, gathered whole while its gradient is summed)
+# persistent: three quarters of the 2 MiB of weights less than ZeRO-2 (the peak is hardly lower in
+# this model: h1 holds three quarters of its weights, gathered whole while its gradient is summed;
+# 6.1 MiB against ZeRO-2's 6.18, where a zeroing moved up to share a launch holds a gradient a few
+# kernels longer)
 expect 0 "$pcgc" plan show "$tmp/zero.json"; p2=$(awk '$1 == 1 {print $5}' "$tmp/out")
 expect 0 "$pcgc" plan show "$tmp/zero3.json"; p3=$(awk '$1 == 1 {print $5}' "$tmp/out")
 awk -v a="$p2" -v b="$p3" 'BEGIN { exit !(a - b > 1.4 && a - b < 1.6) }' && ok \
   || bad "ZeRO-3 keeps $p3 MiB against ZeRO-2's $p2 MiB"
-[ "$m3" = "$m2" ] && ok || bad "the mlp's peak under ZeRO-3 ($m3 MiB) is not ZeRO-2's ($m2 MiB): update the comment"
+awk -v a="$m3" -v b="$m2" 'BEGIN { exit !(a <= b && a > 0.95 * b) }' && ok \
+  || bad "the mlp's peak under ZeRO-3 ($m3 MiB) is not just under ZeRO-2's ($m2 MiB): update the comment"
 expect 0 "$pcgc" run "$tmp/zero3.json" --steps 3 --check-report; has "$tmp/out" ": match"
 has "$tmp/out" "the last step's gradients of 6 weights differ by at most"
 expect 0 "$pcgc" simulate "$tmp/zero3.json" --machine cpu-4; has "$tmp/out" "(ZeRO-3)"
