@@ -348,7 +348,9 @@ fi
 # relayout that is its input's only reader sets its input's gradient (no
 # zeroing, messages in place), every table's output combined on one GPU of its
 # group and partitioned from there to the 32 readers (embedding_batch_to_columns
-# everywhere) is faster: 0.654 ms (its estimate 622.1 us), and compile keeps it.
+# everywhere) is faster: 0.654 ms (its estimate 622.1 us), and compile keeps it;
+# with the 31 messages of each table's output packed in two launches and their
+# latencies overlapped, and zeroings sharing launches, 0.399 ms (359.1 us).
 # Its plan records data parallel as the choice the trace replays from.
 expect 0 "$pcgc" compile "$src/models/dlrm.pcg" --machine h100-4x8 --batch 2048 --budget 0 -o "$tmp/dlrm0.json"
 expect 0 "$pcgc" compile "$src/models/dlrm.pcg" --machine h100-4x8 --batch 2048 -o "$tmp/dlrm4.json"
@@ -360,7 +362,7 @@ else bad "DLRM's hybrid is not 10% faster than the expert strategy: $(prog_s "$t
 has "$tmp/dlrm4.json" '"trace":	["embedding_batch_to_columns d=32 c=8 everywhere 4"]'
 # every GPU's 8 MLP gradients (4 weights, 4 biases) in one bucket: one all-reduce each
 has "$tmp/out" "32 gradient all-reduces on all devices, 32 of them buckets of 8.0 weights on average"
-if awk -v a="$(prog_s "$tmp/dlrm4.json")" 'BEGIN { exit !(a < 0.0007) }'; then ok
-else bad "DLRM's hybrid on h100-4x8 does not run under 0.7 ms: $(prog_s "$tmp/dlrm4.json") s"; fi
+if awk -v a="$(prog_s "$tmp/dlrm4.json")" 'BEGIN { exit !(a < 0.00045) }'; then ok
+else bad "DLRM's hybrid on h100-4x8 does not run under 0.45 ms: $(prog_s "$tmp/dlrm4.json") s"; fi
 
 finish test_compile
