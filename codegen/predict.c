@@ -455,8 +455,7 @@ static pcgc_status step(psim *S, int d, bool *moved) {
     }
     bool same = d / S->dpn == I->peer / S->dpn;
     int ports[2] = {port(S, same ? P_INTRA_OUT : P_INTER_OUT, d), port(S, same ? P_INTRA_IN : P_INTER_IN, I->peer)};
-    double tt = pcgc_comm_p2p_time(S->m, same, 1, bytes), lat = same ? S->m->intra.latency : S->m->inter.latency;
-    if (!(tt > lat)) lat = 0;
+    double tt = pcgc_comm_p2p_time(S->m, same, 1, bytes), lat = pcgc_comm_p2p_latency(S->m, same, tt);
     int64_t pk = (int64_t)d * S->D + I->peer;
     msg *pr = NULL;
     HASH_FIND(hh, S->pairs, &pk, sizeof pk, pr);
@@ -629,16 +628,17 @@ static pcgc_status run(psim *S, double *end) {
   return PCGC_OK;
 }
 
-static void reset(psim *S) {
+static void free_msgs(msg **h) {
   msg *e, *tmp;
-  HASH_ITER(hh, S->msgs, e, tmp) {
-    HASH_DEL(S->msgs, e);
+  HASH_ITER(hh, *h, e, tmp) {
+    HASH_DEL(*h, e);
     free(e);
   }
-  HASH_ITER(hh, S->pairs, e, tmp) {
-    HASH_DEL(S->pairs, e);
-    free(e);
-  }
+}
+
+static void reset(psim *S) {
+  free_msgs(&S->msgs);
+  free_msgs(&S->pairs);
   for (int k = 0; k < S->p->n_groups; k++) S->grp_n[k] = 0;
   S->n_rv = 0;
   memset(S->seq, 0, (size_t)S->D * (size_t)(S->p->n_groups ? S->p->n_groups : 1) * sizeof *S->seq);
@@ -653,15 +653,8 @@ static void reset(psim *S) {
 static void tasks_free(pcgc_tasks *T);
 
 static void psim_free(psim *S) {
-  msg *e, *tmp;
-  HASH_ITER(hh, S->msgs, e, tmp) {
-    HASH_DEL(S->msgs, e);
-    free(e);
-  }
-  HASH_ITER(hh, S->pairs, e, tmp) {
-    HASH_DEL(S->pairs, e);
-    free(e);
-  }
+  free_msgs(&S->msgs);
+  free_msgs(&S->pairs);
   free(S->ds);
   free(S->heap);
   free(S->port_free);

@@ -571,15 +571,15 @@ static pcgc_status hoist_zeros(pcgc_device_program *P, int32_t *gp) {
       continue;
     }
     int c = I.dst >= 0 ? 1 : I.n_args;
-    bool free_between = run_end >= 0 && run_end < i - 1 && kernels <= PCGC_ZERO_HOIST && run_n + c <= PCGC_ZERO_MAX;
-    for (int j = 0; free_between && j < c; j++) {
-      int b = I.dst >= 0 ? I.dst : P->args[I.args + j];
-      free_between = b < 0 || stamp[b] != epoch;
-    }
     if (run_end == i - 1 && run_n + c <= PCGC_ZERO_MAX) { /* next to the run already */
       run_end = i;
       run_n += c;
       continue;
+    }
+    bool free_between = run_end >= 0 && run_end < i - 1 && kernels <= PCGC_ZERO_HOIST && run_n + c <= PCGC_ZERO_MAX;
+    for (int j = 0; free_between && j < c; j++) {
+      int b = I.dst >= 0 ? I.dst : P->args[I.args + j];
+      free_between = b < 0 || stamp[b] != epoch;
     }
     if (!free_between) { /* a new run starts here */
       epoch++;

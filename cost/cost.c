@@ -371,6 +371,11 @@ double pcgc_comm_p2p_time(const pcgc_machine *m, bool same_node, int concurrent,
   return l->latency + n / link_bw(l, concurrent > 0 ? concurrent : 1);
 }
 
+double pcgc_comm_p2p_latency(const pcgc_machine *m, bool same_node, double time) {
+  double l = same_node ? m->intra.latency : m->inter.latency;
+  return time > l ? l : 0;
+}
+
 /* ---------------------------------------------------------------- memory */
 
 pcgc_memory pcgc_cost_memory(pcgc_optim_kind opt, double weight_bytes, double activation_bytes,

@@ -323,6 +323,11 @@ double pcgc_comm_time(const pcgc_machine *m, pcgc_collective c, pcgc_comm_algo a
  * `concurrent` transfers of the node (0 counts as 1). 0 when n <= 0;
  * INFINITY when the machine has no such link. */
 double pcgc_comm_p2p_time(const pcgc_machine *m, bool same_node, int concurrent, double n);
+/* Of a transfer taking `time` (pcgc_comm_p2p_time), the link's latency,
+ * which follows its bytes rather than holding the link's ports: messages to
+ * different peers overlap their latencies (0 where time does not exceed
+ * it: an empty message). */
+double pcgc_comm_p2p_latency(const pcgc_machine *m, bool same_node, double time);
 
 /* ---------------------------------------------------------------- memory */
 

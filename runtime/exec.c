@@ -577,12 +577,9 @@ static pcgc_status exec_one(rt *R, const pcgc_ins *I) {
     int k = R->n_sends;
     if (k >= P->n_sends)
       return pcgc_error_set(R->err, PCGC_ERR_INVALID, "send %d of a stream that plans %d", k + 1, P->n_sends);
-    int64_t at = P->send_off[k];
-    if (at < 0 || at + bytes > P->send_bytes)
-      return pcgc_error_set(R->err, PCGC_ERR_INVALID, "send %d's staging [%lld, %lld) lies outside the %lld planned",
-                            k + 1, (long long)at, (long long)(at + bytes), (long long)P->send_bytes);
-    char *buf = R->send_stage + at, *h = R->send_h + at;
+    /* pack_sends checked its staging (send_off) when it packed the run */
     if (k >= R->packed && (st = pack_sends(R, (int)(I - P->ins), k))) return st;
+    char *buf = R->send_stage + P->send_off[k], *h = R->send_h + P->send_off[k];
     R->sends[k] = MPI_REQUEST_NULL;
     R->n_sends++;
     if (R->dev_comm) {

@@ -870,18 +870,18 @@ static void gen_ordinary(sim *S, const pcgc_node *n) {
         wz = wz || (mu == 0 && W->resident && W->weight && W->grad);
       }
       double zero = br < 0 ? 0 : zb > 0 ? pcgc_cost_fill_time(S->m, zb) : wz ? S->m->device.launch_overhead : 0;
-      if (br >= 0 && zero > 0 && !S->st) {
-        if (S->zrun[X] <= PCGC_ZERO_HOIST) { /* joins the launch of a zeroing a few kernels away */
+      if (br >= 0 && !S->st) {
+        if (zero > 0 && S->zrun[X] <= PCGC_ZERO_HOIST) { /* joins the launch of a zeroing a few kernels away */
           double l = S->m->device.launch_overhead;
           zero = zero > l ? zero - l : 0;
-        } else {
+        } else if (zero > 0) {
           S->zrun[X] = 0;
         }
-      }
-      if (br >= 0 && !S->st) S->zrun[X] += bn ? 2 : 1;
-      if (br >= 0 && zero > 0 && !S->st) {
-        S->T.dur[br] += zero;
-        hold(S, X, zero);
+        S->zrun[X] += bn ? 2 : 1;
+        if (zero > 0) {
+          S->T.dur[br] += zero;
+          hold(S, X, zero);
+        }
       }
     }
   }
@@ -1936,10 +1936,7 @@ static pcgc_status run(sim *S, pcgc_sim_result *r) {
           if (f > s) s = f;
         }
         double e2 = s + x->dur; /* a message holds its ports for its bytes; its latency follows (arrival) */
-        if (k == PCGC_TASK_TRANSFER) {
-          double lat = T->dev[t] / S->dpn == T->peer[t] / S->dpn ? S->m->intra.latency : S->m->inter.latency;
-          if (x->dur > lat) e2 -= lat;
-        }
+        if (k == PCGC_TASK_TRANSFER) e2 -= pcgc_comm_p2p_latency(S->m, T->dev[t] / S->dpn == T->peer[t] / S->dpn, x->dur);
         for (int i = 0; i < x->res_n; i++) {
           if (free_at[rs[i]] < e2) free_at[rs[i]] = e2;
           if (!bg && fg_at[rs[i]] < e2) fg_at[rs[i]] = e2;
