@@ -23,14 +23,19 @@
  *     peers overlap their latencies, as the runtime's sends do (MPI_Isend,
  *     or NCCL on a communicator and stream per pair of devices). Messages
  *     between the same two devices follow one another (one stream): one
- *     leaves once the one before it has arrived;
+ *     leaves once the one before it has arrived. A latency-bound message
+ *     (its bytes take no longer than its latency: pcgc_comm_slips_in)
+ *     waits for no port: links interleave it with the packets of the
+ *     messages already on them;
  *   - RECV waits until its message has arrived, then copies it in (nothing
  *     where it set a contiguous run of its buffer: received in place);
  *   - BCAST, REDUCE, ALLREDUCE wait until every member of the group has
  *     reached the collective (members meet a group's collectives in one
  *     order: codegen's schedule guarantees it), then take pcgc_comm_time
  *     (a reduce timed as an all-reduce, like the search's simulator) on the
- *     ports of every member;
+ *     ports of every member: it holds them for that time less its latency
+ *     (pcgc_comm_latency), which follows, and a latency-bound one (a batch
+ *     norm's statistics) waits for no port, as a message;
  *   - ALLREDUCE_START (and REDUCESCATTER_START) joins the collective and goes on; WAIT blocks until
  *     it is done (progress is assumed to be asynchronous); one over a whole
  *     buffer runs in place, without the staging copies. Such a background
@@ -234,11 +239,12 @@ static int port(const psim *S, int which, int d) {
   return which * S->D + x;
 }
 
-/* The earliest a transfer or collective may start at or after t on the
- * ports it holds, and marks them busy until start + dur. */
-static double claim(psim *S, const int *ports, int n, double t, double dur) {
+/* The earliest a message may start at or after t on the ports it holds
+ * (t itself where it slips in: pcgc_comm_slips_in), and marks them busy
+ * until start + dur. */
+static double claim(psim *S, const int *ports, int n, double t, double dur, bool slips) {
   if (!S->contention) return t;
-  for (int i = 0; i < n; i++)
+  for (int i = 0; i < n && !slips; i++)
     if (S->port_fg[ports[i]] > t) t = S->port_fg[ports[i]];
   for (int i = 0; i < n; i++) {
     if (S->port_free[ports[i]] < t + dur) S->port_free[ports[i]] = t + dur;
@@ -278,21 +284,23 @@ static void rdv_complete(psim *S, int64_t id, int group, pcgc_collective c, doub
   const int *devs = p->group_dev + p->group_off[group];
   int n = p->group_off[group + 1] - p->group_off[group];
   pcgc_comm_group grp = pcgc_comm_group_of(S->m, n, devs);
-  double dur = pcgc_comm_time(S->m, c, S->o->algo, grp, bytes);
+  double dur = pcgc_comm_time(S->m, c, S->o->algo, grp, bytes), lat = pcgc_comm_latency(S->m, c, S->o->algo, grp, dur);
+  bool slips = pcgc_comm_slips_in(dur, lat);
   double t = S->rv[id].t_max;
   if (S->contention) {
     /* it starts once every port it uses (intra within nodes, inter across them) of every
-     * member is free, and holds them all until it ends */
+     * member is free (at once where it slips in), and holds them all for its bytes; its
+     * latency follows */
     for (int pass = 0; pass < 2; pass++)
       for (int i = 0; i < n; i++)
         for (int k = 0; k < P_KINDS; k++) {
           if (!(k < P_INTER_OUT ? grp.per_node > 1 : grp.nodes > 1)) continue;
           double *f = &S->port_free[port(S, k, devs[i])], *g = &S->port_fg[port(S, k, devs[i])];
           double w = bg ? *f : *g;
-          if (pass == 0 && w > t) t = w;
+          if (pass == 0 && w > t && !slips) t = w;
           if (pass == 1) {
-            if (*f < t + dur) *f = t + dur;
-            if (!bg && *g < t + dur) *g = t + dur;
+            if (*f < t + dur - lat) *f = t + dur - lat;
+            if (!bg && *g < t + dur - lat) *g = t + dur - lat;
           }
         }
     double k = pcgc_collective_passes(c);
@@ -461,7 +469,7 @@ static pcgc_status step(psim *S, int d, bool *moved) {
     HASH_FIND(hh, S->pairs, &pk, sizeof pk, pr);
     double leave = x->clock + dur;
     if (pr && pr->arrive > leave) leave = pr->arrive; /* the pair's stream: after the message before it */
-    double s0 = claim(S, ports, 2, leave, tt - lat);
+    double s0 = claim(S, ports, 2, leave, tt - lat, pcgc_comm_slips_in(tt, lat));
     if (!pr) {
       if (!(pr = malloc(sizeof *pr))) return pcgc_error_set(S->err, PCGC_ERR_NOMEM, "out of memory");
       pr->key = pk;

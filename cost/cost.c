@@ -376,6 +376,12 @@ double pcgc_comm_p2p_latency(const pcgc_machine *m, bool same_node, double time)
   return time > l ? l : 0;
 }
 
+double pcgc_comm_latency(const pcgc_machine *m, pcgc_collective c, pcgc_comm_algo algo, pcgc_comm_group g,
+                         double time) {
+  double l = pcgc_comm_time(m, c, algo, g, 1);
+  return isfinite(l) && l < time ? l : isfinite(time) ? time : 0;
+}
+
 /* ---------------------------------------------------------------- memory */
 
 pcgc_memory pcgc_cost_memory(pcgc_optim_kind opt, double weight_bytes, double activation_bytes,

@@ -328,6 +328,17 @@ double pcgc_comm_p2p_time(const pcgc_machine *m, bool same_node, int concurrent,
  * different peers overlap their latencies (0 where time does not exceed
  * it: an empty message). */
 double pcgc_comm_p2p_latency(const pcgc_machine *m, bool same_node, double time);
+/* Of a collective taking `time` (pcgc_comm_time of the same arguments), the
+ * part that is latency (its time for one byte, at most `time`): like a
+ * message's, it holds no link port. */
+double pcgc_comm_latency(const pcgc_machine *m, pcgc_collective c, pcgc_comm_algo algo, pcgc_comm_group g,
+                         double time);
+/* Whether a message or collective taking `time`, `latency` of it latency, is
+ * latency-bound: its bytes take no longer than its latency. Links carry it
+ * between the packets of the messages already on them (they interleave
+ * flows), so it waits for no port to come free; a larger one takes its turn
+ * on the ports, first come, first served. */
+static inline bool pcgc_comm_slips_in(double time, double latency) { return time - latency <= latency; }
 
 /* ---------------------------------------------------------------- memory */
 

@@ -220,6 +220,7 @@ static pcgc_status tasks_reserve(pcgc_tasks *T, int64_t need) {
   GROW(res_off);
   GROW(res_n);
   GROW(bytes);
+  GROW(lat);
 #undef GROW
   T->cap = (int32_t)cap;
   return PCGC_OK;
@@ -251,6 +252,7 @@ static int32_t task_add(sim *S, int64_t count, pcgc_task_kind kind, int phase, i
     T->res_off[t] = 0;
     T->res_n[t] = 0;
     T->bytes[t] = 0;
+    T->lat[t] = 0;
   }
   T->n = (int32_t)(base + count);
   return base;
@@ -353,6 +355,7 @@ static int32_t transfer_task(sim *S, int phase, int node, int64_t piece, int mic
   T->peer[t] = b;
   T->bytes[t] = bytes;
   T->dur[t] = pcgc_comm_p2p_time(S->m, same, 1, bytes);
+  T->lat[t] = pcgc_comm_p2p_latency(S->m, same, T->dur[t]);
   S->sendsum[a] += bytes; /* staging (see device_memory), */
   if (S->send_node[a] != node) {
     S->send_node[a] = node;
@@ -451,6 +454,7 @@ static int32_t collective(sim *S, int phase, int node, int64_t piece, int micro,
   T->peer[t] = n;
   T->bytes[t] = bytes;
   T->dur[t] = pcgc_comm_time(S->m, c, S->o.algo, grp, bytes);
+  T->lat[t] = pcgc_comm_latency(S->m, c, S->o.algo, grp, T->dur[t]);
   for (int i = 0; !S->coll_in_place && i < n; i++) /* staged through the largest-message buffer */
     if (bytes > S->comm[devs[i]]) S->comm[devs[i]] = bytes;
   /* on a CPU machine the ranks' own cores do an all-reduce's copies and sums (the
@@ -1930,14 +1934,14 @@ static pcgc_status run(sim *S, pcgc_sim_result *r) {
       }
       if (k != PCGC_TASK_JOIN) { /* communication: first come, first served on every port it holds */
         const int32_t *rs = T->res + x->res_off;
-        bool bg = x->bg;
+        bool bg = x->bg, slips = pcgc_comm_slips_in(x->dur, T->lat[t]); /* latency-bound: waits for no port */
         for (int i = 0; i < x->res_n; i++) {
           double f = bg || rs[i] < D ? free_at[rs[i]] : fg_at[rs[i]];
-          if (f > s) s = f;
+          if (f > s && (rs[i] < D || !slips)) s = f;
         }
-        double e2 = s + x->dur; /* a message holds its ports for its bytes; its latency follows (arrival) */
-        if (k == PCGC_TASK_TRANSFER) e2 -= pcgc_comm_p2p_latency(S->m, T->dev[t] / S->dpn == T->peer[t] / S->dpn, x->dur);
+        /* it holds its ports for its bytes, its latency follows (arrival); a stream it holds, throughout */
         for (int i = 0; i < x->res_n; i++) {
+          double e2 = s + x->dur - (rs[i] < D ? 0 : T->lat[t]);
           if (free_at[rs[i]] < e2) free_at[rs[i]] = e2;
           if (!bg && fg_at[rs[i]] < e2) fg_at[rs[i]] = e2;
         }

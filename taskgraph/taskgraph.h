@@ -627,6 +627,7 @@ typedef struct pcgc_tasks {
   int32_t *res_off;  /* communication: resources res[res_off .. res_off + res_n) */
   int32_t *res_n;
   double *bytes;     /* communication: bytes of the piece moved */
+  double *lat;       /* communication: the part of dur that is latency, on no link port (pcgc_comm_latency) */
   double *start;     /* filled by the event loop */
   int32_t *res;
   int64_t n_res, cap_res;

@@ -97,6 +97,7 @@ void pcgc_tasks_release(pcgc_tasks *T) {
   free(T->res_off);
   free(T->res_n);
   free(T->bytes);
+  free(T->lat);
   free(T->start);
   free(T->res);
   memset(T, 0, sizeof *T);
