@@ -297,8 +297,15 @@ void pcgc_program_free(pcgc_program *p);
 /* Whether an ALLREDUCE_START (or its WAIT) reduces its region where it
  * lies: when the region is all of its buffer (a weight's whole gradient, the
  * common case). Otherwise the region is packed into a staging buffer of its
- * own, held from the start to the wait (request_bytes counts them). */
+ * own, held from the start to the wait (request_bytes counts them). A
+ * blocking ALLREDUCE (a batch norm's statistics) reduces its region where it
+ * lies when the region is one contiguous run of its buffer
+ * (pcgc_box_contiguous_in), at byte offset pcgc_allreduce_at; otherwise
+ * through the message staging, packed in and out. */
 bool pcgc_allreduce_in_place(const pcgc_device_program *P, const pcgc_ins *ins);
+/* Of an all-reduce in place (pcgc_allreduce_in_place), the byte offset of
+ * its region in its buffer (0 for a whole buffer). */
+int64_t pcgc_allreduce_at(const pcgc_device_program *P, const pcgc_ins *ins);
 /* A RECV that sets (not adds) a region lying as one contiguous run of its
  * buffer (pcgc_box_contiguous_in): the message is received in place, with
  * no staging and no unpacking; *at: the run's byte offset in the buffer. */

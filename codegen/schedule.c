@@ -699,7 +699,9 @@ static void dev_stream(void *ctx, int d, int worker) {
     int b = I->dst >= 0 ? I->dst : I->src;
     int64_t bytes = box_bytes(&P->boxes[I->box], b >= 0 ? P->buf[b].dtype : PCGC_F32);
     if (I->kind == PCGC_INS_ALLREDUCE_START && !pcgc_allreduce_in_place(P, I)) P->request_bytes += align64(bytes);
-    if (I->kind != PCGC_INS_COPY && !pcgc_allreduce_in_place(P, I) && bytes > P->max_message_bytes)
+    /* (a blocking all-reduce in place still counts: a GPU reducing through MPI stages it on the host) */
+    if (I->kind != PCGC_INS_COPY && (I->kind == PCGC_INS_ALLREDUCE || !pcgc_allreduce_in_place(P, I)) &&
+        bytes > P->max_message_bytes)
       P->max_message_bytes = bytes;
   }
   for (int e = 0; e < C->D; e++) last_recv[e] = -1;
@@ -1010,7 +1012,23 @@ int pcgc_send_pack_run(const pcgc_device_program *P, int pc, int k) {
   return n;
 }
 
+/* A blocking ALLREDUCE's region as one contiguous run of its buffer: its first element in *first. */
+static bool allreduce_run(const pcgc_device_program *P, const pcgc_ins *I, int64_t *first) {
+  if (I->kind != PCGC_INS_ALLREDUCE || I->dst < 0 || I->dst >= P->n_buf) return false;
+  pcgc_box whole, x;
+  pcgc_plan_buf_box(&P->buf[I->dst], &whole);
+  x = I->box >= 0 ? P->boxes[I->box] : whole;
+  return pcgc_box_contiguous_in(&x, &whole, first);
+}
+
+int64_t pcgc_allreduce_at(const pcgc_device_program *P, const pcgc_ins *I) {
+  int64_t first = 0;
+  return allreduce_run(P, I, &first) ? first * (int64_t)pcgc_dtype_size(P->buf[I->dst].dtype) : 0;
+}
+
 bool pcgc_allreduce_in_place(const pcgc_device_program *P, const pcgc_ins *I) {
+  int64_t first;
+  if (I->kind == PCGC_INS_ALLREDUCE) return allreduce_run(P, I, &first);
   if (is_bucket(I)) return I->kind != PCGC_INS_UPDATE;
   if ((I->kind != PCGC_INS_ALLREDUCE_START && I->kind != PCGC_INS_REDUCESCATTER_START && I->kind != PCGC_INS_WAIT) ||
       I->box < 0 || I->dst < 0)

@@ -690,6 +690,15 @@ static pcgc_status exec_one(rt *R, const pcgc_ins *I) {
       if ((st = to_host(R, h, data, bytes))) return st;
       return iallreduce(R, I, h, n, D->dtype);
     }
+    if (now_ && pcgc_allreduce_in_place(P, I)) { /* one contiguous run of the buffer: reduced where it lies */
+      int64_t n = box_numel(&x), bytes = n * (int64_t)pcgc_dtype_size(D->dtype);
+      char *data = (char *)data_of(R, I->dst) + pcgc_allreduce_at(P, I), *h = be->host ? data : R->recv_h;
+      if (R->dev_comm) return be->allreduce(be, R->dcomm[I->peer], data, n, D->dtype, R->err);
+      if ((st = to_host(R, h, data, bytes))) return st;
+      rc = MPI_Allreduce(MPI_IN_PLACE, h, (int)n, mpi_type(D->dtype), sum_op(R, D->dtype), R->comm[I->peer]);
+      if (rc != MPI_SUCCESS) return mpi_fail(R, rc, "all-reduce", I);
+      return from_host(R, data, h, bytes);
+    }
     char *stage = now_ ? R->recv_stage : R->req_stage[I->tag], *h = now_ ? R->recv_h : R->req_h[I->tag];
     int64_t n = box_numel(&x), bytes = n * (int64_t)pcgc_dtype_size(D->dtype);
     if ((st = be->move(be, &sd, stage, D, data_of(R, I->dst), &x, false, R->err))) return st;

@@ -729,7 +729,7 @@ static double kernel_busy_max(sim *S) {
 /* Synced batch norm (pcgc_bn_synced): per channel group and micro-batch,
  * the all-reduce of its statistics over the group's devices, forward
  * between the stats tasks (fs0) and the apply tasks (N->fwd), backward
- * between N->bwd and the apply tasks ba0; blocking, as the program's
+ * between N->bwd and the apply tasks ba0; blocking and in place (no staging), as the program's
  * ALLREDUCE of a region of the statistics buffer. */
 static void bn_sync(sim *S, const pcgc_node *n, int32_t fs0, int32_t ba0) {
   const snode *N = &S->nd[n->id];
@@ -748,7 +748,7 @@ static void bn_sync(sim *S, const pcgc_node *n, int32_t fs0, int32_t ba0) {
   for (int64_t p = 0; p < P; p++) by[at[pcgc_bn_group(o, p)]++] = p;
   for (int64_t g = groups; g > 0; g--) at[g] = at[g - 1];
   at[0] = 0;
-  S->coll_hold = true;
+  S->coll_hold = S->coll_in_place = true; /* in the statistics' scratch, where they lie (codegen) */
   for (int64_t g = 0; g < groups && !S->st; g++) {
     int nd = 0;
     int32_t gen = next_stamp(S);
@@ -778,7 +778,7 @@ static void bn_sync(sim *S, const pcgc_node *n, int32_t fs0, int32_t ba0) {
       }
     }
   }
-  S->coll_hold = false;
+  S->coll_hold = S->coll_in_place = false;
   free(by);
 }
 

@@ -196,7 +196,7 @@ START_TEST(trace_of_a_message) {
     } else if (strcmp(cat->valuestring, "collective") == 0) { /* one event per member, on its links */
       colls++;
       ck_assert_int_eq(tid, 1);
-      close_to(ts + dur, 1e6 * (r.iteration_time - COPY), 1e-9);
+      close_to(ts + dur, 1e6 * r.iteration_time, 1e-9); /* all of its buffer: reduced in place, nothing after */
     } else if (strcmp(cat->valuestring, "add") == 0) {
       copies++;
       ck_assert_int_eq(tid, 0);
@@ -310,8 +310,30 @@ START_TEST(allreduce_by_hand) {
   double ar = pcgc_comm_time(&m, PCGC_COLL_ALL_REDUCE, PCGC_ALGO_AUTO, grp, MIB);
   /* ring all-reduce on 2: 2 latencies + n / bandwidth */
   close_to(ar, 2e-6 + MIB / 100e9, 1e-12);
-  close_to(r.iteration_time, zero + COPY + ar + COPY, 1e-12);
+  /* all of its buffer: reduced where it lies, no staging */
+  ck_assert(pcgc_allreduce_in_place(&p->dev[0], &p->dev[0].ins[1]) && pcgc_allreduce_at(&p->dev[0], &p->dev[0].ins[1]) == 0);
+  close_to(r.iteration_time, zero + ar, 1e-12);
   close_to(r.device[1].idle, zero + ar, 1e-9); /* device 1 waited for device 0, then for the wire */
+  pcgc_sim_result_destroy(&r);
+  /* rows 256..511: one contiguous run, in place at its offset; columns 0..255: packed into the
+   * message staging and out again */
+  static pcgc_box rows = {2, {256, 0}, {256, 512}}, cols = {2, {0, 0}, {512, 256}};
+  double half = pcgc_comm_time(&m, PCGC_COLL_ALL_REDUCE, PCGC_ALGO_AUTO, grp, MIB / 2);
+  for (int d = 0; d < 2; d++) {
+    p->dev[d].boxes = &rows;
+    p->dev[d].ins[d == 0].box = 0;
+  }
+  ck_assert(pcgc_allreduce_in_place(&p->dev[0], &p->dev[0].ins[1]));
+  ck_assert_int_eq(pcgc_allreduce_at(&p->dev[0], &p->dev[0].ins[1]), (int64_t)MIB / 2);
+  r = simulate_ok(p, g, &m);
+  close_to(r.iteration_time, zero + half, 1e-12);
+  pcgc_sim_result_destroy(&r);
+  for (int d = 0; d < 2; d++) p->dev[d].boxes = &cols;
+  ck_assert(!pcgc_allreduce_in_place(&p->dev[0], &p->dev[0].ins[1]));
+  r = simulate_ok(p, g, &m);
+  double stage = MIB / 1e12 + 5e-6;
+  close_to(r.iteration_time, zero + stage + half + stage, 1e-12);
+  for (int d = 0; d < 2; d++) p->dev[d].boxes = NULL;
   pcgc_sim_result_destroy(&r);
   pcgc_program_free(p);
   pcgc_graph_free(g);
