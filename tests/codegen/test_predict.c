@@ -340,6 +340,42 @@ START_TEST(allreduce_by_hand) {
 }
 END_TEST
 
+/* Device 0 sends 1 MiB to device 1, then both all-reduce. A latency-bound
+ * all-reduce (2 KiB, one row: its bytes take 20 ns of its 2 us) slips in
+ * while the message holds the ports; a 1 MiB one waits for the message's
+ * bytes, then holds the ports for its own, its latency following. */
+START_TEST(latency_bound_allreduce_slips_in) {
+  pcgc_machine m = toy_machine(2, "16 GiB");
+  pcgc_graph *g = tiny_graph();
+  pcgc_comm_group grp = {1, 2, 1};
+  static pcgc_box row = {2, {0, 0}, {1, 512}};
+  for (int small = 1; small >= 0; small--) {
+    pcgc_program *p = hand_program(2);
+    add_ins(p, 0, PCGC_INS_SEND, 0, 1, 0);
+    add_ins(p, 0, PCGC_INS_ALLREDUCE, 1, 0, 0);
+    add_ins(p, 1, PCGC_INS_ALLREDUCE, 1, 0, 0);
+    add_ins(p, 1, PCGC_INS_RECV, 0, 0, 0);
+    for (int d = 0; d < 2 && small; d++) {
+      p->dev[d].boxes = &row;
+      p->dev[d].ins[d == 0].box = 0;
+    }
+    double bytes = small ? 2048 : MIB, ar = pcgc_comm_time(&m, PCGC_COLL_ALL_REDUCE, PCGC_ALGO_AUTO, grp, bytes);
+    double lat = pcgc_comm_latency(&m, PCGC_COLL_ALL_REDUCE, PCGC_ALGO_AUTO, grp, ar);
+    close_to(lat, 2e-6, 1e-4); /* two steps of 1 us (and one byte) */
+    ck_assert(pcgc_comm_slips_in(ar, lat) == small);
+    pcgc_sim_result r = simulate_ok(p, g, &m);
+    if (small) /* device 0 done at COPY + ar, before the message arrives at COPY + WIRE */
+      close_to(r.iteration_time, COPY + WIRE, 1e-12);
+    else /* after the message's bytes: COPY + MIB / 100 GB/s, then the all-reduce */
+      close_to(r.iteration_time, COPY + MIB / 100e9 + ar, 1e-12);
+    for (int d = 0; d < 2; d++) p->dev[d].boxes = NULL;
+    pcgc_sim_result_destroy(&r);
+    pcgc_program_free(p);
+  }
+  pcgc_graph_free(g);
+}
+END_TEST
+
 START_TEST(nonblocking_allreduce_overlaps) {
   pcgc_machine m = toy_machine(2, "16 GiB");
   pcgc_graph *g = tiny_graph();
@@ -999,6 +1035,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, pipeline_staging_reused);
   tcase_add_test(tc, bf16_storage);
   tcase_add_test(tc, allreduce_by_hand);
+  tcase_add_test(tc, latency_bound_allreduce_slips_in);
   tcase_add_test(tc, nonblocking_allreduce_overlaps);
   tcase_add_test(tc, deadlock_is_refused);
   tcase_add_test(tc, sends_and_updates_in_time);
