@@ -245,21 +245,18 @@ double pcgc__joint_cost(const pcgc_graph *g, const pcgc_mapping *mp, const pcgc_
 
 /* A rule-wide move's rewrites spread over the block (joint.c's top
  * comment): the nodes application i made, where they have no more pieces
- * than a share of the block's devices, moved to the i-th share of it
- * (stride 1). The greedy places every application's nodes next to the
- * same producers, so DLRM's tables, split by columns, all landed on the
+ * than a share of the block's devices, moved to the i-th share of it,
+ * packed (stride 1) or spread over the share (stride share / pieces: on a
+ * machine whose nodes share their links, a table's gatherers on many nodes
+ * rather than two). The greedy places every application's nodes next to
+ * the same producers, so DLRM's tables, split by columns, all landed on the
  * same devices; the DP's cost adds parallel branches that overlap anywhere
  * (the data-parallel tail of each table does), so it cannot tell either.
- * Kept when it simulates faster (*sr then is its result). */
+ * The fastest that simulates faster is kept (*sr then is its result). */
 static pcgc_status try_spread(const search *S, cand *c, const int *group, int n_groups, const pcgc_sim_options *so,
                               pcgc_sim_result *sr, pcgc_error *err) {
   int B = S->block, w = B / n_groups, D = pcgc_machine_num_devices(S->m);
   if (w < 1) return PCGC_OK;
-  pcgc_mapping sp;
-  pcgc_error e = {0};
-  if (pcgc_mapping_init(&sp, c->mp.n_nodes, (pcgc_view){0, 1}, &e) != PCGC_OK)
-    return pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory in the search");
-  memcpy(sp.view, c->mp.view, (size_t)c->mp.n_nodes * sizeof *sp.view);
   /* resident nodes (sources and what only distributes them) go where their readers are */
   int n = c->g->n_nodes;
   int *order = malloc((size_t)(n ? n : 1) * sizeof *order);
@@ -267,37 +264,49 @@ static pcgc_status try_spread(const search *S, cand *c, const int *group, int n_
   if (!order || !res || pcgc_graph_topo_order(c->g, order, NULL) != PCGC_OK) {
     free(order);
     free(res);
-    pcgc_mapping_destroy(&sp);
     return PCGC_OK; /* not spread (a failed topological order cannot happen on a typed graph) */
   }
   pcgc_resident_nodes(c->g, order, res);
   free(order);
-  bool moved = false;
-  for (int v = 0; v < n && v < c->mp.n_nodes; v++) {
-    if (group[v] < 0 || res[v]) continue;
-    int64_t P = pcgc_ptensor_pieces(&c->g->nodes[v].out[0]);
-    pcgc_view nv = {sp.view[v].start / B * B + group[v] % n_groups * w, 1};
-    if (P > w || nv.start >= D || (nv.start == sp.view[v].start && (P == 1 || sp.view[v].stride == 1))) continue;
-    sp.view[v] = nv;
-    moved = true;
+  for (int spread = 0; spread < 2; spread++) {
+    pcgc_mapping sp;
+    pcgc_error e = {0};
+    if (pcgc_mapping_init(&sp, c->mp.n_nodes, (pcgc_view){0, 1}, &e) != PCGC_OK) {
+      free(res);
+      return pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory in the search");
+    }
+    memcpy(sp.view, c->mp.view, (size_t)c->mp.n_nodes * sizeof *sp.view);
+    bool moved = false, strided = false;
+    for (int v = 0; v < n && v < c->mp.n_nodes; v++) {
+      if (group[v] < 0 || res[v]) continue;
+      int64_t P = pcgc_ptensor_pieces(&c->g->nodes[v].out[0]);
+      pcgc_view nv = {sp.view[v].start / B * B + group[v] % n_groups * w, spread && P > 1 ? (int)(w / P) : 1};
+      if (nv.stride < 1) nv.stride = 1;
+      strided |= nv.stride > 1;
+      if (P > w || nv.start >= D || (nv.start == sp.view[v].start && (P == 1 || sp.view[v].stride == nv.stride)))
+        continue;
+      sp.view[v] = nv;
+      moved = true;
+    }
+    pcgc_sim_result r2;
+    memset(&r2, 0, sizeof r2);
+    pcgc_sim_options o2 = *so;
+    if (isfinite(sr->iteration_time) && !sr->oom_devices &&
+        (o2.give_up_after <= 0 || sr->iteration_time < o2.give_up_after))
+      o2.give_up_after = sr->iteration_time;
+    if (moved && (!spread || strided) && pcgc_simulate(c->g, &sp, S->m, &o2, &r2, &e) == PCGC_OK &&
+        !r2.stopped_building && !r2.gave_up && cost_of_result(&r2) < cost_of_result(sr)) {
+      pcgc_mapping t = c->mp;
+      c->mp = sp;
+      sp = t;
+      pcgc_sim_result tr = *sr;
+      *sr = r2;
+      r2 = tr;
+    }
+    pcgc_sim_result_destroy(&r2);
+    pcgc_mapping_destroy(&sp);
   }
   free(res);
-  pcgc_sim_result r2;
-  memset(&r2, 0, sizeof r2);
-  pcgc_sim_options o2 = *so;
-  if (isfinite(sr->iteration_time) && !sr->oom_devices && (o2.give_up_after <= 0 || sr->iteration_time < o2.give_up_after))
-    o2.give_up_after = sr->iteration_time;
-  if (moved && pcgc_simulate(c->g, &sp, S->m, &o2, &r2, &e) == PCGC_OK && !r2.stopped_building && !r2.gave_up &&
-      cost_of_result(&r2) < cost_of_result(sr)) {
-    pcgc_mapping t = c->mp;
-    c->mp = sp;
-    sp = t;
-    pcgc_sim_result tr = *sr;
-    *sr = r2;
-    r2 = tr;
-  }
-  pcgc_sim_result_destroy(&r2);
-  pcgc_mapping_destroy(&sp);
   return PCGC_OK;
 }
 
