@@ -536,6 +536,77 @@ out:
   return st;
 }
 
+/* Whether instruction I names buffer b (dst, src or an argument). */
+static bool ins_touches(const pcgc_device_program *P, const pcgc_ins *I, int b) {
+  if (I->dst == b || I->src == b) return true;
+  for (int j = 0; I->args >= 0 && j < I->n_args; j++)
+    if (P->args[I->args + j] == b) return true;
+  return false;
+}
+
+/* A RECV moves down its stream past the device's own SENDs that follow it
+ * (and the kernels, copies and zeroings between them), so that a device
+ * hands its messages on before it waits for one: in the global order a
+ * message's RECV sits where its SEND became ready, often before the
+ * receiver's own sends (DLRM's readers that also gather a table waited on
+ * another reader's gradient before sending theirs, and gatherers waited on
+ * each other in a chain). It passes nothing that names its buffer, and no
+ * instruction that may block but a SEND whose staging waits (send_wait)
+ * are all for messages received before the RECV in the global order, and
+ * lands right after the last SEND it passes. So what other devices wait for
+ * from this one happens no later than before, and between the RECV's old
+ * and new places the device waits only for receives that come earlier in
+ * the global order, whose progress cannot hang on this RECV (not even where
+ * a send completes only once its receive is posted: MPI's rendezvous,
+ * NCCL): no deadlock can arise, and RECVs keep their order. Runs after
+ * plan_sends; gp moves alike (the RECV takes the position of the SEND it
+ * follows). */
+static pcgc_status sink_recvs(const cg *C, pcgc_device_program *P, int d, int32_t *gp) {
+  int n = P->n_ins;
+  int *ord = malloc((size_t)(n ? n : 1) * sizeof *ord);
+  int32_t *rg = malloc((size_t)(P->n_sends ? P->n_sends : 1) * sizeof *rg); /* send k's receive, global */
+  if (!ord || !rg) {
+    free(ord);
+    free(rg);
+    return PCGC_ERR_NOMEM;
+  }
+  for (int i = 0, k = 0; i < n; i++) {
+    const pcgc_ins *I = &P->ins[i];
+    ord[i] = -1;
+    if (I->kind != PCGC_INS_SEND || k >= P->n_sends) continue;
+    const cg_pair *pr = pair_of(C, d, I->peer);
+    rg[k] = pr && pr->recv_at && I->tag >= 0 && I->tag < pr->count ? pr->recv_at[I->tag] : INT32_MAX;
+    ord[i] = k++;
+  }
+  for (int i = n - 1; i >= 0; i--) {
+    pcgc_ins R = P->ins[i];
+    if (R.kind != PCGC_INS_RECV) continue;
+    int to = -1;
+    for (int j = i + 1; j < n; j++) {
+      const pcgc_ins *I = &P->ins[j];
+      bool send = I->kind == PCGC_INS_SEND && ord[j] >= 0;
+      for (int w = send ? P->send_wait_off[ord[j]] : 0; send && w < P->send_wait_off[ord[j] + 1]; w++)
+        send = rg[P->send_wait[w]] < gp[i];
+      bool local = I->kind == PCGC_INS_FORWARD || I->kind == PCGC_INS_BACKWARD || I->kind == PCGC_INS_BN_STATS ||
+                   I->kind == PCGC_INS_BN_APPLY || I->kind == PCGC_INS_BN_BWD_STATS ||
+                   I->kind == PCGC_INS_BN_BWD_APPLY || I->kind == PCGC_INS_COPY || I->kind == PCGC_INS_ZERO;
+      if ((!send && !local) || ins_touches(P, I, R.dst)) break;
+      if (send) to = j;
+    }
+    if (to < 0) continue;
+    int32_t g = gp[to];
+    memmove(&P->ins[i], &P->ins[i + 1], (size_t)(to - i) * sizeof *P->ins);
+    memmove(&gp[i], &gp[i + 1], (size_t)(to - i) * sizeof *gp);
+    memmove(&ord[i], &ord[i + 1], (size_t)(to - i) * sizeof *ord);
+    P->ins[to] = R;
+    gp[to] = g;
+    ord[to] = -1;
+  }
+  free(ord);
+  free(rg);
+  return PCGC_OK;
+}
+
 /* The per-device steps of pcgc__cg_schedule, run on worker threads. */
 typedef struct dev_job {
   cg *C;
@@ -707,6 +778,7 @@ static void dev_stream(void *ctx, int d, int worker) {
   for (int e = 0; e < C->D; e++) last_recv[e] = -1;
   J->st[d] = plan_sends(C, P, d, J->gp[d], last_recv, &J->in_order[d], &J->err[d]);
   free(last_recv);
+  if (J->st[d] == PCGC_OK) J->st[d] = sink_recvs(C, P, d, J->gp[d]);
   if (J->st[d] != PCGC_OK) return;
   lifetimes(P);
   J->lay[d] = layout_hash(P);
