@@ -47,7 +47,10 @@
  * topological position) orders it; each device's stream is its projection.
  * So every device meets the collectives of a group in the same order, a
  * receive always follows its send in that order, and with non-blocking sends
- * no stream can wait for another in a cycle: a plan cannot deadlock.
+ * no stream can wait for another in a cycle: a plan cannot deadlock. Then a
+ * RECV moves down its stream past the device's own sends that follow it
+ * (schedule.c, sink_recvs), passing only instructions that wait for nothing
+ * received after it in the global order, so the argument still holds.
  *
  * Recomputation (options.recompute): the kernels pcgc_recomputed_nodes
  * names keep their outputs only through forward; before the first backward

@@ -7,7 +7,8 @@
  * then (options.order 1) the longest path of tasks to the step's end, then
  * topological position, then creation order). Each device's stream is
  * its projection of that global order, which is what makes a plan
- * deadlock-free (codegen.h). The step's last slot, each weight's WAIT and
+ * deadlock-free (codegen.h); a RECV then moves down past the device's own
+ * sends (sink_recvs), which keeps it so. The step's last slot, each weight's WAIT and
  * UPDATE, goes in the order the all-reduces started (each task after the
  * latest all-reduce it depends on: `after`), so a device updates a weight
  * as soon as its gradient is summed instead of waiting, in weight order,
