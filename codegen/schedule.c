@@ -120,6 +120,13 @@ static int touched(const pcgc_ins *I, const int *args, int *out) {
   return n;
 }
 
+/* Whether an instruction of kind k runs a kernel of its node (forward,
+ * backward, a batch norm's halves). */
+static bool is_kernel(int k) {
+  return k == PCGC_INS_FORWARD || k == PCGC_INS_BACKWARD || k == PCGC_INS_BN_STATS || k == PCGC_INS_BN_APPLY ||
+         k == PCGC_INS_BN_BWD_STATS || k == PCGC_INS_BN_BWD_APPLY;
+}
+
 typedef struct placed {
   int64_t lo, hi;   /* bytes */
   int first, last;  /* instructions */
@@ -537,14 +544,6 @@ out:
   return st;
 }
 
-/* Whether instruction I names buffer b (dst, src or an argument). */
-static bool ins_touches(const pcgc_device_program *P, const pcgc_ins *I, int b) {
-  if (I->dst == b || I->src == b) return true;
-  for (int j = 0; I->args >= 0 && j < I->n_args; j++)
-    if (P->args[I->args + j] == b) return true;
-  return false;
-}
-
 /* A RECV moves down its stream past the device's own SENDs that follow it
  * (and the kernels, copies and zeroings between them), so that a device
  * hands its messages on before it waits for one: in the global order a
@@ -563,7 +562,7 @@ static bool ins_touches(const pcgc_device_program *P, const pcgc_ins *I, int b) 
  * plan_sends; gp moves alike (the RECV takes the position of the SEND it
  * follows). */
 static pcgc_status sink_recvs(const cg *C, pcgc_device_program *P, int d, int32_t *gp) {
-  int n = P->n_ins;
+  int n = P->n_ins, tb[PCGC_VARIADIC * 8 + 32];
   int *ord = malloc((size_t)(n ? n : 1) * sizeof *ord);
   int32_t *rg = malloc((size_t)(P->n_sends ? P->n_sends : 1) * sizeof *rg); /* send k's receive, global */
   if (!ord || !rg) {
@@ -588,10 +587,11 @@ static pcgc_status sink_recvs(const cg *C, pcgc_device_program *P, int d, int32_
       bool send = I->kind == PCGC_INS_SEND && ord[j] >= 0;
       for (int w = send ? P->send_wait_off[ord[j]] : 0; send && w < P->send_wait_off[ord[j] + 1]; w++)
         send = rg[P->send_wait[w]] < gp[i];
-      bool local = I->kind == PCGC_INS_FORWARD || I->kind == PCGC_INS_BACKWARD || I->kind == PCGC_INS_BN_STATS ||
-                   I->kind == PCGC_INS_BN_APPLY || I->kind == PCGC_INS_BN_BWD_STATS ||
-                   I->kind == PCGC_INS_BN_BWD_APPLY || I->kind == PCGC_INS_COPY || I->kind == PCGC_INS_ZERO;
-      if ((!send && !local) || ins_touches(P, I, R.dst)) break;
+      bool local = is_kernel(I->kind) || I->kind == PCGC_INS_COPY || I->kind == PCGC_INS_ZERO, named = false;
+      if (!send && !local) break;
+      int k = touched(I, P->args, tb);
+      for (int t = 0; t < k && !named; t++) named = tb[t] == R.dst;
+      if (named) break;
       if (send) to = j;
     }
     if (to < 0) continue;
@@ -638,8 +638,7 @@ static pcgc_status hoist_zeros(pcgc_device_program *P, int32_t *gp) {
     if (I.kind != PCGC_INS_ZERO) {
       int k = touched(&I, P->args, tb);
       for (int j = 0; j < k; j++) stamp[tb[j]] = epoch;
-      kernels += I.kind == PCGC_INS_FORWARD || I.kind == PCGC_INS_BACKWARD || I.kind == PCGC_INS_BN_STATS ||
-                 I.kind == PCGC_INS_BN_APPLY || I.kind == PCGC_INS_BN_BWD_STATS || I.kind == PCGC_INS_BN_BWD_APPLY;
+      kernels += is_kernel(I.kind);
       continue;
     }
     int c = I.dst >= 0 ? 1 : I.n_args;
@@ -758,8 +757,7 @@ static void dev_stream(void *ctx, int d, int worker) {
   for (int i = 0; i < P->n_ins; i++) {
     const pcgc_ins *I = &P->ins[i];
     P->count_by_kind[I->kind]++;
-    if (I->kind == PCGC_INS_FORWARD || I->kind == PCGC_INS_BACKWARD || I->kind == PCGC_INS_BN_STATS ||
-        I->kind == PCGC_INS_BN_APPLY || I->kind == PCGC_INS_BN_BWD_STATS || I->kind == PCGC_INS_BN_BWD_APPLY) {
+    if (is_kernel(I->kind)) {
       int64_t w = 0; /* each bf16 argument widened to f32 once */
       for (int j = 0; j < I->n_args; j++) {
         int b = P->args[I->args + j];
@@ -832,8 +830,7 @@ static pcgc_status early_waits(const cg *C, int d, int32_t *pos, int32_t *gp, in
     for (int64_t k = start_at[W->tag] + 1; k < i && t < 0; k++) {
       int kind = V->ins[pos[k]].kind;
       if (computed && (kind == PCGC_INS_ALLREDUCE_START || kind == PCGC_INS_REDUCESCATTER_START)) t = k;
-      computed |= kind == PCGC_INS_FORWARD || kind == PCGC_INS_BACKWARD || kind == PCGC_INS_BN_STATS ||
-                  kind == PCGC_INS_BN_APPLY || kind == PCGC_INS_BN_BWD_STATS || kind == PCGC_INS_BN_BWD_APPLY;
+      computed |= is_kernel(kind);
     }
     if (t >= 0) {
       target[i] = t;
