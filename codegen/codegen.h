@@ -69,7 +69,10 @@
  * Memory. After ordering, each buffer lives from its first to its last
  * instruction in the step (weights, their gradients and optimizer state, and
  * input data all the time); buffers whose lifetimes do not overlap share
- * bytes (greedy first fit by size). The runtime allocates one arena per
+ * bytes (greedy first fit by size). A local COPY of one buffer whole into a
+ * contiguous run of another, or of a whole buffer out of a run of another,
+ * is not run where nothing else touches those bytes differently: the whole
+ * one lies inside the other (`alias`; schedule.c, alias_copies). The runtime allocates one arena per
  * device of `arena_bytes` before the first step.
  *
  * Send staging. A SEND packs its box into the device's send staging
@@ -141,6 +144,9 @@ typedef struct pcgc_plan_buf {
   int64_t addr;          /* byte offset in the device's arena */
   int first, last;       /* instructions that use it first and last (-1: unused) */
   bool persistent;       /* lives across steps (weights, state, data) */
+  int alias;             /* -1, or the buffer whose bytes it shares: it lies at addr = that
+                            buffer's addr + alias_at (a local copy the program does not run) */
+  int64_t alias_at;
 } pcgc_plan_buf;
 
 /* The most buffers one ZERO instruction clears (PCGC_ZERO_HOIST, the most
@@ -321,6 +327,18 @@ bool pcgc_recv_in_place(const pcgc_device_program *P, const pcgc_ins *ins, int64
  * pc is no SEND). The runtime packs so (backend move_list) and the
  * prediction charges one launch a run (PCGC_PACK_MAX: taskgraph.h). */
 int pcgc_send_pack_run(const pcgc_device_program *P, int pc, int k);
+/* The run of RECVs that unpack (not received in place) starting at
+ * instruction `pc`: the ones that follow it with nothing between, at most
+ * PCGC_PACK_MAX, whose regions lie apart (a buffer's own, or buffers that
+ * share no bytes: alias) and that add only in f32; one that adds in bf16
+ * runs alone. Their messages land in the receive staging back to back
+ * (off[i], 64-byte aligned, when off is not NULL; *bytes: the run's
+ * staging), then one launch unpacks them all (backend move_list): the
+ * runtime receives so at the run's first RECV and the prediction charges
+ * it so. Returns the run's length (0: pc is no RECV that unpacks). A run
+ * starts at the first RECV past the one before, so the runtime, the
+ * prediction and codegen's staging size find the same runs. */
+int pcgc_recv_unpack_run(const pcgc_device_program *P, int pc, int64_t *off, int64_t *bytes);
 /* A gradient bucket's ALLREDUCE_START or WAIT (dst -1: its buffers in args,
  * laid back to back in the arena by the memory plan): the span's offset and
  * bytes, which one all-reduce of f32 sums in place (64-byte gaps between the

@@ -133,6 +133,7 @@ static int buf_add(cg *C, bkey k, pcgc_dtype t, const pcgc_box *b, bool persiste
   }
   B->bytes = n * (int64_t)pcgc_dtype_size(t);
   B->first = B->last = -1;
+  B->alias = -1;
   B->persistent = persistent;
   memset(&V->acc[V->n_buf], 0, sizeof V->acc[V->n_buf]);
   V->acc[V->n_buf].writer = -1;

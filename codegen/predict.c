@@ -126,6 +126,7 @@ typedef struct psim {
   double **s_arrive;
   int32_t *n_sent;
   int32_t *pack_left; /* sends of the packed run still to come */
+  int32_t *unpack_end; /* the instruction after the run of RECVs received with its first */
   double fwd_end, task_time, bytes_intra, bytes_inter;
   int64_t n_msgs;
   /* o->trace_path: one task per instruction (device d's at ins_off[d] + pc) */
@@ -498,20 +499,32 @@ static pcgc_status step(psim *S, int d, bool *moved) {
     break;
   }
   case PCGC_INS_RECV: {
-    int64_t key = ((int64_t)I->peer * S->D + d) << 24 | (int64_t)(I->tag & 0xffffff);
-    msg *e = NULL;
-    HASH_FIND(hh, S->msgs, &key, sizeof key, e);
-    if (!e) {
-      x->wait = W_MSG;
-      x->wkey = key;
-      *moved = false;
-      return PCGC_OK;
+    if (x->pc < S->unpack_end[d]) break; /* received and unpacked with its run's first */
+    int run = pcgc_recv_unpack_run(P, x->pc, NULL, NULL), n = run > 1 ? run : 1;
+    msg *e[PCGC_PACK_MAX];
+    for (int i = 0; i < n; i++) { /* a run waits for all of its messages, then unpacks them in one launch */
+      const pcgc_ins *J = &P->ins[x->pc + i];
+      int64_t key = ((int64_t)J->peer * S->D + d) << 24 | (int64_t)(J->tag & 0xffffff);
+      e[i] = NULL;
+      HASH_FIND(hh, S->msgs, &key, sizeof key, e[i]);
+      if (!e[i]) {
+        x->wait = W_MSG;
+        x->wkey = key;
+        *moved = false;
+        return PCGC_OK;
+      }
     }
-    if (e->arrive > x->clock) x->clock = e->arrive;
-    HASH_DEL(S->msgs, e);
-    free(e);
-    int64_t at;
-    dur = pcgc_recv_in_place(P, I, &at) ? 0 : mem_time(S, region_bytes(P, I, I->dst), I->add); /* else unpacked */
+    double l = S->m->device.launch_overhead;
+    for (int i = 0; i < n; i++) {
+      const pcgc_ins *J = &P->ins[x->pc + i];
+      if (e[i]->arrive > x->clock) x->clock = e[i]->arrive;
+      HASH_DEL(S->msgs, e[i]);
+      free(e[i]);
+      int64_t at;
+      double u = pcgc_recv_in_place(P, J, &at) ? 0 : mem_time(S, region_bytes(P, J, J->dst), J->add); /* else unpacked */
+      dur += i == 0 ? u : u > l ? u - l : 0;
+    }
+    if (n > 1) S->unpack_end[d] = x->pc + n;
     break;
   }
   case PCGC_INS_BCAST:
@@ -653,7 +666,7 @@ static void reset(psim *S) {
   for (int d = 0; d < S->D; d++)
     for (int k = 0; k < S->p->dev[d].n_requests; k++) S->slot_rv[d][k] = -1;
   for (int d = 0; d < S->D; d++) S->busy[d] = 0;
-  for (int d = 0; d < S->D; d++) S->n_sent[d] = S->pack_left[d] = 0;
+  for (int d = 0; d < S->D; d++) S->n_sent[d] = S->pack_left[d] = S->unpack_end[d] = 0;
   for (int i = 0; i < P_KINDS * S->D; i++) S->port_free[i] = S->port_fg[i] = 0;
   S->hn = 0;
 }
@@ -679,6 +692,7 @@ static void psim_free(psim *S) {
   free(S->s_arrive);
   free(S->n_sent);
   free(S->pack_left);
+  free(S->unpack_end);
   free(S->nt);
   free(S->nt_done);
   free(S->busy);
@@ -808,10 +822,11 @@ pcgc_status pcgc_program_simulate(const pcgc_program *p, const pcgc_graph *g, co
   S->s_arrive = calloc((size_t)D, sizeof *S->s_arrive);
   S->n_sent = calloc((size_t)D, sizeof *S->n_sent);
   S->pack_left = calloc((size_t)D, sizeof *S->pack_left);
+  S->unpack_end = calloc((size_t)D, sizeof *S->unpack_end);
   r->device = calloc((size_t)pcgc_machine_num_devices(m), sizeof *r->device);
   pcgc_status st = PCGC_OK;
   if (!S->ds || !S->heap || !S->port_free || !S->port_fg || !S->grp_rv || !S->grp_n || !S->grp_cap || !S->seq || !S->slot_rv ||
-      !S->nt || !S->nt_done || !S->busy || !S->s_arrive || !S->n_sent || !S->pack_left || !r->device) {
+      !S->nt || !S->nt_done || !S->busy || !S->s_arrive || !S->n_sent || !S->pack_left || !S->unpack_end || !r->device) {
     st = pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
     goto out;
   }

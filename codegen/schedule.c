@@ -148,6 +148,13 @@ static void lifetimes(pcgc_device_program *P) {
       B->last = i;
     }
   }
+  for (int b = 0; b < P->n_buf; b++) { /* a buffer lives while its views do (alias_copies) */
+    const pcgc_plan_buf *V = &P->buf[b];
+    if (V->alias < 0 || V->first < 0) continue;
+    pcgc_plan_buf *B = &P->buf[V->alias];
+    if (B->first < 0 || V->first < B->first) B->first = V->first;
+    if (V->last > B->last) B->last = V->last;
+  }
 }
 
 /* What plan_memory reads of a device's buffers: sizes, persistence and
@@ -194,7 +201,7 @@ static uint64_t layout_hash(const pcgc_device_program *P) {
   XXH3_64bits_update(s, &P->n_ins, sizeof P->n_ins);
   for (int b = 0; b < P->n_buf; b++) {
     const pcgc_plan_buf *B = &P->buf[b];
-    int64_t v[4] = {B->bytes, B->persistent, B->first, B->last};
+    int64_t v[6] = {B->bytes, B->persistent, B->first, B->last, B->alias, B->alias_at};
     XXH3_64bits_update(s, v, sizeof v);
   }
   for (int i = 0; i < P->n_ins; i++)
@@ -209,7 +216,8 @@ static bool same_layout(const pcgc_device_program *a, const pcgc_device_program 
   if (a->n_ins != b->n_ins || a->n_buf != b->n_buf) return false;
   for (int i = 0; i < a->n_buf; i++) {
     const pcgc_plan_buf *x = &a->buf[i], *y = &b->buf[i];
-    if (x->bytes != y->bytes || x->persistent != y->persistent || x->first != y->first || x->last != y->last)
+    if (x->bytes != y->bytes || x->persistent != y->persistent || x->first != y->first || x->last != y->last ||
+        x->alias != y->alias || x->alias_at != y->alias_at)
       return false;
   }
   for (int i = 0; i < a->n_ins; i++) {
@@ -353,6 +361,7 @@ static pcgc_status plan_memory(pcgc_device_program *P) {
   }
   for (int b = 0; b < n; b++) {
     pcgc_plan_buf *B = &P->buf[b];
+    if (B->alias >= 0) continue; /* placed with the buffer it lies in, below */
     P->unplanned_bytes += B->bytes;
     if (B->persistent) {
       if (B->addr >= 0) continue;
@@ -367,6 +376,8 @@ static pcgc_status plan_memory(pcgc_device_program *P) {
   P->persistent_bytes = off;
   P->arena_bytes = first_fit(idx, m, off, at, pl, live);
   for (int i = 0; i < m; i++) P->buf[idx[i].id].addr = at[idx[i].id];
+  for (int b = 0; b < n; b++)
+    if (P->buf[b].alias >= 0) P->buf[b].addr = P->buf[P->buf[b].alias].addr + P->buf[b].alias_at;
   free(at);
   /* peak: live bytes at each instruction */
   int64_t *delta = calloc((size_t)P->n_ins + 1, sizeof *delta);
@@ -716,6 +727,168 @@ static pcgc_status merge_zeros(pcgc_device_program *P, int32_t *gp) {
   return PCGC_OK;
 }
 
+/* ------------------------------------------------ local copies as views
+ *
+ * A relayout's piece that stays on its device is a COPY between two of its
+ * buffers. Where the copy moves one buffer whole into a contiguous run of the
+ * other, the two can share those bytes instead (alias_copies): the smaller
+ * one lies inside the larger at the run's offset and the COPY goes. Into
+ * (the source whole into a run of the destination: a device's own samples in
+ * a tower's input), the source is written where the destination wants it;
+ * out of (the destination whole out of a run of the source: a tower's output
+ * piece for the concat), the destination is a view of the source. Sound when
+ * nothing else reads or writes the shared bytes differently than the copy
+ * would have left them:
+ *   into: before the copy, the destination is touched only outside the run;
+ *         after it, it is written only outside the run; the source is not
+ *         written after it;
+ *   out of: the destination is only read, after the copy; the source's run
+ *         is not written after it.
+ * A buffer shares bytes with one other at most in one role: a view
+ * (`alias`) has no views of its own, and the views of one buffer lie on
+ * disjoint runs of it. Offsets keep the arena's 64-byte alignment. */
+
+/* The region a COPY moves: its box, else the overlap of its two buffers (as the runtime reads it). */
+static bool copy_region(const pcgc_device_program *P, const pcgc_ins *I, pcgc_box *x) {
+  if (I->box >= 0) {
+    *x = P->boxes[I->box];
+    return true;
+  }
+  pcgc_box d, s;
+  pcgc_plan_buf_box(&P->buf[I->dst], &d);
+  pcgc_plan_buf_box(&P->buf[I->src], &s);
+  return pcgc_box_intersect(&d, &s, x);
+}
+
+/* The box of buffer b that instruction J touches where that is a box of it
+ * (a copy's, a message's), else false: J touches all of b. */
+static bool access_box(const pcgc_device_program *P, const pcgc_ins *J, int b, pcgc_box *x) {
+  if (J->kind == PCGC_INS_COPY && J->src != J->dst && (J->src == b || J->dst == b)) return copy_region(P, J, x);
+  if (J->box >= 0 && ((J->kind == PCGC_INS_RECV && J->dst == b && J->src != b) || (J->kind == PCGC_INS_SEND && J->src == b))) {
+    *x = P->boxes[J->box];
+    return true;
+  }
+  return false;
+}
+
+static bool boxes_meet(const pcgc_box *a, const pcgc_box *b) {
+  pcgc_box o;
+  return pcgc_box_intersect(a, b, &o);
+}
+
+static bool ins_writes(const pcgc_device_program *P, const pcgc_ins *J, int b) {
+  int rd[PCGC_VARIADIC * 4 + 8], wr[PCGC_VARIADIC * 2 + 8], nr, nw;
+  pcgc__cg_ins_access(J, P->args, rd, &nr, wr, &nw);
+  for (int i = 0; i < nw; i++)
+    if (wr[i] == b) return true;
+  return false;
+}
+
+/* Whether the copy c of region x may make `child` share the bytes of `parent`
+ * (into: child is the copy's source). use[b] lists the instructions that touch b. */
+static bool may_alias(const pcgc_device_program *P, const int *use_off, const int *use, const bool *gone, int c,
+                      const pcgc_box *x, int child, int parent, bool into) {
+  for (int k = use_off[parent]; k < use_off[parent + 1]; k++) {
+    int j = use[k];
+    if (j == c || gone[j]) continue;
+    const pcgc_ins *J = &P->ins[j];
+    pcgc_box y;
+    if (access_box(P, J, parent, &y) && !boxes_meet(&y, x)) continue; /* outside the run */
+    if (j < c ? !into : !ins_writes(P, J, parent)) continue; /* out of: made before the copy; read after it */
+    return false;
+  }
+  for (int k = use_off[child]; k < use_off[child + 1]; k++) {
+    int j = use[k];
+    if (j == c || gone[j]) continue;
+    if (into ? j > c && ins_writes(P, &P->ins[j], child) : j < c || ins_writes(P, &P->ins[j], child)) return false;
+  }
+  return true;
+}
+
+static pcgc_status alias_copies(pcgc_device_program *P, int32_t *gp) {
+  int nb = P->n_buf, n = P->n_ins, copies = 0;
+  for (int i = 0; i < n; i++) copies += P->ins[i].kind == PCGC_INS_COPY;
+  if (!copies) return PCGC_OK;
+  int tb[PCGC_VARIADIC * 8 + 32];
+  int *use_off = calloc((size_t)nb + 1, sizeof *use_off), *stamp = malloc((size_t)(nb ? nb : 1) * sizeof *stamp);
+  int *kids = malloc((size_t)(nb ? nb : 1) * sizeof *kids), *next = malloc((size_t)(nb ? nb : 1) * sizeof *next);
+  bool *gone = calloc((size_t)(n ? n : 1), sizeof *gone);
+  int *use = NULL;
+  pcgc_status st = PCGC_ERR_NOMEM;
+  if (!use_off || !stamp || !kids || !next || !gone) goto out;
+  for (int b = 0; b < nb; b++) stamp[b] = kids[b] = next[b] = -1;
+  for (int pass = 0; pass < 2; pass++) { /* count, then fill: each instruction once per buffer */
+    for (int i = 0; i < n; i++) {
+      int k = touched(&P->ins[i], P->args, tb);
+      for (int j = 0; j < k; j++) {
+        if (stamp[tb[j]] == i + pass * n) continue;
+        stamp[tb[j]] = i + pass * n;
+        if (pass == 0) use_off[tb[j] + 1]++;
+        else use[use_off[tb[j]]++] = i;
+      }
+    }
+    if (pass == 0) {
+      for (int b = 0; b < nb; b++) use_off[b + 1] += use_off[b];
+      if (!(use = malloc((size_t)(use_off[nb] ? use_off[nb] : 1) * sizeof *use))) goto out;
+    } else {
+      for (int b = nb; b > 0; b--) use_off[b] = use_off[b - 1];
+      use_off[0] = 0;
+    }
+  }
+  for (int c = 0; c < n; c++) {
+    const pcgc_ins *I = &P->ins[c];
+    if (I->kind != PCGC_INS_COPY || I->add || I->src < 0 || I->dst < 0 || I->src == I->dst) continue;
+    const pcgc_plan_buf *S = &P->buf[I->src], *D = &P->buf[I->dst];
+    if (S->persistent || D->persistent || S->dtype != D->dtype || S->role == PCGC_BUF_SCRATCH ||
+        D->role == PCGC_BUF_SCRATCH)
+      continue;
+    pcgc_box x, sw, dw;
+    int64_t first;
+    if (!copy_region(P, I, &x)) continue;
+    pcgc_plan_buf_box(S, &sw);
+    pcgc_plan_buf_box(D, &dw);
+    int child, parent;
+    bool into;
+    if (pcgc_box_equal(&x, &sw) && pcgc_box_contiguous_in(&x, &dw, &first)) {
+      child = I->src, parent = I->dst, into = true;
+    } else if (pcgc_box_equal(&x, &dw) && pcgc_box_contiguous_in(&x, &sw, &first)) {
+      child = I->dst, parent = I->src, into = false;
+    } else {
+      continue;
+    }
+    int64_t at = first * (int64_t)pcgc_dtype_size(S->dtype), end = at + P->buf[child].bytes;
+    if (at % 64 || P->buf[child].alias >= 0 || kids[child] >= 0 || P->buf[parent].alias >= 0) continue;
+    bool clash = false;
+    for (int v = kids[parent]; v >= 0 && !clash; v = next[v])
+      clash = P->buf[v].alias_at < end && at < P->buf[v].alias_at + P->buf[v].bytes;
+    if (clash || !may_alias(P, use_off, use, gone, c, &x, child, parent, into)) continue;
+    P->buf[child].alias = parent;
+    P->buf[child].alias_at = at;
+    next[child] = kids[parent];
+    kids[parent] = child;
+    gone[c] = true;
+  }
+  int o = 0;
+  for (int i = 0; i < n; i++) {
+    if (gone[i]) {
+      P->count_by_kind[PCGC_INS_COPY]--;
+      continue;
+    }
+    gp[o] = gp[i];
+    P->ins[o++] = P->ins[i];
+  }
+  P->n_ins = o;
+  st = PCGC_OK;
+out:
+  free(use_off);
+  free(use);
+  free(stamp);
+  free(kids);
+  free(next);
+  free(gone);
+  return st;
+}
+
 static void dev_stream(void *ctx, int d, int worker) {
   (void)worker;
   dev_job *J = ctx;
@@ -778,7 +951,14 @@ static void dev_stream(void *ctx, int d, int worker) {
   J->st[d] = plan_sends(C, P, d, J->gp[d], last_recv, &J->in_order[d], &J->err[d]);
   free(last_recv);
   if (J->st[d] == PCGC_OK) J->st[d] = sink_recvs(C, P, d, J->gp[d]);
+  if (J->st[d] == PCGC_OK) J->st[d] = alias_copies(P, J->gp[d]);
   if (J->st[d] != PCGC_OK) return;
+  for (int i = 0; i < P->n_ins; i++) { /* the receive staging holds a run of unpacked messages */
+    int64_t bytes;
+    int n = pcgc_recv_unpack_run(P, i, NULL, &bytes);
+    if (n > 1 && bytes > P->max_message_bytes) P->max_message_bytes = bytes;
+    if (n > 1) i += n - 1;
+  }
   lifetimes(P);
   J->lay[d] = layout_hash(P);
 }
@@ -1082,6 +1262,36 @@ int pcgc_send_pack_run(const pcgc_device_program *P, int pc, int k) {
   return n;
 }
 
+static int root_of(const pcgc_device_program *P, int b) { return P->buf[b].alias >= 0 ? P->buf[b].alias : b; }
+
+int pcgc_recv_unpack_run(const pcgc_device_program *P, int pc, int64_t *off, int64_t *bytes) {
+  int64_t at = 0, in;
+  int n = 0;
+  pcgc_box x[PCGC_PACK_MAX];
+  for (int i = pc; i < P->n_ins && n < PCGC_PACK_MAX; i++) {
+    const pcgc_ins *I = &P->ins[i];
+    if (I->kind != PCGC_INS_RECV || I->dst < 0 || I->dst >= P->n_buf || pcgc_recv_in_place(P, I, &in)) break;
+    const pcgc_plan_buf *D = &P->buf[I->dst];
+    bool alone = I->add && D->dtype != PCGC_F32; /* move_list adds f32 only */
+    if (alone && n > 0) break;
+    if (I->box >= 0) x[n] = P->boxes[I->box];
+    else pcgc_plan_buf_box(D, &x[n]);
+    bool apart = true;
+    for (int j = 0; j < n && apart; j++) {
+      int b = P->ins[pc + j].dst;
+      if (b == I->dst) apart = !boxes_meet(&x[j], &x[n]);
+      else apart = root_of(P, b) != root_of(P, I->dst);
+    }
+    if (!apart) break;
+    if (off) off[n] = at;
+    at += align64(pcgc_box_elems(&x[n]) * (int64_t)pcgc_dtype_size(D->dtype));
+    n++;
+    if (alone) break;
+  }
+  if (bytes) *bytes = at;
+  return n;
+}
+
 /* A blocking ALLREDUCE's region as one contiguous run of its buffer: its first element in *first. */
 static bool allreduce_run(const pcgc_device_program *P, const pcgc_ins *I, int64_t *first) {
   if (I->kind != PCGC_INS_ALLREDUCE || I->dst < 0 || I->dst >= P->n_buf) return false;
@@ -1313,6 +1523,7 @@ void pcgc_program_print(FILE *f, const pcgc_program *p, const pcgc_graph *g, int
       else if (B->first < 0) fputs("unused ", f);
       else fprintf(f, "%d..%d ", B->first, B->last);
       print_box(f, &bx);
+      if (B->alias >= 0) fprintf(f, " in b%d at +%lld", B->alias, (long long)B->alias_at);
       fputc('\n', f);
     }
     fprintf(f, "device %d stream:\n", d);

@@ -191,7 +191,8 @@ static pcgc_status cu_move(pcgc_backend *b, const pcgc_plan_buf *D, void *dd, co
                         err);
 }
 static pcgc_status cu_move_list(pcgc_backend *b, int n, const pcgc_plan_buf *D, void *const *dd,
-                                const pcgc_plan_buf *const *S, const void *const *sd, const pcgc_box *x, pcgc_error *err) {
+                                const pcgc_plan_buf *const *S, const void *const *sd, const pcgc_box *x, const bool *add,
+                                pcgc_error *err) {
   pcgc_cuda_box_move m[PCGC_PACK_MAX];
   if (n < 0 || n > PCGC_PACK_MAX)
     return pcgc_error_set(err, PCGC_ERR_INVALID, "moving %d boxes at once (at most %d)", n, PCGC_PACK_MAX);
@@ -200,7 +201,7 @@ static pcgc_status cu_move_list(pcgc_backend *b, int n, const pcgc_plan_buf *D, 
       return pcgc_error_set(err, PCGC_ERR_UNSUPPORTED, "a packed box of %s into one of %s",
                             pcgc_dtype_name(S[i]->dtype), pcgc_dtype_name(D[i].dtype));
     m[i] = (pcgc_cuda_box_move){D[i].dtype, x[i].rank, dd[i], sd[i], D[i].dims, D[i].offset, S[i]->dims,
-                                S[i]->offset, x[i].lo, x[i].len};
+                                S[i]->offset, x[i].lo, x[i].len, add && add[i]};
   }
   return pcgc_cuda_move_list(CU(b), n, m, err);
 }

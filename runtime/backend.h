@@ -47,11 +47,13 @@ struct pcgc_backend {
    * nearest even; a bf16 sum is taken in f32) */
   pcgc_status (*move)(pcgc_backend *b, const pcgc_plan_buf *D, void *dd, const pcgc_plan_buf *S, const void *sd,
                       const pcgc_box *x, bool add, pcgc_error *err);
-  /* dst[i] = src[i] over box x[i] for i < n (at most PCGC_PACK_MAX), each
-   * pair of one dtype, in one launch: a packed run of sends (exec.c). NULL:
-   * move() each */
+  /* dst[i] = src[i] (+= where add[i]; add NULL: none) over box x[i] for
+   * i < n (at most PCGC_PACK_MAX), each pair of one dtype, adding only f32,
+   * in one launch: a packed run of sends, an unpacked run of receives
+   * (exec.c). NULL: move() each */
   pcgc_status (*move_list)(pcgc_backend *b, int n, const pcgc_plan_buf *D, void *const *dd,
-                           const pcgc_plan_buf *const *S, const void *const *sd, const pcgc_box *x, pcgc_error *err);
+                           const pcgc_plan_buf *const *S, const void *const *sd, const pcgc_box *x, const bool *add,
+                           pcgc_error *err);
   pcgc_status (*forward)(pcgc_backend *b, pcgc_op_kind k, const pcgc_attrs *a, int n_in, const pcgc_buf *in,
                          int n_out, pcgc_buf *out, const pcgc_kernel_ctx *ctx, pcgc_error *err);
   pcgc_status (*backward)(pcgc_backend *b, pcgc_op_kind k, const pcgc_attrs *a, int n_in, const pcgc_buf *in,

@@ -68,6 +68,7 @@ typedef struct rt {
   struct rs_slot *rs;     /* per request slot: a reduce-scatter's slabs (n 0: an all-reduce's slot) */
   int n_sends;            /* SENDs issued this step: sends[k] is the k-th's request */
   int packed;             /* SENDs of this step whose boxes are in staging already (a packed run's) */
+  int unpacked;           /* instructions before it: RECVs received and unpacked with their run's first */
   MPI_Comm *comm;      /* per group: its communicator, or MPI_COMM_NULL where not a member */
   bool dev_comm;       /* messages through the backend's communicators (NCCL), not host MPI */
   void **dcomm;        /* per group: the backend's communicator (NULL where not a member) */
@@ -482,10 +483,55 @@ static pcgc_status pack_sends(rt *R, int pc, int k) {
     dp[i] = R->send_stage + at;
     st = settle_sends(R, k + i);
   }
-  if (!st && n > 1 && be->move_list) st = be->move_list(be, n, sd, dp, src, sp, x, R->err);
+  if (!st && n > 1 && be->move_list) st = be->move_list(be, n, sd, dp, src, sp, x, NULL, R->err);
   else
     for (int i = 0; i < n && !st; i++) st = be->move(be, &sd[i], dp[i], src[i], sp[i], &x[i], false, R->err);
   if (!st) R->packed = k + n;
+  return st;
+}
+
+/* The run of RECVs that unpack starting at instruction pc
+ * (pcgc_recv_unpack_run, n of them): every message received into the
+ * receive staging back to back, in the run's order, then all unpacked at
+ * once (one launch where the backend has move_list), as the prediction
+ * charges. */
+static pcgc_status unpack_recvs(rt *R, int pc, int n) {
+  const pcgc_device_program *P = R->P;
+  pcgc_backend *be = R->be;
+  int64_t off[PCGC_PACK_MAX], total = 0;
+  if (pcgc_recv_unpack_run(P, pc, off, &total) != n || total > P->max_message_bytes)
+    return pcgc_error_set(R->err, PCGC_ERR_INVALID, "a run of %d receives needs %lld bytes of staging, %lld planned", n,
+                          (long long)total, (long long)P->max_message_bytes);
+  pcgc_plan_buf dst[PCGC_PACK_MAX], sd[PCGC_PACK_MAX];
+  const pcgc_plan_buf *src[PCGC_PACK_MAX];
+  const void *sp[PCGC_PACK_MAX];
+  void *dp[PCGC_PACK_MAX];
+  pcgc_box x[PCGC_PACK_MAX];
+  bool add[PCGC_PACK_MAX];
+  pcgc_status st = PCGC_OK;
+  for (int i = 0; i < n && !st; i++) {
+    const pcgc_ins *I = &P->ins[pc + i];
+    x[i] = region(R, I, I->dst);
+    dst[i] = P->buf[I->dst];
+    sd[i] = stage_desc(&x[i], dst[i].dtype);
+    src[i] = &sd[i];
+    sp[i] = R->recv_stage + off[i];
+    dp[i] = data_of(R, I->dst);
+    add[i] = I->add;
+    int64_t k = box_numel(&x[i]);
+    if (R->dev_comm) {
+      st = be->recv(be, R->from[I->peer], R->recv_stage + off[i], k, dst[i].dtype, 0, R->err);
+      continue;
+    }
+    int rc = MPI_Recv(R->recv_h + off[i], (int)k, mpi_type(dst[i].dtype), I->peer, I->tag, MPI_COMM_WORLD,
+                      MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS) return mpi_fail(R, rc, "receive", I);
+    st = from_host(R, R->recv_stage + off[i], R->recv_h + off[i], k * (int64_t)pcgc_dtype_size(dst[i].dtype));
+  }
+  if (!st && n > 1 && be->move_list) st = be->move_list(be, n, dst, dp, src, sp, x, add, R->err);
+  else
+    for (int i = 0; i < n && !st; i++) st = be->move(be, &dst[i], dp[i], src[i], sp[i], &x[i], add[i], R->err);
+  if (!st) R->unpacked = pc + n;
   return st;
 }
 
@@ -595,6 +641,9 @@ static pcgc_status exec_one(rt *R, const pcgc_ins *I) {
     const pcgc_plan_buf *D = &P->buf[I->dst];
     pcgc_plan_buf sd = stage_desc(&x, D->dtype);
     int64_t n = box_numel(&x), at;
+    int pc = (int)(I - P->ins), run;
+    if (pc < R->unpacked) return PCGC_OK; /* received with its run's first */
+    if ((run = pcgc_recv_unpack_run(P, pc, NULL, NULL)) > 1) return unpack_recvs(R, pc, run);
     if (pcgc_recv_in_place(P, I, &at)) { /* a contiguous run of dst, set: the message lands there */
       char *to = (char *)data_of(R, I->dst) + at;
       if (R->dev_comm) return be->recv(be, R->from[I->peer], to, n, D->dtype, 0, R->err);
@@ -1817,7 +1866,7 @@ pcgc_status pcgc_run(const pcgc_graph *g, const pcgc_program *p, const pcgc_run_
     if (o->step_timeout > 0) alarm((unsigned)ceil(o->step_timeout));
     R.step = s + 1;
     R.loss = 0;
-    R.n_sends = R.packed = 0;
+    R.n_sends = R.packed = R.unpacked = 0;
     g_step = s + 1;
     if (R.data) st = load_step_data(&R, s + 1);
     for (int i = 0; i < P->n_ins && !st; i++) {

@@ -110,6 +110,8 @@ typedef struct sim {
   int64_t ne, cape;
   hent *h;
   int64_t hcap, hn;
+  uint8_t *shr;            /* per forward task of a piece: 1 lies in another's bytes, 2 holds another's (share) */
+  int64_t shr_cap;
   wrec *w;
   int64_t nw, capw;
   int64_t n_ts;            /* tensor slices */
@@ -134,7 +136,8 @@ typedef struct sim {
   double *send_run, *send_peak;
   /* packing (codegen.h, pcgc_send_pack_run): per device the (node, phase,
    * micro-batch) of the last message packed and how many of its run so far:
-   * the next one of the same packs with them, without a launch of its own */
+   * the next one of the same packs with them, without a launch of its own;
+   * at [D + device], the same of the messages it unpacks (pcgc_recv_unpack_run) */
   int64_t *pack_key;
   int32_t *pack_n;
   /* zeroing (codegen's hoist_zeros): per device the backward kernels made
@@ -398,22 +401,31 @@ typedef struct xfer {
  * slice of one along its outermost split dim), which the program receives
  * in place, without unpacking (pcgc_recv_in_place); in backward only a
  * relayout's gradient that it sets (pcgc_relayout_grad_sets). */
+/* Staging copy t on device X (slot k of pack_key) joins the run of the one
+ * before it of the same key (a run's first pays the launch), or starts one. */
+static void pack(sim *S, int32_t t, int X, int64_t k, int64_t key) {
+  if (!S->st && S->pack_key[k] == key && S->pack_n[k] < PCGC_PACK_MAX) { /* packed with the messages before it */
+    double l = S->m->device.launch_overhead, d = S->T.dur[t] > l ? S->T.dur[t] - l : 0;
+    hold(S, X, d - S->T.dur[t]);
+    S->T.dur[t] = d;
+    S->pack_n[k]++;
+  } else {
+    S->pack_key[k] = key;
+    S->pack_n[k] = 1;
+  }
+}
+
 static xfer transfer(sim *S, int phase, int node, int64_t piece, int micro, int a, int b, double bytes, bool direct) {
   int32_t pk = copy_task(S, PCGC_TASK_STAGE, phase, node, piece, micro, a, bytes, false);
   int64_t key = (int64_t)node << 32 | (int64_t)phase << 28 | (micro & 0xfffffff);
-  if (!S->st && S->pack_key[a] == key && S->pack_n[a] < PCGC_PACK_MAX) { /* packed with the messages before it */
-    double l = S->m->device.launch_overhead, d = S->T.dur[pk] > l ? S->T.dur[pk] - l : 0;
-    hold(S, a, d - S->T.dur[pk]);
-    S->T.dur[pk] = d;
-    S->pack_n[a]++;
-  } else {
-    S->pack_key[a] = key;
-    S->pack_n[a] = 1;
-  }
+  pack(S, pk, a, a, key);
   int32_t t = transfer_task(S, phase, node, piece, micro, a, b, bytes);
   edge(S, pk, t);
   if (direct) return (xfer){pk, t};
-  int32_t up = copy_task(S, PCGC_TASK_STAGE, phase, node, piece, micro, b, bytes, phase == PCGC_PHASE_BACKWARD);
+  bool add = phase == PCGC_PHASE_BACKWARD;
+  int32_t up = copy_task(S, PCGC_TASK_STAGE, phase, node, piece, micro, b, bytes, add);
+  if (add && S->o.bf16) S->pack_key[S->D + b] = -1; /* a bf16 sum is unpacked alone */
+  else pack(S, up, b, S->D + b, key);
   edge(S, t, up);
   return (xfer){pk, up};
 }
@@ -894,16 +906,57 @@ static void gen_ordinary(sim *S, const pcgc_node *n) {
 
 /* ----------------------------------------------------- parallel ops */
 
+/* A local copy the program does not run (codegen's alias_copies): one piece
+ * copied whole into a run of another (SHARE_INTO), or a whole piece out of a
+ * run of another (SHARE_OUT), lies in the other's bytes. A piece lies in one
+ * other at most and then holds none; share() marks the two pieces (by their
+ * forward tasks) where that holds. */
+enum { SHARE_NONE, SHARE_INTO, SHARE_OUT };
+
+static bool share(sim *S, int32_t child, int32_t parent) {
+  int64_t need = (child > parent ? child : parent) + 1;
+  if (S->st || child < 0 || parent < 0) return false;
+  if (need > S->shr_cap) {
+    int64_t cap = S->shr_cap ? S->shr_cap : 1024;
+    while (cap < need) cap *= 2;
+    uint8_t *r = realloc(S->shr, (size_t)cap);
+    if (!r) {
+      S->st = PCGC_ERR_NOMEM;
+      return false;
+    }
+    memset(r + S->shr_cap, 0, (size_t)(cap - S->shr_cap));
+    S->shr = r;
+    S->shr_cap = cap;
+  }
+  if (S->shr[child] || (S->shr[parent] & 1)) return false;
+  S->shr[child] = 1;
+  S->shr[parent] |= 2;
+  return true;
+}
+
 /* Output slice (fj forward join, gj gradient join or -1) on device X
  * receives `bytes` of input slice (q, mi) of node `src`: copied where both
- * are on X (as the program stores them), else a transfer. direct: the
- * forward message lands in place; sets: the gradient goes back into the
- * input's without adding (pcgc_relayout_grad_sets), direct_back: in place. */
+ * are on X (as the program stores them; not at all where `shares` says the
+ * two can share bytes), else a transfer. direct: the forward message lands
+ * in place; sets: the gradient goes back into the input's without adding
+ * (pcgc_relayout_grad_sets), direct_back: in place. */
 static void move(sim *S, int node, int64_t p, int mu, int X, int32_t fj, int32_t gj, int src, int64_t q, int mi,
-                 double bytes, bool direct, bool sets, bool direct_back) {
+                 double bytes, bool direct, bool sets, bool direct_back, int shares) {
   int Y = home(S, src, q);
   int32_t fr = fready(S, src, q, mi), gs = gj >= 0 ? gsink(S, src, q, mi) : -1;
   bytes = value_bytes(S, node, 0, bytes);
+  if (Y == X && shares != SHARE_NONE && share(S, shares == SHARE_INTO ? fr : fj, shares == SHARE_INTO ? fj : fr)) {
+    edge(S, fr, fj);
+    if (gs < 0) return;
+    if (sets) { /* the gradient shares bytes too */
+      edge(S, gj, gs);
+      return;
+    }
+    int32_t cb = copy_task(S, PCGC_TASK_ADD, PCGC_PHASE_BACKWARD, node, p, mu, X, bytes, true);
+    edge(S, gj, cb);
+    edge(S, cb, gs);
+    return;
+  }
   if (Y == X) {
     double stored = bytes;
     int32_t cp = copy_task(S, PCGC_TASK_ADD, PCGC_PHASE_FORWARD, node, p, mu, X, stored, false);
@@ -945,13 +998,13 @@ static bool relayout_cell(void *ctx, int64_t q, int mi, const pcgc_box *part, do
    * received in place where the part is a run of it */
   pcgc_box slice, in;
   pcgc_piece_box(&R->n->out[0], R->p, R->mu, &slice);
-  bool back = false;
-  if (R->sets && R->gj >= 0) {
-    pcgc_piece_box(pcgc_graph_ref_type(R->S->g, R->n->in[0]), q, mi, &in);
-    back = pcgc_box_contiguous_in(part, &in, NULL);
-  }
-  move(R->S, R->n->id, R->p, R->mu, R->X, R->fj, R->gj, R->n->in[0].node, q, mi, bytes,
-       pcgc_box_contiguous_in(part, &slice, NULL), R->sets, back);
+  pcgc_piece_box(pcgc_graph_ref_type(R->S->g, R->n->in[0]), q, mi, &in);
+  bool back = R->sets && R->gj >= 0 && pcgc_box_contiguous_in(part, &in, NULL);
+  bool direct = pcgc_box_contiguous_in(part, &slice, NULL);
+  int shares = direct && pcgc_box_equal(part, &in)                                     ? SHARE_INTO
+               : pcgc_box_equal(part, &slice) && pcgc_box_contiguous_in(part, &in, NULL) ? SHARE_OUT
+                                                                                          : SHARE_NONE;
+  move(R->S, R->n->id, R->p, R->mu, R->X, R->fj, R->gj, R->n->in[0].node, q, mi, bytes, direct, R->sets, back, shares);
   return true;
 }
 
@@ -2084,6 +2137,7 @@ static void sim_free(sim *S) {
   free(S->ef);
   free(S->et);
   free(S->h);
+  free(S->shr);
   free(S->w);
   free(S->act);
   free(S->act_mb);
@@ -2578,8 +2632,8 @@ static pcgc_status simulate(const pcgc_graph *g, const pcgc_mapping *mp, const p
   S->send_mb = calloc((size_t)D, sizeof *S->send_mb);
   S->send_run = calloc((size_t)D, sizeof *S->send_run);
   S->send_peak = calloc((size_t)D, sizeof *S->send_peak);
-  S->pack_key = malloc((size_t)D * sizeof *S->pack_key);
-  S->pack_n = calloc((size_t)D, sizeof *S->pack_n);
+  S->pack_key = malloc(2 * (size_t)D * sizeof *S->pack_key);
+  S->pack_n = calloc(2 * (size_t)D, sizeof *S->pack_n);
   S->zrun = malloc((size_t)D * sizeof *S->zrun);
   S->gmax = calloc((size_t)D, sizeof *S->gmax);
   S->busy = calloc((size_t)D, sizeof *S->busy);
@@ -2600,7 +2654,7 @@ static pcgc_status simulate(const pcgc_graph *g, const pcgc_mapping *mp, const p
   }
   for (int d = 0; d < D; d++) {
     S->first_topo[d] = S->last_topo[d] = S->send_node[d] = -1;
-    S->pack_key[d] = -1;
+    S->pack_key[d] = S->pack_key[D + d] = -1;
     S->zrun[d] = INT32_MAX / 2;
   }
   if ((st = analyse(S)) != PCGC_OK || (st = dev_index(S)) != PCGC_OK) goto out;

@@ -316,9 +316,10 @@ static move_geom geom_of(int rank, const int64_t *ddims, const int64_t *doff, co
   return g;
 }
 
-/* Several boxes moved by one kernel (a packed run of sends): their
- * geometries and pointers travel in the launch's parameters, block row y
- * moves box y, elements of es bytes. */
+/* Several boxes moved by one kernel (a packed run of sends, an unpacked
+ * run of receives): their geometries and pointers travel in the launch's
+ * parameters, block row y moves box y, elements of es bytes (es 0: f32
+ * elements added). */
 typedef struct move_list_args {
   move_geom g[PCGC_CUDA_MOVE_MAX];
   char *d[PCGC_CUDA_MOVE_MAX];
@@ -336,7 +337,8 @@ __global__ void move_list_kernel(move_list_args a) {
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < g.n; i += stride) {
     int64_t di, si;
     box_at(g, i, &di, &si);
-    if (es == 8) reinterpret_cast<int64_t *>(d)[di] = reinterpret_cast<const int64_t *>(s)[si];
+    if (es == 0) reinterpret_cast<float *>(d)[di] += reinterpret_cast<const float *>(s)[si];
+    else if (es == 8) reinterpret_cast<int64_t *>(d)[di] = reinterpret_cast<const int64_t *>(s)[si];
     else if (es == 4) reinterpret_cast<int32_t *>(d)[di] = reinterpret_cast<const int32_t *>(s)[si];
     else if (es == 2) reinterpret_cast<int16_t *>(d)[di] = reinterpret_cast<const int16_t *>(s)[si];
     else d[di] = s[si];
@@ -356,7 +358,10 @@ pcgc_status pcgc_cuda_move_list(pcgc_cuda *cu, int n, const pcgc_cuda_box_move *
       a.g[i] = geom_of(x->rank, x->ddims, x->doff, x->sdims, x->soff, x->lo, x->len);
       a.d[i] = (char *)x->dst;
       a.s[i] = (const char *)x->src;
-      a.es[i] = (int)pcgc_dtype_size(x->t);
+      if (x->add && x->t != PCGC_F32)
+        return pcgc_error_set(err, PCGC_ERR_UNSUPPORTED, "adding a box of %s in a list (f32 only)",
+                              pcgc_dtype_name(x->t));
+      a.es[i] = x->add ? 0 : (int)pcgc_dtype_size(x->t);
       if (a.g[i].n > most) most = a.g[i].n;
     }
     if (most <= 0) continue;

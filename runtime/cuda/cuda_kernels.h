@@ -65,13 +65,14 @@ pcgc_status pcgc_cuda_move(pcgc_cuda *cu, pcgc_dtype t, pcgc_dtype st, int rank,
                            const int64_t *lo, const int64_t *len, bool add, pcgc_error *err);
 
 /* One box of pcgc_cuda_move_list: as pcgc_cuda_move's arguments, dst and
- * src both of type t, set (not added). */
+ * src both of type t, set, or added where `add` (F32 only). */
 typedef struct pcgc_cuda_box_move {
   pcgc_dtype t;
   int rank;
   void *dst;
   const void *src;
   const int64_t *ddims, *doff, *sdims, *soff, *lo, *len;
+  bool add;
 } pcgc_cuda_box_move;
 /* The most boxes one launch of pcgc_cuda_move_list moves. */
 #define PCGC_CUDA_MOVE_MAX 16

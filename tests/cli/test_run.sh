@@ -181,9 +181,13 @@ expect 0 "$pcgc" run "$tmp/ebh.json" --steps 3 --check
 has "$tmp/out" ": match"
 # the region move: inception-style towers on disjoint groups of 4, 2, 1 and 1 of a DGX H100's GPUs
 # (strided views, combines into each group and partitions out of it), trained on 8 CPU
-# processes against the reference
+# processes against the reference; a device's own samples are not copied into its tower's
+# input nor out of its output: the buffers share bytes (codegen's alias_copies)
 expect 0 "$pcgc" compile "$src/tests/data/towers.pcg" --machine dgx-h100 --choice dp=8 -o "$tmp/towers.json"
 has "$tmp/towers.json" '"@branches 4 2 1 1 at m1.y"'
+expect 0 "$pcgc" plan show "$tmp/towers.json" --streams --device 0
+has "$tmp/out" "m1.y.out0                   0   0   9.0 KiB"
+if grep -q "value       m1.y.out0 .* in b[0-9]* at +0" "$tmp/out"; then ok; else bad "m1.y.out0 on device 0 does not lie in the tower's output"; fi
 expect 0 "$pcgc" run "$tmp/towers.json" --backend cpu --steps 3 --check
 has "$tmp/out" ": match"
 # a scalar weight under data parallelism: its gradient is all-reduced once (it was twice, which

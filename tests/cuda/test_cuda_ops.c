@@ -1247,6 +1247,44 @@ static void test_move_list(void) {
   free_case();
 }
 
+/* A list that adds f32 boxes (an unpacked run of receives that add, exec.c)
+ * beside one that sets: rows of a [4, 6] f32 destination, each box from a
+ * staging of its own. */
+static void test_move_list_add(void) {
+  pcgc_error err;
+  pcgc_error_clear(&err);
+  int64_t ddims[2] = {4, 6}, doff[2] = {0, 0}, sdims[3][2], soff[3][2], lo[3][2], len[3][2];
+  float hd[24], hs[3][12], want[24];
+  for (int i = 0; i < 24; i++) hd[i] = want[i] = (float)i;
+  pcgc_cuda_box_move m[3];
+  float *ds[3], *dd = dalloc(sizeof hd);
+  for (int b = 0; b < 3; b++) { /* box b: rows b .. b + 1 of columns 0..5 (b 2: row 3 only) */
+    int rows = b == 2 ? 1 : 2, r0 = b == 2 ? 3 : b == 1 ? 1 : 0;
+    sdims[b][0] = rows, sdims[b][1] = 6, soff[b][0] = r0, soff[b][1] = 0;
+    lo[b][0] = r0, lo[b][1] = 0, len[b][0] = rows, len[b][1] = 6;
+    for (int k = 0; k < rows * 6; k++) hs[b][k] = 100.0f * (float)(b + 1) + (float)k;
+    ds[b] = dalloc(sizeof hs[b]);
+    bool add = b != 1;
+    for (int k = 0; k < rows * 6; k++) want[r0 * 6 + k] = add ? want[r0 * 6 + k] + hs[b][k] : hs[b][k];
+    m[b] = (pcgc_cuda_box_move){PCGC_F32, 2, dd, ds[b], ddims, doff, sdims[b], soff[b], lo[b], len[b], add};
+  }
+  /* boxes 0 and 1 meet in row 1: box 1 alone, after box 0 and 2 */
+  pcgc_status st = pcgc_cuda_upload(cu, dd, hd, sizeof hd, &err);
+  for (int b = 0; b < 3 && !st; b++) st = pcgc_cuda_upload(cu, ds[b], hs[b], sizeof hs[b], &err);
+  pcgc_cuda_box_move two[2] = {m[0], m[2]};
+  if (!st) st = pcgc_cuda_move_list(cu, 2, two, &err);
+  if (!st) st = pcgc_cuda_move_list(cu, 1, &m[1], &err);
+  if (!st) st = pcgc_cuda_download(cu, hd, dd, sizeof hd, &err);
+  if (st) die("pcgc_cuda_move_list (add)", &err);
+  double bad = 0;
+  for (int i = 0; i < 24; i++) bad += hd[i] != want[i];
+  report("move_list", "f32 boxes added and set", bad, NAN, 0, NULL);
+  pcgc_cuda_box_move wrong = m[0];
+  wrong.t = PCGC_I64;
+  if (pcgc_cuda_move_list(cu, 1, &wrong, &err) != PCGC_ERR_UNSUPPORTED) report("move_list", "i64 add refused", 1, NAN, 0, NULL);
+  free_case();
+}
+
 /* ----------------------------------------------------------------- main */
 
 /* Box moves between f32 and bf16 (bf16 storage, exec.c's widening): the
@@ -1317,6 +1355,7 @@ int main(void) {
   test_convert();
   test_zero_list();
   test_move_list();
+  test_move_list_add();
   /* the GEMM-class cases again in each reduced precision, then back to f32 */
   for (size_t p = 1; p < sizeof precisions / sizeof precisions[0]; p++) {
     prec = &precisions[p];
