@@ -805,6 +805,66 @@ static bool may_alias(const pcgc_device_program *P, const int *use_off, const in
   return true;
 }
 
+/* A buffer zeroed only to be added into: where the first instruction after
+ * its ZERO that touches it is a RECV or COPY adding into all of it (a
+ * gradient's first contribution, received or local), that one sets the
+ * buffer instead and the ZERO leaves it out (first_sets). A RECV that sets a
+ * whole buffer is then received in place, without staging or unpacking.
+ * gp, the global positions, is compacted with the stream. */
+static pcgc_status first_sets(pcgc_device_program *P, int32_t *gp) {
+  int nb = P->n_buf, n = P->n_ins;
+  int *next = malloc((size_t)(nb ? nb : 1) * sizeof *next); /* per buffer: the next instruction touching it */
+  if (!next) return PCGC_ERR_NOMEM;
+  int tb[PCGC_VARIADIC * 8 + 32];
+  for (int b = 0; b < nb; b++) next[b] = -1;
+  bool gone_any = false;
+  for (int i = n - 1; i >= 0; i--) {
+    pcgc_ins *I = &P->ins[i];
+    if (I->kind == PCGC_INS_ZERO) {
+      int c = I->dst >= 0 ? 1 : I->n_args, kept = 0;
+      for (int j = 0; j < c; j++) {
+        int b = I->dst >= 0 ? I->dst : P->args[I->args + j], t = b >= 0 ? next[b] : -1;
+        pcgc_ins *T = t >= 0 ? &P->ins[t] : NULL;
+        pcgc_box whole, x;
+        bool sets = false;
+        if (T && T->add && T->dst == b && T->src != b && (T->kind == PCGC_INS_RECV || T->kind == PCGC_INS_COPY)) {
+          pcgc_plan_buf_box(&P->buf[b], &whole);
+          x = whole;
+          if (T->kind == PCGC_INS_COPY ? copy_region(P, T, &x) : T->box >= 0 ? (x = P->boxes[T->box], true) : true)
+            sets = pcgc_box_equal(&x, &whole);
+        }
+        if (sets) {
+          T->add = false;
+          continue;
+        }
+        if (I->dst < 0) P->args[I->args + kept] = b;
+        kept++;
+      }
+      if (I->dst < 0) I->n_args = kept;
+      if (!kept) {
+        I->kind = PCGC_INS_KIND_COUNT; /* gone (below) */
+        gone_any = true;
+        continue;
+      }
+    }
+    int k = touched(I, P->args, tb);
+    for (int j = 0; j < k; j++) next[tb[j]] = i;
+  }
+  free(next);
+  if (!gone_any) return PCGC_OK;
+  int o = 0;
+  for (int i = 0; i < n; i++) {
+    if (P->ins[i].kind == PCGC_INS_KIND_COUNT) {
+      P->count_by_kind[PCGC_INS_ZERO]--;
+      continue;
+    }
+    gp[o] = gp[i];
+    P->ins[o++] = P->ins[i];
+  }
+  P->n_ins = o;
+  return PCGC_OK;
+}
+
 static pcgc_status alias_copies(pcgc_device_program *P, int32_t *gp) {
   int nb = P->n_buf, n = P->n_ins, copies = 0;
   for (int i = 0; i < n; i++) copies += P->ins[i].kind == PCGC_INS_COPY;
@@ -951,6 +1011,7 @@ static void dev_stream(void *ctx, int d, int worker) {
   J->st[d] = plan_sends(C, P, d, J->gp[d], last_recv, &J->in_order[d], &J->err[d]);
   free(last_recv);
   if (J->st[d] == PCGC_OK) J->st[d] = sink_recvs(C, P, d, J->gp[d]);
+  if (J->st[d] == PCGC_OK) J->st[d] = first_sets(P, J->gp[d]);
   if (J->st[d] == PCGC_OK) J->st[d] = alias_copies(P, J->gp[d]);
   if (J->st[d] != PCGC_OK) return;
   for (int i = 0; i < P->n_ins; i++) { /* the receive staging holds a run of unpacked messages */

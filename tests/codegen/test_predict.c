@@ -930,6 +930,16 @@ START_TEST(recvs_follow_ready_sends) {
 }
 END_TEST
 
+/* The bytes of the box instruction I moves (its buffer's whole where it has none). */
+static int64_t box_bytes_of(const pcgc_device_program *P, const pcgc_ins *I) {
+  int b = I->dst >= 0 ? I->dst : I->src;
+  if (I->box < 0) return P->buf[b].bytes;
+  const pcgc_box *x = &P->boxes[I->box];
+  int64_t n = (int64_t)pcgc_dtype_size(P->buf[b].dtype);
+  for (int k = 0; k < x->rank; k++) n *= x->len[k];
+  return n;
+}
+
 /* Buffers live at the same time share no byte of the arena, but a buffer
  * and one that lies in it (alias_copies in schedule.c); returns how many
  * lie in another. A view lies inside its buffer, 64-byte aligned; the views
@@ -989,6 +999,30 @@ START_TEST(local_copies_share_bytes) {
   int views = arena_checked(p), copies = count_ins(p, -1, PCGC_INS_COPY);
   printf("towers on dgx-h100: %d buffers lie in others, %d copies left\n", views, copies);
   ck_assert_int_ge(views, 32);
+  /* a module input's gradient, summed over the towers, is zeroed no more: the first
+   * tower's contribution sets it, received in place (schedule.c, first_sets) */
+  int sets = 0;
+  for (int d = 0; d < p->n_devices; d++) {
+    const pcgc_device_program *P = &p->dev[d];
+    int64_t at;
+    for (int i = 0; i < P->n_ins; i++) {
+      const pcgc_ins *I = &P->ins[i];
+      if (I->kind == PCGC_INS_ZERO)
+        for (int j = 0; j < (I->dst >= 0 ? 1 : I->n_args); j++) { /* what it clears is not set whole next */
+          int b = I->dst >= 0 ? I->dst : P->args[I->args + j];
+          for (int k = i + 1; k < P->n_ins; k++) {
+            const pcgc_ins *T = &P->ins[k];
+            if (T->dst != b && T->src != b) continue;
+            ck_assert(!(T->add && T->dst == b && T->box < 0 && T->kind == PCGC_INS_RECV));
+            break;
+          }
+        }
+      sets += I->kind == PCGC_INS_RECV && P->buf[I->dst].role == PCGC_BUF_GRAD && pcgc_recv_in_place(P, I, &at) &&
+              box_bytes_of(P, I) == P->buf[I->dst].bytes;
+    }
+  }
+  printf("towers on dgx-h100: %d gradients set whole by a receive\n", sets);
+  ck_assert_int_ge(sets, 7);
   pcgc_sim_result r;
   ck_assert_msg(pcgc_program_simulate(p, c.graph, &m, NULL, &r, &err) == PCGC_OK, "%s", err.message);
   printf("towers on dgx-h100: step %g s\n", r.iteration_time);
