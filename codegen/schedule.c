@@ -1588,7 +1588,7 @@ void pcgc_program_print(FILE *f, const pcgc_program *p, const pcgc_graph *g, int
       fputc('\n', f);
     }
     fprintf(f, "device %d stream:\n", d);
-    for (int i = 0; i < P->n_ins; i++) {
+    for (int i = 0, run_end = 0; i < P->n_ins; i++) {
       const pcgc_ins *I = &P->ins[i];
       fprintf(f, "  %5d %-15s %-24s", i, pcgc_ins_kind_name((pcgc_ins_kind)I->kind), node_name(g, I->node));
       if (I->piece >= 0) fprintf(f, " p%lld", (long long)I->piece);
@@ -1634,6 +1634,11 @@ void pcgc_program_print(FILE *f, const pcgc_program *p, const pcgc_graph *g, int
       if (I->box >= 0) {
         fputc(' ', f);
         print_box(f, &P->boxes[I->box]);
+      }
+      int run = i >= run_end ? pcgc_recv_unpack_run(P, i, NULL, NULL) : 0;
+      if (run > 1) { /* received together, unpacked by one launch */
+        fprintf(f, " (unpacks %d at once)", run);
+        run_end = i + run;
       }
       fputc('\n', f);
     }

@@ -9,6 +9,8 @@
 #     a plan without a derivation record, a plan whose joint-search trace no
 #     longer applies or is missing;
 #   - a plan the joint search rewrote (DLRM on dgx-h100): its trace replayed;
+#   - DLRM's column-split tables on h100-4x8 (32 processes): runs of receives
+#     unpacked at once;
 #   - the region move's towers on disjoint GPU groups (tests/data/towers.pcg):
 #     its "@branches" lines replayed, a line that no longer fits refused;
 #   - a model that amplifies rounding at the check's sizes (Inception-v3 at
@@ -101,6 +103,15 @@ else
   $reseal "$tmp/joint.json" "$tmp/notrace.json" '"trace":' '"trace_of_another_pcgc":'
   expect 1 "$pcgc" verify "$tmp/notrace.json"; has "$tmp/err" "does not record its steps"
 fi
+
+# DLRM's tables split by columns over groups of 8 of 32 H100s: a gatherer receives a table's
+# column pieces next to each other and unpacks them by one launch (pcgc_recv_unpack_run), on
+# 32 processes against the reference
+expect 0 "$pcgc" compile "$src/models/dlrm.pcg" --machine h100-4x8 -o "$tmp/dlrm32.json"
+expect 0 "$pcgc" plan show "$tmp/dlrm32.json" --streams --device 0
+has "$tmp/out" " at once)"
+expect 0 "$pcgc" verify "$tmp/dlrm32.json" --steps 2
+has "$tmp/out" "verified: 2 steps"
 
 # the region move: inception-style towers narrowed onto disjoint groups of a DGX H100's GPUs
 # (data parallel over all 8, no rule expanded); the plan's "@branches" lines replayed, then
