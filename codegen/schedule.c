@@ -805,6 +805,21 @@ static bool may_alias(const pcgc_device_program *P, const int *use_off, const in
   return true;
 }
 
+/* Drops the instructions gone[i] names from the stream (and their counts);
+ * gp, the global positions, is compacted alike. */
+static void drop_gone(pcgc_device_program *P, int32_t *gp, const bool *gone) {
+  int o = 0;
+  for (int i = 0; i < P->n_ins; i++) {
+    if (gone[i]) {
+      P->count_by_kind[P->ins[i].kind]--;
+      continue;
+    }
+    gp[o] = gp[i];
+    P->ins[o++] = P->ins[i];
+  }
+  P->n_ins = o;
+}
+
 /* A buffer zeroed only to be added into: where the first instruction after
  * its ZERO that touches it is a RECV or COPY adding into all of it (a
  * gradient's first contribution, received or local), that one sets the
@@ -814,10 +829,14 @@ static bool may_alias(const pcgc_device_program *P, const int *use_off, const in
 static pcgc_status first_sets(pcgc_device_program *P, int32_t *gp) {
   int nb = P->n_buf, n = P->n_ins;
   int *next = malloc((size_t)(nb ? nb : 1) * sizeof *next); /* per buffer: the next instruction touching it */
-  if (!next) return PCGC_ERR_NOMEM;
+  bool *gone = calloc((size_t)(n ? n : 1), sizeof *gone), gone_any = false;
+  if (!next || !gone) {
+    free(next);
+    free(gone);
+    return PCGC_ERR_NOMEM;
+  }
   int tb[PCGC_VARIADIC * 8 + 32];
   for (int b = 0; b < nb; b++) next[b] = -1;
-  bool gone_any = false;
   for (int i = n - 1; i >= 0; i--) {
     pcgc_ins *I = &P->ins[i];
     if (I->kind == PCGC_INS_ZERO) {
@@ -842,26 +861,16 @@ static pcgc_status first_sets(pcgc_device_program *P, int32_t *gp) {
       }
       if (I->dst < 0) I->n_args = kept;
       if (!kept) {
-        I->kind = PCGC_INS_KIND_COUNT; /* gone (below) */
-        gone_any = true;
+        gone[i] = gone_any = true;
         continue;
       }
     }
     int k = touched(I, P->args, tb);
     for (int j = 0; j < k; j++) next[tb[j]] = i;
   }
+  if (gone_any) drop_gone(P, gp, gone);
   free(next);
-  if (!gone_any) return PCGC_OK;
-  int o = 0;
-  for (int i = 0; i < n; i++) {
-    if (P->ins[i].kind == PCGC_INS_KIND_COUNT) {
-      P->count_by_kind[PCGC_INS_ZERO]--;
-      continue;
-    }
-    gp[o] = gp[i];
-    P->ins[o++] = P->ins[i];
-  }
-  P->n_ins = o;
+  free(gone);
   return PCGC_OK;
 }
 
@@ -928,16 +937,7 @@ static pcgc_status alias_copies(pcgc_device_program *P, int32_t *gp) {
     kids[parent] = child;
     gone[c] = true;
   }
-  int o = 0;
-  for (int i = 0; i < n; i++) {
-    if (gone[i]) {
-      P->count_by_kind[PCGC_INS_COPY]--;
-      continue;
-    }
-    gp[o] = gp[i];
-    P->ins[o++] = P->ins[i];
-  }
-  P->n_ins = o;
+  drop_gone(P, gp, gone);
   st = PCGC_OK;
 out:
   free(use_off);

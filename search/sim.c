@@ -393,14 +393,6 @@ typedef struct xfer {
   int32_t in, out;
 } xfer;
 
-/* A point-to-point transfer of `bytes` from device a to device b, staged
- * as the program stages it: a's stream packs the bytes into its send
- * buffer, the message, b's stream unpacks them (adding them in backward,
- * where the program receives into a gradient with +=). `direct`: the
- * message sets a contiguous run of its destination (a whole piece, or a
- * slice of one along its outermost split dim), which the program receives
- * in place, without unpacking (pcgc_recv_in_place); in backward only a
- * relayout's gradient that it sets (pcgc_relayout_grad_sets). */
 /* Staging copy t on device X (slot k of pack_key) joins the run of the one
  * before it of the same key (a run's first pays the launch), or starts one. */
 static void pack(sim *S, int32_t t, int X, int64_t k, int64_t key) {
@@ -415,6 +407,14 @@ static void pack(sim *S, int32_t t, int X, int64_t k, int64_t key) {
   }
 }
 
+/* A point-to-point transfer of `bytes` from device a to device b, staged
+ * as the program stages it: a's stream packs the bytes into its send
+ * buffer, the message, b's stream unpacks them (adding them in backward,
+ * where the program receives into a gradient with +=). `direct`: the
+ * message sets a contiguous run of its destination (a whole piece, or a
+ * slice of one along its outermost split dim), which the program receives
+ * in place, without unpacking (pcgc_recv_in_place); in backward only a
+ * relayout's gradient that it sets (pcgc_relayout_grad_sets). */
 static xfer transfer(sim *S, int phase, int node, int64_t piece, int micro, int a, int b, double bytes, bool direct) {
   int32_t pk = copy_task(S, PCGC_TASK_STAGE, phase, node, piece, micro, a, bytes, false);
   int64_t key = (int64_t)node << 32 | (int64_t)phase << 28 | (micro & 0xfffffff);
