@@ -85,6 +85,23 @@
  * lifetimes), so a pipeline stage holds the messages of the micro-batches
  * in flight, not of the whole step; `send_bytes` is the planned size.
  *
+ * Sends from their buffers. A SEND of a contiguous run of a buffer that is
+ * not persistent and that no instruction writes after the SEND is not
+ * staged (`send_off[k]` -1, options.sends_in_place): it goes straight from
+ * the buffer, which lives until the send completes, before instruction
+ * `send_done[k]`: the first from which on every instruction of the stream
+ * was placed after the matching RECV in the global order. "Placed" is the
+ * position an instruction had before sink_recvs moved receives down (each
+ * keeps it through the later passes). That wait cannot deadlock either:
+ * take the stream whose earliest instruction not yet done comes first in
+ * the global order (at position x). Its RECVs and collectives have nothing
+ * moved past them from before, so a RECV or collective it waits at sits at
+ * x, after its send or beside its peers in the order, which then cannot be
+ * waiting at anything placed before x; a send it completes has its receive
+ * placed before x, so done on a stream whose pending work is all placed at
+ * x or later. A GPU sending through host MPI copies the run to a host
+ * buffer of that send's own; NCCL sends from the buffer itself.
+ *
  * Example:
  *     pcgc_program *p;
  *     pcgc_codegen_options o;
@@ -224,10 +241,15 @@ typedef struct pcgc_device_program {
   int64_t unplanned_bytes;     /* sum of every buffer's bytes, without reuse */
   int64_t send_bytes;          /* staging for non-blocking sends: the most they hold at once */
   int n_sends;                 /* SEND instructions in the stream */
-  int64_t *send_off;           /* [n_sends]: the k-th SEND's staging offset (see "Send staging") */
+  int64_t *send_off;           /* [n_sends]: the k-th SEND's staging offset (see "Send staging"); -1: sent from its buffer */
   int *send_wait_off;          /* [n_sends + 1]: before packing, the k-th SEND completes the sends */
   int *send_wait;              /* send_wait[send_wait_off[k] .. send_wait_off[k + 1]) (earlier ones
                                   whose bytes it reuses and that no SEND between completed) */
+  int *send_done;              /* [n_sends] or NULL (none): -1 for a SEND through staging; for one
+                                  straight from its buffer (a contiguous run that nothing writes
+                                  after it; send_off -1), the instruction before which it is
+                                  completed (n_ins: at the step's end); the buffer lives until
+                                  then ("Sends from their buffers" above) */
   int64_t max_message_bytes;   /* largest receive or collective region */
   int64_t request_bytes;       /* staging of the non-blocking all-reduces that are not in place */
   int64_t widen_bytes;         /* bf16 storage: the f32 copies of one kernel's bf16 arguments, the
@@ -292,6 +314,9 @@ typedef struct pcgc_codegen_options {
                                   past the kernel's. The CPU backend uses them (pcgc compile, run
                                   and simulate set it for CPU machines); off, backward computes
                                   them again */
+  bool sends_in_place;         /* a SEND of a contiguous run of a buffer that nothing writes
+                                  after it goes straight from the buffer, without staging
+                                  (send_done; default true) */
 } pcgc_codegen_options;
 
 void pcgc_codegen_options_default(pcgc_codegen_options *o);

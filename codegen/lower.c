@@ -1869,6 +1869,7 @@ void pcgc_codegen_options_default(pcgc_codegen_options *o) {
   o->schedule = PCGC_SCHEDULE_GPIPE;
   o->optimizer = PCGC_OPTIM_ADAM;
   o->threads = pcgc_threads_default();
+  o->sends_in_place = true;
 }
 
 pcgc_status pcgc_codegen(const pcgc_graph *g, const pcgc_mapping *mp, int n_devices, const pcgc_codegen_options *o,

@@ -127,6 +127,8 @@ typedef struct psim {
   int32_t *n_sent;
   int32_t *pack_left; /* sends of the packed run still to come */
   int32_t *unpack_end; /* the instruction after the run of RECVs received with its first */
+  int32_t **dn_k;      /* per device: its sends from their buffers, by send_done */
+  int32_t *dn_n, *dn_next;
   double fwd_end, task_time, bytes_intra, bytes_inter;
   int64_t n_msgs;
   /* o->trace_path: one task per instruction (device d's at ins_off[d] + pc) */
@@ -414,6 +416,10 @@ static pcgc_status step(psim *S, int d, bool *moved) {
   pcgc_op_time t = {0, 0};
   pcgc_status st;
   *moved = true;
+  for (; S->dn_next[d] < S->dn_n[d] && P->send_done[S->dn_k[d][S->dn_next[d]]] <= x->pc; S->dn_next[d]++) {
+    int k = S->dn_k[d][S->dn_next[d]]; /* a send from its buffer completes: the runtime waits for it */
+    if (k < S->n_sent[d] && S->s_arrive[d][k] > x->clock) x->clock = S->s_arrive[d][k];
+  }
   switch ((pcgc_ins_kind)I->kind) {
   case PCGC_INS_FORWARD:
   case PCGC_INS_BACKWARD:
@@ -450,7 +456,9 @@ static pcgc_status step(psim *S, int d, bool *moved) {
       return pcgc_error_set(S->err, PCGC_ERR_INVALID, "device %d sends more than the %d messages it plans", d,
                             P->n_sends);
     dur = mem_time(S, bytes, false);
-    if (S->pack_left[d] > 0) { /* packed with the run's first: no launch of its own */
+    if (P->send_done && P->send_done[k] >= 0) { /* straight from its buffer: nothing to pack */
+      dur = 0;
+    } else if (S->pack_left[d] > 0) { /* packed with the run's first: no launch of its own */
       S->pack_left[d]--;
       dur = dur > S->m->device.launch_overhead ? dur - S->m->device.launch_overhead : 0;
     } else { /* a run's first: it completes the messages whose bytes the run's staging held */
@@ -666,7 +674,7 @@ static void reset(psim *S) {
   for (int d = 0; d < S->D; d++)
     for (int k = 0; k < S->p->dev[d].n_requests; k++) S->slot_rv[d][k] = -1;
   for (int d = 0; d < S->D; d++) S->busy[d] = 0;
-  for (int d = 0; d < S->D; d++) S->n_sent[d] = S->pack_left[d] = S->unpack_end[d] = 0;
+  for (int d = 0; d < S->D; d++) S->n_sent[d] = S->pack_left[d] = S->unpack_end[d] = S->dn_next[d] = 0;
   for (int i = 0; i < P_KINDS * S->D; i++) S->port_free[i] = S->port_fg[i] = 0;
   S->hn = 0;
 }
@@ -693,6 +701,10 @@ static void psim_free(psim *S) {
   free(S->n_sent);
   free(S->pack_left);
   free(S->unpack_end);
+  for (int d = 0; S->dn_k && d < S->D; d++) free(S->dn_k[d]);
+  free(S->dn_k);
+  free(S->dn_n);
+  free(S->dn_next);
   free(S->nt);
   free(S->nt_done);
   free(S->busy);
@@ -823,19 +835,35 @@ pcgc_status pcgc_program_simulate(const pcgc_program *p, const pcgc_graph *g, co
   S->n_sent = calloc((size_t)D, sizeof *S->n_sent);
   S->pack_left = calloc((size_t)D, sizeof *S->pack_left);
   S->unpack_end = calloc((size_t)D, sizeof *S->unpack_end);
+  S->dn_k = calloc((size_t)D, sizeof *S->dn_k);
+  S->dn_n = calloc((size_t)D, sizeof *S->dn_n);
+  S->dn_next = calloc((size_t)D, sizeof *S->dn_next);
   r->device = calloc((size_t)pcgc_machine_num_devices(m), sizeof *r->device);
   pcgc_status st = PCGC_OK;
   if (!S->ds || !S->heap || !S->port_free || !S->port_fg || !S->grp_rv || !S->grp_n || !S->grp_cap || !S->seq || !S->slot_rv ||
-      !S->nt || !S->nt_done || !S->busy || !S->s_arrive || !S->n_sent || !S->pack_left || !S->unpack_end || !r->device) {
+      !S->nt || !S->nt_done || !S->busy || !S->s_arrive || !S->n_sent || !S->pack_left || !S->unpack_end || !S->dn_k || !S->dn_n || !S->dn_next || !r->device) {
     st = pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
     goto out;
   }
   for (int d = 0; d < D; d++)
     if (!(S->slot_rv[d] = malloc((size_t)(p->dev[d].n_requests + 1) * sizeof **S->slot_rv)) ||
-        !(S->s_arrive[d] = malloc((size_t)(p->dev[d].n_sends + 1) * sizeof **S->s_arrive))) {
+        !(S->s_arrive[d] = malloc((size_t)(p->dev[d].n_sends + 1) * sizeof **S->s_arrive)) ||
+        !(S->dn_k[d] = malloc((size_t)(p->dev[d].n_sends + 1) * sizeof **S->dn_k))) {
       st = pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
       goto out;
     }
+  for (int d = 0; d < D; d++) { /* sends from their buffers in the order they complete (a stable insertion) */
+    const pcgc_device_program *P = &p->dev[d];
+    for (int k = 0; P->send_done && k < P->n_sends; k++) {
+      if (P->send_done[k] < 0 || P->send_done[k] >= P->n_ins) continue;
+      int j = S->dn_n[d]++;
+      while (j > 0 && P->send_done[S->dn_k[d][j - 1]] > P->send_done[k]) {
+        S->dn_k[d][j] = S->dn_k[d][j - 1];
+        j--;
+      }
+      S->dn_k[d][j] = k;
+    }
+  }
   double free_end = 0, end = 0;
   S->contention = false; /* the critical path first: every port free */
   reset(S);

@@ -148,6 +148,13 @@ static void lifetimes(pcgc_device_program *P) {
       B->last = i;
     }
   }
+  for (int i = 0, k = 0; P->send_done && i < P->n_ins; i++) { /* one sent straight from it: until it completes */
+    const pcgc_ins *I = &P->ins[i];
+    if (I->kind != PCGC_INS_SEND || k >= P->n_sends) continue;
+    int done = P->send_done[k++];
+    pcgc_plan_buf *B = &P->buf[I->src];
+    if (done >= 0 && done - 1 > B->last) B->last = done - 1 < P->n_ins ? done - 1 : P->n_ins - 1;
+  }
   for (int b = 0; b < P->n_buf; b++) { /* a buffer lives while its views do (alias_copies) */
     const pcgc_plan_buf *V = &P->buf[b];
     if (V->alias < 0 || V->first < 0) continue;
@@ -426,6 +433,7 @@ static uint64_t digest(const pcgc_program *p) {
       }
     }
     if (P->n_sends) XXH64_update(s, P->send_off, (size_t)P->n_sends * sizeof *P->send_off);
+    if (P->n_sends && P->send_done) XXH64_update(s, P->send_done, (size_t)P->n_sends * sizeof *P->send_done);
     for (int b = 0; b < P->n_buf; b++) {
       const pcgc_plan_buf *B = &P->buf[b];
       int64_t v[9] = {B->role, B->dtype, B->node, B->slot, B->piece, B->micro, B->rank, B->bytes, B->addr};
@@ -476,7 +484,7 @@ static pcgc_status receive_positions(cg *C, int32_t *const *pos, int32_t *const 
 /* Which sends each SEND completes before it packs (codegen.h): the pending
  * ones whose bytes it reuses, so the runtime and the prediction only follow
  * the lists. sp: the sends' spans (any order; id = ordinal). */
-static pcgc_status send_waits(pcgc_device_program *P, const span *sp, int n) {
+static pcgc_status send_waits(pcgc_device_program *P, const span *sp, int m, int n) {
   int64_t *end = malloc((size_t)(n ? n : 1) * sizeof *end);
   int *pend = malloc((size_t)(n ? n : 1) * sizeof *pend), np = 0, nw = 0, cap = n;
   P->send_wait_off = malloc((size_t)(n + 1) * sizeof *P->send_wait_off);
@@ -486,7 +494,8 @@ static pcgc_status send_waits(pcgc_device_program *P, const span *sp, int n) {
     free(pend);
     return PCGC_ERR_NOMEM;
   }
-  for (int i = 0; i < n; i++) end[sp[i].id] = P->send_off[sp[i].id] + sp[i].bytes;
+  for (int k = 0; k < n; k++) end[k] = -1; /* a send from its buffer holds no staging */
+  for (int i = 0; i < m; i++) end[sp[i].id] = P->send_off[sp[i].id] + sp[i].bytes;
   for (int k = 0; k < n; k++) {
     P->send_wait_off[k] = nw;
     for (int i = 0; i < np;) {
@@ -517,12 +526,20 @@ static pcgc_status plan_sends(const cg *C, pcgc_device_program *P, int d, const 
   P->n_sends = n;
   P->send_bytes = 0;
   P->send_off = malloc((size_t)(n ? n : 1) * sizeof *P->send_off);
+  P->send_done = malloc((size_t)(n ? n : 1) * sizeof *P->send_done);
   span *sp = malloc((size_t)(n ? n : 1) * sizeof *sp);
   placed *pl = malloc((size_t)(n ? n : 1) * sizeof *pl), *live = malloc((size_t)(n ? n : 1) * sizeof *live);
+  int *last_write = malloc((size_t)(P->n_buf ? P->n_buf : 1) * sizeof *last_write), m = 0;
   pcgc_status st = PCGC_OK;
-  if (!P->send_off || !sp || !pl || !live) {
+  if (!P->send_off || !P->send_done || !sp || !pl || !live || !last_write) {
     st = PCGC_ERR_NOMEM;
     goto out;
+  }
+  for (int b = 0; b < P->n_buf; b++) last_write[b] = -1;
+  for (int i = 0; i < P->n_ins; i++) { /* each buffer's last writer */
+    int rd[PCGC_VARIADIC * 4 + 8], wr[PCGC_VARIADIC * 2 + 8], nr, nw;
+    pcgc__cg_ins_access(&P->ins[i], P->args, rd, &nr, wr, &nw);
+    for (int j = 0; j < nw; j++) last_write[wr[j]] = i;
   }
   for (int i = 0, k = 0; i < P->n_ins; i++) {
     const pcgc_ins *I = &P->ins[i];
@@ -543,12 +560,32 @@ static pcgc_status plan_sends(const cg *C, pcgc_device_program *P, int d, const 
       else lo = mid + 1;
     }
     const pcgc_plan_buf *B = &P->buf[I->src];
-    sp[k] = (span){I->box >= 0 ? box_bytes(&P->boxes[I->box], B->dtype) : B->bytes, i, lo - 1, k};
+    pcgc_box whole, x;
+    pcgc_plan_buf_box(B, &whole);
+    x = I->box >= 0 ? P->boxes[I->box] : whole;
+    int64_t first;
+    if (C->o.sends_in_place && !B->persistent && last_write[I->src] < i && pcgc_box_contiguous_in(&x, &whole, &first)) {
+      P->send_off[k] = -1; /* straight from its buffer; completed at send_done (sends_done) */
+      P->send_done[k++] = P->n_ins;
+      continue;
+    }
+    P->send_done[k] = -1;
+    sp[m++] = (span){I->box >= 0 ? box_bytes(&P->boxes[I->box], B->dtype) : B->bytes, i, lo - 1, k};
     k++;
   }
-  P->send_bytes = first_fit(sp, n, 0, P->send_off, pl, live);
-  st = send_waits(P, sp, n);
+  {
+    int64_t *off = malloc((size_t)(n ? n : 1) * sizeof *off);
+    if (!off) {
+      st = PCGC_ERR_NOMEM;
+      goto out;
+    }
+    P->send_bytes = first_fit(sp, m, 0, off, pl, live);
+    for (int i = 0; i < m; i++) P->send_off[sp[i].id] = off[sp[i].id];
+    free(off);
+  }
+  st = send_waits(P, sp, m, n);
 out:
+  free(last_write);
   free(sp);
   free(pl);
   free(live);
@@ -572,7 +609,7 @@ out:
  * NCCL): no deadlock can arise, and RECVs keep their order. Runs after
  * plan_sends; gp moves alike (the RECV takes the position of the SEND it
  * follows). */
-static pcgc_status sink_recvs(const cg *C, pcgc_device_program *P, int d, int32_t *gp) {
+static pcgc_status sink_recvs(const cg *C, pcgc_device_program *P, int d, int32_t *gp, int32_t *g0) {
   int n = P->n_ins, tb[PCGC_VARIADIC * 8 + 32];
   int *ord = malloc((size_t)(n ? n : 1) * sizeof *ord);
   int32_t *rg = malloc((size_t)(P->n_sends ? P->n_sends : 1) * sizeof *rg); /* send k's receive, global */
@@ -606,9 +643,11 @@ static pcgc_status sink_recvs(const cg *C, pcgc_device_program *P, int d, int32_
       if (send) to = j;
     }
     if (to < 0) continue;
-    int32_t g = gp[to];
+    int32_t g = gp[to], r0 = g0[i];
     memmove(&P->ins[i], &P->ins[i + 1], (size_t)(to - i) * sizeof *P->ins);
     memmove(&gp[i], &gp[i + 1], (size_t)(to - i) * sizeof *gp);
+    memmove(&g0[i], &g0[i + 1], (size_t)(to - i) * sizeof *g0);
+    g0[to] = r0;
     memmove(&ord[i], &ord[i + 1], (size_t)(to - i) * sizeof *ord);
     P->ins[to] = R;
     gp[to] = g;
@@ -806,8 +845,9 @@ static bool may_alias(const pcgc_device_program *P, const int *use_off, const in
 }
 
 /* Drops the instructions gone[i] names from the stream (and their counts);
- * gp, the global positions, is compacted alike. */
-static void drop_gone(pcgc_device_program *P, int32_t *gp, const bool *gone) {
+ * gp and g0, the global positions now and before sink_recvs, are compacted
+ * alike. */
+static void drop_gone(pcgc_device_program *P, int32_t *gp, int32_t *g0, const bool *gone) {
   int o = 0;
   for (int i = 0; i < P->n_ins; i++) {
     if (gone[i]) {
@@ -815,6 +855,7 @@ static void drop_gone(pcgc_device_program *P, int32_t *gp, const bool *gone) {
       continue;
     }
     gp[o] = gp[i];
+    g0[o] = g0[i];
     P->ins[o++] = P->ins[i];
   }
   P->n_ins = o;
@@ -826,7 +867,7 @@ static void drop_gone(pcgc_device_program *P, int32_t *gp, const bool *gone) {
  * buffer instead and the ZERO leaves it out (first_sets). A RECV that sets a
  * whole buffer is then received in place, without staging or unpacking.
  * gp, the global positions, is compacted with the stream. */
-static pcgc_status first_sets(pcgc_device_program *P, int32_t *gp) {
+static pcgc_status first_sets(pcgc_device_program *P, int32_t *gp, int32_t *g0) {
   int nb = P->n_buf, n = P->n_ins;
   int *next = malloc((size_t)(nb ? nb : 1) * sizeof *next); /* per buffer: the next instruction touching it */
   bool *gone = calloc((size_t)(n ? n : 1), sizeof *gone), gone_any = false;
@@ -868,13 +909,13 @@ static pcgc_status first_sets(pcgc_device_program *P, int32_t *gp) {
     int k = touched(I, P->args, tb);
     for (int j = 0; j < k; j++) next[tb[j]] = i;
   }
-  if (gone_any) drop_gone(P, gp, gone);
+  if (gone_any) drop_gone(P, gp, g0, gone);
   free(next);
   free(gone);
   return PCGC_OK;
 }
 
-static pcgc_status alias_copies(pcgc_device_program *P, int32_t *gp) {
+static pcgc_status alias_copies(pcgc_device_program *P, int32_t *gp, int32_t *g0) {
   int nb = P->n_buf, n = P->n_ins, copies = 0;
   for (int i = 0; i < n; i++) copies += P->ins[i].kind == PCGC_INS_COPY;
   if (!copies) return PCGC_OK;
@@ -937,7 +978,7 @@ static pcgc_status alias_copies(pcgc_device_program *P, int32_t *gp) {
     kids[parent] = child;
     gone[c] = true;
   }
-  drop_gone(P, gp, gone);
+  drop_gone(P, gp, g0, gone);
   st = PCGC_OK;
 out:
   free(use_off);
@@ -947,6 +988,38 @@ out:
   free(next);
   free(gone);
   return st;
+}
+
+/* Where each send straight from its buffer completes (send_done): at the
+ * first instruction from which on every instruction of the stream was placed
+ * after the message's receive in the global order (g0: the positions before
+ * sink_recvs moved receives down). Waiting there cannot deadlock: everything
+ * this device contributes to the global order up to the receive is done by
+ * then, and the receiver reaches its RECV on such things alone. */
+static pcgc_status sends_done(const cg *C, pcgc_device_program *P, int d, const int32_t *g0) {
+  int n = P->n_ins;
+  int32_t *suf = malloc(((size_t)n + 1) * sizeof *suf); /* the least position from j on */
+  if (!suf) return PCGC_ERR_NOMEM;
+  suf[n] = INT32_MAX;
+  for (int j = n - 1; j >= 0; j--) suf[j] = g0[j] < suf[j + 1] ? g0[j] : suf[j + 1];
+  for (int i = 0, k = 0; i < n && k < P->n_sends; i++) {
+    const pcgc_ins *I = &P->ins[i];
+    if (I->kind != PCGC_INS_SEND) continue;
+    if (P->send_done[k] >= 0) {
+      const cg_pair *pr = pair_of(C, d, I->peer);
+      int32_t g = pr && pr->recv_at && I->tag >= 0 && I->tag < pr->count ? pr->recv_at[I->tag] : INT32_MAX;
+      int lo = i + 1, hi = n;
+      while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        if (suf[mid] > g) hi = mid;
+        else lo = mid + 1;
+      }
+      P->send_done[k] = lo;
+    }
+    k++;
+  }
+  free(suf);
+  return PCGC_OK;
 }
 
 static void dev_stream(void *ctx, int d, int worker) {
@@ -1010,9 +1083,14 @@ static void dev_stream(void *ctx, int d, int worker) {
   for (int e = 0; e < C->D; e++) last_recv[e] = -1;
   J->st[d] = plan_sends(C, P, d, J->gp[d], last_recv, &J->in_order[d], &J->err[d]);
   free(last_recv);
-  if (J->st[d] == PCGC_OK) J->st[d] = sink_recvs(C, P, d, J->gp[d]);
-  if (J->st[d] == PCGC_OK) J->st[d] = first_sets(P, J->gp[d]);
-  if (J->st[d] == PCGC_OK) J->st[d] = alias_copies(P, J->gp[d]);
+  int32_t *g0 = J->st[d] == PCGC_OK ? malloc((size_t)(P->n_ins ? P->n_ins : 1) * sizeof *g0) : NULL;
+  if (J->st[d] == PCGC_OK && !g0) J->st[d] = PCGC_ERR_NOMEM;
+  if (g0) memcpy(g0, J->gp[d], (size_t)P->n_ins * sizeof *g0);
+  if (J->st[d] == PCGC_OK) J->st[d] = sink_recvs(C, P, d, J->gp[d], g0);
+  if (J->st[d] == PCGC_OK) J->st[d] = first_sets(P, J->gp[d], g0);
+  if (J->st[d] == PCGC_OK) J->st[d] = alias_copies(P, J->gp[d], g0);
+  if (J->st[d] == PCGC_OK) J->st[d] = sends_done(C, P, d, g0);
+  free(g0);
   if (J->st[d] != PCGC_OK) return;
   for (int i = 0; i < P->n_ins; i++) { /* the receive staging holds a run of unpacked messages */
     int64_t bytes;
@@ -1315,7 +1393,9 @@ bool pcgc_recv_in_place(const pcgc_device_program *P, const pcgc_ins *I, int64_t
 
 int pcgc_send_pack_run(const pcgc_device_program *P, int pc, int k) {
   int n = 0;
-  for (int i = pc; i < P->n_ins && n < PCGC_PACK_MAX && P->ins[i].kind == PCGC_INS_SEND && k + n < P->n_sends; i++) {
+  for (int i = pc; i < P->n_ins && n < PCGC_PACK_MAX && P->ins[i].kind == PCGC_INS_SEND && k + n < P->n_sends &&
+                  (!P->send_done || P->send_done[k + n] < 0); /* one from its buffer is not packed */
+       i++) {
     for (int w = P->send_wait_off[k + n]; n > 0 && w < P->send_wait_off[k + n + 1]; w++)
       if (P->send_wait[w] >= k) return n; /* it reuses the staging of a send of this run */
     n++;
@@ -1390,6 +1470,7 @@ void pcgc_program_free(pcgc_program *p) {
       free(p->dev[d].send_off);
       free(p->dev[d].send_wait_off);
       free(p->dev[d].send_wait);
+      free(p->dev[d].send_done);
     }
   free(p->dev);
   free(p->group_off);
@@ -1588,7 +1669,7 @@ void pcgc_program_print(FILE *f, const pcgc_program *p, const pcgc_graph *g, int
       fputc('\n', f);
     }
     fprintf(f, "device %d stream:\n", d);
-    for (int i = 0, run_end = 0; i < P->n_ins; i++) {
+    for (int i = 0, run_end = 0, k = 0; i < P->n_ins; i++) {
       const pcgc_ins *I = &P->ins[i];
       fprintf(f, "  %5d %-15s %-24s", i, pcgc_ins_kind_name((pcgc_ins_kind)I->kind), node_name(g, I->node));
       if (I->piece >= 0) fprintf(f, " p%lld", (long long)I->piece);
@@ -1634,6 +1715,10 @@ void pcgc_program_print(FILE *f, const pcgc_program *p, const pcgc_graph *g, int
       if (I->box >= 0) {
         fputc(' ', f);
         print_box(f, &P->boxes[I->box]);
+      }
+      if (I->kind == PCGC_INS_SEND && k < P->n_sends && P->send_done && P->send_done[k++] >= 0) {
+        if (P->send_done[k - 1] < P->n_ins) fprintf(f, " (from its buffer, done before %d)", P->send_done[k - 1]);
+        else fputs(" (from its buffer, done at the end)", f);
       }
       int run = i >= run_end ? pcgc_recv_unpack_run(P, i, NULL, NULL) : 0;
       if (run > 1) { /* received together, unpacked by one launch */

@@ -69,6 +69,9 @@ typedef struct rt {
   int n_sends;            /* SENDs issued this step: sends[k] is the k-th's request */
   int packed;             /* SENDs of this step whose boxes are in staging already (a packed run's) */
   int unpacked;           /* instructions before it: RECVs received and unpacked with their run's first */
+  int *dn, dn_n, dn_next; /* the sends straight from their buffers, by send_done; the next to complete */
+  char *direct_h;         /* GPU backends through host MPI: those sends' host copies, each its own */
+  int64_t *direct_at;     /* [n_sends]: send k's offset in direct_h (a copy lives until its send completes) */
   MPI_Comm *comm;      /* per group: its communicator, or MPI_COMM_NULL where not a member */
   bool dev_comm;       /* messages through the backend's communicators (NCCL), not host MPI */
   void **dcomm;        /* per group: the backend's communicator (NULL where not a member) */
@@ -437,20 +440,37 @@ static pcgc_status batchnorm(rt *R, const pcgc_ins *I) {
 
 /* Completes the sends whose staging the k-th SEND is about to write again
  * (the program's send_wait list). */
+/* Completes the step's j-th send. */
+static pcgc_status complete_send(rt *R, int j) {
+  if (R->dev_comm) return R->be->comm_wait(R->be, R->P->n_requests + j, R->err);
+  int rc = MPI_Wait(&R->sends[j], MPI_STATUS_IGNORE);
+  if (rc != MPI_SUCCESS)
+    return pcgc_error_set(R->err, PCGC_ERR_IO, "completing send %d of the step failed (MPI error %d)", j + 1, rc);
+  return PCGC_OK;
+}
+
 static pcgc_status settle_sends(rt *R, int k) {
   const pcgc_device_program *P = R->P;
   for (int w = P->send_wait_off[k]; w < P->send_wait_off[k + 1]; w++) {
     int j = P->send_wait[w];
     if (j < 0 || j >= k)
       return pcgc_error_set(R->err, PCGC_ERR_INVALID, "send %d waits for send %d, which is not earlier", k + 1, j + 1);
-    if (R->dev_comm) {
-      pcgc_status st = R->be->comm_wait(R->be, P->n_requests + j, R->err);
-      if (st) return st;
-    } else {
-      int rc = MPI_Wait(&R->sends[j], MPI_STATUS_IGNORE);
-      if (rc != MPI_SUCCESS)
-        return pcgc_error_set(R->err, PCGC_ERR_IO, "completing send %d of the step failed (MPI error %d)", j + 1, rc);
-    }
+    pcgc_status st = complete_send(R, j);
+    if (st) return st;
+  }
+  return PCGC_OK;
+}
+
+/* The sends straight from their buffers that complete before instruction i
+ * (send_done), in that order: R->dn lists them, dn_next the next. */
+static pcgc_status sends_done_before(rt *R, int i) {
+  const pcgc_device_program *P = R->P;
+  for (; R->dn_next < R->dn_n && P->send_done[R->dn[R->dn_next]] <= i; R->dn_next++) {
+    int k = R->dn[R->dn_next];
+    if (k >= R->n_sends)
+      return pcgc_error_set(R->err, PCGC_ERR_INVALID, "send %d completes at instruction %d, before it is made", k + 1, i);
+    pcgc_status st = complete_send(R, k);
+    if (st) return st;
   }
   return PCGC_OK;
 }
@@ -623,6 +643,27 @@ static pcgc_status exec_one(rt *R, const pcgc_ins *I) {
     int k = R->n_sends;
     if (k >= P->n_sends)
       return pcgc_error_set(R->err, PCGC_ERR_INVALID, "send %d of a stream that plans %d", k + 1, P->n_sends);
+    if (P->send_done && P->send_done[k] >= 0) { /* straight from its buffer (a contiguous run of it) */
+      pcgc_box whole;
+      int64_t first;
+      pcgc_plan_buf_box(S, &whole);
+      if (!pcgc_box_contiguous_in(&x, &whole, &first))
+        return pcgc_error_set(R->err, PCGC_ERR_INVALID, "send %d from its buffer is no contiguous run of it", k + 1);
+      char *from = (char *)data_of(R, I->src) + first * (int64_t)pcgc_dtype_size(S->dtype);
+      R->sends[k] = MPI_REQUEST_NULL;
+      R->n_sends++;
+      if (R->dev_comm) {
+        if ((st = be->send(be, R->to[I->peer], from, n, S->dtype, 1, R->err))) return st;
+        return be->send_mark(be, R->to[I->peer], P->n_requests + k, R->err);
+      }
+      if (!be->host) { /* through host MPI: a host copy of its own, which lives until the send completes */
+        char *h = R->direct_h + R->direct_at[k];
+        if ((st = to_host(R, h, from, bytes))) return st;
+        from = h;
+      }
+      rc = MPI_Isend(from, (int)n, mpi_type(S->dtype), I->peer, I->tag, MPI_COMM_WORLD, &R->sends[k]);
+      return rc == MPI_SUCCESS ? PCGC_OK : mpi_fail(R, rc, "send", I);
+    }
     /* pack_sends checked its staging (send_off) when it packed the run */
     if (k >= R->packed && (st = pack_sends(R, (int)(I - P->ins), k))) return st;
     char *buf = R->send_stage + P->send_off[k], *h = R->send_h + P->send_off[k];
@@ -1693,13 +1734,41 @@ pcgc_status pcgc_run(const pcgc_graph *g, const pcgc_program *p, const pcgc_run_
   for (int b = 0; b < P->n_buf; b++)
     if (P->buf[b].bytes > most) most = P->buf[b].bytes;
   R.sends = malloc((size_t)(P->n_sends + 1) * sizeof *R.sends);
+  R.dn = malloc((size_t)(P->n_sends + 1) * sizeof *R.dn);
+  for (int k = 0; R.dn && P->send_done && k < P->n_sends; k++) { /* by send_done (a stable insertion) */
+    if (P->send_done[k] < 0 || P->send_done[k] >= P->n_ins) continue; /* at the step's end: MPI_Waitall */
+    int j = R.dn_n++;
+    while (j > 0 && P->send_done[R.dn[j - 1]] > P->send_done[k]) {
+      R.dn[j] = R.dn[j - 1];
+      j--;
+    }
+    R.dn[j] = k;
+  }
+  if (!be->host && P->send_done) { /* GPU sends from their buffers through host MPI: their host copies */
+    int64_t at = 0;
+    if (!(R.direct_at = malloc((size_t)(P->n_sends + 1) * sizeof *R.direct_at))) {
+      st = pcgc_error_set(err, PCGC_ERR_NOMEM, "rank %d: out of memory", R.rank);
+      goto done;
+    }
+    for (int i = 0, k = 0; i < P->n_ins && k < P->n_sends; i++) {
+      if (P->ins[i].kind != PCGC_INS_SEND) continue;
+      pcgc_box x = region(&R, &P->ins[i], P->ins[i].src);
+      R.direct_at[k] = at;
+      if (P->send_done[k++] >= 0) at += (box_numel(&x) * (int64_t)pcgc_dtype_size(P->buf[P->ins[i].src].dtype) + 63) / 64 * 64;
+    }
+    if (at > 0 && !(R.direct_h = malloc((size_t)at))) {
+      st = pcgc_error_set(err, PCGC_ERR_NOMEM, "rank %d: out of host memory for %lld bytes of sends", R.rank,
+                          (long long)at);
+      goto done;
+    }
+  }
   R.reqs = malloc((size_t)(P->n_requests + 1) * sizeof *R.reqs);
   R.pend = malloc((size_t)(P->n_requests + 1) * sizeof *R.pend);
   R.req_stage = calloc((size_t)P->n_requests + 1, sizeof *R.req_stage);
   R.req_h = calloc((size_t)P->n_requests + 1, sizeof *R.req_h);
   R.rs = calloc((size_t)P->n_requests + 1, sizeof *R.rs);
   R.comm = malloc((size_t)(p->n_groups + 1) * sizeof *R.comm);
-  if (!R.sends || !R.reqs || !R.pend || !R.req_stage || !R.req_h || !R.rs || !R.comm) {
+  if (!R.sends || !R.dn || !R.reqs || !R.pend || !R.req_stage || !R.req_h || !R.rs || !R.comm) {
     st = pcgc_error_set(err, PCGC_ERR_NOMEM, "rank %d: out of memory", R.rank);
     goto done;
   }
@@ -1866,7 +1935,7 @@ pcgc_status pcgc_run(const pcgc_graph *g, const pcgc_program *p, const pcgc_run_
     if (o->step_timeout > 0) alarm((unsigned)ceil(o->step_timeout));
     R.step = s + 1;
     R.loss = 0;
-    R.n_sends = R.packed = R.unpacked = 0;
+    R.n_sends = R.packed = R.unpacked = R.dn_next = 0;
     g_step = s + 1;
     if (R.data) st = load_step_data(&R, s + 1);
     for (int i = 0; i < P->n_ins && !st; i++) {
@@ -1874,7 +1943,8 @@ pcgc_status pcgc_run(const pcgc_graph *g, const pcgc_program *p, const pcgc_run_
       g_kind = P->ins[i].kind;
       g_peer = P->ins[i].kind == PCGC_INS_WAIT && slot_group ? slot_group[P->ins[i].tag] : P->ins[i].peer;
       double ti = traced ? now() : 0;
-      st = exec_one(&R, &P->ins[i]);
+      st = sends_done_before(&R, i);
+      if (!st) st = exec_one(&R, &P->ins[i]);
       if (!st && R.mpi && !R.dev_comm) progress(&R);
       if (traced) {
         if (!st) st = be->sync(be, err);
@@ -1968,6 +2038,9 @@ done:
   free(R.reqs);
   free(R.pend);
   free(R.sends);
+  free(R.dn);
+  free(R.direct_h);
+  free(R.direct_at);
   free(R.comm);
   be->release(be, R.arena);
   be->release(be, R.send_stage);

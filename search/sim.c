@@ -349,7 +349,8 @@ static int32_t copy_task(sim *S, pcgc_task_kind kind, int phase, int node, int64
 }
 
 /* The message of a transfer (transfer() stages it): the link's ports. */
-static int32_t transfer_task(sim *S, int phase, int node, int64_t piece, int micro, int a, int b, double bytes) {
+static int32_t transfer_task(sim *S, int phase, int node, int64_t piece, int micro, int a, int b, double bytes,
+                             bool staged) {
   int32_t t = task_add(S, 1, PCGC_TASK_TRANSFER, phase, node);
   if (S->st) return 0;
   pcgc_tasks *T = &S->T;
@@ -359,15 +360,17 @@ static int32_t transfer_task(sim *S, int phase, int node, int64_t piece, int mic
   T->bytes[t] = bytes;
   T->dur[t] = pcgc_comm_p2p_time(S->m, same, 1, bytes);
   T->lat[t] = pcgc_comm_p2p_latency(S->m, same, T->dur[t]);
-  S->sendsum[a] += bytes; /* staging (see device_memory), */
-  if (S->send_node[a] != node) {
-    S->send_node[a] = node;
-    S->send_run[a] = 0;
-    S->send_mb[a] = 1;
+  if (staged) { /* staging (see device_memory), */
+    S->sendsum[a] += bytes;
+    if (S->send_node[a] != node) {
+      S->send_node[a] = node;
+      S->send_run[a] = 0;
+      S->send_mb[a] = 1;
+    }
+    S->send_run[a] += bytes;
+    if (micro + 1 > S->send_mb[a]) S->send_mb[a] = micro + 1;
+    if (S->send_run[a] / S->send_mb[a] > S->send_peak[a]) S->send_peak[a] = S->send_run[a] / S->send_mb[a];
   }
-  S->send_run[a] += bytes;
-  if (micro + 1 > S->send_mb[a]) S->send_mb[a] = micro + 1;
-  if (S->send_run[a] / S->send_mb[a] > S->send_peak[a]) S->send_peak[a] = S->send_run[a] / S->send_mb[a];
   if (bytes > S->comm[b]) S->comm[b] = bytes; /* and the largest message received */
   T->res_off[t] = (int32_t)T->n_res;
   next_stamp(S);
@@ -410,17 +413,24 @@ static void pack(sim *S, int32_t t, int X, int64_t k, int64_t key) {
 /* A point-to-point transfer of `bytes` from device a to device b, staged
  * as the program stages it: a's stream packs the bytes into its send
  * buffer, the message, b's stream unpacks them (adding them in backward,
- * where the program receives into a gradient with +=). `direct`: the
- * message sets a contiguous run of its destination (a whole piece, or a
- * slice of one along its outermost split dim), which the program receives
- * in place, without unpacking (pcgc_recv_in_place); in backward only a
- * relayout's gradient that it sets (pcgc_relayout_grad_sets). */
-static xfer transfer(sim *S, int phase, int node, int64_t piece, int micro, int a, int b, double bytes, bool direct) {
-  int32_t pk = copy_task(S, PCGC_TASK_STAGE, phase, node, piece, micro, a, bytes, false);
+ * where the program receives into a gradient with +=). `from`: the bytes
+ * are a contiguous run of a's piece, which the program sends straight from
+ * it, without packing (codegen's sends_done). `direct`: the message sets a
+ * contiguous run of its destination (a whole piece, or a slice of one along
+ * its outermost split dim), which the program receives in place, without
+ * unpacking (pcgc_recv_in_place); in backward only a relayout's gradient
+ * that it sets (pcgc_relayout_grad_sets). */
+static xfer transfer(sim *S, int phase, int node, int64_t piece, int micro, int a, int b, double bytes, bool from,
+                     bool direct) {
   int64_t key = (int64_t)node << 32 | (int64_t)phase << 28 | (micro & 0xfffffff);
-  pack(S, pk, a, a, key);
-  int32_t t = transfer_task(S, phase, node, piece, micro, a, b, bytes);
-  edge(S, pk, t);
+  int32_t pk = -1;
+  if (!from) {
+    pk = copy_task(S, PCGC_TASK_STAGE, phase, node, piece, micro, a, bytes, false);
+    pack(S, pk, a, a, key);
+  }
+  int32_t t = transfer_task(S, phase, node, piece, micro, a, b, bytes, !from);
+  if (from) pk = t;
+  else edge(S, pk, t);
   if (direct) return (xfer){pk, t};
   bool add = phase == PCGC_PHASE_BACKWARD;
   int32_t up = copy_task(S, PCGC_TASK_STAGE, phase, node, piece, micro, b, bytes, add);
@@ -647,7 +657,7 @@ static double read_input(sim *S, const pcgc_node *n, int i, int64_t q, int Y, in
   hent *e = hash_get(S, ts, X, &fresh);
   if (!e) return 0;
   if (fresh) {
-    xfer x = transfer(S, PCGC_PHASE_FORWARD, r.node, q, mi, Y, X, bytes, true); /* a whole piece */
+    xfer x = transfer(S, PCGC_PHASE_FORWARD, r.node, q, mi, Y, X, bytes, true, true); /* a whole piece */
     e->fwd = x.out;
     edge(S, fr, x.in);
     keep(S, X, I->m > 1, bytes);
@@ -656,7 +666,7 @@ static double read_input(sim *S, const pcgc_node *n, int i, int64_t q, int Y, in
   if (gs >= 0) { /* the gradients of X's readers, summed on X, go back once */
     if (e->bwd < 0) { /* summed in a buffer zeroed on X first */
       zero += bytes;
-      xfer x = transfer(S, PCGC_PHASE_BACKWARD, r.node, q, mi, X, Y, bytes, false); /* (transfer() leaves the table alone) */
+      xfer x = transfer(S, PCGC_PHASE_BACKWARD, r.node, q, mi, X, Y, bytes, true, false); /* (transfer() leaves the table alone) */
       e->bwd = x.in;
       edge(S, x.out, gs);
     }
@@ -937,11 +947,12 @@ static bool share(sim *S, int32_t child, int32_t parent) {
 /* Output slice (fj forward join, gj gradient join or -1) on device X
  * receives `bytes` of input slice (q, mi) of node `src`: copied where both
  * are on X (as the program stores them; not at all where `shares` says the
- * two can share bytes), else a transfer. direct: the forward message lands
- * in place; sets: the gradient goes back into the input's without adding
+ * two can share bytes), else a transfer. from: the forward message is a run
+ * of the input slice, sent straight from it; direct: it lands in place (and
+ * the gradient goes back straight from the output's); sets: the gradient goes back into the input's without adding
  * (pcgc_relayout_grad_sets), direct_back: in place. */
 static void move(sim *S, int node, int64_t p, int mu, int X, int32_t fj, int32_t gj, int src, int64_t q, int mi,
-                 double bytes, bool direct, bool sets, bool direct_back, int shares) {
+                 double bytes, bool from, bool direct, bool sets, bool direct_back, int shares) {
   int Y = home(S, src, q);
   int32_t fr = fready(S, src, q, mi), gs = gj >= 0 ? gsink(S, src, q, mi) : -1;
   bytes = value_bytes(S, node, 0, bytes);
@@ -969,12 +980,12 @@ static void move(sim *S, int node, int64_t p, int mu, int X, int32_t fj, int32_t
     }
     return;
   }
-  xfer tr = transfer(S, PCGC_PHASE_FORWARD, node, p, mu, Y, X, bytes, direct);
+  xfer tr = transfer(S, PCGC_PHASE_FORWARD, node, p, mu, Y, X, bytes, from && !S->nd[src].resident, direct);
   edge(S, fr, tr.in);
   edge(S, tr.out, fj);
   keep(S, X, S->nd[node].m > 1, bytes);
   if (gs >= 0) {
-    xfer gt = transfer(S, PCGC_PHASE_BACKWARD, node, p, mu, X, Y, bytes, sets && direct_back);
+    xfer gt = transfer(S, PCGC_PHASE_BACKWARD, node, p, mu, X, Y, bytes, direct, sets && direct_back);
     edge(S, gj, gt.in);
     edge(S, gt.out, gs);
   }
@@ -999,12 +1010,13 @@ static bool relayout_cell(void *ctx, int64_t q, int mi, const pcgc_box *part, do
   pcgc_box slice, in;
   pcgc_piece_box(&R->n->out[0], R->p, R->mu, &slice);
   pcgc_piece_box(pcgc_graph_ref_type(R->S->g, R->n->in[0]), q, mi, &in);
-  bool back = R->sets && R->gj >= 0 && pcgc_box_contiguous_in(part, &in, NULL);
+  bool from = pcgc_box_contiguous_in(part, &in, NULL), back = R->sets && R->gj >= 0 && from;
   bool direct = pcgc_box_contiguous_in(part, &slice, NULL);
   int shares = direct && pcgc_box_equal(part, &in)                                     ? SHARE_INTO
                : pcgc_box_equal(part, &slice) && pcgc_box_contiguous_in(part, &in, NULL) ? SHARE_OUT
                                                                                           : SHARE_NONE;
-  move(R->S, R->n->id, R->p, R->mu, R->X, R->fj, R->gj, R->n->in[0].node, q, mi, bytes, direct, R->sets, back, shares);
+  move(R->S, R->n->id, R->p, R->mu, R->X, R->fj, R->gj, R->n->in[0].node, q, mi, bytes, from, direct, R->sets, back,
+       shares);
   return true;
 }
 
@@ -1040,8 +1052,8 @@ static void gen_replicate(sim *S, const pcgc_node *n, pcgc_fan *F) {
       switch (pcgc_fan_move_of(F, true, false)) { /* (backward: the same move, mirrored) */
       case PCGC_FAN_LOCAL: break;
       case PCGC_FAN_MESSAGE:
-        fwd = transfer(S, PCGC_PHASE_FORWARD, n->id, q, mu, Y, F->grp[1], bytes, true); /* a whole piece */
-        if (N->bwd >= 0) bwd = transfer(S, PCGC_PHASE_BACKWARD, n->id, q, mu, F->grp[1], Y, bytes, false);
+        fwd = transfer(S, PCGC_PHASE_FORWARD, n->id, q, mu, Y, F->grp[1], bytes, true, true); /* a whole piece */
+        if (N->bwd >= 0) bwd = transfer(S, PCGC_PHASE_BACKWARD, n->id, q, mu, F->grp[1], Y, bytes, true, false);
         break;
       case PCGC_FAN_COLLECTIVE: {
         int32_t cf = collective(S, PCGC_PHASE_FORWARD, n->id, q, mu, PCGC_COLL_BROADCAST, F->n_grp, F->grp, bytes);
@@ -1053,13 +1065,13 @@ static void gen_replicate(sim *S, const pcgc_node *n, pcgc_fan *F) {
         break;
       }
       case PCGC_FAN_RELAY: { /* to the first copy's device, which broadcasts; sums come back so */
-        xfer x = transfer(S, PCGC_PHASE_FORWARD, n->id, q, mu, Y, F->dev[0], bytes, true);
+        xfer x = transfer(S, PCGC_PHASE_FORWARD, n->id, q, mu, Y, F->dev[0], bytes, true, true);
         int32_t cf = collective(S, PCGC_PHASE_FORWARD, n->id, q, mu, PCGC_COLL_BROADCAST, F->n_dev, F->dev, bytes);
         edge(S, x.out, cf);
         fwd = (xfer){x.in, cf};
         if (N->bwd >= 0) {
           int32_t cb = collective(S, PCGC_PHASE_BACKWARD, n->id, q, mu, PCGC_COLL_REDUCE, F->n_dev, F->dev, bytes);
-          xfer y = transfer(S, PCGC_PHASE_BACKWARD, n->id, q, mu, F->dev[0], Y, bytes, false);
+          xfer y = transfer(S, PCGC_PHASE_BACKWARD, n->id, q, mu, F->dev[0], Y, bytes, true, false);
           edge(S, cb, y.in);
           bwd = (xfer){cb, y.out};
         }
@@ -1101,7 +1113,7 @@ static void gen_reduce(sim *S, const pcgc_node *n, pcgc_fan *F) {
         int32_t co = collective(S, PCGC_PHASE_FORWARD, n->id, p, mu, PCGC_COLL_REDUCE, relay ? F->n_dev : F->n_grp,
                                 relay ? F->dev : F->grp, bytes);
         if (relay) {
-          xfer x = transfer(S, PCGC_PHASE_FORWARD, n->id, p, mu, F->dev[0], X, bytes, false);
+          xfer x = transfer(S, PCGC_PHASE_FORWARD, n->id, p, mu, F->dev[0], X, bytes, true, false);
           edge(S, co, x.in);
           edge(S, x.out, fj);
         } else {
@@ -1132,10 +1144,10 @@ static void gen_reduce(sim *S, const pcgc_node *n, pcgc_fan *F) {
       }
       xfer in = {-1, -1}, gt = {-1, -1};
       if (fm == PCGC_FAN_MESSAGE) {
-        in = transfer(S, PCGC_PHASE_FORWARD, n->id, p, mu, F->grp[1], X, bytes, false);
+        in = transfer(S, PCGC_PHASE_FORWARD, n->id, p, mu, F->grp[1], X, bytes, true, false);
         edge(S, in.out, sink);
         if (gj >= 0) {
-          gt = transfer(S, PCGC_PHASE_BACKWARD, n->id, p, mu, X, F->grp[1], bytes, false);
+          gt = transfer(S, PCGC_PHASE_BACKWARD, n->id, p, mu, X, F->grp[1], bytes, true, false);
           edge(S, gj, gt.in);
         }
       }

@@ -89,10 +89,20 @@ static void run(const pcgc_graph *g, const pcgc_machine *m, int budget, pcgc_joi
   pcgc_mapping_destroy(&mp);
 }
 
-START_TEST(removes_round_trips) {
+/* dgx-h100 cut to the 4 GPUs the round-trip models are mapped on: with 8,
+ * the search rightly spreads a layer over the other 4 too (its batch split in
+ * two), where messages go straight from their buffers, and a combine stays. */
+static pcgc_machine four_h100(void) {
   pcgc_machine m;
   pcgc_error err = {0};
   ck_assert_int_eq(pcgc_machine_load("dgx-h100", &m, &err), PCGC_OK);
+  m.devices_per_node = 4;
+  return m;
+}
+
+START_TEST(removes_round_trips) {
+  pcgc_machine m = four_h100();
+  pcgc_error err = {0};
   pcgc_graph *g = typed(ROUND_TRIPS);
   ck_assert_int_eq(count_kind(g, PCGC_OP_COMBINE), 2);
   pcgc_joint_result r;
@@ -213,9 +223,8 @@ static char *deep_round_trips(int layers, bool tied) {
 }
 
 START_TEST(segments) {
-  pcgc_machine m;
+  pcgc_machine m = four_h100();
   pcgc_error err = {0};
-  ck_assert_int_eq(pcgc_machine_load("dgx-h100", &m, &err), PCGC_OK);
   char *text = deep_round_trips(12, false);
   pcgc_graph *g = typed(text);
   free(text);

@@ -345,17 +345,17 @@ START_TEST(pipeline_gpipe_by_hand) {
     ck_assert_int_eq(r.tasks_by_kind[PCGC_TASK_FORWARD], 5 * m);
     ck_assert_int_eq(r.tasks_by_kind[PCGC_TASK_TRANSFER], 2 * 3 * m); /* activations forward, gradients back */
     /* a line of s stations that take every micro-batch in turn, each station k busy P_k per
-     * micro-batch, ends after sum(P) + (m-1) max(P). Forward, every stage but the last
-     * packs what it sends (c, the staging copy of one micro-batch of h); what a stage
-     * receives, a whole micro-batch of h, lands in place; the last adds the loss. With c = 0 the last stage
-     * is the bottleneck, busy from (s-1)t on: (s-1)t + m(t + l). */
+     * micro-batch, ends after sum(P) + (m-1) max(P). Forward, a stage sends a whole
+     * micro-batch of h straight from its buffer (no staging copy) and the next receives it
+     * in place; the last adds the loss. The last stage is the bottleneck, busy from (s-1)t
+     * on: (s-1)t + m(t + l). */
     double h = 4.0 * (512 / m) * 2048;
-    double c = pcgc_cost_copy_time(&mach, h, false), ca = pcgc_cost_copy_time(&mach, h, true);
-    double P[4] = {st.fwd + c, st.fwd + c, st.fwd + c, st.fwd + l.fwd};
+    double ca = pcgc_cost_copy_time(&mach, h, true);
+    double P[4] = {st.fwd, st.fwd, st.fwd, st.fwd + l.fwd};
     double F = line_time(P, s, m);
     close_to(r.forward_time, F, 1e-6);
     /* textbook: (m+s-1)/m of the ideal m·t, bubble fraction (s-1)/(m+s-1), with the
-     * bottleneck stage's time for t (the loss and the staging add their few %) */
+     * bottleneck stage's time for t (the loss adds its few %) */
     double most = P[1] > P[3] ? P[1] : P[3];
     close_to(r.forward_time / (m * most), (double)(m + s - 1) / m, 0.03);
     double bubble = 1 - m * most / r.forward_time;
@@ -366,10 +366,10 @@ START_TEST(pipeline_gpipe_by_hand) {
      * pipeline; each first zeroes the gradient it adds into (one micro-batch of h: the last
      * stage's own h3, every stage but the first the h it received), an update its weight's */
     double z = zero_time(&mach, 4.0 * (512 / m) * 2048), zw = zero_time(&mach, 4.0 * 2048 * 2048);
-    /* the line again, from the last stage: it packs each micro-batch's gradient of h2 after
-     * its backward, the others unpack what they receive by adding it into the gradient (ca),
-     * and but the first pack theirs; with c = ca = 0, m(l.bwd + z + t + z) + (s-2)(t + z) + t */
-    double Q[4] = {l.bwd + 2 * z + st.bwd + c, ca + st.bwd + z + c, ca + st.bwd + z + c, ca + st.bwd};
+    /* the line again, from the last stage: it sends each micro-batch's gradient of h2 after
+     * its backward (from its buffer), the others unpack what they receive by adding it into
+     * the gradient (ca); with ca = 0, m(l.bwd + z + t + z) + (s-2)(t + z) + t */
+    double Q[4] = {l.bwd + 2 * z + st.bwd, ca + st.bwd + z, ca + st.bwd + z, ca + st.bwd};
     double B = line_time(Q, s, m);
     close_to(r.iteration_time, F + B + u + zw, 1e-6);
     ck_assert(r.critical_path <= r.iteration_time);
@@ -519,14 +519,13 @@ START_TEST(pipeline_several_ops_per_stage) {
      * l.fwd + l.bwd + Tb) later; stage 0 then runs the last backward (Tb)
      * and its three updates. GPipe and 1F1B both keep stage 1 busy, so this
      * holds for both: (m + s - 1)(Tf + Tb), the textbook pipeline, plus the
-     * loss on the bottleneck stage and the updates at the end. Each message
-     * is staged: stage 0 packs micro-batch 0's h2 (c) before it leaves, and
-     * unpacks the last gradient by adding it in (ca) before its last
-     * backward; stage 1 receives each micro-batch's h2 in place (a whole
-     * piece) and packs one gradient per micro-batch (c). */
+     * loss on the bottleneck stage and the updates at the end. Every message
+     * is a whole piece, sent straight from its buffer; stage 1 receives each
+     * micro-batch's h2 in place, and stage 0 unpacks the last gradient by
+     * adding it in (ca) before its last backward. */
     double hb = 4.0 * (512 / m) * 2048;
-    double c = pcgc_cost_copy_time(&mach, hb, false), ca = pcgc_cost_copy_time(&mach, hb, true);
-    double want = (m + s - 1) * (Tf + Tb) + m * (l.fwd + l.bwd) + 3 * u + c + m * c + ca;
+    double ca = pcgc_cost_copy_time(&mach, hb, true);
+    double want = (m + s - 1) * (Tf + Tb) + m * (l.fwd + l.bwd) + 3 * u + ca;
     /* and the zeroing of gradients (a micro-batch of h, z, before the
      * backward that first adds into it): on stage 1 those of h5, h4, h3 and
      * the received h2 every micro-batch, on stage 0 those of h1 and h0 in the
@@ -559,7 +558,7 @@ START_TEST(pipeline_several_ops_per_stage) {
       close_to(r.iteration_time, want + zeroing, 1e-6); /* transfers take ~1e-13 s, their staging not */
       close_to(r.iteration_time - 3 * u - zeroing, (m + s - 1) * (Tf + Tb), 0.01);
       if (!f1b) { /* the forward pass: stage 0 fills in Tf, stage 1 (with the loss) then runs every micro-batch */
-        close_to(r.forward_time, Tf + c + m * (Tf + l.fwd), 1e-6);
+        close_to(r.forward_time, Tf + m * (Tf + l.fwd), 1e-6);
         ck_assert(r.iteration_time < op_major);
       }
       check_bounds(f1b ? "deep pipeline, 1f1b" : "deep pipeline, gpipe", &r);
@@ -838,20 +837,21 @@ START_TEST(relayout_transfers) {
 }
 END_TEST
 
-/* Device 0 hands three quarters of a tensor to devices 1-3: its three
- * messages pack into staging with one launch (the first pays it, the others
- * their bytes), and they queue on its out port for their bytes alone, their
- * latencies overlapping (codegen's packed SENDs, the program's messages).
- * Messages whose bytes take less than their latency slip in: all three
- * leave at once. */
+/* Device 0 hands three column quarters of a tensor to devices 1-3: not
+ * runs of its piece, its three messages pack into staging with one launch
+ * (the first pays it, the others their bytes), and they queue on its out
+ * port for their bytes alone, their latencies overlapping (codegen's packed
+ * SENDs, the program's messages). Messages whose bytes take less than their
+ * latency slip in: all three leave at once. (Row quarters would go straight
+ * from the piece, unstaged.) */
 START_TEST(scatter_packs_and_overlaps) {
   for (int big = 1; big >= 0; big--) {
     int w = big ? 65536 : 1024; /* a quarter: 512 KiB, 5.2 us at 100 GB/s; or 8 KiB, 82 ns (latency 1 us) */
     char text[512];
     snprintf(text, sizeof text,
              "model scatter\ninput x: f32[8, %d]\ninput t: f32[8, %d]\n"
-             "h = relu(x)\np = partition(h, dim=0, degree=4)\na = relu(p)\n"
-             "c = combine(a, dim=0, degree=4)\nloss = mse(c, t)\n", w, w);
+             "h = relu(x)\np = partition(h, dim=1, degree=4)\na = relu(p)\n"
+             "c = combine(a, dim=1, degree=4)\nloss = mse(c, t)\n", w, w);
     pcgc_graph *g = model_text(text);
     pcgc_machine m = toy_machine(4, "16 GiB");
     pcgc_mapping mp;
@@ -993,11 +993,11 @@ START_TEST(reduce_point_to_point) {
   ck_assert_int_eq(r.tasks_by_kind[PCGC_TASK_ADD], 1);
   ck_assert_int_eq(r.tasks_by_kind[PCGC_TASK_COLLECTIVE], 0); /* every weight piece lives on one device */
   close_to(r.bytes_intra, 2 * n, 1e-12);
-  /* staging as codegen's program holds it: what a device sends in the step, and the largest
-   * message it receives: device 1 sends its partial sum and receives that sum's gradient,
-   * device 0 receives the partial sum and sends the gradient back */
-  ck_assert(r.device[1].memory.comm == 2 * n);
-  ck_assert(r.device[0].memory.comm == 2 * n);
+  /* staging as codegen's program holds it: the largest message a device receives (device 1
+   * the sum's gradient, device 0 the partial sum); what each sends, a whole piece (the
+   * partial sum, the gradient), goes straight from its buffer, unstaged */
+  ck_assert(r.device[1].memory.comm == n);
+  ck_assert(r.device[0].memory.comm == n);
   pcgc_sim_result_destroy(&r);
   pcgc_mapping_destroy(&mp);
   pcgc_graph_free(g);
