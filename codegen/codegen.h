@@ -51,6 +51,11 @@
  * RECV moves down its stream past the device's own sends that follow it
  * (schedule.c, sink_recvs), passing only instructions that wait for nothing
  * received after it in the global order, so the argument still holds.
+ * And a kernel moves up past the receives just before it that it does not
+ * need (with the sends that pass on what they bring: a relay), so that a
+ * device's own work does not wait behind others' messages (schedule.c,
+ * hoist_work): that is another valid global order, kernels wait for
+ * nothing.
  *
  * Recomputation (options.recompute): the kernels pcgc_recomputed_nodes
  * names keep their outputs only through forward; before the first backward
@@ -198,8 +203,10 @@ typedef enum pcgc_ins_kind {
                            (k each, -1 where the optimizer keeps no such state), each list lying
                            back to back in the arena in the same order: one step over the spans
                            (pcgc_update_spans) */
-  PCGC_INS_LOSS,        /* adds src's element (replica 0) to the step's loss */
-  PCGC_INS_SEED,        /* dst = d loss / d loss piece: 1 for replica 0, else 0 */
+  PCGC_INS_LOSS,        /* adds src's element (replica 0) to the step's loss, read once the step
+                           is done (src lives to the stream's end): no wait in the step */
+  PCGC_INS_SEED,        /* dst = d loss / d loss piece: 1 for replica 0, else 0; dst is kept
+                           (persistent), so the runtime writes it in its first step only */
   PCGC_INS_ALLGATHER,   /* group `peer` of n: dst (whole) is n slabs, the j-th member's slab j
                            (pcgc_zero_shard); each member's slab to all, in place (blocking).
                            src >= 0 (ZeRO-3): src, a buffer of slab j alone, is that slab */
@@ -314,6 +321,9 @@ typedef struct pcgc_codegen_options {
                                   past the kernel's. The CPU backend uses them (pcgc compile, run
                                   and simulate set it for CPU machines); off, backward computes
                                   them again */
+  bool hoist_work;             /* a kernel, copy or zeroing goes ahead of the receives (and the
+                                  relays of what they bring) just before it that it does not
+                                  depend on (schedule.c, hoist_work; default true) */
   bool sends_in_place;         /* a SEND of a contiguous run of a buffer that nothing writes
                                   after it goes straight from the buffer, without staging
                                   (send_done; default true) */

@@ -906,6 +906,8 @@ static void lower_ordinary_bwd(cg *C, const pcgc_node *n) {
           pcgc_ins S = ins_new(C, PCGC_INS_SEED);
           S.dst = args[ni + no + j];
           S.tag = r == 0 ? 1 : 0;
+          /* the same value every step: kept, so that the runtime writes it once, before the first */
+          C->dv[X].buf[S.dst].persistent = true;
           emit(C, ts, X, S, NULL, 0, NULL, NULL, 0);
         } else {
           touch(C, X, args[ni + no + j], 3); /* an output nobody read still needs a zero gradient */
@@ -1870,6 +1872,7 @@ void pcgc_codegen_options_default(pcgc_codegen_options *o) {
   o->optimizer = PCGC_OPTIM_ADAM;
   o->threads = pcgc_threads_default();
   o->sends_in_place = true;
+  o->hoist_work = true;
 }
 
 pcgc_status pcgc_codegen(const pcgc_graph *g, const pcgc_mapping *mp, int n_devices, const pcgc_codegen_options *o,

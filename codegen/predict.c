@@ -446,8 +446,10 @@ static pcgc_status step(psim *S, int d, bool *moved) {
     dur = fill_time(S, bytes);
     break;
   }
-  case PCGC_INS_SEED:
-  case PCGC_INS_LOSS: dur = mem_time(S, 4, false); break;
+  case PCGC_INS_SEED: /* into a kept buffer: written once, before the first step */
+    dur = I->dst >= 0 && P->buf[I->dst].persistent ? 0 : mem_time(S, 4, false);
+    break;
+  case PCGC_INS_LOSS: break; /* read once the step is done */
   case PCGC_INS_UPDATE: dur = update_time(S, P, I); break;
   case PCGC_INS_SEND: {
     double bytes = region_bytes(P, I, I->src);

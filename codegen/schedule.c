@@ -148,6 +148,8 @@ static void lifetimes(pcgc_device_program *P) {
       B->last = i;
     }
   }
+  for (int i = 0; i < P->n_ins; i++) /* a loss: read once the step is done */
+    if (P->ins[i].kind == PCGC_INS_LOSS && P->ins[i].src >= 0) P->buf[P->ins[i].src].last = P->n_ins - 1;
   for (int i = 0, k = 0; P->send_done && i < P->n_ins; i++) { /* one sent straight from it: until it completes */
     const pcgc_ins *I = &P->ins[i];
     if (I->kind != PCGC_INS_SEND || k >= P->n_sends) continue;
@@ -671,6 +673,56 @@ typedef struct dev_job {
   int *plan;           /* devices whose memory is planned (the rest copy a like's) */
 } dev_job;
 
+/* Local work ahead of receives: a kernel, copy or zeroing moves up past the
+ * run of messages just before it (RECVs, and SENDs that pass on what a RECV
+ * of the run brought: a relay) to just before a RECV of the run, where it
+ * touches nothing the messages it passes write, and writes nothing they
+ * read. The global list schedule sends as soon as ready, so a device that
+ * relays others' pieces would otherwise wait for their messages before its
+ * own work that needs none (an embedding table's lookup behind the relays
+ * of another table's). The move is another valid global order (the work's
+ * inputs all come before it), so the plan stays deadlock-free; gp moves
+ * alike (the work takes the position of the RECV it goes before). */
+static pcgc_status hoist_work(pcgc_device_program *P, int32_t *gp) {
+  int *pend = malloc((size_t)(P->n_ins ? P->n_ins : 1) * sizeof *pend);
+  if (!pend) return PCGC_ERR_NOMEM;
+  for (int i = 1; i < P->n_ins; i++) {
+    pcgc_ins K = P->ins[i];
+    if (!is_kernel(K.kind)) continue;
+    int rd[PCGC_VARIADIC * 4 + 8], wr[PCGC_VARIADIC * 2 + 8], nr, nw, np = 0, best = -1;
+    pcgc__cg_ins_access(&K, P->args, rd, &nr, wr, &nw);
+    for (int j = i - 1; j >= 0; j--) {
+      const pcgc_ins *J = &P->ins[j];
+      bool clash = false;
+      if (J->kind == PCGC_INS_RECV) {
+        for (int t = 0; t < nr && !clash; t++) clash = rd[t] == J->dst;
+        for (int t = 0; t < nw && !clash; t++) clash = wr[t] == J->dst;
+      } else if (J->kind == PCGC_INS_SEND) {
+        for (int t = 0; t < nw && !clash; t++) clash = wr[t] == J->src;
+      } else {
+        break;
+      }
+      if (clash) break;
+      if (J->kind == PCGC_INS_SEND) {
+        pend[np++] = J->src; /* to be brought by a RECV above it */
+        continue;
+      }
+      for (int t = 0; t < np;)
+        if (pend[t] == J->dst) pend[t] = pend[--np];
+        else t++;
+      if (!np) best = j;
+    }
+    if (best < 0) continue;
+    int32_t g = gp[best];
+    memmove(&P->ins[best + 1], &P->ins[best], (size_t)(i - best) * sizeof *P->ins);
+    memmove(&gp[best + 1], &gp[best], (size_t)(i - best) * sizeof *gp);
+    P->ins[best] = K;
+    gp[best] = g;
+  }
+  free(pend);
+  return PCGC_OK;
+}
+
 /* A zeroing moves up its stream to join the run of zeroings before it, so
  * that merge_zeros clears them with one launch, where no instruction between
  * touches its buffers, at most PCGC_ZERO_HOIST kernels lie between, and the
@@ -1055,7 +1107,8 @@ static void dev_stream(void *ctx, int d, int worker) {
   if (!P->buf) P->buf = malloc(sizeof *P->buf); /* never NULL, as before: callers copy from them */
   if (!P->args) P->args = malloc(sizeof *P->args);
   if (!P->boxes) P->boxes = malloc(sizeof *P->boxes);
-  if (!P->buf || !P->args || !P->boxes || hoist_zeros(P, J->gp[d]) != PCGC_OK || merge_zeros(P, J->gp[d]) != PCGC_OK) {
+  if (!P->buf || !P->args || !P->boxes || hoist_zeros(P, J->gp[d]) != PCGC_OK || merge_zeros(P, J->gp[d]) != PCGC_OK ||
+      (C->o.hoist_work && hoist_work(P, J->gp[d]) != PCGC_OK)) {
     free(last_recv);
     J->st[d] = PCGC_ERR_NOMEM;
     return;

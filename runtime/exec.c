@@ -70,6 +70,7 @@ typedef struct rt {
   int packed;             /* SENDs of this step whose boxes are in staging already (a packed run's) */
   int unpacked;           /* instructions before it: RECVs received and unpacked with their run's first */
   int *dn, dn_n, dn_next; /* the sends straight from their buffers, by send_done; the next to complete */
+  bool seeded;            /* this process ran a step: the kept seeds hold their values */
   char *direct_h;         /* GPU backends through host MPI: those sends' host copies, each its own */
   int64_t *direct_at;     /* [n_sends]: send k's offset in direct_h (a copy lives until its send completes) */
   MPI_Comm *comm;      /* per group: its communicator, or MPI_COMM_NULL where not a member */
@@ -440,6 +441,25 @@ static pcgc_status batchnorm(rt *R, const pcgc_ins *I) {
 
 /* Completes the sends whose staging the k-th SEND is about to write again
  * (the program's send_wait list). */
+/* The step's losses (its LOSS instructions' buffers, which live to the
+ * step's end), read once the step is done: on a GPU one download each after
+ * the step's last kernel, not a wait in its middle. */
+static pcgc_status read_losses(rt *R) {
+  const pcgc_device_program *P = R->P;
+  for (int i = 0; i < P->n_ins; i++) {
+    const pcgc_ins *I = &P->ins[i];
+    if (I->kind != PCGC_INS_LOSS || I->src < 0) continue;
+    pcgc_buf b = kbuf(R, I->src);
+    double v[1] = {0};
+    float f[1] = {0};
+    bool f64 = b.dtype == PCGC_F64;
+    pcgc_status st = R->be->download(R->be, f64 ? (void *)v : (void *)f, b.data, f64 ? sizeof v : sizeof f, R->err);
+    if (st) return st;
+    R->loss += f64 ? v[0] : f[0];
+  }
+  return PCGC_OK;
+}
+
 /* Completes the step's j-th send. */
 static pcgc_status complete_send(rt *R, int j) {
   if (R->dev_comm) return R->be->comm_wait(R->be, R->P->n_requests + j, R->err);
@@ -623,19 +643,12 @@ static pcgc_status exec_one(rt *R, const pcgc_ins *I) {
     }
     return PCGC_OK;
   }
-  case PCGC_INS_SEED: {
+  case PCGC_INS_SEED: { /* a kept seed holds its value from the first step on */
     float one = (float)I->tag;
+    if (R->seeded && P->buf[I->dst].persistent) return PCGC_OK;
     return be->upload(be, data_of(R, I->dst), &one, sizeof one, R->err);
   }
-  case PCGC_INS_LOSS: {
-    pcgc_buf b = kbuf(R, I->src);
-    double v[1] = {0};
-    float f[1] = {0};
-    bool f64 = b.dtype == PCGC_F64;
-    st = be->download(be, f64 ? (void *)v : (void *)f, b.data, f64 ? sizeof v : sizeof f, R->err);
-    R->loss += f64 ? v[0] : f[0];
-    return st;
-  }
+  case PCGC_INS_LOSS: return PCGC_OK; /* read once the step is done (read_losses) */
   case PCGC_INS_SEND: {
     pcgc_box x = region(R, I, I->src);
     const pcgc_plan_buf *S = &P->buf[I->src];
@@ -1963,6 +1976,8 @@ pcgc_status pcgc_run(const pcgc_graph *g, const pcgc_program *p, const pcgc_run_
     g_kind = PCGC_INS_KIND_COUNT;
     if (R.n_sends && R.mpi) MPI_Waitall(R.n_sends, R.sends, MPI_STATUSES_IGNORE);
     if ((st = be->sync(be, err))) break;
+    R.seeded = true;
+    if ((st = read_losses(&R))) break;
     double total = R.loss;
     if ((st = pcgc_ctl_sum(R.ctl, R.loss, &total, err))) break;
     if (o->step_timeout > 0) alarm(0);

@@ -1032,11 +1032,15 @@ static void gen_relayout(sim *S, const pcgc_node *n) {
 }
 
 /* replicate: each input piece goes to the devices of its d copies, as
- * pcgc_fan_move_of says (codegen moves it so). */
+ * pcgc_fan_move_of says (codegen moves it so). Where n is its input's only
+ * reader and no copy of a piece stays on the piece's device, the summed
+ * gradient that comes back is the piece's whole gradient: the program's
+ * first contribution sets it (codegen's first_sets), in place. */
 static void gen_replicate(sim *S, const pcgc_node *n, pcgc_fan *F) {
   const snode *N = &S->nd[n->id], *I = &S->nd[n->in[0].node];
   const pcgc_ptensor *ti = pcgc_graph_ref_type(S->g, n->in[0]);
   int src = n->in[0].node;
+  bool alone = N->bwd >= 0 && !I->resident && pcgc_graph_readers(S->g, n->in[0], 2) == 1;
   double bytes = value_bytes(S, n->id, 0, pcgc_cost_piece_bytes(ti));
   for (int mu = 0; mu < N->m && !S->st; mu++)
     for (int64_t q = 0; q < I->P; q++) {
@@ -1049,11 +1053,13 @@ static void gen_replicate(sim *S, const pcgc_node *n, pcgc_fan *F) {
       int Y = F->narrow, mi = in_mu(I->m, mu);
       int32_t fr = fready(S, src, q, mi), gs = gsink(S, src, q, mi);
       xfer fwd = {fr, fr}, bwd = {-1, -1};
+      bool sets = alone;
+      for (int64_t j = 0; j < F->d && sets; j++) sets = F->wdev[j] != Y;
       switch (pcgc_fan_move_of(F, true, false)) { /* (backward: the same move, mirrored) */
       case PCGC_FAN_LOCAL: break;
       case PCGC_FAN_MESSAGE:
         fwd = transfer(S, PCGC_PHASE_FORWARD, n->id, q, mu, Y, F->grp[1], bytes, true, true); /* a whole piece */
-        if (N->bwd >= 0) bwd = transfer(S, PCGC_PHASE_BACKWARD, n->id, q, mu, F->grp[1], Y, bytes, true, false);
+        if (N->bwd >= 0) bwd = transfer(S, PCGC_PHASE_BACKWARD, n->id, q, mu, F->grp[1], Y, bytes, true, sets);
         break;
       case PCGC_FAN_COLLECTIVE: {
         int32_t cf = collective(S, PCGC_PHASE_FORWARD, n->id, q, mu, PCGC_COLL_BROADCAST, F->n_grp, F->grp, bytes);
@@ -1071,7 +1077,7 @@ static void gen_replicate(sim *S, const pcgc_node *n, pcgc_fan *F) {
         fwd = (xfer){x.in, cf};
         if (N->bwd >= 0) {
           int32_t cb = collective(S, PCGC_PHASE_BACKWARD, n->id, q, mu, PCGC_COLL_REDUCE, F->n_dev, F->dev, bytes);
-          xfer y = transfer(S, PCGC_PHASE_BACKWARD, n->id, q, mu, F->dev[0], Y, bytes, true, false);
+          xfer y = transfer(S, PCGC_PHASE_BACKWARD, n->id, q, mu, F->dev[0], Y, bytes, true, sets);
           edge(S, cb, y.in);
           bwd = (xfer){cb, y.out};
         }

@@ -301,9 +301,12 @@ bool pcgc_relayout_grad_sets(const pcgc_graph *g, const pcgc_node *n) {
   if (ti->rank != to->rank) return false;
   for (int d = 0; d < to->rank; d++) /* slices of equal size that tile the tensor (no remainder left out) */
     if (ti->dims[d] != to->dims[d] || ti->dims[d] % cells(ti, mi, d) || to->dims[d] % cells(to, mo, d)) return false;
-  pcgc_ref r = n->in[0];
+  return pcgc_graph_readers(g, n->in[0], 2) == 1;
+}
+
+int pcgc_graph_readers(const pcgc_graph *g, pcgc_ref r, int most) {
   int readers = 0;
-  for (int v = 0; v < g->n_nodes && readers < 2; v++)
+  for (int v = 0; v < g->n_nodes && readers < most; v++)
     for (int i = 0; i < g->nodes[v].n_in; i++) readers += g->nodes[v].in[i].node == r.node && g->nodes[v].in[i].slot == r.slot;
-  return readers == 1;
+  return readers;
 }

@@ -242,6 +242,9 @@ void pcgc_relayout_cell_list(const pcgc_graph *g, const pcgc_node *n, int64_t p,
  * computed input (not resident); codegen and the simulator both ask. */
 bool pcgc_relayout_grad_sets(const pcgc_graph *g, const pcgc_node *n);
 
+/* How many inputs of g's nodes read r, counting up to `most`. */
+int pcgc_graph_readers(const pcgc_graph *g, pcgc_ref r, int most);
+
 /* The most messages a device packs into its send staging in one launch:
  * consecutive sends (codegen's pcgc_send_pack_run; the simulator's
  * transfers of one relayout's piece from one device) pay one launch. */
