@@ -418,7 +418,10 @@ static pcgc_status step(psim *S, int d, bool *moved) {
   *moved = true;
   for (; S->dn_next[d] < S->dn_n[d] && P->send_done[S->dn_k[d][S->dn_next[d]]] <= x->pc; S->dn_next[d]++) {
     int k = S->dn_k[d][S->dn_next[d]]; /* a send from its buffer completes: the runtime waits for it */
-    if (k < S->n_sent[d] && S->s_arrive[d][k] > x->clock) x->clock = S->s_arrive[d][k];
+    if (k >= S->n_sent[d])
+      return pcgc_error_set(S->err, PCGC_ERR_INVALID, "device %d completes send %d at instruction %d, before it is made",
+                            d, k + 1, x->pc);
+    if (S->s_arrive[d][k] > x->clock) x->clock = S->s_arrive[d][k];
   }
   switch ((pcgc_ins_kind)I->kind) {
   case PCGC_INS_FORWARD:

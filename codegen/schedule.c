@@ -673,16 +673,18 @@ typedef struct dev_job {
   int *plan;           /* devices whose memory is planned (the rest copy a like's) */
 } dev_job;
 
-/* Local work ahead of receives: a kernel, copy or zeroing moves up past the
- * run of messages just before it (RECVs, and SENDs that pass on what a RECV
- * of the run brought: a relay) to just before a RECV of the run, where it
- * touches nothing the messages it passes write, and writes nothing they
- * read. The global list schedule sends as soon as ready, so a device that
- * relays others' pieces would otherwise wait for their messages before its
- * own work that needs none (an embedding table's lookup behind the relays
- * of another table's). The move is another valid global order (the work's
- * inputs all come before it), so the plan stays deadlock-free; gp moves
- * alike (the work takes the position of the RECV it goes before). */
+/* Local work ahead of receives: a kernel moves up past the run of messages
+ * just before it (RECVs, and SENDs that pass on what a RECV of the run
+ * brought: a relay) to just before a RECV of the run, where it touches
+ * nothing the messages it passes write, and writes nothing they read. The
+ * global list schedule sends as soon as ready, so a device that relays
+ * others' pieces would otherwise wait for their messages before its own
+ * work that needs none (an embedding table's lookup behind the relays of
+ * another table's). Only kernels: a table gradient's zeroing moved so
+ * delayed the backward's relays. The move is another valid global order
+ * (the kernel's inputs all come before it, and kernels wait for nothing),
+ * so the plan stays deadlock-free; gp moves alike (the kernel takes the
+ * position of the RECV it goes before). */
 static pcgc_status hoist_work(pcgc_device_program *P, int32_t *gp) {
   int *pend = malloc((size_t)(P->n_ins ? P->n_ins : 1) * sizeof *pend);
   if (!pend) return PCGC_ERR_NOMEM;

@@ -439,8 +439,6 @@ static pcgc_status batchnorm(rt *R, const pcgc_ins *I) {
   }
 }
 
-/* Completes the sends whose staging the k-th SEND is about to write again
- * (the program's send_wait list). */
 /* The step's losses (its LOSS instructions' buffers, which live to the
  * step's end), read once the step is done: on a GPU one download each after
  * the step's last kernel, not a wait in its middle. */
@@ -469,6 +467,8 @@ static pcgc_status complete_send(rt *R, int j) {
   return PCGC_OK;
 }
 
+/* Completes the sends whose staging the k-th SEND is about to write again
+ * (the program's send_wait list). */
 static pcgc_status settle_sends(rt *R, int k) {
   const pcgc_device_program *P = R->P;
   for (int w = P->send_wait_off[k]; w < P->send_wait_off[k + 1]; w++) {
