@@ -1048,8 +1048,10 @@ static int by_slice(const void *a, const void *b) {
 }
 
 static void lower_relayout(cg *C, const pcgc_node *n, bool backward) {
+  if (pcgc_relayout_through(C->g, n)) return; /* its reader moves its cells */
   const pcgc_ptensor *to = &n->out[0];
-  int mo = value_m(to), src = n->in[0].node, slot = n->in[0].slot;
+  pcgc_ref from = pcgc_relayout_source(C->g, n);
+  int mo = value_m(to), src = from.node, slot = from.slot;
   int64_t Po = pcgc_ptensor_pieces(to);
   /* backward: set the input's gradient where nothing else adds into it (no zeroing) */
   bool add = backward && !pcgc_relayout_grad_sets(C->g, n);
@@ -1063,7 +1065,7 @@ static void lower_relayout(cg *C, const pcgc_node *n, bool backward) {
       int out = value_buf(C, backward ? PCGC_BUF_GRAD : PCGC_BUF_VALUE, n->id, 0, p, mu, X);
       if (backward) touch(C, X, out, 3);
       L.n = 0;
-      pcgc_relayout_cell_list(C->g, n, p, mu, &L);
+      pcgc_relayout_cell_list(C->g, n, from, p, mu, &L);
       if (L.oom) {
         C->st = PCGC_ERR_NOMEM;
         break;

@@ -997,6 +997,7 @@ static void move(sim *S, int node, int64_t p, int mu, int X, int32_t fj, int32_t
 typedef struct relayout_ctx {
   sim *S;
   const pcgc_node *n;
+  pcgc_ref src; /* pcgc_relayout_source */
   int64_t p;
   int mu, X;
   int32_t fj, gj;
@@ -1009,25 +1010,26 @@ static bool relayout_cell(void *ctx, int64_t q, int mi, const pcgc_box *part, do
    * received in place where the part is a run of it */
   pcgc_box slice, in;
   pcgc_piece_box(&R->n->out[0], R->p, R->mu, &slice);
-  pcgc_piece_box(pcgc_graph_ref_type(R->S->g, R->n->in[0]), q, mi, &in);
+  pcgc_piece_box(pcgc_graph_ref_type(R->S->g, R->src), q, mi, &in);
   bool from = pcgc_box_contiguous_in(part, &in, NULL), back = R->sets && R->gj >= 0 && from;
   bool direct = pcgc_box_contiguous_in(part, &slice, NULL);
   int shares = direct && pcgc_box_equal(part, &in)                                     ? SHARE_INTO
                : pcgc_box_equal(part, &slice) && pcgc_box_contiguous_in(part, &in, NULL) ? SHARE_OUT
                                                                                           : SHARE_NONE;
-  move(R->S, R->n->id, R->p, R->mu, R->X, R->fj, R->gj, R->n->in[0].node, q, mi, bytes, from, direct, R->sets, back,
-       shares);
+  move(R->S, R->n->id, R->p, R->mu, R->X, R->fj, R->gj, R->src.node, q, mi, bytes, from, direct, R->sets, back, shares);
   return true;
 }
 
 static void gen_relayout(sim *S, const pcgc_node *n) {
+  if (pcgc_relayout_through(S->g, n)) return; /* its reader moves its cells */
   const snode *N = &S->nd[n->id];
   bool sets = N->bwd >= 0 && pcgc_relayout_grad_sets(S->g, n); /* (its reader scan only where a gradient comes back) */
+  pcgc_ref src = pcgc_relayout_source(S->g, n);
   for (int mu = 0; mu < N->m && !S->st; mu++)
     for (int64_t p = 0; p < N->P; p++) {
       if (slot_of(N, p) < 0) continue; /* another copy's piece */
-      relayout_ctx R = {S, n, p, mu, home(S, n->id, p), fready(S, n->id, p, mu), gsink(S, n->id, p, mu), sets};
-      pcgc_relayout_cells(S->g, n, p, mu, relayout_cell, &R);
+      relayout_ctx R = {S, n, src, p, mu, home(S, n->id, p), fready(S, n->id, p, mu), gsink(S, n->id, p, mu), sets};
+      pcgc_relayout_cells(S->g, n, src, p, mu, relayout_cell, &R);
     }
 }
 
@@ -2346,6 +2348,8 @@ static bool pair_node(alike *A, const pcgc_node *n, pcgc_cell_list *C0, pcgc_cel
   int64_t b = A->base[n->id];
   bool relayout = pcgc_op_class_of(n->kind) == PCGC_CLASS_PARALLEL && n->kind != PCGC_OP_REPLICATE &&
                   n->kind != PCGC_OP_REDUCE;
+  if (relayout && pcgc_relayout_through(S->g, n)) return true; /* its reader's cells are paired */
+  pcgc_ref src = relayout ? pcgc_relayout_source(S->g, n) : n->in[0];
   if (!relayout) {
     if (pcgc_collect_reads(&A->rd, S->g, NULL, n, NULL) != PCGC_OK) return false;
     for (int64_t p = 0; p <= N->P; p++) A->at[p] = 0;
@@ -2365,12 +2369,12 @@ static bool pair_node(alike *A, const pcgc_node *n, pcgc_cell_list *C0, pcgc_cel
     }
     for (int mu = 0; mu < N->m; mu++) {
       C0->n = Ck->n = 0;
-      pcgc_relayout_cell_list(S->g, n, p0, mu, C0);
-      pcgc_relayout_cell_list(S->g, n, p, mu, Ck);
+      pcgc_relayout_cell_list(S->g, n, src, p0, mu, C0);
+      pcgc_relayout_cell_list(S->g, n, src, p, mu, Ck);
       if (C0->oom || Ck->oom || C0->n != Ck->n) return false;
       for (int64_t j = 0; j < C0->n; j++)
         if (C0->c[j].mi != Ck->c[j].mi || C0->c[j].bytes != Ck->c[j].bytes ||
-            !pair_read(A, k, n->in[0].node, C0->c[j].q, Ck->c[j].q))
+            !pair_read(A, k, src.node, C0->c[j].q, Ck->c[j].q))
           return false;
     }
   }

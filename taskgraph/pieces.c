@@ -231,8 +231,9 @@ static int64_t cells(const pcgc_ptensor *t, int m, int d) {
 /* The input cells overlapping output slice (p, mu) (taskgraph.h): along
  * each dim the range of input cells the slice's interval meets, walked as
  * an odometer, so the work is the number of cells, not of input pieces. */
-void pcgc_relayout_cells(const pcgc_graph *g, const pcgc_node *n, int64_t p, int mu, pcgc_cell_fn fn, void *ctx) {
-  const pcgc_ptensor *to = &n->out[0], *ti = pcgc_graph_ref_type(g, n->in[0]);
+void pcgc_relayout_cells(const pcgc_graph *g, const pcgc_node *n, pcgc_ref src, int64_t p, int mu, pcgc_cell_fn fn,
+                         void *ctx) {
+  const pcgc_ptensor *to = &n->out[0], *ti = pcgc_graph_ref_type(g, src);
   int mo = to->micro > 1 ? to->micro : 1, mi = ti->micro > 1 ? ti->micro : 1, r = to->rank;
   double es = (double)pcgc_dtype_size(to->dtype);
   int64_t c[PCGC_MAX_RANK], s, rr, lo[PCGC_MAX_RANK], hi[PCGC_MAX_RANK], a[PCGC_MAX_RANK], e[PCGC_MAX_RANK],
@@ -285,8 +286,40 @@ static bool cell_append(void *ctx, int64_t q, int mi, const pcgc_box *part, doub
   return true;
 }
 
-void pcgc_relayout_cell_list(const pcgc_graph *g, const pcgc_node *n, int64_t p, int mu, pcgc_cell_list *L) {
-  pcgc_relayout_cells(g, n, p, mu, cell_append, L);
+void pcgc_relayout_cell_list(const pcgc_graph *g, const pcgc_node *n, pcgc_ref src, int64_t p, int mu,
+                             pcgc_cell_list *L) {
+  pcgc_relayout_cells(g, n, src, p, mu, cell_append, L);
+}
+
+/* The node reading r (once), or -1 where none or more than one does. */
+static int sole_reader(const pcgc_graph *g, pcgc_ref r) {
+  int who = -1;
+  for (int v = 0; v < g->n_nodes; v++)
+    for (int i = 0; i < g->nodes[v].n_in; i++)
+      if (g->nodes[v].in[i].node == r.node && g->nodes[v].in[i].slot == r.slot) {
+        if (who >= 0) return -1;
+        who = v;
+      }
+  return who;
+}
+
+static bool one_slice(const pcgc_ptensor *t) { return t && t->micro <= 1; }
+
+bool pcgc_relayout_through(const pcgc_graph *g, const pcgc_node *n) {
+  if (n->kind != PCGC_OP_PARTITION || n->n_in != 1 || n->n_out != 1) return false;
+  const pcgc_ptensor *ti = pcgc_graph_ref_type(g, n->in[0]);
+  if (!one_slice(ti) || !one_slice(&n->out[0]) || ti->rank != n->out[0].rank) return false;
+  int v = sole_reader(g, (pcgc_ref){n->id, 0});
+  if (v < 0) return false;
+  const pcgc_node *r = &g->nodes[v];
+  return (r->kind == PCGC_OP_PARTITION || r->kind == PCGC_OP_COMBINE) && r->n_in == 1 && r->n_out == 1 &&
+         one_slice(&r->out[0]);
+}
+
+pcgc_ref pcgc_relayout_source(const pcgc_graph *g, const pcgc_node *n) {
+  pcgc_ref r = n->in[0];
+  while (r.node >= 0 && r.node < g->n_nodes && pcgc_relayout_through(g, &g->nodes[r.node])) r = g->nodes[r.node].in[0];
+  return r;
 }
 
 bool pcgc_relayout_grad_sets(const pcgc_graph *g, const pcgc_node *n) {
@@ -294,14 +327,15 @@ bool pcgc_relayout_grad_sets(const pcgc_graph *g, const pcgc_node *n) {
        n->kind != PCGC_OP_UNPIPELINE) ||
       n->n_in != 1 || n->n_out != 1)
     return false;
-  const pcgc_ptensor *to = &n->out[0], *ti = pcgc_graph_ref_type(g, n->in[0]);
+  pcgc_ref src = pcgc_relayout_source(g, n);
+  const pcgc_ptensor *to = &n->out[0], *ti = pcgc_graph_ref_type(g, src);
   if (!ti || ti->sum != 1 || to->sum != 1 || ti->replica != 1 || to->replica != 1) return false;
   int mo = to->micro > 1 ? to->micro : 1, mi = ti->micro > 1 ? ti->micro : 1;
   if (mi > 1 && mo > 1 && (mi != mo || ti->micro_dim != to->micro_dim)) return false;
   if (ti->rank != to->rank) return false;
   for (int d = 0; d < to->rank; d++) /* slices of equal size that tile the tensor (no remainder left out) */
     if (ti->dims[d] != to->dims[d] || ti->dims[d] % cells(ti, mi, d) || to->dims[d] % cells(to, mo, d)) return false;
-  return pcgc_graph_readers(g, n->in[0], 2) == 1;
+  return pcgc_graph_readers(g, src, 2) == 1;
 }
 
 int pcgc_graph_readers(const pcgc_graph *g, pcgc_ref r, int most) {

@@ -215,7 +215,20 @@ void pcgc_reads_destroy(pcgc_reads *R);
  * false to stop. Both the simulator's transfers and codegen's copies and
  * messages are these cells. */
 typedef bool (*pcgc_cell_fn)(void *ctx, int64_t q, int mi, const pcgc_box *part, double bytes);
-void pcgc_relayout_cells(const pcgc_graph *g, const pcgc_node *n, int64_t p, int mu, pcgc_cell_fn fn, void *ctx);
+void pcgc_relayout_cells(const pcgc_graph *g, const pcgc_node *n, pcgc_ref src, int64_t p, int mu, pcgc_cell_fn fn,
+                         void *ctx);
+
+/* Relayout chains. A partition (one micro-batch slice in and out) whose
+ * output one partition or combine alone reads is passed through: codegen
+ * lowers no copy or message for it and the simulator no transfer; its
+ * reader moves its cells straight from the partition's input, src above:
+ * pcgc_relayout_source, the input of the partitions passed through before
+ * n, else n's own. Each output piece of a partition lies in one input
+ * piece, so the reader moves no more cells than before, in one hop where
+ * the chain took two (DLRM's rows split from a table's column shard to a
+ * device that only forwards them to their gatherer). */
+bool pcgc_relayout_through(const pcgc_graph *g, const pcgc_node *n);
+pcgc_ref pcgc_relayout_source(const pcgc_graph *g, const pcgc_node *n);
 
 /* The same cells collected: L->n of them appended at L->c (grown as
  * needed; free L->c when done), L->oom set when memory ran out. */
@@ -230,7 +243,8 @@ typedef struct pcgc_cell_list {
   int64_t n, cap;
   bool oom;
 } pcgc_cell_list;
-void pcgc_relayout_cell_list(const pcgc_graph *g, const pcgc_node *n, int64_t p, int mu, pcgc_cell_list *L);
+void pcgc_relayout_cell_list(const pcgc_graph *g, const pcgc_node *n, pcgc_ref src, int64_t p, int mu,
+                             pcgc_cell_list *L);
 
 /* Whether the backward of relayout n sets its input's gradient instead of
  * adding into it: n is the only reader of its input, and the input and
@@ -239,7 +253,9 @@ void pcgc_relayout_cell_list(const pcgc_graph *g, const pcgc_node *n, int64_t p,
  * input slice exactly once and their gradients cover the input's gradient
  * once, with nothing else adding into it. Then no zeroing, and a message
  * lands in place where its part is a run of the input slice. For a
- * computed input (not resident); codegen and the simulator both ask. */
+ * computed input (not resident); codegen and the simulator both ask. The
+ * input is the chain's (pcgc_relayout_source): the partitions passed
+ * through are each their input's only reader. */
 bool pcgc_relayout_grad_sets(const pcgc_graph *g, const pcgc_node *n);
 
 /* How many inputs of g's nodes read r, counting up to `most`. */

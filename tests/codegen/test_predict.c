@@ -1085,18 +1085,19 @@ END_TEST
 
 /* Local work goes ahead of receives it does not need (hoist_work): device
  * 1 receives the halves of a from device 0 (ap, a partition placed on
- * device 1) and computes b from its own input. The global order puts ap's
- * receives before b (ap comes first in the model), so device 1's stream
- * was RECV, RECV, b, ...; now b runs while a is computed and on its way:
- * the step is shorter by about b's time. */
+ * device 1, read by a relu there: not passed through to a relayout) and
+ * computes b from its own input. The global order puts ap's receives
+ * before b (ap comes first in the model), so device 1's stream was RECV,
+ * RECV, b, ...; now b runs while a is computed and on its way: the step is
+ * shorter by about b's time. */
 START_TEST(work_ahead_of_receives) {
   pcgc_machine m = toy_machine(2, "16 GiB");
   pcgc_mapping mp;
   pcgc_graph *g = hand_model("model ahead\n"
                              "input x: f32[256, 1024]\ninput y: f32[256, 1024]\ninput t: f32[256, 1024]\n"
                              "a = relu(x)\nap = partition(a, dim=0, degree=2)\nb = relu(y)\n"
-                             "c = combine(ap, dim=0, degree=2)\ns = add(c, b)\nloss = mse(s, t)\n",
-                             "a=0,0 ap=1,0 b=1,0 c=1,0 s=1,0 loss=1,0", &mp);
+                             "ar = relu(ap)\nc = combine(ar, dim=0, degree=2)\ns = add(c, b)\nloss = mse(s, t)\n",
+                             "a=0,0 ap=1,0 b=1,0 ar=1,0 c=1,0 s=1,0 loss=1,0", &mp);
   pcgc_error err = {0};
   pcgc_codegen_options co;
   pcgc_codegen_options_default(&co);
@@ -1162,6 +1163,49 @@ START_TEST(fan_relays_in_estimate_and_program) {
   ck_assert_int_eq(count_ins(p, -1, PCGC_INS_BCAST), 3);
   ck_assert_int_eq(count_ins(p, -1, PCGC_INS_REDUCE), 3);
   close_to(est.bytes_intra, r.bytes_intra, 1e-12);
+  double ratio = est.iteration_time / r.iteration_time;
+  ck_assert_msg(ratio > 0.9 && ratio < 1.1, "estimate %.6g s, program %.6g s", est.iteration_time, r.iteration_time);
+  release(&est, &r, p, &mp, g);
+}
+END_TEST
+
+/* A partition that a combine alone reads is passed through
+ * (pcgc_relayout_through): h, whole on device 0, split by rows onto devices
+ * 1 and 2 (hp) and combined back on device 3 (hc) goes from device 0
+ * straight to device 3, one message each way, in the estimate and in the
+ * program alike; devices 1 and 2 run nothing of it. A partition that a
+ * relu reads (ap) is not passed through: a's column halves go to devices
+ * 2 and 3, b's come back. */
+START_TEST(partition_passed_through) {
+  pcgc_machine m = toy_machine(4, "16 GiB");
+  pcgc_mapping mp;
+  pcgc_graph *g = hand_model("model through\n"
+                             "input x: f32[64, 256]\ninput t: f32[64, 256]\n"
+                             "weight w: f32[256, 256] = uniform(0.1)\n"
+                             "h = linear(x, w)\n"
+                             "hp = partition(h, dim=0, degree=2)\n"
+                             "hc = combine(hp, dim=0, degree=2)\n"
+                             "a = relu(hc)\nap = partition(a, dim=1, degree=2)\nb = relu(ap)\n"
+                             "bc = combine(b, dim=1, degree=2)\n"
+                             "loss = mse(bc, t)\n",
+                             "h=0,0 hp=1,1 hc=3,0 a=3,0 ap=2,1 b=2,1 bc=3,0 loss=3,0", &mp);
+  ck_assert(pcgc_relayout_through(g, &g->nodes[pcgc_graph_find(g, "hp")]));
+  ck_assert(!pcgc_relayout_through(g, &g->nodes[pcgc_graph_find(g, "ap")])); /* a relu reads it */
+  ck_assert(!pcgc_relayout_through(g, &g->nodes[pcgc_graph_find(g, "hc")])); /* not a partition */
+  ck_assert_int_eq(pcgc_relayout_source(g, &g->nodes[pcgc_graph_find(g, "hc")]).node, pcgc_graph_find(g, "h"));
+  ck_assert_int_eq(pcgc_relayout_source(g, &g->nodes[pcgc_graph_find(g, "bc")]).node, pcgc_graph_find(g, "b"));
+  ck_assert(pcgc_relayout_grad_sets(g, &g->nodes[pcgc_graph_find(g, "hc")])); /* h's gradient set whole */
+  pcgc_sim_result est, r;
+  pcgc_program *p = estimate_and_program(g, &mp, &m, 4, &est, &r);
+  /* h: 0 -> 3 and its gradient back; a's left half 3 -> 2 and b's back, and their gradients */
+  ck_assert_int_eq(count_ins(p, 0, PCGC_INS_SEND), 1);
+  ck_assert_int_eq(count_ins(p, 0, PCGC_INS_RECV), 1);
+  ck_assert_int_eq(p->dev[1].n_ins, 0);
+  ck_assert_int_eq(count_ins(p, -1, PCGC_INS_SEND), 6);
+  ck_assert_int_eq(est.tasks_by_kind[PCGC_TASK_TRANSFER], 6);
+  double n = 64 * 256 * 4.0;
+  close_to(est.bytes_intra, 2 * n + 4 * (n / 2), 1e-12);
+  close_to(r.bytes_intra, est.bytes_intra, 1e-12);
   double ratio = est.iteration_time / r.iteration_time;
   ck_assert_msg(ratio > 0.9 && ratio < 1.1, "estimate %.6g s, program %.6g s", est.iteration_time, r.iteration_time);
   release(&est, &r, p, &mp, g);
@@ -1395,6 +1439,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, deadlock_is_refused);
   tcase_add_test(tc, sends_and_updates_in_time);
   tcase_add_test(tc, fan_relays_in_estimate_and_program);
+  tcase_add_test(tc, partition_passed_through);
   tcase_add_test(tc, work_ahead_of_receives);
   tcase_add_test(tc, recvs_follow_ready_sends);
   tcase_add_test(tc, local_copies_share_bytes);
