@@ -350,6 +350,12 @@ bool pcgc_allreduce_in_place(const pcgc_device_program *P, const pcgc_ins *ins);
 /* Of an all-reduce in place (pcgc_allreduce_in_place), the byte offset of
  * its region in its buffer (0 for a whole buffer). */
 int64_t pcgc_allreduce_at(const pcgc_device_program *P, const pcgc_ins *ins);
+/* The sends of P from their buffers that complete within the step
+ * (send_done[k] an instruction of the stream), in the order they complete:
+ * by send_done, ties in send order. Writes their send indices to out
+ * (room for P->n_sends) and returns how many. The runtime and the
+ * prediction both walk them so. */
+int pcgc_sends_done_order(const pcgc_device_program *P, int *out);
 /* A RECV that sets (not adds) a region lying as one contiguous run of its
  * buffer (pcgc_box_contiguous_in): the message is received in place, with
  * no staging and no unpacking; *at: the run's byte offset in the buffer. */

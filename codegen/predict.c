@@ -127,7 +127,7 @@ typedef struct psim {
   int32_t *n_sent;
   int32_t *pack_left; /* sends of the packed run still to come */
   int32_t *unpack_end; /* the instruction after the run of RECVs received with its first */
-  int32_t **dn_k;      /* per device: its sends from their buffers, by send_done */
+  int **dn_k;          /* per device: its sends from their buffers, by send_done */
   int32_t *dn_n, *dn_next;
   double fwd_end, task_time, bytes_intra, bytes_inter;
   int64_t n_msgs;
@@ -857,18 +857,7 @@ pcgc_status pcgc_program_simulate(const pcgc_program *p, const pcgc_graph *g, co
       st = pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
       goto out;
     }
-  for (int d = 0; d < D; d++) { /* sends from their buffers in the order they complete (a stable insertion) */
-    const pcgc_device_program *P = &p->dev[d];
-    for (int k = 0; P->send_done && k < P->n_sends; k++) {
-      if (P->send_done[k] < 0 || P->send_done[k] >= P->n_ins) continue;
-      int j = S->dn_n[d]++;
-      while (j > 0 && P->send_done[S->dn_k[d][j - 1]] > P->send_done[k]) {
-        S->dn_k[d][j] = S->dn_k[d][j - 1];
-        j--;
-      }
-      S->dn_k[d][j] = k;
-    }
-  }
+  for (int d = 0; d < D; d++) S->dn_n[d] = pcgc_sends_done_order(&p->dev[d], S->dn_k[d]); /* in the order they complete */
   double free_end = 0, end = 0;
   S->contention = false; /* the critical path first: every port free */
   reset(S);

@@ -1748,15 +1748,7 @@ pcgc_status pcgc_run(const pcgc_graph *g, const pcgc_program *p, const pcgc_run_
     if (P->buf[b].bytes > most) most = P->buf[b].bytes;
   R.sends = malloc((size_t)(P->n_sends + 1) * sizeof *R.sends);
   R.dn = malloc((size_t)(P->n_sends + 1) * sizeof *R.dn);
-  for (int k = 0; R.dn && P->send_done && k < P->n_sends; k++) { /* by send_done (a stable insertion) */
-    if (P->send_done[k] < 0 || P->send_done[k] >= P->n_ins) continue; /* at the step's end: MPI_Waitall */
-    int j = R.dn_n++;
-    while (j > 0 && P->send_done[R.dn[j - 1]] > P->send_done[k]) {
-      R.dn[j] = R.dn[j - 1];
-      j--;
-    }
-    R.dn[j] = k;
-  }
+  if (R.dn) R.dn_n = pcgc_sends_done_order(P, R.dn); /* (the others complete at the step's end: MPI_Waitall) */
   if (!be->host && P->send_done) { /* GPU sends from their buffers through host MPI: their host copies */
     int64_t at = 0;
     if (!(R.direct_at = malloc((size_t)(P->n_sends + 1) * sizeof *R.direct_at))) {

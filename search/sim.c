@@ -1766,6 +1766,7 @@ typedef struct rtask {
   int32_t indeg;     /* predecessors not yet done */
   int32_t dev, micro;
   int32_t res_off, res_n;
+  uint32_t after;    /* the longest path from its start to the step's end, as a rank: 0 the longest */
   uint8_t kind, phase;
   bool bg;           /* a gradient all-reduce (or ZeRO's reduce-scatter) on link ports only: runs beside
                         the computation */
@@ -1773,17 +1774,23 @@ typedef struct rtask {
 
 /* A forward or backward task's rank in its device's queue, smallest
  * first: forward before backward; then the micro-batch, oldest first; then
- * forward tasks in id order and backward ones in reverse id order. Ids are
- * allocated node by node in topological order, so these are the orders of
- * the forward and the backward schedule. The id (or its complement) fills
- * the low 31 bits, so the rank alone names the task:
- *     bit 62 backward | bits 31..61 micro-batch | bits 0..30 id */
+ * the longest path from the task to the step's end, longest first (`after`,
+ * RANK_AFTER_BITS of it: codegen's longest-remaining-path order, so a
+ * table's lookup that feeds the all-to-all goes before the MLP beside it);
+ * then forward tasks in id order and backward ones in reverse id order. Ids
+ * are allocated node by node in topological order, so these are the orders
+ * of the forward and the backward schedule. The id (or its complement)
+ * fills the low 31 bits, so the rank alone names the task:
+ *     bit 62 backward | bits 51..61 micro-batch | bits 31..50 after | bits 0..30 id
+ * (micro-batches past 2047 share the last slot). */
+#define RANK_AFTER_BITS 20
 static inline uint64_t rank_of(const rtask *x, int32_t t) {
   if (x->kind == PCGC_TASK_STAGE) /* first: a message leaves, or its reader may start; earlier micro-batches first */
     return (uint64_t)x->micro << 31 | (uint64_t)t;
   uint64_t bwd = x->phase == PCGC_PHASE_BACKWARD;
   uint64_t pos = bwd ? (uint64_t)(INT32_MAX - t) : (uint64_t)t;
-  return 1ull << 63 | bwd << 62 | (uint64_t)x->micro << 31 | pos;
+  uint64_t mu = x->micro < 2047 ? (uint64_t)x->micro : 2047;
+  return 1ull << 63 | bwd << 62 | mu << 51 | (uint64_t)x->after << 31 | pos;
 }
 
 static inline int32_t rank_task(uint64_t k) {
@@ -1917,6 +1924,48 @@ static uint8_t *symmetric_drop(const sim *S, int *reps, int *stride) {
   return drop;
 }
 
+/* Each task's `after` (rank_of): the longest path of durations from its
+ * start to the step's end (no contention), over a topological order of the
+ * tasks that run, scaled so the longest is 0 and none RANK_AFTER_BITS. */
+static pcgc_status rank_paths(rtask *rt, const int32_t *succ, const uint8_t *drop, int32_t n) {
+  int32_t *ord = malloc((size_t)(n ? n : 1) * sizeof *ord), *deg = malloc((size_t)(n ? n : 1) * sizeof *deg);
+  double *len = malloc((size_t)(n ? n : 1) * sizeof *len);
+  if (!ord || !deg || !len) {
+    free(ord);
+    free(deg);
+    free(len);
+    return PCGC_ERR_NOMEM;
+  }
+  int32_t head = 0, tail = 0;
+  for (int32_t t = 0; t < n; t++) {
+    deg[t] = rt[t].indeg;
+    if (!(drop && drop[t]) && !deg[t]) ord[tail++] = t;
+  }
+  while (head < tail) {
+    int32_t t = ord[head++];
+    for (int64_t i = rt[t].succ, e = rt[t].succ + rt[t].nsucc; i < e; i++)
+      if (--deg[succ[i]] == 0) ord[tail++] = succ[i];
+  }
+  double most = 0;
+  for (int32_t k = tail - 1; k >= 0; k--) {
+    int32_t t = ord[k];
+    double m = 0;
+    for (int64_t i = rt[t].succ, e = rt[t].succ + rt[t].nsucc; i < e; i++)
+      if (len[succ[i]] > m) m = len[succ[i]];
+    len[t] = m + rt[t].dur;
+    if (len[t] > most) most = len[t];
+  }
+  double top = (double)((1u << RANK_AFTER_BITS) - 1);
+  for (int32_t k = 0; k < tail; k++) {
+    int32_t t = ord[k];
+    rt[t].after = most > 0 ? (uint32_t)((most - len[t]) / most * top) : 0;
+  }
+  free(ord);
+  free(deg);
+  free(len);
+  return PCGC_OK;
+}
+
 static pcgc_status run(sim *S, pcgc_sim_result *r) {
   pcgc_tasks *T = &S->T;
   int32_t n = T->n;
@@ -1986,6 +2035,10 @@ static pcgc_status run(sim *S, pcgc_sim_result *r) {
   for (int d = 0, o = 0; d < D; d++) {
     dq[d].off = o;
     o = dq[d].end += o;
+  }
+  if ((st = rank_paths(rt, succ, drop, n)) != PCGC_OK) {
+    pcgc_error_set(S->err, st, "out of memory ranking the simulation's tasks");
+    goto done;
   }
   double now = 0, end_all = 0, fwd_end = 0, crit = 0, total = 0;
   for (;;) {

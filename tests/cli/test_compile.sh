@@ -285,27 +285,24 @@ expect 1 "$pcgc" simulate "$tmp/latin.json" --machine dgx-h100; has "$tmp/err" "
 expect 3 "$pcgc" compile "$mlp" --machine dgx-h100 -o "$tmp/nope/s.json"; has "$tmp/err" "nope/s.json"
 
 # --- a plan whose program needs more memory than the search estimated is not written as
-# chosen. cpu-4 with 15.85 MiB usable: the small mixture of experts' best estimate, dp 1 x tp 2 x
-# pp 2 with 8 micro-batches (a rewrite of it estimated at 15.6 MiB), has a program of 15.7 MiB
-# and its expert start one of 15.9 MiB (the arena planned with lifetimes the estimate does not
-# see). By default the best candidates are lowered and ranked by their programs, and one that
-# does not fit is passed over. With --rerank 0 the search runs again with less usable memory
-# until the program fits: the CNN on cpu-4 with 23.4 MiB usable, whose data-parallel program
-# needs 23.9 MiB where the search estimated 23.3 MiB (the joint search's rewrites are set aside
-# first where the expert strategy's program is out of memory on fewer devices, or as few and is
-# faster; here neither fits, and the expert strategy's numbers are the ones reported).
-sed 's/^device.memory .*/device.memory 16.85 MiB/; s/^device.memory_reserved .*/device.memory_reserved 1 MiB/' \
+# chosen. cpu-4 with 39 MiB usable: the transformer block's best estimate, dp 2 x tp 1 x pp 2
+# with 8 micro-batches in 1F1B order (37.8 MiB by the estimate), has a program of 40.1 MiB
+# (the arena planned with lifetimes the estimate does not see). By default the best candidates
+# are lowered and ranked by their programs, and one that does not fit is passed over. With
+# --rerank 0 the search runs again with less usable memory until the program fits (the joint
+# search's rewrites are set aside first where the expert strategy's program is out of memory
+# on fewer devices, or as few and is faster; here neither fits, and the expert strategy's
+# numbers are the ones reported).
+sed 's/^device.memory .*/device.memory 40 MiB/; s/^device.memory_reserved .*/device.memory_reserved 1 MiB/' \
   "$src/machines/cpu-4.machine" >"$tmp/tight.machine"
-expect 0 "$pcgc" compile "$src/models/moe-small.pcg" --machine "$tmp/tight.machine" -o "$tmp/tight.json"
-has "$tmp/out" "the program of dp 1 x tp 2 x pp 2, 8 micro-batches, the best estimate, does not fit in memory"
-has "$tmp/out" "of 15.9 MiB usable"
+expect 0 "$pcgc" compile "$src/models/transformer-block.pcg" --machine "$tmp/tight.machine" -o "$tmp/tight.json"
+has "$tmp/out" "the program of dp 2 x tp 1 x pp 2, 8 micro-batches in 1F1B order, the best estimate, does not fit in memory"
+has "$tmp/out" "of 39 MiB usable"
 if grep -q "OUT OF MEMORY" "$tmp/out"; then bad "the tight machine's plan is out of memory"; else ok; fi
-sed 's/^device.memory .*/device.memory 24.4 MiB/; s/^device.memory_reserved .*/device.memory_reserved 1 MiB/' \
-  "$src/machines/cpu-4.machine" >"$tmp/tight-cnn.machine"
-expect 0 "$pcgc" compile "$src/models/cnn.pcg" --machine "$tmp/tight-cnn.machine" --rerank 0 -o "$tmp/tight0.json"
-has "$tmp/err" "the program of dp 4 x tp 1 x pp 1, 1 micro-batch needs 23.9 MiB per device where the search estimated 23.3 MiB; searching again"
+expect 0 "$pcgc" compile "$src/models/transformer-block.pcg" --machine "$tmp/tight.machine" --rerank 0 -o "$tmp/tight0.json"
+has "$tmp/err" "the program of dp 2 x tp 1 x pp 2, 8 micro-batches in 1F1B order needs 40.1 MiB per device where the search estimated 37.8 MiB; searching again"
 has "$tmp/out" "memory margin"
-has "$tmp/out" "of 23.4 MiB usable"
+has "$tmp/out" "of 39 MiB usable"
 if grep -q "OUT OF MEMORY" "$tmp/out"; then bad "the tight machine's plan is out of memory"; else ok; fi
 expect 2 "$pcgc" compile "$src/models/moe-small.pcg" --machine cpu-4 --rerank 9
 has "$tmp/err" "--rerank must be a number of candidates from 0 to 8"

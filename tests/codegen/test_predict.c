@@ -1169,6 +1169,53 @@ START_TEST(fan_relays_in_estimate_and_program) {
 }
 END_TEST
 
+/* A zeroing goes ahead of receives too (hoist_work): in backward, device 0
+ * first receives the gradients of a's halves (ap, on device 1), then zeroes
+ * (one launch) the gradients that a's and w's backwards add into (w is read
+ * twice) before a's backward. The zeroing needs none of the messages: it
+ * moves before the first of them, where device 0 waits anyway. */
+START_TEST(zero_ahead_of_receives) {
+  pcgc_mapping mp;
+  pcgc_graph *g = hand_model("model zh\n"
+                             "input x: f32[256, 1024]\ninput z: f32[256, 1024]\ninput t: f32[256, 1024]\n"
+                             "weight u: f32[1024, 1024] = uniform(0.03)\nweight v: f32[1024, 1024] = uniform(0.03)\n"
+                             "w = linear(z, v)\nw2 = relu(w)\nw3 = mul(w, w2)\n"
+                             "a = linear(x, u)\nap = partition(a, dim=0, degree=2)\nar = relu(ap)\n"
+                             "c = combine(ar, dim=0, degree=2)\n"
+                             "s = add(c, w3)\nloss = mse(s, t)\n",
+                             "u=0,0 v=0,0 a=0,0 ap=1,0 ar=1,0 c=1,0 w=0,0 w2=0,0 w3=0,0 s=1,0 loss=1,0", &mp);
+  pcgc_error err = {0};
+  pcgc_codegen_options co;
+  pcgc_codegen_options_default(&co);
+  pcgc_program *p[2] = {NULL, NULL};
+  int w = pcgc_graph_find(g, "w");
+  for (int h = 0; h < 2; h++) {
+    co.hoist_work = h == 1;
+    ck_assert_msg(pcgc_codegen(g, &mp, 2, &co, &p[h], &err) == PCGC_OK, "%s", err.message);
+    const pcgc_device_program *P = &p[h]->dev[0];
+    int first_bwd_recv = -1, zero_w = -1;
+    for (int i = 0; i < P->n_ins; i++) {
+      const pcgc_ins *I = &P->ins[i];
+      if (I->kind == PCGC_INS_SEED || I->kind == PCGC_INS_LOSS) continue;
+      if (I->kind == PCGC_INS_RECV && first_bwd_recv < 0 && i > 0 && P->buf[I->dst].role == PCGC_BUF_GRAD)
+        first_bwd_recv = i;
+      if (I->kind == PCGC_INS_ZERO)
+        for (int j = 0; j < (I->dst >= 0 ? 1 : I->n_args); j++) {
+          int b = I->dst >= 0 ? I->dst : P->args[I->args + j];
+          if (b >= 0 && P->buf[b].node == w && P->buf[b].role == PCGC_BUF_GRAD) zero_w = i;
+        }
+    }
+    ck_assert_msg(first_bwd_recv >= 0 && zero_w >= 0, "recv %d, zero %d", first_bwd_recv, zero_w);
+    if (h) ck_assert_int_lt(zero_w, first_bwd_recv);
+    else ck_assert_int_gt(zero_w, first_bwd_recv);
+  }
+  pcgc_program_free(p[0]);
+  pcgc_program_free(p[1]);
+  pcgc_mapping_destroy(&mp);
+  pcgc_graph_free(g);
+}
+END_TEST
+
 /* A partition that a combine alone reads is passed through
  * (pcgc_relayout_through): h, whole on device 0, split by rows onto devices
  * 1 and 2 (hp) and combined back on device 3 (hc) goes from device 0
@@ -1440,6 +1487,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, sends_and_updates_in_time);
   tcase_add_test(tc, fan_relays_in_estimate_and_program);
   tcase_add_test(tc, partition_passed_through);
+  tcase_add_test(tc, zero_ahead_of_receives);
   tcase_add_test(tc, work_ahead_of_receives);
   tcase_add_test(tc, recvs_follow_ready_sends);
   tcase_add_test(tc, local_copies_share_bytes);

@@ -808,6 +808,37 @@ END_TEST
   "a = relu(p)\n"                                                                         \
   "c = combine(a, dim=1, degree=4)\n"
 
+/* A device with two forward tasks ready at once starts the one with the
+ * longer path to the step's end: b feeds a chain of three relus on device
+ * 1, a only the loss. Declared first or second, b goes first, so the step
+ * takes as long either way; in declaration order (as before) a first
+ * delayed device 1's chain by a's time. */
+START_TEST(longest_path_first) {
+  pcgc_machine m = toy_machine(2, "16 GiB");
+  double step[2], a_fwd = 0;
+  for (int k = 0; k < 2; k++) {
+    char text[1024];
+    snprintf(text, sizeof text,
+             "model lrp\ninput x: f32[256, 4096]\ninput y: f32[256, 4096]\ninput t: f32[256, 4096]\n"
+             "%s\n%s\nc = relu(b)\nd = relu(c)\ne = relu(d)\ns = add(a, e)\nloss = mse(s, t)\n",
+             k ? "b = relu(y)" : "a = relu(x)", k ? "a = relu(x)" : "b = relu(y)");
+    pcgc_graph *g = model_text(text);
+    pcgc_mapping mp;
+    pcgc_error err = {0};
+    ck_assert_int_eq(pcgc_mapping_init(&mp, g->n_nodes, (pcgc_view){0, 0}, &err), PCGC_OK);
+    mp.view[node(g, "c")] = mp.view[node(g, "d")] = mp.view[node(g, "e")] = (pcgc_view){1, 0};
+    pcgc_sim_result r = simulate(g, &mp, &m, NULL);
+    step[k] = r.iteration_time;
+    a_fwd = node_time(&m, g, "a").fwd;
+    pcgc_sim_result_destroy(&r);
+    pcgc_mapping_destroy(&mp);
+    pcgc_graph_free(g);
+  }
+  printf("longest path first: step %g s declared first, %g s second (a's forward %g s)\n", step[0], step[1], a_fwd);
+  close_to(step[0], step[1], 1e-12);
+}
+END_TEST
+
 START_TEST(relayout_transfers) {
   /* a data-parallel linear on devices 0-1, combined on device 2, split by
    * columns over 0-3, combined again on device 0 */
@@ -1357,6 +1388,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, pipeline_several_ops_per_stage);
   tcase_add_test(tc, sequential_is_the_sum_of_its_tasks);
   tcase_add_test(tc, recompute_by_hand);
+  tcase_add_test(tc, longest_path_first);
   tcase_add_test(tc, relayout_transfers);
   tcase_add_test(tc, relayout_gradient_set_where_alone);
   tcase_add_test(tc, scatter_packs_and_overlaps);
