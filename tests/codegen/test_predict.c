@@ -1083,6 +1083,26 @@ START_TEST(local_copies_share_bytes) {
 }
 END_TEST
 
+/* g lowered onto D devices without hoist_work (p[0]) and with it (p[1]). */
+static void lower_hoisted(const pcgc_graph *g, const pcgc_mapping *mp, int D, pcgc_program *p[2]) {
+  pcgc_error err = {0};
+  pcgc_codegen_options co;
+  pcgc_codegen_options_default(&co);
+  ck_assert(co.hoist_work);
+  for (int h = 0; h < 2; h++) {
+    co.hoist_work = h == 1;
+    ck_assert_msg(pcgc_codegen(g, mp, D, &co, &p[h], &err) == PCGC_OK, "%s", err.message);
+  }
+}
+
+/* Frees what lower_hoisted's cases made. */
+static void release_hoisted(pcgc_program *p[2], pcgc_mapping *mp, pcgc_graph *g) {
+  pcgc_program_free(p[0]);
+  pcgc_program_free(p[1]);
+  pcgc_mapping_destroy(mp);
+  pcgc_graph_free(g);
+}
+
 /* Local work goes ahead of receives it does not need (hoist_work): device
  * 1 receives the halves of a from device 0 (ap, a partition placed on
  * device 1, read by a relu there: not passed through to a relayout) and
@@ -1099,14 +1119,10 @@ START_TEST(work_ahead_of_receives) {
                              "ar = relu(ap)\nc = combine(ar, dim=0, degree=2)\ns = add(c, b)\nloss = mse(s, t)\n",
                              "a=0,0 ap=1,0 b=1,0 ar=1,0 c=1,0 s=1,0 loss=1,0", &mp);
   pcgc_error err = {0};
-  pcgc_codegen_options co;
-  pcgc_codegen_options_default(&co);
-  ck_assert(co.hoist_work);
   pcgc_program *p[2] = {NULL, NULL};
   double step[2];
+  lower_hoisted(g, &mp, 2, p);
   for (int h = 0; h < 2; h++) {
-    co.hoist_work = h == 1;
-    ck_assert_msg(pcgc_codegen(g, &mp, 2, &co, &p[h], &err) == PCGC_OK, "%s", err.message);
     const pcgc_device_program *P = &p[h]->dev[1];
     int recv = -1, fwd_b = -1;
     for (int i = 0; i < P->n_ins; i++) {
@@ -1126,10 +1142,7 @@ START_TEST(work_ahead_of_receives) {
   ck_assert_int_eq(pcgc_cost_node_time(&m, g, pcgc_graph_find(g, "b"), &b, &err), PCGC_OK);
   printf("work ahead of receives: step %g s, %g s without (b's forward %g s)\n", step[1], step[0], b.fwd);
   ck_assert_msg(step[0] - step[1] > 0.9 * b.fwd, "%g s against %g s", step[1], step[0]);
-  pcgc_program_free(p[0]);
-  pcgc_program_free(p[1]);
-  pcgc_mapping_destroy(&mp);
-  pcgc_graph_free(g);
+  release_hoisted(p, &mp, g);
 }
 END_TEST
 
@@ -1184,14 +1197,10 @@ START_TEST(zero_ahead_of_receives) {
                              "c = combine(ar, dim=0, degree=2)\n"
                              "s = add(c, w3)\nloss = mse(s, t)\n",
                              "u=0,0 v=0,0 a=0,0 ap=1,0 ar=1,0 c=1,0 w=0,0 w2=0,0 w3=0,0 s=1,0 loss=1,0", &mp);
-  pcgc_error err = {0};
-  pcgc_codegen_options co;
-  pcgc_codegen_options_default(&co);
   pcgc_program *p[2] = {NULL, NULL};
   int w = pcgc_graph_find(g, "w");
+  lower_hoisted(g, &mp, 2, p);
   for (int h = 0; h < 2; h++) {
-    co.hoist_work = h == 1;
-    ck_assert_msg(pcgc_codegen(g, &mp, 2, &co, &p[h], &err) == PCGC_OK, "%s", err.message);
     const pcgc_device_program *P = &p[h]->dev[0];
     int first_bwd_recv = -1, zero_w = -1;
     for (int i = 0; i < P->n_ins; i++) {
@@ -1209,10 +1218,7 @@ START_TEST(zero_ahead_of_receives) {
     if (h) ck_assert_int_lt(zero_w, first_bwd_recv);
     else ck_assert_int_gt(zero_w, first_bwd_recv);
   }
-  pcgc_program_free(p[0]);
-  pcgc_program_free(p[1]);
-  pcgc_mapping_destroy(&mp);
-  pcgc_graph_free(g);
+  release_hoisted(p, &mp, g);
 }
 END_TEST
 
