@@ -51,11 +51,12 @@
  * RECV moves down its stream past the device's own sends that follow it
  * (schedule.c, sink_recvs), passing only instructions that wait for nothing
  * received after it in the global order, so the argument still holds.
- * And a kernel moves up past the receives just before it that it does not
- * need (with the sends that pass on what they bring: a relay), so that a
- * device's own work does not wait behind others' messages (schedule.c,
- * hoist_work): that is another valid global order, kernels wait for
- * nothing.
+ * And a kernel or a zeroing moves up past the receives just before it that
+ * it does not need (a forward kernel also past the sends that pass on what
+ * they bring: a relay; a zeroing also past a non-blocking collective's
+ * start), so that a device's own work does not wait behind others'
+ * messages (schedule.c, hoist_work): that is another valid global order,
+ * kernels and zeroings wait for nothing.
  *
  * Recomputation (options.recompute): the kernels pcgc_recomputed_nodes
  * names keep their outputs only through forward; before the first backward
@@ -321,9 +322,9 @@ typedef struct pcgc_codegen_options {
                                   past the kernel's. The CPU backend uses them (pcgc compile, run
                                   and simulate set it for CPU machines); off, backward computes
                                   them again */
-  bool hoist_work;             /* a kernel, copy or zeroing goes ahead of the receives (and the
-                                  relays of what they bring) just before it that it does not
-                                  depend on (schedule.c, hoist_work; default true) */
+  bool hoist_work;             /* a kernel or zeroing goes ahead of the receives just before it
+                                  that it does not depend on (a forward kernel also ahead of the
+                                  relays of what they bring) (schedule.c, hoist_work; default true) */
   bool sends_in_place;         /* a SEND of a contiguous run of a buffer that nothing writes
                                   after it goes straight from the buffer, without staging
                                   (send_done; default true) */
