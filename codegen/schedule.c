@@ -702,28 +702,21 @@ static pcgc_status hoist_work(pcgc_device_program *P, int32_t *gp) {
     pcgc__cg_ins_access(&K, P->args, rd, &nr, wr, &nw);
     for (int j = i - 1; j >= 0; j--) {
       const pcgc_ins *J = &P->ins[j];
+      bool passes = J->kind == PCGC_INS_RECV || (J->kind == PCGC_INS_SEND && relays) || J->kind == PCGC_INS_COPY ||
+                    J->kind == PCGC_INS_ZERO || (J->kind == PCGC_INS_ALLREDUCE_START && K.kind == PCGC_INS_ZERO);
+      if (!passes) break;
+      /* K may not touch what J writes, nor write what J reads */
+      int jr[PCGC_VARIADIC * 8 + 32], jw[PCGC_VARIADIC * 8 + 32], njr, njw;
       bool clash = false;
-      if (J->kind == PCGC_INS_RECV) {
-        for (int t = 0; t < nr && !clash; t++) clash = rd[t] == J->dst;
-        for (int t = 0; t < nw && !clash; t++) clash = wr[t] == J->dst;
-      } else if (J->kind == PCGC_INS_SEND && relays) {
-        for (int t = 0; t < nw && !clash; t++) clash = wr[t] == J->src;
-      } else if (J->kind == PCGC_INS_COPY || J->kind == PCGC_INS_ZERO ||
-                 (J->kind == PCGC_INS_ALLREDUCE_START && K.kind == PCGC_INS_ZERO)) {
-        int jr[PCGC_VARIADIC * 8 + 32], jw[PCGC_VARIADIC * 8 + 32], njr, njw;
-        pcgc__cg_ins_access(J, P->args, jr, &njr, jw, &njw);
-        for (int a = 0; a < njw && !clash; a++) {
-          for (int t = 0; t < nr && !clash; t++) clash = rd[t] == jw[a];
-          for (int t = 0; t < nw && !clash; t++) clash = wr[t] == jw[a];
-        }
-        for (int a = 0; a < njr && !clash; a++)
-          for (int t = 0; t < nw && !clash; t++) clash = wr[t] == jr[a];
-        if (clash) break;
-        continue;
-      } else {
-        break;
+      pcgc__cg_ins_access(J, P->args, jr, &njr, jw, &njw);
+      for (int a = 0; a < njw && !clash; a++) {
+        for (int t = 0; t < nr && !clash; t++) clash = rd[t] == jw[a];
+        for (int t = 0; t < nw && !clash; t++) clash = wr[t] == jw[a];
       }
+      for (int a = 0; a < njr && !clash; a++)
+        for (int t = 0; t < nw && !clash; t++) clash = wr[t] == jr[a];
       if (clash) break;
+      if (J->kind == PCGC_INS_COPY || J->kind == PCGC_INS_ZERO || J->kind == PCGC_INS_ALLREDUCE_START) continue;
       if (J->kind == PCGC_INS_SEND) {
         pend[np++] = J->src; /* to be brought by a RECV above it */
         continue;

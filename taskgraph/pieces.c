@@ -291,16 +291,17 @@ void pcgc_relayout_cell_list(const pcgc_graph *g, const pcgc_node *n, pcgc_ref s
   pcgc_relayout_cells(g, n, src, p, mu, cell_append, L);
 }
 
-/* The node reading r (once), or -1 where none or more than one does. */
-static int sole_reader(const pcgc_graph *g, pcgc_ref r) {
-  int who = -1;
-  for (int v = 0; v < g->n_nodes; v++)
+/* How many inputs of g's nodes read r, counting up to `most`; *who (where
+ * given): the node of the last one counted. */
+static int readers_of(const pcgc_graph *g, pcgc_ref r, int most, int *who) {
+  int readers = 0;
+  for (int v = 0; v < g->n_nodes && readers < most; v++)
     for (int i = 0; i < g->nodes[v].n_in; i++)
       if (g->nodes[v].in[i].node == r.node && g->nodes[v].in[i].slot == r.slot) {
-        if (who >= 0) return -1;
-        who = v;
+        readers++;
+        if (who) *who = v;
       }
-  return who;
+  return readers;
 }
 
 static bool one_slice(const pcgc_ptensor *t) { return t && t->micro <= 1; }
@@ -309,8 +310,8 @@ bool pcgc_relayout_through(const pcgc_graph *g, const pcgc_node *n) {
   if (n->kind != PCGC_OP_PARTITION || n->n_in != 1 || n->n_out != 1) return false;
   const pcgc_ptensor *ti = pcgc_graph_ref_type(g, n->in[0]);
   if (!one_slice(ti) || !one_slice(&n->out[0]) || ti->rank != n->out[0].rank) return false;
-  int v = sole_reader(g, (pcgc_ref){n->id, 0});
-  if (v < 0) return false;
+  int v = -1;
+  if (readers_of(g, (pcgc_ref){n->id, 0}, 2, &v) != 1) return false;
   const pcgc_node *r = &g->nodes[v];
   return (r->kind == PCGC_OP_PARTITION || r->kind == PCGC_OP_COMBINE) && r->n_in == 1 && r->n_out == 1 &&
          one_slice(&r->out[0]);
@@ -338,9 +339,4 @@ bool pcgc_relayout_grad_sets(const pcgc_graph *g, const pcgc_node *n) {
   return pcgc_graph_readers(g, src, 2) == 1;
 }
 
-int pcgc_graph_readers(const pcgc_graph *g, pcgc_ref r, int most) {
-  int readers = 0;
-  for (int v = 0; v < g->n_nodes && readers < most; v++)
-    for (int i = 0; i < g->nodes[v].n_in; i++) readers += g->nodes[v].in[i].node == r.node && g->nodes[v].in[i].slot == r.slot;
-  return readers;
-}
+int pcgc_graph_readers(const pcgc_graph *g, pcgc_ref r, int most) { return readers_of(g, r, most, NULL); }
