@@ -11,6 +11,8 @@
 #ifdef PCGC_HAVE_CUDA
 #include "cuda_backend.h"
 #include "cuda_kernels.h"
+/* a packed run of sends or unpacked run of receives is one launch, as the prediction charges it */
+_Static_assert(PCGC_CUDA_MOVE_MAX >= PCGC_PACK_MAX, "one move_list launch must hold a whole pack run");
 #endif
 
 /* One contiguous run of n elements: d (+)= s, converting between f32 and

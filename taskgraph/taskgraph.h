@@ -264,7 +264,7 @@ int pcgc_graph_readers(const pcgc_graph *g, pcgc_ref r, int most);
 /* The most messages a device packs into its send staging in one launch:
  * consecutive sends (codegen's pcgc_send_pack_run; the simulator's
  * transfers of one relayout's piece from one device) pay one launch. */
-#define PCGC_PACK_MAX 16
+#define PCGC_PACK_MAX 32
 
 /* The most kernels a zeroing moves up its stream past to join the zeroing
  * before it, one launch for both (codegen's hoist_zeros; the simulator

@@ -326,7 +326,10 @@ typedef struct move_list_args {
   const char *s[PCGC_CUDA_MOVE_MAX];
   int es[PCGC_CUDA_MOVE_MAX];
 } move_list_args;
-static_assert(sizeof(move_list_args) <= 4000, "a launch's parameters hold at most 4 KiB");
+/* 32 boxes take about 6 KiB of parameters: CUDA 12.1 and later pass up to
+ * 32,764 bytes to a kernel on Volta and newer (sm_70+; we build for sm_90). */
+static_assert(CUDART_VERSION >= 12010, "move_list's parameters need CUDA 12.1 or later (over 4 KiB)");
+static_assert(sizeof(move_list_args) <= 32764, "a launch's parameters hold at most 32,764 bytes");
 
 __global__ void move_list_kernel(move_list_args a) {
   const move_geom &g = a.g[blockIdx.y];

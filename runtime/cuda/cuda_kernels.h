@@ -75,7 +75,7 @@ typedef struct pcgc_cuda_box_move {
   bool add;
 } pcgc_cuda_box_move;
 /* The most boxes one launch of pcgc_cuda_move_list moves. */
-#define PCGC_CUDA_MOVE_MAX 16
+#define PCGC_CUDA_MOVE_MAX 32
 /* Moves boxes m[0 .. n) in one launch per PCGC_CUDA_MOVE_MAX of them. */
 pcgc_status pcgc_cuda_move_list(pcgc_cuda *cu, int n, const pcgc_cuda_box_move *m, pcgc_error *err);
 
