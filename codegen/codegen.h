@@ -373,7 +373,11 @@ int pcgc_send_pack_run(const pcgc_device_program *P, int pc, int k);
  * instruction `pc`: the ones that follow it with nothing between, at most
  * PCGC_PACK_MAX, whose regions lie apart (a buffer's own, or buffers that
  * share no bytes: alias) and that add only in f32; one that adds in bf16
- * runs alone. Their messages land in the receive staging back to back
+ * runs alone. A COPY after the run's first RECV joins it (a gatherer's own
+ * piece among those it receives) where its two buffers share no bytes, it
+ * keeps one type (f32 if it adds), its region lies apart from the run's and
+ * it reads nothing the run writes: moved at the run's unpacking, it takes no
+ * staging (off[i] -1). Their messages land in the receive staging back to back
  * (off[i], 64-byte aligned, when off is not NULL; *bytes: the run's
  * staging), then one launch unpacks them all (backend move_list): the
  * runtime receives so at the run's first RECV and the prediction charges

@@ -442,7 +442,9 @@ static pcgc_status step(psim *S, int d, bool *moved) {
     if (fwd && !recompute && x->clock + dur > S->fwd_end) S->fwd_end = x->clock + dur;
     break;
   }
-  case PCGC_INS_COPY: dur = mem_time(S, region_bytes(P, I, I->dst), I->add); break;
+  case PCGC_INS_COPY: /* in a run of receives: moved by its unpacking */
+    if (x->pc >= S->unpack_end[d]) dur = mem_time(S, region_bytes(P, I, I->dst), I->add);
+    break;
   case PCGC_INS_ZERO: { /* one launch, for one buffer or a list */
     double bytes = I->dst >= 0 ? (double)P->buf[I->dst].bytes : 0;
     for (int i = 0; I->dst < 0 && i < I->n_args; i++) bytes += (double)P->buf[P->args[I->args + i]].bytes;
@@ -517,8 +519,9 @@ static pcgc_status step(psim *S, int d, bool *moved) {
     msg *e[PCGC_PACK_MAX];
     for (int i = 0; i < n; i++) { /* a run waits for all of its messages, then unpacks them in one launch */
       const pcgc_ins *J = &P->ins[x->pc + i];
-      int64_t key = ((int64_t)J->peer * S->D + d) << 24 | (int64_t)(J->tag & 0xffffff);
       e[i] = NULL;
+      if (J->kind == PCGC_INS_COPY) continue; /* a local piece, moved by the same launch */
+      int64_t key = ((int64_t)J->peer * S->D + d) << 24 | (int64_t)(J->tag & 0xffffff);
       HASH_FIND(hh, S->msgs, &key, sizeof key, e[i]);
       if (!e[i]) {
         x->wait = W_MSG;
@@ -530,11 +533,14 @@ static pcgc_status step(psim *S, int d, bool *moved) {
     double l = S->m->device.launch_overhead;
     for (int i = 0; i < n; i++) {
       const pcgc_ins *J = &P->ins[x->pc + i];
-      if (e[i]->arrive > x->clock) x->clock = e[i]->arrive;
-      HASH_DEL(S->msgs, e[i]);
-      free(e[i]);
+      if (e[i]) {
+        if (e[i]->arrive > x->clock) x->clock = e[i]->arrive;
+        HASH_DEL(S->msgs, e[i]);
+        free(e[i]);
+      }
       int64_t at;
-      double u = pcgc_recv_in_place(P, J, &at) ? 0 : mem_time(S, region_bytes(P, J, J->dst), J->add); /* else unpacked */
+      double u = J->kind == PCGC_INS_RECV && pcgc_recv_in_place(P, J, &at) ? 0
+                 : mem_time(S, region_bytes(P, J, J->dst), J->add); /* else unpacked, or copied */
       dur += i == 0 ? u : u > l ? u - l : 0;
     }
     if (n > 1) S->unpack_end[d] = x->pc + n;

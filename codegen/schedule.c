@@ -1488,25 +1488,42 @@ static int root_of(const pcgc_device_program *P, int b) { return P->buf[b].alias
 
 int pcgc_recv_unpack_run(const pcgc_device_program *P, int pc, int64_t *off, int64_t *bytes) {
   int64_t at = 0, in;
-  int n = 0;
+  int n = 0, csrc[PCGC_PACK_MAX], nc = 0; /* the roots the run's copies read */
   pcgc_box x[PCGC_PACK_MAX];
   for (int i = pc; i < P->n_ins && n < PCGC_PACK_MAX; i++) {
     const pcgc_ins *I = &P->ins[i];
-    if (I->kind != PCGC_INS_RECV || I->dst < 0 || I->dst >= P->n_buf || pcgc_recv_in_place(P, I, &in)) break;
+    bool copy = I->kind == PCGC_INS_COPY && n > 0;
+    if (copy) { /* a local piece moved by the same launch: one type, f32 if added, read from outside the run */
+      if (I->dst < 0 || I->dst >= P->n_buf || I->src < 0 || I->src >= P->n_buf || root_of(P, I->src) == root_of(P, I->dst) ||
+          P->buf[I->src].dtype != P->buf[I->dst].dtype || (I->add && P->buf[I->dst].dtype != PCGC_F32) ||
+          !copy_region(P, I, &x[n]))
+        break;
+      bool outside = true;
+      for (int j = 0; j < n && outside; j++) outside = root_of(P, P->ins[pc + j].dst) != root_of(P, I->src);
+      if (!outside) break;
+    } else {
+      if (I->kind != PCGC_INS_RECV || I->dst < 0 || I->dst >= P->n_buf || pcgc_recv_in_place(P, I, &in)) break;
+      if (I->box >= 0) x[n] = P->boxes[I->box];
+      else pcgc_plan_buf_box(&P->buf[I->dst], &x[n]);
+    }
     const pcgc_plan_buf *D = &P->buf[I->dst];
-    bool alone = I->add && D->dtype != PCGC_F32; /* move_list adds f32 only */
+    bool alone = !copy && I->add && D->dtype != PCGC_F32; /* move_list adds f32 only */
     if (alone && n > 0) break;
-    if (I->box >= 0) x[n] = P->boxes[I->box];
-    else pcgc_plan_buf_box(D, &x[n]);
     bool apart = true;
     for (int j = 0; j < n && apart; j++) {
       int b = P->ins[pc + j].dst;
       if (b == I->dst) apart = !boxes_meet(&x[j], &x[n]);
       else apart = root_of(P, b) != root_of(P, I->dst);
     }
+    for (int j = 0; j < nc && apart; j++) apart = csrc[j] != root_of(P, I->dst); /* nor writes what a copy reads */
     if (!apart) break;
-    if (off) off[n] = at;
-    at += align64(pcgc_box_elems(&x[n]) * (int64_t)pcgc_dtype_size(D->dtype));
+    if (copy) {
+      csrc[nc++] = root_of(P, I->src);
+      if (off) off[n] = -1; /* no staging */
+    } else {
+      if (off) off[n] = at;
+      at += align64(pcgc_box_elems(&x[n]) * (int64_t)pcgc_dtype_size(D->dtype));
+    }
     n++;
     if (alone) break;
   }

@@ -530,11 +530,28 @@ static pcgc_status pack_sends(rt *R, int pc, int k) {
   return st;
 }
 
+/* The box a COPY moves: its own, or the overlap of its two buffers. */
+static pcgc_box copy_box(rt *R, const pcgc_ins *I) {
+  const pcgc_device_program *P = R->P;
+  pcgc_box x = region(R, I, I->dst);
+  if (I->box < 0) {
+    pcgc_box s;
+    pcgc_plan_buf_box(&P->buf[I->src], &s);
+    for (int d = 0; d < x.rank; d++) {
+      int64_t lo = x.lo[d] > s.lo[d] ? x.lo[d] : s.lo[d];
+      int64_t hi = x.lo[d] + x.len[d] < s.lo[d] + s.len[d] ? x.lo[d] + x.len[d] : s.lo[d] + s.len[d];
+      x.lo[d] = lo;
+      x.len[d] = hi - lo;
+    }
+  }
+  return x;
+}
+
 /* The run of RECVs that unpack starting at instruction pc
  * (pcgc_recv_unpack_run, n of them): every message received into the
  * receive staging back to back, in the run's order, then all unpacked at
- * once (one launch where the backend has move_list), as the prediction
- * charges. */
+ * once (one launch where the backend has move_list), with the run's local
+ * COPYs, as the prediction charges. */
 static pcgc_status unpack_recvs(rt *R, int pc, int n) {
   const pcgc_device_program *P = R->P;
   pcgc_backend *be = R->be;
@@ -551,6 +568,15 @@ static pcgc_status unpack_recvs(rt *R, int pc, int n) {
   pcgc_status st = PCGC_OK;
   for (int i = 0; i < n && !st; i++) {
     const pcgc_ins *I = &P->ins[pc + i];
+    if (I->kind == PCGC_INS_COPY) { /* a local piece, moved by the same launch */
+      x[i] = copy_box(R, I);
+      dst[i] = P->buf[I->dst];
+      src[i] = &P->buf[I->src];
+      sp[i] = data_of(R, I->src);
+      dp[i] = data_of(R, I->dst);
+      add[i] = I->add;
+      continue;
+    }
     x[i] = region(R, I, I->dst);
     dst[i] = P->buf[I->dst];
     sd[i] = stage_desc(&x[i], dst[i].dtype);
@@ -610,17 +636,8 @@ static pcgc_status exec_one(rt *R, const pcgc_ins *I) {
   case PCGC_INS_BN_BWD_STATS:
   case PCGC_INS_BN_BWD_APPLY: return batchnorm(R, I);
   case PCGC_INS_COPY: {
-    pcgc_box x = region(R, I, I->dst);
-    if (I->box < 0) { /* the overlap of the two buffers */
-      pcgc_box s;
-      pcgc_plan_buf_box(&P->buf[I->src], &s);
-      for (int d = 0; d < x.rank; d++) {
-        int64_t lo = x.lo[d] > s.lo[d] ? x.lo[d] : s.lo[d];
-        int64_t hi = x.lo[d] + x.len[d] < s.lo[d] + s.len[d] ? x.lo[d] + x.len[d] : s.lo[d] + s.len[d];
-        x.lo[d] = lo;
-        x.len[d] = hi - lo;
-      }
-    }
+    if ((int)(I - P->ins) < R->unpacked) return PCGC_OK; /* moved with the receives of its run */
+    pcgc_box x = copy_box(R, I);
     return be->move(be, &P->buf[I->dst], data_of(R, I->dst), &P->buf[I->src], data_of(R, I->src), &x, I->add, R->err);
   }
   case PCGC_INS_ZERO: {

@@ -134,10 +134,11 @@ typedef struct sim {
    * micro-batch seen so far */
   int32_t *send_node, *send_mb;
   double *send_run, *send_peak;
-  /* packing (codegen.h, pcgc_send_pack_run): per device the (node, phase,
-   * micro-batch) of the last message packed and how many of its run so far:
-   * the next one of the same packs with them, without a launch of its own;
-   * at [D + device], the same of the messages it unpacks (pcgc_recv_unpack_run) */
+  /* packing (codegen.h, pcgc_send_pack_run): per device and phase the
+   * (node, phase, micro-batch) of the last message packed and how many of
+   * its run so far: the next one of the same packs with them, without a
+   * launch of its own; likewise the messages it unpacks and its local
+   * copies among them (pcgc_recv_unpack_run). [4 D], slots by pack_slot */
   int64_t *pack_key;
   int32_t *pack_n;
   /* zeroing (codegen's hoist_zeros): per device the backward kernels made
@@ -396,6 +397,18 @@ typedef struct xfer {
   int32_t in, out;
 } xfer;
 
+/* The slot of pack_key a device's staging copies take: by phase, packing sends or unpacking
+ * receives (a relayout's forward and backward copies on one device, generated side by side,
+ * run apart in time and never share a launch). */
+static int64_t pack_slot(const sim *S, int phase, bool unpack, int dev) {
+  return (phase == PCGC_PHASE_BACKWARD ? 2 * (int64_t)S->D : 0) + (unpack ? S->D : 0) + dev;
+}
+
+/* The run a relayout's staging copies on one device share: its node, phase and micro-batch. */
+static int64_t pack_key_of(int node, int phase, int micro) {
+  return (int64_t)node << 32 | (int64_t)phase << 28 | (micro & 0xfffffff);
+}
+
 /* Staging copy t on device X (slot k of pack_key) joins the run of the one
  * before it of the same key (a run's first pays the launch), or starts one. */
 static void pack(sim *S, int32_t t, int X, int64_t k, int64_t key) {
@@ -422,11 +435,11 @@ static void pack(sim *S, int32_t t, int X, int64_t k, int64_t key) {
  * that it sets (pcgc_relayout_grad_sets). */
 static xfer transfer(sim *S, int phase, int node, int64_t piece, int micro, int a, int b, double bytes, bool from,
                      bool direct) {
-  int64_t key = (int64_t)node << 32 | (int64_t)phase << 28 | (micro & 0xfffffff);
+  int64_t key = pack_key_of(node, phase, micro);
   int32_t pk = -1;
   if (!from) {
     pk = copy_task(S, PCGC_TASK_STAGE, phase, node, piece, micro, a, bytes, false);
-    pack(S, pk, a, a, key);
+    pack(S, pk, a, pack_slot(S, phase, false, a), key);
   }
   int32_t t = transfer_task(S, phase, node, piece, micro, a, b, bytes, !from);
   if (from) pk = t;
@@ -434,8 +447,8 @@ static xfer transfer(sim *S, int phase, int node, int64_t piece, int micro, int 
   if (direct) return (xfer){pk, t};
   bool add = phase == PCGC_PHASE_BACKWARD;
   int32_t up = copy_task(S, PCGC_TASK_STAGE, phase, node, piece, micro, b, bytes, add);
-  if (add && S->o.bf16) S->pack_key[S->D + b] = -1; /* a bf16 sum is unpacked alone */
-  else pack(S, up, b, S->D + b, key);
+  if (add && S->o.bf16) S->pack_key[pack_slot(S, phase, true, b)] = -1; /* a bf16 sum is unpacked alone */
+  else pack(S, up, b, pack_slot(S, phase, true, b), key);
   edge(S, t, up);
   return (xfer){pk, up};
 }
@@ -968,13 +981,18 @@ static void move(sim *S, int node, int64_t p, int mu, int X, int32_t fj, int32_t
     edge(S, cb, gs);
     return;
   }
-  if (Y == X) {
+  if (Y == X) { /* a local copy: it joins the run unpacking the relayout's messages on X (codegen's
+                 * pcgc_recv_unpack_run moves the COPYs among its RECVs by the same launch) */
     double stored = bytes;
     int32_t cp = copy_task(S, PCGC_TASK_ADD, PCGC_PHASE_FORWARD, node, p, mu, X, stored, false);
+    pack(S, cp, X, pack_slot(S, PCGC_PHASE_FORWARD, true, X), pack_key_of(node, PCGC_PHASE_FORWARD, mu));
     edge(S, fr, cp);
     edge(S, cp, fj);
     if (gs >= 0) {
       int32_t cb = copy_task(S, PCGC_TASK_ADD, PCGC_PHASE_BACKWARD, node, p, mu, X, stored, !sets);
+      int64_t k = pack_slot(S, PCGC_PHASE_BACKWARD, true, X);
+      if (!sets && S->o.bf16) S->pack_key[k] = -1; /* a bf16 sum is moved alone */
+      else pack(S, cb, X, k, pack_key_of(node, PCGC_PHASE_BACKWARD, mu));
       edge(S, gj, cb);
       edge(S, cb, gs);
     }
@@ -2707,8 +2725,8 @@ static pcgc_status simulate(const pcgc_graph *g, const pcgc_mapping *mp, const p
   S->send_mb = calloc((size_t)D, sizeof *S->send_mb);
   S->send_run = calloc((size_t)D, sizeof *S->send_run);
   S->send_peak = calloc((size_t)D, sizeof *S->send_peak);
-  S->pack_key = malloc(2 * (size_t)D * sizeof *S->pack_key);
-  S->pack_n = calloc(2 * (size_t)D, sizeof *S->pack_n);
+  S->pack_key = malloc(4 * (size_t)D * sizeof *S->pack_key);
+  S->pack_n = calloc(4 * (size_t)D, sizeof *S->pack_n);
   S->zrun = malloc((size_t)D * sizeof *S->zrun);
   S->gmax = calloc((size_t)D, sizeof *S->gmax);
   S->busy = calloc((size_t)D, sizeof *S->busy);
@@ -2729,7 +2747,7 @@ static pcgc_status simulate(const pcgc_graph *g, const pcgc_mapping *mp, const p
   }
   for (int d = 0; d < D; d++) {
     S->first_topo[d] = S->last_topo[d] = S->send_node[d] = -1;
-    S->pack_key[d] = S->pack_key[D + d] = -1;
+    for (int k = 0; k < 4; k++) S->pack_key[(int64_t)k * D + d] = -1;
     S->zrun[d] = INT32_MAX / 2;
   }
   if ((st = analyse(S)) != PCGC_OK || (st = dev_index(S)) != PCGC_OK) goto out;

@@ -196,6 +196,54 @@ START_TEST(recv_run_unpacks_at_once) {
 }
 END_TEST
 
+/* A COPY between the RECVs of a run (a gatherer's own piece among the
+ * pieces it receives) is moved by the run's launch: device 2 receives half
+ * of buffer 0 and copies the other half in from buffer 1, one launch for
+ * both; the copy takes no staging. A copy that reads what the run writes
+ * ends the run before it. */
+START_TEST(copy_joins_recv_run) {
+  pcgc_machine m = toy_machine(3, "16 GiB");
+  pcgc_graph *g = tiny_graph();
+  pcgc_program *p = hand_program(3);
+  add_ins(p, 0, PCGC_INS_SEND, 0, 2, 0);
+  add_ins(p, 2, PCGC_INS_RECV, 0, 0, 0);
+  add_ins(p, 2, PCGC_INS_COPY, 0, -1, 0);
+  pcgc_device_program *P = &p->dev[2];
+  P->boxes = calloc(2, sizeof *P->boxes);
+  ck_assert_ptr_nonnull(P->boxes);
+  P->n_box = 2;
+  for (int k = 0; k < 2; k++) P->boxes[k] = (pcgc_box){2, {256 * k, 0}, {256, 512}}; /* the two halves */
+  P->ins[0].add = true; /* staged, not received in place */
+  P->ins[0].box = 0;
+  P->ins[1].src = 1;
+  P->ins[1].box = 1;
+  int64_t off[PCGC_PACK_MAX], bytes = 0;
+  ck_assert_int_eq(pcgc_recv_unpack_run(P, 0, off, &bytes), 2);
+  ck_assert(off[0] == 0 && off[1] == -1 && bytes == (int64_t)MIB / 2);
+  ck_assert_int_eq(pcgc_recv_unpack_run(P, 1, NULL, NULL), 0); /* a run starts with a RECV */
+  P->max_message_bytes = bytes;
+  double add = pcgc_cost_copy_time(&m, MIB / 2, true), set = pcgc_cost_copy_time(&m, MIB / 2, false),
+         l = m.device.launch_overhead;
+  pcgc_sim_result r = simulate_ok(p, g, &m);
+  close_to(r.device[2].compute, add + set - l, 1e-12);
+  pcgc_sim_result_destroy(&r);
+  /* the copy reads buffer 0, which the run writes: a launch of its own after it */
+  P->ins[1].src = 0;
+  P->ins[1].dst = 1;
+  ck_assert_int_eq(pcgc_recv_unpack_run(P, 0, NULL, NULL), 1);
+  r = simulate_ok(p, g, &m);
+  close_to(r.device[2].compute, add + set, 1e-12);
+  pcgc_sim_result_destroy(&r);
+  /* into the half the message adds into: one at a time */
+  P->ins[1].src = 1;
+  P->ins[1].dst = 0;
+  P->ins[1].box = 0;
+  ck_assert_int_eq(pcgc_recv_unpack_run(P, 0, NULL, NULL), 1);
+  pcgc_program_free(p);
+  pcgc_graph_free(g);
+}
+END_TEST
+
 /* A send straight from its buffer (send_off -1): no staging copy, and the
  * sender's stream waits at send_done for the message to have arrived. Here
  * device 0 sends buffer 0 and then zeroes buffer 1; completed before the
@@ -1479,6 +1527,7 @@ static Suite *suite(void) {
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, message_by_hand);
   tcase_add_test(tc, recv_run_unpacks_at_once);
+  tcase_add_test(tc, copy_joins_recv_run);
   tcase_add_test(tc, send_from_buffer_by_hand);
   tcase_add_test(tc, trace_of_a_message);
   tcase_add_test(tc, messages_share_a_link);
