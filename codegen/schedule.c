@@ -737,9 +737,13 @@ static pcgc_status hoist_work(pcgc_device_program *P, int32_t *gp) {
   return PCGC_OK;
 }
 
+static int root_of(const pcgc_device_program *P, int b) { return P->buf[b].alias >= 0 ? P->buf[b].alias : b; }
+
 /* A zeroing moves up its stream to join the run of zeroings before it, so
  * that merge_zeros clears them with one launch, where no instruction between
- * touches its buffers, at most PCGC_ZERO_HOIST kernels lie between, and the
+ * touches its buffers, at most PCGC_ZERO_HOIST kernels lie between (or, from
+ * farther, the non-persistent bytes of the zeroings joined so stay within
+ * PCGC_ZERO_HOIST_BYTES: a weight's gradient joins from anywhere), and the
  * run holds at most PCGC_ZERO_MAX buffers. Its buffers then live from there:
  * a few kernels longer (the memory plan follows the lifetimes). gp, the
  * global positions, moves alike (the zeroing takes the run's). */
@@ -749,6 +753,7 @@ static pcgc_status hoist_zeros(pcgc_device_program *P, int32_t *gp) {
   for (int b = 0; b < P->n_buf; b++) stamp[b] = -1;
   int tb[PCGC_VARIADIC * 8 + 32];
   int epoch = 0, run_end = -1, run_n = 0, kernels = 0;
+  int64_t run_far = 0; /* the non-persistent bytes of the zeroings joined from farther than PCGC_ZERO_HOIST */
   for (int i = 0; i < P->n_ins; i++) {
     pcgc_ins I = P->ins[i];
     if (I.kind != PCGC_INS_ZERO) {
@@ -763,7 +768,14 @@ static pcgc_status hoist_zeros(pcgc_device_program *P, int32_t *gp) {
       run_n += c;
       continue;
     }
-    bool free_between = run_end >= 0 && run_end < i - 1 && kernels <= PCGC_ZERO_HOIST && run_n + c <= PCGC_ZERO_MAX;
+    int64_t held = 0;
+    for (int j = 0; j < c; j++) {
+      int b = I.dst >= 0 ? I.dst : P->args[I.args + j];
+      if (b >= 0 && !P->buf[root_of(P, b)].persistent) held += P->buf[b].bytes;
+    }
+    bool far = kernels > PCGC_ZERO_HOIST;
+    bool free_between = run_end >= 0 && run_end < i - 1 && (!far || run_far + held <= PCGC_ZERO_HOIST_BYTES) &&
+                        run_n + c <= PCGC_ZERO_MAX;
     for (int j = 0; free_between && j < c; j++) {
       int b = I.dst >= 0 ? I.dst : P->args[I.args + j];
       free_between = b < 0 || stamp[b] != epoch;
@@ -773,8 +785,10 @@ static pcgc_status hoist_zeros(pcgc_device_program *P, int32_t *gp) {
       run_end = i;
       run_n = c;
       kernels = 0;
+      run_far = 0;
       continue;
     }
+    if (far) run_far += held;
     int32_t g = gp[run_end];
     memmove(&P->ins[run_end + 2], &P->ins[run_end + 1], (size_t)(i - run_end - 1) * sizeof *P->ins);
     memmove(&gp[run_end + 2], &gp[run_end + 1], (size_t)(i - run_end - 1) * sizeof *gp);
@@ -1483,8 +1497,6 @@ int pcgc_send_pack_run(const pcgc_device_program *P, int pc, int k) {
   }
   return n;
 }
-
-static int root_of(const pcgc_device_program *P, int b) { return P->buf[b].alias >= 0 ? P->buf[b].alias : b; }
 
 int pcgc_recv_unpack_run(const pcgc_device_program *P, int pc, int64_t *off, int64_t *bytes) {
   int64_t at = 0, in;

@@ -142,9 +142,11 @@ typedef struct sim {
   int64_t *pack_key;
   int32_t *pack_n;
   /* zeroing (codegen's hoist_zeros): per device the backward kernels made
-   * since the last zeroing charged a launch; one within PCGC_ZERO_HOIST of
-   * it joins that launch */
+   * since the last zeroing charged a launch (INT32_MAX / 2: none yet); one
+   * within PCGC_ZERO_HOIST of it joins that launch, and one farther while
+   * the bytes so joined stay within PCGC_ZERO_HOIST_BYTES (zfar) */
   int32_t *zrun;
+  double *zfar; /* [D] the bytes of the zeroings that joined it from farther (PCGC_ZERO_HOIST_BYTES) */
   double *gmax;                         /* [D] the most gradient bytes one backward piece holds */
   /* [D] the time of the tasks made so far that hold a device's compute
    * stream (its kernels, and the broadcasts and reduces it takes part in):
@@ -910,11 +912,14 @@ static void gen_ordinary(sim *S, const pcgc_node *n) {
       }
       double zero = br < 0 ? 0 : zb > 0 ? pcgc_cost_fill_time(S->m, zb) : wz ? S->m->device.launch_overhead : 0;
       if (br >= 0 && !S->st) {
-        if (zero > 0 && S->zrun[X] <= PCGC_ZERO_HOIST) { /* joins the launch of a zeroing a few kernels away */
-          double l = S->m->device.launch_overhead;
+        bool far = S->zrun[X] > PCGC_ZERO_HOIST, first = S->zrun[X] >= INT32_MAX / 4; /* no zeroing before */
+        if (zero > 0 && !first && (!far || S->zfar[X] + zb <= PCGC_ZERO_HOIST_BYTES)) {
+          double l = S->m->device.launch_overhead; /* joins the launch of a zeroing before it */
           zero = zero > l ? zero - l : 0;
+          if (far) S->zfar[X] += zb;
         } else if (zero > 0) {
           S->zrun[X] = 0;
+          S->zfar[X] = 0;
         }
         S->zrun[X] += bn ? 2 : 1;
         if (zero > 0) {
@@ -2249,6 +2254,7 @@ static void sim_free(sim *S) {
   free(S->pack_key);
   free(S->pack_n);
   free(S->zrun);
+  free(S->zfar);
   free(S->send_mb);
   free(S->send_run);
   free(S->send_peak);
@@ -2728,6 +2734,7 @@ static pcgc_status simulate(const pcgc_graph *g, const pcgc_mapping *mp, const p
   S->pack_key = malloc(4 * (size_t)D * sizeof *S->pack_key);
   S->pack_n = calloc(4 * (size_t)D, sizeof *S->pack_n);
   S->zrun = malloc((size_t)D * sizeof *S->zrun);
+  S->zfar = calloc((size_t)D, sizeof *S->zfar);
   S->gmax = calloc((size_t)D, sizeof *S->gmax);
   S->busy = calloc((size_t)D, sizeof *S->busy);
   S->stamp = calloc((size_t)nstamp, sizeof *S->stamp);
@@ -2740,7 +2747,7 @@ static pcgc_status simulate(const pcgc_graph *g, const pcgc_mapping *mp, const p
   int *stage = NULL;
   pcgc_fan fan = {0};
   if (!S->nd || !S->order || !S->act || !S->act_mb || !S->wbytes || !S->obytes || !S->gbytes || !S->gfull || !S->gbig || !S->gop || !S->wfull || !S->wbig || !S->comm || !S->sendsum || !S->send_node || !S->send_mb || !S->send_run ||
-      !S->send_peak || !S->pack_key || !S->pack_n || !S->zrun || !S->gmax || !S->stamp || !S->ncount ||
+      !S->send_peak || !S->pack_key || !S->pack_n || !S->zrun || !S->zfar || !S->gmax || !S->stamp || !S->ncount ||
       !S->grp || !S->first_topo || !S->last_topo || !r->device || !tasks_grow(S, 4096)) {
     st = pcgc_error_set(err, PCGC_ERR_NOMEM, "out of memory");
     goto out;

@@ -607,7 +607,8 @@ START_TEST(sequential_is_the_sum_of_its_tasks) {
      * the first backward that adds into it) */
     bool *carries = calloc((size_t)g->n_nodes, sizeof *carries), *zeroed = calloc((size_t)g->n_nodes, sizeof *zeroed);
     ck_assert(carries && zeroed);
-    int since = 1 << 20; /* backward kernels since the last zeroing that paid a launch */
+    int since = 1 << 20; /* backward kernels since the last zeroing that paid a launch (none yet) */
+    double far = 0;      /* bytes of the zeroings that shared it from farther than PCGC_ZERO_HOIST */
     for (int i = 0; i < g->n_nodes; i++) {
       const pcgc_node *x = &g->nodes[i];
       pcgc_op_class c = pcgc_op_class_of(x->kind);
@@ -632,10 +633,18 @@ START_TEST(sequential_is_the_sum_of_its_tasks) {
           zeroed[in->id] = true;
           zb += 4.0 * (double)pcgc_ptensor_numel(&in->out[x->in[j].slot]);
         }
-        /* a zeroing within PCGC_ZERO_HOIST backward kernels of the last that paid a launch shares it */
+        /* a zeroing within PCGC_ZERO_HOIST backward kernels of the last that paid a launch shares
+         * it; from farther too while the bytes so shared stay within PCGC_ZERO_HOIST_BYTES (a
+         * weight's gradient alone: none) */
         double z = zb > 0 ? zero_time(&m, zb) : weights ? m.device.launch_overhead : 0;
-        if (z > 0 && since <= PCGC_ZERO_HOIST) z -= m.device.launch_overhead;
-        else if (z > 0) since = 0;
+        bool beyond = since > PCGC_ZERO_HOIST, first = since >= 1 << 19;
+        if (z > 0 && !first && (!beyond || far + zb <= PCGC_ZERO_HOIST_BYTES)) {
+          z -= m.device.launch_overhead;
+          if (beyond) far += zb;
+        } else if (z > 0) {
+          since = 0;
+          far = 0;
+        }
         since += grad;
         want += z;
       } else if (x->kind == PCGC_OP_WEIGHT) {
