@@ -742,9 +742,8 @@ static int root_of(const pcgc_device_program *P, int b) { return P->buf[b].alias
 /* A zeroing moves up its stream to join the run of zeroings before it, so
  * that merge_zeros clears them with one launch, where no instruction between
  * touches its buffers, at most PCGC_ZERO_HOIST kernels lie between (or, from
- * farther, the non-persistent bytes of the zeroings joined so stay within
- * PCGC_ZERO_HOIST_BYTES: a weight's gradient joins from anywhere), and the
- * run holds at most PCGC_ZERO_MAX buffers. Its buffers then live from there:
+ * farther, the bytes of the zeroings joined so stay within
+ * PCGC_ZERO_HOIST_BYTES), and the run holds at most PCGC_ZERO_MAX buffers. Its buffers then live from there:
  * a few kernels longer (the memory plan follows the lifetimes). gp, the
  * global positions, moves alike (the zeroing takes the run's). */
 static pcgc_status hoist_zeros(pcgc_device_program *P, int32_t *gp) {
@@ -753,7 +752,7 @@ static pcgc_status hoist_zeros(pcgc_device_program *P, int32_t *gp) {
   for (int b = 0; b < P->n_buf; b++) stamp[b] = -1;
   int tb[PCGC_VARIADIC * 8 + 32];
   int epoch = 0, run_end = -1, run_n = 0, kernels = 0;
-  int64_t run_far = 0; /* the non-persistent bytes of the zeroings joined from farther than PCGC_ZERO_HOIST */
+  int64_t run_far = 0; /* the bytes of the zeroings joined from farther than PCGC_ZERO_HOIST */
   for (int i = 0; i < P->n_ins; i++) {
     pcgc_ins I = P->ins[i];
     if (I.kind != PCGC_INS_ZERO) {
@@ -771,7 +770,7 @@ static pcgc_status hoist_zeros(pcgc_device_program *P, int32_t *gp) {
     int64_t held = 0;
     for (int j = 0; j < c; j++) {
       int b = I.dst >= 0 ? I.dst : P->args[I.args + j];
-      if (b >= 0 && !P->buf[root_of(P, b)].persistent) held += P->buf[b].bytes;
+      if (b >= 0) held += P->buf[b].bytes;
     }
     bool far = kernels > PCGC_ZERO_HOIST;
     bool free_between = run_end >= 0 && run_end < i - 1 && (!far || run_far + held <= PCGC_ZERO_HOIST_BYTES) &&

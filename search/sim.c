@@ -905,18 +905,21 @@ static void gen_ordinary(sim *S, const pcgc_node *n) {
        * its inputs' gradients, and in its first micro-batch its weights' */
       double zb = 0;
       bool wz = false;
+      double wzb = 0; /* the bytes of the weights' gradients zeroed with them */
       for (int i = 0; i < n->n_in; i++) {
         zb += read_input(S, n, i, inp[i], Y[i], mu, X, fr, br, in_bytes[i]);
         const snode *W = &S->nd[n->in[i].node];
-        wz = wz || (mu == 0 && W->resident && W->weight && W->grad);
+        bool w = mu == 0 && W->resident && W->weight && W->grad;
+        wz = wz || w;
+        if (w) wzb += in_bytes[i];
       }
       double zero = br < 0 ? 0 : zb > 0 ? pcgc_cost_fill_time(S->m, zb) : wz ? S->m->device.launch_overhead : 0;
       if (br >= 0 && !S->st) {
         bool far = S->zrun[X] > PCGC_ZERO_HOIST, first = S->zrun[X] >= INT32_MAX / 4; /* no zeroing before */
-        if (zero > 0 && !first && (!far || S->zfar[X] + zb <= PCGC_ZERO_HOIST_BYTES)) {
+        if (zero > 0 && !first && (!far || S->zfar[X] + zb + wzb <= PCGC_ZERO_HOIST_BYTES)) {
           double l = S->m->device.launch_overhead; /* joins the launch of a zeroing before it */
           zero = zero > l ? zero - l : 0;
-          if (far) S->zfar[X] += zb;
+          if (far) S->zfar[X] += zb + wzb;
         } else if (zero > 0) {
           S->zrun[X] = 0;
           S->zfar[X] = 0;

@@ -271,9 +271,10 @@ int pcgc_graph_readers(const pcgc_graph *g, pcgc_ref r, int most);
  * charges a backward's zeroing no launch within so many kernels of the
  * last one it charged on that device). */
 #define PCGC_ZERO_HOIST 4
-/* Farther up, a zeroing still joins the one before it while the buffers the
- * zeroings so joined keep alive longer (their non-persistent bytes: a weight's
- * gradient lives all step anyway) total at most so many bytes. */
+/* Farther up, a zeroing still joins the one before it while the zeroings so
+ * joined clear at most so many bytes in all: the buffers they keep alive
+ * longer, and the fills they move earlier, stay small (a small layer's
+ * gradients, not an embedding table's). */
 #define PCGC_ZERO_HOIST_BYTES (256 * 1024)
 
 /* ------------------------------------------------------------------ fans */

@@ -624,23 +624,25 @@ START_TEST(sequential_is_the_sum_of_its_tasks) {
         want += t.fwd + (grad ? t.bwd : 0);
         /* one launch zeroes what the backward adds into: its inputs' gradients not zeroed yet,
          * and its weights' (their bytes are the updates') */
-        double zb = 0;
+        double zb = 0, wb = 0;
         bool weights = false;
         for (int j = 0; grad && j < x->n_in; j++) {
           const pcgc_node *in = &g->nodes[x->in[j].node];
-          weights |= in->kind == PCGC_OP_WEIGHT && pcgc_dtype_is_float(in->out[0].dtype);
+          bool w = in->kind == PCGC_OP_WEIGHT && pcgc_dtype_is_float(in->out[0].dtype);
+          weights |= w;
+          if (w) wb += 4.0 * (double)pcgc_ptensor_numel(&in->out[0]);
           if (in->kind == PCGC_OP_WEIGHT || !carries[in->id] || zeroed[in->id]) continue;
           zeroed[in->id] = true;
           zb += 4.0 * (double)pcgc_ptensor_numel(&in->out[x->in[j].slot]);
         }
         /* a zeroing within PCGC_ZERO_HOIST backward kernels of the last that paid a launch shares
-         * it; from farther too while the bytes so shared stay within PCGC_ZERO_HOIST_BYTES (a
-         * weight's gradient alone: none) */
+         * it; from farther too while the bytes so shared (weights' gradients included) stay
+         * within PCGC_ZERO_HOIST_BYTES */
         double z = zb > 0 ? zero_time(&m, zb) : weights ? m.device.launch_overhead : 0;
         bool beyond = since > PCGC_ZERO_HOIST, first = since >= 1 << 19;
-        if (z > 0 && !first && (!beyond || far + zb <= PCGC_ZERO_HOIST_BYTES)) {
+        if (z > 0 && !first && (!beyond || far + zb + wb <= PCGC_ZERO_HOIST_BYTES)) {
           z -= m.device.launch_overhead;
-          if (beyond) far += zb;
+          if (beyond) far += zb + wb;
         } else if (z > 0) {
           since = 0;
           far = 0;
