@@ -373,16 +373,16 @@ int pcgc_send_pack_run(const pcgc_device_program *P, int pc, int k);
  * instruction `pc`: the ones that follow it with nothing between, at most
  * PCGC_PACK_MAX, whose regions lie apart (a buffer's own, or buffers that
  * share no bytes: alias) and that add only in f32; one that adds in bf16
- * runs alone. A COPY after the run's first RECV joins it (a gatherer's own
- * piece among those it receives) where its two buffers share no bytes, it
- * keeps one type (f32 if it adds), its region lies apart from the run's and
- * it reads nothing the run writes: moved at the run's unpacking, it takes no
- * staging (off[i] -1). Their messages land in the receive staging back to back
+ * runs alone. A COPY joins it too, before, among or after its RECVs (a
+ * gatherer's own piece among those it receives), where its two buffers share
+ * no bytes, it keeps one type (f32 if it adds), its region lies apart from
+ * the run's and it reads nothing the run writes: moved at the run's
+ * unpacking, it takes no staging (off[i] -1). A run holds a RECV at least. Their messages land in the receive staging back to back
  * (off[i], 64-byte aligned, when off is not NULL; *bytes: the run's
  * staging), then one launch unpacks them all (backend move_list): the
  * runtime receives so at the run's first RECV and the prediction charges
- * it so. Returns the run's length (0: pc is no RECV that unpacks). A run
- * starts at the first RECV past the one before, so the runtime, the
+ * it so. Returns the run's length (0: pc starts no run). A run
+ * starts at the first RECV or COPY past the one before, so the runtime, the
  * prediction and codegen's staging size find the same runs. */
 int pcgc_recv_unpack_run(const pcgc_device_program *P, int pc, int64_t *off, int64_t *bytes);
 /* A gradient bucket's ALLREDUCE_START or WAIT (dst -1: its buffers in args,

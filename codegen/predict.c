@@ -442,9 +442,6 @@ static pcgc_status step(psim *S, int d, bool *moved) {
     if (fwd && !recompute && x->clock + dur > S->fwd_end) S->fwd_end = x->clock + dur;
     break;
   }
-  case PCGC_INS_COPY: /* in a run of receives: moved by its unpacking */
-    if (x->pc >= S->unpack_end[d]) dur = mem_time(S, region_bytes(P, I, I->dst), I->add);
-    break;
   case PCGC_INS_ZERO: { /* one launch, for one buffer or a list */
     double bytes = I->dst >= 0 ? (double)P->buf[I->dst].bytes : 0;
     for (int i = 0; I->dst < 0 && i < I->n_args; i++) bytes += (double)P->buf[P->args[I->args + i]].bytes;
@@ -513,6 +510,13 @@ static pcgc_status step(psim *S, int d, bool *moved) {
     }
     break;
   }
+  case PCGC_INS_COPY: /* in a run of receives: moved by its unpacking; leading one: as a RECV leading it */
+    if (x->pc < S->unpack_end[d]) break;
+    if (pcgc_recv_unpack_run(P, x->pc, NULL, NULL) < 2) {
+      dur = mem_time(S, region_bytes(P, I, I->dst), I->add);
+      break;
+    }
+    /* fall through */
   case PCGC_INS_RECV: {
     if (x->pc < S->unpack_end[d]) break; /* received and unpacked with its run's first */
     int run = pcgc_recv_unpack_run(P, x->pc, NULL, NULL), n = run > 1 ? run : 1;

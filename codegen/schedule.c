@@ -675,7 +675,9 @@ typedef struct dev_job {
 
 /* Local work ahead of receives: a kernel or a zeroing moves up past the run
  * of messages just before it, and past the copies and zeroings among them it
- * has nothing to do with, to just before a RECV of the run, where it touches
+ * has nothing to do with, to just before a RECV of the run (or before the
+ * copies right above that RECV, which then join its run of unpacking:
+ * pcgc_recv_unpack_run), where it touches
  * nothing the messages it passes write, and writes nothing they read. The
  * global list schedule sends as soon as ready, so a device would otherwise
  * wait for messages before its own work that needs none. The run is of
@@ -716,6 +718,7 @@ static pcgc_status hoist_work(pcgc_device_program *P, int32_t *gp) {
       for (int a = 0; a < njr && !clash; a++)
         for (int t = 0; t < nw && !clash; t++) clash = wr[t] == jr[a];
       if (clash) break;
+      if (J->kind == PCGC_INS_COPY && best >= 0 && !np) best = j; /* the copy then meets the receives below */
       if (J->kind == PCGC_INS_COPY || J->kind == PCGC_INS_ZERO || J->kind == PCGC_INS_ALLREDUCE_START) continue;
       if (J->kind == PCGC_INS_SEND) {
         pend[np++] = J->src; /* to be brought by a RECV above it */
@@ -1499,11 +1502,11 @@ int pcgc_send_pack_run(const pcgc_device_program *P, int pc, int k) {
 
 int pcgc_recv_unpack_run(const pcgc_device_program *P, int pc, int64_t *off, int64_t *bytes) {
   int64_t at = 0, in;
-  int n = 0, csrc[PCGC_PACK_MAX], nc = 0; /* the roots the run's copies read */
+  int n = 0, recvs = 0, csrc[PCGC_PACK_MAX], nc = 0; /* the roots the run's copies read */
   pcgc_box x[PCGC_PACK_MAX];
   for (int i = pc; i < P->n_ins && n < PCGC_PACK_MAX; i++) {
     const pcgc_ins *I = &P->ins[i];
-    bool copy = I->kind == PCGC_INS_COPY && n > 0;
+    bool copy = I->kind == PCGC_INS_COPY;
     if (copy) { /* a local piece moved by the same launch: one type, f32 if added, read from outside the run */
       if (I->dst < 0 || I->dst >= P->n_buf || I->src < 0 || I->src >= P->n_buf || root_of(P, I->src) == root_of(P, I->dst) ||
           P->buf[I->src].dtype != P->buf[I->dst].dtype || (I->add && P->buf[I->dst].dtype != PCGC_F32) ||
@@ -1536,8 +1539,10 @@ int pcgc_recv_unpack_run(const pcgc_device_program *P, int pc, int64_t *off, int
       at += align64(pcgc_box_elems(&x[n]) * (int64_t)pcgc_dtype_size(D->dtype));
     }
     n++;
+    recvs += !copy;
     if (alone) break;
   }
+  if (!recvs) n = 0, at = 0; /* copies alone are no run */
   if (bytes) *bytes = at;
   return n;
 }

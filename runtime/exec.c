@@ -636,7 +636,9 @@ static pcgc_status exec_one(rt *R, const pcgc_ins *I) {
   case PCGC_INS_BN_BWD_STATS:
   case PCGC_INS_BN_BWD_APPLY: return batchnorm(R, I);
   case PCGC_INS_COPY: {
-    if ((int)(I - P->ins) < R->unpacked) return PCGC_OK; /* moved with the receives of its run */
+    int pc = (int)(I - P->ins), run;
+    if (pc < R->unpacked) return PCGC_OK; /* moved with the receives of its run */
+    if ((run = pcgc_recv_unpack_run(P, pc, NULL, NULL)) > 1) return unpack_recvs(R, pc, run); /* it leads one */
     pcgc_box x = copy_box(R, I);
     return be->move(be, &P->buf[I->dst], data_of(R, I->dst), &P->buf[I->src], data_of(R, I->src), &x, I->add, R->err);
   }

@@ -199,8 +199,8 @@ END_TEST
 /* A COPY between the RECVs of a run (a gatherer's own piece among the
  * pieces it receives) is moved by the run's launch: device 2 receives half
  * of buffer 0 and copies the other half in from buffer 1, one launch for
- * both; the copy takes no staging. A copy that reads what the run writes
- * ends the run before it. */
+ * both, the copy among the receives or before them; the copy takes no
+ * staging. A copy that reads what the run writes ends the run before it. */
 START_TEST(copy_joins_recv_run) {
   pcgc_machine m = toy_machine(3, "16 GiB");
   pcgc_graph *g = tiny_graph();
@@ -220,7 +220,7 @@ START_TEST(copy_joins_recv_run) {
   int64_t off[PCGC_PACK_MAX], bytes = 0;
   ck_assert_int_eq(pcgc_recv_unpack_run(P, 0, off, &bytes), 2);
   ck_assert(off[0] == 0 && off[1] == -1 && bytes == (int64_t)MIB / 2);
-  ck_assert_int_eq(pcgc_recv_unpack_run(P, 1, NULL, NULL), 0); /* a run starts with a RECV */
+  ck_assert_int_eq(pcgc_recv_unpack_run(P, 1, NULL, NULL), 0); /* copies alone are no run */
   P->max_message_bytes = bytes;
   double add = pcgc_cost_copy_time(&m, MIB / 2, true), set = pcgc_cost_copy_time(&m, MIB / 2, false),
          l = m.device.launch_overhead;
@@ -239,6 +239,17 @@ START_TEST(copy_joins_recv_run) {
   P->ins[1].dst = 0;
   P->ins[1].box = 0;
   ck_assert_int_eq(pcgc_recv_unpack_run(P, 0, NULL, NULL), 1);
+  /* the copy first (into its own half): it leads the run, one launch as before */
+  P->ins[1].box = 1;
+  pcgc_ins c = P->ins[1];
+  P->ins[1] = P->ins[0];
+  P->ins[0] = c;
+  ck_assert_int_eq(pcgc_recv_unpack_run(P, 0, off, &bytes), 2);
+  ck_assert(off[0] == -1 && off[1] == 0 && bytes == (int64_t)MIB / 2);
+  ck_assert_int_eq(pcgc_recv_unpack_run(P, 1, NULL, NULL), 1);
+  r = simulate_ok(p, g, &m);
+  close_to(r.device[2].compute, add + set - l, 1e-12);
+  pcgc_sim_result_destroy(&r);
   pcgc_program_free(p);
   pcgc_graph_free(g);
 }
