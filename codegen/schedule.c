@@ -746,9 +746,10 @@ static int root_of(const pcgc_device_program *P, int b) { return P->buf[b].alias
  * that merge_zeros clears them with one launch, where no instruction between
  * touches its buffers, at most PCGC_ZERO_HOIST kernels lie between (or, from
  * farther, the bytes of the zeroings joined so stay within
- * PCGC_ZERO_HOIST_BYTES), and the run holds at most PCGC_ZERO_MAX buffers. Its buffers then live from there:
- * a few kernels longer (the memory plan follows the lifetimes). gp, the
- * global positions, moves alike (the zeroing takes the run's). */
+ * PCGC_ZERO_HOIST_BYTES), and the run holds at most PCGC_ZERO_MAX buffers.
+ * Its buffers then live from there: a few kernels longer (the memory plan
+ * follows the lifetimes). gp, the global positions, moves alike (the zeroing
+ * takes the run's). */
 static pcgc_status hoist_zeros(pcgc_device_program *P, int32_t *gp) {
   int *stamp = malloc((size_t)(P->n_buf ? P->n_buf : 1) * sizeof *stamp);
   if (!stamp) return PCGC_ERR_NOMEM;

@@ -530,20 +530,14 @@ static pcgc_status pack_sends(rt *R, int pc, int k) {
   return st;
 }
 
-/* The box a COPY moves: its own, or the overlap of its two buffers. */
+/* The box a COPY moves: its own, or the overlap of its two buffers (empty
+ * where they have none). */
 static pcgc_box copy_box(rt *R, const pcgc_ins *I) {
-  const pcgc_device_program *P = R->P;
-  pcgc_box x = region(R, I, I->dst);
-  if (I->box < 0) {
-    pcgc_box s;
-    pcgc_plan_buf_box(&P->buf[I->src], &s);
-    for (int d = 0; d < x.rank; d++) {
-      int64_t lo = x.lo[d] > s.lo[d] ? x.lo[d] : s.lo[d];
-      int64_t hi = x.lo[d] + x.len[d] < s.lo[d] + s.len[d] ? x.lo[d] + x.len[d] : s.lo[d] + s.len[d];
-      x.lo[d] = lo;
-      x.len[d] = hi - lo;
-    }
-  }
+  pcgc_box x = region(R, I, I->dst), s, o;
+  if (I->box >= 0) return x;
+  pcgc_plan_buf_box(&R->P->buf[I->src], &s);
+  if (pcgc_box_intersect(&x, &s, &o)) return o;
+  for (int d = 0; d < x.rank; d++) x.len[d] = 0;
   return x;
 }
 
