@@ -1010,9 +1010,9 @@ static void lower_bn(cg *C, const pcgc_node *n, bool backward) {
           if (t < 0) break;
           C->t[t].compute = true;
           pcgc_ins I = ins_new(C, PCGC_INS_BN_BWD_STATS);
-          int a[3] = {x, dy, scr};
+          int a[5] = {x, dy, scr, sc, bi};
           I.dst = scr;
-          emit(C, t, X, I, a, 3, NULL, NULL, 0);
+          emit(C, t, X, I, a, 5, NULL, NULL, 0);
           continue;
         }
         int dx = grad_of(C, n->in[0], inp[0], 0, X, x);
@@ -1027,9 +1027,9 @@ static void lower_bn(cg *C, const pcgc_node *n, bool backward) {
         if (t < 0) break;
         C->t[t].compute = true;
         pcgc_ins I = ins_new(C, PCGC_INS_BN_BWD_APPLY);
-        int a[7] = {x, sc, dy, dx, dsc, dbi, scr};
+        int a[8] = {x, sc, dy, dx, dsc, dbi, scr, bi};
         int w[3] = {dx, dsc, dbi};
-        emit(C, t, X, I, a, 7, NULL, w, 3);
+        emit(C, t, X, I, a, 8, NULL, w, 3);
       }
     }
   }

@@ -96,8 +96,12 @@ static void cost_pool2d(cctx *x) {
 }
 
 /* mean, variance, normalise, scale and shift: ~5 FLOPs an element forward,
- * ~8 backward */
-static void cost_batchnorm(cctx *x) { set(x, 5 * numel(&x->in[0]), 8.0 / 5); }
+ * ~8 backward; a fused relu one more each way, and no bytes (the backward
+ * recomputes its mask from x, which it reads anyway) */
+static void cost_batchnorm(cctx *x) {
+  double relu = pcgc_attrs_int(x->a, "act") == PCGC_ACT_RELU;
+  set(x, (5 + relu) * numel(&x->in[0]), (8.0 + relu) / (5 + relu));
+}
 static void cost_layernorm(cctx *x) { set(x, 5 * numel(&x->in[0]), 8.0 / 5); }
 /* square and sum, scale by the row's factor and the weight: ~4 forward, ~6 backward */
 static void cost_rmsnorm(cctx *x) { set(x, 4 * numel(&x->in[0]), 6.0 / 4); }

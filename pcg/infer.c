@@ -555,6 +555,12 @@ static pcgc_status infer_batchnorm(ictx *c) {
   if (pcgc_attrs_float(c->a, "eps") <= 0) return fail(c, "eps must be positive");
   double mom = pcgc_attrs_float(c->a, "momentum");
   if (mom < 0 || mom > 1) return fail(c, "momentum must be in [0, 1], got %g", mom);
+  int act = (int)pcgc_attrs_int(c->a, "act");
+  if (act != PCGC_ACT_NONE && act != PCGC_ACT_RELU) {
+    pcgc_status s = fail(c, "act=%s is not fused into a batchnorm", pcgc_enum_value_name(PCGC_ENUM_ACT, act));
+    hint(c, "write act=relu or act=none, and the activation as an op of its own");
+    return s;
+  }
   for (int i = 1; i < c->n_in; i++) {
     TRY(need_rank(c, i, 1, 1));
     TRY(need_same_dtype(c, 0, i));

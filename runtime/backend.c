@@ -124,13 +124,13 @@ static pcgc_status cpu_bn_apply(pcgc_backend *b, const pcgc_attrs *a, const pcgc
   pcgc_cpu_batchnorm_apply(a, x, sc, bi, s, s + x->dims[1], count, y);
   return PCGC_OK;
 }
-static pcgc_status cpu_bn_bwd_stats(pcgc_backend *b, const pcgc_attrs *a, const pcgc_buf *x, const pcgc_buf *dy,
-                                    double *s, double count, pcgc_error *err) {
+static pcgc_status cpu_bn_bwd_stats(pcgc_backend *b, const pcgc_attrs *a, const pcgc_buf *x, const pcgc_buf *sc,
+                                    const pcgc_buf *bi, const pcgc_buf *dy, double *s, double count, pcgc_error *err) {
   double t1[BN_MAX], t2[BN_MAX];
   pcgc_status st = bn_check(x, err);
   if (st) return st;
   int64_t C = x->dims[1];
-  pcgc_cpu_batchnorm_bwd_stats(a, x, dy, s, s + C, count, t1, t2);
+  pcgc_cpu_batchnorm_bwd_stats(a, x, sc, bi, dy, s, s + C, count, t1, t2);
   for (int64_t c = 0; c < C; c++) {
     s[2 * C + c] += t1[c];
     s[3 * C + c] += t2[c];
@@ -138,10 +138,10 @@ static pcgc_status cpu_bn_bwd_stats(pcgc_backend *b, const pcgc_attrs *a, const 
   return PCGC_OK;
 }
 static pcgc_status cpu_bn_bwd_apply(pcgc_backend *b, const pcgc_attrs *a, const pcgc_buf *x, const pcgc_buf *sc,
-                                    const pcgc_buf *dy, const double *s, double count, pcgc_buf *dx, pcgc_buf *dsc,
-                                    pcgc_buf *dbi, pcgc_error *err) {
+                                    const pcgc_buf *bi, const pcgc_buf *dy, const double *s, double count,
+                                    pcgc_buf *dx, pcgc_buf *dsc, pcgc_buf *dbi, pcgc_error *err) {
   int64_t C = x->dims[1];
-  pcgc_cpu_batchnorm_bwd_apply(a, x, sc, dy, s, s + C, count, s + 2 * C, s + 3 * C, dx, dsc, dbi);
+  pcgc_cpu_batchnorm_bwd_apply(a, x, sc, bi, dy, s, s + C, count, s + 2 * C, s + 3 * C, dx, dsc, dbi);
   return PCGC_OK;
 }
 static pcgc_status cpu_update(pcgc_backend *b, const pcgc_optimizer *o, pcgc_buf *w, const pcgc_buf *g, pcgc_buf *m,
@@ -223,14 +223,14 @@ static pcgc_status cu_bn_apply(pcgc_backend *b, const pcgc_attrs *a, const pcgc_
                                const pcgc_buf *bi, const double *s, double count, pcgc_buf *y, pcgc_error *err) {
   return pcgc_cuda_batchnorm_apply(CU(b), a, x, sc, bi, s, count, y, err);
 }
-static pcgc_status cu_bn_bwd_stats(pcgc_backend *b, const pcgc_attrs *a, const pcgc_buf *x, const pcgc_buf *dy,
-                                   double *s, double count, pcgc_error *err) {
-  return pcgc_cuda_batchnorm_bwd_stats(CU(b), a, x, dy, s, count, err);
+static pcgc_status cu_bn_bwd_stats(pcgc_backend *b, const pcgc_attrs *a, const pcgc_buf *x, const pcgc_buf *sc,
+                                   const pcgc_buf *bi, const pcgc_buf *dy, double *s, double count, pcgc_error *err) {
+  return pcgc_cuda_batchnorm_bwd_stats(CU(b), a, x, sc, bi, dy, s, count, err);
 }
 static pcgc_status cu_bn_bwd_apply(pcgc_backend *b, const pcgc_attrs *a, const pcgc_buf *x, const pcgc_buf *sc,
-                                   const pcgc_buf *dy, const double *s, double count, pcgc_buf *dx, pcgc_buf *dsc,
-                                   pcgc_buf *dbi, pcgc_error *err) {
-  return pcgc_cuda_batchnorm_bwd_apply(CU(b), a, x, sc, dy, s, count, dx, dsc, dbi, err);
+                                   const pcgc_buf *bi, const pcgc_buf *dy, const double *s, double count,
+                                   pcgc_buf *dx, pcgc_buf *dsc, pcgc_buf *dbi, pcgc_error *err) {
+  return pcgc_cuda_batchnorm_bwd_apply(CU(b), a, x, sc, bi, dy, s, count, dx, dsc, dbi, err);
 }
 static pcgc_status cu_update(pcgc_backend *b, const pcgc_optimizer *o, pcgc_buf *w, const pcgc_buf *g, pcgc_buf *m,
                              pcgc_buf *v, int64_t step, pcgc_error *err) {

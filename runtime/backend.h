@@ -60,15 +60,18 @@ struct pcgc_backend {
                           int n_out, const pcgc_buf *out, const pcgc_buf *dout, pcgc_buf *din,
                           const pcgc_kernel_ctx *ctx, pcgc_error *err);
   /* sharded batch norm: s = [sum, sumsq, dsum, dxsum] of C doubles each, in
-   * the backend's memory; the stats steps add this piece's sums into s */
+   * the backend's memory; the stats steps add this piece's sums into s. With
+   * act=relu (a fused batchnorm + relu) apply writes max(y, 0) and the backward
+   * steps take dy where the normalised x * scale + bias is positive, 0 elsewhere
+   * (recomputed from x, s, scale and bias: no output is read) */
   pcgc_status (*bn_stats)(pcgc_backend *b, const pcgc_buf *x, double *s, pcgc_error *err);
   pcgc_status (*bn_apply)(pcgc_backend *b, const pcgc_attrs *a, const pcgc_buf *x, const pcgc_buf *scale,
                           const pcgc_buf *bias, const double *s, double count, pcgc_buf *y, pcgc_error *err);
-  pcgc_status (*bn_bwd_stats)(pcgc_backend *b, const pcgc_attrs *a, const pcgc_buf *x, const pcgc_buf *dy, double *s,
-                              double count, pcgc_error *err);
+  pcgc_status (*bn_bwd_stats)(pcgc_backend *b, const pcgc_attrs *a, const pcgc_buf *x, const pcgc_buf *scale,
+                              const pcgc_buf *bias, const pcgc_buf *dy, double *s, double count, pcgc_error *err);
   pcgc_status (*bn_bwd_apply)(pcgc_backend *b, const pcgc_attrs *a, const pcgc_buf *x, const pcgc_buf *scale,
-                              const pcgc_buf *dy, const double *s, double count, pcgc_buf *dx, pcgc_buf *dscale,
-                              pcgc_buf *dbias, pcgc_error *err);
+                              const pcgc_buf *bias, const pcgc_buf *dy, const double *s, double count, pcgc_buf *dx,
+                              pcgc_buf *dscale, pcgc_buf *dbias, pcgc_error *err);
   pcgc_status (*update)(pcgc_backend *b, const pcgc_optimizer *o, pcgc_buf *w, const pcgc_buf *g, pcgc_buf *m,
                         pcgc_buf *v, int64_t step, pcgc_error *err);
   /* Kernel workspace (NULL where a backend needs none): measure(true), every

@@ -424,16 +424,19 @@ static pcgc_status batchnorm(rt *R, const pcgc_ins *I) {
                         &y, R->err);
     return st ? st : narrow(R, &W);
   }
-  case PCGC_INS_BN_BWD_STATS: {
-    pcgc_buf dy = kbuf(R, a[1]);
+  case PCGC_INS_BN_BWD_STATS: { /* x dy scratch scale bias */
+    pcgc_buf dy = kbuf(R, a[1]), sc = kbuf(R, a[3]), bi = kbuf(R, a[4]);
     if ((st = widen(R, &W, a[1], &dy, true, false))) return st;
-    return be->bn_bwd_stats(be, n->attrs, &x, &dy, data_of(R, a[2]), count, R->err);
+    return be->bn_bwd_stats(be, n->attrs, &x, a[3] >= 0 ? &sc : NULL, a[4] >= 0 ? &bi : NULL, &dy,
+                            data_of(R, a[2]), count, R->err);
   }
-  default: {
+  default: { /* x scale dy dx dscale dbias scratch bias */
     pcgc_buf sc = kbuf(R, a[1]), dy = kbuf(R, a[2]), dx = kbuf(R, a[3]), dsc = kbuf(R, a[4]), dbi = kbuf(R, a[5]);
+    pcgc_buf bi = kbuf(R, a[7]);
     if (!(st = widen(R, &W, a[2], &dy, true, false)) && !(st = widen(R, &W, a[3], &dx, true, true)))
-      st = be->bn_bwd_apply(be, n->attrs, &x, a[1] >= 0 ? &sc : NULL, &dy, data_of(R, a[6]), count,
-                            a[3] >= 0 ? &dx : NULL, a[4] >= 0 ? &dsc : NULL, a[5] >= 0 ? &dbi : NULL, R->err);
+      st = be->bn_bwd_apply(be, n->attrs, &x, a[1] >= 0 ? &sc : NULL, a[7] >= 0 ? &bi : NULL, &dy,
+                            data_of(R, a[6]), count, a[3] >= 0 ? &dx : NULL, a[4] >= 0 ? &dsc : NULL,
+                            a[5] >= 0 ? &dbi : NULL, R->err);
     return st ? st : narrow(R, &W);
   }
   }

@@ -261,39 +261,58 @@ static void bn_group_stats(const pcgc_buf *x, int64_t c0, int nc, double *sum, d
   KX_BY_DTYPE(x->dtype, bn_stats, bn_shape_of(x), x->data, c0, nc, sum, sumsq);
 }
 
-static void bn_chan_apply(double eps, const pcgc_buf *x, const pcgc_buf *scale, const pcgc_buf *bias,
+/* The fused relu (act=relu): apply writes max(y, 0), backward passes dy on
+ * only where y > 0, y recomputed from x. */
+static bool bn_relu(const pcgc_attrs *a) { return pcgc_attrs_int(a, "act") == PCGC_ACT_RELU; }
+
+static void bn_chan_apply(double eps, bool relu, const pcgc_buf *x, const pcgc_buf *scale, const pcgc_buf *bias,
                           int64_t c, double sum, double sumsq, double count, pcgc_buf *y) {
   double mean, invstd;
   bn_moments(sum, sumsq, count, eps, &mean, &invstd);
   double g = opt_get(scale, c, 1) * invstd, b = opt_get(bias, c, 0);
-  KX_BY_DTYPE(x->dtype, bn_apply, bn_shape_of(x), x->data, c, mean, g, b, y->data);
+  KX_BY_DTYPE(x->dtype, bn_apply, bn_shape_of(x), x->data, c, mean, g, b, relu, y->data);
+}
+
+/* A channel group's statistics and, with a fused relu, the coefficients of
+ * its y = (x - mean) * mg + mb (mg, mb NULL without) */
+typedef struct bn_group {
+  double mean[NORM_G], invstd[NORM_G], g[NORM_G], b[NORM_G];
+  const double *mg, *mb;
+} bn_group;
+
+static void bn_group_init(bn_group *G, double eps, bool relu, const pcgc_buf *scale, const pcgc_buf *bias,
+                          int64_t c0, int nc, const double *sum, const double *sumsq, double count) {
+  for (int k = 0; k < nc; k++) {
+    bn_moments(sum[k], sumsq[k], count, eps, &G->mean[k], &G->invstd[k]);
+    G->g[k] = opt_get(scale, c0 + k, 1) * G->invstd[k];
+    G->b[k] = opt_get(bias, c0 + k, 0);
+  }
+  G->mg = relu ? G->g : NULL;
+  G->mb = relu ? G->b : NULL;
 }
 
 /* sum(dy) and sum(dy * xhat) of channels [c0, c0 + nc) over x's elements */
-static void bn_group_bwd_stats(double eps, const pcgc_buf *x, const pcgc_buf *dy, int64_t c0, int nc,
-                               const double *sum, const double *sumsq, double count, double *dsum, double *dxsum) {
-  double mean[NORM_G], invstd[NORM_G];
-  for (int k = 0; k < nc; k++) bn_moments(sum[k], sumsq[k], count, eps, &mean[k], &invstd[k]);
-  KX_BY_DTYPE(x->dtype, bn_bwd_stats, bn_shape_of(x), x->data, dy->data, c0, nc, mean, invstd, dsum, dxsum);
+static void bn_group_bwd_stats(const bn_group *G, const pcgc_buf *x, const pcgc_buf *dy, int64_t c0, int nc,
+                               double *dsum, double *dxsum) {
+  KX_BY_DTYPE(x->dtype, bn_bwd_stats, bn_shape_of(x), x->data, dy->data, c0, nc, G->mean, G->invstd, G->mg, G->mb,
+              dsum, dxsum);
 }
 
 /* dx = scale * invstd * (dy - dsum/count - xhat * dxsum/count) over channels
  * [c0, c0 + nc), and this piece's share of dscale and dbias */
-static void bn_group_bwd_apply(double eps, const pcgc_buf *x, const pcgc_buf *scale, const pcgc_buf *dy,
-                               int64_t c0, int nc, const double *sum, const double *sumsq, double count,
-                               const double *dsum, const double *dxsum, pcgc_buf *dx, pcgc_buf *dscale,
-                               pcgc_buf *dbias) {
+static void bn_group_bwd_apply(const bn_group *G, const pcgc_buf *x, const pcgc_buf *dy, int64_t c0, int nc,
+                               double count, const double *dsum, const double *dxsum, pcgc_buf *dx,
+                               pcgc_buf *dscale, pcgc_buf *dbias) {
   bn_shape sh = bn_shape_of(x);
-  double mean[NORM_G], invstd[NORM_G];
-  for (int k = 0; k < nc; k++) bn_moments(sum[k], sumsq[k], count, eps, &mean[k], &invstd[k]);
   if (kx_want(dx))
     for (int k = 0; k < nc; k++) {
-      double g = opt_get(scale, c0 + k, 1) * invstd[k], mdy = dsum[k] / count, mdx = dxsum[k] / count;
-      KX_BY_DTYPE(x->dtype, bn_bwd_dx, sh, x->data, dy->data, c0 + k, mean[k], invstd[k], g, mdy, mdx, dx->data);
+      double mdy = dsum[k] / count, mdx = dxsum[k] / count;
+      KX_BY_DTYPE(x->dtype, bn_bwd_dx, sh, x->data, dy->data, c0 + k, G->mean[k], G->invstd[k], G->g[k], mdy, mdx,
+                  G->mg != NULL, G->b[k], dx->data);
     }
   if (!kx_want(dscale) && !kx_want(dbias)) return;
   double ls1[NORM_G], ls2[NORM_G];
-  KX_BY_DTYPE(x->dtype, bn_bwd_shares, sh, x->data, dy->data, c0, nc, mean, invstd, ls1, ls2);
+  KX_BY_DTYPE(x->dtype, bn_bwd_shares, sh, x->data, dy->data, c0, nc, G->mean, G->invstd, G->mg, G->mb, ls1, ls2);
   for (int k = 0; k < nc; k++) {
     if (kx_want(dscale)) kx_add(dscale, c0 + k, ls2[k]);
     if (kx_want(dbias)) kx_add(dbias, c0 + k, ls1[k]);
@@ -319,27 +338,33 @@ void pcgc_cpu_batchnorm_apply(const pcgc_attrs *a, const pcgc_buf *x, const pcgc
                               double count, pcgc_buf *y) {
   bn_assert(x, y);
   double eps = pcgc_attrs_float(a, "eps");
-  for (int64_t c = 0; c < x->dims[1]; c++) bn_chan_apply(eps, x, scale, bias, c, sum[c], sumsq[c], count, y);
+  bool relu = bn_relu(a);
+  for (int64_t c = 0; c < x->dims[1]; c++) bn_chan_apply(eps, relu, x, scale, bias, c, sum[c], sumsq[c], count, y);
 }
 
-void pcgc_cpu_batchnorm_bwd_stats(const pcgc_attrs *a, const pcgc_buf *x, const pcgc_buf *dy,
-                                  const double *sum, const double *sumsq, double count,
-                                  double *dsum, double *dxsum) {
+void pcgc_cpu_batchnorm_bwd_stats(const pcgc_attrs *a, const pcgc_buf *x, const pcgc_buf *scale,
+                                  const pcgc_buf *bias, const pcgc_buf *dy, const double *sum,
+                                  const double *sumsq, double count, double *dsum, double *dxsum) {
   bn_assert(x, dy);
   double eps = pcgc_attrs_float(a, "eps");
-  FOR_GROUPS(c0, nc, x->dims[1])
-    bn_group_bwd_stats(eps, x, dy, c0, (int)nc, sum + c0, sumsq + c0, count, dsum + c0, dxsum + c0);
+  bn_group G;
+  FOR_GROUPS(c0, nc, x->dims[1]) {
+    bn_group_init(&G, eps, bn_relu(a), scale, bias, c0, (int)nc, sum + c0, sumsq + c0, count);
+    bn_group_bwd_stats(&G, x, dy, c0, (int)nc, dsum + c0, dxsum + c0);
+  }
 }
 
 void pcgc_cpu_batchnorm_bwd_apply(const pcgc_attrs *a, const pcgc_buf *x, const pcgc_buf *scale,
-                                  const pcgc_buf *dy, const double *sum, const double *sumsq,
+                                  const pcgc_buf *bias, const pcgc_buf *dy, const double *sum, const double *sumsq,
                                   double count, const double *dsum, const double *dxsum,
                                   pcgc_buf *dx, pcgc_buf *dscale, pcgc_buf *dbias) {
   bn_assert(x, dy);
   double eps = pcgc_attrs_float(a, "eps");
-  FOR_GROUPS(c0, nc, x->dims[1])
-    bn_group_bwd_apply(eps, x, scale, dy, c0, (int)nc, sum + c0, sumsq + c0, count, dsum + c0, dxsum + c0, dx,
-                       dscale, dbias);
+  bn_group G;
+  FOR_GROUPS(c0, nc, x->dims[1]) {
+    bn_group_init(&G, eps, bn_relu(a), scale, bias, c0, (int)nc, sum + c0, sumsq + c0, count);
+    bn_group_bwd_apply(&G, x, dy, c0, (int)nc, count, dsum + c0, dxsum + c0, dx, dscale, dbias);
+  }
 }
 
 pcgc_status pcgc__cpu_fwd_batchnorm(const pcgc__kargs *k) {
@@ -348,10 +373,12 @@ pcgc_status pcgc__cpu_fwd_batchnorm(const pcgc__kargs *k) {
   const pcgc_buf *x = &k->in[0];
   const pcgc_buf *scale = k->n_in == 3 ? &k->in[1] : NULL, *bias = k->n_in == 3 ? &k->in[2] : NULL;
   double eps = pcgc_attrs_float(k->a, "eps"), count = (double)(pcgc_buf_numel(x) / x->dims[1]);
+  bool relu = bn_relu(k->a);
   FOR_GROUPS(c0, nc, x->dims[1]) {
     double sum[NORM_G], sumsq[NORM_G];
     bn_group_stats(x, c0, (int)nc, sum, sumsq);
-    for (int j = 0; j < nc; j++) bn_chan_apply(eps, x, scale, bias, c0 + j, sum[j], sumsq[j], count, &k->out[0]);
+    for (int j = 0; j < nc; j++)
+      bn_chan_apply(eps, relu, x, scale, bias, c0 + j, sum[j], sumsq[j], count, &k->out[0]);
   }
   return PCGC_OK;
 }
@@ -360,14 +387,17 @@ pcgc_status pcgc__cpu_bwd_batchnorm(const pcgc__kargs *k) {
   KX_TRY(pcgc__kcheck(k, true, 0));
   KX_TRY(pcgc__kcheck_whole_batch(k, "pcgc_cpu"));
   const pcgc_buf *x = &k->in[0], *dy = &k->dout[0];
-  const pcgc_buf *scale = k->n_in == 3 ? &k->in[1] : NULL;
+  const pcgc_buf *scale = k->n_in == 3 ? &k->in[1] : NULL, *bias = k->n_in == 3 ? &k->in[2] : NULL;
   pcgc_buf *dscale = k->n_in == 3 ? &k->din[1] : NULL, *dbias = k->n_in == 3 ? &k->din[2] : NULL;
   double eps = pcgc_attrs_float(k->a, "eps"), count = (double)(pcgc_buf_numel(x) / x->dims[1]);
+  bool relu = bn_relu(k->a);
+  bn_group G;
   FOR_GROUPS(c0, nc, x->dims[1]) {
     double sum[NORM_G], sumsq[NORM_G], dsum[NORM_G], dxsum[NORM_G];
     bn_group_stats(x, c0, (int)nc, sum, sumsq);
-    bn_group_bwd_stats(eps, x, dy, c0, (int)nc, sum, sumsq, count, dsum, dxsum);
-    bn_group_bwd_apply(eps, x, scale, dy, c0, (int)nc, sum, sumsq, count, dsum, dxsum, &k->din[0], dscale, dbias);
+    bn_group_init(&G, eps, relu, scale, bias, c0, (int)nc, sum, sumsq, count);
+    bn_group_bwd_stats(&G, x, dy, c0, (int)nc, dsum, dxsum);
+    bn_group_bwd_apply(&G, x, dy, c0, (int)nc, count, dsum, dxsum, &k->din[0], dscale, dbias);
   }
   return PCGC_OK;
 }

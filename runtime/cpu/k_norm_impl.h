@@ -71,21 +71,28 @@ static void SFX(bn_stats)(bn_shape sh, const REAL *restrict x, int64_t c0, int n
   for (int k = 0; k < nc; k++) sum[k] = s1[k], sumsq[k] = s2[k];
 }
 
-/* y = (x - mean) * g + b over channel c (g = scale * invstd) */
-static void SFX(bn_apply)(bn_shape sh, const REAL *restrict x, int64_t c, double mean, double g, double b,
+/* y = (x - mean) * g + b over channel c (g = scale * invstd); with relu,
+ * max(y, 0) (NaN propagates, as in PyTorch) */
+static void SFX(bn_apply)(bn_shape sh, const REAL *restrict x, int64_t c, double mean, double g, double b, bool relu,
                           REAL *restrict y) {
   for (int64_t n = 0; n < sh.N; n++) {
     int64_t o = (n * sh.C + c) * sh.S;
     const REAL *xn = x + o;
     REAL *yn = y + o;
-    KX_FOR(i, sh.S, yn[i] = (REAL)(((double)xn[i] - mean) * g + b));
+    if (relu) KX_FOR(i, sh.S, double v = ((double)xn[i] - mean) * g + b; yn[i] = (REAL)(v < 0 ? 0 : v));
+    else KX_FOR(i, sh.S, yn[i] = (REAL)(((double)xn[i] - mean) * g + b));
   }
 }
+
+/* The gradient a fused relu passes on: dy where the normalised value
+ * (x - m) * g + b (as bn_apply computes it) is positive; mg NULL: no relu */
+#define BN_DY(d, xv, k, m, mg, mb) ((mg) && !(((double)(xv) - (m)[k]) * (mg)[k] + (mb)[k] > 0) ? 0.0 : (double)(d))
 
 /* dsum[k] = sum of dy, dxsum[k] = sum of dy * (x - mean) * invstd over
  * channel c0 + k */
 static void SFX(bn_bwd_stats)(bn_shape sh, const REAL *restrict x, const REAL *restrict dy, int64_t c0, int nc,
-                              const double *mean, const double *invstd, double *dsum, double *dxsum) {
+                              const double *mean, const double *invstd, const double *mg, const double *mb,
+                              double *dsum, double *dxsum) {
   double s1[NORM_G] = {0}, s2[NORM_G] = {0}, m[NORM_G] = {0}, r[NORM_G] = {0};
   for (int k = 0; k < nc; k++) m[k] = mean[k], r[k] = invstd[k];
   for (int64_t n = 0; n < sh.N; n++) {
@@ -94,14 +101,14 @@ static void SFX(bn_bwd_stats)(bn_shape sh, const REAL *restrict x, const REAL *r
     if (nc == NORM_G) {
       for (int64_t i = 0; i < sh.S; i++)
         _Pragma("GCC unroll 4") for (int k = 0; k < NORM_G; k++) {
-          double g = dn[k * sh.S + i];
+          double g = BN_DY(dn[k * sh.S + i], xn[k * sh.S + i], k, m, mg, mb);
           s1[k] += g;
           s2[k] += g * ((double)xn[k * sh.S + i] - m[k]) * r[k];
         }
     } else {
       for (int k = 0; k < nc; k++)
         for (int64_t i = 0; i < sh.S; i++) {
-          double g = dn[k * sh.S + i];
+          double g = BN_DY(dn[k * sh.S + i], xn[k * sh.S + i], k, m, mg, mb);
           s1[k] += g;
           s2[k] += g * ((double)xn[k * sh.S + i] - m[k]) * r[k];
         }
@@ -113,7 +120,8 @@ static void SFX(bn_bwd_stats)(bn_shape sh, const REAL *restrict x, const REAL *r
 /* ls1[k] = sum of dy, ls2[k] = sum of dy * xhat (xhat = (x - mean) * invstd)
  * over channel c0 + k: this piece's share of dbias and dscale */
 static void SFX(bn_bwd_shares)(bn_shape sh, const REAL *restrict x, const REAL *restrict dy, int64_t c0, int nc,
-                               const double *mean, const double *invstd, double *ls1, double *ls2) {
+                               const double *mean, const double *invstd, const double *mg, const double *mb,
+                               double *ls1, double *ls2) {
   double s1[NORM_G] = {0}, s2[NORM_G] = {0}, m[NORM_G] = {0}, r[NORM_G] = {0};
   for (int k = 0; k < nc; k++) m[k] = mean[k], r[k] = invstd[k];
   for (int64_t n = 0; n < sh.N; n++) {
@@ -122,14 +130,14 @@ static void SFX(bn_bwd_shares)(bn_shape sh, const REAL *restrict x, const REAL *
     if (nc == NORM_G) {
       for (int64_t i = 0; i < sh.S; i++)
         _Pragma("GCC unroll 4") for (int k = 0; k < NORM_G; k++) {
-          double d = dn[k * sh.S + i];
+          double d = BN_DY(dn[k * sh.S + i], xn[k * sh.S + i], k, m, mg, mb);
           s1[k] += d;
           s2[k] += d * (((double)xn[k * sh.S + i] - m[k]) * r[k]);
         }
     } else {
       for (int k = 0; k < nc; k++)
         for (int64_t i = 0; i < sh.S; i++) {
-          double d = dn[k * sh.S + i];
+          double d = BN_DY(dn[k * sh.S + i], xn[k * sh.S + i], k, m, mg, mb);
           s1[k] += d;
           s2[k] += d * (((double)xn[k * sh.S + i] - m[k]) * r[k]);
         }
@@ -138,17 +146,24 @@ static void SFX(bn_bwd_shares)(bn_shape sh, const REAL *restrict x, const REAL *
   for (int k = 0; k < nc; k++) ls1[k] = s1[k], ls2[k] = s2[k];
 }
 
-/* dx += g * (dy - mdy - xhat * mdx) over channel c */
+/* dx += g * (dy - mdy - xhat * mdx) over channel c; with relu, dy only
+ * where (x - mean) * g + b > 0 */
 static void SFX(bn_bwd_dx)(bn_shape sh, const REAL *restrict x, const REAL *restrict dy, int64_t c, double mean,
-                           double invstd, double g, double mdy, double mdx, REAL *restrict dx) {
+                           double invstd, double g, double mdy, double mdx, bool relu, double b, REAL *restrict dx) {
   for (int64_t n = 0; n < sh.N; n++) {
     int64_t o = (n * sh.C + c) * sh.S;
     const REAL *xn = x + o, *dn = dy + o;
     REAL *gn = dx + o;
-    KX_FOR(i, sh.S, {
-      double d = dn[i], xhat = ((double)xn[i] - mean) * invstd;
-      gn[i] += (REAL)(g * (d - mdy - xhat * mdx));
-    });
+    if (relu)
+      KX_FOR(i, sh.S, {
+        double xc = (double)xn[i] - mean, d = xc * g + b > 0 ? (double)dn[i] : 0.0, xhat = xc * invstd;
+        gn[i] += (REAL)(g * (d - mdy - xhat * mdx));
+      });
+    else
+      KX_FOR(i, sh.S, {
+        double d = dn[i], xhat = ((double)xn[i] - mean) * invstd;
+        gn[i] += (REAL)(g * (d - mdy - xhat * mdx));
+      });
   }
 }
 

@@ -107,14 +107,17 @@ void pcgc_cpu_batchnorm_stats(const pcgc_buf *x, double *sum, double *sumsq);
 void pcgc_cpu_batchnorm_apply(const pcgc_attrs *a, const pcgc_buf *x, const pcgc_buf *scale,
                               const pcgc_buf *bias, const double *sum, const double *sumsq,
                               double count, pcgc_buf *y);
-/* backward, step 1: per-channel sums of dy and of dy * xhat over this piece */
-void pcgc_cpu_batchnorm_bwd_stats(const pcgc_attrs *a, const pcgc_buf *x, const pcgc_buf *dy,
-                                  const double *sum, const double *sumsq, double count,
-                                  double *dsum, double *dxsum);
+/* backward, step 1: per-channel sums of dy and of dy * xhat over this piece.
+ * With act=relu (batchnorm fused with a relu: apply writes max(y, 0)), dy
+ * counts only where y = xhat * scale + bias > 0, in both backward steps;
+ * scale and bias may be NULL (affine=false) */
+void pcgc_cpu_batchnorm_bwd_stats(const pcgc_attrs *a, const pcgc_buf *x, const pcgc_buf *scale,
+                                  const pcgc_buf *bias, const pcgc_buf *dy, const double *sum,
+                                  const double *sumsq, double count, double *dsum, double *dxsum);
 /* backward, step 2: adds dx (and, where wanted, this piece's share of dscale
  * and dbias) given the global dsum/dxsum */
 void pcgc_cpu_batchnorm_bwd_apply(const pcgc_attrs *a, const pcgc_buf *x, const pcgc_buf *scale,
-                                  const pcgc_buf *dy, const double *sum, const double *sumsq,
+                                  const pcgc_buf *bias, const pcgc_buf *dy, const double *sum, const double *sumsq,
                                   double count, const double *dsum, const double *dxsum,
                                   pcgc_buf *dx, pcgc_buf *dscale, pcgc_buf *dbias);
 

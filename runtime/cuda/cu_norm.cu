@@ -3,7 +3,10 @@
  * whole-tensor families and the split batch-norm entry points, with the
  * meaning of runtime/cpu/k_norm.c: training-mode statistics, biased
  * variance, eps inside the square root, scale 1 and bias 0 where absent,
- * backward adding into din.
+ * backward adding into din. Batch norm's act=relu fuses a following relu:
+ * y = max(bn(x), 0), and the backward takes dy only where bn(x) =
+ * (x - mean) * scale * invstd + bias, recomputed as the forward computes it,
+ * is positive (the output is not read).
  *
  * Every statistic and sum is accumulated in double, as on the CPU, but as a
  * tree instead of a chain: the order depends on the shape only, so results
@@ -15,7 +18,9 @@
  *     bn_sums: grid (C, P); block (c, p) sums every P-th run of 256 of
  *     channel c's N*S elements -> part[c*P + p]; bn_finish adds the P parts
  *     of a channel in order. Then a per-channel kernel turns the sums into
- *     coefficients, and one elementwise kernel applies them.
+ *     coefficients, and one elementwise kernel applies them. act=relu changes
+ *     no launch: the mask sits in bn_sums (BWD) and in the apply and dx
+ *     kernels, a template parameter so act=none compiles as before.
  *   layer norm, x [R, n] (n = the last `axes` dims): one block per row
  *     (two passes, mean then squared deviations, like the CPU); dscale and
  *     dbias are column sums over rows: grid (columns, P row chunks) -> parts,
@@ -80,19 +85,26 @@ typedef struct bn_dims {
   int64_t N, C, S;
 } bn_dims;
 
-/* part[c*P + p] = (sum x, sum x^2), or with BWD (sum dy, sum dy*xhat) from
- * the statistics st (sum [C], sumsq [C]) */
-template <bool BWD>
-__global__ void bn_sums(bn_dims d, const float *x, const float *dy, const double *st, double count, double eps,
-                        double2 *part) {
+/* part[c*P + p] = (sum x, sum x^2), or with BWD (sum g, sum g*xhat) from
+ * the statistics st (sum [C], sumsq [C]): g = dy, with RELU dy where
+ * (x - mean) * g + b > 0 (g = scale * invstd, b = bias; scale and bias are
+ * read only with RELU) */
+template <bool BWD, bool RELU>
+__global__ void bn_sums(bn_dims d, const float *x, const float *dy, const double *st, const float *scale,
+                        const float *bias, double count, double eps, double2 *part) {
+  static_assert(BWD || !RELU, "the relu mask is a backward's");
   int64_t c = blockIdx.x, P = gridDim.y, M = d.N * d.S;
-  double mean = 0, invstd = 0, s1 = 0, s2 = 0;
+  double mean = 0, invstd = 0, mg = 0, mb = 0, s1 = 0, s2 = 0;
   if (BWD) bn_moments(st[c], st[d.C + c], count, eps, &mean, &invstd);
+  if (RELU) {
+    mg = nmul(scale ? (double)scale[c] : 1.0, invstd);
+    mb = bias ? (double)bias[c] : 0.0;
+  }
   for (int64_t e = (int64_t)blockIdx.y * blockDim.x + threadIdx.x; e < M; e += P * blockDim.x) {
     int64_t n = e / d.S, i = (n * d.C + c) * d.S + (e - n * d.S);
     double v = x[i];
     if (BWD) {
-      double g = dy[i];
+      double g = RELU && !(nadd(nmul(nsub(v, mean), mg), mb) > 0) ? 0.0 : (double)dy[i];
       s1 = nadd(s1, g);
       s2 = nadd(s2, nmul(nmul(g, nsub(v, mean)), invstd));
     } else {
@@ -129,37 +141,48 @@ __global__ void bn_fwd_coef(int64_t C, const double *st, double count, double ep
   }
 }
 
-/* y = (x - mean) * g + b */
+/* y = (x - mean) * g + b; with RELU max(y, 0), NaN passing (as the CPU) */
+template <bool RELU>
 __global__ void bn_fwd_apply(bn_dims d, const float *x, const double *coef, float *y) {
   int64_t n = d.N * d.C * d.S;
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
     int64_t c = (i / d.S) % d.C;
-    y[i] = (float)nadd(nmul(nsub((double)x[i], coef[3 * c]), coef[3 * c + 1]), coef[3 * c + 2]);
+    double v = nadd(nmul(nsub((double)x[i], coef[3 * c]), coef[3 * c + 1]), coef[3 * c + 2]);
+    y[i] = (float)(RELU && v < 0.0 ? 0.0 : v);
   }
 }
 
-/* coef[5c..5c+4] = mean, invstd, g = scale * invstd, dsum/count, dxsum/count
- * from st = sum, sumsq, dsum, dxsum (C each) */
+/* Coefficients per channel of the backward's dx: 5, and with RELU a 6th. */
+#define BN_BWD_K(relu) ((relu) ? 6 : 5)
+
+/* coef[K*c ..] = mean, invstd, g = scale * invstd, dsum/count, dxsum/count
+ * (and with RELU b = bias, for the mask) from st = sum, sumsq, dsum, dxsum
+ * (C each) */
+template <bool RELU>
 __global__ void bn_bwd_coef(int64_t C, const double *st, double count, double eps, const float *scale,
-                            double *coef) {
+                            const float *bias, double *coef) {
   for (int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; c < C; c += (int64_t)gridDim.x * blockDim.x) {
-    double mean, invstd;
+    double mean, invstd, *k = coef + BN_BWD_K(RELU) * c;
     bn_moments(st[c], st[C + c], count, eps, &mean, &invstd);
-    coef[5 * c] = mean;
-    coef[5 * c + 1] = invstd;
-    coef[5 * c + 2] = nmul(scale ? (double)scale[c] : 1.0, invstd);
-    coef[5 * c + 3] = ndiv(st[2 * C + c], count);
-    coef[5 * c + 4] = ndiv(st[3 * C + c], count);
+    k[0] = mean;
+    k[1] = invstd;
+    k[2] = nmul(scale ? (double)scale[c] : 1.0, invstd);
+    k[3] = ndiv(st[2 * C + c], count);
+    k[4] = ndiv(st[3 * C + c], count);
+    if (RELU) k[5] = bias ? (double)bias[c] : 0.0;
   }
 }
 
-/* dx += g * (dy - mdy - xhat * mdx) */
+/* dx += g * (dy' - mdy - xhat * mdx); dy' = dy, with RELU dy where
+ * (x - mean) * g + b > 0 and 0 elsewhere */
+template <bool RELU>
 __global__ void bn_bwd_dx(bn_dims d, const float *x, const float *dy, const double *coef, float *dx) {
   int64_t n = d.N * d.C * d.S;
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-    const double *k = coef + 5 * ((i / d.S) % d.C);
-    double xhat = nmul(nsub((double)x[i], k[0]), k[1]);
-    dx[i] += (float)nmul(k[2], nsub(nsub((double)dy[i], k[3]), nmul(xhat, k[4])));
+    const double *k = coef + BN_BWD_K(RELU) * ((i / d.S) % d.C);
+    double xc = nsub((double)x[i], k[0]), xhat = nmul(xc, k[1]);
+    double g = RELU && !(nadd(nmul(xc, k[2]), k[5]) > 0) ? 0.0 : (double)dy[i];
+    dx[i] += (float)nmul(k[2], nsub(nsub(g, k[3]), nmul(xhat, k[4])));
   }
 }
 
@@ -367,40 +390,68 @@ static int bn_parts(bn_dims d) {
   return (int)(p < 1 ? 1 : p > 1024 ? 1024 : p);
 }
 
-/* The per-channel sums of x (bwd: of dy and dy * xhat given st) into a and
+/* act=relu (a batchnorm fused with a relu) or none; the others are refused. */
+static pcgc_status bn_relu(const pcgc__cukargs *k, bool *relu) {
+  int64_t act = pcgc_attrs_int(k->a, "act");
+  *relu = act == PCGC_ACT_RELU;
+  if (act == PCGC_ACT_NONE || *relu) return PCGC_OK;
+  const char *name = pcgc_enum_value_name(PCGC_ENUM_ACT, act);
+  return pcgc__kfail(k, "act=%s: a batchnorm fuses only act=none or act=relu", name ? name : "?");
+}
+
+/* What the backward's g is: dy, or with relu dy masked where bn(x) <= 0
+ * (bn(x) from the statistics and these scale and bias, either NULL). */
+typedef struct bn_grad {
+  const pcgc_buf *dy, *scale, *bias;
+  bool relu;
+} bn_grad;
+
+/* The per-channel sums of x (with g: of g and g * xhat given st) into a and
  * b, set or added, through the parts in `part` (C * bn_parts doubles2). */
-static pcgc_status bn_reduce(const pcgc__cukargs *k, bool bwd, const pcgc_buf *x, const pcgc_buf *dy,
-                             const double *st, double count, double eps, double2 *part, double *a, double *b,
-                             bool add) {
+static pcgc_status bn_reduce(const pcgc__cukargs *k, const pcgc_buf *x, const bn_grad *g, const double *st,
+                             double count, double eps, double2 *part, double *a, double *b, bool add) {
   bn_dims d = bn_dims_of(x);
   int P = bn_parts(d);
   dim3 grid((unsigned)d.C, (unsigned)P);
   cudaStream_t s = k->cu->stream;
-  if (bwd) bn_sums<true><<<grid, PCGC_CU_THREADS, 0, s>>>(d, fdata(x), fdata(dy), st, count, eps, part);
-  else bn_sums<false><<<grid, PCGC_CU_THREADS, 0, s>>>(d, fdata(x), NULL, NULL, count, eps, part);
+  if (!g)
+    bn_sums<false, false><<<grid, PCGC_CU_THREADS, 0, s>>>(d, fdata(x), NULL, NULL, NULL, NULL, count, eps, part);
+  else if (!g->relu)
+    bn_sums<true, false><<<grid, PCGC_CU_THREADS, 0, s>>>(d, fdata(x), fdata(g->dy), st, NULL, NULL, count, eps,
+                                                          part);
+  else
+    bn_sums<true, true><<<grid, PCGC_CU_THREADS, 0, s>>>(d, fdata(x), fdata(g->dy), st, fdata(g->scale),
+                                                         fdata(g->bias), count, eps, part);
   NM_TRY(pcgc__cu_launched(k, "batch-norm sums"));
   bn_finish<<<grid_of(d.C), PCGC_CU_THREADS, 0, s>>>(d.C, P, part, a, b, add);
   return pcgc__cu_launched(k, "batch-norm sums");
 }
 
-static pcgc_status bn_apply(const pcgc__cukargs *k, const pcgc_buf *x, const pcgc_buf *scale, const pcgc_buf *bias,
-                            const double *st, double count, double eps, double *coef, pcgc_buf *y) {
+static pcgc_status bn_apply(const pcgc__cukargs *k, bool relu, const pcgc_buf *x, const pcgc_buf *scale,
+                            const pcgc_buf *bias, const double *st, double count, double eps, double *coef,
+                            pcgc_buf *y) {
   bn_dims d = bn_dims_of(x);
   cudaStream_t s = k->cu->stream;
   bn_fwd_coef<<<grid_of(d.C), PCGC_CU_THREADS, 0, s>>>(d.C, st, count, eps, fdata(scale), fdata(bias), coef);
   NM_TRY(pcgc__cu_launched(k, "batch-norm coefficients"));
-  bn_fwd_apply<<<grid_of(numel(x)), PCGC_CU_THREADS, 0, s>>>(d, fdata(x), coef, (float *)y->data);
+  if (relu) bn_fwd_apply<true><<<grid_of(numel(x)), PCGC_CU_THREADS, 0, s>>>(d, fdata(x), coef, (float *)y->data);
+  else bn_fwd_apply<false><<<grid_of(numel(x)), PCGC_CU_THREADS, 0, s>>>(d, fdata(x), coef, (float *)y->data);
   return pcgc__cu_launched(k, "batch-norm apply");
 }
 
-/* dx from st = sum, sumsq, dsum, dxsum (C each) */
-static pcgc_status bn_dx(const pcgc__cukargs *k, const pcgc_buf *x, const pcgc_buf *scale, const pcgc_buf *dy,
-                         const double *st, double count, double eps, double *coef, pcgc_buf *dx) {
+/* dx from st = sum, sumsq, dsum, dxsum (C each); coef holds
+ * BN_BWD_K(g->relu) * C doubles */
+static pcgc_status bn_dx(const pcgc__cukargs *k, const pcgc_buf *x, const bn_grad *g, const double *st, double count,
+                         double eps, double *coef, pcgc_buf *dx) {
   bn_dims d = bn_dims_of(x);
   cudaStream_t s = k->cu->stream;
-  bn_bwd_coef<<<grid_of(d.C), PCGC_CU_THREADS, 0, s>>>(d.C, st, count, eps, fdata(scale), coef);
+  unsigned gc = grid_of(d.C), gx = grid_of(numel(x));
+  const float *sc = fdata(g->scale);
+  if (g->relu) bn_bwd_coef<true><<<gc, PCGC_CU_THREADS, 0, s>>>(d.C, st, count, eps, sc, fdata(g->bias), coef);
+  else bn_bwd_coef<false><<<gc, PCGC_CU_THREADS, 0, s>>>(d.C, st, count, eps, sc, NULL, coef);
   NM_TRY(pcgc__cu_launched(k, "batch-norm coefficients"));
-  bn_bwd_dx<<<grid_of(numel(x)), PCGC_CU_THREADS, 0, s>>>(d, fdata(x), fdata(dy), coef, (float *)dx->data);
+  if (g->relu) bn_bwd_dx<true><<<gx, PCGC_CU_THREADS, 0, s>>>(d, fdata(x), fdata(g->dy), coef, (float *)dx->data);
+  else bn_bwd_dx<false><<<gx, PCGC_CU_THREADS, 0, s>>>(d, fdata(x), fdata(g->dy), coef, (float *)dx->data);
   return pcgc__cu_launched(k, "batch-norm dx");
 }
 
@@ -418,6 +469,8 @@ pcgc_status pcgc__cu_fwd_batchnorm(const pcgc__cukargs *k) {
   NM_TRY(pcgc__kcheck_whole_batch(k, "pcgc_cuda"));
   const pcgc_buf *x = &k->in[0];
   const pcgc_buf *scale = k->n_in == 3 ? &k->in[1] : NULL, *bias = k->n_in == 3 ? &k->in[2] : NULL;
+  bool relu;
+  NM_TRY(bn_relu(k, &relu));
   bn_dims d = bn_dims_of(x);
   double2 *part;
   double *st, *coef;
@@ -426,16 +479,17 @@ pcgc_status pcgc__cu_fwd_batchnorm(const pcgc__cukargs *k) {
   NM_TRY(take(k, &coef, 3 * d.C));
   if (pcgc__cu_measuring(k)) return PCGC_OK;
   double eps = pcgc_attrs_float(k->a, "eps"), count = (double)(d.N * d.S);
-  NM_TRY(bn_reduce(k, false, x, NULL, NULL, count, eps, part, st, st + d.C, false));
-  return bn_apply(k, x, scale, bias, st, count, eps, coef, &k->out[0]);
+  NM_TRY(bn_reduce(k, x, NULL, NULL, count, eps, part, st, st + d.C, false));
+  return bn_apply(k, relu, x, scale, bias, st, count, eps, coef, &k->out[0]);
 }
 
 pcgc_status pcgc__cu_bwd_batchnorm(const pcgc__cukargs *k) {
   NM_TRY(norm_check(k, true));
   NM_TRY(pcgc__kcheck_whole_batch(k, "pcgc_cuda"));
   const pcgc_buf *x = &k->in[0], *dy = &k->dout[0];
-  const pcgc_buf *scale = k->n_in == 3 ? &k->in[1] : NULL;
   pcgc_buf *dx = &k->din[0], *dscale = k->n_in == 3 ? &k->din[1] : NULL, *dbias = k->n_in == 3 ? &k->din[2] : NULL;
+  bn_grad g = {dy, k->n_in == 3 ? &k->in[1] : NULL, k->n_in == 3 ? &k->in[2] : NULL, false};
+  NM_TRY(bn_relu(k, &g.relu));
   bool want_dx = want(dx), want_sb = want(dscale) || want(dbias);
   if (!want_dx && !want_sb) return PCGC_OK;
   bn_dims d = bn_dims_of(x);
@@ -443,12 +497,12 @@ pcgc_status pcgc__cu_bwd_batchnorm(const pcgc__cukargs *k) {
   double *st, *coef;
   NM_TRY(take(k, &part, d.C * bn_parts(d)));
   NM_TRY(take(k, &st, 4 * d.C));
-  NM_TRY(take(k, &coef, 5 * d.C));
+  NM_TRY(take(k, &coef, BN_BWD_K(g.relu) * d.C));
   if (pcgc__cu_measuring(k)) return PCGC_OK;
   double eps = pcgc_attrs_float(k->a, "eps"), count = (double)(d.N * d.S);
-  NM_TRY(bn_reduce(k, false, x, NULL, NULL, count, eps, part, st, st + d.C, false));
-  NM_TRY(bn_reduce(k, true, x, dy, st, count, eps, part, st + 2 * d.C, st + 3 * d.C, false));
-  if (want_dx) NM_TRY(bn_dx(k, x, scale, dy, st, count, eps, coef, dx));
+  NM_TRY(bn_reduce(k, x, NULL, NULL, count, eps, part, st, st + d.C, false));
+  NM_TRY(bn_reduce(k, x, &g, st, count, eps, part, st + 2 * d.C, st + 3 * d.C, false));
+  if (want_dx) NM_TRY(bn_dx(k, x, &g, st, count, eps, coef, dx));
   /* the whole batch: this piece's shares are the sums themselves */
   if (want_sb) NM_TRY(bn_add_grads(k, d.C, st + 2 * d.C, st + 3 * d.C, dscale, dbias));
   return PCGC_OK;
@@ -523,7 +577,7 @@ static pcgc_status stats_step(const pcgc__cukargs *k, void *arg) {
   double2 *part;
   NM_TRY(take(k, &part, d.C * bn_parts(d)));
   if (pcgc__cu_measuring(k)) return PCGC_OK;
-  return bn_reduce(k, false, c->x, NULL, NULL, 1, 1, part, c->s, c->s + d.C, true);
+  return bn_reduce(k, c->x, NULL, NULL, 1, 1, part, c->s, c->s + d.C, true);
 }
 
 pcgc_status pcgc_cuda_batchnorm_stats(pcgc_cuda *cu, const pcgc_buf *x, double *s, pcgc_error *err) {
@@ -542,11 +596,13 @@ static pcgc_status apply_step(const pcgc__cukargs *k, void *arg) {
   NM_TRY(bn_check_chan(&kk, c->scale, "scale"));
   NM_TRY(bn_check_chan(&kk, c->bias, "bias"));
   if (!k->a) return pcgc__kfail(k, "no attributes given");
+  bool relu;
+  NM_TRY(bn_relu(k, &relu));
   if (!(c->count > 0)) return pcgc__kfail(k, "the element count per channel must be positive, got %g", c->count);
   double *coef;
   NM_TRY(take(k, &coef, 3 * c->x->dims[1]));
   if (pcgc__cu_measuring(k)) return PCGC_OK;
-  return bn_apply(k, c->x, c->scale, c->bias, c->cs, c->count, pcgc_attrs_float(k->a, "eps"), coef, c->y);
+  return bn_apply(k, relu, c->x, c->scale, c->bias, c->cs, c->count, pcgc_attrs_float(k->a, "eps"), coef, c->y);
 }
 
 pcgc_status pcgc_cuda_batchnorm_apply(pcgc_cuda *cu, const pcgc_attrs *a, const pcgc_buf *x, const pcgc_buf *scale,
@@ -567,21 +623,30 @@ pcgc_status pcgc_cuda_batchnorm_apply(pcgc_cuda *cu, const pcgc_attrs *a, const 
 static pcgc_status bwd_stats_step(const pcgc__cukargs *k, void *arg) {
   const bn_call *c = (const bn_call *)arg;
   NM_TRY(bn_check(k, c, c->dy, "output gradient"));
+  pcgc__cukargs kk = *k;
+  kk.in = c->x;
+  NM_TRY(bn_check_chan(&kk, c->scale, "scale"));
+  NM_TRY(bn_check_chan(&kk, c->bias, "bias"));
   if (!k->a) return pcgc__kfail(k, "no attributes given");
+  bn_grad g = {c->dy, c->scale, c->bias, false};
+  NM_TRY(bn_relu(k, &g.relu));
   if (!(c->count > 0)) return pcgc__kfail(k, "the element count per channel must be positive, got %g", c->count);
   bn_dims d = bn_dims_of(c->x);
   double2 *part;
   NM_TRY(take(k, &part, d.C * bn_parts(d)));
   if (pcgc__cu_measuring(k)) return PCGC_OK;
-  return bn_reduce(k, true, c->x, c->dy, c->s, c->count, pcgc_attrs_float(k->a, "eps"), part, c->s + 2 * d.C,
+  return bn_reduce(k, c->x, &g, c->s, c->count, pcgc_attrs_float(k->a, "eps"), part, c->s + 2 * d.C,
                    c->s + 3 * d.C, true);
 }
 
-pcgc_status pcgc_cuda_batchnorm_bwd_stats(pcgc_cuda *cu, const pcgc_attrs *a, const pcgc_buf *x, const pcgc_buf *dy,
-                                          double *s, double count, pcgc_error *err) {
+pcgc_status pcgc_cuda_batchnorm_bwd_stats(pcgc_cuda *cu, const pcgc_attrs *a, const pcgc_buf *x,
+                                          const pcgc_buf *scale, const pcgc_buf *bias, const pcgc_buf *dy, double *s,
+                                          double count, pcgc_error *err) {
   bn_call c;
   memset(&c, 0, sizeof c);
   c.x = x;
+  c.scale = scale;
+  c.bias = bias;
   c.dy = dy;
   c.s = s;
   c.count = count;
@@ -595,36 +660,41 @@ static pcgc_status bwd_apply_step(const pcgc__cukargs *k, void *arg) {
   pcgc__cukargs kk = *k;
   kk.in = c->x;
   NM_TRY(bn_check_chan(&kk, c->scale, "scale"));
+  NM_TRY(bn_check_chan(&kk, c->bias, "bias"));
   NM_TRY(bn_check_chan(&kk, c->dscale, "scale gradient"));
   NM_TRY(bn_check_chan(&kk, c->dbias, "bias gradient"));
   if (want(c->dx)) NM_TRY(check_like(k, c->dx, c->x, "gradient of input", 0));
   if (!k->a) return pcgc__kfail(k, "no attributes given");
+  bn_grad g = {c->dy, c->scale, c->bias, false};
+  NM_TRY(bn_relu(k, &g.relu));
   if (!(c->count > 0)) return pcgc__kfail(k, "the element count per channel must be positive, got %g", c->count);
   bool want_dx = want(c->dx), want_sb = want(c->dscale) || want(c->dbias);
   bn_dims d = bn_dims_of(c->x);
   double2 *part = NULL;
   double *coef = NULL, *ls = NULL;
-  if (want_dx) NM_TRY(take(k, &coef, 5 * d.C));
+  if (want_dx) NM_TRY(take(k, &coef, BN_BWD_K(g.relu) * d.C));
   if (want_sb) {
     NM_TRY(take(k, &part, d.C * bn_parts(d)));
     NM_TRY(take(k, &ls, 2 * d.C));
   }
   if (pcgc__cu_measuring(k)) return PCGC_OK;
   double eps = pcgc_attrs_float(k->a, "eps");
-  if (want_dx) NM_TRY(bn_dx(k, c->x, c->scale, c->dy, c->cs, c->count, eps, coef, c->dx));
+  if (want_dx) NM_TRY(bn_dx(k, c->x, &g, c->cs, c->count, eps, coef, c->dx));
   if (!want_sb) return PCGC_OK;
-  /* this piece's shares: its own sums of dy and dy * xhat */
-  NM_TRY(bn_reduce(k, true, c->x, c->dy, c->cs, c->count, eps, part, ls, ls + d.C, false));
+  /* this piece's shares: its own sums of g and g * xhat */
+  NM_TRY(bn_reduce(k, c->x, &g, c->cs, c->count, eps, part, ls, ls + d.C, false));
   return bn_add_grads(k, d.C, ls, ls + d.C, c->dscale, c->dbias);
 }
 
 pcgc_status pcgc_cuda_batchnorm_bwd_apply(pcgc_cuda *cu, const pcgc_attrs *a, const pcgc_buf *x,
-                                          const pcgc_buf *scale, const pcgc_buf *dy, const double *s, double count,
-                                          pcgc_buf *dx, pcgc_buf *dscale, pcgc_buf *dbias, pcgc_error *err) {
+                                          const pcgc_buf *scale, const pcgc_buf *bias, const pcgc_buf *dy,
+                                          const double *s, double count, pcgc_buf *dx, pcgc_buf *dscale,
+                                          pcgc_buf *dbias, pcgc_error *err) {
   bn_call c;
   memset(&c, 0, sizeof c);
   c.x = x;
   c.scale = scale;
+  c.bias = bias;
   c.dy = dy;
   c.cs = s;
   c.count = count;

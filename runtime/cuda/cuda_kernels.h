@@ -96,7 +96,8 @@ pcgc_status pcgc_cuda_backward(pcgc_cuda *cu, pcgc_op_kind k, const pcgc_attrs *
                                int n_out, const pcgc_buf *out, const pcgc_buf *dout, pcgc_buf *din,
                                const pcgc_kernel_ctx *ctx, pcgc_error *err);
 
-/* Batch norm over a sharded batch, as kernels.h's split entry points, with
+/* Batch norm over a sharded batch (act=relu fused as backend.h says), as
+ * kernels.h's split entry points, with
  * the statistics in device memory (f64): s[0,C) sum, s[C,2C) sumsq,
  * s[2C,3C) dsum, s[3C,4C) dxsum; C = x's dims[1]. stats and bwd_stats ADD
  * this piece's sums into s. */
@@ -104,11 +105,13 @@ pcgc_status pcgc_cuda_batchnorm_stats(pcgc_cuda *cu, const pcgc_buf *x, double *
 pcgc_status pcgc_cuda_batchnorm_apply(pcgc_cuda *cu, const pcgc_attrs *a, const pcgc_buf *x, const pcgc_buf *scale,
                                       const pcgc_buf *bias, const double *s, double count, pcgc_buf *y,
                                       pcgc_error *err);
-pcgc_status pcgc_cuda_batchnorm_bwd_stats(pcgc_cuda *cu, const pcgc_attrs *a, const pcgc_buf *x, const pcgc_buf *dy,
-                                          double *s, double count, pcgc_error *err);
+pcgc_status pcgc_cuda_batchnorm_bwd_stats(pcgc_cuda *cu, const pcgc_attrs *a, const pcgc_buf *x,
+                                          const pcgc_buf *scale, const pcgc_buf *bias, const pcgc_buf *dy, double *s,
+                                          double count, pcgc_error *err);
 pcgc_status pcgc_cuda_batchnorm_bwd_apply(pcgc_cuda *cu, const pcgc_attrs *a, const pcgc_buf *x,
-                                          const pcgc_buf *scale, const pcgc_buf *dy, const double *s, double count,
-                                          pcgc_buf *dx, pcgc_buf *dscale, pcgc_buf *dbias, pcgc_error *err);
+                                          const pcgc_buf *scale, const pcgc_buf *bias, const pcgc_buf *dy,
+                                          const double *s, double count, pcgc_buf *dx, pcgc_buf *dscale,
+                                          pcgc_buf *dbias, pcgc_error *err);
 
 /* One optimizer update, pcgc_cpu_optimizer_step's semantics (m, v may be NULL). */
 pcgc_status pcgc_cuda_optimizer_step(pcgc_cuda *cu, const pcgc_optimizer *o, pcgc_buf *w, const pcgc_buf *g,

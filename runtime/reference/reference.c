@@ -351,13 +351,13 @@ static pcgc_status run_batchnorm(pcgc_reference *R, const pcgc_node *n, const pc
       } else if (pass == 1 && !backward) {
         pcgc_cpu_batchnorm_apply(n->attrs, &c->in[0], scale, bias, S, Q, count, &c->out[0]);
       } else if (pass == 1) {
-        pcgc_cpu_batchnorm_bwd_stats(n->attrs, &c->in[0], &c->dout[0], S, Q, count, tmp1, tmp2);
+        pcgc_cpu_batchnorm_bwd_stats(n->attrs, &c->in[0], scale, bias, &c->dout[0], S, Q, count, tmp1, tmp2);
         for (int64_t k = 0; k < C; k++) {
           DS[k] += tmp1[k];
           DX[k] += tmp2[k];
         }
       } else {
-        pcgc_cpu_batchnorm_bwd_apply(n->attrs, &c->in[0], scale, &c->dout[0], S, Q, count, DS, DX,
+        pcgc_cpu_batchnorm_bwd_apply(n->attrs, &c->in[0], scale, bias, &c->dout[0], S, Q, count, DS, DX,
                                      &c->din[0], n->n_in == 3 ? &c->din[1] : NULL,
                                      n->n_in == 3 ? &c->din[2] : NULL);
       }

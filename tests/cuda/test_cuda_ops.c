@@ -516,6 +516,12 @@ static void test_batchnorm(void) {
   p[1].global[0] = p[2].global[0] = 6, p[1].offset[0] = p[2].offset[0] = 2;
   pcgc_kernel_ctx ctx = {p, NULL, 0, 0, false, NULL, 0};
   run_case(PCGC_OP_BATCHNORM, &a, "channel piece [4,3/6,5]", 3, in6, &ctx, TOL_EW);
+  /* act=relu: bn(x) takes both signs (a centred x; random bias, or none),
+   * so the mask of the backward cuts every channel */
+  seti(&a, "act", PCGC_ACT_RELU);
+  run_case(PCGC_OP_BATCHNORM, &a, "act=relu x[4,3,5,5] scale bias", 3, in, NULL, TOL_EW);
+  run_case(PCGC_OP_BATCHNORM, &a, "act=relu x[8,6] no scale/bias", 1, &x2, NULL, TOL_EW);
+  run_case(PCGC_OP_BATCHNORM, &a, "act=relu x[16,7,33,31] scale bias (many blocks)", 3, in4, NULL, TOL_EW);
 }
 
 static void test_layernorm(void) {
@@ -614,7 +620,7 @@ static void test_embedding(void) {
     pcgc_buf r4[2] = {irand(PCGC_I32, 10, DIMS(5, 2)), frand(DIMS(5, 4))};
     pcgc_piece q[2] = {whole_piece(&r4[0]), whole_piece(&r4[1])};
     q[1].global[0] = 10, q[1].offset[0] = 5;
-    pcgc_kernel_ctx ctx2 = {q, NULL, 0, 0, false};
+    pcgc_kernel_ctx ctx2 = {q, NULL, 0, 0, false, NULL, 0};
     snprintf(what, sizeof what, "bag=%s i32 ids[5,2] table rows 5..9 of 10", bag_names[bag]);
     run_case(PCGC_OP_EMBEDDING, &a, what, 2, r4, &ctx2, TOL_EW);
   }
@@ -1003,12 +1009,14 @@ static pcgc_buf f64buf(double *v, int64_t n) {
 }
 
 /* x [6, C, S] in pieces of 2, 3 and 1 rows: the CPU sums each piece's
- * statistics by hand, the CUDA calls add them into s. */
-static void test_batchnorm_split(bool affine) {
+ * statistics by hand, the CUDA calls add them into s. With relu (act=relu)
+ * bn(x) takes both signs: x is centred near 0 and bias random, or absent. */
+static void test_batchnorm_split(bool affine, bool relu) {
   const char *op = "batchnorm split";
   char what[80], note[1200];
   const int64_t N = 6, C = 5, pieces[3][2] = {{0, 2}, {2, 3}, {5, 1}};
   pcgc_attrs a = attrs(PCGC_OP_BATCHNORM);
+  if (relu) seti(&a, "act", PCGC_ACT_RELU);
   pcgc_buf x = frange(-1, 2, DIMS(N, C, 3, 4)), dy = frand(DIMS(N, C, 3, 4));
   pcgc_buf scale = frange(0.5, 1.5, DIMS(C)), bias = frand(DIMS(C));
   double count = (double)(N * 12);
@@ -1034,7 +1042,8 @@ static void test_batchnorm_split(bool affine) {
   const pcgc_buf *dsc = affine ? &d_scale : NULL, *dbi = affine ? &d_bias : NULL;
   pcgc_buf *gsc = affine ? &dscale : NULL, *gbi = affine ? &dbias : NULL;
   pcgc_buf *dgsc = affine ? &d_dscale : NULL, *dgbi = affine ? &d_dbias : NULL;
-  const char *aff = affine ? "scale bias" : "no scale/bias";
+  char aff[40];
+  snprintf(aff, sizeof aff, "%s%s", relu ? "act=relu, " : "", affine ? "scale bias" : "no scale/bias");
 
   /* 1. statistics */
   for (int p = 0; p < 3; p++) {
@@ -1066,21 +1075,22 @@ static void test_batchnorm_split(bool affine) {
   /* 3. backward statistics */
   for (int p = 0; p < 3; p++) {
     pcgc_buf xp = rows(&x, pieces[p][0], pieces[p][1]), gp = rows(&dy, pieces[p][0], pieces[p][1]);
-    pcgc_cpu_batchnorm_bwd_stats(&a, &xp, &gp, s, s + C, count, tmp, tmp + C);
+    pcgc_cpu_batchnorm_bwd_stats(&a, &xp, sc, bi, &gp, s, s + C, count, tmp, tmp + C);
     for (int c = 0; c < 2 * C; c++) s[2 * C + c] += tmp[c];
-    if (pcgc_cuda_batchnorm_bwd_stats(cu, &a, &dxs[p], &ddys[p], ds, count, &err) != PCGC_OK) goto fail;
+    if (pcgc_cuda_batchnorm_bwd_stats(cu, &a, &dxs[p], dsc, dbi, &ddys[p], ds, count, &err) != PCGC_OK) goto fail;
   }
   if (pcgc_cuda_download(cu, got.data, ds, 4 * C * sizeof(double), &err) != PCGC_OK) goto fail;
   want = f64buf(s + 2 * C, 2 * C);
   got2 = f64buf((double *)got.data + 2 * C, 2 * C);
-  report(op, "bwd_stats (dsum, dxsum)", NAN, maxrel(&want, &got2), 1e-10, NULL);
+  snprintf(what, sizeof what, "bwd_stats (dsum, dxsum), %s", aff);
+  report(op, what, NAN, maxrel(&want, &got2), 1e-10, NULL);
 
   /* 4. backward: dx per piece, dscale and dbias added over the pieces */
   for (int p = 0; p < 3; p++) {
     pcgc_buf xp = rows(&x, pieces[p][0], pieces[p][1]), gp = rows(&dy, pieces[p][0], pieces[p][1]);
     pcgc_buf dxp = rows(&dx, pieces[p][0], pieces[p][1]);
-    pcgc_cpu_batchnorm_bwd_apply(&a, &xp, sc, &gp, s, s + C, count, s + 2 * C, s + 3 * C, &dxp, gsc, gbi);
-    if (pcgc_cuda_batchnorm_bwd_apply(cu, &a, &dxs[p], dsc, &ddys[p], ds, count, &ddx[p], dgsc, dgbi, &err) !=
+    pcgc_cpu_batchnorm_bwd_apply(&a, &xp, sc, bi, &gp, s, s + C, count, s + 2 * C, s + 3 * C, &dxp, gsc, gbi);
+    if (pcgc_cuda_batchnorm_bwd_apply(cu, &a, &dxs[p], dsc, dbi, &ddys[p], ds, count, &ddx[p], dgsc, dgbi, &err) !=
         PCGC_OK)
       goto fail;
   }
@@ -1232,7 +1242,7 @@ static void test_move_list(void) {
           memcpy(want + dat[i] + (size_t)at * es, hs + sat[i] + (size_t)si * es, es);
         }
     m[i] = (pcgc_cuda_box_move){types[i % 3], 3, dd + dat[i], ds + sat[i], len[i], lo[i], sdims[i], soff[i], lo[i],
-                                len[i]};
+                                len[i], false};
   }
   pcgc_status st = pcgc_cuda_upload(cu, ds, hs, stotal, &err);
   if (!st) st = pcgc_cuda_upload(cu, dd, hd, dtotal, &err);
@@ -1349,8 +1359,10 @@ int main(void) {
   test_attention();
   test_moe();
   test_losses();
-  test_batchnorm_split(true);
-  test_batchnorm_split(false);
+  for (int relu = 0; relu < 2; relu++) {
+    test_batchnorm_split(true, relu);
+    test_batchnorm_split(false, relu);
+  }
   test_optimizers();
   test_convert();
   test_zero_list();

@@ -441,8 +441,8 @@ START_TEST(test_mixed_round_trip)
                                      "dilation=[1, 1], groups=1, act=relu)\n"));
   ck_assert_ptr_nonnull(strstr(text, "\npool = pool2d(conv, kind=max, kernel=[2, 2], stride=[2, 2], "
                                      "padding=[0, 0], global=false)\n"));
-  ck_assert_ptr_nonnull(strstr(text, "\nbn = batchnorm(img, bn.scale, bn.bias, eps=0.001, momentum=0.01)\n"));
-  ck_assert_ptr_nonnull(strstr(text, "\nbn_plain = batchnorm(img, eps=1e-05, momentum=0.1, affine=false)\n"));
+  ck_assert_ptr_nonnull(strstr(text, "\nbn = batchnorm(img, bn.scale, bn.bias, eps=0.001, momentum=0.01, act=none)\n"));
+  ck_assert_ptr_nonnull(strstr(text, "\nbn_plain = batchnorm(img, eps=1e-05, momentum=0.1, act=none, affine=false)\n"));
   ck_assert_ptr_nonnull(strstr(text, "\nemb = embedding(idx, emb.weight, bag=mean)\n"));
   ck_assert_ptr_nonnull(strstr(text, "\natt = attention(q, q, q, att.wq, att.wk, att.wv, att.wo, "
                                      "heads=4, causal=true, dropout=0.1, rope=false, rope_theta=1e04)\n"));

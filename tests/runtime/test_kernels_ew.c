@@ -872,8 +872,9 @@ END_TEST
 
 /* ------------------------------------------------------------- batch norm */
 
+/* _i: act=none, then act=relu (the fused relu) */
 START_TEST(batchnorm_split_path) {
-  pcgc_attrs a = attrs(PCGC_OP_BATCHNORM);
+  pcgc_attrs a = with_int(attrs(PCGC_OP_BATCHNORM), "act", _i ? PCGC_ACT_RELU : PCGC_ACT_NONE);
   pcgc_buf in[3] = {F64(NULL, 4, 3, 2, 2), F64(VALS(0.5, 1.5, -2), 3), F64(VALS(0.1, 0.2, 0.3), 3)};
   fill(&in[0], 9);
   pcgc_buf y = like(&in[0], -1), dy = like(&in[0], -1);
@@ -887,8 +888,8 @@ START_TEST(batchnorm_split_path) {
   pcgc_buf y1 = like(&y, -1), dx1 = like(&y, -1), ds1 = like(&in[1], -1), db1 = like(&in[2], -1);
   pcgc_cpu_batchnorm_stats(&in[0], sum, sumsq);
   pcgc_cpu_batchnorm_apply(&a, &in[0], &in[1], &in[2], sum, sumsq, 16, &y1);
-  pcgc_cpu_batchnorm_bwd_stats(&a, &in[0], &dy, sum, sumsq, 16, dsum, dxsum);
-  pcgc_cpu_batchnorm_bwd_apply(&a, &in[0], &in[1], &dy, sum, sumsq, 16, dsum, dxsum, &dx1, &ds1, &db1);
+  pcgc_cpu_batchnorm_bwd_stats(&a, &in[0], &in[1], &in[2], &dy, sum, sumsq, 16, dsum, dxsum);
+  pcgc_cpu_batchnorm_bwd_apply(&a, &in[0], &in[1], &in[2], &dy, sum, sumsq, 16, dsum, dxsum, &dx1, &ds1, &db1);
   ck_assert(memcmp(y1.data, y.data, 48 * sizeof(double)) == 0);
   ck_assert(memcmp(dx1.data, din[0].data, 48 * sizeof(double)) == 0);
   ck_assert(memcmp(ds1.data, din[1].data, 3 * sizeof(double)) == 0);
@@ -913,14 +914,14 @@ START_TEST(batchnorm_split_path) {
   }
   for (int p = 0; p < 2; p++) {
     pcgc_cpu_batchnorm_apply(&a, &xp[p], &in[1], &in[2], gs, gq, 16, &yp[p]);
-    pcgc_cpu_batchnorm_bwd_stats(&a, &xp[p], &dyp[p], gs, gq, 16, d1[p], d2[p]);
+    pcgc_cpu_batchnorm_bwd_stats(&a, &xp[p], &in[1], &in[2], &dyp[p], gs, gq, 16, d1[p], d2[p]);
   }
   for (int c = 0; c < 3; c++) {
     gd1[c] = d1[0][c] + d1[1][c];
     gd2[c] = d2[0][c] + d2[1][c];
   }
   for (int p = 0; p < 2; p++)
-    pcgc_cpu_batchnorm_bwd_apply(&a, &xp[p], &in[1], &dyp[p], gs, gq, 16, gd1, gd2, &dxp[p], &ds, &db);
+    pcgc_cpu_batchnorm_bwd_apply(&a, &xp[p], &in[1], &in[2], &dyp[p], gs, gq, 16, gd1, gd2, &dxp[p], &ds, &db);
   for (int p = 0; p < 2; p++)
     for (int64_t e = 0; e < 24; e++) {
       ck_assert_msg(fabs(at(&yp[p], e) - at(&y, 24 * p + e)) <= 1e-12, "y piece %d element %lld", p, (long long)e);
@@ -930,6 +931,38 @@ START_TEST(batchnorm_split_path) {
   for (int c = 0; c < 3; c++) {
     ck_assert(fabs(at(&ds, c) - at(&din[1], c)) <= 1e-12);
     ck_assert(fabs(at(&db, c) - at(&din[2], c)) <= 1e-12);
+  }
+}
+END_TEST
+
+/* batchnorm act=relu is batchnorm, then relu: forward, and backward into x,
+ * scale and bias, with and without scale and bias */
+START_TEST(batchnorm_relu_fused) {
+  pcgc_attrs a = attrs(PCGC_OP_BATCHNORM), af = with_int(a, "act", PCGC_ACT_RELU), ar = attrs(PCGC_OP_RELU);
+  for (int n_in = 1; n_in <= 3; n_in += 2) {
+    pcgc_buf in[3] = {F64(NULL, 4, 3, 2, 2), F64(VALS(0.5, 1.5, -2), 3), F64(VALS(0.1, -0.2, 0.3), 3)};
+    fill(&in[0], 11);
+    pcgc_buf y = like(&in[0], -1), r = like(&in[0], -1), yf = like(&in[0], -1), dy = like(&in[0], -1);
+    fill(&dy, 12);
+    pcgc_buf din[3] = {like(&in[0], -1), like(&in[1], -1), like(&in[2], -1)};
+    pcgc_buf dinf[3] = {like(&in[0], -1), like(&in[1], -1), like(&in[2], -1)}, dr = like(&in[0], -1);
+    forward_ok(PCGC_OP_BATCHNORM, &a, n_in, in, 1, &y, NULL);
+    forward_ok(PCGC_OP_RELU, &ar, 1, &y, 1, &r, NULL);
+    backward_ok(PCGC_OP_RELU, &ar, 1, &y, 1, &r, &dy, &dr, NULL);
+    backward_ok(PCGC_OP_BATCHNORM, &a, n_in, in, 1, &y, &dr, din, NULL);
+    forward_ok(PCGC_OP_BATCHNORM, &af, n_in, in, 1, &yf, NULL);
+    backward_ok(PCGC_OP_BATCHNORM, &af, n_in, in, 1, &yf, &dy, dinf, NULL);
+    int zeros = 0;
+    for (int64_t e = 0; e < 48; e++) {
+      zeros += at(&yf, e) == 0;
+      ck_assert_msg(at(&yf, e) == at(&r, e), "y element %lld: %g, unfused %g", (long long)e, at(&yf, e), at(&r, e));
+      ck_assert_msg(fabs(at(&dinf[0], e) - at(&din[0], e)) <= 1e-12, "dx element %lld", (long long)e);
+    }
+    ck_assert_msg(zeros > 8 && zeros < 40, "the relu clips %d of 48", zeros); /* both sides of 0 are tested */
+    for (int c = 0; n_in == 3 && c < 3; c++) {
+      ck_assert(fabs(at(&dinf[1], c) - at(&din[1], c)) <= 1e-12);
+      ck_assert(fabs(at(&dinf[2], c) - at(&din[2], c)) <= 1e-12);
+    }
   }
 }
 END_TEST
@@ -1077,7 +1110,8 @@ static Suite *kernels_ew_suite(void) {
   tcase_add_test(tc, dropout_piece_matches_whole);
   tcase_add_test(tc, pieces_add_up);
   tcase_add_test(tc, reshape_piece);
-  tcase_add_test(tc, batchnorm_split_path);
+  tcase_add_loop_test(tc, batchnorm_split_path, 0, 2);
+  tcase_add_test(tc, batchnorm_relu_fused);
   suite_add_tcase(s, tc);
   tc = tcase_create("errors");
   tcase_add_checked_fixture(tc, NULL, free_all);
