@@ -503,7 +503,8 @@ static pcgc_profile_source kernel_time(const pcgc_profile *p, const pcgc_machine
  * backend runs it (runtime/cpu/k_dense.c): the op without it, then the
  * activation over its output; backward recomputes the pre-activation of a
  * fused GELU, one more forward GEMM. Each part from its own entry or the
- * nearest; false when either has none. */
+ * nearest; false when either has none. A batchnorm's relu rides in its own
+ * passes over the data (k_norm.c): the batchnorm's time alone. */
 static bool fused_time(const pcgc_profile *p, const pcgc_machine *m, const pcgc_graph *g, const pcgc_node *n,
                        const pcgc_profile_entry *key, pcgc_op_time *t) {
   int ai = -1;
@@ -539,6 +540,11 @@ static bool fused_time(const pcgc_profile *p, const pcgc_machine *m, const pcgc_
   pcgc_op_cost_of(akey.kind, &aa, 1, &y, 1, &y, &a.x);
 
   pcgc_op_time tb, ta;
+  if (n->kind == PCGC_OP_BATCHNORM) {
+    if (!kernel_time(p, m, &b, true, &tb)) return false;
+    *t = tb;
+    return true;
+  }
   if (!kernel_time(p, m, &b, true, &tb) || !kernel_time(p, m, &a, true, &ta)) return false;
   t->fwd = tb.fwd + ta.fwd;
   t->bwd = tb.bwd + ta.bwd + (act == PCGC_ACT_GELU ? tb.fwd : 0);

@@ -126,6 +126,15 @@ $reseal "$tmp/towers.json" "$tmp/towers-bad.json" '"@branches 4 2 1 1 at m1.y"' 
 expect 1 "$pcgc" verify "$tmp/towers-bad.json"
 has "$tmp/err" "'m1.y' has 4 branches, the step sizes 3"
 
+# the joint search fuses every batch norm with its relu (fuse_batchnorm_affine_relu, everywhere):
+# the fused op's statistics, summed over the data-parallel pieces, and its masked backward, trained
+# on the machine's 8 processes against the reference
+expect 0 "$pcgc" compile "$src/models/cnn.pcg" --machine dgx-h100 -o "$tmp/cnn-fused.json"
+has "$tmp/out" "the last by fuse_batchnorm_affine_relu (everywhere)"
+has "$tmp/cnn-fused.json" "momentum=0.1, act=relu)"
+expect 0 "$pcgc" verify "$tmp/cnn-fused.json"
+has "$tmp/out" "verified: 3 steps of $tmp/cnn-fused.json on 8 processes"
+
 # a runtime that trains wrongly (test hook: all-reduces leave the gradients alone) is caught, naming
 # the first weight whose gradient differs and the operator reading it
 PCGC_TEST_FAULT=skip-allreduce "$pcgc" verify "$tmp/transformer-block.json" >"$tmp/out" 2>"$tmp/err"
