@@ -482,6 +482,13 @@ START_TEST(test_batchnorm_shapes)
   pcgc_attrs a = set_float(attrs(PCGC_OP_BATCHNORM), "momentum", 1.5);
   r = INFER(PCGC_OP_BATCHNORM, &a, F32(8, 16));
   FAILS(r, PCGC_ERR_TYPE, "momentum must be in [0, 1]", NULL);
+  a = set_int(attrs(PCGC_OP_BATCHNORM), "act", PCGC_ACT_RELU); /* a fused relu keeps the shape */
+  r = INFER(PCGC_OP_BATCHNORM, &a, F32(8, 16, 4, 4), F32(16), F32(16));
+  OK(r);
+  SHAPE(r.out[0], PCGC_F32, 8, 16, 4, 4);
+  a = set_int(attrs(PCGC_OP_BATCHNORM), "act", PCGC_ACT_GELU);
+  r = INFER(PCGC_OP_BATCHNORM, &a, F32(8, 16));
+  FAILS(r, PCGC_ERR_TYPE, "act=gelu is not fused into a batchnorm", NULL);
 }
 END_TEST
 
