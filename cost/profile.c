@@ -523,6 +523,7 @@ static bool fused_time(const pcgc_profile *p, const pcgc_machine *m, const pcgc_
   pcgc_ptensor in[PCGC_VARIADIC];
   kernel b = {.key = &bkey, .kind = n->kind, .a = &plain, .n_in = n->n_in, .in = in, .dtype = PCGC_F32};
   if (!node_counts(g, n, &plain, in, &b.x, &b.dtype)) return false;
+  if (n->kind == PCGC_OP_BATCHNORM) return kernel_time(p, m, &b, true, t) != PCGC_PROFILE_NONE;
 
   pcgc_attrs aa; /* the activation over the output piece */
   pcgc_attrs_init(&aa, act_op[act]);
@@ -540,11 +541,6 @@ static bool fused_time(const pcgc_profile *p, const pcgc_machine *m, const pcgc_
   pcgc_op_cost_of(akey.kind, &aa, 1, &y, 1, &y, &a.x);
 
   pcgc_op_time tb, ta;
-  if (n->kind == PCGC_OP_BATCHNORM) {
-    if (!kernel_time(p, m, &b, true, &tb)) return false;
-    *t = tb;
-    return true;
-  }
   if (!kernel_time(p, m, &b, true, &tb) || !kernel_time(p, m, &a, true, &ta)) return false;
   t->fwd = tb.fwd + ta.fwd;
   t->bwd = tb.bwd + ta.bwd + (act == PCGC_ACT_GELU ? tb.fwd : 0);

@@ -347,9 +347,10 @@ void pcgc_cpu_batchnorm_bwd_stats(const pcgc_attrs *a, const pcgc_buf *x, const 
                                   const double *sumsq, double count, double *dsum, double *dxsum) {
   bn_assert(x, dy);
   double eps = pcgc_attrs_float(a, "eps");
+  bool relu = bn_relu(a);
   bn_group G;
   FOR_GROUPS(c0, nc, x->dims[1]) {
-    bn_group_init(&G, eps, bn_relu(a), scale, bias, c0, (int)nc, sum + c0, sumsq + c0, count);
+    bn_group_init(&G, eps, relu, scale, bias, c0, (int)nc, sum + c0, sumsq + c0, count);
     bn_group_bwd_stats(&G, x, dy, c0, (int)nc, dsum + c0, dxsum + c0);
   }
 }
@@ -360,9 +361,10 @@ void pcgc_cpu_batchnorm_bwd_apply(const pcgc_attrs *a, const pcgc_buf *x, const 
                                   pcgc_buf *dx, pcgc_buf *dscale, pcgc_buf *dbias) {
   bn_assert(x, dy);
   double eps = pcgc_attrs_float(a, "eps");
+  bool relu = bn_relu(a);
   bn_group G;
   FOR_GROUPS(c0, nc, x->dims[1]) {
-    bn_group_init(&G, eps, bn_relu(a), scale, bias, c0, (int)nc, sum + c0, sumsq + c0, count);
+    bn_group_init(&G, eps, relu, scale, bias, c0, (int)nc, sum + c0, sumsq + c0, count);
     bn_group_bwd_apply(&G, x, dy, c0, (int)nc, count, dsum + c0, dxsum + c0, dx, dscale, dbias);
   }
 }
